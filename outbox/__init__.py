@@ -1,0 +1,37 @@
+"""outbox: the transactional outbox and buffer-table batching for SQLAlchemy 2.
+
+Write events into buffer tables in the application's own transaction; outbox claims them in
+groups and hands each group, in bulk, to a batch handler, with retries, dead letters and an
+archive. See the README for a tour.
+"""
+
+from outbox.app import Handler, Outbox, Settings
+from outbox.batch import Batch
+from outbox.buffer import BufferMixin, add_events
+from outbox.exceptions import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    OutboxError,
+    ReplayError,
+    SchemaMissingError,
+    UnsupportedDatabaseError,
+)
+from outbox.retry import RetryPolicy
+from outbox.urgency import Urgency
+
+__all__ = [
+    "Batch",
+    "BufferMixin",
+    "ConfigurationError",
+    "DatabaseUnavailableError",
+    "Handler",
+    "Outbox",
+    "OutboxError",
+    "ReplayError",
+    "RetryPolicy",
+    "SchemaMissingError",
+    "Settings",
+    "UnsupportedDatabaseError",
+    "Urgency",
+    "add_events",
+]

@@ -1,0 +1,225 @@
+"""What differs between PostgreSQL, SQLite and MariaDB/MySQL, and only that.
+
+Everything else in outbox is written once against SQLAlchemy Core; the few places where the
+databases disagree (the clock, interval arithmetic, locking claims, insert-or-ignore, JSON
+payloads, transient error codes, connection set-up) are decided here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, event, func, literal, literal_column
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.engine import Dialect as SADialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql.expression import Alias
+from sqlalchemy.sql.expression import FunctionElement, Insert
+from sqlalchemy.types import DateTime, Float
+
+from outbox.exceptions import UnsupportedDatabaseError
+
+POSTGRESQL = "postgresql"
+SQLITE = "sqlite"
+MYSQL = "mysql"  # also MariaDB: SQLAlchemy names both "mysql"
+SUPPORTED = (POSTGRESQL, SQLITE, MYSQL)
+
+# SQLite stores DateTime as text; SQLAlchemy writes and parses "YYYY-MM-DD HH:MM:SS.ffffff".
+# The database clock must produce exactly that shape so that text comparison orders correctly.
+_SQLITE_NOW = "strftime('%Y-%m-%d %H:%M:%f', 'now') || '000'"
+
+# How long a SQLite connection waits for the write lock before giving up: generous, because
+# every framework transaction is short and takes the lock up front.
+SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
+
+
+def name_of(dialect: SADialect) -> str:
+    """The outbox name of a SQLAlchemy dialect; refuses the ones outbox does not run on."""
+    if dialect.name == "mariadb":
+        return MYSQL
+    if dialect.name not in SUPPORTED:
+        raise UnsupportedDatabaseError(
+            f"outbox runs on PostgreSQL, SQLite and MariaDB/MySQL, not on {dialect.name!r}"
+        )
+    return dialect.name
+
+
+# --- the database clock -------------------------------------------------------------------
+
+
+class db_now(FunctionElement[Any]):  # noqa: N801 - named like the SQL function it renders
+    """The database's current time. Every lease and backoff is computed from it."""
+
+    type = DateTime(timezone=True)
+    inherit_cache = True
+
+
+class db_now_plus(FunctionElement[Any]):  # noqa: N801
+    """The database's current time plus a number of seconds (a float expression)."""
+
+    type = DateTime(timezone=True)
+    inherit_cache = True
+
+
+class age_seconds(FunctionElement[Any]):  # noqa: N801
+    """Seconds between a timestamp column and the database's current time."""
+
+    type = Float()
+    inherit_cache = True
+
+
+@compiles(db_now)
+def _now_default(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP"
+
+
+@compiles(db_now, POSTGRESQL)
+def _now_pg(element: db_now, compiler: Any, **kw: Any) -> str:
+    # statement_timestamp, not now(): a lease taken late in a transaction must not start early.
+    return "statement_timestamp()"
+
+
+@compiles(db_now, SQLITE)
+def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
+    return f"({_SQLITE_NOW})"
+
+
+@compiles(db_now, MYSQL)
+def _now_mysql(element: db_now, compiler: Any, **kw: Any) -> str:
+    return "CURRENT_TIMESTAMP(6)"
+
+
+@compiles(db_now_plus, POSTGRESQL)
+def _now_plus_pg(element: db_now_plus, compiler: Any, **kw: Any) -> str:
+    (seconds,) = element.clauses
+    return f"(statement_timestamp() + make_interval(secs => {compiler.process(seconds, **kw)}))"
+
+
+@compiles(db_now_plus, SQLITE)
+def _now_plus_sqlite(element: db_now_plus, compiler: Any, **kw: Any) -> str:
+    (seconds,) = element.clauses
+    offset = f"printf('%+.6f seconds', {compiler.process(seconds, **kw)})"
+    return f"(strftime('%Y-%m-%d %H:%M:%f', 'now', {offset}) || '000')"
+
+
+@compiles(db_now_plus, MYSQL)
+def _now_plus_mysql(element: db_now_plus, compiler: Any, **kw: Any) -> str:
+    (seconds,) = element.clauses
+    micros = f"CAST(ROUND({compiler.process(seconds, **kw)} * 1000000) AS SIGNED)"
+    return f"(CURRENT_TIMESTAMP(6) + INTERVAL {micros} MICROSECOND)"
+
+
+@compiles(age_seconds, POSTGRESQL)
+def _age_pg(element: age_seconds, compiler: Any, **kw: Any) -> str:
+    (ts,) = element.clauses
+    return f"EXTRACT(EPOCH FROM (statement_timestamp() - {compiler.process(ts, **kw)}))"
+
+
+@compiles(age_seconds, SQLITE)
+def _age_sqlite(element: age_seconds, compiler: Any, **kw: Any) -> str:
+    (ts,) = element.clauses
+    return f"((julianday('now') - julianday({compiler.process(ts, **kw)})) * 86400.0)"
+
+
+@compiles(age_seconds, MYSQL)
+def _age_mysql(element: age_seconds, compiler: Any, **kw: Any) -> str:
+    (ts,) = element.clauses
+    return (
+        f"(TIMESTAMPDIFF(MICROSECOND, {compiler.process(ts, **kw)}, CURRENT_TIMESTAMP(6))"
+        " / 1000000.0)"
+    )
+
+
+# --- statements that differ ---------------------------------------------------------------
+
+
+def can_update_returning(dialect: str) -> bool:
+    """PostgreSQL and SQLite (3.35+) return rows from UPDATE; MariaDB and MySQL do not."""
+    return dialect in (POSTGRESQL, SQLITE)
+
+
+def uses_skip_locked(dialect: str) -> bool:
+    """SQLite has no row locks: its claims rely on the write lock taken by BEGIN IMMEDIATE."""
+    return dialect != SQLITE
+
+
+def insert_ignore(dialect: str, table: Any) -> Insert:
+    """An INSERT that skips rows violating a unique index instead of failing."""
+    if dialect == POSTGRESQL:
+        return postgresql.insert(table).on_conflict_do_nothing()
+    if dialect == SQLITE:
+        return sqlite.insert(table).on_conflict_do_nothing()
+    return mysql_insert(table).prefix_with("IGNORE")
+
+
+def row_as_json(dialect: str, row: Alias) -> ColumnElement[Any]:
+    """A JSON object of one row's columns, by column name (the archive's ``payload``)."""
+    if dialect == POSTGRESQL:
+        # to_jsonb of the whole row: no argument limit (jsonb_build_object stops at 100).
+        return func.to_jsonb(literal_column(row.name))
+    pairs = [part for column in row.c for part in (literal(column.name), column)]
+    return func.json_object(*pairs)
+
+
+# --- transactions and errors --------------------------------------------------------------
+
+# SQLSTATEs of contention that goes away when the transaction is simply run again.
+_PG_TRANSIENT = {
+    "40001",  # serialization_failure
+    "40P01",  # deadlock_detected
+    "55P03",  # lock_not_available
+    "57014",  # query_canceled (statement or lock timeout)
+    "57P01",  # admin_shutdown
+    "57P02",  # crash_shutdown
+    "57P03",  # cannot_connect_now (starting up / shutting down)
+    "08000", "08003", "08006", "08001", "08004",  # connection exceptions
+}
+_MYSQL_TRANSIENT = {1205, 1213, 2006, 2013}  # lock wait timeout, deadlock, gone away, lost
+
+
+def is_transient(error: BaseException) -> bool:
+    """True for contention and dropped connections: run the transaction again, it may pass."""
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return True
+    orig = getattr(error, "orig", None)
+    if orig is None:
+        return False
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate is not None:
+        return sqlstate in _PG_TRANSIENT
+    message = str(orig).lower()
+    if "database is locked" in message or "database table is locked" in message:
+        return True
+    args = getattr(orig, "args", ())
+    return bool(args) and isinstance(args[0], int) and args[0] in _MYSQL_TRANSIENT
+
+
+def configure_engine(engine: Engine) -> None:
+    """Set up connections of an engine the way outbox needs them.
+
+    SQLite: WAL (readers do not block the writer), a long busy timeout, and every transaction
+    opened with BEGIN IMMEDIATE, so that a claim takes the write lock before it reads instead of
+    failing with "database is locked" when it tries to upgrade a read lock. The pysqlite driver's
+    own transaction handling is switched off so that SQLAlchemy's BEGIN is the only one.
+    """
+    if engine.dialect.name != SQLITE or getattr(engine, "_outbox_configured", False):
+        return
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
+        if engine.url.database not in (None, "", ":memory:"):
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    engine._outbox_configured = True  # type: ignore[attr-defined]

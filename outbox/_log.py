@@ -1,0 +1,31 @@
+"""The catalogue of log event names outbox emits (docs/operations.md lists them).
+
+The library only emits, through ``structlog.get_logger``; it never configures logging. Names
+are stable: dashboards and alerts may match on them. No event carries payloads or passwords.
+"""
+
+from __future__ import annotations
+
+import structlog
+
+BATCH_HANDLED = "outbox.batch.handled"  # one line per batch: handler, group, size, outcome, ...
+BATCH_LOAD_FAILED = "outbox.batch.load_failed"
+LEASE_LOST = "outbox.lease.lost"
+GROUP_CLAIMED = "outbox.group.claimed"
+CLAIM_FAILED = "outbox.claim.failed"
+CLAIMS_ENQUEUED = "outbox.distribute.enqueued"
+JOBS_RESCUED = "outbox.jobs.rescued"
+WORKER_STARTED = "outbox.worker.started"
+WORKER_STOPPING = "outbox.worker.stopping"
+WORKER_STOPPED = "outbox.worker.stopped"
+WORKER_ABANDONED = "outbox.worker.abandoned"
+WORKER_DATABASE_ERROR = "outbox.worker.database_error"
+WORKER_DATABASE_RECOVERED = "outbox.worker.database_recovered"
+WORKER_LOOP_ERROR = "outbox.worker.loop_error"
+ARCHIVE_REPLAYED = "outbox.archive.replayed"
+ARCHIVE_PRUNED = "outbox.archive.pruned"
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    """The logger of an outbox module."""
+    return structlog.get_logger(name)  # type: ignore[no-any-return]

@@ -1,0 +1,532 @@
+"""Every SQL statement outbox issues, one function each.
+
+Each function takes an open ``Connection`` (the caller owns the transaction) and the outbox
+dialect name where statements differ. Hot statements carry a comment on why they are shaped the
+way they are: which lock they take and which index serves them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Integer,
+    String,
+    Table,
+    Text,
+    case,
+    delete,
+    func,
+    insert,
+    literal,
+    select,
+    update,
+)
+
+from sqlalchemy.orm import Session
+
+from outbox import _dialects as dialects
+from outbox import schema
+from outbox._dialects import age_seconds, db_now, db_now_plus
+
+_jobs = schema.jobs
+_archive = schema.archive
+_workers = schema.workers
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """A job as a worker holds it after acquiring it."""
+
+    id: int
+    kind: str
+    handler: str
+    slot: int | None
+    group_id: uuid.UUID | None
+    priority: int
+    attempts: int
+    lease_token: uuid.UUID
+    last_error: str | None
+
+
+# --- distributor ---------------------------------------------------------------------------
+
+
+def count_unclaimed(conn: Connection, table: Table, cap: int) -> int:
+    """Unclaimed rows of a buffer, counting no further than ``cap``.
+
+    A capped count: the subquery stops after ``cap`` rows of the partial index
+    ``ix_<table>_unclaimed``, so a backlog of millions costs no more than the cap.
+    """
+    capped = select(literal(1)).where(table.c.group_id.is_(None)).limit(cap).subquery()
+    return int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
+
+
+def claim_job_slots(conn: Connection, handler: str) -> set[int]:
+    """The slots of a handler's claim jobs, pending or running."""
+    rows = conn.execute(
+        select(_jobs.c.slot).where(
+            _jobs.c.handler == handler, _jobs.c.kind == schema.JOB_KIND_CLAIM
+        )
+    )
+    return {int(slot) for (slot,) in rows}
+
+
+def insert_claim_jobs(
+    conn: Connection, dialect: str, handler: str, slots: Sequence[int], priority: int
+) -> int:
+    """Enqueue claim jobs in the given slots; a slot already taken is skipped, not duplicated.
+
+    The unique index ``uq_outbox_jobs_claim_slot`` is what makes overlapping distributors safe:
+    both pick the lowest free slots, and the second insert of a slot does nothing.
+    """
+    if not slots:
+        return 0
+    stmt = dialects.insert_ignore(dialect, _jobs)
+    rows = [
+        {"kind": schema.JOB_KIND_CLAIM, "handler": handler, "slot": s, "priority": priority}
+        for s in slots
+    ]
+    # One statement per slot: a multi-row insert-ignore reports an unreliable rowcount.
+    stmt = stmt.execution_options(preserve_rowcount=True)
+    return sum(max(conn.execute(stmt, row).rowcount, 0) for row in rows)
+
+
+# --- worker: acquiring, extending and rescuing leases ---------------------------------------
+
+
+def acquire_jobs(
+    conn: Connection,
+    dialect: str,
+    *,
+    handlers: Sequence[str],
+    worker_id: str,
+    token: uuid.UUID,
+    limit: int,
+    lease_seconds: float,
+) -> list[JobRow]:
+    """Lease up to ``limit`` due jobs, most urgent band first, then the longest due.
+
+    Served by the partial index ``ix_outbox_jobs_ready (priority, run_at, id) WHERE lease_token
+    IS NULL``. PostgreSQL and MariaDB lock the picked rows with ``FOR UPDATE SKIP LOCKED`` so
+    that concurrent workers take disjoint jobs without waiting; the pick is a CTE because a
+    ``WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` subquery may be run more than
+    once by PostgreSQL and lease more than ``n`` jobs. SQLite has no row locks: the write lock
+    taken by ``BEGIN IMMEDIATE`` makes the whole transaction exclusive.
+    """
+    pick = (
+        select(_jobs.c.id)
+        .where(
+            _jobs.c.lease_token.is_(None),
+            _jobs.c.run_at <= db_now(),
+            _jobs.c.handler.in_(handlers),
+        )
+        .order_by(_jobs.c.priority, _jobs.c.run_at, _jobs.c.id)
+        .limit(limit)
+    )
+    values = {
+        "lease_owner": worker_id,
+        "lease_token": token,
+        "lease_expires_at": db_now_plus(lease_seconds),
+        "attempts": _jobs.c.attempts + 1,
+    }
+    columns = (
+        _jobs.c.id,
+        _jobs.c.kind,
+        _jobs.c.handler,
+        _jobs.c.slot,
+        _jobs.c.group_id,
+        _jobs.c.priority,
+        _jobs.c.attempts,
+        _jobs.c.lease_token,
+        _jobs.c.last_error,
+    )
+    if dialect == dialects.POSTGRESQL:
+        picked = pick.with_for_update(skip_locked=True).cte("picked")
+        rows = conn.execute(
+            update(_jobs).where(_jobs.c.id == picked.c.id).values(values).returning(*columns)
+        )
+    elif dialect == dialects.SQLITE:
+        rows = conn.execute(
+            update(_jobs)
+            .where(_jobs.c.id.in_(pick.scalar_subquery()))
+            .values(values)
+            .returning(*columns)
+        )
+    else:
+        ids = list(conn.execute(pick.with_for_update(skip_locked=True)).scalars())
+        if not ids:
+            return []
+        conn.execute(update(_jobs).where(_jobs.c.id.in_(ids)).values(values))
+        rows = conn.execute(
+            select(*columns).where(_jobs.c.id.in_(ids), _jobs.c.lease_token == token)
+        )
+    jobs = [JobRow(**row._mapping) for row in rows]
+    return sorted(jobs, key=lambda j: (j.priority, j.id))
+
+
+def extend_leases(conn: Connection, worker_id: str, lease_seconds: float) -> int:
+    """Push back the lease of every job this worker still holds; returns how many."""
+    return conn.execute(
+        update(_jobs)
+        .where(_jobs.c.lease_owner == worker_id)
+        .values(lease_expires_at=db_now_plus(lease_seconds))
+    ).rowcount
+
+
+def rescue_expired_jobs(conn: Connection) -> int:
+    """Free the jobs whose lease ran out (their worker died or stalled) for another worker.
+
+    The attempt the dead worker started stays counted. A worker that comes back later finds
+    its token gone, so each of its finishing writes changes nothing.
+    """
+    return conn.execute(
+        update(_jobs)
+        .where(_jobs.c.lease_token.is_not(None), _jobs.c.lease_expires_at < db_now())
+        .values(
+            lease_owner=None,
+            lease_token=None,
+            lease_expires_at=None,
+            run_at=db_now(),
+            last_error="lease expired: its worker stopped before finishing",
+        )
+    ).rowcount
+
+
+# --- finishing a job, fenced by its lease ----------------------------------------------------
+
+
+def delete_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
+    """Delete a finished job; False when its lease is no longer ours (the fence)."""
+    result = conn.execute(
+        delete(_jobs).where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
+    )
+    return result.rowcount == 1
+
+
+def release_job(
+    conn: Connection,
+    job_id: int,
+    token: uuid.UUID,
+    *,
+    delay_seconds: float,
+    error: str | None,
+) -> bool:
+    """Give a job back to run again after ``delay_seconds``; False when the lease was lost."""
+    result = conn.execute(
+        update(_jobs)
+        .where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
+        .values(
+            lease_owner=None,
+            lease_token=None,
+            lease_expires_at=None,
+            run_at=db_now_plus(delay_seconds),
+            last_error=error,
+        )
+    )
+    return result.rowcount == 1
+
+
+def insert_batch_job(
+    conn: Connection,
+    *,
+    handler: str,
+    group_id: uuid.UUID,
+    priority: int,
+    attempts: int = 0,
+    delay_seconds: float = 0.0,
+    error: str | None = None,
+) -> None:
+    """Enqueue the batch job of a freshly claimed (or split off) group."""
+    conn.execute(
+        insert(_jobs).values(
+            kind=schema.JOB_KIND_BATCH,
+            handler=handler,
+            group_id=group_id,
+            priority=priority,
+            attempts=attempts,
+            run_at=db_now_plus(delay_seconds),
+            last_error=error,
+        )
+    )
+
+
+# --- buffer tables ---------------------------------------------------------------------------
+
+
+def claim_rows(
+    conn: Connection, dialect: str, table: Table, group_id: uuid.UUID, limit: int
+) -> int:
+    """Stamp ``group_id`` on up to ``limit`` unclaimed rows, oldest first; returns how many.
+
+    PostgreSQL: a locking CTE, ``WITH c AS (SELECT id ... WHERE group_id IS NULL ORDER BY id
+    LIMIT n FOR UPDATE SKIP LOCKED) UPDATE ... FROM c``. The CTE runs exactly once, so at most
+    ``n`` rows are claimed; the ``IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` form may be
+    re-run by the planner and claim more. SKIP LOCKED lets concurrent claimers take disjoint
+    rows without waiting, and rows of uncommitted application transactions are invisible, so a
+    claim neither blocks the application nor sees its rows early. The partial index
+    ``ix_<table>_unclaimed`` serves the ordered scan.
+    SQLite: the transaction holds the database's write lock (BEGIN IMMEDIATE), so a plain
+    ``IN (SELECT ... LIMIT n)`` is safe. MariaDB: no LIMIT inside IN, no UPDATE ... RETURNING:
+    select the ids with SKIP LOCKED, then update by id.
+    """
+    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
+    if dialect == dialects.POSTGRESQL:
+        claimable = pick.with_for_update(skip_locked=True).cte("claimable")
+        stmt = update(table).where(table.c.id == claimable.c.id).values(group_id=group_id)
+        return conn.execute(stmt).rowcount
+    if dialect == dialects.SQLITE:
+        stmt = update(table).where(table.c.id.in_(pick.scalar_subquery()))
+        return conn.execute(stmt.values(group_id=group_id)).rowcount
+    ids = list(conn.execute(pick.with_for_update(skip_locked=True)).scalars())
+    if not ids:
+        return 0
+    return conn.execute(
+        update(table).where(table.c.id.in_(ids)).values(group_id=group_id)
+    ).rowcount
+
+
+def move_rows_to_group(
+    conn: Connection,
+    table: Table,
+    group_id: uuid.UUID,
+    new_group_id: uuid.UUID,
+    event_ids: Iterable[int],
+) -> int:
+    """Move some rows of a group into a new group (events a handler asked to retry)."""
+    return conn.execute(
+        update(table)
+        .where(table.c.group_id == group_id, table.c.id.in_(list(event_ids)))
+        .values(group_id=new_group_id)
+    ).rowcount
+
+
+def delete_group_rows(
+    conn: Connection, table: Table, group_id: uuid.UUID, event_ids: Iterable[int] | None = None
+) -> int:
+    """Delete a group's rows (all, or only ``event_ids``); served by ``ix_<table>_group_id``."""
+    stmt = delete(table).where(table.c.group_id == group_id)
+    if event_ids is not None:
+        stmt = stmt.where(table.c.id.in_(list(event_ids)))
+    return conn.execute(stmt).rowcount
+
+
+def archive_group_rows(
+    conn: Connection,
+    dialect: str,
+    table: Table,
+    *,
+    handler: str,
+    group_id: uuid.UUID,
+    status: str,
+    attempts: int,
+    error: str | None,
+    event_ids: Iterable[int] | None = None,
+) -> int:
+    """Copy a group's rows (all, or only ``event_ids``) into ``outbox_archive``.
+
+    One set-based ``INSERT ... SELECT``: the payload is built by the database, no row passes
+    through Python.
+    """
+    row = table.alias("outbox_row")
+    source = select(
+        literal(handler, String),
+        literal(table.name, String),
+        row.c.id,
+        row.c.group_id,
+        literal(status, String),
+        literal(attempts, Integer),
+        literal(error, Text),
+        dialects.row_as_json(dialect, row),
+        row.c.created_at,
+    ).where(row.c.group_id == group_id)
+    if event_ids is not None:
+        source = source.where(row.c.id.in_(list(event_ids)))
+    stmt = insert(_archive).from_select(
+        [
+            "handler",
+            "buffer",
+            "event_id",
+            "group_id",
+            "status",
+            "attempts",
+            "error",
+            "payload",
+            "created_at",
+        ],
+        source,
+    )
+    # SQLAlchemy keeps the rowcount of INSERTs only when asked to.
+    return conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount
+
+
+def insert_events(
+    conn: Connection | Session, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> int:
+    """Insert event rows into a buffer with one executemany, in the caller's transaction."""
+    if not rows:
+        return 0
+    conn.execute(insert(table), list(rows))
+    return len(rows)
+
+
+# --- workers ---------------------------------------------------------------------------------
+
+
+def insert_worker(
+    conn: Connection, worker_id: str, hostname: str, pid: int, concurrency: int
+) -> None:
+    """Register a live worker."""
+    conn.execute(
+        insert(_workers).values(
+            id=worker_id, hostname=hostname, pid=pid, concurrency=concurrency
+        )
+    )
+
+
+def touch_worker(conn: Connection, worker_id: str) -> bool:
+    """Record a worker's heartbeat; False when its row is gone (it was pruned as dead)."""
+    result = conn.execute(
+        update(_workers).where(_workers.c.id == worker_id).values(heartbeat_at=db_now())
+    )
+    return result.rowcount == 1
+
+
+def delete_worker(conn: Connection, worker_id: str) -> None:
+    """Unregister a worker that stops."""
+    conn.execute(delete(_workers).where(_workers.c.id == worker_id))
+
+
+def delete_stale_workers(conn: Connection, stale_seconds: float) -> int:
+    """Forget workers whose last heartbeat is older than ``stale_seconds``."""
+    return conn.execute(
+        delete(_workers).where(_workers.c.heartbeat_at < db_now_plus(-stale_seconds))
+    ).rowcount
+
+
+def leader_worker_id(conn: Connection, stale_seconds: float) -> str | None:
+    """The live worker that runs distribution: the longest-running one."""
+    return conn.execute(
+        select(_workers.c.id)
+        .where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
+        .order_by(_workers.c.started_at, _workers.c.id)
+        .limit(1)
+    ).scalar_one_or_none()
+
+
+def count_live_workers(conn: Connection, stale_seconds: float) -> int:
+    """Workers that heartbeated within ``stale_seconds``."""
+    return int(
+        conn.execute(
+            select(func.count()).where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
+        ).scalar_one()
+    )
+
+
+# --- status ----------------------------------------------------------------------------------
+
+
+def count_buffer_rows(conn: Connection, table: Table, *, unclaimed: bool) -> int:
+    """Rows of a buffer: the unclaimed ones, or the claimed ones (in groups)."""
+    condition = table.c.group_id.is_(None) if unclaimed else table.c.group_id.is_not(None)
+    return int(conn.execute(select(func.count()).where(condition)).scalar_one())
+
+
+def oldest_event_age(conn: Connection, table: Table) -> float | None:
+    """Seconds since the oldest event still in a buffer was written; None when it is empty.
+
+    Ids grow with time, so the lowest id is the oldest event: one primary-key lookup.
+    """
+    age = conn.execute(
+        select(age_seconds(table.c.created_at)).order_by(table.c.id).limit(1)
+    ).scalar_one_or_none()
+    return None if age is None else max(float(age), 0.0)
+
+
+def job_counts(conn: Connection) -> dict[tuple[str, str, str], int]:
+    """Jobs by (handler, kind, state), state being ``waiting``, ``retrying`` or ``running``."""
+    state = case(
+        (_jobs.c.lease_token.is_not(None), "running"),
+        (_jobs.c.attempts > 0, "retrying"),
+        else_="waiting",
+    )
+    rows = conn.execute(
+        select(_jobs.c.handler, _jobs.c.kind, state, func.count()).group_by(
+            _jobs.c.handler, _jobs.c.kind, state
+        )
+    )
+    return {(h, k, s): int(n) for h, k, s, n in rows}
+
+
+def max_batch_attempts(conn: Connection) -> dict[str, int]:
+    """The highest attempt count among each handler's pending batch jobs."""
+    rows = conn.execute(
+        select(_jobs.c.handler, func.max(_jobs.c.attempts))
+        .where(_jobs.c.kind == schema.JOB_KIND_BATCH)
+        .group_by(_jobs.c.handler)
+    )
+    return {h: int(n) for h, n in rows}
+
+
+def archive_counts(conn: Connection) -> dict[tuple[str, str], int]:
+    """Archived rows by (handler, status); served by ``ix_outbox_archive_handler_status``."""
+    rows = conn.execute(
+        select(_archive.c.handler, _archive.c.status, func.count()).group_by(
+            _archive.c.handler, _archive.c.status
+        )
+    )
+    return {(h, s): int(n) for h, s, n in rows}
+
+
+# --- archive: replay and prune --------------------------------------------------------------
+
+
+def select_archived(
+    conn: Connection,
+    *,
+    handler: str | None,
+    status: str | None,
+    group_id: uuid.UUID | None,
+    after_id: int,
+    limit: int,
+) -> list[Mapping[str, Any]]:
+    """Archived rows matching the filters, by id, after ``after_id`` (keyset pagination)."""
+    stmt = select(_archive).where(_archive.c.id > after_id).order_by(_archive.c.id).limit(limit)
+    if handler is not None:
+        stmt = stmt.where(_archive.c.handler == handler)
+    if status is not None:
+        stmt = stmt.where(_archive.c.status == status)
+    if group_id is not None:
+        stmt = stmt.where(_archive.c.group_id == group_id)
+    return [row._mapping for row in conn.execute(stmt)]
+
+
+def delete_archived(conn: Connection, ids: Sequence[int]) -> int:
+    """Delete archive rows by id."""
+    return conn.execute(delete(_archive).where(_archive.c.id.in_(list(ids)))).rowcount
+
+
+def delete_old_archived(conn: Connection, older_than_seconds: float, limit: int) -> int:
+    """Delete up to ``limit`` archive rows archived more than ``older_than_seconds`` ago.
+
+    Two statements rather than ``DELETE ... WHERE id IN (SELECT ... LIMIT n)``, which MariaDB
+    refuses; ``ix_outbox_archive_archived_at`` serves the pick.
+    """
+    ids = list(
+        conn.execute(
+            select(_archive.c.id)
+            .where(_archive.c.archived_at < db_now_plus(-older_than_seconds))
+            .order_by(_archive.c.archived_at)
+            .limit(limit)
+        ).scalars()
+    )
+    return delete_archived(conn, ids) if ids else 0
+
+
+def database_now(conn: Connection) -> Any:
+    """The database clock, read once (for tests and status output)."""
+    return conn.execute(select(db_now())).scalar_one()

@@ -1,0 +1,246 @@
+"""Outbox: the application object (engine, registered handlers, settings)."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Generic, TypeVar
+
+from sqlalchemy import Engine, Table
+from sqlalchemy.engine import URL
+
+from outbox import _db
+from outbox import _dialects as dialects
+from outbox.batch import Batch
+from outbox.buffer import BufferMixin
+from outbox.exceptions import ConfigurationError
+from outbox.retry import RetryPolicy
+from outbox.urgency import Urgency
+
+EventT = TypeVar("EventT", bound=BufferMixin)
+HandlerFunc = Callable[[Batch[EventT]], None]
+
+DATABASE_URL_ENV = "OUTBOX_DATABASE_URL"
+DEFAULT_DATABASE_URL = "sqlite:///outbox.sqlite3"
+
+DEFAULT_BATCH_SIZE = 1000
+DEFAULT_MAX_BATCHES = 50
+DEFAULT_LEASE_SECONDS = 60.0
+DEFAULT_POLL_INTERVAL_SECONDS = 1.0
+DEFAULT_RESCUE_INTERVAL_SECONDS = 5.0
+DEFAULT_WORKER_STALE_SECONDS = 60.0
+MAX_BATCH_SIZE = 100_000
+MAX_MAX_BATCHES = 10_000
+
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Settings shared by every handler of an application. Durations are float seconds.
+
+    ``lease_seconds``: how long a worker holds a job before others may rescue it; workers
+    extend the leases of running jobs every third of it. ``poll_interval``: how long an idle
+    worker waits before looking for work again. ``rescue_interval``: how often workers look for
+    expired leases. ``worker_stale_after``: a worker silent this long is considered dead.
+    """
+
+    lease_seconds: float = DEFAULT_LEASE_SECONDS
+    poll_interval: float = DEFAULT_POLL_INTERVAL_SECONDS
+    rescue_interval: float = DEFAULT_RESCUE_INTERVAL_SECONDS
+    worker_stale_after: float = DEFAULT_WORKER_STALE_SECONDS
+
+    def __post_init__(self) -> None:
+        for name in ("lease_seconds", "poll_interval", "rescue_interval", "worker_stale_after"):
+            value = getattr(self, name)
+            if not value > 0:
+                raise ConfigurationError(f"Settings.{name} must be > 0 seconds, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Handler(Generic[EventT]):
+    """A registered batch handler and its options."""
+
+    name: str
+    model: type[EventT]
+    func: Callable[[Batch[EventT]], None] = field(repr=False)
+    batch_size: int
+    urgency: Urgency
+    retry: RetryPolicy
+    archive: bool
+    max_batches: int
+
+    @property
+    def table(self) -> Table:
+        """The buffer table the handler drains."""
+        return self.model.__table__  # type: ignore[attr-defined, no-any-return]
+
+
+class Outbox:
+    """The application object: where the database is, and which handler drains which buffer.
+
+    ``Outbox(url)`` or ``Outbox(engine=engine)``; with neither, the URL comes from
+    ``OUTBOX_DATABASE_URL``. The engine is created on first use, so the CLI's
+    ``--database-url`` can still replace the URL after the application module is imported.
+    """
+
+    def __init__(
+        self,
+        url: str | URL | None = None,
+        *,
+        engine: Engine | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        if url is not None and engine is not None:
+            raise ConfigurationError("give Outbox a database URL or an engine, not both")
+        self._url = url
+        self._engine = engine
+        if engine is not None:
+            dialects.name_of(engine.dialect)
+            dialects.configure_engine(engine)
+        self.settings = settings or Settings()
+        self._handlers: dict[str, Handler[Any]] = {}
+
+    # --- database ------------------------------------------------------------------------
+
+    @property
+    def url(self) -> URL:
+        """The database URL (from the engine, the constructor or ``OUTBOX_DATABASE_URL``)."""
+        if self._engine is not None:
+            return self._engine.url
+        from sqlalchemy.engine import make_url
+
+        raw = self._url or os.environ.get(DATABASE_URL_ENV)
+        if not raw:
+            raise ConfigurationError(
+                f"no database: pass a URL to Outbox(...), --database-url, or set {DATABASE_URL_ENV}"
+            )
+        return make_url(raw)
+
+    @property
+    def engine(self) -> Engine:
+        """The engine outbox runs on, created from the URL on first use."""
+        if self._engine is None:
+            self._engine = _db.create_outbox_engine(self.url)
+            dialects.name_of(self._engine.dialect)
+        return self._engine
+
+    @property
+    def dialect(self) -> str:
+        """``postgresql``, ``sqlite`` or ``mysql``."""
+        return dialects.name_of(self.engine.dialect)
+
+    def use_database(self, url: str | URL) -> None:
+        """Point the application at another database (the CLI's ``--database-url``)."""
+        if self._engine is not None:
+            self._engine.dispose()
+        self._engine = None
+        self._url = url
+
+    # --- handlers ------------------------------------------------------------------------
+
+    def handler(
+        self,
+        model: type[EventT],
+        *,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        urgency: Urgency = Urgency.HOUR,
+        retry: RetryPolicy | None = None,
+        archive: bool = False,
+        max_batches: int = DEFAULT_MAX_BATCHES,
+        name: str | None = None,
+    ) -> Callable[[HandlerFunc[EventT]], HandlerFunc[EventT]]:
+        """Register a batch handler for the buffer model ``model``.
+
+        ``batch_size``: the most events in one group. ``urgency``: the band (priority and
+        promise). ``retry``: attempts and backoff (default ``RetryPolicy()``). ``archive``: copy
+        the rows of succeeded groups to ``outbox_archive`` instead of only deleting them.
+        ``max_batches``: the most claim jobs the distributor keeps pending for this handler.
+        ``name``: defaults to the function's name; the CLI and the tables know it by this name.
+        """
+
+        def register(func: HandlerFunc[EventT]) -> HandlerFunc[EventT]:
+            self.add_handler(
+                Handler(
+                    name=name or func.__name__,
+                    model=model,
+                    func=func,
+                    batch_size=batch_size,
+                    urgency=urgency,
+                    retry=retry or RetryPolicy(),
+                    archive=archive,
+                    max_batches=max_batches,
+                )
+            )
+            return func
+
+        return register
+
+    def add_handler(self, handler: Handler[Any]) -> None:
+        """Register a handler built by hand (``@app.handler`` is the usual way)."""
+        _validate(handler)
+        if handler.name in self._handlers:
+            raise ConfigurationError(f"a handler named {handler.name!r} is already registered")
+        for other in self._handlers.values():
+            if other.table is handler.table:
+                raise ConfigurationError(
+                    f"buffer {handler.table.name!r} already has handler {other.name!r}; "
+                    f"one buffer has exactly one handler (use a buffer model per handler)"
+                )
+        self._handlers[handler.name] = handler
+
+    @property
+    def handlers(self) -> Mapping[str, Handler[Any]]:
+        """The registered handlers by name."""
+        return dict(self._handlers)
+
+    def get_handler(self, name: str) -> Handler[Any]:
+        """The handler called ``name``; the error lists the ones that exist."""
+        try:
+            return self._handlers[name]
+        except KeyError:
+            known = ", ".join(sorted(self._handlers)) or "none registered"
+            raise ConfigurationError(
+                f"unknown handler {name!r}; known handlers: {known}"
+            ) from None
+
+    def select_handlers(self, names: tuple[str, ...] | list[str] = ()) -> list[Handler[Any]]:
+        """The handlers called ``names`` (all of them when empty), in registration order."""
+        if not names:
+            return list(self._handlers.values())
+        return [self.get_handler(n) for n in names]
+
+    def with_settings(self, **changes: Any) -> Settings:
+        """Replace some settings (validated) and return the new ones."""
+        self.settings = replace(self.settings, **changes)
+        return self.settings
+
+
+def _validate(handler: Handler[Any]) -> None:
+    model = handler.model
+    if not (isinstance(model, type) and issubclass(model, BufferMixin)):
+        raise ConfigurationError(
+            f"{getattr(model, '__name__', model)!r} is not a buffer model: "
+            "a handler's model must inherit outbox.BufferMixin"
+        )
+    if getattr(model, "__table__", None) is None:
+        raise ConfigurationError(f"{model.__name__} is not a mapped model (no __table__)")
+    if not _NAME.match(handler.name):
+        raise ConfigurationError(
+            f"handler name {handler.name!r} is not valid: letters, digits, _ . : -, "
+            "starting with a letter or _, at most 200 characters"
+        )
+    if not 1 <= handler.batch_size <= MAX_BATCH_SIZE:
+        raise ConfigurationError(
+            f"handler {handler.name!r}: batch_size must be 1..{MAX_BATCH_SIZE}, "
+            f"got {handler.batch_size}"
+        )
+    if not 1 <= handler.max_batches <= MAX_MAX_BATCHES:
+        raise ConfigurationError(
+            f"handler {handler.name!r}: max_batches must be 1..{MAX_MAX_BATCHES}, "
+            f"got {handler.max_batches}"
+        )
+    if not callable(handler.func):
+        raise ConfigurationError(f"handler {handler.name!r}: the handler must be callable")

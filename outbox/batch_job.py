@@ -1,0 +1,255 @@
+"""The batch job: handles one group.
+
+Load the group's rows (ordered by id), call the handler with no framework transaction open,
+then finish in one short transaction fenced by the job's lease: delete the rows (or archive
+them), deal with the events the handler singled out, and delete the job. A failed attempt is
+rescheduled with the handler's backoff, or dead-lettered when the attempts are spent.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from typing import Any
+
+from sqlalchemy import Connection, select
+from sqlalchemy.orm import Session
+
+from outbox import _log, _sql
+from outbox._db import run_in_transaction
+from outbox.app import Handler, Outbox
+from outbox.batch import Batch
+from outbox.claimer import LeaseLost
+
+log = _log.get_logger(__name__)
+
+ERROR_TEXT_LIMIT = 4000
+
+SUCCEEDED = "succeeded"
+RETRYING = "retrying"
+DEAD = "dead"
+LEASE_LOST = "lease_lost"
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What became of one batch job."""
+
+    handler: str
+    group_id: uuid.UUID
+    attempt: int
+    outcome: str
+    """``succeeded``, ``retrying``, ``dead`` or ``lease_lost``."""
+    size: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    discarded: int = 0
+    dead: int = 0
+    duration: float = 0.0
+    error: str | None = None
+
+
+def format_error(error: BaseException) -> str:
+    """Type, message and a truncated traceback: what the archive and the job keep of a failure."""
+    text = "".join(traceback.format_exception(error))
+    head = f"{type(error).__qualname__}: {error}"
+    text = f"{head}\n{text}" if not text.startswith(head) else text
+    if len(text) > ERROR_TEXT_LIMIT:
+        text = text[: ERROR_TEXT_LIMIT // 2] + "\n...\n" + text[-ERROR_TEXT_LIMIT // 2 :]
+    return text
+
+
+def load_events(app: Outbox, handler: Handler[Any], group_id: uuid.UUID) -> list[Any]:
+    """The group's rows as detached model instances, ordered by id."""
+    model = handler.model
+    with Session(app.engine, expire_on_commit=False) as session:
+        events = list(
+            session.scalars(
+                select(model).where(model.group_id == group_id).order_by(model.id)
+            )
+        )
+        session.expunge_all()
+        session.commit()
+    return events
+
+
+def run_batch_job(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> BatchResult:
+    """Handle the group of a leased batch job and finish it; never raises for handler errors."""
+    assert job.group_id is not None
+    group_id = job.group_id
+    attempt = job.attempts
+    started = time.monotonic()
+    events: list[Any] = []
+    if attempt > handler.retry.max_attempts:
+        # A worker died during the last allowed attempt: nothing more may be tried.
+        error = job.last_error or "attempts exhausted"
+        result = _finish_failed(app, handler, job, error, give_up=True)
+    else:
+        try:
+            events = load_events(app, handler, group_id)
+            batch: Batch[Any] = Batch(
+                events=events, group_id=group_id, attempt=attempt, handler=handler.name
+            )
+            handler.func(batch)
+        except Exception as error:  # the handler's failure is this attempt's outcome
+            text = format_error(error)
+            give_up = handler.retry.exhausted(attempt)
+            result = _finish_failed(app, handler, job, text, give_up=give_up)
+        else:
+            result = _finish_succeeded(app, handler, job, batch)
+    result = replace(result, size=len(events), duration=time.monotonic() - started)
+    _log_result(result)
+    return result
+
+
+def _finish_succeeded(
+    app: Outbox, handler: Handler[Any], job: _sql.JobRow, batch: Batch[Any]
+) -> BatchResult:
+    assert job.group_id is not None
+    group_id = job.group_id
+    attempt = job.attempts
+    discarded = batch.discarded_ids
+    retried = batch.retried_ids
+    give_up_retried = handler.retry.exhausted(attempt)
+
+    def work(conn: Connection) -> BatchResult:
+        if not _sql.delete_job(conn, job.id, job.lease_token):
+            raise LeaseLost
+        for reason, ids in _by_reason(discarded).items():
+            _archive(conn, app, handler, group_id, "discarded", attempt, reason, ids)
+        dead = 0
+        if retried and give_up_retried:
+            for reason, ids in _by_reason(retried).items():
+                dead += _archive(conn, app, handler, group_id, "dead", attempt, reason, ids)
+        elif retried:
+            new_group = uuid.uuid4()
+            _sql.move_rows_to_group(conn, handler.table, group_id, new_group, retried)
+            _sql.insert_batch_job(
+                conn,
+                handler=handler.name,
+                group_id=new_group,
+                priority=handler.urgency.priority,
+                attempts=attempt,
+                delay_seconds=handler.retry.delay(attempt),
+                error="; ".join(sorted(set(retried.values())))[:ERROR_TEXT_LIMIT],
+            )
+        if handler.archive:
+            _sql.archive_group_rows(
+                conn,
+                app.dialect,
+                handler.table,
+                handler=handler.name,
+                group_id=group_id,
+                status="succeeded",
+                attempts=attempt,
+                error=None,
+            )
+        remaining = _sql.delete_group_rows(conn, handler.table, group_id)
+        return BatchResult(
+            handler=handler.name,
+            group_id=group_id,
+            attempt=attempt,
+            outcome=SUCCEEDED,
+            succeeded=remaining,
+            retried=0 if give_up_retried else len(retried),
+            discarded=len(discarded),
+            dead=dead,
+        )
+
+    return _fenced(app, handler, job, work)
+
+
+def _finish_failed(
+    app: Outbox, handler: Handler[Any], job: _sql.JobRow, error: str, *, give_up: bool
+) -> BatchResult:
+    assert job.group_id is not None
+    group_id = job.group_id
+    attempt = job.attempts
+
+    def work(conn: Connection) -> BatchResult:
+        if give_up:
+            if not _sql.delete_job(conn, job.id, job.lease_token):
+                raise LeaseLost
+            dead = _archive(conn, app, handler, group_id, "dead", attempt, error, None)
+            _sql.delete_group_rows(conn, handler.table, group_id)
+            return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)
+        delay = handler.retry.delay(attempt)
+        if not _sql.release_job(
+            conn, job.id, job.lease_token, delay_seconds=delay, error=error
+        ):
+            raise LeaseLost
+        return BatchResult(handler.name, group_id, attempt, RETRYING, error=error)
+
+    return _fenced(app, handler, job, work)
+
+
+def _fenced(app: Outbox, handler: Handler[Any], job: _sql.JobRow, work: Any) -> BatchResult:
+    try:
+        result: BatchResult = run_in_transaction(app.engine, work)
+    except LeaseLost:
+        assert job.group_id is not None
+        log.warning(
+            _log.LEASE_LOST,
+            handler=handler.name,
+            group_id=str(job.group_id),
+            job_id=job.id,
+            attempt=job.attempts,
+        )
+        return BatchResult(handler.name, job.group_id, job.attempts, LEASE_LOST)
+    return result
+
+
+def _archive(
+    conn: Connection,
+    app: Outbox,
+    handler: Handler[Any],
+    group_id: uuid.UUID,
+    status: str,
+    attempt: int,
+    error: str | None,
+    ids: list[int] | None,
+) -> int:
+    archived = _sql.archive_group_rows(
+        conn,
+        app.dialect,
+        handler.table,
+        handler=handler.name,
+        group_id=group_id,
+        status=status,
+        attempts=attempt,
+        error=error,
+        event_ids=ids,
+    )
+    _sql.delete_group_rows(conn, handler.table, group_id, ids)
+    return archived
+
+
+def _by_reason(outcomes: dict[int, str]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = defaultdict(list)
+    for event_id, reason in outcomes.items():
+        grouped[reason[:ERROR_TEXT_LIMIT]].append(event_id)
+    return grouped
+
+
+def _log_result(result: BatchResult) -> None:
+    fields: dict[str, Any] = {
+        "handler": result.handler,
+        "group_id": str(result.group_id),
+        "size": result.size,
+        "attempt": result.attempt,
+        "outcome": result.outcome,
+        "duration": round(result.duration, 4),
+    }
+    if result.retried or result.discarded or result.dead:
+        fields.update(retried=result.retried, discarded=result.discarded, dead=result.dead)
+    if result.outcome in (RETRYING, DEAD) and result.error:
+        # The first line only: type and message. The full traceback is stored with the job.
+        fields["error"] = result.error.splitlines()[0][:500]
+        log.warning(_log.BATCH_HANDLED, **fields)
+    elif result.outcome == LEASE_LOST:
+        return
+    else:
+        log.info(_log.BATCH_HANDLED, **fields)

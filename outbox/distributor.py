@@ -1,0 +1,79 @@
+"""The distributor: turns unclaimed rows into claim jobs, per handler.
+
+For each handler it counts unclaimed rows (a capped count) and keeps
+``min(ceil(unclaimed / batch_size), max_batches)`` claim jobs pending. Claim jobs live in
+numbered slots with a unique index, so two overlapping runs (two crons, two worker leaders)
+never enqueue more than needed: both fill the same lowest free slots, and the second insert of
+a slot does nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Connection
+
+from outbox import _log, _sql
+from outbox._db import run_in_transaction
+from outbox.app import Handler, Outbox
+
+log = _log.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """What one distribution did for one handler."""
+
+    handler: str
+    unclaimed: int
+    """Unclaimed rows counted, at most ``batch_size * max_batches`` (the count is capped)."""
+    capped: bool
+    pending: int
+    """Claim jobs that were already pending."""
+    enqueued: int
+
+    def summary(self) -> str:
+        """One line for the CLI."""
+        more = "+" if self.capped else ""
+        return (
+            f"{self.handler}: {self.unclaimed}{more} unclaimed, {self.pending} claim jobs pending,"
+            f" {self.enqueued} enqueued"
+        )
+
+
+def distribute_handler(app: Outbox, handler: Handler[Any]) -> Distribution:
+    """Enqueue the claim jobs one handler needs, in one short transaction."""
+    cap = handler.batch_size * handler.max_batches
+
+    def work(conn: Connection) -> Distribution:
+        unclaimed = _sql.count_unclaimed(conn, handler.table, cap)
+        needed = min(math.ceil(unclaimed / handler.batch_size), handler.max_batches)
+        taken = _sql.claim_job_slots(conn, handler.name)
+        missing = needed - len(taken)
+        free = [s for s in range(handler.max_batches) if s not in taken][: max(missing, 0)]
+        enqueued = _sql.insert_claim_jobs(
+            conn, app.dialect, handler.name, free, handler.urgency.priority
+        )
+        return Distribution(handler.name, unclaimed, unclaimed >= cap, len(taken), enqueued)
+
+    result = run_in_transaction(app.engine, work)
+    if result.enqueued:
+        log.info(
+            _log.CLAIMS_ENQUEUED,
+            handler=handler.name,
+            unclaimed=result.unclaimed,
+            enqueued=result.enqueued,
+        )
+    return result
+
+
+def run_once(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[Distribution]:
+    """Distribute once for every handler (or the named ones); returns what each one did."""
+    return [distribute_handler(app, h) for h in app.select_handlers(handlers)]
+
+
+def enqueued(results: list[Distribution]) -> int:
+    """How many claim jobs a run enqueued in all."""
+    return sum(r.enqueued for r in results)

@@ -1,0 +1,43 @@
+"""Exceptions raised by outbox.
+
+Every exception derives from :class:`OutboxError`::
+
+    OutboxError
+    ├── ConfigurationError      bad settings, a bad handler registration, an unknown handler
+    ├── SchemaMissingError      the framework's tables are not there: run ``outbox migrate``
+    ├── DatabaseUnavailableError  the database cannot be reached (driver error kept as __cause__)
+    ├── UnsupportedDatabaseError  a dialect or server version outbox does not run on
+    └── ReplayError             archived rows that cannot be put back into their buffer
+"""
+
+from __future__ import annotations
+
+
+class OutboxError(Exception):
+    """The root of every exception outbox raises."""
+
+
+class ConfigurationError(OutboxError, ValueError):
+    """A setting, a handler registration or a name given to outbox is wrong."""
+
+
+class SchemaMissingError(OutboxError):
+    """The framework's tables do not exist in the database."""
+
+    def __init__(self, missing: list[str]) -> None:
+        self.missing = missing
+        super().__init__(
+            f"outbox tables missing: {', '.join(missing)}; run `outbox migrate` to create them"
+        )
+
+
+class DatabaseUnavailableError(OutboxError):
+    """The database cannot be reached; the driver's error is the ``__cause__``."""
+
+
+class UnsupportedDatabaseError(OutboxError):
+    """The database is of a kind or version that outbox does not support."""
+
+
+class ReplayError(OutboxError):
+    """Archived rows could not be put back into their buffer."""

@@ -1,0 +1,113 @@
+"""The framework's own tables, defined once.
+
+The alembic migrations in ``migrations/`` create exactly these (a test proves it);
+``outbox schema sql`` prints their DDL for teams that manage schema by hand.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+    Uuid,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+from outbox._dialects import db_now
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+# SQLite only autoincrements a column declared exactly INTEGER PRIMARY KEY.
+_BIG_ID = BigInteger().with_variant(Integer(), "sqlite")
+_NAME = String(200)
+
+JOB_KIND_CLAIM = "claim"
+JOB_KIND_BATCH = "batch"
+
+jobs = Table(
+    "outbox_jobs",
+    metadata,
+    Column("id", _BIG_ID, primary_key=True, autoincrement=True),
+    Column("kind", String(8), nullable=False, comment="'claim' or 'batch'"),
+    Column("handler", _NAME, nullable=False),
+    Column("slot", SmallInteger, nullable=True, comment="claim jobs: 0 .. max_batches - 1"),
+    Column("group_id", Uuid, nullable=True, comment="batch jobs: the group they handle"),
+    Column("priority", SmallInteger, nullable=False),
+    Column("run_at", DateTime(timezone=True), nullable=False, server_default=db_now()),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("lease_owner", _NAME, nullable=True),
+    Column("lease_token", Uuid, nullable=True),
+    Column("lease_expires_at", DateTime(timezone=True), nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=False, server_default=db_now()),
+    # Serves acquisition: the next free jobs by priority, then due time.
+    Index(
+        "ix_outbox_jobs_ready",
+        "priority",
+        "run_at",
+        "id",
+        postgresql_where=text("lease_token IS NULL"),
+        sqlite_where=text("lease_token IS NULL"),
+    ),
+    # Serves rescue: leases that ran out.
+    Index(None, "lease_expires_at"),
+    # One claim job per slot: overlapping distributors cannot enqueue more than max_batches.
+    Index("uq_outbox_jobs_claim_slot", "handler", "slot", unique=True),
+    # One batch job per group.
+    Index("uq_outbox_jobs_group_id", "group_id", unique=True),
+)
+
+archive = Table(
+    "outbox_archive",
+    metadata,
+    Column("id", _BIG_ID, primary_key=True, autoincrement=True),
+    Column("handler", _NAME, nullable=False),
+    Column("buffer", _NAME, nullable=False, comment="the buffer table the event came from"),
+    Column("event_id", BigInteger, nullable=False),
+    Column("group_id", Uuid, nullable=True),
+    Column(
+        "status",
+        String(16),
+        nullable=False,
+        comment="succeeded, dead, expired or discarded",
+    ),
+    Column("attempts", Integer, nullable=False),
+    Column("error", Text, nullable=True),
+    Column("payload", JSON().with_variant(JSONB(), "postgresql"), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=True),
+    Column("archived_at", DateTime(timezone=True), nullable=False, server_default=db_now()),
+    Index(None, "handler", "status"),
+    Index(None, "archived_at"),
+    Index(None, "group_id"),
+)
+
+workers = Table(
+    "outbox_workers",
+    metadata,
+    Column("id", _NAME, primary_key=True),
+    Column("hostname", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("concurrency", Integer, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False, server_default=db_now()),
+    Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=db_now()),
+    Index(None, "heartbeat_at"),
+)
+
+ARCHIVE_STATUSES = ("succeeded", "dead", "expired", "discarded")
+TABLE_NAMES = tuple(metadata.tables)

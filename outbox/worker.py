@@ -1,0 +1,377 @@
+"""The worker: runs claim and batch jobs, heartbeats, extends leases, rescues the dead.
+
+Concurrency is a pool of threads. Handlers push events to slow HTTP APIs and brokers, so they
+spend their time waiting on I/O, where threads release the GIL; threads share one connection
+pool and need no pickling of handlers. For CPU-bound handlers, run several worker processes.
+
+Shutdown has two stages. :meth:`Worker.stop` stops taking work and lets in-flight jobs finish
+within the grace period; whatever is still running then is abandoned and its leases expire, so
+another worker rescues it. :meth:`Worker.abort` abandons in-flight jobs at once. Both are
+idempotent; signals are wired to them in exactly one place, the CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import random
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+
+from outbox import _log, _sql, claimer, distributor, schema
+from outbox._db import run_in_transaction
+from outbox.app import Outbox
+from outbox.batch_job import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult, run_batch_job
+
+log = _log.get_logger(__name__)
+
+DEFAULT_CONCURRENCY = 4
+DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS = 30.0
+MAX_ERROR_BACKOFF_SECONDS = 30.0
+
+
+@dataclass
+class WorkerStats:
+    """Counters of what a worker did (read them after :meth:`Worker.run`)."""
+
+    claims: int = 0
+    groups_succeeded: int = 0
+    groups_retried: int = 0
+    groups_dead: int = 0
+    leases_lost: int = 0
+    events_succeeded: int = 0
+    events_retried: int = 0
+    events_discarded: int = 0
+    events_dead: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def record(self, result: BatchResult) -> None:
+        """Count one batch result."""
+        with self._lock:
+            if result.outcome == SUCCEEDED:
+                self.groups_succeeded += 1
+            elif result.outcome == RETRYING:
+                self.groups_retried += 1
+            elif result.outcome == DEAD:
+                self.groups_dead += 1
+            elif result.outcome == LEASE_LOST:
+                self.leases_lost += 1
+            self.events_succeeded += result.succeeded
+            self.events_retried += result.retried
+            self.events_discarded += result.discarded
+            self.events_dead += result.dead
+
+
+class Worker:
+    """Runs the jobs of an application's handlers until stopped (or, in burst mode, idle).
+
+    ``concurrency``: jobs run at once. ``handlers``: names to serve (all when empty).
+    ``burst``: distribute whenever idle, and return once nothing is due now.
+    ``distribute_every``: seconds between distributions by the fleet's leader (None: never;
+    run ``outbox distribute`` from cron instead). ``on_result``: called from a worker thread
+    with each :class:`BatchResult`.
+    """
+
+    def __init__(
+        self,
+        app: Outbox,
+        *,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        handlers: tuple[str, ...] | list[str] = (),
+        burst: bool = False,
+        distribute_every: float | None = None,
+        shutdown_grace_period: float = DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
+        on_result: Callable[[BatchResult], None] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if distribute_every is not None and distribute_every <= 0:
+            raise ValueError("distribute_every must be > 0 seconds")
+        self.app = app
+        self.handlers = {h.name: h for h in app.select_handlers(handlers)}
+        self.concurrency = concurrency
+        self.burst = burst
+        self.distribute_every = distribute_every
+        self.shutdown_grace_period = shutdown_grace_period
+        self.on_result = on_result
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.stats = WorkerStats()
+        self._tasks: queue.Queue[_sql.JobRow | None] = queue.Queue()
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._aborted = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._database_down = False
+
+    # --- control -------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop taking work; in-flight jobs finish within the grace period. Idempotent."""
+        if not self._stopping.is_set():
+            log.info(_log.WORKER_STOPPING, worker=self.id, in_flight=self.in_flight)
+        self._stopping.set()
+        self._wake.set()
+
+    def abort(self) -> None:
+        """Stop at once; in-flight jobs are abandoned and their leases expire. Idempotent."""
+        self._aborted.set()
+        self.stop()
+
+    @property
+    def in_flight(self) -> int:
+        """Jobs running now."""
+        with self._in_flight_lock:
+            return self._in_flight
+
+    # --- one round -----------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Lease up to ``concurrency`` due jobs and run them here, one after the other.
+
+        Returns how many jobs ran. The building block of :meth:`run` and of
+        ``outbox.testing.drain``.
+        """
+        jobs = self._acquire(self.concurrency)
+        for job in jobs:
+            self._run_job(job)
+        return len(jobs)
+
+    def rescue(self) -> int:
+        """Free jobs whose lease expired and forget workers that stopped heartbeating."""
+
+        def work(conn: Any) -> int:
+            _sql.delete_stale_workers(conn, self.app.settings.worker_stale_after)
+            return _sql.rescue_expired_jobs(conn)
+
+        rescued = run_in_transaction(self.app.engine, work)
+        if rescued:
+            log.warning(_log.JOBS_RESCUED, worker=self.id, jobs=rescued)
+        return rescued
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self) -> bool:
+        """Work until stopped (or idle, in burst mode). True when nothing was abandoned."""
+        run_in_transaction(
+            self.app.engine,
+            lambda conn: _sql.insert_worker(
+                conn, self.id, socket.gethostname(), os.getpid(), self.concurrency
+            ),
+        )
+        log.info(
+            _log.WORKER_STARTED,
+            worker=self.id,
+            concurrency=self.concurrency,
+            handlers=sorted(self.handlers),
+            burst=self.burst,
+        )
+        for n in range(self.concurrency):
+            thread = threading.Thread(
+                target=self._thread_main, name=f"outbox-worker-{n}", daemon=True
+            )
+            thread.start()
+            self._threads.append(thread)
+        maintenance = threading.Thread(
+            target=self._maintenance_main, name="outbox-maintenance", daemon=True
+        )
+        maintenance.start()
+        try:
+            self._loop()
+        finally:
+            clean = self._shutdown()
+        return clean
+
+    def _loop(self) -> None:
+        backoff = 0.0
+        while not self._stopping.is_set():
+            try:
+                acquired = self._fill()
+                if self._database_down:
+                    self._database_down = False
+                    log.info(_log.WORKER_DATABASE_RECOVERED, worker=self.id)
+                backoff = 0.0
+            except DBAPIError as error:
+                backoff = min(max(backoff * 2, 0.5), MAX_ERROR_BACKOFF_SECONDS)
+                self._report_database_error(error)
+                self._stopping.wait(backoff * (0.5 + random.random()))
+                continue
+            if acquired:
+                continue
+            if self.in_flight == 0 and self.burst and not self._burst_has_more():
+                return
+            self._wake.wait(self._poll_timeout())
+            self._wake.clear()
+
+    def _fill(self) -> int:
+        free = self.concurrency - self.in_flight
+        if free <= 0:
+            return 0
+        jobs = self._acquire(free)
+        with self._in_flight_lock:
+            self._in_flight += len(jobs)
+        for job in jobs:
+            self._tasks.put(job)
+        return len(jobs)
+
+    def _burst_has_more(self) -> bool:
+        """In burst mode, when idle: rescue and distribute; anything new to do now?"""
+        self.rescue()
+        if distributor.enqueued(distributor.run_once(self.app, list(self.handlers))):
+            return True
+        return bool(self._peek_due())
+
+    def _peek_due(self) -> int:
+        jobs = self._acquire(1)
+        with self._in_flight_lock:
+            self._in_flight += len(jobs)
+        for job in jobs:
+            self._tasks.put(job)
+        return len(jobs)
+
+    def _poll_timeout(self) -> float:
+        interval = self.app.settings.poll_interval
+        return interval * (0.75 + random.random() / 2)
+
+    def _acquire(self, limit: int) -> list[_sql.JobRow]:
+        token = uuid.uuid4()
+        return run_in_transaction(
+            self.app.engine,
+            lambda conn: _sql.acquire_jobs(
+                conn,
+                self.app.dialect,
+                handlers=list(self.handlers),
+                worker_id=self.id,
+                token=token,
+                limit=limit,
+                lease_seconds=self.app.settings.lease_seconds,
+            ),
+        )
+
+    def _thread_main(self) -> None:
+        while True:
+            job = self._tasks.get()
+            if job is None:
+                return
+            try:
+                self._run_job(job)
+            except Exception as error:  # the loop must survive anything a job throws
+                log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, job_id=job.id, error=str(error))
+            finally:
+                with self._in_flight_lock:
+                    self._in_flight -= 1
+                self._wake.set()
+
+    def _run_job(self, job: _sql.JobRow) -> None:
+        handler = self.handlers[job.handler]
+        if job.kind == schema.JOB_KIND_CLAIM:
+            if claimer.run_claim_job(self.app, handler, job) is not None:
+                with self.stats._lock:
+                    self.stats.claims += 1
+            return
+        result = run_batch_job(self.app, handler, job)
+        self.stats.record(result)
+        if self.on_result is not None:
+            self.on_result(result)
+
+    # --- maintenance: heartbeats, leases, rescue, distribution --------------------------------
+
+    def _maintenance_main(self) -> None:
+        settings = self.app.settings
+        heartbeat_every = settings.lease_seconds / 3
+        next_heartbeat = next_rescue = next_distribution = time.monotonic()
+        while not self._aborted.is_set():
+            now = time.monotonic()
+            try:
+                if now >= next_heartbeat:
+                    self._heartbeat()
+                    next_heartbeat = now + heartbeat_every
+                if now >= next_rescue and not self._stopping.is_set():
+                    self.rescue()
+                    next_rescue = now + settings.rescue_interval * (0.75 + random.random() / 2)
+                if (
+                    self.distribute_every is not None
+                    and now >= next_distribution
+                    and not self._stopping.is_set()
+                ):
+                    if self._is_leader():
+                        distributor.run_once(self.app, list(self.handlers))
+                    next_distribution = now + self.distribute_every
+            except DBAPIError as error:
+                self._report_database_error(error)
+            except Exception as error:
+                log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, error=str(error))
+            if self._stopping.is_set() and self.in_flight == 0:
+                return
+            wait = min(next_heartbeat, next_rescue, next_distribution) - time.monotonic()
+            self._aborted.wait(min(max(wait, 0.05), 1.0))
+
+    def _heartbeat(self) -> None:
+        settings = self.app.settings
+
+        def work(conn: Any) -> None:
+            if not _sql.touch_worker(conn, self.id):
+                _sql.insert_worker(
+                    conn, self.id, socket.gethostname(), os.getpid(), self.concurrency
+                )
+            _sql.extend_leases(conn, self.id, settings.lease_seconds)
+
+        run_in_transaction(self.app.engine, work)
+
+    def _is_leader(self) -> bool:
+        stale = self.app.settings.worker_stale_after
+        return run_in_transaction(
+            self.app.engine, lambda conn: _sql.leader_worker_id(conn, stale)
+        ) == self.id
+
+    def _report_database_error(self, error: DBAPIError) -> None:
+        # Once per outage, not once per poll.
+        if not self._database_down:
+            self._database_down = True
+            log.warning(
+                _log.WORKER_DATABASE_ERROR,
+                worker=self.id,
+                error=str(error.orig).splitlines()[0] if error.orig else type(error).__name__,
+            )
+
+    # --- shutdown ------------------------------------------------------------------------
+
+    def _shutdown(self) -> bool:
+        self._stopping.set()
+        deadline = time.monotonic() + self.shutdown_grace_period
+        while self.in_flight and not self._aborted.is_set() and time.monotonic() < deadline:
+            self._wake.wait(0.1)
+            self._wake.clear()
+        abandoned = self.in_flight
+        for _ in self._threads:
+            self._tasks.put(None)
+        if abandoned:
+            log.warning(_log.WORKER_ABANDONED, worker=self.id, in_flight=abandoned)
+        self._aborted.set()
+        if not abandoned:
+            try:
+                run_in_transaction(
+                    self.app.engine, lambda conn: _sql.delete_worker(conn, self.id)
+                )
+            except DBAPIError as error:
+                self._report_database_error(error)
+        log.info(_log.WORKER_STOPPED, worker=self.id, **self._stats_fields())
+        return abandoned == 0
+
+    def _stats_fields(self) -> dict[str, int]:
+        s = self.stats
+        return {
+            "groups_succeeded": s.groups_succeeded,
+            "groups_retried": s.groups_retried,
+            "groups_dead": s.groups_dead,
+            "leases_lost": s.leases_lost,
+            "events_succeeded": s.events_succeeded,
+        }
