@@ -1,0 +1,101 @@
+"""Fixtures shared by every tier: real PostgreSQL and SQLite databases.
+
+PostgreSQL tests run in a database of their own, created for the test session and dropped at
+its end. When PostgreSQL cannot be reached they are skipped on a developer's machine, but fail
+loudly when ``CI=true``: in CI a database test never silently skips.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from outbox import Outbox, schema
+from tests.models import Base
+
+POSTGRES_URL_ENV = "OUTBOX_TEST_POSTGRES_URL"
+DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+
+
+def _unavailable(what: str, error: Exception) -> None:
+    message = f"{what} is not reachable: {error}"
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{message} (CI=true: database tests must not skip)", pytrace=False)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """The URL of a PostgreSQL database created for this test session."""
+    admin_url = make_url(os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL))
+    name = f"outbox_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    except Exception as error:
+        admin.dispose()
+        _unavailable(f"PostgreSQL at {admin_url.host}:{admin_url.port}", error)
+    url = admin_url.set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: object) -> str:
+    """The URL of a fresh SQLite file."""
+    return f"sqlite:///{tmp_path}/outbox.sqlite3"
+
+
+def reset_schema(url: str) -> None:
+    """Drop and create the framework's tables and the test models."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        Base.metadata.drop_all(conn)
+        schema.metadata.drop_all(conn)
+        schema.metadata.create_all(conn)
+        Base.metadata.create_all(conn)
+    engine.dispose()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
+    """A migrated database of each kind, empty, for one test."""
+    if request.param == "postgresql":
+        url: str = request.getfixturevalue("postgres_url")
+    else:
+        url = f"sqlite:///{tmp_path}/outbox.sqlite3"
+    reset_schema(url)
+    return url
+
+
+@pytest.fixture
+def postgres_database(postgres_url: str) -> str:
+    """The session's PostgreSQL database, reset to empty tables for one test."""
+    reset_schema(postgres_url)
+    return postgres_url
+
+
+@pytest.fixture
+def make_app() -> Iterator[Callable[[str], Outbox]]:
+    """Build Outbox applications on a URL; their engines are disposed after the test."""
+    apps: list[Outbox] = []
+
+    def make(url: str) -> Outbox:
+        app = Outbox(url)
+        apps.append(app)
+        return app
+
+    yield make
+    for app in apps:
+        if app._engine is not None:
+            app._engine.dispose()

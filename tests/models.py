@@ -1,0 +1,32 @@
+"""Buffer models the tests use."""
+
+from __future__ import annotations
+
+from sqlalchemy import JSON, String
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from outbox import BufferMixin
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Order(Base):
+    """A business row written next to events."""
+
+    __tablename__ = "test_orders"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    reference: Mapped[str] = mapped_column(String(64))
+
+
+class ActivityEvent(BufferMixin, Base):
+    __tablename__ = "test_activity_events"
+    activity_id: Mapped[int]
+    kind: Mapped[str] = mapped_column(String(32), default="viewed")
+
+
+class EmailEvent(BufferMixin, Base):
+    __tablename__ = "test_email_events"
+    address: Mapped[str] = mapped_column(String(200))
+    data: Mapped[dict[str, object] | None] = mapped_column(JSON, nullable=True)
