@@ -1,0 +1,40 @@
+"""Alembic environment for outbox's own tables (run through ``outbox migrate``)."""
+
+from __future__ import annotations
+
+from alembic import context
+from sqlalchemy import Engine, create_engine
+
+from outbox import schema
+from outbox.migrate import VERSION_TABLE
+
+config = context.config
+
+
+def _include(
+    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
+    # Only outbox's tables: the application's tables belong to its own migrations.
+    if type_ == "table":
+        return name in schema.metadata.tables
+    return True
+
+
+def run() -> None:
+    engine: Engine | None = config.attributes.get("engine")
+    if engine is None:
+        engine = create_engine(config.get_main_option("sqlalchemy.url") or "")
+    with engine.connect() as connection:
+        context.configure(
+            connection=connection,
+            target_metadata=schema.metadata,
+            version_table=VERSION_TABLE,
+            include_object=_include,
+            render_as_batch=connection.dialect.name == "sqlite",
+        )
+        with context.begin_transaction():
+            context.run_migrations()
+        connection.commit()
+
+
+run()

@@ -1,0 +1,170 @@
+"""The archive: replaying archived events into their buffer, and pruning old archive rows."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import decimal
+import json
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Column, Connection, Table
+
+from outbox import _log, _sql
+from outbox._db import run_in_transaction
+from outbox.app import Outbox
+from outbox.buffer import BufferMixin
+from outbox.exceptions import ReplayError
+
+log = _log.get_logger(__name__)
+
+REPLAY_CHUNK = 500
+PRUNE_CHUNK = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    """What a replay did (or, with ``dry_run``, would do)."""
+
+    events: int
+    by_handler: dict[str, int] = field(default_factory=dict)
+    dry_run: bool = False
+
+
+def replay(
+    app: Outbox,
+    *,
+    handler: str | None = None,
+    status: str | None = None,
+    group_id: uuid.UUID | None = None,
+    dry_run: bool = False,
+) -> ReplayResult:
+    """Put archived events back into their buffers as new events, and remove them from the archive.
+
+    Each replayed event gets a new id and ``created_at``; its own columns come from the
+    archived payload. Runs in chunks of ``REPLAY_CHUNK`` events, one transaction each, so a
+    replay interrupted half way leaves every event either archived or back in its buffer.
+    """
+    if handler is not None:
+        app.get_handler(handler)
+    counts: Counter[str] = Counter()
+    after_id = 0
+    while True:
+        rows = _select(app, handler, status, group_id, after_id)
+        if not rows:
+            break
+        after_id = int(rows[-1]["id"])
+        for row in rows:
+            _handler_of(app, row["handler"])
+        if not dry_run:
+            run_in_transaction(app.engine, lambda conn, rows=rows: _put_back(conn, app, rows))
+        counts.update(row["handler"] for row in rows)
+    result = ReplayResult(sum(counts.values()), dict(counts), dry_run)
+    if not dry_run and result.events:
+        log.info(_log.ARCHIVE_REPLAYED, events=result.events, handlers=sorted(counts))
+    return result
+
+
+def prune(app: Outbox, *, older_than: float, chunk: int = PRUNE_CHUNK) -> int:
+    """Delete archive rows archived more than ``older_than`` seconds ago, ``chunk`` at a time."""
+    if older_than < 0:
+        raise ValueError("older_than must be >= 0 seconds")
+    total = 0
+    while True:
+        deleted = run_in_transaction(
+            app.engine, lambda conn: _sql.delete_old_archived(conn, older_than, chunk)
+        )
+        total += deleted
+        if deleted < chunk:
+            break
+    if total:
+        log.info(_log.ARCHIVE_PRUNED, rows=total)
+    return total
+
+
+def _select(
+    app: Outbox, handler: str | None, status: str | None, group_id: uuid.UUID | None, after: int
+) -> list[Any]:
+    with app.engine.connect() as conn:
+        return list(
+            _sql.select_archived(
+                conn,
+                handler=handler,
+                status=status,
+                group_id=group_id,
+                after_id=after,
+                limit=REPLAY_CHUNK,
+            )
+        )
+
+
+def _handler_of(app: Outbox, name: str) -> Table:
+    if name not in app.handlers:
+        known = ", ".join(sorted(app.handlers)) or "none"
+        raise ReplayError(
+            f"archived events of handler {name!r} cannot be replayed: this application has no "
+            f"such handler (it has: {known}); filter with --handler"
+        )
+    return app.handlers[name].table
+
+
+def _put_back(conn: Connection, app: Outbox, rows: list[Any]) -> None:
+    by_table: dict[str, tuple[Table, list[dict[str, Any]]]] = {}
+    for row in rows:
+        table = _handler_of(app, row["handler"])
+        payload = row["payload"]
+        if isinstance(payload, str):
+            payload = json.loads(payload)
+        values = {
+            column.name: _coerce(column, payload[column.name])
+            for column in table.columns
+            if column.name not in BufferMixin.OWN_COLUMNS and column.name in payload
+        }
+        by_table.setdefault(table.name, (table, []))[1].append(values)
+    for table, values in by_table.values():
+        _sql.insert_events(conn, table, values)
+    _sql.delete_archived(conn, [int(row["id"]) for row in rows])
+
+
+def _coerce(column: Column[Any], value: Any) -> Any:
+    """Turn a JSON value back into what the column's type expects."""
+    if value is None:
+        return None
+    try:
+        python_type = column.type.python_type
+    except NotImplementedError:
+        return value
+    if isinstance(value, python_type):
+        return value
+    try:
+        if python_type is dt.datetime:
+            return dt.datetime.fromisoformat(value)
+        if python_type is dt.date:
+            return dt.date.fromisoformat(value)
+        if python_type is dt.time:
+            return dt.time.fromisoformat(value)
+        if python_type is uuid.UUID:
+            return uuid.UUID(value)
+        if python_type is decimal.Decimal:
+            return decimal.Decimal(str(value))
+        if python_type is bytes:
+            return _bytes(value)
+        if python_type in (int, float, str, bool):
+            return python_type(value)
+    except (TypeError, ValueError, binascii.Error) as error:
+        raise ReplayError(
+            f"cannot turn archived value of column {column.name!r} back into "
+            f"{python_type.__name__}: {error}"
+        ) from error
+    return value
+
+
+def _bytes(value: str) -> bytes:
+    # PostgreSQL's to_jsonb writes bytea as "\\x<hex>"; others may give base64.
+    if value.startswith("\\x"):
+        return bytes.fromhex(value[2:])
+    return base64.b64decode(value)

@@ -1,0 +1,486 @@
+"""The ``outbox`` command: the only place that configures logging and handles signals.
+
+Exit codes: 0 ok; 1 runtime failure (including tables not migrated, and a worker that had to
+abandon in-flight work); 2 usage error (bad ``--app``, unknown handler, bad option);
+3 database unreachable.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import FrameType
+from typing import Any, NoReturn
+
+import click
+from click.core import ParameterSource
+import structlog
+from sqlalchemy.exc import OperationalError
+
+from outbox import _db, archive, distributor, metrics, schema
+from outbox.app import DATABASE_URL_ENV, Outbox
+from outbox.exceptions import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    OutboxError,
+    SchemaMissingError,
+)
+from outbox.worker import DEFAULT_CONCURRENCY, DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS, Worker
+
+APP_ENV = "OUTBOX_APP"
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class Context:
+    """What the group options give every command."""
+
+    def __init__(self, app_spec: str | None, database_url: str | None) -> None:
+        self.app_spec = app_spec
+        self.database_url = database_url
+        self._app: Outbox | None = None
+
+    def app(self) -> Outbox:
+        """The application named by ``--app`` / ``OUTBOX_APP``, on ``--database-url`` if given."""
+        if self._app is None:
+            if not self.app_spec:
+                raise click.UsageError(
+                    f"no application: pass --app module:attribute or set {APP_ENV}"
+                )
+            self._app = load_app(self.app_spec)
+            if self.database_url:
+                self._app.use_database(self.database_url)
+        return self._app
+
+    def bare_app(self) -> Outbox:
+        """The application if one is named, else an Outbox on the database URL alone."""
+        if self.app_spec:
+            return self.app()
+        if self._app is None:
+            url = self.database_url or os.environ.get(DATABASE_URL_ENV)
+            if not url:
+                raise click.UsageError(
+                    f"no database: pass --database-url, set {DATABASE_URL_ENV}, or name an "
+                    f"application with --app / {APP_ENV}"
+                )
+            self._app = Outbox(url)
+        return self._app
+
+
+def load_app(spec: str) -> Outbox:
+    """Import ``module:attribute`` (the current directory is importable) and check it."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise click.UsageError(f"--app must look like module:attribute, got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise click.UsageError(f"--app {spec}: cannot import {module_name!r}: {error}") from error
+    except Exception as error:
+        raise click.UsageError(
+            f"--app {spec}: importing {module_name!r} raised {type(error).__name__}: {error} "
+            f"(run `python -c 'import {module_name}'` for the traceback)"
+        ) from error
+    try:
+        app = getattr(module, attribute)
+    except AttributeError:
+        found = sorted(n for n, v in vars(module).items() if isinstance(v, Outbox))
+        hint = f"; Outbox objects in it: {', '.join(found)}" if found else ""
+        raise click.UsageError(
+            f"--app {spec}: module {module_name!r} has no attribute {attribute!r}{hint}"
+        ) from None
+    if not isinstance(app, Outbox):
+        raise click.UsageError(
+            f"--app {spec}: {attribute!r} is a {type(app).__name__}, not an outbox.Outbox"
+        )
+    return app
+
+
+def configure_logging(level: str, fmt: str) -> None:
+    """Readable lines on a terminal, JSON lines otherwise; to stderr, filtered by level."""
+    renderer: Any
+    if fmt == "json" or (fmt == "auto" and not sys.stderr.isatty()):
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(
+            logging.getLevelNamesMapping()[level.upper()]
+        ),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``12h``, ``30d``, ``2w`` -> seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 12h, 30d or 2w")
+    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+
+
+def _fail(message: str, code: int) -> NoReturn:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """Map outbox's errors to messages and exit codes."""
+    try:
+        yield
+    except ConfigurationError as error:
+        _fail(str(error), EXIT_USAGE)
+    except DatabaseUnavailableError as error:
+        _fail(str(error), EXIT_UNREACHABLE)
+    except SchemaMissingError as error:
+        _fail(str(error), EXIT_FAILURE)
+    except OutboxError as error:
+        _fail(str(error), EXIT_FAILURE)
+    except OperationalError as error:
+        reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+        _fail(f"database error: {reason}", EXIT_FAILURE)
+
+
+def _ready(app: Outbox) -> Outbox:
+    """Connect and check the tables, so that problems surface as one clear message."""
+    _db.check_schema(app.engine)
+    return app
+
+
+def _command(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a command inside the error mapping, with the shared Context."""
+
+    @click.pass_obj
+    def wrapper(ctx: Context, *args: Any, **kwargs: Any) -> Any:
+        with _errors():
+            return func(ctx, *args, **kwargs)
+
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
+@click.group()
+@click.option(
+    "--app",
+    "app_spec",
+    envvar=APP_ENV,
+    metavar="MODULE:ATTR",
+    help=f"The Outbox application object (or {APP_ENV}).",
+)
+@click.option(
+    "--database-url",
+    envvar=DATABASE_URL_ENV,
+    metavar="URL",
+    help=f"Database URL, overriding the application's (or {DATABASE_URL_ENV}).",
+)
+@click.option(
+    "--log-level",
+    envvar="OUTBOX_LOG_LEVEL",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"], case_sensitive=False),
+)
+@click.option(
+    "--log-format",
+    envvar="OUTBOX_LOG_FORMAT",
+    default="auto",
+    show_default=True,
+    type=click.Choice(["auto", "console", "json"]),
+    help="auto: readable on a terminal, JSON lines otherwise.",
+)
+@click.version_option(package_name="sqlalchemy-outbox")
+@click.pass_context
+def main(
+    click_ctx: click.Context,
+    app_spec: str | None,
+    database_url: str | None,
+    log_level: str,
+    log_format: str,
+) -> None:
+    """outbox: buffer tables drained in bulk by batch handlers."""
+    configure_logging(log_level, log_format)
+    click_ctx.obj = Context(app_spec, database_url)
+
+
+@main.command()
+@_command
+def migrate(ctx: Context) -> None:
+    """Create or upgrade outbox's own tables (idempotent)."""
+    from outbox.migrate import upgrade
+
+    app = ctx.bare_app()
+    _db.check_connection(app.engine)
+    before, after = upgrade(app.engine)
+    where = _db.describe(app.engine.url)
+    if before == after:
+        click.echo(f"outbox tables are up to date (revision {after}) in {where}")
+    else:
+        click.echo(f"outbox tables migrated from {before or 'nothing'} to {after} in {where}")
+
+
+@main.group("schema")
+def schema_group() -> None:
+    """Inspect outbox's own schema."""
+
+
+@schema_group.command("sql")
+@click.option(
+    "--dialect",
+    type=click.Choice(["postgresql", "sqlite", "mysql"]),
+    default=None,
+    help="Dialect of the DDL; default: that of the database URL, else postgresql.",
+)
+@_command
+def schema_sql(ctx: Context, dialect: str | None) -> None:
+    """Print the DDL of outbox's tables, for teams that manage schema by hand."""
+    from sqlalchemy.dialects import mysql, postgresql, sqlite
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    if dialect is None:
+        url = ctx.database_url or os.environ.get(DATABASE_URL_ENV)
+        dialect = ctx.app().dialect if ctx.app_spec else None
+        if dialect is None and url:
+            dialect = Outbox(url).url.get_backend_name()
+        dialect = {"mariadb": "mysql"}.get(dialect or "postgresql", dialect or "postgresql")
+    target = {
+        "postgresql": postgresql.dialect(),
+        "sqlite": sqlite.dialect(),
+        "mysql": mysql.dialect(),
+    }[dialect]
+    for table in schema.metadata.sorted_tables:
+        click.echo(str(CreateTable(table).compile(dialect=target)).strip() + ";\n")
+        for index in sorted(table.indexes, key=lambda i: str(i.name)):
+            click.echo(str(CreateIndex(index).compile(dialect=target)).strip() + ";")
+        click.echo()
+
+
+@main.command()
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@_command
+def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
+    """Enqueue the claim jobs each handler needs (safe from cron, safe to overlap)."""
+    app = _ready(ctx.app())
+    for result in distributor.run_once(app, handlers):
+        click.echo(result.summary())
+
+
+@main.command()
+@click.option("--concurrency", "-c", default=DEFAULT_CONCURRENCY, show_default=True, type=int)
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@click.option("--burst", is_flag=True, help="Handle everything due now, then exit.")
+@click.option(
+    "--distribute-every",
+    type=float,
+    default=None,
+    metavar="SECONDS",
+    help="Also distribute every SECONDS (one leader across all workers).",
+)
+@click.option(
+    "--shutdown-grace-period",
+    type=float,
+    default=DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
+    show_default=True,
+    metavar="SECONDS",
+    help="On SIGTERM/SIGINT, how long in-flight batches may take to finish.",
+)
+@click.option("--lease", type=float, default=None, metavar="SECONDS", help="Job lease length.")
+@click.option("--poll-interval", type=float, default=None, metavar="SECONDS")
+@_command
+def work(
+    ctx: Context,
+    concurrency: int,
+    handlers: tuple[str, ...],
+    burst: bool,
+    distribute_every: float | None,
+    shutdown_grace_period: float,
+    lease: float | None,
+    poll_interval: float | None,
+) -> None:
+    """Run claim and batch jobs until stopped (SIGTERM/SIGINT: graceful; twice: at once)."""
+    if concurrency < 1:
+        raise click.BadParameter("must be >= 1", param_hint="--concurrency")
+    app = _ready(ctx.app())
+    changes = {"lease_seconds": lease, "poll_interval": poll_interval}
+    app.with_settings(**{k: v for k, v in changes.items() if v is not None})
+    worker = Worker(
+        app,
+        concurrency=concurrency,
+        handlers=handlers,
+        burst=burst,
+        distribute_every=distribute_every,
+        shutdown_grace_period=shutdown_grace_period,
+    )
+    with _stop_on_signals(worker):
+        clean = worker.run()
+    stats = worker.stats
+    click.echo(
+        f"worker {worker.id} stopped: {stats.groups_succeeded} groups succeeded, "
+        f"{stats.groups_retried} retried, {stats.groups_dead} dead, "
+        f"{stats.events_succeeded} events handled",
+        err=True,
+    )
+    if not clean:
+        # Abandoned handler threads must not hold the process open: their leases will expire
+        # and another worker will take their groups.
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(EXIT_FAILURE)
+
+
+@contextmanager
+def _stop_on_signals(worker: Worker) -> Iterator[None]:
+    """First SIGTERM/SIGINT: stop gracefully. Second: abandon in-flight work at once."""
+    received = 0
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        nonlocal received
+        received += 1
+        if received == 1:
+            worker.stop()
+        else:
+            worker.abort()
+
+    previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@_command
+def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
+    """Per handler: backlog, oldest event age, staleness, groups by state, dead letters."""
+    app = _ready(ctx.app())
+    rows = metrics.collect(app, handlers)
+    if as_json:
+        click.echo(json.dumps({"handlers": [r.as_dict() for r in rows]}, indent=2))
+        return
+    header = (
+        "handler", "urgency", "unclaimed", "oldest", "staleness",
+        "waiting", "in flight", "retrying", "dead",
+    )  # fmt: skip
+    table = [header] + [
+        (
+            r.handler,
+            r.urgency,
+            str(r.unclaimed),
+            _age(r.oldest_age),
+            "-" if r.staleness is None else f"{r.staleness:.2f}",
+            str(r.groups_waiting),
+            str(r.groups_in_flight),
+            str(r.groups_retrying),
+            str(r.dead),
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
+    for row in table:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f}{unit}"
+    return f"{seconds:.1f}s"
+
+
+@main.command()
+@click.option("--handler", default=None, help="Only events of this handler.")
+@click.option(
+    "--status",
+    "status_",
+    type=click.Choice(list(schema.ARCHIVE_STATUSES)),
+    default=None,
+    help="Only events archived with this status.",
+)
+@click.option("--group", "group_id", type=click.UUID, default=None, help="Only this group.")
+@click.option("--dry-run", is_flag=True, help="Show what would be replayed, change nothing.")
+@_command
+def replay(
+    ctx: Context,
+    handler: str | None,
+    status_: str | None,
+    group_id: uuid.UUID | None,
+    dry_run: bool,
+) -> None:
+    """Put archived events back into their buffers to be handled again."""
+    app = _ready(ctx.app())
+    result = archive.replay(
+        app, handler=handler, status=status_, group_id=group_id, dry_run=dry_run
+    )
+    verb = "would replay" if dry_run else "replayed"
+    detail = ", ".join(f"{h}: {n}" for h, n in sorted(result.by_handler.items()))
+    click.echo(f"{verb} {result.events} events" + (f" ({detail})" if detail else ""))
+
+
+@main.command()
+@click.option(
+    "--older-than",
+    required=True,
+    metavar="DURATION",
+    help="Delete archive rows archived longer ago than this (90s, 15m, 12h, 30d, 2w).",
+)
+@click.option("--chunk", default=archive.PRUNE_CHUNK, show_default=True, type=int)
+@_command
+def prune(ctx: Context, older_than: str, chunk: int) -> None:
+    """Delete old archive rows in bounded batches."""
+    seconds = parse_duration(older_than)
+    if chunk < 1:
+        raise click.BadParameter("must be >= 1", param_hint="--chunk")
+    app = _ready(ctx.bare_app())
+    click.echo(f"pruned {archive.prune(app, older_than=seconds, chunk=chunk)} archive rows")
+
+
+@main.command()
+@click.option("--events", default=5000, show_default=True, type=int, help="Events to write.")
+@click.option(
+    "--database-url",
+    "demo_url",
+    default=None,
+    metavar="URL",
+    help="Run on this database instead of a fresh SQLite file.",
+)
+@click.pass_context
+@_command
+def demo(ctx: Context, click_ctx: click.Context, events: int, demo_url: str | None) -> None:
+    """Write events through simulated transactions and drain them, on SQLite by default."""
+    from outbox.demo import run_demo
+
+    group = click_ctx.parent
+    if group is not None and group.get_parameter_source("log_level") is ParameterSource.DEFAULT:
+        # The demo talks through its own summary; per-batch log lines would drown it.
+        configure_logging("error", group.params["log_format"])
+    if events < 1:
+        raise click.BadParameter("must be >= 1", param_hint="--events")
+    run_demo(events=events, database_url=demo_url)
