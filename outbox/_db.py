@@ -27,7 +27,7 @@ def create_outbox_engine(url: str | URL) -> Engine:
     options: dict[str, object] = {"pool_pre_ping": True}
     if parsed.get_backend_name() == "mysql" or parsed.get_backend_name() == "mariadb":
         options["isolation_level"] = "READ COMMITTED"
-    engine = create_engine(parsed, **options)  # type: ignore[arg-type]
+    engine = create_engine(parsed, **options)
     dialects.configure_engine(engine)
     return engine
 

@@ -16,8 +16,8 @@ from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
-from sqlalchemy.sql.expression import Alias
 from sqlalchemy.sql.expression import FunctionElement, Insert
+from sqlalchemy.sql.selectable import NamedFromClause
 from sqlalchemy.types import DateTime, Float
 
 from outbox.exceptions import UnsupportedDatabaseError
@@ -155,7 +155,7 @@ def insert_ignore(dialect: str, table: Any) -> Insert:
     return mysql_insert(table).prefix_with("IGNORE")
 
 
-def row_as_json(dialect: str, row: Alias) -> ColumnElement[Any]:
+def row_as_json(dialect: str, row: NamedFromClause) -> ColumnElement[Any]:
     """A JSON object of one row's columns, by column name (the archive's ``payload``)."""
     if dialect == POSTGRESQL:
         # to_jsonb of the whole row: no argument limit (jsonb_build_object stops at 100).
@@ -175,7 +175,11 @@ _PG_TRANSIENT = {
     "57P01",  # admin_shutdown
     "57P02",  # crash_shutdown
     "57P03",  # cannot_connect_now (starting up / shutting down)
-    "08000", "08003", "08006", "08001", "08004",  # connection exceptions
+    "08000",
+    "08003",
+    "08006",
+    "08001",
+    "08004",  # connection exceptions
 }
 _MYSQL_TRANSIENT = {1205, 1213, 2006, 2013}  # lock wait timeout, deadlock, gone away, lost
 
@@ -193,7 +197,7 @@ def is_transient(error: BaseException) -> bool:
     message = str(orig).lower()
     if "database is locked" in message or "database table is locked" in message:
         return True
-    args = getattr(orig, "args", ())
+    args: tuple[Any, ...] = getattr(orig, "args", ())
     return bool(args) and isinstance(args[0], int) and args[0] in _MYSQL_TRANSIENT
 
 

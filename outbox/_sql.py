@@ -26,7 +26,6 @@ from sqlalchemy import (
     select,
     update,
 )
-
 from sqlalchemy.orm import Session
 
 from outbox import _dialects as dialects
@@ -202,9 +201,7 @@ def rescue_expired_jobs(conn: Connection) -> int:
 
 def delete_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
     """Delete a finished job; False when its lease is no longer ours (the fence)."""
-    result = conn.execute(
-        delete(_jobs).where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
-    )
+    result = conn.execute(delete(_jobs).where(_jobs.c.id == job_id, _jobs.c.lease_token == token))
     return result.rowcount == 1
 
 
@@ -285,9 +282,7 @@ def claim_rows(
     ids = list(conn.execute(pick.with_for_update(skip_locked=True)).scalars())
     if not ids:
         return 0
-    return conn.execute(
-        update(table).where(table.c.id.in_(ids)).values(group_id=group_id)
-    ).rowcount
+    return conn.execute(update(table).where(table.c.id.in_(ids)).values(group_id=group_id)).rowcount
 
 
 def move_rows_to_group(
@@ -382,9 +377,7 @@ def insert_worker(
 ) -> None:
     """Register a live worker."""
     conn.execute(
-        insert(_workers).values(
-            id=worker_id, hostname=hostname, pid=pid, concurrency=concurrency
-        )
+        insert(_workers).values(id=worker_id, hostname=hostname, pid=pid, concurrency=concurrency)
     )
 
 
@@ -493,7 +486,7 @@ def select_archived(
     group_id: uuid.UUID | None,
     after_id: int,
     limit: int,
-) -> list[Mapping[str, Any]]:
+) -> list[dict[str, Any]]:
     """Archived rows matching the filters, by id, after ``after_id`` (keyset pagination)."""
     stmt = select(_archive).where(_archive.c.id > after_id).order_by(_archive.c.id).limit(limit)
     if handler is not None:
@@ -502,7 +495,7 @@ def select_archived(
         stmt = stmt.where(_archive.c.status == status)
     if group_id is not None:
         stmt = stmt.where(_archive.c.group_id == group_id)
-    return [row._mapping for row in conn.execute(stmt)]
+    return [dict(row._mapping) for row in conn.execute(stmt)]
 
 
 def delete_archived(conn: Connection, ids: Sequence[int]) -> int:

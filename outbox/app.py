@@ -202,9 +202,7 @@ class Outbox:
             return self._handlers[name]
         except KeyError:
             known = ", ".join(sorted(self._handlers)) or "none registered"
-            raise ConfigurationError(
-                f"unknown handler {name!r}; known handlers: {known}"
-            ) from None
+            raise ConfigurationError(f"unknown handler {name!r}; known handlers: {known}") from None
 
     def select_handlers(self, names: tuple[str, ...] | list[str] = ()) -> list[Handler[Any]]:
         """The handlers called ``names`` (all of them when empty), in registration order."""

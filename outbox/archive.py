@@ -61,7 +61,7 @@ def replay(
         for row in rows:
             _handler_of(app, row["handler"])
         if not dry_run:
-            run_in_transaction(app.engine, lambda conn, rows=rows: _put_back(conn, app, rows))
+            _replay_chunk(app, rows)
         counts.update(row["handler"] for row in rows)
     result = ReplayResult(sum(counts.values()), dict(counts), dry_run)
     if not dry_run and result.events:
@@ -84,6 +84,10 @@ def prune(app: Outbox, *, older_than: float, chunk: int = PRUNE_CHUNK) -> int:
     if total:
         log.info(_log.ARCHIVE_PRUNED, rows=total)
     return total
+
+
+def _replay_chunk(app: Outbox, rows: list[Any]) -> None:
+    run_in_transaction(app.engine, lambda conn: _put_back(conn, app, rows))
 
 
 def _select(
@@ -119,14 +123,15 @@ def _put_back(conn: Connection, app: Outbox, rows: list[Any]) -> None:
         payload = row["payload"]
         if isinstance(payload, str):
             payload = json.loads(payload)
-        values = {
-            column.name: _coerce(column, payload[column.name])
-            for column in table.columns
-            if column.name not in BufferMixin.OWN_COLUMNS and column.name in payload
-        }
-        by_table.setdefault(table.name, (table, []))[1].append(values)
-    for table, values in by_table.values():
-        _sql.insert_events(conn, table, values)
+        by_table.setdefault(table.name, (table, []))[1].append(
+            {
+                column.name: _coerce(column, payload[column.name])
+                for column in table.columns
+                if column.name not in BufferMixin.OWN_COLUMNS and column.name in payload
+            }
+        )
+    for table, events in by_table.values():
+        _sql.insert_events(conn, table, events)
     _sql.delete_archived(conn, [int(row["id"]) for row in rows])
 
 

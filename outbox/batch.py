@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -42,7 +42,7 @@ class Batch(Generic[EventT]):
     def __len__(self) -> int:
         return len(self.events)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[EventT]:
         return iter(self.events)
 
     def retry(self, events: Iterable[EventT], reason: str) -> None:

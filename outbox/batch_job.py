@@ -67,9 +67,7 @@ def load_events(app: Outbox, handler: Handler[Any], group_id: uuid.UUID) -> list
     model = handler.model
     with Session(app.engine, expire_on_commit=False) as session:
         events = list(
-            session.scalars(
-                select(model).where(model.group_id == group_id).order_by(model.id)
-            )
+            session.scalars(select(model).where(model.group_id == group_id).order_by(model.id))
         )
         session.expunge_all()
         session.commit()
@@ -177,9 +175,7 @@ def _finish_failed(
             _sql.delete_group_rows(conn, handler.table, group_id)
             return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)
         delay = handler.retry.delay(attempt)
-        if not _sql.release_job(
-            conn, job.id, job.lease_token, delay_seconds=delay, error=error
-        ):
+        if not _sql.release_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
             raise LeaseLost
         return BatchResult(handler.name, group_id, attempt, RETRYING, error=error)
 

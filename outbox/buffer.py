@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import BigInteger, Connection, DateTime, Index, Integer, Uuid, text
@@ -52,7 +52,7 @@ class BufferMixin:
         )
 
     @declared_attr.directive
-    def __table_args__(cls) -> tuple[Any, ...]:
+    def __table_args__(cls) -> tuple[Any, ...]:  # noqa: N805 - a declared_attr takes the class
         return BufferMixin.buffer_indexes(cls.__tablename__)  # type: ignore[attr-defined]
 
     # Columns the framework owns; everything else is the application's payload.

@@ -21,8 +21,9 @@ from types import FrameType
 from typing import Any, NoReturn
 
 import click
-from click.core import ParameterSource
 import structlog
+from click.core import ParameterSource
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import OperationalError
 
 from outbox import _db, archive, distributor, metrics, schema
@@ -266,8 +267,8 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
         if dialect is None and url:
             dialect = Outbox(url).url.get_backend_name()
         dialect = {"mariadb": "mysql"}.get(dialect or "postgresql", dialect or "postgresql")
-    target = {
-        "postgresql": postgresql.dialect(),
+    target: Dialect = {
+        "postgresql": postgresql.dialect(),  # type: ignore[no-untyped-call]
         "sqlite": sqlite.dialect(),
         "mysql": mysql.dialect(),
     }[dialect]

@@ -12,7 +12,7 @@ import random
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -67,7 +67,7 @@ class _Api:
     calls: int = 0
     failed_calls: int = 0
     records: int = 0
-    lock: threading.Lock = threading.Lock()
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def bulk_send(self, batch: Batch[DemoOrderEvent]) -> None:
         time.sleep(API_LATENCY_SECONDS)
@@ -94,9 +94,9 @@ def run_demo(*, events: int = 5000, database_url: str | None = None) -> dict[str
         database_url = f"sqlite:///{Path(folder) / 'demo.sqlite3'}"
     app = Outbox(database_url, settings=Settings(poll_interval=0.05, rescue_interval=1.0))
     api = _Api()
-    app.handler(
-        DemoOrderEvent, batch_size=BATCH_SIZE, urgency=Urgency.MINUTES, retry=DEMO_RETRY
-    )(api.bulk_send)
+    app.handler(DemoOrderEvent, batch_size=BATCH_SIZE, urgency=Urgency.MINUTES, retry=DEMO_RETRY)(
+        api.bulk_send
+    )
 
     click.echo(f"outbox demo on {database_url}")
     upgrade(app.engine)
@@ -175,7 +175,7 @@ def _summarise(
     app: Outbox, api: _Api, worker: Worker, committed: int, rolled_back: int, elapsed: float
 ) -> dict[str, float]:
     with app.engine.connect() as conn:
-        archived = dict(
+        archived: dict[str, int] = dict(
             conn.execute(
                 select(schema.archive.c.status, func.count()).group_by(schema.archive.c.status)
             ).all()

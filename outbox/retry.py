@@ -45,9 +45,7 @@ class RetryPolicy:
             if getattr(self, field) < 0:
                 raise ConfigurationError(f"RetryPolicy.{field} must be >= 0")
         if not 0 <= self.jitter < 1:
-            raise ConfigurationError(
-                f"RetryPolicy.jitter must be in [0, 1), got {self.jitter}"
-            )
+            raise ConfigurationError(f"RetryPolicy.jitter must be in [0, 1), got {self.jitter}")
         if self.max_delay is not None and self.max_delay < 0:
             raise ConfigurationError("RetryPolicy.max_delay must be >= 0 seconds")
 
@@ -55,11 +53,11 @@ class RetryPolicy:
         """The wait in seconds after failed attempt ``attempt`` (1-based), before jitter."""
         if attempt < 1:
             raise ValueError(f"attempt must be >= 1, got {attempt}")
-        delay = self.scale * attempt**self.exponent + self.base_delay
+        delay = float(self.scale * attempt**self.exponent + self.base_delay)
         return delay if self.max_delay is None else min(delay, self.max_delay)
 
     def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
-        """The wait in seconds after failed attempt ``attempt``, jittered by ``rand()`` in [0, 1)."""
+        """The wait in seconds after failed attempt ``attempt``, jittered by ``rand()``."""
         base = self.base(attempt)
         return max(0.0, base * (1 + self.jitter * (2 * rand() - 1)))
 

@@ -264,7 +264,9 @@ class Worker:
             try:
                 self._run_job(job)
             except Exception as error:  # the loop must survive anything a job throws
-                log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, job_id=job.id, error=str(error))
+                log.exception(
+                    _log.WORKER_LOOP_ERROR, worker=self.id, job_id=job.id, error=str(error)
+                )
             finally:
                 with self._in_flight_lock:
                     self._in_flight -= 1
@@ -328,9 +330,10 @@ class Worker:
 
     def _is_leader(self) -> bool:
         stale = self.app.settings.worker_stale_after
-        return run_in_transaction(
-            self.app.engine, lambda conn: _sql.leader_worker_id(conn, stale)
-        ) == self.id
+        return (
+            run_in_transaction(self.app.engine, lambda conn: _sql.leader_worker_id(conn, stale))
+            == self.id
+        )
 
     def _report_database_error(self, error: DBAPIError) -> None:
         # Once per outage, not once per poll.
@@ -358,9 +361,7 @@ class Worker:
         self._aborted.set()
         if not abandoned:
             try:
-                run_in_transaction(
-                    self.app.engine, lambda conn: _sql.delete_worker(conn, self.id)
-                )
+                run_in_transaction(self.app.engine, lambda conn: _sql.delete_worker(conn, self.id))
             except DBAPIError as error:
                 self._report_database_error(error)
         log.info(_log.WORKER_STOPPED, worker=self.id, **self._stats_fields())

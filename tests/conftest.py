@@ -10,13 +10,14 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
-from outbox import Outbox, schema
-from tests.models import Base
+from outbox import Outbox, add_events, schema
+from tests.models import ActivityEvent, Base, EmailEvent
 
 POSTGRES_URL_ENV = "OUTBOX_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -99,3 +100,28 @@ def make_app() -> Iterator[Callable[[str], Outbox]]:
     for app in apps:
         if app._engine is not None:
             app._engine.dispose()
+
+
+def _event_columns(model: type[Any], n: int) -> dict[str, Any]:
+    if model is EmailEvent:
+        return {"address": f"user{n}@example.com"}
+    return {"activity_id": n}
+
+
+@pytest.fixture
+def commit_events() -> Callable[..., list[int]]:
+    """Factory: commit ``count`` events of a buffer model in one transaction; returns their ids."""
+
+    def commit(
+        engine: Engine, count: int, model: type[Any] = ActivityEvent, **columns: Any
+    ) -> list[int]:
+        rows = [{**_event_columns(model, n), **columns} for n in range(count)]
+        with engine.begin() as conn:
+            before = conn.execute(select(func.coalesce(func.max(model.id), 0))).scalar_one()
+            add_events(conn, model, rows)
+            ids = conn.execute(
+                select(model.id).where(model.id > before).order_by(model.id)
+            ).scalars()
+            return list(ids)
+
+    return commit

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 from alembic import op
-
 from sqlalchemy.dialects import postgresql
 
 # The database clock, rendered per dialect (statement_timestamp() on PostgreSQL, strftime on
