@@ -18,7 +18,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.expression import FunctionElement, Insert
 from sqlalchemy.sql.selectable import NamedFromClause
-from sqlalchemy.types import DateTime, Float
+from sqlalchemy.types import JSON, DateTime, Float, LargeBinary
 
 from outbox.exceptions import UnsupportedDatabaseError
 
@@ -160,8 +160,18 @@ def row_as_json(dialect: str, row: NamedFromClause) -> ColumnElement[Any]:
     if dialect == POSTGRESQL:
         # to_jsonb of the whole row: no argument limit (jsonb_build_object stops at 100).
         return func.to_jsonb(literal_column(row.name))
-    pairs = [part for column in row.c for part in (literal(column.name), column)]
+    pairs = [part for column in row.c for part in (literal(column.name), _json_value(column))]
     return func.json_object(*pairs)
+
+
+def _json_value(column: Any) -> Any:
+    # JSON columns are stored as text: json() embeds them as JSON, not as a string. Binary
+    # values cannot be JSON: they are written as "\\x<hex>", the form PostgreSQL's to_jsonb uses.
+    if isinstance(column.type, JSON):
+        return func.json(column)
+    if isinstance(column.type, LargeBinary):
+        return literal("\\x") + func.hex(column)
+    return column
 
 
 # --- transactions and errors --------------------------------------------------------------

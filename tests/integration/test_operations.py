@@ -1,0 +1,208 @@
+"""Status, replay, prune and the distribution leader, on PostgreSQL and SQLite."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable
+
+from sqlalchemy import JSON, DateTime, LargeBinary, Numeric, String, Uuid, func, select, update
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Urgency, _sql, schema
+from outbox.archive import prune, replay
+from outbox.metrics import collect
+from outbox.testing import drain
+from outbox.worker import Worker
+from tests.models import ActivityEvent
+
+ONE_SHOT = RetryPolicy(max_attempts=1)
+
+
+class RichBase(DeclarativeBase):
+    pass
+
+
+class RichEvent(BufferMixin, RichBase):
+    """An event with columns of many types, to prove the archive round-trips them."""
+
+    __tablename__ = "test_rich_events"
+    when: Mapped[dt.datetime] = mapped_column(DateTime(timezone=True))
+    ref: Mapped[uuid.UUID] = mapped_column(Uuid)
+    amount: Mapped[float] = mapped_column(Numeric(12, 2))
+    blob: Mapped[bytes] = mapped_column(LargeBinary)
+    data: Mapped[dict[str, object]] = mapped_column(JSON)
+    text: Mapped[str] = mapped_column(String(100))
+
+
+def _always_fail(batch: Batch[ActivityEvent]) -> None:
+    raise RuntimeError("downstream refused the batch")
+
+
+def test_status_counts_unclaimed_and_oldest_age(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """status reports the unclaimed rows and a non-negative oldest age and staleness."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=10, urgency=Urgency.MINUTES, name="noop")(
+        lambda batch: None
+    )
+    commit_events(app.engine, 25)
+    (status,) = collect(app)
+    assert (status.unclaimed, status.claimed, status.urgency) == (25, 0, "MINUTES")
+    assert status.oldest_age is not None and status.oldest_age >= 0
+    assert status.staleness == status.oldest_age / 300.0
+
+
+def test_status_counts_dead_letters(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """Events dead-lettered after their last attempt show as dead in status."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=10, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 12)
+    drain(app)
+    (status,) = collect(app)
+    assert (status.unclaimed, status.dead, status.archived) == (0, 12, {"dead": 12})
+
+
+def test_replay_puts_dead_letters_back(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """replay moves dead events back into the buffer with their columns, and out of the archive."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=10, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 5)
+    drain(app)
+    result = replay(app, handler="fails", status="dead")
+    with app.engine.connect() as conn:
+        activity_ids = sorted(conn.execute(select(ActivityEvent.activity_id)).scalars())
+        archived = conn.execute(select(func.count()).select_from(schema.archive)).scalar_one()
+    assert (result.events, activity_ids, archived) == (5, [0, 1, 2, 3, 4], 0)
+
+
+def test_replay_dry_run_changes_nothing(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """A dry run counts what it would replay and leaves archive and buffer untouched."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=10, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 3)
+    drain(app)
+    result = replay(app, dry_run=True)
+    with app.engine.connect() as conn:
+        buffered = conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one()
+        archived = conn.execute(select(func.count()).select_from(schema.archive)).scalar_one()
+    assert (result.events, result.dry_run, buffered, archived) == (3, True, 0, 3)
+
+
+def test_archive_round_trips_column_types(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Archived then replayed, an event keeps its datetime, uuid, numeric, bytes and JSON values."""
+    app = make_app(database_url)
+    app.handler(RichEvent, batch_size=10, retry=ONE_SHOT, name="rich")(_always_fail)
+    with app.engine.begin() as conn:
+        RichBase.metadata.drop_all(conn)
+        RichBase.metadata.create_all(conn)
+    original = {
+        "when": dt.datetime(2026, 3, 1, 12, 30, 15, 123456, tzinfo=dt.UTC),
+        "ref": uuid.UUID("12345678-1234-5678-1234-567812345678"),
+        "amount": 1234.5,
+        "blob": b"\x00\x01binary\xff",
+        "data": {"nested": [1, 2, {"x": "y"}], "unicode": "héllo"},
+        "text": "plain",
+    }
+    with Session(app.engine) as session:
+        session.add(RichEvent(**original))
+        session.commit()
+    drain(app)
+    replay(app, handler="rich")
+    with Session(app.engine) as session:
+        event = session.scalars(select(RichEvent)).one()
+        replayed = {
+            "when": event.when.replace(tzinfo=dt.UTC) if event.when.tzinfo is None else event.when,
+            "ref": event.ref,
+            "amount": float(event.amount),
+            "blob": event.blob,
+            "data": event.data,
+            "text": event.text,
+        }
+    assert original == replayed
+
+
+def test_prune_deletes_only_old_archive_rows(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """prune deletes archive rows older than the cut-off, in chunks, and keeps newer ones."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=10, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 7)
+    drain(app)
+    with app.engine.begin() as conn:
+        old_ids = list(
+            conn.execute(
+                select(schema.archive.c.id).order_by(schema.archive.c.id).limit(5)
+            ).scalars()
+        )
+        conn.execute(
+            update(schema.archive)
+            .where(schema.archive.c.id.in_(old_ids))
+            .values(archived_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+        )
+    deleted = prune(app, older_than=86400.0, chunk=2)
+    with app.engine.connect() as conn:
+        left = conn.execute(select(func.count()).select_from(schema.archive)).scalar_one()
+    assert (deleted, left) == (5, 2)
+
+
+def test_leader_is_the_oldest_live_worker(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """The longest-running worker with a fresh heartbeat leads; a stale one does not."""
+    app = make_app(database_url)
+    with app.engine.begin() as conn:
+        _sql.insert_worker(conn, "first", "host", 1, 1)
+    with app.engine.begin() as conn:
+        _sql.insert_worker(conn, "second", "host", 2, 1)
+        conn.execute(
+            update(schema.workers)
+            .where(schema.workers.c.id == "first")
+            .values(started_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+        )
+    with app.engine.connect() as conn:
+        leader_while_fresh = _sql.leader_worker_id(conn, stale_seconds=60)
+    with app.engine.begin() as conn:
+        conn.execute(
+            update(schema.workers)
+            .where(schema.workers.c.id == "first")
+            .values(heartbeat_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
+        )
+    with app.engine.connect() as conn:
+        leader_after_first_went_quiet = _sql.leader_worker_id(conn, stale_seconds=60)
+    assert (leader_while_fresh, leader_after_first_went_quiet) == ("first", "second")
+
+
+def test_worker_distributes_when_it_leads(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """A worker with distribute_every and no cron drains the buffer on its own."""
+    app = make_app(database_url)
+    app.with_settings(poll_interval=0.05)
+    handled: list[int] = []
+    app.handler(ActivityEvent, batch_size=10, name="collect")(
+        lambda b: handled.extend(e.id for e in b.events)
+    )
+    ids = commit_events(app.engine, 35)
+    worker = Worker(app, concurrency=2, distribute_every=0.1)
+    import threading
+    import time
+
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while sorted(handled) != ids and time.monotonic() < deadline:
+        time.sleep(0.05)
+    worker.stop()
+    thread.join(timeout=10)
+    assert ids == sorted(handled)
