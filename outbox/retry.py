@@ -25,8 +25,8 @@ class RetryPolicy:
 
     then a random ``±jitter`` fraction of it, so that groups failing together do not retry
     together. The defaults give 6 s, 21 s, 86 s, 261 s, ...: the seven waits between eight
-    attempts add up to about 1.3 hours (eight waits, about 2.5 hours). ``max_delay`` caps a single wait. A value object: the current time is never read
-    here; the database adds the delay to its own clock.
+    attempts add up to about 1.3 hours. ``max_delay`` caps a single wait. A value object: the
+    current time is never read here; the database adds the delay to its own clock.
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS

@@ -50,7 +50,8 @@ def test_status_counts_unclaimed_and_oldest_age(
     commit_events(app.engine, 25)
     (status,) = collect(app)
     assert (status.unclaimed, status.claimed, status.urgency) == (25, 0, "MINUTES")
-    assert status.oldest_age is not None and status.oldest_age >= 0
+    assert status.oldest_age is not None
+    assert status.oldest_age >= 0
     assert status.staleness == status.oldest_age / 300.0
 
 
@@ -63,7 +64,7 @@ def test_status_counts_dead_letters(
     commit_events(app.engine, 12)
     drain(app)
     (status,) = collect(app)
-    assert (status.unclaimed, status.dead, status.archived) == (0, 12, {"dead": 12})
+    assert (0, 12, {"dead": 12}) == (status.unclaimed, status.dead, status.archived)
 
 
 def test_replay_puts_dead_letters_back(
@@ -78,7 +79,7 @@ def test_replay_puts_dead_letters_back(
     with app.engine.connect() as conn:
         activity_ids = sorted(conn.execute(select(ActivityEvent.activity_id)).scalars())
         archived = conn.execute(select(func.count()).select_from(schema.archive)).scalar_one()
-    assert (result.events, activity_ids, archived) == (5, [0, 1, 2, 3, 4], 0)
+    assert (5, [0, 1, 2, 3, 4], 0) == (result.events, activity_ids, archived)
 
 
 def test_replay_dry_run_changes_nothing(
@@ -93,7 +94,7 @@ def test_replay_dry_run_changes_nothing(
     with app.engine.connect() as conn:
         buffered = conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one()
         archived = conn.execute(select(func.count()).select_from(schema.archive)).scalar_one()
-    assert (result.events, result.dry_run, buffered, archived) == (3, True, 0, 3)
+    assert (3, True, 0, 3) == (result.events, result.dry_run, buffered, archived)
 
 
 def test_archive_round_trips_column_types(
@@ -153,7 +154,7 @@ def test_prune_deletes_only_old_archive_rows(
     deleted = prune(app, older_than=86400.0, chunk=2)
     with app.engine.connect() as conn:
         left = conn.execute(select(func.count()).select_from(schema.archive)).scalar_one()
-    assert (deleted, left) == (5, 2)
+    assert (5, 2) == (deleted, left)
 
 
 def test_leader_is_the_oldest_live_worker(
@@ -180,7 +181,7 @@ def test_leader_is_the_oldest_live_worker(
         )
     with app.engine.connect() as conn:
         leader_after_first_went_quiet = _sql.leader_worker_id(conn, stale_seconds=60)
-    assert (leader_while_fresh, leader_after_first_went_quiet) == ("first", "second")
+    assert ("first", "second") == (leader_while_fresh, leader_after_first_went_quiet)
 
 
 def test_worker_distributes_when_it_leads(
