@@ -1,0 +1,51 @@
+"""Leases: extended while a handler runs, so a slow batch is never rescued from a live worker."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from outbox import Batch, Outbox
+from outbox.batch_job import BatchResult
+from outbox.worker import Worker
+from tests.models import ActivityEvent
+
+LEASE_SECONDS = 1.0
+HANDLER_SECONDS = 3.0
+
+
+def test_slow_handler_keeps_its_lease(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """A handler running three leases long finishes once, with no rescue and no lost lease."""
+    app = make_app(database_url)
+    app.with_settings(lease_seconds=LEASE_SECONDS, rescue_interval=0.2, poll_interval=0.05)
+    calls: list[int] = []
+
+    @app.handler(ActivityEvent, batch_size=10)
+    def slow(batch: Batch[ActivityEvent]) -> None:
+        calls.append(batch.attempt)
+        time.sleep(HANDLER_SECONDS)
+
+    commit_events(app.engine, 5)
+    results: list[BatchResult] = []
+    worker = Worker(app, concurrency=2, burst=True, on_result=results.append)
+    # A second worker rescuing all the time: it must find nothing expired.
+    rescuer = Worker(app, concurrency=1)
+    rescued: list[int] = []
+    stop = threading.Event()
+
+    def rescue_loop() -> None:
+        while not stop.is_set():
+            rescued.append(rescuer.rescue())
+            stop.wait(0.1)
+
+    thread = threading.Thread(target=rescue_loop, daemon=True)
+    thread.start()
+    try:
+        worker.run()
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    assert ([1], ["succeeded"], 0) == (calls, [r.outcome for r in results], sum(rescued))
