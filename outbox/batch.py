@@ -29,7 +29,9 @@ class Batch(Generic[EventT]):
     event succeeded except those passed to :meth:`retry` or :meth:`discard`; raising means the
     whole group failed this attempt.
 
-    ``(group_id, attempt)`` makes a natural idempotency key for a downstream bulk call.
+    ``group_id`` makes a natural idempotency key for a downstream bulk call: a group's events
+    never change between attempts. ``attempt`` does not belong in the key: it grows with every
+    try, including the one after a crash, exactly when the downstream must see a repeat.
     """
 
     events: Sequence[EventT]

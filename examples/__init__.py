@@ -1,0 +1,1 @@
+"""Runnable example projects; ``tests/examples`` runs each one so they cannot rot."""

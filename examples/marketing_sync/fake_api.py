@@ -1,0 +1,228 @@
+"""A small local stand-in for a marketing platform's bulk API (standard library only).
+
+``POST /v1/activities/bulk`` with ``{"records": [{"id": ..., "email": ..., ...}, ...]}``:
+
+- more than ``max_records`` records in one call: ``413``, nothing is taken;
+- more than ``rate_limit`` calls in the last second: ``429`` with ``Retry-After``, nothing taken;
+- a call whose ``Idempotency-Key`` was already answered: the same answer again, nothing taken
+  twice;
+- otherwise ``200`` with ``{"accepted": n, "rejected": [{"id": ..., "reason": ...}, ...]}``:
+  every record is taken, except those without an email, which are rejected one by one.
+
+It records every call and every record it took, so that a test can check that each activity
+arrived exactly once. Use it from Python::
+
+    with FakeMarketingAPI(rate_limit=3) as api:
+        ...  # api.url, api.calls, api.received
+
+or from a terminal: ``python -m examples.marketing_sync.fake_api --port 8025``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any
+
+HOST = "127.0.0.1"
+BULK_PATH = "/v1/activities/bulk"
+DEFAULT_MAX_RECORDS = 1000
+RATE_WINDOW_SECONDS = 1.0
+SHUTDOWN_POLL_SECONDS = 0.05  # how soon stop() is noticed
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One request to the bulk endpoint, as the API saw it."""
+
+    idempotency_key: str | None
+    records: int
+    status: int
+
+
+class FakeMarketingAPI:
+    """A threaded HTTP server on 127.0.0.1 that plays a bulk API. ``port=0``: a free port."""
+
+    def __init__(
+        self,
+        *,
+        max_records: int = DEFAULT_MAX_RECORDS,
+        rate_limit: int | None = None,
+        port: int = 0,
+    ) -> None:
+        self.max_records = max_records
+        self.rate_limit = rate_limit
+        self._port = port
+        self._lock = threading.Lock()
+        self._calls: list[Call] = []
+        self._received: Counter[str] = Counter()
+        self._rejected: dict[str, str] = {}
+        self._answers: dict[str, dict[str, Any]] = {}
+        self._recent: deque[float] = deque()
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> FakeMarketingAPI:
+        """Listen and serve from a background thread."""
+        api = self
+
+        class RequestHandler(_BulkRequestHandler):
+            owner = api
+
+        self._server = ThreadingHTTPServer((HOST, self._port), RequestHandler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
+            name="fake-marketing-api",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket. Idempotent."""
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> FakeMarketingAPI:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. ``http://127.0.0.1:53127``."""
+        if self._server is None:
+            raise RuntimeError("the fake API is not running: call start() first")
+        return f"http://{HOST}:{self._server.server_port}"
+
+    # --- what it saw -------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> list[Call]:
+        """Every request to the bulk endpoint, in arrival order."""
+        with self._lock:
+            return list(self._calls)
+
+    @property
+    def received(self) -> Counter[str]:
+        """Record id -> how many times a record with that id was taken (1 is right)."""
+        with self._lock:
+            return Counter(self._received)
+
+    @property
+    def rejected(self) -> dict[str, str]:
+        """Record id -> the reason it was rejected."""
+        with self._lock:
+            return dict(self._rejected)
+
+    # --- the endpoint ------------------------------------------------------------------------
+
+    def handle_bulk(self, key: str | None, records: list[dict[str, Any]]) -> tuple[int, Any]:
+        """Decide one call: ``(status, body)``. Thread-safe."""
+        with self._lock:
+            status, body = self._decide(key, records)
+            self._calls.append(Call(key, len(records), status))
+            return status, body
+
+    def _decide(self, key: str | None, records: list[dict[str, Any]]) -> tuple[int, Any]:
+        if key is not None and key in self._answers:
+            return 200, self._answers[key]
+        now = time.monotonic()
+        while self._recent and now - self._recent[0] >= RATE_WINDOW_SECONDS:
+            self._recent.popleft()
+        if self.rate_limit is not None and len(self._recent) >= self.rate_limit:
+            return 429, {"error": f"more than {self.rate_limit} calls per second"}
+        self._recent.append(now)
+        if len(records) > self.max_records:
+            return 413, {"error": f"at most {self.max_records} records per call"}
+        rejected = []
+        for record in records:
+            if not record.get("email"):
+                rejected.append({"id": record["id"], "reason": "missing email"})
+                self._rejected[record["id"]] = "missing email"
+            else:
+                self._received[record["id"]] += 1
+        answer = {"accepted": len(records) - len(rejected), "rejected": rejected}
+        if key is not None:
+            self._answers[key] = answer
+        return 200, answer
+
+
+class _BulkRequestHandler(BaseHTTPRequestHandler):
+    owner: FakeMarketingAPI
+
+    def do_POST(self) -> None:
+        if self.path != BULK_PATH:
+            self._reply(404, {"error": f"no endpoint {self.path}"})
+            return
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            records = json.loads(self.rfile.read(length))["records"]
+        except (ValueError, KeyError, TypeError):
+            self._reply(400, {"error": 'expected {"records": [...]}'})
+            return
+        status, body = self.owner.handle_bulk(self.headers.get("Idempotency-Key"), records)
+        self._reply(status, body)
+
+    def _reply(self, status: int, body: Any) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        if status == 429:
+            self.send_header("Retry-After", str(int(RATE_WINDOW_SECONDS)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the example prints its own summary."""
+
+
+def main() -> None:
+    """Serve until Ctrl-C (or SIGTERM), then print what was received."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8025)
+    parser.add_argument("--rate-limit", type=int, default=None, help="calls per second")
+    options = parser.parse_args()
+    # Stop the same way on Ctrl-C and on `kill`: both raise KeyboardInterrupt here.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    api = FakeMarketingAPI(rate_limit=options.rate_limit, port=options.port).start()
+    print(f"fake marketing API on {api.url}{BULK_PATH} (Ctrl-C to stop)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        api.stop()
+        calls = api.calls
+        print(
+            f"{len(calls)} calls ({sum(c.status == 429 for c in calls)} rate limited), "
+            f"{sum(api.received.values())} records received, {len(api.rejected)} rejected"
+        )
+
+
+if __name__ == "__main__":
+    main()

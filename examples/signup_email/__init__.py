@@ -1,0 +1,1 @@
+"""Signup with email confirmation: the user and the email's event commit together."""
