@@ -341,8 +341,7 @@ def work(
     click.echo(
         f"worker {worker.id} stopped: {stats.groups_succeeded} groups succeeded, "
         f"{stats.groups_retried} retried, {stats.groups_dead} dead, "
-        f"{stats.events_succeeded} events handled",
-        err=True,
+        f"{stats.events_succeeded} events handled"
     )
     if not clean:
         # Abandoned handler threads must not hold the process open: their leases will expire

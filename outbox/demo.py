@@ -9,6 +9,7 @@ poison and end as dead letters. Then it prints what happened.
 from __future__ import annotations
 
 import random
+import shutil
 import tempfile
 import threading
 import time
@@ -135,6 +136,7 @@ def run_demo(*, events: int = 5000, database_url: str | None = None) -> dict[str
     figures = _summarise(app, api, worker, committed, rolled_back, elapsed)
     if folder is not None:
         app.engine.dispose()
+        shutil.rmtree(folder, ignore_errors=True)
     return figures
 
 

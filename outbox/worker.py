@@ -206,8 +206,10 @@ class Worker:
                 continue
             if acquired:
                 continue
-            if self.in_flight == 0 and self.burst and not self._burst_has_more():
-                return
+            if self.in_flight == 0 and self.burst:
+                if not self._burst_has_more():
+                    return
+                continue
             self._wake.wait(self._poll_timeout())
             self._wake.clear()
 

@@ -1,0 +1,54 @@
+"""Looking at the tables the ``outbox`` command worked on, from the test's own connection."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sqlalchemy import Engine, func, select
+
+from outbox import schema
+from tests.models import ActivityEvent
+
+
+def buffer_rows(
+    engine: Engine, model: type[Any] = ActivityEvent
+) -> list[tuple[int, uuid.UUID | None]]:
+    """(id, group_id) of every row still in a buffer, by id."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(model.id, model.group_id).order_by(model.id))
+        return [(int(event_id), group_id) for event_id, group_id in rows]
+
+
+def jobs(engine: Engine) -> list[dict[str, Any]]:
+    """Every row of outbox_jobs, by id."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(schema.jobs).order_by(schema.jobs.c.id))
+        return [dict(row._mapping) for row in rows]
+
+
+def archive(engine: Engine) -> list[dict[str, Any]]:
+    """Every row of outbox_archive, by id."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(schema.archive).order_by(schema.archive.c.id))
+        return [dict(row._mapping) for row in rows]
+
+
+def count(engine: Engine, table: Any) -> int:
+    """Rows in a table (or a model's table)."""
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+
+
+def lease_expired(engine: Engine, group_id: uuid.UUID) -> bool:
+    """True once the lease on a group's batch job has run out, by the database clock."""
+    jobs_ = schema.jobs
+    with engine.connect() as conn:
+        return bool(
+            conn.execute(
+                select(func.count()).where(
+                    jobs_.c.group_id == group_id,
+                    jobs_.c.lease_expires_at < func.statement_timestamp(),
+                )
+            ).scalar_one()
+        )

@@ -1,0 +1,80 @@
+"""The application the acceptance tests run through the real ``outbox`` command.
+
+``outbox --app tests.acceptance.cli_app:app ...`` loads it; the database URL comes from the
+command line or ``OUTBOX_DATABASE_URL``. Its handlers are steered by environment variables, read
+when the module is imported (batch size, attempts) or when a batch runs (the rest):
+
+- ``OUTBOX_TEST_OUTPUT_DIR``: where the handlers write ``started.log`` (one line per batch, when
+  it starts) and ``handled.log`` (one line per event, once the batch is done). Both are
+  flushed and fsynced per batch, so they survive the process being killed.
+- ``OUTBOX_TEST_SLEEP_SECONDS``: how long each batch takes (default 0).
+- ``OUTBOX_TEST_FAIL``: ``1`` makes every batch raise.
+- ``OUTBOX_TEST_BATCH_SIZE``: the handlers' batch size (default 10).
+- ``OUTBOX_TEST_MAX_ATTEMPTS``: the handlers' ``RetryPolicy.max_attempts`` (default 8).
+
+Lines are ``<handler> <group_id> <attempt> <pid>`` followed, in ``started.log``, by the Unix time
+the batch started and, in ``handled.log``, by the event id.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Settings
+from tests.models import ActivityEvent, EmailEvent
+
+OUTPUT_DIR_ENV = "OUTBOX_TEST_OUTPUT_DIR"
+SLEEP_ENV = "OUTBOX_TEST_SLEEP_SECONDS"
+FAIL_ENV = "OUTBOX_TEST_FAIL"
+BATCH_SIZE_ENV = "OUTBOX_TEST_BATCH_SIZE"
+MAX_ATTEMPTS_ENV = "OUTBOX_TEST_MAX_ATTEMPTS"
+
+STARTED_LOG = "started.log"
+HANDLED_LOG = "handled.log"
+
+BATCH_SIZE = int(os.environ.get(BATCH_SIZE_ENV, "10"))
+# A short, fixed backoff: a failed group is due again half a second later.
+RETRY = RetryPolicy(
+    max_attempts=int(os.environ.get(MAX_ATTEMPTS_ENV, "8")), scale=0.0, base_delay=0.5, jitter=0.0
+)
+
+# Rescue expired leases every half second (default 5 s), so that killed workers' groups come
+# back within the tests' time budget; lease and poll interval come from the command line.
+app = Outbox(settings=Settings(rescue_interval=0.5))
+
+_write_lock = threading.Lock()
+
+
+def _append(name: str, lines: Sequence[str]) -> None:
+    directory = os.environ.get(OUTPUT_DIR_ENV)
+    if not directory:
+        return
+    with _write_lock, (Path(directory) / name).open("a", encoding="utf-8") as file:
+        file.write("".join(f"{line}\n" for line in lines))
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def _handle(batch: Batch[BufferMixin]) -> None:
+    prefix = f"{batch.handler} {batch.group_id} {batch.attempt} {os.getpid()}"
+    _append(STARTED_LOG, [f"{prefix} {time.time():.6f}"])
+    time.sleep(float(os.environ.get(SLEEP_ENV, "0")))
+    if os.environ.get(FAIL_ENV) == "1":
+        raise RuntimeError("the downstream API refused the batch (on purpose)")
+    _append(HANDLED_LOG, [f"{prefix} {event.id}" for event in batch.events])
+
+
+@app.handler(ActivityEvent, batch_size=BATCH_SIZE, retry=RETRY)
+def record_activity(batch: Batch[ActivityEvent]) -> None:
+    """Record the batch's event ids, as a bulk API call would deliver them."""
+    _handle(batch)  # type: ignore[arg-type]
+
+
+@app.handler(EmailEvent, batch_size=BATCH_SIZE, retry=RETRY)
+def record_email(batch: Batch[EmailEvent]) -> None:
+    """Record the batch's event ids, as a bulk API call would deliver them."""
+    _handle(batch)  # type: ignore[arg-type]

@@ -1,0 +1,109 @@
+"""``outbox status``, ``outbox replay`` and ``outbox prune``: what an operator runs."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+from tests.acceptance import _tables
+from tests.acceptance._cli import APP, Cli
+from tests.acceptance.cli_app import FAIL_ENV, MAX_ATTEMPTS_ENV
+from tests.models import ActivityEvent, EmailEvent
+
+DEAD = 10
+"""Events the ``dead_letters`` fixture dead-letters."""
+
+
+@pytest.fixture
+def dead_letters(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine], commit_events: Any
+) -> Engine:
+    """Ten events dead-lettered by a handler that always fails and gets one attempt."""
+    engine = connect(database_url)
+    commit_events(engine, DEAD)
+    result = cli.run(
+        "--app", APP,
+        "--database-url", database_url,
+        "work", "--burst", "--poll-interval", "0.2",
+        env={FAIL_ENV: "1", MAX_ATTEMPTS_ENV: "1"},
+    )  # fmt: skip
+    assert (0, DEAD) == (result.code, len(_tables.archive(engine)))
+    return engine
+
+
+def _activity_ids(engine: Engine) -> list[tuple[int, Any]]:
+    """(activity_id, group_id) of the rows in the activity buffer."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(ActivityEvent.activity_id, ActivityEvent.group_id).order_by(
+                ActivityEvent.activity_id
+            )
+        )
+        return [(int(activity_id), group_id) for activity_id, group_id in rows]
+
+
+def test_status_json_reports_the_unclaimed_events_of_each_handler(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine], commit_events: Any
+) -> None:
+    """``outbox status --json`` counts the unclaimed events written to each buffer."""
+    engine = connect(database_url)
+    commit_events(engine, 7)
+    commit_events(engine, 3, EmailEvent)
+
+    result = cli.run("--app", APP, "--database-url", database_url, "status", "--json")
+
+    unclaimed = {h["handler"]: h["unclaimed"] for h in json.loads(result.stdout)["handlers"]}
+    assert (0, {"record_activity": 7, "record_email": 3}) == (result.code, unclaimed)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_replay_dry_run_reports_dead_letters_and_changes_nothing(
+    cli: Cli, database_url: str, dead_letters: Engine
+) -> None:
+    """``outbox replay --dry-run`` says how many events it would replay and leaves them archived."""
+    result = cli.run("--app", APP, "--database-url", database_url, "replay", "--dry-run")
+
+    assert (0, "would replay 10 events (record_activity: 10)", DEAD, []) == (
+        result.code,
+        result.stdout.strip(),
+        len(_tables.archive(dead_letters)),
+        _tables.buffer_rows(dead_letters),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_replay_puts_dead_letters_back_into_their_buffer_unclaimed(
+    cli: Cli, database_url: str, dead_letters: Engine
+) -> None:
+    """``outbox replay`` moves dead-lettered events out of the archive, back into the buffer."""
+    result = cli.run("--app", APP, "--database-url", database_url, "replay")
+
+    assert (
+        0,
+        "replayed 10 events (record_activity: 10)",
+        [],
+        [(n, None) for n in range(DEAD)],
+    ) == (
+        result.code,
+        result.stdout.strip(),
+        _tables.archive(dead_letters),
+        _activity_ids(dead_letters),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_prune_older_than_zero_deletes_every_archive_row(
+    cli: Cli, database_url: str, dead_letters: Engine
+) -> None:
+    """``outbox prune --older-than 0s`` deletes the archive rows (it needs no --app)."""
+    result = cli.run("--database-url", database_url, "prune", "--older-than", "0s")
+
+    assert (0, "pruned 10 archive rows", []) == (
+        result.code,
+        result.stdout.strip(),
+        _tables.archive(dead_letters),
+    )

@@ -1,0 +1,40 @@
+"""``outbox migrate`` and ``outbox schema sql``."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from sqlalchemy import Engine, inspect
+
+from outbox import schema
+from tests.acceptance._cli import Cli
+
+
+def test_migrate_creates_the_outbox_tables(
+    cli: Cli, empty_database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """``outbox migrate`` on an empty database creates the three tables and exits 0."""
+    result = cli.run("--database-url", empty_database_url, "migrate")
+
+    engine = connect(empty_database_url)
+    assert (0, set(schema.TABLE_NAMES)) == (
+        result.code,
+        set(schema.TABLE_NAMES) & set(inspect(engine).get_table_names()),
+    )
+
+
+def test_migrate_twice_reports_up_to_date(cli: Cli, empty_database_url: str) -> None:
+    """A second ``outbox migrate`` exits 0 and says the tables are up to date."""
+    first = cli.run("--database-url", empty_database_url, "migrate")
+    second = cli.run("--database-url", empty_database_url, "migrate")
+
+    assert (0, 0, True) == (first.code, second.code, "up to date" in second.stdout)
+
+
+def test_schema_sql_prints_create_table_for_every_outbox_table(cli: Cli) -> None:
+    """``outbox schema sql`` prints a CREATE TABLE statement for each of the three tables."""
+    result = cli.run("schema", "sql")
+
+    created = set(re.findall(r"^CREATE TABLE (\w+) \(", result.stdout, flags=re.MULTILINE))
+    assert (0, {"outbox_jobs", "outbox_archive", "outbox_workers"}) == (result.code, created)
