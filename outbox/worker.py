@@ -35,6 +35,7 @@ log = _log.get_logger(__name__)
 DEFAULT_CONCURRENCY = 4
 DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS = 30.0
 MAX_ERROR_BACKOFF_SECONDS = 30.0
+MAINTENANCE_JOIN_SECONDS = 10.0
 
 
 @dataclass
@@ -110,6 +111,7 @@ class Worker:
         self._stopping = threading.Event()
         self._aborted = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._maintenance: threading.Thread | None = None
         self._database_down = False
 
     # --- control -------------------------------------------------------------------------
@@ -180,10 +182,10 @@ class Worker:
             )
             thread.start()
             self._threads.append(thread)
-        maintenance = threading.Thread(
+        self._maintenance = threading.Thread(
             target=self._maintenance_main, name="outbox-maintenance", daemon=True
         )
-        maintenance.start()
+        self._maintenance.start()
         try:
             self._loop()
         finally:
@@ -322,7 +324,7 @@ class Worker:
         settings = self.app.settings
 
         def work(conn: Any) -> None:
-            if not _sql.touch_worker(conn, self.id):
+            if not _sql.touch_worker(conn, self.id) and not self._stopping.is_set():
                 _sql.insert_worker(
                     conn, self.id, socket.gethostname(), os.getpid(), self.concurrency
                 )
@@ -361,6 +363,9 @@ class Worker:
         if abandoned:
             log.warning(_log.WORKER_ABANDONED, worker=self.id, in_flight=abandoned)
         self._aborted.set()
+        if self._maintenance is not None:
+            # A heartbeat under way must not re-insert the row deleted below.
+            self._maintenance.join(timeout=MAINTENANCE_JOIN_SECONDS)
         if not abandoned:
             try:
                 run_in_transaction(self.app.engine, lambda conn: _sql.delete_worker(conn, self.id))

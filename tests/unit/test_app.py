@@ -1,0 +1,213 @@
+"""Outbox: handler registration, lookup, settings and where the database URL comes from."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from outbox import Batch, ConfigurationError, Outbox, OutboxError, RetryPolicy, Settings, Urgency
+from outbox.app import DATABASE_URL_ENV, DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE
+from tests.models import ActivityEvent, EmailEvent, Order
+
+
+def noop(batch: Batch[ActivityEvent]) -> None:
+    """A handler that accepts every event."""
+
+
+@pytest.fixture
+def app() -> Outbox:
+    """An application that never connects: registration needs no database."""
+    return Outbox("sqlite:///never-opened.sqlite3")
+
+
+def test_handler_registers_under_the_function_name(app: Outbox) -> None:
+    """@app.handler registers the function under its own name."""
+    app.handler(ActivityEvent)(noop)
+    assert ["noop"] == list(app.handlers)
+
+
+def test_handler_defaults(app: Outbox) -> None:
+    """A bare registration gets the documented defaults."""
+    app.handler(ActivityEvent)(noop)
+    handler = app.get_handler("noop")
+    expected = (DEFAULT_BATCH_SIZE, Urgency.HOUR, RetryPolicy(), False)
+    assert expected == (handler.batch_size, handler.urgency, handler.retry, handler.archive)
+
+
+def test_handler_exposes_the_buffer_table(app: Outbox) -> None:
+    """A handler drains the table of its model."""
+    app.handler(ActivityEvent)(noop)
+    assert "test_activity_events" == app.get_handler("noop").table.name
+
+
+def test_handler_decorator_returns_the_function(app: Outbox) -> None:
+    """Decorating leaves the function callable as before."""
+    assert noop is app.handler(ActivityEvent)(noop)
+
+
+def test_model_without_buffer_mixin_is_refused(app: Outbox) -> None:
+    """A model that does not inherit BufferMixin cannot get a handler."""
+    with pytest.raises(ConfigurationError, match=r"'Order' is not a buffer model.*BufferMixin"):
+        app.handler(Order)(noop)  # type: ignore[type-var]
+
+
+def test_plain_class_is_refused(app: Outbox) -> None:
+    """Something that is not a class at all is refused with the same message."""
+    with pytest.raises(ConfigurationError, match="not a buffer model"):
+        app.handler("ActivityEvent")(noop)  # type: ignore[type-var]
+
+
+def test_second_handler_for_one_buffer_is_refused(app: Outbox) -> None:
+    """One buffer has exactly one handler."""
+    app.handler(ActivityEvent, name="first")(noop)
+    with pytest.raises(
+        ConfigurationError, match=r"'test_activity_events' already has handler 'first'"
+    ):
+        app.handler(ActivityEvent, name="second")(noop)
+
+
+def test_duplicate_handler_name_is_refused(app: Outbox) -> None:
+    """Two handlers may not share a name, even on different buffers."""
+    app.handler(ActivityEvent, name="sync")(noop)
+    with pytest.raises(ConfigurationError, match="'sync' is already registered"):
+        app.handler(EmailEvent, name="sync")(noop)
+
+
+def test_refused_registration_leaves_registry_unchanged(app: Outbox) -> None:
+    """A refused handler is not half-registered."""
+    app.handler(ActivityEvent, name="sync")(noop)
+    with pytest.raises(ConfigurationError):
+        app.handler(ActivityEvent, name="other")(noop)
+    assert ["sync"] == list(app.handlers)
+
+
+@pytest.mark.parametrize("batch_size", [0, -1, MAX_BATCH_SIZE + 1])
+def test_out_of_range_batch_size_is_refused(app: Outbox, batch_size: int) -> None:
+    """batch_size must lie in 1..MAX_BATCH_SIZE; the error names the field."""
+    with pytest.raises(ConfigurationError, match=rf"batch_size must be 1\.\.{MAX_BATCH_SIZE}"):
+        app.handler(ActivityEvent, batch_size=batch_size)(noop)
+
+
+def test_out_of_range_max_batches_is_refused(app: Outbox) -> None:
+    """max_batches must be at least 1; the error names the field."""
+    with pytest.raises(ConfigurationError, match="max_batches must be"):
+        app.handler(ActivityEvent, max_batches=0)(noop)
+
+
+@pytest.mark.parametrize("name", ["1starts-with-digit", "has space", "x" * 201])
+def test_invalid_handler_name_is_refused(app: Outbox, name: str) -> None:
+    """Handler names are identifiers the CLI and the tables can carry."""
+    with pytest.raises(ConfigurationError, match=r"handler name .* is not valid"):
+        app.handler(ActivityEvent, name=name)(noop)
+
+
+def test_unknown_handler_error_lists_the_known_ones(app: Outbox) -> None:
+    """Asking for a handler that does not exist names the ones that do."""
+    app.handler(ActivityEvent, name="sync_marketing")(noop)
+    app.handler(EmailEvent, name="send_email")(noop)
+    with pytest.raises(
+        ConfigurationError,
+        match="unknown handler 'nope'; known handlers: send_email, sync_marketing",
+    ):
+        app.get_handler("nope")
+
+
+def test_unknown_handler_error_says_when_none_are_registered(app: Outbox) -> None:
+    """With no handlers at all, the error says so."""
+    with pytest.raises(ConfigurationError, match="none registered"):
+        app.get_handler("nope")
+
+
+def test_select_handlers_keeps_registration_order(app: Outbox) -> None:
+    """Without names, every handler is selected, in registration order."""
+    app.handler(EmailEvent, name="b")(noop)
+    app.handler(ActivityEvent, name="a")(noop)
+    assert ["b", "a"] == [h.name for h in app.select_handlers()]
+
+
+def test_select_handlers_refuses_unknown_names(app: Outbox) -> None:
+    """Selecting by an unknown name fails like get_handler."""
+    with pytest.raises(ConfigurationError, match="unknown handler 'nope'"):
+        app.select_handlers(["nope"])
+
+
+def test_handlers_mapping_is_a_copy(app: Outbox) -> None:
+    """Changing the returned mapping does not register anything."""
+    app.handlers["x"] = None  # type: ignore[index]
+    assert {} == dict(app.handlers)
+
+
+def test_missing_url_error_names_the_environment_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With no URL, no engine and no OUTBOX_DATABASE_URL, the error says how to give one."""
+    monkeypatch.delenv(DATABASE_URL_ENV, raising=False)
+    with pytest.raises(ConfigurationError, match="OUTBOX_DATABASE_URL"):
+        _ = Outbox().url
+
+
+def test_url_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a URL argument, OUTBOX_DATABASE_URL is used."""
+    monkeypatch.setenv(DATABASE_URL_ENV, "sqlite:///from-env.sqlite3")
+    assert "from-env.sqlite3" == Outbox().url.database
+
+
+def test_url_argument_wins_over_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An explicit URL takes precedence over OUTBOX_DATABASE_URL."""
+    monkeypatch.setenv(DATABASE_URL_ENV, "sqlite:///from-env.sqlite3")
+    assert "explicit.sqlite3" == Outbox("sqlite:///explicit.sqlite3").url.database
+
+
+def test_url_and_engine_together_are_refused() -> None:
+    """Outbox takes a URL or an engine, not both."""
+    from sqlalchemy import create_engine
+
+    engine = create_engine("sqlite://")
+    with pytest.raises(ConfigurationError, match="not both"):
+        Outbox("sqlite://", engine=engine)
+
+
+def test_unsupported_engine_is_refused() -> None:
+    """An engine of a dialect outbox does not run on is refused at construction."""
+    from sqlalchemy import create_mock_engine
+
+    from outbox import UnsupportedDatabaseError
+
+    engine = create_mock_engine("mssql+pyodbc://", executor=lambda *a, **k: None)
+    with pytest.raises(UnsupportedDatabaseError, match="'mssql'"):
+        Outbox(engine=engine)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "field", ["lease_seconds", "poll_interval", "rescue_interval", "worker_stale_after"]
+)
+def test_invalid_setting_error_names_the_field(field: str) -> None:
+    """Settings are validated at construction; the error names the field."""
+    with pytest.raises(ConfigurationError, match=rf"Settings\.{field} must be > 0"):
+        Settings(**{field: 0.0})
+
+
+def test_with_settings_validates_the_change(app: Outbox) -> None:
+    """Replacing a setting goes through the same validation."""
+    with pytest.raises(ConfigurationError, match=r"Settings\.lease_seconds"):
+        app.with_settings(lease_seconds=-1.0)
+
+
+def test_configuration_error_is_an_outbox_error_and_a_value_error() -> None:
+    """ConfigurationError sits under the one root and is also a ValueError."""
+    assert (True, True) == (
+        issubclass(ConfigurationError, OutboxError),
+        issubclass(ConfigurationError, ValueError),
+    )
+
+
+def test_model_without_table_is_refused(app: Outbox) -> None:
+    """A BufferMixin subclass that is not mapped has no table to drain."""
+    from outbox import BufferMixin
+
+    class Unmapped(BufferMixin):
+        address: Mapped[str] = mapped_column(String(10))
+
+    with pytest.raises(ConfigurationError, match="Unmapped is not a mapped model"):
+        app.handler(Unmapped)(noop)  # type: ignore[arg-type]

@@ -1,0 +1,110 @@
+"""_dialects: classification of transient errors and dialect names."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import psycopg.errors
+import pytest
+from sqlalchemy.dialects import mysql, postgresql, sqlite
+from sqlalchemy.dialects.mssql import dialect as mssql_dialect
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+
+from outbox import UnsupportedDatabaseError
+from outbox._dialects import is_transient, name_of
+
+
+def wrapped(orig: Exception, cls: type[DBAPIError] = OperationalError) -> DBAPIError:
+    """A driver error as SQLAlchemy hands it over."""
+    return cls("UPDATE outbox_jobs SET ...", {}, orig)
+
+
+@pytest.mark.parametrize(
+    "orig",
+    [
+        psycopg.errors.SerializationFailure("could not serialize access"),
+        psycopg.errors.DeadlockDetected("deadlock detected"),
+        psycopg.errors.LockNotAvailable("could not obtain lock"),
+        psycopg.errors.QueryCanceled("canceling statement due to lock timeout"),
+        psycopg.errors.AdminShutdown("terminating connection"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_postgresql_contention_is_transient(orig: Exception) -> None:
+    """PostgreSQL contention and shutdown SQLSTATEs are worth running again."""
+    assert True is is_transient(wrapped(orig))
+
+
+@pytest.mark.parametrize(
+    "orig",
+    [
+        psycopg.errors.UniqueViolation("duplicate key"),
+        psycopg.errors.UndefinedTable("relation does not exist"),
+        psycopg.errors.SyntaxError("syntax error"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_postgresql_programming_errors_are_not_transient(orig: Exception) -> None:
+    """Errors that a second run cannot fix are not retried."""
+    assert False is is_transient(wrapped(orig, IntegrityError))
+
+
+def test_sqlite_database_is_locked_is_transient() -> None:
+    """SQLite's busy error is contention."""
+    assert True is is_transient(wrapped(sqlite3.OperationalError("database is locked")))
+
+
+def test_sqlite_constraint_failure_is_not_transient() -> None:
+    """A SQLite constraint failure is not contention."""
+    error = sqlite3.IntegrityError("UNIQUE constraint failed: outbox_jobs.group_id")
+    assert False is is_transient(wrapped(error, IntegrityError))
+
+
+@pytest.mark.parametrize("code", [1205, 1213, 2006, 2013])
+def test_mysql_contention_codes_are_transient(code: int) -> None:
+    """MariaDB/MySQL lock wait timeout, deadlock and lost connections are transient."""
+    assert True is is_transient(wrapped(Exception(code, "error")))
+
+
+def test_mysql_duplicate_key_is_not_transient() -> None:
+    """MariaDB/MySQL duplicate entry (1062) is not transient."""
+    assert False is is_transient(wrapped(Exception(1062, "Duplicate entry"), IntegrityError))
+
+
+def test_invalidated_connection_is_transient() -> None:
+    """A connection SQLAlchemy invalidated (dropped) is worth a new transaction."""
+    error = DBAPIError(
+        "SELECT 1", {}, Exception("server closed the connection"), connection_invalidated=True
+    )
+    assert True is is_transient(error)
+
+
+def test_error_without_driver_error_is_not_transient() -> None:
+    """An exception that did not come from a driver is never retried."""
+    assert False is is_transient(RuntimeError("bug"))
+
+
+@pytest.mark.parametrize(
+    ("dialect", "expected"),
+    [
+        (postgresql.dialect(), "postgresql"),
+        (sqlite.dialect(), "sqlite"),
+        (mysql.dialect(), "mysql"),
+    ],
+)
+def test_supported_dialect_names(dialect: object, expected: str) -> None:
+    """Supported SQLAlchemy dialects map to outbox's dialect names."""
+    assert expected == name_of(dialect)  # type: ignore[arg-type]
+
+
+def test_mariadb_is_named_mysql() -> None:
+    """MariaDB and MySQL share one code path."""
+    from sqlalchemy.dialects.mysql.mariadb import MariaDBDialect
+
+    assert "mysql" == name_of(MariaDBDialect())
+
+
+def test_unsupported_dialect_is_refused_by_name() -> None:
+    """A dialect outbox does not run on is refused, naming it."""
+    with pytest.raises(UnsupportedDatabaseError, match="not on 'mssql'"):
+        name_of(mssql_dialect())
