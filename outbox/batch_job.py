@@ -20,6 +20,13 @@ from sqlalchemy.orm import Session
 
 from outbox import _log, _sql
 from outbox._db import run_in_transaction
+from outbox._faults import (
+    AFTER_COMMIT,
+    AFTER_HANDLER,
+    BEFORE_HANDLER,
+    IN_COMPLETION,
+    crash_point,
+)
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
 from outbox.claimer import LeaseLost
@@ -91,7 +98,9 @@ def run_batch_job(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> Batch
             batch: Batch[Any] = Batch(
                 events=events, group_id=group_id, attempt=attempt, handler=handler.name
             )
+            crash_point(BEFORE_HANDLER)
             handler.func(batch)
+            crash_point(AFTER_HANDLER)
         except Exception as error:  # the handler's failure is this attempt's outcome
             text = format_error(error)
             give_up = handler.retry.exhausted(attempt)
@@ -116,6 +125,7 @@ def _finish_succeeded(
     def work(conn: Connection) -> BatchResult:
         if not _sql.delete_job(conn, job.id, job.lease_token):
             raise LeaseLost
+        crash_point(IN_COMPLETION)
         for reason, ids in _by_reason(discarded).items():
             _archive(conn, app, handler, group_id, "discarded", attempt, reason, ids)
         dead = 0
@@ -185,6 +195,7 @@ def _finish_failed(
 def _fenced(app: Outbox, handler: Handler[Any], job: _sql.JobRow, work: Any) -> BatchResult:
     try:
         result: BatchResult = run_in_transaction(app.engine, work)
+        crash_point(AFTER_COMMIT)
     except LeaseLost:
         assert job.group_id is not None
         log.warning(

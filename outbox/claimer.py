@@ -14,6 +14,7 @@ from sqlalchemy import Connection
 
 from outbox import _log, _sql
 from outbox._db import run_in_transaction
+from outbox._faults import AFTER_CLAIM, crash_point
 from outbox.app import Handler, Outbox
 
 log = _log.get_logger(__name__)
@@ -71,6 +72,7 @@ def run_claim_job(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> Claim
         log.warning(_log.LEASE_LOST, handler=handler.name, job_id=job.id, kind=job.kind)
         return None
     if claim is not None:
+        crash_point(AFTER_CLAIM)
         log.debug(
             _log.GROUP_CLAIMED, handler=handler.name, group_id=str(claim.group_id), size=claim.size
         )

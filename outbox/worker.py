@@ -27,6 +27,7 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox import _log, _sql, claimer, distributor, schema
 from outbox._db import run_in_transaction
+from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox.app import Outbox
 from outbox.batch_job import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult, run_batch_job
 
@@ -247,7 +248,7 @@ class Worker:
 
     def _acquire(self, limit: int) -> list[_sql.JobRow]:
         token = uuid.uuid4()
-        return run_in_transaction(
+        jobs = run_in_transaction(
             self.app.engine,
             lambda conn: _sql.acquire_jobs(
                 conn,
@@ -259,6 +260,9 @@ class Worker:
                 lease_seconds=self.app.settings.lease_seconds,
             ),
         )
+        if jobs:
+            crash_point(AFTER_ACQUIRE)
+        return jobs
 
     def _thread_main(self) -> None:
         while True:
