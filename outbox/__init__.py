@@ -5,12 +5,13 @@ groups and hands each group, in bulk, to a batch handler, with retries, dead let
 archive. See the README for a tour.
 """
 
-from outbox.app import Handler, Outbox, Settings
+from outbox.app import Delivery, Handler, Outbox, Settings
 from outbox.batch import Batch
 from outbox.buffer import BufferMixin, add_events
 from outbox.exceptions import (
     ConfigurationError,
     DatabaseUnavailableError,
+    HandlerTimeoutError,
     OutboxError,
     ReplayError,
     SchemaMissingError,
@@ -24,7 +25,9 @@ __all__ = [
     "BufferMixin",
     "ConfigurationError",
     "DatabaseUnavailableError",
+    "Delivery",
     "Handler",
+    "HandlerTimeoutError",
     "Outbox",
     "OutboxError",
     "ReplayError",

@@ -12,13 +12,16 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from outbox import _dialects as dialects
-from outbox import schema
+from outbox import _log, schema
 from outbox.exceptions import DatabaseUnavailableError, SchemaMissingError
 
 T = TypeVar("T")
 
+log = _log.get_logger(__name__)
+
 TRANSACTION_ATTEMPTS = 5
 TRANSACTION_BACKOFF_SECONDS = 0.05
+MAX_BACKOFF_SECONDS = 2.0
 
 
 def create_outbox_engine(url: str | URL) -> Engine:
@@ -46,21 +49,37 @@ def run_in_transaction(
     work: Callable[[Connection], T],
     *,
     attempts: int = TRANSACTION_ATTEMPTS,
+    patience: float = 0.0,
 ) -> T:
     """Run ``work`` in one short transaction; run it again on deadlocks and dropped connections.
 
+    Transient errors are retried ``attempts`` times, and beyond that for as long as ``patience``
+    seconds allow (a database restart takes seconds), with a capped, jittered backoff.
     ``work`` must be safe to repeat: every framework transaction is, because its writes are
     fenced by a lease token or guarded by a unique index.
     """
-    for attempt in range(1, attempts + 1):
+    deadline = time.monotonic() + patience
+    attempt = 0
+    while True:
+        attempt += 1
         try:
             with engine.begin() as conn:
                 return work(conn)
         except DBAPIError as error:
-            if attempt == attempts or not dialects.is_transient(error):
+            if not dialects.is_transient(error):
                 raise
-            time.sleep(TRANSACTION_BACKOFF_SECONDS * attempt * (0.5 + random.random()))
-    raise AssertionError("unreachable")  # pragma: no cover
+            if attempt >= attempts and time.monotonic() >= deadline:
+                raise
+            if attempt == attempts:
+                # Past the quick retries: the database is restarting or unreachable. Say it
+                # once, then keep trying quietly until the patience runs out.
+                log.warning(
+                    _log.DATABASE_RETRYING,
+                    error=str(error.orig).splitlines()[0] if error.orig else type(error).__name__,
+                    patience=patience,
+                )
+            backoff = min(TRANSACTION_BACKOFF_SECONDS * 2**attempt, MAX_BACKOFF_SECONDS)
+            time.sleep(backoff * (0.5 + random.random()))
 
 
 def check_connection(engine: Engine) -> None:

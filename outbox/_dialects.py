@@ -13,7 +13,7 @@ from sqlalchemy import Engine, event, func, literal, literal_column
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Dialect as SADialect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.expression import FunctionElement, Insert
@@ -204,6 +204,9 @@ def is_transient(error: BaseException) -> bool:
     sqlstate = getattr(orig, "sqlstate", None)
     if sqlstate is not None:
         return sqlstate in _PG_TRANSIENT
+    if type(orig).__module__.startswith("psycopg") and isinstance(error, OperationalError):
+        # psycopg reports a refused or broken connection (a restarting server) with no SQLSTATE.
+        return True
     message = str(orig).lower()
     if "database is locked" in message or "database table is locked" in message:
         return True

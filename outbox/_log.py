@@ -22,6 +22,7 @@ WORKER_ABANDONED = "outbox.worker.abandoned"
 WORKER_DATABASE_ERROR = "outbox.worker.database_error"
 WORKER_DATABASE_RECOVERED = "outbox.worker.database_recovered"
 WORKER_LOOP_ERROR = "outbox.worker.loop_error"
+DATABASE_RETRYING = "outbox.database.retrying"
 ARCHIVE_REPLAYED = "outbox.archive.replayed"
 ARCHIVE_PRUNED = "outbox.archive.pruned"
 

@@ -177,6 +177,22 @@ def extend_leases(conn: Connection, worker_id: str, lease_seconds: float) -> int
     ).rowcount
 
 
+# What a rescued job's last_error says: its attempt was interrupted, not failed by the handler.
+RESCUED_ERROR = "lease expired: its worker stopped before finishing"
+
+
+def extend_lease(conn: Connection, job_id: int, token: uuid.UUID, lease_seconds: float) -> bool:
+    """Push back one job's lease; False when it is no longer ours (the fence)."""
+    return (
+        conn.execute(
+            update(_jobs)
+            .where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
+            .values(lease_expires_at=db_now_plus(lease_seconds))
+        ).rowcount
+        == 1
+    )
+
+
 def rescue_expired_jobs(conn: Connection) -> int:
     """Free the jobs whose lease ran out (their worker died or stalled) for another worker.
 
@@ -191,7 +207,7 @@ def rescue_expired_jobs(conn: Connection) -> int:
             lease_token=None,
             lease_expires_at=None,
             run_at=db_now(),
-            last_error="lease expired: its worker stopped before finishing",
+            last_error=RESCUED_ERROR,
         )
     ).rowcount
 
@@ -301,12 +317,20 @@ def move_rows_to_group(
 
 
 def delete_group_rows(
-    conn: Connection, table: Table, group_id: uuid.UUID, event_ids: Iterable[int] | None = None
+    conn: Connection,
+    table: Table,
+    group_id: uuid.UUID,
+    event_ids: Iterable[int] | None = None,
+    *,
+    older_than: float | None = None,
 ) -> int:
-    """Delete a group's rows (all, or only ``event_ids``); served by ``ix_<table>_group_id``."""
+    """Delete a group's rows: all, only ``event_ids``, or only those older than ``older_than``
+    seconds. Served by ``ix_<table>_group_id``."""
     stmt = delete(table).where(table.c.group_id == group_id)
     if event_ids is not None:
         stmt = stmt.where(table.c.id.in_(list(event_ids)))
+    if older_than is not None:
+        stmt = stmt.where(table.c.created_at < db_now_plus(-older_than))
     return conn.execute(stmt).rowcount
 
 
@@ -321,8 +345,10 @@ def archive_group_rows(
     attempts: int,
     error: str | None,
     event_ids: Iterable[int] | None = None,
+    older_than: float | None = None,
 ) -> int:
-    """Copy a group's rows (all, or only ``event_ids``) into ``outbox_archive``.
+    """Copy a group's rows (all, only ``event_ids``, or only those older than ``older_than``
+    seconds) into ``outbox_archive``.
 
     One set-based ``INSERT ... SELECT``: the payload is built by the database, no row passes
     through Python.
@@ -341,6 +367,8 @@ def archive_group_rows(
     ).where(row.c.group_id == group_id)
     if event_ids is not None:
         source = source.where(row.c.id.in_(list(event_ids)))
+    if older_than is not None:
+        source = source.where(row.c.created_at < db_now_plus(-older_than))
     stmt = insert(_archive).from_select(
         [
             "handler",

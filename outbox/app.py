@@ -6,6 +6,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import Engine, Table
@@ -59,9 +60,24 @@ class Settings:
                 raise ConfigurationError(f"Settings.{name} must be > 0 seconds, got {value!r}")
 
 
+class Delivery(StrEnum):
+    """How often a handler may see a group.
+
+    ``AT_LEAST_ONCE`` (the default): a group whose attempt was interrupted (its worker died, its
+    handler timed out) is handed over again; handlers must be idempotent.
+    ``AT_MOST_ONCE``: for handlers that are not idempotent. A group whose attempt was
+    interrupted is dead-lettered instead of being run again: it may or may not have been
+    delivered, and running it twice is the one thing not allowed. A handler that raises still
+    has its group retried: by raising, it said that it delivered nothing.
+    """
+
+    AT_LEAST_ONCE = "at_least_once"
+    AT_MOST_ONCE = "at_most_once"
+
+
 @dataclass(frozen=True, slots=True)
 class Handler(Generic[EventT]):
-    """A registered batch handler and its options."""
+    """A registered batch handler and its options (see :meth:`Outbox.handler`)."""
 
     name: str
     model: type[EventT]
@@ -71,6 +87,9 @@ class Handler(Generic[EventT]):
     retry: RetryPolicy
     archive: bool
     max_batches: int
+    timeout: float | None = None
+    expires_after: float | None = None
+    delivery: Delivery = Delivery.AT_LEAST_ONCE
 
     @property
     def table(self) -> Table:
@@ -151,6 +170,9 @@ class Outbox:
         archive: bool = False,
         max_batches: int = DEFAULT_MAX_BATCHES,
         name: str | None = None,
+        timeout: float | None = None,
+        expires_after: float | None = None,
+        delivery: Delivery | str = Delivery.AT_LEAST_ONCE,
     ) -> Callable[[HandlerFunc[EventT]], HandlerFunc[EventT]]:
         """Register a batch handler for the buffer model ``model``.
 
@@ -159,6 +181,10 @@ class Outbox:
         the rows of succeeded groups to ``outbox_archive`` instead of only deleting them.
         ``max_batches``: the most claim jobs the distributor keeps pending for this handler.
         ``name``: defaults to the function's name; the CLI and the tables know it by this name.
+        ``timeout``: seconds a handler call may take; a longer call fails the attempt and its
+        late result is ignored. ``expires_after``: seconds after which an event is archived as
+        ``expired`` instead of handled. ``delivery``: :class:`Delivery`, at least once (default)
+        or at most once.
         """
 
         def register(func: HandlerFunc[EventT]) -> HandlerFunc[EventT]:
@@ -172,6 +198,9 @@ class Outbox:
                     retry=retry or RetryPolicy(),
                     archive=archive,
                     max_batches=max_batches,
+                    timeout=timeout,
+                    expires_after=expires_after,
+                    delivery=_delivery(delivery),
                 )
             )
             return func
@@ -216,6 +245,14 @@ class Outbox:
         return self.settings
 
 
+def _delivery(value: Delivery | str) -> Delivery:
+    try:
+        return Delivery(value)
+    except ValueError:
+        choices = ", ".join(d.value for d in Delivery)
+        raise ConfigurationError(f"delivery must be one of {choices}, got {value!r}") from None
+
+
 def _validate(handler: Handler[Any]) -> None:
     model = handler.model
     if not (isinstance(model, type) and issubclass(model, BufferMixin)):
@@ -240,5 +277,11 @@ def _validate(handler: Handler[Any]) -> None:
             f"handler {handler.name!r}: max_batches must be 1..{MAX_MAX_BATCHES}, "
             f"got {handler.max_batches}"
         )
+    for option in ("timeout", "expires_after"):
+        value = getattr(handler, option)
+        if value is not None and not value > 0:
+            raise ConfigurationError(
+                f"handler {handler.name!r}: {option} must be > 0 seconds or None, got {value!r}"
+            )
     if not callable(handler.func):
         raise ConfigurationError(f"handler {handler.name!r}: the handler must be callable")

@@ -8,6 +8,7 @@ rescheduled with the handler's backoff, or dead-lettered when the attempts are s
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
 import uuid
@@ -27,9 +28,10 @@ from outbox._faults import (
     IN_COMPLETION,
     crash_point,
 )
-from outbox.app import Handler, Outbox
+from outbox.app import Delivery, Handler, Outbox
 from outbox.batch import Batch
 from outbox.claimer import LeaseLost
+from outbox.exceptions import HandlerTimeoutError
 
 log = _log.get_logger(__name__)
 
@@ -55,6 +57,7 @@ class BatchResult:
     retried: int = 0
     discarded: int = 0
     dead: int = 0
+    expired: int = 0
     duration: float = 0.0
     error: str | None = None
 
@@ -88,28 +91,108 @@ def run_batch_job(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> Batch
     attempt = job.attempts
     started = time.monotonic()
     events: list[Any] = []
+    expired = 0
     if attempt > handler.retry.max_attempts:
         # A worker died during the last allowed attempt: nothing more may be tried.
         error = job.last_error or "attempts exhausted"
         result = _finish_failed(app, handler, job, error, give_up=True)
+    elif handler.delivery is Delivery.AT_MOST_ONCE and _interrupted(job):
+        error = (
+            f"at most once: attempt {attempt - 1} was interrupted and may have delivered, so the "
+            f"group is not run again ({job.last_error})"
+        )
+        result = _finish_failed(app, handler, job, error, give_up=True)
     else:
         try:
+            if handler.expires_after is not None:
+                expired = _expire(app, handler, job)
             events = load_events(app, handler, group_id)
             batch: Batch[Any] = Batch(
                 events=events, group_id=group_id, attempt=attempt, handler=handler.name
             )
-            crash_point(BEFORE_HANDLER)
-            handler.func(batch)
-            crash_point(AFTER_HANDLER)
+            if events:
+                crash_point(BEFORE_HANDLER)
+                _call(handler, batch)
+                crash_point(AFTER_HANDLER)
+        except LeaseLost:
+            result = _lease_lost(handler, job)
         except Exception as error:  # the handler's failure is this attempt's outcome
             text = format_error(error)
-            give_up = handler.retry.exhausted(attempt)
+            give_up = handler.retry.exhausted(attempt) or (
+                handler.delivery is Delivery.AT_MOST_ONCE and isinstance(error, HandlerTimeoutError)
+            )
             result = _finish_failed(app, handler, job, text, give_up=give_up)
         else:
             result = _finish_succeeded(app, handler, job, batch)
-    result = replace(result, size=len(events), duration=time.monotonic() - started)
+    result = replace(
+        result, size=len(events) + expired, expired=expired, duration=time.monotonic() - started
+    )
     _log_result(result)
     return result
+
+
+def _interrupted(job: _sql.JobRow) -> bool:
+    """Did the previous attempt stop without an outcome (worker lost, handler timed out)?"""
+    last = job.last_error or ""
+    return job.attempts > 1 and (
+        last.startswith(_sql.RESCUED_ERROR) or last.startswith(HandlerTimeoutError.__name__)
+    )
+
+
+def _expire(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> int:
+    """Archive the group's events older than ``expires_after`` as ``expired``; fenced."""
+    assert job.group_id is not None
+    assert handler.expires_after is not None
+    group_id, older_than = job.group_id, handler.expires_after
+
+    def work(conn: Connection) -> int:
+        if not _sql.extend_lease(conn, job.id, job.lease_token, app.settings.lease_seconds):
+            raise LeaseLost
+        expired = _sql.archive_group_rows(
+            conn,
+            app.dialect,
+            handler.table,
+            handler=handler.name,
+            group_id=group_id,
+            status="expired",
+            attempts=job.attempts,
+            error=f"expired: older than {older_than:g} s when its group was handled",
+            older_than=older_than,
+        )
+        _sql.delete_group_rows(conn, handler.table, group_id, older_than=older_than)
+        return expired
+
+    return run_in_transaction(app.engine, work, patience=app.settings.lease_seconds)
+
+
+def _call(handler: Handler[Any], batch: Batch[Any]) -> None:
+    """Call the handler; with a ``timeout``, in a thread of its own that may be left behind.
+
+    A thread cannot be stopped from outside: a handler that overruns keeps running, but its
+    result is ignored (its job is already rescheduled), and the next attempt may start while
+    it still runs.
+    """
+    if handler.timeout is None:
+        handler.func(batch)
+        return
+    outcome: list[BaseException] = []
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            handler.func(batch)
+        except BaseException as error:  # handed to the waiting thread below
+            outcome.append(error)
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"outbox-handler-{handler.name}", daemon=True).start()
+    if not done.wait(handler.timeout):
+        raise HandlerTimeoutError(
+            f"handler {handler.name!r} ran longer than its timeout of {handler.timeout:g} s"
+        )
+    if outcome:
+        raise outcome[0]
 
 
 def _finish_succeeded(
@@ -194,19 +277,26 @@ def _finish_failed(
 
 def _fenced(app: Outbox, handler: Handler[Any], job: _sql.JobRow, work: Any) -> BatchResult:
     try:
-        result: BatchResult = run_in_transaction(app.engine, work)
+        # A completion waits out a database restart for as long as its lease could last.
+        result: BatchResult = run_in_transaction(
+            app.engine, work, patience=app.settings.lease_seconds
+        )
         crash_point(AFTER_COMMIT)
     except LeaseLost:
-        assert job.group_id is not None
-        log.warning(
-            _log.LEASE_LOST,
-            handler=handler.name,
-            group_id=str(job.group_id),
-            job_id=job.id,
-            attempt=job.attempts,
-        )
-        return BatchResult(handler.name, job.group_id, job.attempts, LEASE_LOST)
+        return _lease_lost(handler, job)
     return result
+
+
+def _lease_lost(handler: Handler[Any], job: _sql.JobRow) -> BatchResult:
+    assert job.group_id is not None
+    log.warning(
+        _log.LEASE_LOST,
+        handler=handler.name,
+        group_id=str(job.group_id),
+        job_id=job.id,
+        attempt=job.attempts,
+    )
+    return BatchResult(handler.name, job.group_id, job.attempts, LEASE_LOST)
 
 
 def _archive(
@@ -250,8 +340,13 @@ def _log_result(result: BatchResult) -> None:
         "outcome": result.outcome,
         "duration": round(result.duration, 4),
     }
-    if result.retried or result.discarded or result.dead:
-        fields.update(retried=result.retried, discarded=result.discarded, dead=result.dead)
+    if result.retried or result.discarded or result.dead or result.expired:
+        fields.update(
+            retried=result.retried,
+            discarded=result.discarded,
+            dead=result.dead,
+            expired=result.expired,
+        )
     if result.outcome in (RETRYING, DEAD) and result.error:
         # The first line only: type and message. The full traceback is stored with the job.
         fields["error"] = result.error.splitlines()[0][:500]

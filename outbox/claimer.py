@@ -67,7 +67,7 @@ def run_claim_job(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> Claim
         return claim
 
     try:
-        claim = run_in_transaction(app.engine, work)
+        claim = run_in_transaction(app.engine, work, patience=app.settings.lease_seconds)
     except LeaseLost:
         log.warning(_log.LEASE_LOST, handler=handler.name, job_id=job.id, kind=job.kind)
         return None

@@ -41,6 +41,8 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+# How long `outbox distribute` rides out a database restart before it gives up (exit 1).
+DISTRIBUTE_PATIENCE_SECONDS = 30.0
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -285,7 +287,7 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
 def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
     """Enqueue the claim jobs each handler needs (safe from cron, safe to overlap)."""
     app = _ready(ctx.app())
-    for result in distributor.run_once(app, handlers):
+    for result in distributor.run_once(app, handlers, patience=DISTRIBUTE_PATIENCE_SECONDS):
         click.echo(result.summary())
 
 

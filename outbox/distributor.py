@@ -43,8 +43,13 @@ class Distribution:
         )
 
 
-def distribute_handler(app: Outbox, handler: Handler[Any]) -> Distribution:
-    """Enqueue the claim jobs one handler needs, in one short transaction."""
+def distribute_handler(
+    app: Outbox, handler: Handler[Any], *, patience: float = 0.0
+) -> Distribution:
+    """Enqueue the claim jobs one handler needs, in one short transaction.
+
+    ``patience``: seconds to keep retrying through a database outage before giving up.
+    """
     cap = handler.batch_size * handler.max_batches
 
     def work(conn: Connection) -> Distribution:
@@ -58,7 +63,7 @@ def distribute_handler(app: Outbox, handler: Handler[Any]) -> Distribution:
         )
         return Distribution(handler.name, unclaimed, unclaimed >= cap, len(taken), enqueued)
 
-    result = run_in_transaction(app.engine, work)
+    result = run_in_transaction(app.engine, work, patience=patience)
     if result.enqueued:
         log.info(
             _log.CLAIMS_ENQUEUED,
@@ -69,9 +74,11 @@ def distribute_handler(app: Outbox, handler: Handler[Any]) -> Distribution:
     return result
 
 
-def run_once(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[Distribution]:
+def run_once(
+    app: Outbox, handlers: tuple[str, ...] | list[str] = (), *, patience: float = 0.0
+) -> list[Distribution]:
     """Distribute once for every handler (or the named ones); returns what each one did."""
-    return [distribute_handler(app, h) for h in app.select_handlers(handlers)]
+    return [distribute_handler(app, h, patience=patience) for h in app.select_handlers(handlers)]
 
 
 def enqueued(results: list[Distribution]) -> int:

@@ -7,7 +7,8 @@ Every exception derives from :class:`OutboxError`::
     ├── SchemaMissingError      the framework's tables are not there: run ``outbox migrate``
     ├── DatabaseUnavailableError  the database cannot be reached (driver error kept as __cause__)
     ├── UnsupportedDatabaseError  a dialect or server version outbox does not run on
-    └── ReplayError             archived rows that cannot be put back into their buffer
+    ├── ReplayError             archived rows that cannot be put back into their buffer
+    └── HandlerTimeoutError     a handler call ran longer than its ``timeout`` (a failed attempt)
 """
 
 from __future__ import annotations
@@ -41,3 +42,7 @@ class UnsupportedDatabaseError(OutboxError):
 
 class ReplayError(OutboxError):
     """Archived rows could not be put back into their buffer."""
+
+
+class HandlerTimeoutError(OutboxError, TimeoutError):
+    """A handler call ran longer than the handler's ``timeout``: the attempt failed."""

@@ -52,6 +52,7 @@ class WorkerStats:
     events_retried: int = 0
     events_discarded: int = 0
     events_dead: int = 0
+    events_expired: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record(self, result: BatchResult) -> None:
@@ -69,6 +70,7 @@ class WorkerStats:
             self.events_retried += result.retried
             self.events_discarded += result.discarded
             self.events_dead += result.dead
+            self.events_expired += result.expired
 
 
 class Worker:

@@ -49,6 +49,12 @@ def test_postgresql_programming_errors_are_not_transient(orig: Exception) -> Non
     assert False is is_transient(wrapped(orig, IntegrityError))
 
 
+def test_postgresql_connection_refused_is_transient() -> None:
+    """A refused connection (a restarting server) carries no SQLSTATE and is worth retrying."""
+    orig = psycopg.OperationalError("connection failed: Connection refused")
+    assert True is is_transient(wrapped(orig))
+
+
 def test_sqlite_database_is_locked_is_transient() -> None:
     """SQLite's busy error is contention."""
     assert True is is_transient(wrapped(sqlite3.OperationalError("database is locked")))
