@@ -200,6 +200,9 @@ class Worker:
         while not self._stopping.is_set():
             try:
                 acquired = self._fill()
+                idle_burst = not acquired and self.in_flight == 0 and self.burst
+                if idle_burst and not self._burst_has_more():
+                    return
                 if self._database_down:
                     self._database_down = False
                     log.info(_log.WORKER_DATABASE_RECOVERED, worker=self.id)
@@ -209,11 +212,7 @@ class Worker:
                 self._report_database_error(error)
                 self._stopping.wait(backoff * (0.5 + random.random()))
                 continue
-            if acquired:
-                continue
-            if self.in_flight == 0 and self.burst:
-                if not self._burst_has_more():
-                    return
+            if acquired or idle_burst:
                 continue
             self._wake.wait(self._poll_timeout())
             self._wake.clear()
