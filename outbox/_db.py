@@ -24,12 +24,23 @@ TRANSACTION_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 2.0
 
 
-def create_outbox_engine(url: str | URL) -> Engine:
-    """An engine set up for outbox: pre-pinged pool, READ COMMITTED, SQLite write locking."""
+def create_outbox_engine(
+    url: str | URL, *, idle_transaction_timeout: float | None = None
+) -> Engine:
+    """An engine set up for outbox: pre-pinged pool, READ COMMITTED, SQLite write locking.
+
+    ``idle_transaction_timeout`` (PostgreSQL): the server ends a transaction left idle this
+    long, so that a frozen worker (SIGSTOP, a stalled VM) cannot hold row locks forever.
+    """
     parsed = make_url(url)
     options: dict[str, object] = {"pool_pre_ping": True}
     if parsed.get_backend_name() == "mysql" or parsed.get_backend_name() == "mariadb":
         options["isolation_level"] = "READ COMMITTED"
+    if parsed.get_backend_name() == "postgresql" and idle_transaction_timeout is not None:
+        milliseconds = int(idle_transaction_timeout * 1000)
+        options["connect_args"] = {
+            "options": f"-c idle_in_transaction_session_timeout={milliseconds}"
+        }
     engine = create_engine(parsed, **options)
     dialects.configure_engine(engine)
     return engine

@@ -193,15 +193,32 @@ def extend_lease(conn: Connection, job_id: int, token: uuid.UUID, lease_seconds:
     )
 
 
-def rescue_expired_jobs(conn: Connection) -> int:
+def rescue_expired_jobs(conn: Connection, dialect: str) -> int:
     """Free the jobs whose lease ran out (their worker died or stalled) for another worker.
 
     The attempt the dead worker started stays counted. A worker that comes back later finds
-    its token gone, so each of its finishing writes changes nothing.
+    its token gone, so each of its finishing writes changes nothing. Rows locked by a
+    completion in progress are skipped, not waited for (``FOR UPDATE SKIP LOCKED``): a job
+    being finished is not abandoned, and a frozen worker's open transaction must not stall the
+    rescue of everyone else.
     """
+    expired = select(_jobs.c.id).where(
+        _jobs.c.lease_token.is_not(None), _jobs.c.lease_expires_at < db_now()
+    )
+    if dialects.uses_skip_locked(dialect):
+        if dialect == dialects.POSTGRESQL:
+            picked = expired.with_for_update(skip_locked=True).cte("expired")
+            condition: Any = _jobs.c.id == picked.c.id
+        else:
+            ids = list(conn.execute(expired.with_for_update(skip_locked=True)).scalars())
+            if not ids:
+                return 0
+            condition = _jobs.c.id.in_(ids)
+    else:
+        condition = _jobs.c.id.in_(expired.scalar_subquery())
     return conn.execute(
         update(_jobs)
-        .where(_jobs.c.lease_token.is_not(None), _jobs.c.lease_expires_at < db_now())
+        .where(condition, _jobs.c.lease_token.is_not(None))
         .values(
             lease_owner=None,
             lease_token=None,

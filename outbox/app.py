@@ -142,7 +142,9 @@ class Outbox:
     def engine(self) -> Engine:
         """The engine outbox runs on, created from the URL on first use."""
         if self._engine is None:
-            self._engine = _db.create_outbox_engine(self.url)
+            self._engine = _db.create_outbox_engine(
+                self.url, idle_transaction_timeout=self.settings.lease_seconds
+            )
             dialects.name_of(self._engine.dialect)
         return self._engine
 

@@ -326,9 +326,10 @@ def work(
     """Run claim and batch jobs until stopped (SIGTERM/SIGINT: graceful; twice: at once)."""
     if concurrency < 1:
         raise click.BadParameter("must be >= 1", param_hint="--concurrency")
-    app = _ready(ctx.app())
+    app = ctx.app()
     changes = {"lease_seconds": lease, "poll_interval": poll_interval}
     app.with_settings(**{k: v for k, v in changes.items() if v is not None})
+    _ready(app)
     worker = Worker(
         app,
         concurrency=concurrency,

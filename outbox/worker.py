@@ -155,7 +155,7 @@ class Worker:
 
         def work(conn: Any) -> int:
             _sql.delete_stale_workers(conn, self.app.settings.worker_stale_after)
-            return _sql.rescue_expired_jobs(conn)
+            return _sql.rescue_expired_jobs(conn, self.app.dialect)
 
         rescued = run_in_transaction(self.app.engine, work)
         if rescued:

@@ -49,3 +49,35 @@ def test_slow_handler_keeps_its_lease(
         stop.set()
         thread.join(timeout=5)
     assert ([1], ["succeeded"], 0) == (calls, [r.outcome for r in results], sum(rescued))
+
+
+def test_rescue_skips_a_job_whose_completion_holds_its_row(postgres_database: str) -> None:
+    """A rescue does not wait on a job row locked by an open transaction: it skips it."""
+    import uuid
+
+    from sqlalchemy import create_engine, text, update
+
+    from outbox import _sql, schema
+    from outbox._dialects import db_now_plus
+
+    engine = create_engine(postgres_database)
+    with engine.begin() as conn:
+        conn.execute(
+            schema.jobs.insert().values(
+                kind="batch", handler="h", group_id=uuid.uuid4(), priority=0,
+                lease_owner="frozen", lease_token=uuid.uuid4(),
+                lease_expires_at=db_now_plus(-5),
+            )
+        )  # fmt: skip
+    holder = engine.connect()
+    holder.begin()
+    holder.execute(update(schema.jobs).values(last_error="completion in progress"))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("SET LOCAL lock_timeout = '2s'"))
+            rescued = _sql.rescue_expired_jobs(conn, "postgresql")
+    finally:
+        holder.rollback()
+        holder.close()
+        engine.dispose()
+    assert 0 == rescued
