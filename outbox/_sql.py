@@ -500,11 +500,15 @@ def job_counts(conn: Connection) -> dict[tuple[str, str, str], int]:
     return {(h, k, s): int(n) for h, k, s, n in rows}
 
 
-def max_batch_attempts(conn: Connection) -> dict[str, int]:
-    """The highest attempt count among each handler's pending batch jobs."""
+def max_failed_attempts(conn: Connection) -> dict[str, int]:
+    """The most failed attempts of any group waiting for its next attempt, per handler.
+
+    A waiting batch job's ``attempts`` counts attempts that ended without success; a running
+    one's includes the attempt in progress, so only waiting jobs are looked at.
+    """
     rows = conn.execute(
         select(_jobs.c.handler, func.max(_jobs.c.attempts))
-        .where(_jobs.c.kind == schema.JOB_KIND_BATCH)
+        .where(_jobs.c.kind == schema.JOB_KIND_BATCH, _jobs.c.lease_token.is_(None))
         .group_by(_jobs.c.handler)
     )
     return {h: int(n) for h, n in rows}

@@ -383,30 +383,61 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
     """Per handler: backlog, oldest event age, staleness, groups by state, dead letters."""
     app = _ready(ctx.app())
     rows = metrics.collect(app, handlers)
+    band_rows = metrics.bands(rows)
     if as_json:
-        click.echo(json.dumps({"handlers": [r.as_dict() for r in rows]}, indent=2))
+        document = {
+            "handlers": [r.as_dict() for r in rows],
+            "bands": [b.as_dict() for b in band_rows],
+        }
+        click.echo(json.dumps(document, indent=2))
         return
-    header = (
-        "handler", "urgency", "unclaimed", "oldest", "staleness",
-        "waiting", "in flight", "retrying", "dead",
+    _table(
+        ("handler", "urgency", "unclaimed", "oldest", "staleness",
+         "waiting", "in flight", "retrying", "failed", "dead", "alerts"),
+        [
+            (r.handler, r.urgency, str(r.unclaimed), _age(r.oldest_age), _ratio(r.staleness),
+             str(r.groups_waiting), str(r.groups_in_flight), str(r.groups_retrying),
+             str(r.max_failed_attempts), str(r.dead), str(len(r.alerts)))
+            for r in rows
+        ],
     )  # fmt: skip
-    table = [header] + [
-        (
-            r.handler,
-            r.urgency,
-            str(r.unclaimed),
-            _age(r.oldest_age),
-            "-" if r.staleness is None else f"{r.staleness:.2f}",
-            str(r.groups_waiting),
-            str(r.groups_in_flight),
-            str(r.groups_retrying),
-            str(r.dead),
-        )
-        for r in rows
-    ]
+    click.echo()
+    _table(
+        ("band", "promise", "handlers", "unclaimed", "oldest", "staleness", "failed", "dead"),
+        [
+            (b.urgency, _age(b.promise), str(len(b.handlers)), str(b.unclaimed),
+             _age(b.oldest_age), _ratio(b.staleness), str(b.max_failed_attempts), str(b.dead))
+            for b in band_rows
+        ],
+    )  # fmt: skip
+    for r in rows:
+        for alert in r.alerts:
+            click.echo(f"alert: {r.handler} ({r.urgency}): {alert}")
+
+
+@main.command()
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@_command
+def check(ctx: Context, handlers: tuple[str, ...]) -> None:
+    """Exit 1 when a handler breaks its band's promise (for cron, probes, monitoring)."""
+    app = _ready(ctx.app())
+    broken = [(r, alert) for r in metrics.collect(app, handlers) for alert in r.alerts]
+    for r, alert in broken:
+        click.echo(f"{r.handler} ({r.urgency}): {alert}")
+    if broken:
+        sys.exit(EXIT_FAILURE)
+    click.echo("all promises hold")
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    table = [header, *rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def _age(seconds: float | None) -> str:

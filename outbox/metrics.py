@@ -1,4 +1,9 @@
-"""Status numbers per handler: backlog, age, staleness, groups by state, dead letters."""
+"""Status numbers per handler and per band: backlog, age, staleness, groups, dead letters, alerts.
+
+Staleness is the age of the oldest unhandled event divided by the band's promise: above 1, the
+fleet is behind its promise. A handler raises an alert when its staleness passes its band's
+``alert_staleness`` or one of its groups has failed ``alert_attempts`` times.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 from outbox import _sql, schema
-from outbox.app import Outbox
+from outbox.app import Handler, Outbox
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,10 +36,12 @@ class HandlerStatus:
     groups_waiting: int
     groups_in_flight: int
     groups_retrying: int
-    max_attempt: int
-    """The highest attempt count among the handler's pending groups (0: none pending)."""
+    max_failed_attempts: int
+    """The most failed attempts of any group waiting to be retried (0: none)."""
     archived: dict[str, int] = field(default_factory=dict)
     """Archived events by status: succeeded, dead, expired, discarded."""
+    alerts: list[str] = field(default_factory=list)
+    """Broken promises, in words; empty when all hold."""
 
     @property
     def dead(self) -> int:
@@ -48,46 +55,108 @@ class HandlerStatus:
         return data
 
 
-def collect(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[HandlerStatus]:
-    """The status of every handler (or the named ones), read in one transaction."""
-    selected = app.select_handlers(handlers)
+@dataclass(frozen=True, slots=True)
+class BandStatus:
+    """The handlers of one urgency band, taken together."""
 
-    def read(conn: Connection) -> list[HandlerStatus]:
+    urgency: str
+    promise: float
+    handlers: list[str]
+    unclaimed: int
+    oldest_age: float | None
+    staleness: float | None
+    max_failed_attempts: int
+    dead: int
+    alerts: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+def collect(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[HandlerStatus]:
+    """The status of every handler (or the named ones), read on one connection."""
+    selected = app.select_handlers(handlers)
+    with app.engine.connect() as conn:
         jobs = _sql.job_counts(conn)
         archived = _sql.archive_counts(conn)
-        attempts = _sql.max_batch_attempts(conn)
-        result = []
-        for h in selected:
-            age = _sql.oldest_event_age(conn, h.table)
+        failed = _sql.max_failed_attempts(conn)
+        return [_handler_status(conn, h, jobs, archived, failed) for h in selected]
 
-            def n(kind: str, state: str, name: str = h.name) -> int:
-                return jobs.get((name, kind, state), 0)
 
-            result.append(
-                HandlerStatus(
-                    handler=h.name,
-                    buffer=h.table.name,
-                    urgency=h.urgency.name,
-                    promise=h.urgency.promise,
-                    unclaimed=_sql.count_buffer_rows(conn, h.table, unclaimed=True),
-                    claimed=_sql.count_buffer_rows(conn, h.table, unclaimed=False),
-                    oldest_age=age,
-                    staleness=None if age is None else age / h.urgency.promise,
-                    claims_pending=sum(
-                        n(schema.JOB_KIND_CLAIM, s) for s in ("waiting", "retrying", "running")
-                    ),
-                    groups_waiting=n(schema.JOB_KIND_BATCH, "waiting"),
-                    groups_in_flight=n(schema.JOB_KIND_BATCH, "running"),
-                    groups_retrying=n(schema.JOB_KIND_BATCH, "retrying"),
-                    max_attempt=attempts.get(h.name, 0),
-                    archived={
-                        status: archived[(h.name, status)]
-                        for status in schema.ARCHIVE_STATUSES
-                        if (h.name, status) in archived
-                    },
-                )
+def _handler_status(
+    conn: Connection,
+    h: Handler[Any],
+    jobs: dict[tuple[str, str, str], int],
+    archived: dict[tuple[str, str], int],
+    failed: dict[str, int],
+) -> HandlerStatus:
+    def count(kind: str, state: str) -> int:
+        return jobs.get((h.name, kind, state), 0)
+
+    age = _sql.oldest_event_age(conn, h.table)
+    staleness = None if age is None else age / h.urgency.promise
+    max_failed = failed.get(h.name, 0)
+    return HandlerStatus(
+        handler=h.name,
+        buffer=h.table.name,
+        urgency=h.urgency.name,
+        promise=h.urgency.promise,
+        unclaimed=_sql.count_buffer_rows(conn, h.table, unclaimed=True),
+        claimed=_sql.count_buffer_rows(conn, h.table, unclaimed=False),
+        oldest_age=age,
+        staleness=staleness,
+        claims_pending=sum(
+            count(schema.JOB_KIND_CLAIM, s) for s in ("waiting", "retrying", "running")
+        ),
+        groups_waiting=count(schema.JOB_KIND_BATCH, "waiting"),
+        groups_in_flight=count(schema.JOB_KIND_BATCH, "running"),
+        groups_retrying=count(schema.JOB_KIND_BATCH, "retrying"),
+        max_failed_attempts=max_failed,
+        archived={
+            status: archived[(h.name, status)]
+            for status in schema.ARCHIVE_STATUSES
+            if (h.name, status) in archived
+        },
+        alerts=_alerts(h, age, staleness, max_failed),
+    )
+
+
+def _alerts(h: Handler[Any], age: float | None, staleness: float | None, failed: int) -> list[str]:
+    band = h.urgency
+    alerts = []
+    if staleness is not None and age is not None and staleness > band.alert_staleness:
+        alerts.append(
+            f"oldest event is {age:.0f} s old: staleness {staleness:.2f} is above "
+            f"{band.alert_staleness:g} for the {band.name} promise of {band.promise:g} s"
+        )
+    if failed >= band.alert_attempts:
+        alerts.append(
+            f"a group has failed {failed} attempts: {band.name} alerts at {band.alert_attempts}"
+        )
+    return alerts
+
+
+def bands(statuses: list[HandlerStatus]) -> list[BandStatus]:
+    """The handler statuses summed up per urgency band, most urgent band first."""
+    by_band: dict[str, list[HandlerStatus]] = {}
+    for status in statuses:
+        by_band.setdefault(status.urgency, []).append(status)
+    result = []
+    for name, members in by_band.items():
+        ages = [s.oldest_age for s in members if s.oldest_age is not None]
+        stalenesses = [s.staleness for s in members if s.staleness is not None]
+        result.append(
+            BandStatus(
+                urgency=name,
+                promise=members[0].promise,
+                handlers=[s.handler for s in members],
+                unclaimed=sum(s.unclaimed for s in members),
+                oldest_age=max(ages) if ages else None,
+                staleness=max(stalenesses) if stalenesses else None,
+                max_failed_attempts=max(s.max_failed_attempts for s in members),
+                dead=sum(s.dead for s in members),
+                alerts=sum(len(s.alerts) for s in members),
             )
-        return result
-
-    with app.engine.connect() as conn:
-        return read(conn)
+        )
+    return sorted(result, key=lambda b: b.promise)

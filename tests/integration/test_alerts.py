@@ -1,0 +1,113 @@
+"""Alerts: staleness beyond a band's promise, and groups failing too often."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from sqlalchemy import update
+
+from outbox import Batch, Outbox, RetryPolicy, Urgency, distributor
+from outbox._dialects import db_now_plus
+from outbox.metrics import bands, collect
+from outbox.worker import Worker
+from tests.models import ActivityEvent, EmailEvent
+
+FAIL_FOREVER = RetryPolicy(max_attempts=10, scale=0.0, base_delay=0.0, jitter=0.0)
+
+
+def _age(app: Outbox, model: type[ActivityEvent] | type[EmailEvent], seconds: float) -> None:
+    with app.engine.begin() as conn:
+        conn.execute(update(model).values(created_at=db_now_plus(-seconds)))
+
+
+def test_fresh_events_raise_no_alert(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """Events younger than their band's promise break no promise."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, urgency=Urgency.REALTIME, name="h")(lambda b: None)
+    commit_events(app.engine, 3)
+    (status,) = collect(app)
+    assert [] == status.alerts
+
+
+def test_event_older_than_the_promise_raises_a_staleness_alert(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """An unhandled event older than the REALTIME promise (60 s) is a broken promise."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, urgency=Urgency.REALTIME, name="h")(lambda b: None)
+    commit_events(app.engine, 3)
+    _age(app, ActivityEvent, 120)
+    (status,) = collect(app)
+    assert (1, True) == (len(status.alerts), "REALTIME promise of 60 s" in status.alerts[0])
+
+
+def test_same_age_holds_the_day_promise(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """Two minutes is late for REALTIME and well within DAY."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, urgency=Urgency.DAY, name="h")(lambda b: None)
+    commit_events(app.engine, 3)
+    _age(app, ActivityEvent, 120)
+    (status,) = collect(app)
+    assert [] == status.alerts
+
+
+def test_interactive_band_alerts_after_two_failed_attempts(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """A REALTIME group that failed twice raises an attempts alert; one failure does not."""
+    app = make_app(database_url)
+
+    @app.handler(ActivityEvent, urgency=Urgency.REALTIME, retry=FAIL_FOREVER)
+    def failing(batch: Batch[ActivityEvent]) -> None:
+        raise RuntimeError("down")
+
+    commit_events(app.engine, 2)
+    worker = Worker(app, concurrency=1)
+    distributor.run_once(app)
+    worker.run_once()  # the claim
+    worker.run_once()  # attempt 1 fails
+    after_one = collect(app)[0].alerts
+    worker.run_once()  # attempt 2 fails
+    after_two = collect(app)[0].alerts
+    assert (0, 1) == (len(after_one), len(after_two))
+
+
+def test_eventual_band_tolerates_two_failed_attempts(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """A DAY group alerts only at 8 failed attempts, so two failures raise nothing."""
+    app = make_app(database_url)
+
+    @app.handler(ActivityEvent, urgency=Urgency.DAY, retry=FAIL_FOREVER)
+    def failing(batch: Batch[ActivityEvent]) -> None:
+        raise RuntimeError("down")
+
+    commit_events(app.engine, 2)
+    worker = Worker(app, concurrency=1)
+    distributor.run_once(app)
+    for _ in range(3):  # the claim, then two failed attempts
+        worker.run_once()
+    assert (2, []) == (collect(app)[0].max_failed_attempts, collect(app)[0].alerts)
+
+
+def test_bands_sum_up_their_handlers(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """Band status adds up unclaimed events and takes the worst staleness of its handlers."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, urgency=Urgency.HOUR, name="a")(lambda b: None)
+    app.handler(EmailEvent, urgency=Urgency.HOUR, name="b")(lambda b: None)
+    commit_events(app.engine, 3)
+    commit_events(app.engine, 4, model=EmailEvent)
+    _age(app, EmailEvent, 7200)
+    (hour,) = bands(collect(app))
+    assert ("HOUR", ["a", "b"], 7, True) == (
+        hour.urgency,
+        hour.handlers,
+        hour.unclaimed,
+        hour.staleness is not None and hour.staleness >= 2.0,
+    )
