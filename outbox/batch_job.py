@@ -8,6 +8,7 @@ rescheduled with the handler's backoff, or dead-lettered when the attempts are s
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 import traceback
@@ -60,6 +61,15 @@ class BatchResult:
     expired: int = 0
     duration: float = 0.0
     error: str | None = None
+    event_ages: tuple[float, ...] = ()
+    """Seconds from each handed-over event's creation to the end of its batch (worker clock)."""
+    promise: float = 0.0
+    """The promise of the handler's urgency band, in seconds."""
+
+    @property
+    def lateness(self) -> float | None:
+        """How much later than its band's promise the oldest event was finished (< 0: early)."""
+        return max(self.event_ages) - self.promise if self.event_ages else None
 
 
 def format_error(error: BaseException) -> str:
@@ -125,10 +135,24 @@ def run_batch_job(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> Batch
         else:
             result = _finish_succeeded(app, handler, job, batch)
     result = replace(
-        result, size=len(events) + expired, expired=expired, duration=time.monotonic() - started
+        result,
+        size=len(events) + expired,
+        expired=expired,
+        duration=time.monotonic() - started,
+        event_ages=_ages(events),
+        promise=handler.urgency.promise,
     )
     _log_result(result)
     return result
+
+
+def _ages(events: list[Any]) -> tuple[float, ...]:
+    # SQLite hands back naive datetimes; outbox writes them in UTC.
+    now = dt.datetime.now(dt.UTC)
+    return tuple(
+        (now - (c if c.tzinfo else c.replace(tzinfo=dt.UTC))).total_seconds()
+        for c in (e.created_at for e in events)
+    )
 
 
 def _interrupted(job: _sql.JobRow) -> bool:
@@ -340,6 +364,8 @@ def _log_result(result: BatchResult) -> None:
         "outcome": result.outcome,
         "duration": round(result.duration, 4),
     }
+    if result.lateness is not None:
+        fields["lateness"] = round(result.lateness, 3)
     if result.retried or result.discarded or result.dead or result.expired:
         fields.update(
             retried=result.retried,
