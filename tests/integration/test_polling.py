@@ -35,7 +35,7 @@ def test_heartbeat_learns_the_fleet_size(
 def test_idle_wait_grows_with_the_fleet(
     database_url: str, make_app: Callable[[str], Outbox]
 ) -> None:
-    """Each of N workers waits about N poll intervals (±50%), so the fleet polls once per interval."""
+    """Each of N workers waits N poll intervals (±50%): the fleet polls once per interval."""
     app = _app(database_url, make_app)
     worker = Worker(app)
     worker.live_workers = 10
