@@ -65,6 +65,21 @@ def count_unclaimed(conn: Connection, table: Table, cap: int) -> int:
     return int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
 
 
+def oldest_unclaimed_age(conn: Connection, table: Table) -> float | None:
+    """Seconds the oldest unclaimed event has waited; None when none waits.
+
+    The lowest unclaimed id is the oldest: one step into the partial index
+    ``ix_<table>_unclaimed``.
+    """
+    age = conn.execute(
+        select(age_seconds(table.c.created_at))
+        .where(table.c.group_id.is_(None))
+        .order_by(table.c.id)
+        .limit(1)
+    ).scalar_one_or_none()
+    return None if age is None else float(age)
+
+
 def claim_job_slots(conn: Connection, handler: str) -> set[int]:
     """The slots of a handler's claim jobs, pending or running."""
     rows = conn.execute(

@@ -90,6 +90,7 @@ class Handler(Generic[EventT]):
     timeout: float | None = None
     expires_after: float | None = None
     delivery: Delivery = Delivery.AT_LEAST_ONCE
+    max_wait: float | None = None
 
     @property
     def table(self) -> Table:
@@ -175,6 +176,7 @@ class Outbox:
         timeout: float | None = None,
         expires_after: float | None = None,
         delivery: Delivery | str = Delivery.AT_LEAST_ONCE,
+        max_wait: float | None = None,
     ) -> Callable[[HandlerFunc[EventT]], HandlerFunc[EventT]]:
         """Register a batch handler for the buffer model ``model``.
 
@@ -186,7 +188,8 @@ class Outbox:
         ``timeout``: seconds a handler call may take; a longer call fails the attempt and its
         late result is ignored. ``expires_after``: seconds after which an event is archived as
         ``expired`` instead of handled. ``delivery``: :class:`Delivery`, at least once (default)
-        or at most once.
+        or at most once. ``max_wait``: seconds; claim a group only when a full batch is waiting
+        or the oldest unclaimed event has waited this long (default: claim at once).
         """
 
         def register(func: HandlerFunc[EventT]) -> HandlerFunc[EventT]:
@@ -203,6 +206,7 @@ class Outbox:
                     timeout=timeout,
                     expires_after=expires_after,
                     delivery=_delivery(delivery),
+                    max_wait=max_wait,
                 )
             )
             return func
@@ -278,6 +282,11 @@ def _validate(handler: Handler[Any]) -> None:
         raise ConfigurationError(
             f"handler {handler.name!r}: max_batches must be 1..{MAX_MAX_BATCHES}, "
             f"got {handler.max_batches}"
+        )
+    if handler.max_wait is not None and handler.max_wait < 0:
+        raise ConfigurationError(
+            f"handler {handler.name!r}: max_wait must be >= 0 seconds or None, "
+            f"got {handler.max_wait!r}"
         )
     for option in ("timeout", "expires_after"):
         value = getattr(handler, option)

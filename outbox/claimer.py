@@ -34,6 +34,8 @@ class Claim:
 
 
 def _claim(conn: Connection, app: Outbox, handler: Handler[Any]) -> Claim | None:
+    if handler.max_wait is not None and not _batch_due(conn, handler):
+        return None
     group_id = uuid.uuid4()
     size = _sql.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
     if not size:
@@ -42,6 +44,23 @@ def _claim(conn: Connection, app: Outbox, handler: Handler[Any]) -> Claim | None
         conn, handler=handler.name, group_id=group_id, priority=handler.urgency.priority
     )
     return Claim(handler.name, group_id, size)
+
+
+def _batch_due(conn: Connection, handler: Handler[Any]) -> bool:
+    """A full batch waits, or a partial one is due."""
+    full = _sql.count_unclaimed(conn, handler.table, handler.batch_size) >= handler.batch_size
+    return full or partial_batch_due(conn, handler)
+
+
+def partial_batch_due(conn: Connection, handler: Handler[Any]) -> bool:
+    """Size-or-time batches: is a batch smaller than ``batch_size`` worth claiming now?
+
+    Always, without ``max_wait``; with it, once the oldest unclaimed event has waited that long.
+    """
+    if handler.max_wait is None:
+        return True
+    age = _sql.oldest_unclaimed_age(conn, handler.table)
+    return age is not None and age >= handler.max_wait
 
 
 def run_once(app: Outbox, handler: Handler[Any]) -> Claim | None:

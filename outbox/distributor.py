@@ -1,7 +1,8 @@
 """The distributor: turns unclaimed rows into claim jobs, per handler.
 
 For each handler it counts unclaimed rows (a capped count) and keeps
-``min(ceil(unclaimed / batch_size), max_batches)`` claim jobs pending. Claim jobs live in
+``min(ceil(unclaimed / batch_size), max_batches)`` claim jobs pending; with ``max_wait``, a
+last partial batch counts only once its oldest event has waited that long. Claim jobs live in
 numbered slots with a unique index, so two overlapping runs (two crons, two worker leaders)
 never enqueue more than needed: both fill the same lowest free slots, and the second insert of
 a slot does nothing.
@@ -9,7 +10,6 @@ a slot does nothing.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 from outbox import _log, _sql
 from outbox._db import run_in_transaction
 from outbox.app import Handler, Outbox
+from outbox.claimer import partial_batch_due
 
 log = _log.get_logger(__name__)
 
@@ -54,7 +55,10 @@ def distribute_handler(
 
     def work(conn: Connection) -> Distribution:
         unclaimed = _sql.count_unclaimed(conn, handler.table, cap)
-        needed = min(math.ceil(unclaimed / handler.batch_size), handler.max_batches)
+        full, partial = divmod(unclaimed, handler.batch_size)
+        if partial and not partial_batch_due(conn, handler):
+            partial = 0
+        needed = min(full + (1 if partial else 0), handler.max_batches)
         taken = _sql.claim_job_slots(conn, handler.name)
         missing = needed - len(taken)
         free = [s for s in range(handler.max_batches) if s not in taken][: max(missing, 0)]

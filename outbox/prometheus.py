@@ -1,0 +1,288 @@
+"""Prometheus exposition: database gauges at scrape time, worker counters and histograms.
+
+Needs the ``metrics`` extra (``pip install 'sqlalchemy-outbox[metrics]'``). Two halves:
+
+- :class:`OutboxCollector` reads :func:`outbox.metrics.collect` on every scrape, so its gauges
+  are the same numbers as ``outbox status``, from whichever process is scraped. A scrape that
+  cannot reach the database reports ``outbox_scrape_error 1`` instead of failing.
+- :class:`WorkerMetrics` counts what one process's workers did, from the
+  :class:`~outbox.batch_job.BatchResult` each batch job returns (``Worker(on_result=...)``).
+
+Labels are kept to ``handler``, ``band`` (the urgency band's name) and ``outcome``: their values
+are bounded by the registered handlers, never by events or groups. docs/metrics.md lists every
+name.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
+try:
+    import prometheus_client
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+    from prometheus_client.core import GaugeMetricFamily
+except ImportError as error:  # the extra is optional; say how to get it
+    raise ImportError(
+        "outbox.prometheus needs prometheus-client: pip install 'sqlalchemy-outbox[metrics]'",
+        name="prometheus_client",
+    ) from error
+
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+from outbox import _log, metrics
+from outbox.app import Outbox
+from outbox.batch_job import SUCCEEDED, BatchResult
+from outbox.exceptions import OutboxError
+
+if TYPE_CHECKING:
+    from wsgiref.simple_server import WSGIServer
+    from wsgiref.types import WSGIApplication
+
+log = _log.get_logger(__name__)
+
+# Log event names; they belong in the catalogue of outbox._log.
+SCRAPE_FAILED = "outbox.metrics.scrape_failed"
+SCRAPE_RECOVERED = "outbox.metrics.scrape_recovered"
+
+DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from another host
+EVENT_OUTCOMES = ("succeeded", "retried", "discarded", "dead", "expired")
+"""The ``outcome`` values of ``outbox_events_total``: the :class:`BatchResult` counts."""
+
+BATCH_SIZE_BUCKETS = (1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 50_000, 100_000)
+"""Events per batch job; the largest allowed ``batch_size`` is 100,000."""
+DURATION_BUCKETS_SECONDS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+LATENCY_BUCKETS_SECONDS = (
+    1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21_600, 86_400, 259_200, 604_800,
+)  # fmt: skip
+"""From seconds to the WEEK band's promise: each band's promise is a bucket boundary."""
+
+_LABELS = ("handler", "band")
+
+
+class OutboxCollector:
+    """Gauges of every handler (or the named ones), read from the database at each scrape.
+
+    A database or configuration error during a scrape yields ``outbox_scrape_error 1`` and no
+    handler gauges, and is logged once per outage; the exporter keeps serving. Each scrape runs
+    the queries of ``outbox status``, which count the unclaimed rows of every buffer: on very
+    large backlogs, keep the scrape interval at tens of seconds.
+    """
+
+    def __init__(self, app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> None:
+        self.app = app
+        self.handlers = tuple(handlers)
+        self._failing = False
+        self._failing_lock = threading.Lock()
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The metric families without samples, so that registering does not query."""
+        yield from _families().values()
+        yield from _scrape_families(error=None, duration=None)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        """Read the status of the handlers now and yield it as gauges."""
+        started = time.monotonic()
+        try:
+            rows = metrics.collect(self.app, self.handlers)
+        except (SQLAlchemyError, OutboxError) as error:
+            self._report_failure(error)
+            yield from _scrape_families(error=True, duration=time.monotonic() - started)
+            return
+        self._report_recovery()
+        families = _families()
+        for row in rows:
+            labels = (row.handler, row.urgency)
+            values: dict[str, float] = {
+                "outbox_unclaimed_events": row.unclaimed,
+                "outbox_claimed_events": row.claimed,
+                "outbox_oldest_event_age_seconds": row.oldest_age or 0.0,
+                "outbox_staleness_ratio": row.staleness or 0.0,
+                "outbox_groups_waiting": row.groups_waiting,
+                "outbox_groups_in_flight": row.groups_in_flight,
+                "outbox_groups_retrying": row.groups_retrying,
+                "outbox_max_failed_attempts": row.max_failed_attempts,
+                "outbox_dead_events": row.dead,
+                "outbox_alerts": len(row.alerts),
+            }
+            for name, value in values.items():
+                families[name].add_metric(labels, value)
+        yield from families.values()
+        yield from _scrape_families(error=False, duration=time.monotonic() - started)
+
+    def _report_failure(self, error: Exception) -> None:
+        # Once per outage, not once per scrape; the message is the driver's first line only.
+        with self._failing_lock:
+            first = not self._failing
+            self._failing = True
+        if first:
+            reason = error.orig if isinstance(error, DBAPIError) and error.orig else error
+            log.warning(
+                SCRAPE_FAILED,
+                error_type=type(error).__name__,
+                error=(str(reason).strip().splitlines() or [""])[0][:500],
+            )
+
+    def _report_recovery(self) -> None:
+        with self._failing_lock:
+            recovered = self._failing
+            self._failing = False
+        if recovered:
+            log.info(SCRAPE_RECOVERED)
+
+
+def _families() -> dict[str, GaugeMetricFamily]:
+    """The handler gauges, empty, by name."""
+    documentation = {
+        "outbox_unclaimed_events": "Events written and not yet claimed.",
+        "outbox_claimed_events": "Events in groups waiting, running or retrying.",
+        "outbox_oldest_event_age_seconds": (
+            "Age of the oldest event still in the buffer, by the database clock (0 when empty)."
+        ),
+        "outbox_staleness_ratio": (
+            "Oldest event age divided by the band's promise; above 1 the handler is behind."
+        ),
+        "outbox_groups_waiting": "Batch jobs waiting for a worker, never attempted.",
+        "outbox_groups_in_flight": "Batch jobs leased by a worker now.",
+        "outbox_groups_retrying": "Batch jobs that failed at least once and wait for a retry.",
+        "outbox_max_failed_attempts": (
+            "The most failed attempts of any group waiting to be retried (0: none)."
+        ),
+        "outbox_dead_events": "Dead-lettered events in the archive.",
+        "outbox_alerts": "Promises broken now, as `outbox check` counts them (0: all hold).",
+    }
+    return {
+        name: GaugeMetricFamily(name, text, labels=_LABELS) for name, text in documentation.items()
+    }
+
+
+def _scrape_families(
+    *, error: bool | None, duration: float | None
+) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    """``outbox_scrape_error`` and ``outbox_scrape_duration_seconds`` (no sample when None)."""
+    failed = GaugeMetricFamily(
+        "outbox_scrape_error",
+        "1 when the last scrape could not read the database, else 0.",
+        value=None if error is None else float(error),
+    )
+    took = GaugeMetricFamily(
+        "outbox_scrape_duration_seconds",
+        "Seconds the last scrape spent reading the database.",
+        value=duration,
+    )
+    return failed, took
+
+
+class WorkerMetrics:
+    """Counters and histograms of the batch jobs this process ran; thread-safe.
+
+    ``registry``: where the instruments are registered (default: prometheus_client's
+    ``REGISTRY``). Feed it with :meth:`observe`, or pass :meth:`callback` as a worker's
+    ``on_result``.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        registry = REGISTRY if registry is None else registry
+        self.events = Counter(
+            "outbox_events_total",
+            "Events finished by batch jobs, by outcome: succeeded, retried, discarded, dead, "
+            "expired.",
+            (*_LABELS, "outcome"),
+            registry=registry,
+        )
+        self.groups = Counter(
+            "outbox_groups_total",
+            "Batch jobs finished, by outcome: succeeded, retrying, dead, lease_lost.",
+            (*_LABELS, "outcome"),
+            registry=registry,
+        )
+        self.batch_size = Histogram(
+            "outbox_batch_size",
+            "Events in each batch job that loaded its group (expired events included).",
+            _LABELS,
+            buckets=BATCH_SIZE_BUCKETS,
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "outbox_handler_duration_seconds",
+            "Wall time of each batch job: loading the group, the handler call and completion.",
+            (*_LABELS, "outcome"),
+            buckets=DURATION_BUCKETS_SECONDS,
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "outbox_end_to_end_latency_seconds",
+            "Seconds from an event's creation to the completion of its group, per event handled.",
+            _LABELS,
+            buckets=LATENCY_BUCKETS_SECONDS,
+            registry=registry,
+        )
+
+    def observe(self, result: BatchResult, band: str) -> None:
+        """Count one batch job's result; ``band`` is its handler's urgency band name."""
+        handler = result.handler
+        self.groups.labels(handler, band, result.outcome).inc()
+        for outcome in EVENT_OUTCOMES:
+            count: int = getattr(result, outcome)
+            if count:
+                self.events.labels(handler, band, outcome).inc(count)
+        if result.size:
+            self.batch_size.labels(handler, band).observe(result.size)
+        self.duration.labels(handler, band, result.outcome).observe(result.duration)
+        ages: tuple[float, ...] = getattr(result, "event_ages", ())
+        if ages and result.outcome == SUCCEEDED:
+            latency = self.latency.labels(handler, band)
+            for age in ages:
+                latency.observe(age)
+
+    def callback(self, app: Outbox) -> Callable[[BatchResult], None]:
+        """A ``Worker(on_result=...)`` callback that observes each result under its band."""
+
+        def on_result(result: BatchResult) -> None:
+            self.observe(result, app.get_handler(result.handler).urgency.name)
+
+        return on_result
+
+
+def register(
+    app: Outbox,
+    registry: CollectorRegistry | None = None,
+    *,
+    handlers: tuple[str, ...] | list[str] = (),
+) -> OutboxCollector:
+    """Register the database gauges of ``app`` (default registry: ``REGISTRY``); returns them.
+
+    For an application that already serves ``/metrics``: register once at start-up and its
+    existing exposition (``prometheus_client.make_wsgi_app`` / ``make_asgi_app``) includes them.
+    Registering twice into one registry raises ``ValueError`` (duplicated time series).
+    """
+    collector = OutboxCollector(app, handlers)
+    (REGISTRY if registry is None else registry).register(collector)
+    return collector
+
+
+def make_wsgi_app(app: Outbox, registry: CollectorRegistry | None = None) -> WSGIApplication:
+    """Register ``app``'s gauges into ``registry`` and return a WSGI app serving it all."""
+    registry = REGISTRY if registry is None else registry
+    register(app, registry)
+    wsgi_app: WSGIApplication = prometheus_client.make_wsgi_app(registry)
+    return wsgi_app
+
+
+def start_http_server(
+    app: Outbox,
+    port: int,
+    *,
+    addr: str = DEFAULT_ADDRESS,
+    registry: CollectorRegistry | None = None,
+) -> tuple[WSGIServer, threading.Thread]:
+    """Register ``app``'s gauges and serve ``registry`` on ``addr:port`` from a daemon thread.
+
+    What ``outbox work --metrics-port`` runs. Port 0 picks a free port (``server.server_port``
+    says which). Stop it with ``server.shutdown(); server.server_close()``.
+    """
+    registry = REGISTRY if registry is None else registry
+    register(app, registry)
+    return prometheus_client.start_http_server(port, addr=addr, registry=registry)
