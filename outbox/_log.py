@@ -23,6 +23,7 @@ WORKER_DATABASE_ERROR = "outbox.worker.database_error"
 WORKER_DATABASE_RECOVERED = "outbox.worker.database_recovered"
 WORKER_LOOP_ERROR = "outbox.worker.loop_error"
 DATABASE_RETRYING = "outbox.database.retrying"
+LISTENER_RECONNECTING = "outbox.listener.reconnecting"
 ARCHIVE_REPLAYED = "outbox.archive.replayed"
 ARCHIVE_PRUNED = "outbox.archive.pruned"
 

@@ -46,12 +46,15 @@ class Settings:
     extend the leases of running jobs every third of it. ``poll_interval``: how long an idle
     worker waits before looking for work again. ``rescue_interval``: how often workers look for
     expired leases. ``worker_stale_after``: a worker silent this long is considered dead.
+    ``listen``: on PostgreSQL, idle workers LISTEN for new events and wake at once; turn it off
+    behind a transaction-mode pooler, where LISTEN does not work (polling still finds work).
     """
 
     lease_seconds: float = DEFAULT_LEASE_SECONDS
     poll_interval: float = DEFAULT_POLL_INTERVAL_SECONDS
     rescue_interval: float = DEFAULT_RESCUE_INTERVAL_SECONDS
     worker_stale_after: float = DEFAULT_WORKER_STALE_SECONDS
+    listen: bool = True
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "poll_interval", "rescue_interval", "worker_stale_after"):

@@ -312,6 +312,12 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
 )
 @click.option("--lease", type=float, default=None, metavar="SECONDS", help="Job lease length.")
 @click.option("--poll-interval", type=float, default=None, metavar="SECONDS")
+@click.option(
+    "--listen/--no-listen",
+    envvar="OUTBOX_LISTEN",
+    default=None,
+    help="PostgreSQL: wake on notifications (default on; off behind a transaction pooler).",
+)
 @_command
 def work(
     ctx: Context,
@@ -322,12 +328,13 @@ def work(
     shutdown_grace_period: float,
     lease: float | None,
     poll_interval: float | None,
+    listen: bool | None,
 ) -> None:
     """Run claim and batch jobs until stopped (SIGTERM/SIGINT: graceful; twice: at once)."""
     if concurrency < 1:
         raise click.BadParameter("must be >= 1", param_hint="--concurrency")
     app = ctx.app()
-    changes = {"lease_seconds": lease, "poll_interval": poll_interval}
+    changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
     app.with_settings(**{k: v for k, v in changes.items() if v is not None})
     _ready(app)
     worker = Worker(
@@ -373,6 +380,48 @@ def _stop_on_signals(worker: Worker) -> Iterator[None]:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+
+
+@main.group("notify")
+def notify_group() -> None:
+    """PostgreSQL notify triggers on buffer tables: instant wake-ups for idle workers."""
+
+
+@notify_group.command("install")
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@_command
+def notify_install(ctx: Context, handlers: tuple[str, ...]) -> None:
+    """Create (or replace) the notify trigger of each buffer; idempotent."""
+    from outbox import notify
+
+    app = ctx.app()
+    _db.check_connection(app.engine)
+    for table in notify.install(app, handlers):
+        click.echo(f"notify trigger installed on {table}")
+
+
+@notify_group.command("remove")
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@_command
+def notify_remove(ctx: Context, handlers: tuple[str, ...]) -> None:
+    """Drop the notify trigger of each buffer (workers fall back to polling)."""
+    from outbox import notify
+
+    app = ctx.app()
+    _db.check_connection(app.engine)
+    for table in notify.remove(app, handlers):
+        click.echo(f"notify trigger removed from {table}")
+
+
+@notify_group.command("sql")
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@_command
+def notify_sql(ctx: Context, handlers: tuple[str, ...]) -> None:
+    """Print the trigger DDL, for an application's own migrations."""
+    from outbox import notify
+
+    for statement in notify.ddl(ctx.app(), handlers):
+        click.echo(statement + ";")
 
 
 @main.command()

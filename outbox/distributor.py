@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from outbox import _dialects as dialects
 from outbox import _log, _sql
 from outbox._db import run_in_transaction
 from outbox.app import Handler, Outbox
@@ -65,6 +66,8 @@ def distribute_handler(
         enqueued = _sql.insert_claim_jobs(
             conn, app.dialect, handler.name, free, handler.urgency.priority
         )
+        if enqueued and app.dialect == dialects.POSTGRESQL:
+            _sql.notify_jobs(conn)
         return Distribution(handler.name, unclaimed, unclaimed >= cap, len(taken), enqueued)
 
     result = run_in_transaction(app.engine, work, patience=patience)

@@ -34,7 +34,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from outbox import _log, metrics
 from outbox.app import Outbox
-from outbox.batch_job import SUCCEEDED, BatchResult
+from outbox.batch_job import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult
 from outbox.exceptions import OutboxError
 
 if TYPE_CHECKING:
@@ -50,6 +50,8 @@ SCRAPE_RECOVERED = "outbox.metrics.scrape_recovered"
 DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from another host
 EVENT_OUTCOMES = ("succeeded", "retried", "discarded", "dead", "expired")
 """The ``outcome`` values of ``outbox_events_total``: the :class:`BatchResult` counts."""
+GROUP_OUTCOMES = (SUCCEEDED, RETRYING, DEAD, LEASE_LOST)
+"""The ``outcome`` values of ``outbox_groups_total``: :attr:`BatchResult.outcome`."""
 
 BATCH_SIZE_BUCKETS = (1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 50_000, 100_000)
 """Events per batch job; the largest allowed ``batch_size`` is 100,000."""
@@ -214,7 +216,7 @@ class WorkerMetrics:
         )
         self.latency = Histogram(
             "outbox_end_to_end_latency_seconds",
-            "Seconds from an event's creation to the completion of its group, per event handled.",
+            "Seconds from an event's creation to the end of its succeeded batch, per event.",
             _LABELS,
             buckets=LATENCY_BUCKETS_SECONDS,
             registry=registry,
@@ -231,14 +233,23 @@ class WorkerMetrics:
         if result.size:
             self.batch_size.labels(handler, band).observe(result.size)
         self.duration.labels(handler, band, result.outcome).observe(result.duration)
-        ages: tuple[float, ...] = getattr(result, "event_ages", ())
-        if ages and result.outcome == SUCCEEDED:
+        if result.event_ages and result.outcome == SUCCEEDED:
             latency = self.latency.labels(handler, band)
-            for age in ages:
+            for age in result.event_ages:
                 latency.observe(age)
 
     def callback(self, app: Outbox) -> Callable[[BatchResult], None]:
-        """A ``Worker(on_result=...)`` callback that observes each result under its band."""
+        """A ``Worker(on_result=...)`` callback that observes each result under its band.
+
+        Starts the counters of ``app``'s handlers at zero, so that ``rate()`` and
+        ``increase()`` see the first events rather than a series appearing at 1.
+        """
+        for h in app.handlers.values():
+            band = h.urgency.name
+            for outcome in EVENT_OUTCOMES:
+                self.events.labels(h.name, band, outcome)
+            for outcome in GROUP_OUTCOMES:
+                self.groups.labels(h.name, band, outcome)
 
         def on_result(result: BatchResult) -> None:
             self.observe(result, app.get_handler(result.handler).urgency.name)

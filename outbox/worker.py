@@ -27,9 +27,11 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox import _log, _sql, claimer, distributor, schema
 from outbox._db import run_in_transaction
+from outbox._dialects import POSTGRESQL
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox.app import Outbox
 from outbox.batch_job import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult, run_batch_job
+from outbox.notify import Listener
 
 log = _log.get_logger(__name__)
 
@@ -118,6 +120,12 @@ class Worker:
         self._database_down = False
         self.live_workers = 1
         """Live workers in the fleet, as of this worker's last heartbeat."""
+        self.leading = False
+        """Whether this worker led the fleet at its last heartbeat (it distributes)."""
+        self._tables = {h.table.name: h.name for h in self.handlers.values()}
+        self._notified: set[str] = set()
+        self._notified_lock = threading.Lock()
+        self._listener: Listener | None = None
 
     # --- control -------------------------------------------------------------------------
 
@@ -191,6 +199,9 @@ class Worker:
             target=self._maintenance_main, name="outbox-maintenance", daemon=True
         )
         self._maintenance.start()
+        if self.app.settings.listen and not self.burst and self.app.dialect == POSTGRESQL:
+            self._listener = Listener(self.app, self._on_notify)
+            self._listener.start()
         try:
             self._loop()
         finally:
@@ -201,6 +212,7 @@ class Worker:
         backoff = 0.0
         while not self._stopping.is_set():
             try:
+                self._distribute_notified()
                 acquired = self._fill()
                 idle_burst = not acquired and self.in_flight == 0 and self.burst
                 if idle_burst and not self._burst_has_more():
@@ -218,6 +230,28 @@ class Worker:
                 continue
             self._wake.wait(self._poll_timeout())
             self._wake.clear()
+
+    def _on_notify(self, payload: str) -> None:
+        """A notification: new events in a buffer of ours, or new jobs.
+
+        New events: the leader distributes for their handler at once (only the leader, so
+        that a fleet of N workers runs one distribution per commit, not N); its distribution
+        announces the new claim jobs, which wakes the idle workers.
+        """
+        handler = self._tables.get(payload)
+        if handler is not None:
+            if not self.leading:
+                return
+            with self._notified_lock:
+                self._notified.add(handler)
+        self._wake.set()
+
+    def _distribute_notified(self) -> None:
+        """Distribute at once for handlers whose buffers announced new events."""
+        with self._notified_lock:
+            names, self._notified = sorted(self._notified), set()
+        if names:
+            distributor.run_once(self.app, names)
 
     def _fill(self) -> int:
         free = self.concurrency - self.in_flight
@@ -321,7 +355,7 @@ class Worker:
                     and now >= next_distribution
                     and not self._stopping.is_set()
                 ):
-                    if self._is_leader():
+                    if self.leading:
                         distributor.run_once(self.app, list(self.handlers))
                     next_distribution = now + self.distribute_every
             except DBAPIError as error:
@@ -336,22 +370,17 @@ class Worker:
     def _heartbeat(self) -> None:
         settings = self.app.settings
 
-        def work(conn: Any) -> int:
+        def work(conn: Any) -> tuple[int, bool]:
             if not _sql.touch_worker(conn, self.id) and not self._stopping.is_set():
                 _sql.insert_worker(
                     conn, self.id, socket.gethostname(), os.getpid(), self.concurrency
                 )
             _sql.extend_leases(conn, self.id, settings.lease_seconds)
-            return _sql.count_live_workers(conn, settings.worker_stale_after)
+            live = _sql.count_live_workers(conn, settings.worker_stale_after)
+            return live, _sql.leader_worker_id(conn, settings.worker_stale_after) == self.id
 
-        self.live_workers = max(run_in_transaction(self.app.engine, work), 1)
-
-    def _is_leader(self) -> bool:
-        stale = self.app.settings.worker_stale_after
-        return (
-            run_in_transaction(self.app.engine, lambda conn: _sql.leader_worker_id(conn, stale))
-            == self.id
-        )
+        live, self.leading = run_in_transaction(self.app.engine, work)
+        self.live_workers = max(live, 1)
 
     def _report_database_error(self, error: DBAPIError) -> None:
         # Once per outage, not once per poll.
@@ -367,6 +396,8 @@ class Worker:
 
     def _shutdown(self) -> bool:
         self._stopping.set()
+        if self._listener is not None:
+            self._listener.stop()
         deadline = time.monotonic() + self.shutdown_grace_period
         while self.in_flight and not self._aborted.is_set() and time.monotonic() < deadline:
             self._wake.wait(0.1)
