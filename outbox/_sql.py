@@ -122,6 +122,8 @@ def acquire_jobs(
     token: uuid.UUID,
     limit: int,
     lease_seconds: float,
+    batch_handlers: Sequence[str] | None = None,
+    kind: str | None = None,
 ) -> list[JobRow]:
     """Lease up to ``limit`` due jobs, most urgent band first, then the longest due.
 
@@ -131,14 +133,21 @@ def acquire_jobs(
     ``WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` subquery may be run more than
     once by PostgreSQL and lease more than ``n`` jobs. SQLite has no row locks: the write lock
     taken by ``BEGIN IMMEDIATE`` makes the whole transaction exclusive.
+
+    ``batch_handlers``: when given, batch jobs only of these handlers (claim jobs of all);
+    handlers with a fleet-wide concurrency cap are leased apart, by
+    :func:`acquire_capped_batch_jobs`.
     """
+    kinds: Any = _jobs.c.handler.in_(handlers)
+    if kind is not None:
+        kinds = kinds & (_jobs.c.kind == kind)
+    if batch_handlers is not None:
+        kinds = kinds & (
+            (_jobs.c.kind == schema.JOB_KIND_CLAIM) | _jobs.c.handler.in_(batch_handlers)
+        )
     pick = (
         select(_jobs.c.id)
-        .where(
-            _jobs.c.lease_token.is_(None),
-            _jobs.c.run_at <= db_now(),
-            _jobs.c.handler.in_(handlers),
-        )
+        .where(_jobs.c.lease_token.is_(None), _jobs.c.run_at <= db_now(), kinds)
         .order_by(_jobs.c.priority, _jobs.c.run_at, _jobs.c.id)
         .limit(limit)
     )
@@ -181,6 +190,48 @@ def acquire_jobs(
         )
     jobs = [JobRow(**row._mapping) for row in rows]
     return sorted(jobs, key=lambda j: (j.priority, j.id))
+
+
+def acquire_capped_batch_jobs(
+    conn: Connection,
+    dialect: str,
+    *,
+    handler: str,
+    cap: int,
+    worker_id: str,
+    token: uuid.UUID,
+    limit: int,
+    lease_seconds: float,
+) -> list[JobRow]:
+    """Lease batch jobs of a handler with a fleet-wide cap on groups in flight.
+
+    Count-then-lease is only exact when no other worker does the same at once, so the
+    transaction first takes a per-handler lock: ``pg_advisory_xact_lock`` on PostgreSQL
+    (released at commit), the database write lock on SQLite (BEGIN IMMEDIATE).
+    """
+    if dialect == dialects.POSTGRESQL:
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"outbox:{handler}"))))
+    running = conn.execute(
+        select(func.count()).where(
+            _jobs.c.handler == handler,
+            _jobs.c.kind == schema.JOB_KIND_BATCH,
+            _jobs.c.lease_token.is_not(None),
+        )
+    ).scalar_one()
+    room = min(cap - int(running), limit)
+    if room <= 0:
+        return []
+    return acquire_jobs(
+        conn,
+        dialect,
+        handlers=[handler],
+        batch_handlers=[handler],
+        worker_id=worker_id,
+        token=token,
+        limit=room,
+        lease_seconds=lease_seconds,
+        kind=schema.JOB_KIND_BATCH,
+    )
 
 
 def extend_leases(conn: Connection, worker_id: str, lease_seconds: float) -> int:

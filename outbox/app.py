@@ -94,6 +94,7 @@ class Handler(Generic[EventT]):
     expires_after: float | None = None
     delivery: Delivery = Delivery.AT_LEAST_ONCE
     max_wait: float | None = None
+    concurrency: int | None = None
 
     @property
     def table(self) -> Table:
@@ -180,6 +181,7 @@ class Outbox:
         expires_after: float | None = None,
         delivery: Delivery | str = Delivery.AT_LEAST_ONCE,
         max_wait: float | None = None,
+        concurrency: int | None = None,
     ) -> Callable[[HandlerFunc[EventT]], HandlerFunc[EventT]]:
         """Register a batch handler for the buffer model ``model``.
 
@@ -193,6 +195,8 @@ class Outbox:
         ``expired`` instead of handled. ``delivery``: :class:`Delivery`, at least once (default)
         or at most once. ``max_wait``: seconds; claim a group only when a full batch is waiting
         or the oldest unclaimed event has waited this long (default: claim at once).
+        ``concurrency``: the most groups of this handler in flight at once across all workers,
+        enforced by the database (default: no cap).
         """
 
         def register(func: HandlerFunc[EventT]) -> HandlerFunc[EventT]:
@@ -210,6 +214,7 @@ class Outbox:
                     expires_after=expires_after,
                     delivery=_delivery(delivery),
                     max_wait=max_wait,
+                    concurrency=concurrency,
                 )
             )
             return func
@@ -285,6 +290,11 @@ def _validate(handler: Handler[Any]) -> None:
         raise ConfigurationError(
             f"handler {handler.name!r}: max_batches must be 1..{MAX_MAX_BATCHES}, "
             f"got {handler.max_batches}"
+        )
+    if handler.concurrency is not None and handler.concurrency < 1:
+        raise ConfigurationError(
+            f"handler {handler.name!r}: concurrency must be >= 1 or None, "
+            f"got {handler.concurrency!r}"
         )
     if handler.max_wait is not None and handler.max_wait < 0:
         raise ConfigurationError(

@@ -27,10 +27,11 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox import _log, _sql, claimer, distributor, schema
 from outbox._db import run_in_transaction
-from outbox._dialects import POSTGRESQL
+from outbox._dialects import MYSQL, POSTGRESQL
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox.app import Outbox
 from outbox.batch_job import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult, run_batch_job
+from outbox.exceptions import UnsupportedDatabaseError
 from outbox.notify import Listener
 
 log = _log.get_logger(__name__)
@@ -123,6 +124,15 @@ class Worker:
         self.leading = False
         """Whether this worker led the fleet at its last heartbeat (it distributes)."""
         self._tables = {h.table.name: h.name for h in self.handlers.values()}
+        if app.dialect == MYSQL and any(h.concurrency for h in self.handlers.values()):
+            raise UnsupportedDatabaseError(
+                "handler concurrency caps need PostgreSQL or SQLite; MariaDB/MySQL lacks the "
+                "transaction-scoped lock they rely on"
+            )
+        self._capped = {
+            h.name: h.concurrency for h in self.handlers.values() if h.concurrency is not None
+        }
+        self._uncapped = [h.name for h in self.handlers.values() if h.concurrency is None]
         self._notified: set[str] = set()
         self._notified_lock = threading.Lock()
         self._listener: Listener | None = None
@@ -290,22 +300,53 @@ class Worker:
         return interval * (0.5 + random.random())
 
     def _acquire(self, limit: int) -> list[_sql.JobRow]:
+        """Lease up to ``limit`` due jobs.
+
+        Handlers with a fleet-wide ``concurrency`` cap are served first, each in a short
+        transaction of its own; their cap keeps them from taking more than their share, and
+        serving them first keeps an uncapped backlog from starving them.
+        """
         token = uuid.uuid4()
-        jobs = run_in_transaction(
+        settings = self.app.settings
+        jobs: list[_sql.JobRow] = []
+        for name, cap in self._capped.items():
+            if len(jobs) < limit:
+                jobs += self._acquire_capped(name, cap, token, limit - len(jobs))
+        room = limit - len(jobs)
+        if room > 0:
+            jobs += run_in_transaction(
+                self.app.engine,
+                lambda conn: _sql.acquire_jobs(
+                    conn,
+                    self.app.dialect,
+                    handlers=list(self.handlers),
+                    batch_handlers=self._uncapped if self._capped else None,
+                    worker_id=self.id,
+                    token=token,
+                    limit=room,
+                    lease_seconds=settings.lease_seconds,
+                ),
+            )
+        if jobs:
+            crash_point(AFTER_ACQUIRE)
+        return jobs
+
+    def _acquire_capped(
+        self, name: str, cap: int, token: uuid.UUID, limit: int
+    ) -> list[_sql.JobRow]:
+        return run_in_transaction(
             self.app.engine,
-            lambda conn: _sql.acquire_jobs(
+            lambda conn: _sql.acquire_capped_batch_jobs(
                 conn,
                 self.app.dialect,
-                handlers=list(self.handlers),
+                handler=name,
+                cap=cap,
                 worker_id=self.id,
                 token=token,
                 limit=limit,
                 lease_seconds=self.app.settings.lease_seconds,
             ),
         )
-        if jobs:
-            crash_point(AFTER_ACQUIRE)
-        return jobs
 
     def _thread_main(self) -> None:
         while True:
