@@ -37,9 +37,12 @@ def create_outbox_engine(
     if parsed.get_backend_name() == "mysql" or parsed.get_backend_name() == "mariadb":
         options["isolation_level"] = "READ COMMITTED"
     if parsed.get_backend_name() == "postgresql" and idle_transaction_timeout is not None:
+        # Added to the URL's own ?options= (a search_path, say), which connect_args replaces.
+        own = parsed.query.get("options", "")
+        own = own[0] if isinstance(own, tuple) else own
         milliseconds = int(idle_transaction_timeout * 1000)
         options["connect_args"] = {
-            "options": f"-c idle_in_transaction_session_timeout={milliseconds}"
+            "options": f"{own} -c idle_in_transaction_session_timeout={milliseconds}".strip()
         }
     engine = create_engine(parsed, **options)
     dialects.configure_engine(engine)

@@ -81,3 +81,17 @@ def test_rescue_skips_a_job_whose_completion_holds_its_row(postgres_database: st
         holder.close()
         engine.dispose()
     assert 0 == rescued
+
+
+def test_outbox_engine_keeps_the_url_options(postgres_database: str) -> None:
+    """Options in the URL (?options=-c ...) survive next to the idle-transaction timeout."""
+    from sqlalchemy import text
+
+    from outbox import Outbox
+
+    app = Outbox(f"{postgres_database}?options=-c%20statement_timeout%3D12345")
+    with app.engine.connect() as conn:
+        statement_timeout = conn.execute(text("SHOW statement_timeout")).scalar_one()
+        idle_timeout = conn.execute(text("SHOW idle_in_transaction_session_timeout")).scalar_one()
+    app.engine.dispose()
+    assert ("12345ms", "1min") == (statement_timeout, idle_timeout)
