@@ -24,6 +24,8 @@ WORKER_DATABASE_RECOVERED = "outbox.worker.database_recovered"
 WORKER_LOOP_ERROR = "outbox.worker.loop_error"
 DATABASE_RETRYING = "outbox.database.retrying"
 LISTENER_RECONNECTING = "outbox.listener.reconnecting"
+SCRAPE_FAILED = "outbox.metrics.scrape_failed"
+SCRAPE_RECOVERED = "outbox.metrics.scrape_recovered"
 ARCHIVE_REPLAYED = "outbox.archive.replayed"
 ARCHIVE_PRUNED = "outbox.archive.pruned"
 

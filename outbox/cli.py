@@ -313,6 +313,14 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
 @click.option("--lease", type=float, default=None, metavar="SECONDS", help="Job lease length.")
 @click.option("--poll-interval", type=float, default=None, metavar="SECONDS")
 @click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    envvar="OUTBOX_METRICS_PORT",
+    metavar="PORT",
+    help="Serve Prometheus metrics on PORT (needs the metrics extra).",
+)
+@click.option(
     "--listen/--no-listen",
     envvar="OUTBOX_LISTEN",
     default=None,
@@ -328,6 +336,7 @@ def work(
     shutdown_grace_period: float,
     lease: float | None,
     poll_interval: float | None,
+    metrics_port: int | None,
     listen: bool | None,
 ) -> None:
     """Run claim and batch jobs until stopped (SIGTERM/SIGINT: graceful; twice: at once)."""
@@ -344,6 +353,7 @@ def work(
         burst=burst,
         distribute_every=distribute_every,
         shutdown_grace_period=shutdown_grace_period,
+        on_result=_serve_metrics(app, metrics_port) if metrics_port is not None else None,
     )
     with _stop_on_signals(worker):
         clean = worker.run()
@@ -359,6 +369,19 @@ def work(
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(EXIT_FAILURE)
+
+
+def _serve_metrics(app: Outbox, port: int) -> Callable[[Any], None]:
+    """Start the Prometheus endpoint; returns the worker's result callback that feeds it."""
+    try:
+        from outbox import prometheus
+    except ImportError as error:
+        raise click.UsageError(str(error)) from error
+    try:
+        prometheus.start_http_server(app, port)
+    except OSError as error:
+        raise click.BadParameter(str(error), param_hint="--metrics-port") from error
+    return prometheus.WorkerMetrics().callback(app)
 
 
 @contextmanager

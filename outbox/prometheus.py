@@ -43,9 +43,6 @@ if TYPE_CHECKING:
 
 log = _log.get_logger(__name__)
 
-# Log event names; they belong in the catalogue of outbox._log.
-SCRAPE_FAILED = "outbox.metrics.scrape_failed"
-SCRAPE_RECOVERED = "outbox.metrics.scrape_recovered"
 
 DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from another host
 EVENT_OUTCOMES = ("succeeded", "retried", "discarded", "dead", "expired")
@@ -122,7 +119,7 @@ class OutboxCollector:
         if first:
             reason = error.orig if isinstance(error, DBAPIError) and error.orig else error
             log.warning(
-                SCRAPE_FAILED,
+                _log.SCRAPE_FAILED,
                 error_type=type(error).__name__,
                 error=(str(reason).strip().splitlines() or [""])[0][:500],
             )
@@ -132,7 +129,7 @@ class OutboxCollector:
             recovered = self._failing
             self._failing = False
         if recovered:
-            log.info(SCRAPE_RECOVERED)
+            log.info(_log.SCRAPE_RECOVERED)
 
 
 def _families() -> dict[str, GaugeMetricFamily]:
