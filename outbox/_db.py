@@ -27,13 +27,16 @@ MAX_BACKOFF_SECONDS = 2.0
 def create_outbox_engine(
     url: str | URL, *, idle_transaction_timeout: float | None = None
 ) -> Engine:
-    """An engine set up for outbox: pre-pinged pool, READ COMMITTED, SQLite write locking.
+    """An engine set up for outbox: READ COMMITTED, SQLite write locking.
+
+    No pre-ping on checkout (a round trip per transaction): a connection found dead is
+    invalidated by SQLAlchemy, and :func:`run_in_transaction` runs the transaction again.
 
     ``idle_transaction_timeout`` (PostgreSQL): the server ends a transaction left idle this
     long, so that a frozen worker (SIGSTOP, a stalled VM) cannot hold row locks forever.
     """
     parsed = make_url(url)
-    options: dict[str, object] = {"pool_pre_ping": True}
+    options: dict[str, object] = {}
     if parsed.get_backend_name() == "mysql" or parsed.get_backend_name() == "mariadb":
         options["isolation_level"] = "READ COMMITTED"
     if parsed.get_backend_name() == "postgresql" and idle_transaction_timeout is not None:

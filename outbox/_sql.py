@@ -18,6 +18,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    Update,
     case,
     delete,
     func,
@@ -336,19 +337,32 @@ def insert_batch_job(
     attempts: int = 0,
     delay_seconds: float = 0.0,
     error: str | None = None,
-) -> None:
-    """Enqueue the batch job of a freshly claimed (or split off) group."""
-    conn.execute(
-        insert(_jobs).values(
-            kind=schema.JOB_KIND_BATCH,
-            handler=handler,
-            group_id=group_id,
-            priority=priority,
-            attempts=attempts,
-            run_at=db_now_plus(delay_seconds),
-            last_error=error,
+    lease: tuple[str, uuid.UUID, float] | None = None,
+) -> int:
+    """Enqueue the batch job of a freshly claimed (or split off) group; returns its id.
+
+    ``lease``: (worker id, token, seconds) to create the job already leased, as its first
+    attempt, by the worker that claimed the group and will handle it at once.
+    """
+    values: dict[str, Any] = {
+        "kind": schema.JOB_KIND_BATCH,
+        "handler": handler,
+        "group_id": group_id,
+        "priority": priority,
+        "attempts": attempts,
+        "run_at": db_now_plus(delay_seconds),
+        "last_error": error,
+    }
+    if lease is not None:
+        owner, token, seconds = lease
+        values.update(
+            lease_owner=owner,
+            lease_token=token,
+            lease_expires_at=db_now_plus(seconds),
+            attempts=attempts + 1,
         )
-    )
+    result = conn.execute(insert(_jobs).values(values))
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
 
 
 # --- buffer tables ---------------------------------------------------------------------------
@@ -370,18 +384,29 @@ def claim_rows(
     ``IN (SELECT ... LIMIT n)`` is safe. MariaDB: no LIMIT inside IN, no UPDATE ... RETURNING:
     select the ids with SKIP LOCKED, then update by id.
     """
-    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
-    if dialect == dialects.POSTGRESQL:
-        claimable = pick.with_for_update(skip_locked=True).cte("claimable")
-        stmt = update(table).where(table.c.id == claimable.c.id).values(group_id=group_id)
+    stmt = claim_update(dialect, table, group_id, limit)
+    if stmt is not None:
         return conn.execute(stmt).rowcount
-    if dialect == dialects.SQLITE:
-        stmt = update(table).where(table.c.id.in_(pick.scalar_subquery()))
-        return conn.execute(stmt.values(group_id=group_id)).rowcount
+    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
     ids = list(conn.execute(pick.with_for_update(skip_locked=True)).scalars())
     if not ids:
         return 0
     return conn.execute(update(table).where(table.c.id.in_(ids)).values(group_id=group_id)).rowcount
+
+
+def claim_update(dialect: str, table: Table, group_id: uuid.UUID, limit: int) -> Update | None:
+    """The claim of :func:`claim_rows` as one UPDATE (PostgreSQL, SQLite), None on MariaDB.
+
+    A caller may add ``.returning(...)`` to get the claimed rows back from the same statement
+    instead of selecting them again.
+    """
+    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
+    if dialect == dialects.POSTGRESQL:
+        claimable = pick.with_for_update(skip_locked=True).cte("claimable")
+        return update(table).where(table.c.id == claimable.c.id).values(group_id=group_id)
+    if dialect == dialects.SQLITE:
+        return update(table).where(table.c.id.in_(pick.scalar_subquery())).values(group_id=group_id)
+    return None
 
 
 def move_rows_to_group(

@@ -94,8 +94,14 @@ def load_events(app: Outbox, handler: Handler[Any], group_id: uuid.UUID) -> list
     return events
 
 
-def run_batch_job(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> BatchResult:
-    """Handle the group of a leased batch job and finish it; never raises for handler errors."""
+def run_batch_job(
+    app: Outbox, handler: Handler[Any], job: _sql.JobRow, preloaded: list[Any] | None = None
+) -> BatchResult:
+    """Handle the group of a leased batch job and finish it; never raises for handler errors.
+
+    ``preloaded``: the group's rows when the caller has them already (returned by its claim);
+    otherwise they are loaded.
+    """
     assert job.group_id is not None
     group_id = job.group_id
     attempt = job.attempts
@@ -116,7 +122,8 @@ def run_batch_job(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> Batch
         try:
             if handler.expires_after is not None:
                 expired = _expire(app, handler, job)
-            events = load_events(app, handler, group_id)
+                preloaded = None  # some of them may have just expired
+            events = preloaded if preloaded is not None else load_events(app, handler, group_id)
             batch: Batch[Any] = Batch(
                 events=events, group_id=group_id, attempt=attempt, handler=handler.name
             )

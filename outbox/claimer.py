@@ -7,12 +7,13 @@ never exists without the job that will handle it. Finding nothing is a normal, c
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select
+from sqlalchemy.orm import Session
 
-from outbox import _log, _sql
+from outbox import _log, _sql, schema
 from outbox._db import run_in_transaction
 from outbox._faults import AFTER_CLAIM, crash_point
 from outbox.app import Handler, Outbox
@@ -31,19 +32,74 @@ class Claim:
     handler: str
     group_id: uuid.UUID
     size: int
+    events: list[Any] = field(default_factory=list, repr=False)
+    """The claimed rows as detached model instances, ordered by id (when asked for)."""
+    job: _sql.JobRow | None = None
+    """The group's batch job, when the claim leased it to the claiming worker."""
 
 
-def _claim(conn: Connection, app: Outbox, handler: Handler[Any]) -> Claim | None:
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who takes a claimed group's batch job at once: a worker, with a lease token."""
+
+    worker_id: str
+    token: uuid.UUID
+    seconds: float
+
+
+def _claim(
+    conn: Connection, app: Outbox, handler: Handler[Any], lease: Lease | None = None
+) -> Claim | None:
     if handler.max_wait is not None and not _batch_due(conn, handler):
         return None
     group_id = uuid.uuid4()
-    size = _sql.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
+    if lease is None:
+        size = _sql.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
+        events: list[Any] = []
+    else:
+        events = _claim_events(conn, app, handler, group_id)
+        size = len(events)
     if not size:
         return None
-    _sql.insert_batch_job(
-        conn, handler=handler.name, group_id=group_id, priority=handler.urgency.priority
+    job_id = _sql.insert_batch_job(
+        conn,
+        handler=handler.name,
+        group_id=group_id,
+        priority=handler.urgency.priority,
+        lease=None if lease is None else (lease.worker_id, lease.token, lease.seconds),
     )
-    return Claim(handler.name, group_id, size)
+    job = None
+    if lease is not None:
+        job = _sql.JobRow(
+            id=job_id,
+            kind=schema.JOB_KIND_BATCH,
+            handler=handler.name,
+            slot=None,
+            group_id=group_id,
+            priority=handler.urgency.priority,
+            attempts=1,
+            lease_token=lease.token,
+            last_error=None,
+        )
+    return Claim(handler.name, group_id, size, events, job)
+
+
+def _claim_events(
+    conn: Connection, app: Outbox, handler: Handler[Any], group_id: uuid.UUID
+) -> list[Any]:
+    """Claim and get the rows back as model instances, from the claim's own UPDATE ... RETURNING
+    where the database has it: the group is not selected a second time."""
+    model, table = handler.model, handler.table
+    stmt = _sql.claim_update(app.dialect, table, group_id, handler.batch_size)
+    with Session(bind=conn) as session:  # joins the claim's transaction, never commits it
+        if stmt is not None:
+            query = select(model).from_statement(stmt.returning(*table.c))
+            events = list(session.scalars(query))
+        else:
+            _sql.claim_rows(conn, app.dialect, table, group_id, handler.batch_size)
+            events = list(session.scalars(select(model).where(model.group_id == group_id)))
+        session.expunge_all()
+    return sorted(events, key=lambda e: e.id)
 
 
 def _batch_due(conn: Connection, handler: Handler[Any]) -> bool:
@@ -63,20 +119,40 @@ def partial_batch_due(conn: Connection, handler: Handler[Any]) -> bool:
     return age is not None and age >= handler.max_wait
 
 
-def run_once(app: Outbox, handler: Handler[Any]) -> Claim | None:
-    """Claim one group for ``handler`` and enqueue its batch job; None when nothing waits."""
-    return run_in_transaction(app.engine, lambda conn: _claim(conn, app, handler))
+def run_once(app: Outbox, handler: Handler[Any], *, lease_to: str | None = None) -> Claim | None:
+    """Claim one group for ``handler`` and enqueue its batch job; None when nothing waits.
+
+    ``lease_to``: a worker id; the batch job is created leased to it and returned with the
+    claimed events (see :func:`run_claim_job`).
+    """
+    lease = None if lease_to is None else Lease(lease_to, uuid.uuid4(), app.settings.lease_seconds)
+    claim = run_in_transaction(
+        app.engine,
+        lambda conn: _claim(conn, app, handler, lease),
+        patience=app.settings.lease_seconds,
+    )
+    if claim is not None:
+        crash_point(AFTER_CLAIM)
+    return claim
 
 
-def run_claim_job(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> Claim | None:
+def run_claim_job(
+    app: Outbox, handler: Handler[Any], job: _sql.JobRow, *, lease_to: str | None = None
+) -> Claim | None:
     """Run a claim job: claim a group, then finish the job, fenced by its lease.
 
     A claim that filled a whole batch keeps its slot and runs again at once, because more rows
     are probably waiting; the distributor does not have to come round for each batch.
+    ``lease_to``: a worker id; the group's batch job is then created leased to that worker
+    (with the claim job's token) and returned with the claimed events, for the worker to
+    handle at once without another round through the job table.
     """
+    lease = (
+        None if lease_to is None else Lease(lease_to, job.lease_token, app.settings.lease_seconds)
+    )
 
     def work(conn: Connection) -> Claim | None:
-        claim = _claim(conn, app, handler)
+        claim = _claim(conn, app, handler, lease)
         if claim is not None and claim.size == handler.batch_size:
             held = _sql.release_job(conn, job.id, job.lease_token, delay_seconds=0, error=None)
         else:

@@ -12,6 +12,7 @@ idempotent; signals are wired to them in exactly one place, the CLI.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import random
@@ -110,7 +111,7 @@ class Worker:
         self.on_result = on_result
         self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.stats = WorkerStats()
-        self._tasks: queue.Queue[_sql.JobRow | None] = queue.Queue()
+        self._tasks: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._in_flight = 0
         self._in_flight_lock = threading.Lock()
         self._wake = threading.Event()
@@ -222,7 +223,7 @@ class Worker:
         backoff = 0.0
         while not self._stopping.is_set():
             try:
-                self._distribute_notified()
+                self._react_to_notifications()
                 acquired = self._fill()
                 idle_burst = not acquired and self.in_flight == 0 and self.burst
                 if idle_burst and not self._burst_has_more():
@@ -256,12 +257,26 @@ class Worker:
                 self._notified.add(handler)
         self._wake.set()
 
-    def _distribute_notified(self) -> None:
-        """Distribute at once for handlers whose buffers announced new events."""
+    def _react_to_notifications(self) -> None:
+        """New events were announced: claim them here if a slot is free, else distribute.
+
+        A direct claim skips the claim job (and its round trips); a capped handler always goes
+        through distribution, so that its cap is enforced where jobs are leased.
+        """
         with self._notified_lock:
             names, self._notified = sorted(self._notified), set()
-        if names:
-            distributor.run_once(self.app, names)
+        for name in names:
+            if self.handlers[name].concurrency is None and self._take_slot():
+                self._tasks.put(functools.partial(self._claim_directly, name))
+            else:
+                distributor.distribute_handler(self.app, self.handlers[name])
+
+    def _take_slot(self) -> bool:
+        with self._in_flight_lock:
+            if self._in_flight >= self.concurrency:
+                return False
+            self._in_flight += 1
+            return True
 
     def _fill(self) -> int:
         free = self.concurrency - self.in_flight
@@ -271,7 +286,7 @@ class Worker:
         with self._in_flight_lock:
             self._in_flight += len(jobs)
         for job in jobs:
-            self._tasks.put(job)
+            self._tasks.put(functools.partial(self._run_job, job))
         return len(jobs)
 
     def _burst_has_more(self) -> bool:
@@ -286,7 +301,7 @@ class Worker:
         with self._in_flight_lock:
             self._in_flight += len(jobs)
         for job in jobs:
-            self._tasks.put(job)
+            self._tasks.put(functools.partial(self._run_job, job))
         return len(jobs)
 
     def _poll_timeout(self) -> float:
@@ -350,15 +365,13 @@ class Worker:
 
     def _thread_main(self) -> None:
         while True:
-            job = self._tasks.get()
-            if job is None:
+            task = self._tasks.get()
+            if task is None:
                 return
             try:
-                self._run_job(job)
+                task()
             except Exception as error:  # the loop must survive anything a job throws
-                log.exception(
-                    _log.WORKER_LOOP_ERROR, worker=self.id, job_id=job.id, error=str(error)
-                )
+                log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, error=str(error))
             finally:
                 with self._in_flight_lock:
                     self._in_flight -= 1
@@ -367,11 +380,32 @@ class Worker:
     def _run_job(self, job: _sql.JobRow) -> None:
         handler = self.handlers[job.handler]
         if job.kind == schema.JOB_KIND_CLAIM:
-            if claimer.run_claim_job(self.app, handler, job) is not None:
-                with self.stats._lock:
-                    self.stats.claims += 1
+            # The claimed group's batch job comes back leased to this worker, with its events:
+            # handled here at once, with no second trip through the job table. A capped
+            # handler's groups wait for a capped acquisition instead.
+            lease_to = self.id if handler.concurrency is None else None
+            self._handle_claim(claimer.run_claim_job(self.app, handler, job, lease_to=lease_to))
             return
-        result = run_batch_job(self.app, handler, job)
+        self._record(run_batch_job(self.app, handler, job))
+
+    def _claim_directly(self, name: str) -> None:
+        """Claim a group without a claim job (woken by a notification) and handle it."""
+        handler = self.handlers[name]
+        claim = claimer.run_once(self.app, handler, lease_to=self.id)
+        self._handle_claim(claim)
+        if claim is not None and claim.size == handler.batch_size:
+            # A full batch: more is probably waiting; let the fleet's claim jobs take it.
+            distributor.distribute_handler(self.app, handler)
+
+    def _handle_claim(self, claim: claimer.Claim | None) -> None:
+        if claim is None or claim.job is None:
+            return
+        with self.stats._lock:
+            self.stats.claims += 1
+        handler = self.handlers[claim.handler]
+        self._record(run_batch_job(self.app, handler, claim.job, preloaded=claim.events))
+
+    def _record(self, result: BatchResult) -> None:
         self.stats.record(result)
         if self.on_result is not None:
             self.on_result(result)

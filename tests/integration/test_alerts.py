@@ -68,8 +68,7 @@ def test_interactive_band_alerts_after_two_failed_attempts(
     commit_events(app.engine, 2)
     worker = Worker(app, concurrency=1)
     distributor.run_once(app)
-    worker.run_once()  # the claim
-    worker.run_once()  # attempt 1 fails
+    worker.run_once()  # the claim, and attempt 1 of its group, which fails
     after_one = collect(app)[0].alerts
     worker.run_once()  # attempt 2 fails
     after_two = collect(app)[0].alerts
@@ -89,7 +88,7 @@ def test_eventual_band_tolerates_two_failed_attempts(
     commit_events(app.engine, 2)
     worker = Worker(app, concurrency=1)
     distributor.run_once(app)
-    for _ in range(3):  # the claim, then two failed attempts
+    for _ in range(2):  # the claim with attempt 1, then attempt 2: both fail
         worker.run_once()
     assert (2, []) == (collect(app)[0].max_failed_attempts, collect(app)[0].alerts)
 
