@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import shutil
 import statistics
 import subprocess
 from pathlib import Path
@@ -50,9 +49,8 @@ def summary(values: list[float]) -> dict[str, float]:
 
 def machine() -> dict[str, Any]:
     """What the figures were measured on."""
-    psql = shutil.which("psql") or "psql"
     server = subprocess.run(
-        [psql, "--version"], capture_output=True, text=True, check=False
+        ["psql", "--version"], capture_output=True, text=True, check=False
     ).stdout.strip()
     return {
         "python": platform.python_version(),
