@@ -87,7 +87,7 @@ def run(url: str, mode: str, rate: float, seconds: float, poll_interval: float) 
     worker.stop()
     thread.join(30)
     app.engine.dispose()
-    return summary(latencies)
+    return {**summary(latencies), "achieved_rate": round(len(latencies) / seconds, 1)}
 
 
 def _remaining(app: Outbox) -> int:
