@@ -1,0 +1,56 @@
+"""``outbox work --metrics-port``: a worker serves Prometheus metrics while it runs."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+from sqlalchemy import Engine
+
+from tests.acceptance._cli import APP, Cli, wait_for
+
+
+HANDLED = 'outbox_events_total{band="HOUR",handler="record_activity",outcome="succeeded"} 25.0'
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as response:
+            return str(response.read().decode())
+    except OSError:
+        return None
+
+
+def test_worker_serves_metrics_of_its_handlers(
+    cli: Cli, postgres_database: str, connect: Callable[[str], Engine], commit_events: Any
+) -> None:
+    """A scrape shows the handled events counter and the backlog gauge of each handler."""
+    commit_events(connect(postgres_database), 25)
+    port = _free_port()
+    worker = cli.start(
+        "--app", APP, "--database-url", postgres_database,
+        "work", "--metrics-port", str(port), "--distribute-every", "0.2", "--poll-interval", "0.2",
+    )  # fmt: skip
+    try:
+        text = wait_for(
+            lambda: (
+                (t := _scrape(port))
+                and 'outbox_events_total{band="HOUR",handler="record_activity",outcome="succeeded"} 25.0'
+                in t
+                and t
+            ),
+            "25 handled events in the scraped metrics",
+        )
+    finally:
+        worker.send(signal.SIGTERM)
+        worker.wait(timeout=20)
+    assert True is ('outbox_unclaimed_events{band="HOUR",handler="record_activity"} 0.0' in text)
