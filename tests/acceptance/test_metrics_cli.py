@@ -12,7 +12,6 @@ from sqlalchemy import Engine
 
 from tests.acceptance._cli import APP, Cli, wait_for
 
-
 HANDLED = 'outbox_events_total{band="HOUR",handler="record_activity",outcome="succeeded"} 25.0'
 
 
@@ -42,12 +41,7 @@ def test_worker_serves_metrics_of_its_handlers(
     )  # fmt: skip
     try:
         text = wait_for(
-            lambda: (
-                (t := _scrape(port))
-                and 'outbox_events_total{band="HOUR",handler="record_activity",outcome="succeeded"} 25.0'
-                in t
-                and t
-            ),
+            lambda: (t := _scrape(port)) and HANDLED in t and t,
             "25 handled events in the scraped metrics",
         )
     finally:
