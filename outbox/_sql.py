@@ -409,6 +409,13 @@ def claim_update(dialect: str, table: Table, group_id: uuid.UUID, limit: int) ->
     return None
 
 
+def select_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
+    """A group's rows, all columns in table order, by id; served by ``ix_<table>_group_id``."""
+    return list(
+        conn.execute(select(*table.c).where(table.c.group_id == group_id).order_by(table.c.id))
+    )
+
+
 def move_rows_to_group(
     conn: Connection,
     table: Table,

@@ -17,8 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sqlalchemy import Connection, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from outbox import _log, _sql
 from outbox._db import run_in_transaction
@@ -82,16 +81,10 @@ def format_error(error: BaseException) -> str:
     return text
 
 
-def load_events(app: Outbox, handler: Handler[Any], group_id: uuid.UUID) -> list[Any]:
-    """The group's rows as detached model instances, ordered by id."""
-    model = handler.model
-    with Session(app.engine, expire_on_commit=False) as session:
-        events = list(
-            session.scalars(select(model).where(model.group_id == group_id).order_by(model.id))
-        )
-        session.expunge_all()
-        session.commit()
-    return events
+def load_rows(app: Outbox, handler: Handler[Any], group_id: uuid.UUID) -> list[Any]:
+    """The group's rows, ordered by id (model instances are built only if the handler asks)."""
+    with app.engine.connect() as conn:
+        return _sql.select_group_rows(conn, handler.table, group_id)
 
 
 def run_batch_job(
@@ -106,7 +99,7 @@ def run_batch_job(
     group_id = job.group_id
     attempt = job.attempts
     started = time.monotonic()
-    events: list[Any] = []
+    rows: list[Any] = []
     expired = 0
     if attempt > handler.retry.max_attempts:
         # A worker died during the last allowed attempt: nothing more may be tried.
@@ -123,11 +116,15 @@ def run_batch_job(
             if handler.expires_after is not None:
                 expired = _expire(app, handler, job)
                 preloaded = None  # some of them may have just expired
-            events = preloaded if preloaded is not None else load_events(app, handler, group_id)
+            rows = preloaded if preloaded is not None else load_rows(app, handler, group_id)
             batch: Batch[Any] = Batch(
-                events=events, group_id=group_id, attempt=attempt, handler=handler.name
+                rows=rows,
+                model=handler.model,
+                group_id=group_id,
+                attempt=attempt,
+                handler=handler.name,
             )
-            if events:
+            if rows:
                 crash_point(BEFORE_HANDLER)
                 _call(handler, batch)
                 crash_point(AFTER_HANDLER)
@@ -143,22 +140,22 @@ def run_batch_job(
             result = _finish_succeeded(app, handler, job, batch)
     result = replace(
         result,
-        size=len(events) + expired,
+        size=len(rows) + expired,
         expired=expired,
         duration=time.monotonic() - started,
-        event_ages=_ages(events),
+        event_ages=_ages(rows),
         promise=handler.urgency.promise,
     )
     _log_result(result)
     return result
 
 
-def _ages(events: list[Any]) -> tuple[float, ...]:
+def _ages(rows: list[Any]) -> tuple[float, ...]:
     # SQLite hands back naive datetimes; outbox writes them in UTC.
     now = dt.datetime.now(dt.UTC)
     return tuple(
         (now - (c if c.tzinfo else c.replace(tzinfo=dt.UTC))).total_seconds()
-        for c in (e.created_at for e in events)
+        for c in (row.created_at for row in rows)
     )
 
 

@@ -10,8 +10,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Connection
 
 from outbox import _log, _sql, schema
 from outbox._db import run_in_transaction
@@ -32,8 +31,8 @@ class Claim:
     handler: str
     group_id: uuid.UUID
     size: int
-    events: list[Any] = field(default_factory=list, repr=False)
-    """The claimed rows as detached model instances, ordered by id (when asked for)."""
+    rows: list[Any] = field(default_factory=list, repr=False)
+    """The claimed rows (all the table's columns), ordered by id, when asked for."""
     job: _sql.JobRow | None = None
     """The group's batch job, when the claim leased it to the claiming worker."""
 
@@ -55,10 +54,10 @@ def _claim(
     group_id = uuid.uuid4()
     if lease is None:
         size = _sql.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
-        events: list[Any] = []
+        rows: list[Any] = []
     else:
-        events = _claim_events(conn, app, handler, group_id)
-        size = len(events)
+        rows = _claim_returning(conn, app, handler, group_id)
+        size = len(rows)
     if not size:
         return None
     job_id = _sql.insert_batch_job(
@@ -81,25 +80,21 @@ def _claim(
             lease_token=lease.token,
             last_error=None,
         )
-    return Claim(handler.name, group_id, size, events, job)
+    return Claim(handler.name, group_id, size, rows, job)
 
 
-def _claim_events(
+def _claim_returning(
     conn: Connection, app: Outbox, handler: Handler[Any], group_id: uuid.UUID
 ) -> list[Any]:
-    """Claim and get the rows back as model instances, from the claim's own UPDATE ... RETURNING
-    where the database has it: the group is not selected a second time."""
-    model, table = handler.model, handler.table
+    """Claim and get the rows back from the claim's own UPDATE ... RETURNING where the
+    database has it: the group is not selected a second time."""
+    table = handler.table
     stmt = _sql.claim_update(app.dialect, table, group_id, handler.batch_size)
-    with Session(bind=conn) as session:  # joins the claim's transaction, never commits it
-        if stmt is not None:
-            query = select(model).from_statement(stmt.returning(*table.c))
-            events = list(session.scalars(query))
-        else:
-            _sql.claim_rows(conn, app.dialect, table, group_id, handler.batch_size)
-            events = list(session.scalars(select(model).where(model.group_id == group_id)))
-        session.expunge_all()
-    return sorted(events, key=lambda e: e.id)
+    if stmt is not None:
+        rows = list(conn.execute(stmt.returning(*table.c)))
+        return sorted(rows, key=lambda row: row.id)  # RETURNING keeps no order
+    _sql.claim_rows(conn, app.dialect, table, group_id, handler.batch_size)
+    return _sql.select_group_rows(conn, table, group_id)
 
 
 def _batch_due(conn: Connection, handler: Handler[Any]) -> bool:

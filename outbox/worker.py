@@ -403,7 +403,7 @@ class Worker:
         with self.stats._lock:
             self.stats.claims += 1
         handler = self.handlers[claim.handler]
-        self._record(run_batch_job(self.app, handler, claim.job, preloaded=claim.events))
+        self._record(run_batch_job(self.app, handler, claim.job, preloaded=claim.rows))
 
     def _record(self, result: BatchResult) -> None:
         self.stats.record(result)

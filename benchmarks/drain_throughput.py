@@ -1,0 +1,157 @@
+"""Drain throughput: outbox against the raw-SQL ceiling, side by side in one run.
+
+200,000 events wait in a buffer (loaded with COPY); a no-op handler, batch size 1,000. The
+framework: ``outbox distribute`` then ``outbox work --burst`` in P processes, timed from the
+first process start to the last exit. The ceiling: P plain psycopg processes looping { claim up
+to 1,000 rows with the locking CTE and UPDATE ... RETURNING; delete the group by group_id }.
+With ``--archive``, both also archive every row as JSON before deleting it.
+
+    python -m benchmarks.drain_throughput --events 200000 --processes 1,2 --runs 3 [--archive]
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from sqlalchemy import create_engine
+
+from benchmarks._common import machine, scratch_database, write
+from benchmarks.bench_app import Base
+from outbox import schema
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTBOX = Path(sys.executable).parent / "outbox"
+APP = "benchmarks.bench_app:app"
+
+
+def prepare(url: str) -> None:
+    """Fresh framework tables and buffer."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        Base.metadata.drop_all(conn)
+        schema.metadata.drop_all(conn)
+        schema.metadata.create_all(conn)
+        Base.metadata.create_all(conn)
+    engine.dispose()
+
+
+def load(dsn: str, events: int) -> None:
+    """COPY ``events`` rows into the buffer, then VACUUM ANALYZE it."""
+    data = io.StringIO("".join(f"{n % 5000}\tpage_view\n" for n in range(events)))
+    with psycopg.connect(dsn) as conn:
+        with (
+            conn.cursor() as cursor,
+            cursor.copy("COPY bench_events (account_id, kind) FROM STDIN") as copy,
+        ):
+            copy.write(data.getvalue())
+        conn.commit()
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM ANALYZE bench_events")
+        conn.execute("TRUNCATE outbox_jobs, outbox_archive")
+
+
+def remaining(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        return int(conn.execute("SELECT count(*) FROM bench_events").fetchone()[0])  # type: ignore[index]
+
+
+def run_framework(url: str, processes: int, concurrency: int, env: dict[str, str]) -> float:
+    """Seconds for `outbox distribute` + P `outbox work --burst` processes to drain."""
+    base = [str(OUTBOX), "--app", APP, "--database-url", url, "--log-level", "warning"]
+    started = time.perf_counter()
+    subprocess.run([*base, "distribute"], cwd=ROOT, env=env, check=True, capture_output=True)
+    workers = [
+        subprocess.Popen(
+            [*base, "work", "--burst", "--concurrency", str(concurrency), "--no-listen"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        for _ in range(processes)
+    ]
+    for worker in workers:
+        if worker.wait() != 0:
+            raise RuntimeError("a worker failed")
+    return time.perf_counter() - started
+
+
+def run_raw(dsn: str, processes: int, batch_size: int, archive: bool) -> float:
+    """Seconds for P raw psycopg loops to drain."""
+    command = [sys.executable, "-m", "benchmarks._raw_drain", dsn, str(batch_size)]
+    if archive:
+        command.append("archive")
+    started = time.perf_counter()
+    loops = [subprocess.Popen(command, cwd=ROOT) for _ in range(processes)]
+    for loop in loops:
+        if loop.wait() != 0:
+            raise RuntimeError("a raw loop failed")
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--batch-size", type=int, default=1000)
+    parser.add_argument("--processes", default="1,2")
+    parser.add_argument("--concurrency", type=int, default=2, help="threads per worker")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--archive", action="store_true")
+    args = parser.parse_args()
+    url = scratch_database("outbox_bench_drain")
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    env = {
+        **os.environ,
+        "BENCH_BATCH_SIZE": str(args.batch_size),
+        "BENCH_ARCHIVE": "1" if args.archive else "0",
+    }
+    results: dict[str, Any] = {
+        "benchmark": "drain_throughput",
+        "machine": machine(),
+        "events": args.events,
+        "batch_size": args.batch_size,
+        "archive": args.archive,
+        "worker_threads": args.concurrency,
+        "rows": [],
+    }
+    prepare(url)
+    for processes in (int(p) for p in args.processes.split(",")):
+        rates: dict[str, list[float]] = {"raw": [], "outbox": []}
+        for run in range(args.runs):
+            for variant in ("raw", "outbox"):
+                load(dsn, args.events)
+                if variant == "raw":
+                    seconds = run_raw(dsn, processes, args.batch_size, args.archive)
+                else:
+                    seconds = run_framework(url, processes, args.concurrency, env)
+                left = remaining(dsn)
+                if left:
+                    raise RuntimeError(f"{variant} left {left} events behind")
+                rates[variant].append(args.events / seconds)
+                print(f"P={processes} run {run + 1} {variant}: {args.events / seconds:,.0f}/s",
+                      flush=True)  # fmt: skip
+        raw, ours = statistics.median(rates["raw"]), statistics.median(rates["outbox"])
+        row = {
+            "processes": processes,
+            "raw_rates": [round(r) for r in rates["raw"]],
+            "outbox_rates": [round(r) for r in rates["outbox"]],
+            "raw_median": round(raw),
+            "outbox_median": round(ours),
+            "ratio": round(ours / raw, 3),
+        }
+        results["rows"].append(row)
+        print(row, flush=True)
+    name = "drain_throughput_archive" if args.archive else "drain_throughput"
+    print(f"results in {write(name, results)}")
+
+
+if __name__ == "__main__":
+    main()
