@@ -81,6 +81,14 @@ def oldest_unclaimed_age(conn: Connection, table: Table) -> float | None:
     return None if age is None else float(age)
 
 
+def any_unclaimed(conn: Connection, table: Table) -> bool:
+    """Whether any row waits unclaimed: one probe of the partial index ``ix_<table>_unclaimed``."""
+    return (
+        conn.execute(select(literal(1)).where(table.c.group_id.is_(None)).limit(1)).first()
+        is not None
+    )
+
+
 def claim_job_slots(conn: Connection, handler: str) -> set[int]:
     """The slots of a handler's claim jobs, pending or running."""
     rows = conn.execute(

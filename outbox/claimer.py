@@ -7,7 +7,7 @@ never exists without the job that will handle it. Finding nothing is a normal, c
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Connection
@@ -35,6 +35,8 @@ class Claim:
     """The claimed rows (all the table's columns), ordered by id, when asked for."""
     job: _sql.JobRow | None = None
     """The group's batch job, when the claim leased it to the claiming worker."""
+    more: bool = False
+    """The claim job is still held and more rows wait: run it again (see ``keep``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,6 +116,15 @@ def partial_batch_due(conn: Connection, handler: Handler[Any]) -> bool:
     return age is not None and age >= handler.max_wait
 
 
+def release_claim_job(app: Outbox, job: _sql.JobRow) -> bool:
+    """Give a held claim job back, due at once; False when its lease was lost meanwhile."""
+    return run_in_transaction(
+        app.engine,
+        lambda conn: _sql.release_job(conn, job.id, job.lease_token, delay_seconds=0, error=None),
+        patience=app.settings.lease_seconds,
+    )
+
+
 def run_once(app: Outbox, handler: Handler[Any], *, lease_to: str | None = None) -> Claim | None:
     """Claim one group for ``handler`` and enqueue its batch job; None when nothing waits.
 
@@ -132,14 +143,21 @@ def run_once(app: Outbox, handler: Handler[Any], *, lease_to: str | None = None)
 
 
 def run_claim_job(
-    app: Outbox, handler: Handler[Any], job: _sql.JobRow, *, lease_to: str | None = None
+    app: Outbox,
+    handler: Handler[Any],
+    job: _sql.JobRow,
+    *,
+    lease_to: str | None = None,
+    keep: bool = False,
 ) -> Claim | None:
     """Run a claim job: claim a group, then finish the job, fenced by its lease.
 
-    A claim that filled a whole batch keeps its slot and runs again at once, because more rows
-    are probably waiting; the distributor does not have to come round for each batch.
+    A claim that filled a whole batch while more rows wait keeps its slot and runs again at
+    once; the distributor does not have to come round for each batch. With ``keep``, the
+    claim job even stays leased to its worker (``Claim.more``), which runs it again without a
+    round through the job table; otherwise it is released to be acquired again.
     ``lease_to``: a worker id; the group's batch job is then created leased to that worker
-    (with the claim job's token) and returned with the claimed events, for the worker to
+    (with the claim job's token) and returned with the claimed rows, for the worker to
     handle at once without another round through the job table.
     """
     lease = (
@@ -148,13 +166,20 @@ def run_claim_job(
 
     def work(conn: Connection) -> Claim | None:
         claim = _claim(conn, app, handler, lease)
-        if claim is not None and claim.size == handler.batch_size:
+        more = (
+            claim is not None
+            and claim.size == handler.batch_size
+            and _sql.any_unclaimed(conn, handler.table)
+        )
+        if more and keep:
+            held = _sql.extend_lease(conn, job.id, job.lease_token, app.settings.lease_seconds)
+        elif more:
             held = _sql.release_job(conn, job.id, job.lease_token, delay_seconds=0, error=None)
         else:
             held = _sql.delete_job(conn, job.id, job.lease_token)
         if not held:
             raise LeaseLost
-        return claim
+        return None if claim is None else replace(claim, more=more and keep)
 
     try:
         claim = run_in_transaction(app.engine, work, patience=app.settings.lease_seconds)

@@ -30,7 +30,7 @@ from outbox import _log, _sql, claimer, distributor, schema
 from outbox._db import run_in_transaction
 from outbox._dialects import MYSQL, POSTGRESQL
 from outbox._faults import AFTER_ACQUIRE, crash_point
-from outbox.app import Outbox
+from outbox.app import Handler, Outbox
 from outbox.batch_job import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult, run_batch_job
 from outbox.exceptions import UnsupportedDatabaseError
 from outbox.notify import Listener
@@ -41,6 +41,8 @@ DEFAULT_CONCURRENCY = 4
 DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS = 30.0
 MAX_ERROR_BACKOFF_SECONDS = 30.0
 MAINTENANCE_JOIN_SECONDS = 10.0
+# How long a thread may keep claiming and handling one handler's full batches in a row.
+CLAIM_LOOP_SECONDS = 1.0
 
 
 @dataclass
@@ -380,13 +382,32 @@ class Worker:
     def _run_job(self, job: _sql.JobRow) -> None:
         handler = self.handlers[job.handler]
         if job.kind == schema.JOB_KIND_CLAIM:
-            # The claimed group's batch job comes back leased to this worker, with its events:
-            # handled here at once, with no second trip through the job table. A capped
-            # handler's groups wait for a capped acquisition instead.
-            lease_to = self.id if handler.concurrency is None else None
-            self._handle_claim(claimer.run_claim_job(self.app, handler, job, lease_to=lease_to))
+            self._run_claim_job(handler, job)
             return
         self._record(run_batch_job(self.app, handler, job))
+
+    def _run_claim_job(self, handler: Handler[Any], job: _sql.JobRow) -> None:
+        """Claim, handle, and claim again while full batches wait, for up to a second.
+
+        The claimed group's batch job comes back leased to this worker with its rows, and is
+        handled here at once: no second trip through the job table. While full batches keep
+        coming, the claim job stays leased and runs again; after ``CLAIM_LOOP_SECONDS`` it goes
+        back through acquisition, so a long backlog cannot keep this thread from more urgent
+        work. A capped handler's groups wait for a capped acquisition instead.
+        """
+        capped = handler.concurrency is not None
+        deadline = time.monotonic() + CLAIM_LOOP_SECONDS
+        while True:
+            claim = claimer.run_claim_job(
+                self.app, handler, job, lease_to=None if capped else self.id, keep=not capped
+            )
+            self._handle_claim(claim)
+            if claim is None or not claim.more:
+                return
+            if self._stopping.is_set() or time.monotonic() >= deadline:
+                # Still held, more rows waiting: back to the job table for whoever is next.
+                claimer.release_claim_job(self.app, job)
+                return
 
     def _claim_directly(self, name: str) -> None:
         """Claim a group without a claim job (woken by a notification) and handle it."""
