@@ -92,7 +92,7 @@ def run_in_transaction(
                 # once, then keep trying quietly until the patience runs out.
                 log.warning(
                     _log.DATABASE_RETRYING,
-                    error=str(error.orig).splitlines()[0] if error.orig else type(error).__name__,
+                    error=dialects.error_summary(error),
                     patience=patience,
                 )
             backoff = min(TRANSACTION_BACKOFF_SECONDS * 2**attempt, MAX_BACKOFF_SECONDS)

@@ -7,9 +7,11 @@ payloads, transient error codes, connection set-up) are decided here.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from sqlalchemy import Engine, event, func, literal, literal_column
+from sqlalchemy import Engine, case, event, func, literal, literal_column, null
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.mysql import insert as mysql_insert
 from sqlalchemy.engine import Dialect as SADialect
@@ -18,7 +20,7 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.expression import FunctionElement, Insert
 from sqlalchemy.sql.selectable import NamedFromClause
-from sqlalchemy.types import JSON, DateTime, Float, LargeBinary
+from sqlalchemy.types import JSON, DateTime, Float, Integer, LargeBinary, Numeric, Text
 
 from outbox.exceptions import UnsupportedDatabaseError
 
@@ -155,23 +157,62 @@ def insert_ignore(dialect: str, table: Any) -> Insert:
     return mysql_insert(table).prefix_with("IGNORE")
 
 
-def row_as_json(dialect: str, row: NamedFromClause) -> ColumnElement[Any]:
-    """A JSON object of one row's columns, by column name (the archive's ``payload``)."""
+MAX_DOUBLE = 1.7976931348623157e308
+# Marks a SQLite payload archived in the lenient form, whose JSON columns are kept as text.
+JSON_AS_TEXT_MARKER = "__outbox_json_columns_as_text__"
+
+
+def row_as_json(dialect: str, row: NamedFromClause, *, lenient: bool = False) -> ColumnElement[Any]:
+    """A JSON object of one row's columns, by column name (the archive's ``payload``).
+
+    ``lenient``: for rows the exact form cannot hold (a json value with ``\\u0000`` that jsonb
+    refuses, NaN or nesting SQLite's json() refuses): the row as JSON *text* on PostgreSQL
+    (a JSON string), JSON columns as strings on SQLite. Nothing is lost; replay parses them.
+    """
     if dialect == POSTGRESQL:
-        # to_jsonb of the whole row: no argument limit (jsonb_build_object stops at 100).
-        return func.to_jsonb(literal_column(row.name))
-    pairs = [part for column in row.c for part in (literal(column.name), _json_value(column))]
+        # The whole row (``alias.*``, so that a column named like the alias cannot hide it):
+        # no argument limit, where jsonb_build_object stops at 100.
+        whole_row: ColumnElement[Any] = literal_column(f"{row.name}.*")
+        if lenient:
+            return func.to_jsonb(sql_cast(func.row_to_json(whole_row), Text))
+        return func.to_jsonb(whole_row)
+    pairs = [
+        part
+        for column in row.c
+        for part in (literal(column.name), _json_value(column, lenient=lenient))
+    ]
+    if lenient:
+        pairs += [literal(JSON_AS_TEXT_MARKER), literal(1)]
     return func.json_object(*pairs)
 
 
-def _json_value(column: Any) -> Any:
+def _json_value(column: Any, *, lenient: bool) -> Any:
     # JSON columns are stored as text: json() embeds them as JSON, not as a string. Binary
     # values cannot be JSON: they are written as "\\x<hex>", the form PostgreSQL's to_jsonb uses.
+    # REAL values: json_object would keep 15 significant digits; 17 round-trip exactly, and
+    # infinities (not JSON numbers) become strings.
+    # A column declared JSON has numeric affinity in SQLite: a bare number is stored as REAL.
     if isinstance(column.type, JSON):
-        return func.json(column)
+        if lenient:
+            return column
+        return case((func.typeof(column) == "real", _exact_real(column)), else_=func.json(column))
     if isinstance(column.type, LargeBinary):
-        return literal("\\x") + func.hex(column)
+        return case((column.is_(None), null()), else_=literal("\\x") + func.hex(column))
+    if isinstance(column.type, Float | Numeric) and not isinstance(column.type, Integer):
+        return case((column.is_(None), null()), else_=_exact_real(column))
     return column
+
+
+def _exact_real(column: Any) -> Any:
+    # 17 significant digits round-trip a double; SQLite's printf is off by one unit in the last
+    # place at the very largest doubles, which are written out exactly; infinities, not JSON
+    # numbers, become strings.
+    return case(
+        (func.abs(column) > MAX_DOUBLE, func.json_quote(sql_cast(column, Text))),
+        (column == MAX_DOUBLE, func.json(literal(repr(MAX_DOUBLE)))),
+        (column == -MAX_DOUBLE, func.json(literal(repr(-MAX_DOUBLE)))),
+        else_=func.json(func.printf("%!.17g", column)),
+    )
 
 
 # --- transactions and errors --------------------------------------------------------------
@@ -212,6 +253,27 @@ def is_transient(error: BaseException) -> bool:
         return True
     args: tuple[Any, ...] = getattr(orig, "args", ())
     return bool(args) and isinstance(args[0], int) and args[0] in _MYSQL_TRANSIENT
+
+
+# sqlite3 quotes the offending text when it cannot decode a value: never repeat it.
+_SQLITE_QUOTED_TEXT = re.compile(r" with text '.*", re.DOTALL)
+
+
+def error_summary(error: BaseException) -> str:
+    """A database error as type, SQLSTATE and primary message, and nothing more.
+
+    Drivers attach the values a statement failed on (PostgreSQL's DETAIL and CONTEXT, the
+    statement's parameters, sqlite3's quoted text); those may be event payloads or secrets,
+    and never reach a log line or a stored error.
+    """
+    target = getattr(error, "orig", None) or error
+    diag = getattr(target, "diag", None)
+    text = str(target).strip()
+    primary = getattr(diag, "message_primary", None) or (text.splitlines()[0] if text else "")
+    primary = _SQLITE_QUOTED_TEXT.sub("", primary)
+    sqlstate = getattr(target, "sqlstate", None)
+    state = f" [{sqlstate}]" if sqlstate else ""
+    return f"{type(target).__name__}{state}: {primary}" if primary else type(target).__name__
 
 
 def configure_engine(engine: Engine) -> None:

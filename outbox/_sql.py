@@ -27,6 +27,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.orm import Session
 
 from outbox import _dialects as dialects
@@ -424,6 +425,11 @@ def select_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> li
     )
 
 
+def count_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> int:
+    """How many rows a group has."""
+    return int(conn.execute(select(func.count()).where(table.c.group_id == group_id)).scalar_one())
+
+
 def move_rows_to_group(
     conn: Connection,
     table: Table,
@@ -469,6 +475,7 @@ def archive_group_rows(
     error: str | None,
     event_ids: Iterable[int] | None = None,
     older_than: float | None = None,
+    lenient: bool = False,
 ) -> int:
     """Copy a group's rows (all, only ``event_ids``, or only those older than ``older_than``
     seconds) into ``outbox_archive``.
@@ -485,7 +492,7 @@ def archive_group_rows(
         literal(status, String),
         literal(attempts, Integer),
         literal(error, Text),
-        dialects.row_as_json(dialect, row),
+        dialects.row_as_json(dialect, row, lenient=lenient),
         row.c.created_at,
     ).where(row.c.group_id == group_id)
     if event_ids is not None:
@@ -642,8 +649,18 @@ def select_archived(
     after_id: int,
     limit: int,
 ) -> list[dict[str, Any]]:
-    """Archived rows matching the filters, by id, after ``after_id`` (keyset pagination)."""
-    stmt = select(_archive).where(_archive.c.id > after_id).order_by(_archive.c.id).limit(limit)
+    """Archived rows matching the filters, by id, after ``after_id`` (keyset pagination).
+
+    The payload comes back as JSON *text*: parsed by the caller, one row at a time, with exact
+    decimals, rather than by the driver with floats (and all or nothing).
+    """
+    columns = [c for c in _archive.c if c.name != "payload"]
+    stmt = (
+        select(*columns, sql_cast(_archive.c.payload, Text).label("payload"))
+        .where(_archive.c.id > after_id)
+        .order_by(_archive.c.id)
+        .limit(limit)
+    )
     if handler is not None:
         stmt = stmt.where(_archive.c.handler == handler)
     if status is not None:

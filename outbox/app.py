@@ -276,7 +276,7 @@ def _validate(handler: Handler[Any]) -> None:
         )
     if getattr(model, "__table__", None) is None:
         raise ConfigurationError(f"{model.__name__} is not a mapped model (no __table__)")
-    if not _NAME.match(handler.name):
+    if not _NAME.fullmatch(handler.name):
         raise ConfigurationError(
             f"handler name {handler.name!r} is not valid: letters, digits, _ . : -, "
             "starting with a letter or _, at most 200 characters"

@@ -12,10 +12,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Column, Connection, Table
+from sqlalchemy import JSON, Column, Connection, Table
 
 from outbox import _log, _sql
 from outbox._db import run_in_transaction
+from outbox._dialects import JSON_AS_TEXT_MARKER
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ReplayError
@@ -52,21 +53,53 @@ def replay(
     if handler is not None:
         app.get_handler(handler)
     counts: Counter[str] = Counter()
+    failures: list[str] = []
     after_id = 0
     while True:
         rows = _select(app, handler, status, group_id, after_id)
         if not rows:
             break
         after_id = int(rows[-1]["id"])
+        readable = []
         for row in rows:
             _handler_of(app, row["handler"])
-        if not dry_run:
-            _replay_chunk(app, rows)
-        counts.update(row["handler"] for row in rows)
+            try:
+                readable.append({**row, "payload": parse_payload(row["payload"])})
+            except (ValueError, RecursionError) as error:
+                failures.append(f"archive row {row['id']}: {type(error).__name__}")
+        if not dry_run and readable:
+            _replay_chunk(app, readable)
+        counts.update(row["handler"] for row in readable)
     result = ReplayResult(sum(counts.values()), dict(counts), dry_run)
     if not dry_run and result.events:
         log.info(_log.ARCHIVE_REPLAYED, events=result.events, handlers=sorted(counts))
+    if failures:
+        raise ReplayError(
+            f"{result.events} events replayed; {len(failures)} could not be read and stay "
+            f"archived: {'; '.join(failures[:10])}"
+        )
     return result
+
+
+def parse_payload(text: str | None) -> dict[str, Any]:
+    """An archived payload, with exact decimals and integers of any size.
+
+    A payload archived in the lenient form (PostgreSQL: the row as JSON text) is a JSON
+    string holding the row's JSON: it is parsed twice.
+    """
+    if text is None:
+        raise ValueError("empty payload")
+    payload = json.loads(text, parse_float=decimal.Decimal, parse_int=_integer)
+    if isinstance(payload, str):
+        payload = json.loads(payload, parse_float=decimal.Decimal, parse_int=_integer)
+    if not isinstance(payload, dict):
+        raise ValueError("payload is not a JSON object")
+    return payload
+
+
+def _integer(text: str) -> int | decimal.Decimal:
+    # Python refuses to parse integers of more than 4,300 digits; Decimal has no such limit.
+    return int(text) if len(text) < 4000 else decimal.Decimal(text)
 
 
 def prune(app: Outbox, *, older_than: float, chunk: int = PRUNE_CHUNK) -> int:
@@ -120,12 +153,11 @@ def _put_back(conn: Connection, app: Outbox, rows: list[Any]) -> None:
     by_table: dict[str, tuple[Table, list[dict[str, Any]]]] = {}
     for row in rows:
         table = _handler_of(app, row["handler"])
-        payload = row["payload"]
-        if isinstance(payload, str):
-            payload = json.loads(payload)
+        payload = dict(row["payload"])
+        json_as_text = bool(payload.pop(JSON_AS_TEXT_MARKER, False))
         by_table.setdefault(table.name, (table, []))[1].append(
             {
-                column.name: _coerce(column, payload[column.name])
+                column.name: _coerce(column, payload[column.name], json_as_text=json_as_text)
                 for column in table.columns
                 if column.name not in BufferMixin.OWN_COLUMNS and column.name in payload
             }
@@ -135,7 +167,7 @@ def _put_back(conn: Connection, app: Outbox, rows: list[Any]) -> None:
     _sql.delete_archived(conn, [int(row["id"]) for row in rows])
 
 
-def _coerce(column: Column[Any], value: Any) -> Any:
+def _coerce(column: Column[Any], value: Any, *, json_as_text: bool = False) -> Any:
     """Turn a JSON value back into what the column's type expects."""
     if value is None:
         return None
@@ -143,6 +175,10 @@ def _coerce(column: Column[Any], value: Any) -> Any:
         python_type = column.type.python_type
     except NotImplementedError:
         return value
+    if isinstance(column.type, JSON):
+        if json_as_text and isinstance(value, str):
+            value = json.loads(value, parse_float=decimal.Decimal, parse_int=_integer)
+        return _plain_numbers(value)
     if isinstance(value, python_type):
         return value
     try:
@@ -165,6 +201,17 @@ def _coerce(column: Column[Any], value: Any) -> Any:
             f"cannot turn archived value of column {column.name!r} back into "
             f"{python_type.__name__}: {error}"
         ) from error
+    return value
+
+
+def _plain_numbers(value: Any) -> Any:
+    """Decimals inside a JSON value back to int or float: what its column serializes."""
+    if isinstance(value, decimal.Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, list):
+        return [_plain_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain_numbers(v) for k, v in value.items()}
     return value
 
 

@@ -18,9 +18,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from outbox import _log, _sql
 from outbox._db import run_in_transaction
+from outbox._dialects import error_summary, is_transient
 from outbox._faults import (
     AFTER_COMMIT,
     AFTER_HANDLER,
@@ -72,7 +74,16 @@ class BatchResult:
 
 
 def format_error(error: BaseException) -> str:
-    """Type, message and a truncated traceback: what the archive and the job keep of a failure."""
+    """Type, message and a truncated traceback: what the archive and the job keep of a failure.
+
+    A database error, or a failure caused by one, keeps only its summary (see
+    :func:`outbox._dialects.error_summary`): its full text may quote event values.
+    """
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, DBAPIError):
+            return error_summary(cause)[:ERROR_TEXT_LIMIT]
+        cause = cause.__cause__ or cause.__context__
     text = "".join(traceback.format_exception(error))
     head = f"{type(error).__qualname__}: {error}"
     text = f"{head}\n{text}" if not text.startswith(head) else text
@@ -137,7 +148,13 @@ def run_batch_job(
             )
             result = _finish_failed(app, handler, job, text, give_up=give_up)
         else:
-            result = _finish_succeeded(app, handler, job, batch)
+            try:
+                result = _finish_succeeded(app, handler, job, batch)
+            except FinishRefused as refused:
+                # The handler succeeded, but the database would not record it (the archive
+                # refused a value): this attempt failed, and the group goes the failed way.
+                give_up = handler.retry.exhausted(attempt)
+                result = _finish_failed(app, handler, job, str(refused), give_up=give_up)
     result = replace(
         result,
         size=len(rows) + expired,
@@ -233,16 +250,20 @@ def _finish_succeeded(
     retried = batch.retried_ids
     give_up_retried = handler.retry.exhausted(attempt)
 
-    def work(conn: Connection) -> BatchResult:
+    def work(conn: Connection, lenient: bool = False) -> BatchResult:
         if not _sql.delete_job(conn, job.id, job.lease_token):
             raise LeaseLost
         crash_point(IN_COMPLETION)
         for reason, ids in _by_reason(discarded).items():
-            _archive(conn, app, handler, group_id, "discarded", attempt, reason, ids)
+            _archive(
+                conn, app, handler, group_id, "discarded", attempt, reason, ids, lenient=lenient
+            )
         dead = 0
         if retried and give_up_retried:
             for reason, ids in _by_reason(retried).items():
-                dead += _archive(conn, app, handler, group_id, "dead", attempt, reason, ids)
+                dead += _archive(
+                    conn, app, handler, group_id, "dead", attempt, reason, ids, lenient=lenient
+                )
         elif retried:
             new_group = uuid.uuid4()
             _sql.move_rows_to_group(conn, handler.table, group_id, new_group, retried)
@@ -265,6 +286,7 @@ def _finish_succeeded(
                 status="succeeded",
                 attempts=attempt,
                 error=None,
+                lenient=lenient,
             )
         remaining = _sql.delete_group_rows(conn, handler.table, group_id)
         return BatchResult(
@@ -278,7 +300,12 @@ def _finish_succeeded(
             dead=dead,
         )
 
-    return _fenced(app, handler, job, work)
+    try:
+        return _fenced(app, handler, job, work)
+    except FinishRefused:
+        # The archive refused an event's exact form; the handler did succeed: record that,
+        # keeping such rows in the lenient form.
+        return _fenced(app, handler, job, lambda conn: work(conn, lenient=True))
 
 
 def _finish_failed(
@@ -288,11 +315,13 @@ def _finish_failed(
     group_id = job.group_id
     attempt = job.attempts
 
-    def work(conn: Connection) -> BatchResult:
+    def work(conn: Connection, lenient: bool = False) -> BatchResult:
         if give_up:
             if not _sql.delete_job(conn, job.id, job.lease_token):
                 raise LeaseLost
-            dead = _archive(conn, app, handler, group_id, "dead", attempt, error, None)
+            dead = _archive(
+                conn, app, handler, group_id, "dead", attempt, error, None, lenient=lenient
+            )
             _sql.delete_group_rows(conn, handler.table, group_id)
             return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)
         delay = handler.retry.delay(attempt)
@@ -300,7 +329,21 @@ def _finish_failed(
             raise LeaseLost
         return BatchResult(handler.name, group_id, attempt, RETRYING, error=error)
 
-    return _fenced(app, handler, job, work)
+    try:
+        return _fenced(app, handler, job, work)
+    except FinishRefused:
+        if not give_up:
+            raise
+        # The archive refused an event's exact form: keep the row in the lenient one instead.
+        return _fenced(app, handler, job, lambda conn: work(conn, lenient=True))
+
+
+class FinishRefused(Exception):  # noqa: N818 - an outcome between two library functions
+    """The database refused a finishing write for good (not contention, not a lost lease)."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(error_summary(error))
+        self.error = error
 
 
 def _fenced(app: Outbox, handler: Handler[Any], job: _sql.JobRow, work: Any) -> BatchResult:
@@ -312,6 +355,10 @@ def _fenced(app: Outbox, handler: Handler[Any], job: _sql.JobRow, work: Any) -> 
         crash_point(AFTER_COMMIT)
     except LeaseLost:
         return _lease_lost(handler, job)
+    except DBAPIError as error:
+        if is_transient(error):
+            raise
+        raise FinishRefused(error) from error
     return result
 
 
@@ -336,6 +383,8 @@ def _archive(
     attempt: int,
     error: str | None,
     ids: list[int] | None,
+    *,
+    lenient: bool = False,
 ) -> int:
     archived = _sql.archive_group_rows(
         conn,
@@ -347,6 +396,7 @@ def _archive(
         attempts=attempt,
         error=error,
         event_ids=ids,
+        lenient=lenient,
     )
     _sql.delete_group_rows(conn, handler.table, group_id, ids)
     return archived

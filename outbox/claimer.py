@@ -20,6 +20,10 @@ from outbox.app import Handler, Outbox
 log = _log.get_logger(__name__)
 
 
+# What a driver raises while turning a stored value into Python (the statement itself worked).
+UNREADABLE_ROW_ERRORS = (RecursionError, UnicodeDecodeError, ValueError, OverflowError)
+
+
 class LeaseLost(Exception):  # noqa: N818 - an outcome, not an error the user sees
     """Raised inside a transaction to roll it back when the job's lease is no longer ours."""
 
@@ -31,8 +35,8 @@ class Claim:
     handler: str
     group_id: uuid.UUID
     size: int
-    rows: list[Any] = field(default_factory=list, repr=False)
-    """The claimed rows (all the table's columns), ordered by id, when asked for."""
+    rows: list[Any] | None = field(default=None, repr=False)
+    """The claimed rows (all the table's columns), ordered by id, when asked for and readable."""
     job: _sql.JobRow | None = None
     """The group's batch job, when the claim leased it to the claiming worker."""
     more: bool = False
@@ -56,10 +60,9 @@ def _claim(
     group_id = uuid.uuid4()
     if lease is None:
         size = _sql.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
-        rows: list[Any] = []
+        rows: list[Any] | None = None
     else:
-        rows = _claim_returning(conn, app, handler, group_id)
-        size = len(rows)
+        rows, size = _claim_returning(conn, app, handler, group_id)
     if not size:
         return None
     job_id = _sql.insert_batch_job(
@@ -87,16 +90,26 @@ def _claim(
 
 def _claim_returning(
     conn: Connection, app: Outbox, handler: Handler[Any], group_id: uuid.UUID
-) -> list[Any]:
+) -> tuple[list[Any] | None, int]:
     """Claim and get the rows back from the claim's own UPDATE ... RETURNING where the
-    database has it: the group is not selected a second time."""
+    database has it: the group is not selected a second time. Returns (rows, size).
+
+    Rows the driver cannot read (JSON nested deeper than Python can parse, text that is not
+    UTF-8) must not undo the claim, or the same oldest rows would block the buffer forever:
+    the claim stands, rows come back as None, and loading them later fails that one group's
+    attempt, which ends, after its attempts, in the archive.
+    """
     table = handler.table
     stmt = _sql.claim_update(app.dialect, table, group_id, handler.batch_size)
-    if stmt is not None:
-        rows = list(conn.execute(stmt.returning(*table.c)))
-        return sorted(rows, key=lambda row: row.id)  # RETURNING keeps no order
-    _sql.claim_rows(conn, app.dialect, table, group_id, handler.batch_size)
-    return _sql.select_group_rows(conn, table, group_id)
+    try:
+        if stmt is None:
+            _sql.claim_rows(conn, app.dialect, table, group_id, handler.batch_size)
+            rows = _sql.select_group_rows(conn, table, group_id)
+        else:
+            rows = sorted(conn.execute(stmt.returning(*table.c)), key=lambda row: row.id)
+    except UNREADABLE_ROW_ERRORS:
+        return None, _sql.count_group_rows(conn, table, group_id)
+    return rows, len(rows)
 
 
 def _batch_due(conn: Connection, handler: Handler[Any]) -> bool:

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import OperationalError
 
 from outbox import _db, archive, distributor, metrics, schema
+from outbox._dialects import error_summary
 from outbox.app import DATABASE_URL_ENV, Outbox
 from outbox.exceptions import (
     ConfigurationError,
@@ -163,8 +164,7 @@ def _errors() -> Iterator[None]:
     except OutboxError as error:
         _fail(str(error), EXIT_FAILURE)
     except OperationalError as error:
-        reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
-        _fail(f"database error: {reason}", EXIT_FAILURE)
+        _fail(f"database error: {error_summary(error)}", EXIT_FAILURE)
 
 
 def _ready(app: Outbox) -> Outbox:

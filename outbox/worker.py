@@ -28,7 +28,7 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox import _log, _sql, claimer, distributor, schema
 from outbox._db import run_in_transaction
-from outbox._dialects import MYSQL, POSTGRESQL
+from outbox._dialects import MYSQL, POSTGRESQL, error_summary
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox.app import Handler, Outbox
 from outbox.batch_job import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult, run_batch_job
@@ -372,6 +372,8 @@ class Worker:
                 return
             try:
                 task()
+            except DBAPIError as error:  # its full text may quote event values: summary only
+                log.error(_log.WORKER_LOOP_ERROR, worker=self.id, error=error_summary(error))
             except Exception as error:  # the loop must survive anything a job throws
                 log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, error=str(error))
             finally:
@@ -485,7 +487,7 @@ class Worker:
             log.warning(
                 _log.WORKER_DATABASE_ERROR,
                 worker=self.id,
-                error=str(error.orig).splitlines()[0] if error.orig else type(error).__name__,
+                error=error_summary(error),
             )
 
     # --- shutdown ------------------------------------------------------------------------
