@@ -244,11 +244,19 @@ def acquire_capped_batch_jobs(
     )
 
 
-def extend_leases(conn: Connection, worker_id: str, lease_seconds: float) -> int:
-    """Push back the lease of every job this worker still holds; returns how many."""
+def extend_leases(
+    conn: Connection, worker_id: str, job_ids: Sequence[int], lease_seconds: float
+) -> int:
+    """Push back the leases of the jobs a worker is running now; returns how many.
+
+    Only those: a job whose finishing write failed (the database was down longer than its
+    patience) is no longer running, and its lease must run out so that it is rescued.
+    """
+    if not job_ids:
+        return 0
     return conn.execute(
         update(_jobs)
-        .where(_jobs.c.lease_owner == worker_id)
+        .where(_jobs.c.lease_owner == worker_id, _jobs.c.id.in_(list(job_ids)))
         .values(lease_expires_at=db_now_plus(lease_seconds))
     ).rowcount
 

@@ -20,7 +20,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -116,6 +116,8 @@ class Worker:
         self._tasks: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._in_flight = 0
         self._in_flight_lock = threading.Lock()
+        self._running: set[int] = set()
+        """Ids of the jobs this worker holds and is working on: the leases it extends."""
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._aborted = threading.Event()
@@ -345,8 +347,17 @@ class Worker:
                 ),
             )
         if jobs:
+            self._hold(job.id for job in jobs)
             crash_point(AFTER_ACQUIRE)
         return jobs
+
+    def _hold(self, job_ids: Iterable[int]) -> None:
+        with self._in_flight_lock:
+            self._running.update(job_ids)
+
+    def _let_go(self, job_id: int) -> None:
+        with self._in_flight_lock:
+            self._running.discard(job_id)
 
     def _acquire_capped(
         self, name: str, cap: int, token: uuid.UUID, limit: int
@@ -383,10 +394,13 @@ class Worker:
 
     def _run_job(self, job: _sql.JobRow) -> None:
         handler = self.handlers[job.handler]
-        if job.kind == schema.JOB_KIND_CLAIM:
-            self._run_claim_job(handler, job)
-            return
-        self._record(run_batch_job(self.app, handler, job))
+        try:
+            if job.kind == schema.JOB_KIND_CLAIM:
+                self._run_claim_job(handler, job)
+            else:
+                self._record(run_batch_job(self.app, handler, job))
+        finally:
+            self._let_go(job.id)
 
     def _run_claim_job(self, handler: Handler[Any], job: _sql.JobRow) -> None:
         """Claim, handle, and claim again while full batches wait, for up to a second.
@@ -426,7 +440,11 @@ class Worker:
         with self.stats._lock:
             self.stats.claims += 1
         handler = self.handlers[claim.handler]
-        self._record(run_batch_job(self.app, handler, claim.job, preloaded=claim.rows))
+        self._hold([claim.job.id])
+        try:
+            self._record(run_batch_job(self.app, handler, claim.job, preloaded=claim.rows))
+        finally:
+            self._let_go(claim.job.id)
 
     def _record(self, result: BatchResult) -> None:
         self.stats.record(result)
@@ -467,13 +485,15 @@ class Worker:
 
     def _heartbeat(self) -> None:
         settings = self.app.settings
+        with self._in_flight_lock:
+            running = sorted(self._running)
 
         def work(conn: Any) -> tuple[int, bool]:
             if not _sql.touch_worker(conn, self.id) and not self._stopping.is_set():
                 _sql.insert_worker(
                     conn, self.id, socket.gethostname(), os.getpid(), self.concurrency
                 )
-            _sql.extend_leases(conn, self.id, settings.lease_seconds)
+            _sql.extend_leases(conn, self.id, running, settings.lease_seconds)
             live = _sql.count_live_workers(conn, settings.worker_stale_after)
             return live, _sql.leader_worker_id(conn, settings.worker_stale_after) == self.id
 
