@@ -298,15 +298,7 @@ class Worker:
         self.rescue()
         if distributor.enqueued(distributor.run_once(self.app, list(self.handlers))):
             return True
-        return bool(self._peek_due())
-
-    def _peek_due(self) -> int:
-        jobs = self._acquire(1)
-        with self._in_flight_lock:
-            self._in_flight += len(jobs)
-        for job in jobs:
-            self._tasks.put(functools.partial(self._run_job, job))
-        return len(jobs)
+        return bool(self._fill())
 
     def _poll_timeout(self) -> float:
         """Coordinated polling: the fleet as a whole polls once per ``poll_interval``.
