@@ -193,19 +193,11 @@ def _expire(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> int:
     def work(conn: Connection) -> int:
         if not _sql.extend_lease(conn, job.id, job.lease_token, app.settings.lease_seconds):
             raise LeaseLost
-        expired = _sql.archive_group_rows(
-            conn,
-            app.dialect,
-            handler.table,
-            handler=handler.name,
-            group_id=group_id,
-            status="expired",
-            attempts=job.attempts,
-            error=f"expired: older than {older_than:g} s when its group was handled",
+        reason = f"expired: older than {older_than:g} s when its group was handled"
+        return _archive(
+            conn, app, handler, group_id, "expired", job.attempts, reason, None,
             older_than=older_than,
-        )
-        _sql.delete_group_rows(conn, handler.table, group_id, older_than=older_than)
-        return expired
+        )  # fmt: skip
 
     return run_in_transaction(app.engine, work, patience=app.settings.lease_seconds)
 
@@ -385,7 +377,10 @@ def _archive(
     ids: list[int] | None,
     *,
     lenient: bool = False,
+    older_than: float | None = None,
 ) -> int:
+    """Archive rows of a group (all, ``ids``, or those older than ``older_than`` seconds) with
+    a status, and delete them from the buffer."""
     archived = _sql.archive_group_rows(
         conn,
         app.dialect,
@@ -397,8 +392,9 @@ def _archive(
         error=error,
         event_ids=ids,
         lenient=lenient,
+        older_than=older_than,
     )
-    _sql.delete_group_rows(conn, handler.table, group_id, ids)
+    _sql.delete_group_rows(conn, handler.table, group_id, ids, older_than=older_than)
     return archived
 
 
