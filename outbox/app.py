@@ -24,7 +24,6 @@ EventT = TypeVar("EventT", bound=BufferMixin)
 HandlerFunc = Callable[[Batch[EventT]], None]
 
 DATABASE_URL_ENV = "OUTBOX_DATABASE_URL"
-DEFAULT_DATABASE_URL = "sqlite:///outbox.sqlite3"
 
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_MAX_BATCHES = 50
