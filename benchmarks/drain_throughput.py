@@ -2,8 +2,9 @@
 
 200,000 events wait in a buffer (loaded with COPY); a no-op handler, batch size 1,000. The
 framework: ``outbox distribute`` and ``outbox work --burst`` in P processes, started together
-and timed from the first start to the last exit (process start-up included). The ceiling: P plain psycopg processes looping { claim up
-to 1,000 rows with the locking CTE and UPDATE ... RETURNING; delete the group by group_id }.
+and timed from the first start to the last exit (process start-up included). The ceiling: P
+plain psycopg processes looping { claim up to 1,000 rows with the locking CTE and UPDATE ...
+RETURNING; delete the group by group_id }.
 With ``--archive``, both also archive every row as JSON before deleting it.
 
     python -m benchmarks.drain_throughput --events 200000 --processes 1,2 --runs 3 [--archive]
