@@ -1,0 +1,123 @@
+"""Cost of enqueue: what one event adds to an application's transaction.
+
+1. An application transaction through a SQLAlchemy session inserts a business row, with and
+   without one event: the statements each sends are counted (the event must add exactly one
+   INSERT), and both transaction rates are measured.
+2. 100 events in one transaction with ``outbox.add_events`` against raw SQLAlchemy Core
+   ``executemany`` of the same rows.
+
+    python -m benchmarks.enqueue_cost --transactions 2000 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+from sqlalchemy import String, event, insert
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from benchmarks._common import machine, scratch_database, write
+from outbox import BufferMixin, Outbox, add_events, notify, schema
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class Order(Base):
+    __tablename__ = "bench_orders"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    reference: Mapped[str] = mapped_column(String(32))
+
+
+class OrderEvent(BufferMixin, Base):
+    __tablename__ = "bench_order_events"
+    order_reference: Mapped[str] = mapped_column(String(32))
+
+
+def statements_of(app: Outbox, work: Any) -> list[str]:
+    """The SQL statements (first word) that one call of ``work`` sends."""
+    sent: list[str] = []
+
+    def record(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        sent.append(statement.split()[0].upper())
+
+    event.listen(app.engine, "before_cursor_execute", record)
+    try:
+        work()
+    finally:
+        event.remove(app.engine, "before_cursor_execute", record)
+    return sent
+
+
+def business(app: Outbox, with_event: bool) -> None:
+    """One application transaction: an order, and optionally its event."""
+    with Session(app.engine) as session:
+        session.add(Order(reference="order"))
+        if with_event:
+            session.add(OrderEvent(order_reference="order"))
+        session.commit()
+
+
+def rate(work: Any, count: int) -> float:
+    started = time.perf_counter()
+    for _ in range(count):
+        work()
+    return count / (time.perf_counter() - started)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--transactions", type=int, default=2000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    app = Outbox(scratch_database("outbox_bench_enqueue"))
+    app.handler(OrderEvent, name="orders")(lambda batch: None)
+    with app.engine.begin() as conn:
+        schema.metadata.create_all(conn)
+        Base.metadata.create_all(conn)
+    results: dict[str, Any] = {"benchmark": "enqueue_cost", "machine": machine()}
+
+    without = statements_of(app, lambda: business(app, False))
+    with_one = statements_of(app, lambda: business(app, True))
+    results["statements"] = {"without_event": without, "with_event": with_one}
+    print(f"statements without an event: {without}; with one: {with_one}")
+
+    rows = [{"order_reference": f"o{n}"} for n in range(100)]
+    table = OrderEvent.__table__
+
+    def helper() -> None:
+        with Session(app.engine) as session:
+            add_events(session, OrderEvent, rows)
+            session.commit()
+
+    def core() -> None:
+        with app.engine.begin() as conn:
+            conn.execute(insert(table), rows)
+
+    for trigger in (False, True):
+        if trigger:
+            notify.install(app)
+        rates: dict[str, list[float]] = {"without": [], "with": [], "helper": [], "core": []}
+        for _ in range(args.runs):
+            rates["without"].append(rate(lambda: business(app, False), args.transactions))
+            rates["with"].append(rate(lambda: business(app, True), args.transactions))
+            rates["core"].append(rate(core, args.transactions // 2))
+            rates["helper"].append(rate(helper, args.transactions // 2))
+        medians = {k: round(statistics.median(v), 1) for k, v in rates.items()}
+        label = "notify_trigger" if trigger else "no_trigger"
+        results[label] = {
+            "rates": {k: [round(r, 1) for r in v] for k, v in rates.items()},
+            "medians": medians,
+            "event_transaction_ratio": round(medians["with"] / medians["without"], 3),
+            "helper_vs_core": round(medians["helper"] / medians["core"], 3),
+        }
+        print(label, results[label], flush=True)
+    print(f"results in {write('enqueue_cost', results)}")
+
+
+if __name__ == "__main__":
+    main()
