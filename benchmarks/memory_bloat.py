@@ -1,0 +1,91 @@
+"""Memory and bloat: a worker's resident memory, and the buffer's size after a large drain.
+
+1. ``outbox work --burst --concurrency 4`` drains ``--events`` events (batch 1,000); its
+   resident set size is sampled from /proc every 50 ms: the peak is reported.
+2. The buffer table and its indexes after the drain, before and after a plain VACUUM,
+   against the empty table.
+
+    python -m benchmarks.memory_bloat --events 1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from benchmarks._common import machine, scratch_database, write
+from benchmarks.drain_throughput import APP, OUTBOX, ROOT, load, prepare
+
+SIZE = """
+SELECT pg_relation_size('bench_events'), pg_indexes_size('bench_events'),
+       pg_total_relation_size('bench_events')
+"""
+
+
+def sizes(dsn: str) -> dict[str, int]:
+    with psycopg.connect(dsn) as conn:
+        heap, indexes, total = conn.execute(SIZE).fetchone()  # type: ignore[misc]
+    return {"heap_bytes": heap, "index_bytes": indexes, "total_bytes": total}
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    args = parser.parse_args()
+    url = scratch_database("outbox_bench_memory")
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    prepare(url)
+    empty = sizes(dsn)
+    load(dsn, args.events)
+    loaded = sizes(dsn)
+    command = [str(OUTBOX), "--app", APP, "--database-url", url, "--log-level", "warning",
+               "work", "--burst", "--concurrency", "4", "--no-listen"]  # fmt: skip
+    worker = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
+    peak = 0
+    started = time.perf_counter()
+    while worker.poll() is None:
+        try:
+            peak = max(peak, rss_kib(worker.pid))
+        except OSError:
+            break
+        time.sleep(0.05)
+    seconds = time.perf_counter() - started
+    if worker.returncode != 0:
+        sys.exit(f"the worker failed with {worker.returncode}")
+    drained = sizes(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("VACUUM bench_events")
+    vacuumed = sizes(dsn)
+    results: dict[str, Any] = {
+        "benchmark": "memory_bloat",
+        "machine": machine(),
+        "events": args.events,
+        "worker_peak_rss_mib": round(peak / 1024, 1),
+        "drain_seconds": round(seconds, 1),
+        "sizes": {"empty": empty, "loaded": loaded, "drained": drained, "vacuumed": vacuumed},
+        "vacuumed_over_empty": round(vacuumed["total_bytes"] / empty["total_bytes"], 2),
+    }
+    print(
+        f"worker peak RSS {results['worker_peak_rss_mib']} MiB over {seconds:.1f} s; "
+        f"buffer {empty['total_bytes']} B empty, {loaded['total_bytes']} B loaded, "
+        f"{drained['total_bytes']} B drained, {vacuumed['total_bytes']} B after VACUUM",
+        flush=True,
+    )
+    print(f"results in {write('memory_bloat', results)}")
+
+
+if __name__ == "__main__":
+    main()
