@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import click
 import structlog
 from click.core import ParameterSource
-from sqlalchemy.engine import Dialect
+from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import OperationalError
 
 from outbox import _db, archive, distributor, metrics, schema
@@ -265,15 +265,24 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
 
     if dialect is None:
         url = ctx.database_url or os.environ.get(DATABASE_URL_ENV)
-        dialect = ctx.app().dialect if ctx.app_spec else None
-        if dialect is None and url:
-            dialect = Outbox(url).url.get_backend_name()
-        dialect = {"mariadb": "mysql"}.get(dialect or "postgresql", dialect or "postgresql")
-    target: Dialect = {
+        backend = (
+            make_url(url).get_backend_name()
+            if url
+            else ctx.app().url.get_backend_name()
+            if ctx.app_spec
+            else "postgresql"
+        )
+        dialect = "mysql" if backend == "mariadb" else backend
+    targets: dict[str, Dialect] = {
         "postgresql": postgresql.dialect(),  # type: ignore[no-untyped-call]
         "sqlite": sqlite.dialect(),
         "mysql": mysql.dialect(),
-    }[dialect]
+    }
+    if dialect not in targets:
+        raise click.UsageError(
+            f"outbox has no schema for {dialect!r}; use --dialect postgresql, sqlite or mysql"
+        )
+    target = targets[dialect]
     for table in schema.metadata.sorted_tables:
         click.echo(str(CreateTable(table).compile(dialect=target)).strip() + ";\n")
         for index in sorted(table.indexes, key=lambda i: str(i.name)):
