@@ -44,3 +44,22 @@ def chaos(session: nox.Session) -> None:
     """The long fault-injection run: producers, workers, kills, restarts; then the checker."""
     session.install("-e", ".[dev]")
     session.run("python", "-m", "tests.faults.chaos", *CHAOS_ARGS, *session.posargs)
+
+
+# The benchmarks (benchmarks/README.md): figures for the docs, never timing assertions in tests.
+BENCHMARKS = (
+    ("benchmarks.wakeup_latency", "--rate", "200", "--seconds", "20", "--runs", "3"),
+    ("benchmarks.enqueue_cost", "--transactions", "2000", "--runs", "3"),
+    ("benchmarks.scale", "--sizes", "10000,1000000", "--repeat", "21"),
+    ("benchmarks.memory_bloat", "--events", "1000000"),
+    ("benchmarks.drain_throughput", "--events", "200000", "--processes", "1,2", "--runs", "3"),
+)
+
+
+@nox.session(python=PYTHON)
+def bench(session: nox.Session) -> None:
+    """Every benchmark, one after the other; `nox -s bench -- benchmarks.scale` runs one."""
+    session.install("-e", ".[dev]")
+    chosen = [b for b in BENCHMARKS if not session.posargs or b[0] in session.posargs]
+    for module, *arguments in chosen:
+        session.run("python", "-m", module, *arguments)
