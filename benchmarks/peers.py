@@ -1,0 +1,152 @@
+"""Against the peers: the same no-op jobs drained by outbox, pgqueuer and procrastinate.
+
+N jobs (one per event, as each library's users would write them) wait in a scratch database of
+their own per library; each is drained by a no-op task, timed from the start of the draining
+processes to their exit (process start-up included, as in ``drain_throughput``), until none
+is left. Enqueueing is not timed: outbox's events are loaded with COPY, pgqueuer's enqueued with
+list ``enqueue`` calls, procrastinate's with ``batch_defer_async``.
+
+* outbox: ``outbox distribute`` + one ``outbox work --burst --concurrency 2`` process, batch
+  size 1,000 (``drain_throughput``'s ``run_framework`` with one process).
+* pgqueuer: one process (asyncpg driver, uvloop) running C QueueManagers in drain mode, each
+  on its own connection, dequeuing B jobs at a time, for every ``CxB`` in ``--pgqueuer``.
+* procrastinate: one process, one worker (PsycopgConnector, ``wait=False``) with C async
+  sub-workers, for every C in ``--procrastinate``.
+
+Each peer's best configuration (highest median) is the one compared. pgqueuer and procrastinate
+run with ``--peer-python`` (default ``.bench-venv/bin/python``): they are never installed in the
+project's environment (``python3 -m venv .bench-venv && .bench-venv/bin/pip install -e .
+pgqueuer procrastinate asyncpg``). Procrastinate is slow, so ``--procrastinate-jobs`` may be
+smaller than N; the ratios are ratios of rates.
+
+    python -m benchmarks.peers --jobs 20000 --procrastinate-jobs 2000 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks._common import machine, scratch_database, write
+from benchmarks.drain_throughput import ROOT, load, prepare, remaining, run_framework
+
+PEER_PYTHON = ROOT / ".bench-venv" / "bin" / "python"
+
+
+def peer(python: Path, name: str, action: str, dsn: str, *extra: str) -> str:
+    """Run one step of ``benchmarks._peer_drain`` in the peers' virtualenv; its output."""
+    command = [str(python), "-m", "benchmarks._peer_drain", name, action, dsn, *extra]
+    return subprocess.run(command, cwd=ROOT, check=True, capture_output=True, text=True).stdout
+
+
+def timed_drain(python: Path, name: str, dsn: str, jobs: int, options: list[str]) -> float:
+    """Enqueue ``jobs`` (untimed), then seconds for one drain process to empty the queue."""
+    peer(python, name, "enqueue", dsn, str(jobs))
+    started = time.perf_counter()
+    peer(python, name, "drain", dsn, *options)
+    seconds = time.perf_counter() - started
+    left = int(peer(python, name, "remaining", dsn))
+    if left:
+        raise RuntimeError(f"{name} left {left} jobs behind")
+    return seconds
+
+
+def plain(url: str) -> str:
+    """A SQLAlchemy URL as a libpq connection string."""
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
+def best(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return max(rows, key=lambda row: row["median"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=20_000)
+    parser.add_argument("--procrastinate-jobs", type=int, help="default: --jobs")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--pgqueuer", default="5x10,5x100,10x100", help="consumers x batch")
+    parser.add_argument("--procrastinate", default="1,10,30", help="sub-worker concurrencies")
+    parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
+    args = parser.parse_args()
+    proc_jobs = args.procrastinate_jobs or args.jobs
+    python = args.peer_python
+    results: dict[str, Any] = {
+        "benchmark": "peers",
+        "machine": machine(),
+        "jobs": args.jobs,
+        "procrastinate_jobs": proc_jobs,
+        "runs": args.runs,
+        "timing": "draining processes from start to exit, process start-up included",
+        "versions": {
+            "pgqueuer": peer(python, "pgqueuer", "version", "-").strip(),
+            "procrastinate": peer(python, "procrastinate", "version", "-").strip(),
+        },
+    }
+
+    def record(label: str, settings: dict[str, Any], rates: list[float]) -> dict[str, Any]:
+        row = {**settings, "rates": [round(r) for r in rates],
+               "median": round(statistics.median(rates))}  # fmt: skip
+        print(f"{label} {settings}: median {row['median']:,}/s {row['rates']}", flush=True)
+        return row
+
+    # outbox
+    url = scratch_database("outbox_bench_peers_outbox")
+    dsn = plain(url)
+    env = {**os.environ, "BENCH_BATCH_SIZE": "1000", "BENCH_ARCHIVE": "0"}
+    prepare(url)
+    rates = []
+    for _ in range(args.runs):
+        load(dsn, args.jobs)
+        seconds = run_framework(url, 1, 2, env)
+        if left := remaining(dsn):
+            raise RuntimeError(f"outbox left {left} events behind")
+        rates.append(args.jobs / seconds)
+    results["outbox"] = [
+        record("outbox", {"processes": 1, "threads": 2, "batch_size": 1000}, rates)
+    ]
+
+    # pgqueuer
+    dsn = plain(scratch_database("outbox_bench_peers_pgqueuer"))
+    peer(python, "pgqueuer", "setup", dsn)
+    results["pgqueuer"] = []
+    for config in args.pgqueuer.split(","):
+        consumers, batch = (int(part) for part in config.split("x"))
+        options = ["--consumers", str(consumers), "--batch-size", str(batch)]
+        rates = [
+            args.jobs / timed_drain(python, "pgqueuer", dsn, args.jobs, options)
+            for _ in range(args.runs)
+        ]
+        settings = {"driver": "asyncpg", "consumers": consumers, "batch_size": batch}
+        results["pgqueuer"].append(record("pgqueuer", settings, rates))
+
+    # procrastinate
+    dsn = plain(scratch_database("outbox_bench_peers_procrastinate"))
+    peer(python, "procrastinate", "setup", dsn)
+    results["procrastinate"] = []
+    for concurrency in (int(c) for c in args.procrastinate.split(",")):
+        options = ["--concurrency", str(concurrency)]
+        rates = [
+            proc_jobs / timed_drain(python, "procrastinate", dsn, proc_jobs, options)
+            for _ in range(args.runs)
+        ]
+        settings = {"connector": "psycopg", "workers": 1, "concurrency": concurrency}
+        results["procrastinate"].append(record("procrastinate", settings, rates))
+
+    ours = results["outbox"][0]["median"]
+    results["ratios"] = {
+        "outbox_over_pgqueuer_best": round(ours / best(results["pgqueuer"])["median"], 2),
+        "outbox_over_procrastinate_best": round(ours / best(results["procrastinate"])["median"], 1),
+        "targets": {"outbox_over_pgqueuer_best": 5, "outbox_over_procrastinate_best": 100},
+    }
+    print(results["ratios"], flush=True)
+    print(f"results in {write('peers', results)}")
+
+
+if __name__ == "__main__":
+    main()
