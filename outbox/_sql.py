@@ -28,6 +28,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import cast as sql_cast
+from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.orm import Session
 
 from outbox import _dialects as dialects
@@ -724,9 +725,9 @@ def notify_function_ddl() -> str:
     )
 
 
-def notify_trigger_ddl(conn: Connection, table: Table) -> list[str]:
+def notify_trigger_ddl(dialect: SADialect, table: Table) -> list[str]:
     """Statements that (re)create a buffer's notify trigger: once per INSERT statement, not row."""
-    quote = conn.dialect.identifier_preparer
+    quote = dialect.identifier_preparer
     trigger = quote.quote(f"{NOTIFY_FUNCTION}_{table.name}"[:63])
     target = quote.format_table(table)
     return [
@@ -736,9 +737,9 @@ def notify_trigger_ddl(conn: Connection, table: Table) -> list[str]:
     ]
 
 
-def drop_notify_trigger_ddl(conn: Connection, table: Table) -> str:
+def drop_notify_trigger_ddl(dialect: SADialect, table: Table) -> str:
     """The statement that removes a buffer's notify trigger."""
-    quote = conn.dialect.identifier_preparer
+    quote = dialect.identifier_preparer
     trigger = quote.quote(f"{NOTIFY_FUNCTION}_{table.name}"[:63])
     return f"DROP TRIGGER IF EXISTS {trigger} ON {quote.format_table(table)}"
 

@@ -34,7 +34,7 @@ def install(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[str
     with app.engine.begin() as conn:
         conn.execute(text(_sql.notify_function_ddl()))
         for handler in selected:
-            for statement in _sql.notify_trigger_ddl(conn, handler.table):
+            for statement in _sql.notify_trigger_ddl(conn.dialect, handler.table):
                 conn.execute(text(statement))
     return [h.table.name for h in selected]
 
@@ -45,19 +45,21 @@ def remove(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[str]
     selected = app.select_handlers(handlers)
     with app.engine.begin() as conn:
         for handler in selected:
-            conn.execute(text(_sql.drop_notify_trigger_ddl(conn, handler.table)))
+            conn.execute(text(_sql.drop_notify_trigger_ddl(conn.dialect, handler.table)))
     return [h.table.name for h in selected]
 
 
 def ddl(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[str]:
-    """The statements :func:`install` runs, for an application's own migrations."""
+    """The statements :func:`install` runs, for an application's own migrations.
+
+    Needs no connection: the engine's dialect is enough to quote the names.
+    """
     _require_postgresql(app)
-    with app.engine.connect() as conn:
-        return [_sql.notify_function_ddl()] + [
-            statement
-            for handler in app.select_handlers(handlers)
-            for statement in _sql.notify_trigger_ddl(conn, handler.table)
-        ]
+    return [_sql.notify_function_ddl()] + [
+        statement
+        for handler in app.select_handlers(handlers)
+        for statement in _sql.notify_trigger_ddl(app.engine.dialect, handler.table)
+    ]
 
 
 def _require_postgresql(app: Outbox) -> None:

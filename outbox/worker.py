@@ -61,6 +61,11 @@ class WorkerStats:
     events_expired: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
+    def record_claim(self) -> None:
+        """Count one group claimed."""
+        with self._lock:
+            self.claims += 1
+
     def record(self, result: BatchResult) -> None:
         """Count one batch result."""
         with self._lock:
@@ -429,8 +434,7 @@ class Worker:
     def _handle_claim(self, claim: claimer.Claim | None) -> None:
         if claim is None or claim.job is None:
             return
-        with self.stats._lock:
-            self.stats.claims += 1
+        self.stats.record_claim()
         handler = self.handlers[claim.handler]
         self._hold([claim.job.id])
         try:
