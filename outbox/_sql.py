@@ -7,6 +7,7 @@ way they are: which lock they take and which index serves them.
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -14,13 +15,16 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
+    Float,
     Integer,
     String,
     Table,
     Text,
     Update,
+    bindparam,
     case,
     delete,
+    exists,
     func,
     insert,
     literal,
@@ -323,6 +327,20 @@ def delete_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
     return result.rowcount == 1
 
 
+def delete_pending_claim_jobs(conn: Connection, handler: str) -> int:
+    """Delete a handler's claim jobs that wait to run (none is leased): for when a claim found
+    its buffer drained. They were counted for rows that others have claimed since; each would
+    cost a worker a transaction to find nothing. The next distribution enqueues what new rows
+    need."""
+    return conn.execute(
+        delete(_jobs).where(
+            _jobs.c.handler == handler,
+            _jobs.c.kind == schema.JOB_KIND_CLAIM,
+            _jobs.c.lease_token.is_(None),
+        )
+    ).rowcount
+
+
 def release_job(
     conn: Connection,
     job_id: int,
@@ -429,9 +447,8 @@ def claim_update(dialect: str, table: Table, group_id: uuid.UUID, limit: int) ->
 
 def select_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
     """A group's rows, all columns in table order, by id; served by ``ix_<table>_group_id``."""
-    return list(
-        conn.execute(select(*table.c).where(table.c.group_id == group_id).order_by(table.c.id))
-    )
+    stmt = select(*table.c).where(table.c.group_id == group_id).order_by(table.c.id)
+    return list(conn.execute(stmt).all())
 
 
 def count_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> int:
@@ -534,6 +551,199 @@ def insert_events(
         return 0
     conn.execute(insert(table), list(rows))
     return len(rows)
+
+
+# --- the hot path on PostgreSQL: a group claimed, and finished, in one statement each --------
+
+
+def claim_fenced_rows(
+    conn: Connection,
+    table: Table,
+    *,
+    group_id: uuid.UUID,
+    limit: int,
+    held: tuple[int, uuid.UUID, float] | None,
+) -> list[Any]:
+    """PostgreSQL: claim up to ``limit`` rows and return them (all columns, by id), fenced by
+    the lease of the claim job this claim runs for, in one round trip.
+
+    ``held``: (id, token, lease seconds) of that claim job, or None. Its ``held`` CTE pushes
+    the lease back and gates the locking CTE of :func:`claim_rows`: when the lease is lost,
+    nothing is claimed. An empty result cannot tell "nothing to claim" from "lease lost": the
+    caller's fenced finishing write tells.
+    """
+    params: dict[str, Any] = {"outbox_group_id": group_id}
+    if held is not None:
+        params.update(outbox_held_id=held[0], outbox_held_token=held[1], outbox_seconds=held[2])
+    return list(conn.execute(_claim_fenced_statement(table, limit, held is not None), params).all())
+
+
+@functools.cache
+def _claim_fenced_statement(table: Table, limit: int, fenced: bool) -> Any:
+    # Built once per buffer, batch size and form, with bound parameters: building and hashing
+    # a statement of three CTEs costs about as much as running it.
+    c = table.c
+    pick = select(c.id).where(c.group_id.is_(None))
+    if fenced:
+        held = (
+            update(_jobs)
+            .where(
+                _jobs.c.id == bindparam("outbox_held_id"),
+                _jobs.c.lease_token == bindparam("outbox_held_token"),
+            )
+            .values(lease_expires_at=db_now_plus(bindparam("outbox_seconds", type_=Float)))
+            .returning(_jobs.c.id)
+            .cte("held")
+        )
+        pick = pick.where(exists(select(held.c.id)))
+    claimable = pick.order_by(c.id).limit(limit).with_for_update(skip_locked=True).cte("claimable")
+    stamped = (
+        update(table)
+        .where(c.id == claimable.c.id)
+        .values(group_id=bindparam("outbox_group_id", type_=c.group_id.type))
+        .returning(*c)
+        .cte("stamped")
+    )
+    return select(*stamped.c).order_by(stamped.c.id)
+
+
+def insert_leased_batch_job(
+    conn: Connection,
+    table: Table,
+    *,
+    handler: str,
+    group_id: uuid.UUID,
+    priority: int,
+    lease: tuple[str, uuid.UUID, float],
+    after_id: int,
+) -> tuple[int, bool]:
+    """PostgreSQL: create a just-claimed group's batch job leased to the claiming worker, and
+    probe the buffer for unclaimed rows past ``after_id``, in one round trip.
+
+    Returns (job id, more). ``more`` is a hint read from the partial index in the statement's
+    snapshot: rows other claimers hold locked still count.
+    """
+    owner, token, seconds = lease
+    job_id, more = conn.execute(
+        _insert_leased_job_statement(table),
+        {
+            "outbox_handler": handler,
+            "outbox_group_id": group_id,
+            "outbox_priority": priority,
+            "outbox_owner": owner,
+            "outbox_token": token,
+            "outbox_seconds": seconds,
+            "outbox_after_id": after_id,
+        },
+    ).one()
+    return int(job_id), bool(more)
+
+
+@functools.cache
+def _insert_leased_job_statement(table: Table) -> Any:
+    more = exists(
+        select(table.c.id).where(
+            table.c.group_id.is_(None), table.c.id > bindparam("outbox_after_id")
+        )
+    )
+    return (
+        insert(_jobs)
+        .values(
+            kind=schema.JOB_KIND_BATCH,
+            handler=bindparam("outbox_handler", type_=String),
+            group_id=bindparam("outbox_group_id", type_=_jobs.c.group_id.type),
+            priority=bindparam("outbox_priority", type_=Integer),
+            run_at=db_now(),
+            attempts=1,
+            lease_owner=bindparam("outbox_owner", type_=String),
+            lease_token=bindparam("outbox_token", type_=_jobs.c.lease_token.type),
+            lease_expires_at=db_now_plus(bindparam("outbox_seconds", type_=Float)),
+        )
+        .returning(_jobs.c.id, more.label("more"))
+    )
+
+
+def finish_succeeded_group(
+    conn: Connection,
+    table: Table,
+    *,
+    job_id: int,
+    token: uuid.UUID,
+    group_id: uuid.UUID,
+    archive: tuple[str, int] | None,
+    lenient: bool = False,
+) -> int | None:
+    """PostgreSQL: delete a handled group's batch job, fenced by its lease, and its rows
+    (archiving them as ``succeeded`` first when ``archive`` = (handler, attempts) is given),
+    in one round trip. Returns how many rows were deleted, None when the lease was lost (then
+    nothing changed).
+
+    ``job`` deletes the job; ``gone`` deletes the rows only if the job was ours, and returns
+    them; ``archived`` writes what ``gone`` returned, so the rows are read once.
+    """
+    params: dict[str, Any] = {
+        "outbox_job_id": job_id,
+        "outbox_token": token,
+        "outbox_group_id": group_id,
+    }
+    if archive is not None:
+        params.update(outbox_handler=archive[0], outbox_attempts=archive[1])
+    stmt = _finish_succeeded_statement(table, archive is not None, lenient)
+    held, deleted = conn.execute(stmt, params).one()
+    return int(deleted) if held else None
+
+
+@functools.cache
+def _finish_succeeded_statement(table: Table, archive: bool, lenient: bool) -> Any:
+    job = (
+        delete(_jobs)
+        .where(
+            _jobs.c.id == bindparam("outbox_job_id"),
+            _jobs.c.lease_token == bindparam("outbox_token"),
+        )
+        .returning(_jobs.c.id)
+        .cte("job")
+    )
+    gone = (
+        delete(table)
+        .where(
+            table.c.group_id == bindparam("outbox_group_id", type_=table.c.group_id.type),
+            exists(select(job.c.id)),
+        )
+        .returning(*table.c)
+        .cte("outbox_row")
+    )
+    deleted = select(func.count()).select_from(gone).scalar_subquery()
+    if archive:
+        archived = (
+            insert(_archive)
+            .from_select(
+                [
+                    "handler",
+                    "buffer",
+                    "event_id",
+                    "group_id",
+                    "status",
+                    "attempts",
+                    "payload",
+                    "created_at",
+                ],
+                select(
+                    bindparam("outbox_handler", type_=String),
+                    literal(table.name, String),
+                    gone.c.id,
+                    gone.c.group_id,
+                    literal("succeeded", String),
+                    bindparam("outbox_attempts", type_=Integer),
+                    dialects.row_as_json(dialects.POSTGRESQL, gone, lenient=lenient),
+                    gone.c.created_at,
+                ),
+            )
+            .returning(_archive.c.id)
+            .cte("archived")
+        )
+        deleted = select(func.count()).select_from(archived).scalar_subquery()
+    return select(exists(select(job.c.id)), deleted)
 
 
 # --- workers ---------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import inspect
@@ -84,7 +85,7 @@ class Batch(Generic[EventT]):
     @property
     def ids(self) -> list[int]:
         """The events' ids, ordered."""
-        return [int(row.id) for row in self.rows]
+        return [int(i) for i in column_values(self.rows, "id")]
 
     def __len__(self) -> int:
         return len(self._rows if self._rows is not None else self.events)
@@ -122,6 +123,19 @@ class Batch(Generic[EventT]):
         if strangers:
             raise ValueError(f"events {strangers[:5]} are not in group {self.group_id}")
         return ids
+
+
+def column_values(rows: Sequence[Any], name: str) -> list[Any]:
+    """One column of rows (``Row`` tuples or model instances), in order.
+
+    A ``Row`` is read by position: by name, its attribute lookup costs about twenty times as
+    much, which is a visible part of a thousand-row batch.
+    """
+    if not rows:
+        return []
+    fields = getattr(rows[0], "_fields", None)
+    getter = attrgetter(name) if fields is None else itemgetter(fields.index(name))
+    return list(map(getter, rows))
 
 
 def _instances(model: type[EventT], rows: Sequence[Any]) -> list[EventT]:

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection
 
 from outbox import _log, _sql, schema
 from outbox._db import run_in_transaction
+from outbox._dialects import POSTGRESQL
 from outbox._faults import AFTER_CLAIM, crash_point
 from outbox.app import Handler, Outbox
+from outbox.batch import column_values
 
 log = _log.get_logger(__name__)
 
@@ -53,8 +56,19 @@ class Lease:
 
 
 def _claim(
-    conn: Connection, app: Outbox, handler: Handler[Any], lease: Lease | None = None
+    conn: Connection,
+    app: Outbox,
+    handler: Handler[Any],
+    lease: Lease | None = None,
+    held: _sql.JobRow | None = None,
 ) -> Claim | None:
+    """Claim a group and create its batch job; ``held``: the claim job this claim runs for.
+
+    ``Claim.more`` says whether unclaimed rows remained past this full batch (the caller
+    decides what to do with it). On PostgreSQL a leased claim takes two round trips: the
+    claim returns the rows and, when ``held`` is given, extends that job's lease as its fence;
+    the batch job's insert probes for more rows.
+    """
     if handler.max_wait is not None and not _batch_due(conn, handler):
         return None
     group_id = uuid.uuid4()
@@ -62,16 +76,30 @@ def _claim(
         size = _sql.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
         rows: list[Any] | None = None
     else:
-        rows, size = _claim_returning(conn, app, handler, group_id)
+        rows, size = _claim_returning(conn, app, handler, group_id, held)
     if not size:
         return None
-    job_id = _sql.insert_batch_job(
-        conn,
-        handler=handler.name,
-        group_id=group_id,
-        priority=handler.urgency.priority,
-        lease=None if lease is None else (lease.worker_id, lease.token, lease.seconds),
-    )
+    full = size == handler.batch_size
+    if lease is not None and app.dialect == POSTGRESQL:
+        job_id, more = _sql.insert_leased_batch_job(
+            conn,
+            handler.table,
+            handler=handler.name,
+            group_id=group_id,
+            priority=handler.urgency.priority,
+            lease=(lease.worker_id, lease.token, lease.seconds),
+            after_id=rows[-1].id if rows else 0,
+        )
+        more = full and more
+    else:
+        job_id = _sql.insert_batch_job(
+            conn,
+            handler=handler.name,
+            group_id=group_id,
+            priority=handler.urgency.priority,
+            lease=None if lease is None else (lease.worker_id, lease.token, lease.seconds),
+        )
+        more = full and held is not None and _sql.any_unclaimed(conn, handler.table)
     job = None
     if lease is not None:
         job = _sql.JobRow(
@@ -85,11 +113,15 @@ def _claim(
             lease_token=lease.token,
             last_error=None,
         )
-    return Claim(handler.name, group_id, size, rows, job)
+    return Claim(handler.name, group_id, size, rows, job, more)
 
 
 def _claim_returning(
-    conn: Connection, app: Outbox, handler: Handler[Any], group_id: uuid.UUID
+    conn: Connection,
+    app: Outbox,
+    handler: Handler[Any],
+    group_id: uuid.UUID,
+    held: _sql.JobRow | None,
 ) -> tuple[list[Any] | None, int]:
     """Claim and get the rows back from the claim's own UPDATE ... RETURNING where the
     database has it: the group is not selected a second time. Returns (rows, size).
@@ -99,14 +131,22 @@ def _claim_returning(
     the claim stands, rows come back as None, and loading them later fails that one group's
     attempt, which ends, after its attempts, in the archive.
     """
-    table = handler.table
-    stmt = _sql.claim_update(app.dialect, table, group_id, handler.batch_size)
+    table, limit = handler.table, handler.batch_size
     try:
-        if stmt is None:
-            _sql.claim_rows(conn, app.dialect, table, group_id, handler.batch_size)
-            rows = _sql.select_group_rows(conn, table, group_id)
+        if app.dialect == POSTGRESQL:
+            fence = (
+                None if held is None else (held.id, held.lease_token, app.settings.lease_seconds)
+            )
+            rows = _sql.claim_fenced_rows(conn, table, group_id=group_id, limit=limit, held=fence)
         else:
-            rows = sorted(conn.execute(stmt.returning(*table.c)), key=lambda row: row.id)
+            stmt = _sql.claim_update(app.dialect, table, group_id, limit)
+            if stmt is None:
+                _sql.claim_rows(conn, app.dialect, table, group_id, limit)
+                rows = _sql.select_group_rows(conn, table, group_id)
+            else:
+                claimed = conn.execute(stmt.returning(*table.c)).all()
+                ids = column_values(claimed, "id")
+                rows = [row for _, row in sorted(zip(ids, claimed, strict=True), key=itemgetter(0))]
     except UNREADABLE_ROW_ERRORS:
         return None, _sql.count_group_rows(conn, table, group_id)
     return rows, len(rows)
@@ -178,18 +218,22 @@ def run_claim_job(
     )
 
     def work(conn: Connection) -> Claim | None:
-        claim = _claim(conn, app, handler, lease)
-        more = (
-            claim is not None
-            and claim.size == handler.batch_size
-            and _sql.any_unclaimed(conn, handler.table)
-        )
+        claim = _claim(conn, app, handler, lease, held=job)
+        more = claim is not None and claim.more
         if more and keep:
-            held = _sql.extend_lease(conn, job.id, job.lease_token, app.settings.lease_seconds)
+            # On PostgreSQL a leased claim that found rows has extended the lease: its fence.
+            fenced_by_claim = app.dialect == POSTGRESQL and lease is not None
+            held = fenced_by_claim or _sql.extend_lease(
+                conn, job.id, job.lease_token, app.settings.lease_seconds
+            )
         elif more:
             held = _sql.release_job(conn, job.id, job.lease_token, delay_seconds=0, error=None)
         else:
             held = _sql.delete_job(conn, job.id, job.lease_token)
+            if held and (claim is None or claim.size < handler.batch_size):
+                # The buffer is drained: the handler's other pending claim jobs would find
+                # nothing either (a full batch says nothing about what is left, so not then).
+                _sql.delete_pending_claim_jobs(conn, handler.name)
         if not held:
             raise LeaseLost
         return None if claim is None else replace(claim, more=more and keep)

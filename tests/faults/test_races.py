@@ -252,7 +252,8 @@ def test_rescue_racing_a_completion_past_its_fence_frees_nothing(
     commit_events(app.engine, 3)
     claim_group(app)
     fence = Pause("holder")
-    fenced = pause_after(monkeypatch, "delete_job", fence)
+    # The completion's one statement deletes the job (its fence) and the rows; held open here.
+    fenced = pause_after(monkeypatch, "finish_succeeded_group", fence)
     results: list[BatchResult] = []
     holder = Worker(app, concurrency=1, on_result=results.append)
     completion = Background("holder", holder.run_once)
@@ -269,7 +270,7 @@ def test_rescue_racing_a_completion_past_its_fence_frees_nothing(
     completion.wait()
     rescued = rescue.wait()
     rerun = drain(app).jobs
-    assert (1, [True], 0, ["succeeded"], [1], 0, [], {}) == (
+    assert (1, [3], 0, ["succeeded"], [1], 0, [], {}) == (
         expired_while_held,
         fenced,
         rescued,
@@ -303,15 +304,15 @@ def test_completion_after_a_committed_rescue_changes_nothing(
     group_id = claim_group(app).group_id
     rescue_pause = Pause("rescuer")
     pause_after(monkeypatch, "rescue_expired_jobs", rescue_pause)
-    real_delete_job = _sql.delete_job
+    real_finish = _sql.finish_succeeded_group
     fenced: list[bool] = []
 
-    def delete_job(conn: Any, job_id: int, token: uuid.UUID) -> bool:
-        passed = real_delete_job(conn, job_id, token)
-        fenced.append(passed)
-        return passed
+    def finish_succeeded_group(*args: Any, **kwargs: Any) -> int | None:
+        deleted = real_finish(*args, **kwargs)
+        fenced.append(deleted is not None)
+        return deleted
 
-    monkeypatch.setattr(_sql, "delete_job", delete_job)
+    monkeypatch.setattr(_sql, "finish_succeeded_group", finish_succeeded_group)
     results: list[BatchResult] = []
     holder = Worker(app, concurrency=1, on_result=results.append)
     with capture_logs() as logs:
@@ -611,7 +612,7 @@ def test_completion_and_distributor_in_reversed_lock_order_both_finish(
     claim_group(app)
     commit_events(app.engine, 25)
     completion_pause = Pause("completion")
-    pause_after(monkeypatch, "delete_job", completion_pause)
+    pause_after(monkeypatch, "finish_succeeded_group", completion_pause)
     distribution_pause = Pause("distributor")
     pause_after(monkeypatch, "count_unclaimed", distribution_pause)
     results: list[BatchResult] = []

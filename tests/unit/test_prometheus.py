@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import importlib
 import sys
 import uuid
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -15,6 +17,15 @@ from outbox.prometheus import WorkerMetrics
 from tests.models import ActivityEvent
 
 LABELS = {"handler": "h", "band": "HOUR"}
+FINISHED = dt.datetime(2026, 1, 1, 12, 0, 10, tzinfo=dt.UTC)
+
+
+def _created(*ages: float) -> dict[str, Any]:
+    """Result fields for events created ``ages`` seconds before the batch finished."""
+    return {
+        "created_at": tuple(FINISHED - dt.timedelta(seconds=age) for age in ages),
+        "finished_at": FINISHED,
+    }
 
 
 def _latency_count(registry: CollectorRegistry) -> float | None:
@@ -24,7 +35,7 @@ def _latency_count(registry: CollectorRegistry) -> float | None:
 def test_latency_is_observed_per_event_when_results_carry_ages() -> None:
     """Each event age of a succeeded group is one latency observation."""
     registry = CollectorRegistry()
-    result = BatchResult("h", uuid.uuid4(), 1, SUCCEEDED, size=3, event_ages=(1.0, 2.0, 4.0))
+    result = BatchResult("h", uuid.uuid4(), 1, SUCCEEDED, size=3, **_created(1.0, 2.0, 4.0))
     WorkerMetrics(registry).observe(result, "HOUR")
     actual = (
         _latency_count(registry),
@@ -36,7 +47,7 @@ def test_latency_is_observed_per_event_when_results_carry_ages() -> None:
 def test_latency_is_not_observed_for_a_group_that_did_not_succeed() -> None:
     """A retrying group completed nothing, so it has no end-to-end latency."""
     registry = CollectorRegistry()
-    result = BatchResult("h", uuid.uuid4(), 1, RETRYING, size=2, event_ages=(1.0, 2.0))
+    result = BatchResult("h", uuid.uuid4(), 1, RETRYING, size=2, **_created(1.0, 2.0))
     WorkerMetrics(registry).observe(result, "HOUR")
     assert _latency_count(registry) is None
 

@@ -1,0 +1,206 @@
+"""Claim jobs run by a worker: the claim that keeps claiming, its fence, and how it ends.
+
+On PostgreSQL a claim job's claim is one statement that also extends the job's lease (its
+fence) and a group's completion is one statement that also deletes its batch job; these tests
+hold both forms to the behaviour of the statement-per-step form the other databases use.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select, update
+
+from outbox import Batch, Outbox, _sql, claimer, distributor, schema
+from outbox._db import run_in_transaction
+from outbox.app import Handler
+from outbox.batch_job import SUCCEEDED, run_batch_job
+from tests.models import ActivityEvent
+
+WORKER = "test-worker"
+
+
+def noop(batch: Batch[Any]) -> None:
+    """Accept every event."""
+
+
+@pytest.fixture
+def app(make_app: Callable[[str], Outbox], database_url: str) -> Outbox:
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=10)(noop)
+    return app
+
+
+@pytest.fixture
+def handler(app: Outbox) -> Handler[Any]:
+    return app.get_handler("noop")
+
+
+def lease_claim_jobs(app: Outbox, limit: int = 100) -> list[_sql.JobRow]:
+    """Distribute, then lease up to ``limit`` claim jobs to this test's worker."""
+    distributor.run_once(app, list(app.handlers))
+    return run_in_transaction(
+        app.engine,
+        lambda conn: _sql.acquire_jobs(
+            conn,
+            app.dialect,
+            handlers=list(app.handlers),
+            worker_id=WORKER,
+            token=uuid.uuid4(),
+            limit=limit,
+            lease_seconds=60.0,
+            kind=schema.JOB_KIND_CLAIM,
+        ),
+    )
+
+
+def claim_jobs(app: Outbox) -> list[tuple[int, bool]]:
+    """(id, leased) of every claim job."""
+    with app.engine.connect() as conn:
+        rows = conn.execute(
+            select(schema.jobs.c.id, schema.jobs.c.lease_token.is_not(None))
+            .where(schema.jobs.c.kind == schema.JOB_KIND_CLAIM)
+            .order_by(schema.jobs.c.id)
+        )
+        return [(job_id, bool(leased)) for job_id, leased in rows]
+
+
+def unclaimed(app: Outbox) -> int:
+    with app.engine.connect() as conn:
+        return int(
+            conn.execute(select(func.count()).where(ActivityEvent.group_id.is_(None))).scalar_one()
+        )
+
+
+def steal(app: Outbox, job: _sql.JobRow) -> None:
+    """Give the job's lease to someone else, as a rescue and a new lease would."""
+    with app.engine.begin() as conn:
+        conn.execute(
+            update(schema.jobs)
+            .where(schema.jobs.c.id == job.id)
+            .values(lease_token=uuid.uuid4(), lease_owner="another-worker")
+        )
+
+
+def test_a_kept_claim_job_says_more_while_rows_remain_past_its_batch(
+    app: Outbox, handler: Handler[Any], commit_events: Callable[..., list[int]]
+) -> None:
+    """A full batch with rows left says more; the claim that takes the last rows does not."""
+    commit_events(app.engine, 20)
+    (job, _) = lease_claim_jobs(app, limit=2)
+    first = claimer.run_claim_job(app, handler, job, lease_to=WORKER, keep=True)
+    second = claimer.run_claim_job(app, handler, job, lease_to=WORKER, keep=True)
+    assert first is not None
+    assert second is not None
+    assert ((10, True), (10, False), 0) == (
+        (first.size, first.more),
+        (second.size, second.more),
+        unclaimed(app),
+    )
+
+
+def test_a_claim_job_whose_lease_was_lost_claims_nothing(
+    app: Outbox, handler: Handler[Any], commit_events: Callable[..., list[int]]
+) -> None:
+    """The fence: a worker that lost its claim job's lease stamps no row and makes no group."""
+    commit_events(app.engine, 5)
+    (job,) = lease_claim_jobs(app)
+    steal(app, job)
+    claim = claimer.run_claim_job(app, handler, job, lease_to=WORKER, keep=True)
+    with app.engine.connect() as conn:
+        batch_jobs = conn.execute(
+            select(func.count()).where(schema.jobs.c.kind == schema.JOB_KIND_BATCH)
+        ).scalar_one()
+    assert (None, 5, 0, [(job.id, True)]) == (claim, unclaimed(app), batch_jobs, claim_jobs(app))
+
+
+def test_a_claim_that_drains_the_buffer_deletes_the_pending_claim_jobs(
+    app: Outbox, handler: Handler[Any], commit_events: Callable[..., list[int]]
+) -> None:
+    """Claim jobs counted for rows now taken would each find nothing: they go with the last
+    claim. Another worker's leased claim job stays: its worker finishes it."""
+    commit_events(app.engine, 35)
+    distributor.run_once(app, list(app.handlers))  # four claim jobs for 35 rows
+    mine, theirs = run_in_transaction(
+        app.engine,
+        lambda conn: _sql.acquire_jobs(
+            conn,
+            app.dialect,
+            handlers=["noop"],
+            worker_id=WORKER,
+            token=uuid.uuid4(),
+            limit=2,
+            lease_seconds=60.0,
+        ),
+    )
+    sizes = []
+    while (claim := claimer.run_claim_job(app, handler, mine, lease_to=WORKER, keep=True)) and (
+        claim.more
+    ):
+        sizes.append(claim.size)
+    assert claim is not None
+    sizes.append(claim.size)
+    assert ([10, 10, 10, 5], [(theirs.id, True)]) == (sizes, claim_jobs(app))
+
+
+def test_a_completed_group_leaves_no_job_and_no_row(
+    app: Outbox, handler: Handler[Any], commit_events: Callable[..., list[int]]
+) -> None:
+    commit_events(app.engine, 4)
+    claim = claimer.run_once(app, handler, lease_to=WORKER)
+    assert claim is not None
+    assert claim.job is not None
+    result = run_batch_job(app, handler, claim.job, preloaded=claim.rows)
+    with app.engine.connect() as conn:
+        left = conn.execute(select(func.count()).select_from(schema.jobs)).scalar_one()
+        rows = conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one()
+    assert ((SUCCEEDED, 4), 0, 0) == ((result.outcome, result.succeeded), left, rows)
+
+
+def test_finishing_a_group_with_a_lost_lease_changes_nothing(
+    postgres_database: str,
+    make_app: Callable[[str], Outbox],
+    commit_events: Callable[..., list[int]],
+) -> None:
+    """PostgreSQL's one-statement completion is fenced: another token deletes and archives
+    nothing, and says so."""
+    app = make_app(postgres_database)
+    app.handler(ActivityEvent, batch_size=10, archive=True)(noop)
+    commit_events(app.engine, 3)
+    claim = claimer.run_once(app, app.get_handler("noop"), lease_to=WORKER)
+    assert claim is not None
+    assert claim.job is not None
+
+    def finish(token: uuid.UUID) -> int | None:
+        return run_in_transaction(
+            app.engine,
+            lambda conn: _sql.finish_succeeded_group(
+                conn,
+                ActivityEvent.__table__,
+                job_id=claim.job.id,  # type: ignore[union-attr]
+                token=token,
+                group_id=claim.group_id,
+                archive=("noop", 1),
+            ),
+        )
+
+    lost = finish(uuid.uuid4())
+    with app.engine.connect() as conn:
+        archived_after_lost = conn.execute(
+            select(func.count()).select_from(schema.archive)
+        ).scalar_one()
+    done = finish(claim.job.lease_token)
+    with app.engine.connect() as conn:
+        archived = conn.execute(
+            select(schema.archive.c.status, func.count()).group_by(schema.archive.c.status)
+        ).all()
+    assert (None, 0, 3, [("succeeded", 3)], 0) == (
+        lost,
+        archived_after_lost,
+        done,
+        [tuple(row) for row in archived],
+        unclaimed(app),
+    )
