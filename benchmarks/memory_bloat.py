@@ -2,8 +2,10 @@
 
 1. ``outbox work --burst --concurrency 4`` drains ``--events`` events (batch 1,000); its
    resident set size is sampled from /proc every 50 ms: the peak is reported.
-2. The buffer table and its indexes after the drain, before and after a plain VACUUM,
-   against the empty table.
+2. The buffer table and its indexes after the drain, before and after a plain VACUUM, and
+   after a ``REINDEX TABLE CONCURRENTLY`` (which does not block writers), against the empty
+   table. VACUUM truncates the emptied heap, but B-tree pages emptied by the drain stay in the
+   index files, free for reuse by the next events; only a rebuild returns them.
 
     python -m benchmarks.memory_bloat --events 1000000
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks._common import machine, scratch_database, write
+from benchmarks._common import command_line, machine, scratch_database, write
 from benchmarks.drain_throughput import APP, OUTBOX, ROOT, load, prepare
 
 SIZE = """
@@ -69,19 +71,31 @@ def main() -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM bench_events")
     vacuumed = sizes(dsn)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("REINDEX TABLE CONCURRENTLY bench_events")
+    reindexed = sizes(dsn)
     results: dict[str, Any] = {
         "benchmark": "memory_bloat",
+        "command": command_line("benchmarks.memory_bloat", args),
         "machine": machine(),
         "events": args.events,
         "worker_peak_rss_mib": round(peak / 1024, 1),
         "drain_seconds": round(seconds, 1),
-        "sizes": {"empty": empty, "loaded": loaded, "drained": drained, "vacuumed": vacuumed},
+        "sizes": {
+            "empty": empty,
+            "loaded": loaded,
+            "drained": drained,
+            "vacuumed": vacuumed,
+            "reindexed": reindexed,
+        },
         "vacuumed_over_empty": round(vacuumed["total_bytes"] / empty["total_bytes"], 2),
+        "reindexed_over_empty": round(reindexed["total_bytes"] / empty["total_bytes"], 2),
     }
     print(
         f"worker peak RSS {results['worker_peak_rss_mib']} MiB over {seconds:.1f} s; "
         f"buffer {empty['total_bytes']} B empty, {loaded['total_bytes']} B loaded, "
-        f"{drained['total_bytes']} B drained, {vacuumed['total_bytes']} B after VACUUM",
+        f"{drained['total_bytes']} B drained, {vacuumed['total_bytes']} B after VACUUM, "
+        f"{reindexed['total_bytes']} B after REINDEX",
         flush=True,
     )
     print(f"results in {write('memory_bloat', results)}")

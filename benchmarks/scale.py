@@ -1,9 +1,11 @@
 """Scale: the distributor's count and one claim at 10,000 and at 1,000,000 waiting rows.
 
 Both should stay flat as the backlog grows: the count is capped (it stops at
-``batch_size * max_batches`` rows) and the claim reads the first ``batch_size`` entries of
-the partial index on unclaimed rows. Each figure is the median of ``--repeat`` timings; the
-plans (EXPLAIN ANALYZE) are stored with the results.
+``batch_size * min(max_batches, COUNTED_BATCHES)`` rows, as the distributor's does) and the
+claim reads the first ``batch_size`` entries of the partial index on unclaimed rows. Claims
+of 1,000 rows (the throughput benchmarks' batch) and of 100 are timed: most of a claim's time
+is writing its rows, which grows with the batch, not with the backlog. Each figure is the
+median of ``--repeat`` timings; the plans (EXPLAIN ANALYZE) are stored with the results.
 
     python -m benchmarks.scale --sizes 10000,1000000 --repeat 21
 """
@@ -18,10 +20,11 @@ from typing import Any
 
 from sqlalchemy import text
 
-from benchmarks._common import machine, scratch_database, write
+from benchmarks._common import command_line, machine, scratch_database, write
 from benchmarks.bench_app import BenchEvent, app
 from benchmarks.drain_throughput import load, prepare
 from outbox import _sql
+from outbox.distributor import COUNTED_BATCHES
 
 BATCH_SIZE = 1000
 MAX_BATCHES = 64
@@ -57,26 +60,36 @@ def main() -> None:
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
     app.use_database(url)
     table = BenchEvent.__table__
-    cap = BATCH_SIZE * MAX_BATCHES
-    results: dict[str, Any] = {"benchmark": "scale", "machine": machine(), "rows": []}
+    cap = BATCH_SIZE * min(MAX_BATCHES, COUNTED_BATCHES)
+    results: dict[str, Any] = {
+        "benchmark": "scale",
+        "command": command_line("benchmarks.scale", args),
+        "machine": machine(),
+        "rows": [],
+    }
     for size in (int(s) for s in args.sizes.split(",")):
         prepare(url)
         load(dsn, size)
         count_ms = timed(lambda conn: _sql.count_unclaimed(conn, table, cap), args.repeat)
-        claim_ms = timed(
-            lambda conn: _sql.claim_rows(conn, "postgresql", table, uuid.uuid4(), BATCH_SIZE),
-            args.repeat,
+        claim_ms, claim_100_ms = (
+            timed(
+                lambda conn, n=n: _sql.claim_rows(conn, "postgresql", table, uuid.uuid4(), n),
+                args.repeat,
+            )
+            for n in (BATCH_SIZE, 100)
         )
         claim = _sql.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE)
         row = {
             "waiting_rows": size,
+            "count_cap": cap,
             "count_ms": count_ms,
             "claim_ms": claim_ms,
+            "claim_100_ms": claim_100_ms,
             "claim_plan": plan(claim),
         }
         results["rows"].append(row)
-        print(f"{size:>9} rows: capped count {count_ms} ms, claim of {BATCH_SIZE} {claim_ms} ms",
-              flush=True)  # fmt: skip
+        print(f"{size:>9} rows: capped count {count_ms} ms, claim of {BATCH_SIZE} {claim_ms} ms,"
+              f" of 100 {claim_100_ms} ms", flush=True)  # fmt: skip
     first, last = results["rows"][0], results["rows"][-1]
     results["claim_growth"] = round(last["claim_ms"] / first["claim_ms"], 2)
     print(f"claim time grows {results['claim_growth']}x; results in {write('scale', results)}")

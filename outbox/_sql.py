@@ -120,6 +120,9 @@ def insert_claim_jobs(
         {"kind": schema.JOB_KIND_CLAIM, "handler": handler, "slot": s, "priority": priority}
         for s in slots
     ]
+    if dialect == dialects.POSTGRESQL:
+        # One statement for all slots; RETURNING counts exactly the rows inserted.
+        return len(conn.execute(stmt.values(rows).returning(_jobs.c.id)).all())
     # One statement per slot: a multi-row insert-ignore reports an unreliable rowcount.
     stmt = stmt.execution_options(preserve_rowcount=True)
     return sum(max(conn.execute(stmt, row).rowcount, 0) for row in rows)

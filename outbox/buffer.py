@@ -23,7 +23,8 @@ class BufferMixin:
     unclaimed), ``created_at`` (set by the database) and two named indexes:
     ``ix_<table>_unclaimed``, partial on ``group_id IS NULL`` (PostgreSQL and SQLite), which
     carries the distributor's count and the claimer's oldest-first scan, and
-    ``ix_<table>_group_id``, which carries loading and deleting one group.
+    ``ix_<table>_group_id``, partial on ``group_id IS NOT NULL``, which carries loading and
+    deleting one group (partial, so that writing an event adds no entry to it).
 
     Write events with a plain ``session.add(Model(...))`` in the application's transaction.
     A model that needs table arguments of its own combines them with the buffer indexes::
@@ -40,7 +41,7 @@ class BufferMixin:
     @staticmethod
     def buffer_indexes(tablename: str) -> tuple[Index, Index]:
         """The two indexes every buffer table needs, named after ``tablename``."""
-        unclaimed = text("group_id IS NULL")
+        unclaimed, claimed = text("group_id IS NULL"), text("group_id IS NOT NULL")
         return (
             Index(
                 f"ix_{tablename}_unclaimed",
@@ -48,7 +49,12 @@ class BufferMixin:
                 postgresql_where=unclaimed,
                 sqlite_where=unclaimed,
             ),
-            Index(f"ix_{tablename}_group_id", "group_id"),
+            Index(
+                f"ix_{tablename}_group_id",
+                "group_id",
+                postgresql_where=claimed,
+                sqlite_where=claimed,
+            ),
         )
 
     @declared_attr.directive

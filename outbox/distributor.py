@@ -2,7 +2,10 @@
 
 For each handler it counts unclaimed rows (a capped count) and keeps
 ``min(ceil(unclaimed / batch_size), max_batches)`` claim jobs pending; with ``max_wait``, a
-last partial batch counts only once its oldest event has waited that long. Claim jobs live in
+last partial batch counts only once its oldest event has waited that long. The count stops
+after ``COUNTED_BATCHES`` batches: a backlog that deep fills every free slot, and the claim
+jobs, which keep claiming while rows wait, find out the rest. A claim job that finds the
+buffer drained deletes the ones still pending, so filling too many costs little. Claim jobs live in
 numbered slots with a unique index, so two overlapping runs (two crons, two worker leaders)
 never enqueue more than needed: both fill the same lowest free slots, and the second insert of
 a slot does nothing.
@@ -23,6 +26,10 @@ from outbox.claimer import partial_batch_due
 
 log = _log.get_logger(__name__)
 
+# Beyond this many waiting batches the exact number changes nothing worth a longer count: the
+# count reads one index entry per row, about 0.1 ms per thousand on PostgreSQL.
+COUNTED_BATCHES = 8
+
 
 @dataclass(frozen=True, slots=True)
 class Distribution:
@@ -30,7 +37,7 @@ class Distribution:
 
     handler: str
     unclaimed: int
-    """Unclaimed rows counted, at most ``batch_size * max_batches`` (the count is capped)."""
+    """Unclaimed rows counted, at most ``batch_size * min(max_batches, COUNTED_BATCHES)``."""
     capped: bool
     pending: int
     """Claim jobs that were already pending."""
@@ -52,14 +59,15 @@ def distribute_handler(
 
     ``patience``: seconds to keep retrying through a database outage before giving up.
     """
-    cap = handler.batch_size * handler.max_batches
+    cap = handler.batch_size * min(handler.max_batches, COUNTED_BATCHES)
 
     def work(conn: Connection) -> Distribution:
         unclaimed = _sql.count_unclaimed(conn, handler.table, cap)
         full, partial = divmod(unclaimed, handler.batch_size)
         if partial and not partial_batch_due(conn, handler):
             partial = 0
-        needed = min(full + (1 if partial else 0), handler.max_batches)
+        needed = handler.max_batches if unclaimed >= cap else full + (1 if partial else 0)
+        needed = min(needed, handler.max_batches)
         taken = _sql.claim_job_slots(conn, handler.name)
         missing = needed - len(taken)
         free = [s for s in range(handler.max_batches) if s not in taken][: max(missing, 0)]

@@ -191,3 +191,20 @@ def test_overlapping_distributions_do_not_exceed_what_is_needed(
     for thread in threads:
         thread.join(timeout=30)
     assert ([], 4, [0, 1, 2, 3]) == (errors, sum(results), claim_jobs(apps[0]))
+
+
+@pytest.mark.parametrize(("events", "expected"), [(50, (50, False, 5)), (100, (80, True, 20))])
+def test_a_backlog_past_the_counted_batches_fills_every_slot(
+    make_app: Callable[[str], Outbox],
+    database_url: str,
+    commit_events: Callable[..., list[int]],
+    events: int,
+    expected: tuple[int, bool, int],
+) -> None:
+    """The count stops after COUNTED_BATCHES batches; a deeper backlog gets max_batches jobs."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=10, max_batches=20)(noop)
+    assert distributor.COUNTED_BATCHES == 8
+    commit_events(app.engine, events)
+    (result,) = distributor.run_once(app)
+    assert expected == (result.unclaimed, result.capped, result.enqueued)

@@ -128,3 +128,22 @@ def test_mysql_selects_ids_with_skip_locked_then_updates_by_id(call: str) -> Non
 def test_mysql_never_limits_inside_in(call: str) -> None:
     """MariaDB refuses LIMIT inside IN (...); no statement may contain it."""
     assert [] == [sql for sql in capture("mysql", call) if "IN (SELECT" in sql]
+
+
+@pytest.mark.parametrize("dialect", ["postgresql", "sqlite"])
+def test_buffer_indexes_are_partial_so_an_event_write_touches_only_the_unclaimed_one(
+    dialect: str,
+) -> None:
+    """Writing an event adds entries to the primary key and ``ix_<t>_unclaimed`` only; a claim
+    moves it to ``ix_<t>_group_id``."""
+    from sqlalchemy.schema import CreateIndex
+
+    engine = create_mock_engine(URLS[dialect], lambda *a, **k: None)
+    created = sorted(
+        str(CreateIndex(index).compile(dialect=engine.dialect)).split(" ON ")[1]
+        for index in ActivityEvent.__table__.indexes
+    )
+    assert [
+        "test_activity_events (group_id) WHERE group_id IS NOT NULL",
+        "test_activity_events (id) WHERE group_id IS NULL",
+    ] == created
