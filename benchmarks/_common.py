@@ -1,10 +1,12 @@
-"""What the benchmarks share: a scratch PostgreSQL database and percentiles."""
+"""What the benchmarks share: a scratch PostgreSQL database, percentiles, the command line."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 from pathlib import Path
@@ -17,6 +19,7 @@ ADMIN_URL = os.environ.get(
     "OUTBOX_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1/test"
 )
 RESULTS = Path(__file__).parent / "results"
+REPOSITORY = Path(__file__).resolve().parents[1]
 
 
 def scratch_database(name: str) -> str:
@@ -58,6 +61,31 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "postgresql_client": server,
     }
+
+
+def command_line(module: str, args: argparse.Namespace) -> str:
+    """The command line that reproduces a run, stored with its results.
+
+    Built from the parsed options rather than copied from ``sys.argv``, so that defaults are
+    spelled out: the stored command still reproduces the run once a default has changed.
+    Every option is ``--dest-with-dashes``; a flag appears only when set, an unset option
+    (``None``) not at all, and a path inside the repository relative to its root (the
+    benchmarks run from there).
+    """
+    words = ["python", "-m", module]
+    for dest, value in vars(args).items():
+        option = "--" + dest.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            words.append(option)
+            continue
+        if isinstance(value, Path) and value.is_absolute() and value.is_relative_to(REPOSITORY):
+            value = value.relative_to(REPOSITORY)
+        elif isinstance(value, float) and value.is_integer():
+            value = int(value)
+        words += [option, str(value)]
+    return shlex.join(words)
 
 
 def write(name: str, data: dict[str, Any]) -> Path:

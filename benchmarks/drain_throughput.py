@@ -1,13 +1,18 @@
-"""Drain throughput: outbox against the raw-SQL ceiling, side by side in one run.
+r"""Drain throughput: outbox against the raw-SQL ceiling, side by side in one run.
 
-200,000 events wait in a buffer (loaded with COPY); a no-op handler, batch size 1,000. The
-framework: ``outbox distribute`` and ``outbox work --burst`` in P processes, started together
-and timed from the first start to the last exit (process start-up included). The ceiling: P
-plain psycopg processes looping { claim up to 1,000 rows with the locking CTE and UPDATE ...
-RETURNING; delete the group by group_id }.
+200,000 events wait in a buffer (loaded with COPY); a no-op handler. The framework:
+``outbox distribute`` and ``outbox work --burst`` in P processes, started together and timed
+from the first start to the last exit (process start-up included). The ceiling: P plain
+psycopg processes looping { claim up to B rows with the locking CTE and UPDATE ... RETURNING;
+delete the group by group_id }. Both are measured for every batch size B in ``--batch-sizes``
+(default 1,000; the handler's batch size comes from ``BENCH_BATCH_SIZE``) and every P in
+``--processes``; each row keeps the rate of every run and their medians.
 With ``--archive``, both also archive every row as JSON before deleting it.
 
-    python -m benchmarks.drain_throughput --events 200000 --processes 1,2 --runs 3 [--archive]
+    python -m benchmarks.drain_throughput --events 200000 --batch-sizes 100,1000,5000 \
+        --processes 1,2 --runs 3 [--archive]
+
+``--batch-size N`` is the same option for a single size.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import create_engine
 
-from benchmarks._common import machine, scratch_database, write
+from benchmarks._common import command_line, machine, scratch_database, write
 from benchmarks.bench_app import Base
 from outbox import schema
 
@@ -104,58 +109,90 @@ def run_raw(dsn: str, processes: int, batch_size: int, archive: bool) -> float:
     return time.perf_counter() - started
 
 
+def integers(option: str) -> list[int]:
+    """A comma-separated option as positive integers.
+
+    Parsed after argparse rather than as its ``type``, so that the stored command shows the
+    option as it was written.
+    """
+    try:
+        values = [int(part) for part in option.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a list of integers: {option!r}") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"not a list of positive integers: {option!r}")
+    return values
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200_000)
-    parser.add_argument("--batch-size", type=int, default=1000)
+    # One option under two names: ``--batch-size 500`` is a sweep of one size.
+    parser.add_argument(
+        "--batch-sizes",
+        "--batch-size",
+        dest="batch_sizes",
+        default="1000",
+        help="comma-separated handler batch sizes",
+    )
     parser.add_argument("--processes", default="1,2")
     parser.add_argument("--concurrency", type=int, default=2, help="threads per worker")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--archive", action="store_true")
     args = parser.parse_args()
+    try:
+        batch_sizes, process_counts = integers(args.batch_sizes), integers(args.processes)
+    except argparse.ArgumentTypeError as error:
+        parser.error(str(error))
     url = scratch_database("outbox_bench_drain")
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
-    env = {
-        **os.environ,
-        "BENCH_BATCH_SIZE": str(args.batch_size),
-        "BENCH_ARCHIVE": "1" if args.archive else "0",
-    }
     results: dict[str, Any] = {
         "benchmark": "drain_throughput",
+        "command": command_line("benchmarks.drain_throughput", args),
         "machine": machine(),
         "events": args.events,
-        "batch_size": args.batch_size,
+        "batch_sizes": batch_sizes,
         "archive": args.archive,
         "worker_threads": args.concurrency,
+        "runs": args.runs,
         "rows": [],
     }
     prepare(url)
-    for processes in (int(p) for p in args.processes.split(",")):
-        rates: dict[str, list[float]] = {"raw": [], "outbox": []}
-        for run in range(args.runs):
-            for variant in ("raw", "outbox"):
-                load(dsn, args.events)
-                if variant == "raw":
-                    seconds = run_raw(dsn, processes, args.batch_size, args.archive)
-                else:
-                    seconds = run_framework(url, processes, args.concurrency, env)
-                left = remaining(dsn)
-                if left:
-                    raise RuntimeError(f"{variant} left {left} events behind")
-                rates[variant].append(args.events / seconds)
-                print(f"P={processes} run {run + 1} {variant}: {args.events / seconds:,.0f}/s",
-                      flush=True)  # fmt: skip
-        raw, ours = statistics.median(rates["raw"]), statistics.median(rates["outbox"])
-        row = {
-            "processes": processes,
-            "raw_rates": [round(r) for r in rates["raw"]],
-            "outbox_rates": [round(r) for r in rates["outbox"]],
-            "raw_median": round(raw),
-            "outbox_median": round(ours),
-            "ratio": round(ours / raw, 3),
+    for batch_size in batch_sizes:
+        # The bench app reads its handler's batch size from the environment at import, so
+        # every outbox process of this size gets it there.
+        env = {
+            **os.environ,
+            "BENCH_BATCH_SIZE": str(batch_size),
+            "BENCH_ARCHIVE": "1" if args.archive else "0",
         }
-        results["rows"].append(row)
-        print(row, flush=True)
+        for processes in process_counts:
+            rates: dict[str, list[float]] = {"raw": [], "outbox": []}
+            for run in range(args.runs):
+                for variant in ("raw", "outbox"):
+                    load(dsn, args.events)
+                    if variant == "raw":
+                        seconds = run_raw(dsn, processes, batch_size, args.archive)
+                    else:
+                        seconds = run_framework(url, processes, args.concurrency, env)
+                    left = remaining(dsn)
+                    if left:
+                        raise RuntimeError(f"{variant} left {left} events behind")
+                    rates[variant].append(args.events / seconds)
+                    print(f"B={batch_size} P={processes} run {run + 1} {variant}: "
+                          f"{args.events / seconds:,.0f}/s", flush=True)  # fmt: skip
+            raw, ours = statistics.median(rates["raw"]), statistics.median(rates["outbox"])
+            row = {
+                "batch_size": batch_size,
+                "processes": processes,
+                "raw_rates": [round(r) for r in rates["raw"]],
+                "outbox_rates": [round(r) for r in rates["outbox"]],
+                "raw_median": round(raw),
+                "outbox_median": round(ours),
+                "ratio": round(ours / raw, 3),
+            }
+            results["rows"].append(row)
+            print(row, flush=True)
     name = "drain_throughput_archive" if args.archive else "drain_throughput"
     print(f"results in {write(name, results)}")
 

@@ -19,7 +19,7 @@ from typing import Any
 from sqlalchemy import String, event, insert
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from benchmarks._common import machine, scratch_database, write
+from benchmarks._common import command_line, machine, scratch_database, write
 from outbox import BufferMixin, Outbox, add_events, notify, schema
 
 
@@ -79,7 +79,11 @@ def main() -> None:
     with app.engine.begin() as conn:
         schema.metadata.create_all(conn)
         Base.metadata.create_all(conn)
-    results: dict[str, Any] = {"benchmark": "enqueue_cost", "machine": machine()}
+    results: dict[str, Any] = {
+        "benchmark": "enqueue_cost",
+        "command": command_line("benchmarks.enqueue_cost", args),
+        "machine": machine(),
+    }
 
     without = statements_of(app, lambda: business(app, False))
     with_one = statements_of(app, lambda: business(app, True))

@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import machine, scratch_database, write
+from benchmarks._common import command_line, machine, scratch_database, write
 from benchmarks.drain_throughput import ROOT, load, prepare, remaining, run_framework
 
 PEER_PYTHON = ROOT / ".bench-venv" / "bin" / "python"
@@ -78,6 +78,7 @@ def main() -> None:
     python = args.peer_python
     results: dict[str, Any] = {
         "benchmark": "peers",
+        "command": command_line("benchmarks.peers", args),
         "machine": machine(),
         "jobs": args.jobs,
         "procrastinate_jobs": proc_jobs,

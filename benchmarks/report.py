@@ -1,0 +1,1017 @@
+"""Results report: ``benchmarks/RESULTS.md`` and a throughput chart from ``benchmarks/results/``.
+
+    .bench-venv/bin/python -m benchmarks.report
+
+Reads every JSON file in ``benchmarks/results/`` and writes
+
+* ``benchmarks/RESULTS.md``: the machine, then one section per benchmark with the command that
+  produced its results, its figures (medians, and the spread, min to max, where the results keep
+  every run) and the targets set for it, each marked met or not met;
+* ``benchmarks/results/throughput.png``: drain rate against batch size, for outbox and the raw
+  loop at each process count, with the peers' best rates as reference lines.
+
+The chart needs matplotlib, which is no dependency of the project: run the report with the
+benchmarks' own virtualenv (``.bench-venv``, where matplotlib is installed). Without matplotlib
+RESULTS.md is still written and the chart is skipped. The report reads files only: it needs
+neither PostgreSQL nor the project's dependencies.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import statistics
+import sys
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+RESULTS = HERE / "results"
+MARKDOWN = HERE / "RESULTS.md"
+CHART = RESULTS / "throughput.png"
+
+# The targets set for the benchmarks, in one place so that the tables and the summary agree.
+DRAIN_RATIO = 0.8  # outbox / raw loop, with 1 and 2 processes
+DRAIN_TARGET_BATCH = 1000  # the batch size the drain target was set at
+PGQUEUER_RATIO = 5.0  # outbox / pgqueuer's best configuration
+PROCRASTINATE_RATIO = 100.0  # outbox / procrastinate's best configuration
+ADD_EVENTS_RATIO = 0.85  # add_events / Core executemany
+SCALE_ROWS = 1_000_000  # the backlog at which the count and the claim are judged
+SCALE_BASE_ROWS = 10_000  # the backlog the claim's growth is measured from
+SCALE_MS = 5.0  # the count and the claim, each, below this at SCALE_ROWS
+CLAIM_GROWTH = 1.5  # claim time at SCALE_ROWS over claim time at SCALE_BASE_ROWS, below this
+WORKER_RSS_MB = 100.0  # a worker's peak resident set, decimal megabytes
+VACUUMED_OVER_EMPTY = 2.0  # buffer size after drain + VACUUM over the empty buffer
+
+# Sections in this order; any other benchmark follows, by name.
+ORDER = (
+    "drain_throughput",
+    "peers",
+    "enqueue_cost",
+    "scale",
+    "memory_bloat",
+    "wakeup_latency",
+    "autovacuum",
+)
+TITLES = {
+    "drain_throughput": "Drain throughput",
+    "peers": "Against the peers",
+    "enqueue_cost": "Cost of enqueue",
+    "scale": "Scale",
+    "memory_bloat": "Memory and bloat",
+    "wakeup_latency": "Wake-up latency",
+    "autovacuum": "Autovacuum",
+}
+# Typography of the report, spelled as escapes so that the source stays plain ASCII around them.
+DASH = "\N{EN DASH}"  # ranges (min to max), and "no figure"
+TIMES = "\N{MULTIPLICATION SIGN}"  # ratios ("0.88x")
+
+MIN_RUNS = 3  # fewer runs than this and the section says so: a median of one is no median
+
+
+@dataclass
+class Target:
+    """One target, the figure measured against it, and whether it is met (None: not measured)."""
+
+    benchmark: str
+    target: str
+    figure: str
+    met: bool | None
+
+
+@dataclass
+class Results:
+    """One results file."""
+
+    path: Path
+    data: dict[str, Any]
+
+    @property
+    def benchmark(self) -> str:
+        return str(self.data.get("benchmark", self.path.stem))
+
+
+# Formatting
+
+
+def verdict(met: bool | None) -> str:
+    """How a target stands; "not met" stands out in the tables."""
+    if met is None:
+        return "not measured"
+    return "met" if met else "**not met**"
+
+
+def count(value: float) -> str:
+    """A rate or a count: whole, with thousands separators."""
+    return f"{round(value):,}"
+
+
+def spread(values: Iterable[float], fmt: Callable[[float], str] = count) -> str:
+    """Lowest to highest of several runs; a dash for a single run (it has no spread)."""
+    values = list(values)
+    if len(values) < 2:
+        return DASH
+    return f"{fmt(min(values))}{DASH}{fmt(max(values))}"
+
+
+def median(values: Iterable[float]) -> float:
+    """The median of the runs, as a float whatever the values' type."""
+    return float(statistics.median(list(values)))
+
+
+def size(value: float) -> str:
+    """Bytes in binary units, as PostgreSQL's ``pg_size_pretty`` shows them."""
+    if value < 2**20:
+        return f"{value / 2**10:,.0f} KiB"
+    return f"{value / 2**20:,.1f} MiB"
+
+
+def table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table, followed by a blank line."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def few_runs(runs: int) -> list[str]:
+    """A warning when results hold too few runs for their median to mean much."""
+    if runs >= MIN_RUNS:
+        return []
+    return [
+        f"These results hold {runs} run{'s' if runs != 1 else ''} only: rerun with "
+        f"`--runs {MIN_RUNS}` (or more) for a median and a spread.",
+        "",
+    ]
+
+
+# The command behind each results file
+
+
+def documented_commands(benchmark: str) -> list[str]:
+    """The example command lines in a benchmark module's docstring (read, not imported)."""
+    module = HERE / f"{benchmark}.py"
+    if not module.exists():
+        return []
+    docstring = ast.get_docstring(ast.parse(module.read_text())) or ""
+    commands: list[str] = []
+    continued = False
+    for line in docstring.splitlines():
+        text = line.strip()
+        if continued:
+            commands[-1] += " " + text.rstrip("\\").strip()
+        elif text.startswith(f"python -m benchmarks.{benchmark}"):
+            commands.append(text.rstrip("\\").strip())
+        else:
+            continue
+        # A trailing backslash continues the command on the next line, as in a shell.
+        continued = text.endswith("\\")
+    return commands
+
+
+def shell(module: str, *options: tuple[str, Any]) -> str:
+    """A command line: ``python -m module`` and its options (a True value is a bare flag)."""
+    words = ["python", "-m", module]
+    for name, value in options:
+        if value is True:
+            words.append(name)
+        elif value is not False and value is not None:
+            # 200.0 is typed 200.
+            typed = int(value) if isinstance(value, float) and value.is_integer() else value
+            words += [name, str(typed)]
+    return " ".join(words)
+
+
+def unique(values: Iterable[Any]) -> str:
+    """Comma-separated, first appearance first: an option's list back from the rows."""
+    return ",".join(str(v) for v in dict.fromkeys(values))
+
+
+# Results written before the command was recorded: when they record every option of their
+# benchmark, the command is rebuilt from them (options they do not record are at default).
+
+
+def derived_drain_throughput(data: dict[str, Any]) -> str:
+    rows = data["rows"]
+    return shell(
+        "benchmarks.drain_throughput",
+        ("--events", data["events"]),
+        ("--batch-sizes", unique(r.get("batch_size", data.get("batch_size")) for r in rows)),
+        ("--processes", unique(r["processes"] for r in rows)),
+        ("--concurrency", data["worker_threads"]),
+        ("--runs", data.get("runs", len(rows[0]["outbox_rates"]))),
+        ("--archive", bool(data.get("archive"))),
+    )
+
+
+def derived_peers(data: dict[str, Any]) -> str:
+    return shell(
+        "benchmarks.peers",
+        ("--jobs", data["jobs"]),
+        ("--procrastinate-jobs", data["procrastinate_jobs"]),
+        ("--runs", data["runs"]),
+        ("--pgqueuer", unique(f"{r['consumers']}x{r['batch_size']}" for r in data["pgqueuer"])),
+        ("--procrastinate", unique(r["concurrency"] for r in data["procrastinate"])),
+    )
+
+
+def derived_memory_bloat(data: dict[str, Any]) -> str:
+    return shell("benchmarks.memory_bloat", ("--events", data["events"]))
+
+
+def derived_wakeup_latency(data: dict[str, Any]) -> str:
+    runs = data["runs"]
+    return shell(
+        "benchmarks.wakeup_latency",
+        ("--rate", data["rate_per_second"]),
+        ("--producers", data.get("producers")),
+        ("--seconds", data["seconds"]),
+        ("--runs", max(len(r) for r in runs.values())),
+        ("--poll-interval", data["poll_interval"]),
+        ("--modes", ",".join(runs)),
+    )
+
+
+def derived_autovacuum(data: dict[str, Any]) -> str:
+    return shell(
+        "benchmarks.autovacuum",
+        ("--seconds", data["seconds_per_variant"]),
+        ("--rate", data["rate"]),
+        ("--rows", data["rows_per_transaction"]),
+        ("--sample-every", data["sample_every_s"]),
+        ("--variants", unique(row["variant"] for row in data["rows"])),
+    )
+
+
+DERIVED: dict[str, Callable[[dict[str, Any]], str]] = {
+    "drain_throughput": derived_drain_throughput,
+    "peers": derived_peers,
+    "memory_bloat": derived_memory_bloat,
+    "wakeup_latency": derived_wakeup_latency,
+    "autovacuum": derived_autovacuum,
+}
+
+
+def command_section(results: Results) -> list[str]:
+    """The command that produced the results; if they do not record it, the documented one.
+
+    Results that do not record their command but record every option get, in addition, the
+    command rebuilt from those options: the documented command may differ from the run's.
+    """
+    recorded = results.data.get("command")
+    if recorded:
+        return ["Produced by:", "", "```sh", str(recorded), "```", ""]
+    lines = ["These results do not record the command that produced them."]
+    try:
+        derived = DERIVED[results.benchmark](results.data)
+    except (KeyError, TypeError, ValueError, IndexError):
+        derived = None  # not every option is recorded, or a format this report does not know
+    if derived:
+        lines += ["Rebuilt from the options they record:", "", "```sh", derived, "```", ""]
+    documented = documented_commands(results.benchmark)
+    if documented:
+        lines += ["The documented command:", "", "```sh", *documented, "```"]
+    return [*lines, ""]
+
+
+# One renderer per benchmark: Markdown lines and the targets it judges.
+
+Rendered = tuple[list[str], list[Target]]
+
+
+def drain_throughput(results: Results) -> Rendered:
+    """Rates per batch size and process count; the ratio target judged at batch 1,000.
+
+    Results from before the batch-size sweep carry one ``batch_size`` for the whole file rather
+    than one per row; both are read.
+    """
+    data = results.data
+    archive = bool(data.get("archive"))
+    name = "drain_throughput (archive)" if archive else "drain_throughput"
+    rows = sorted(
+        data["rows"], key=lambda r: (r.get("batch_size", data.get("batch_size", 0)), r["processes"])
+    )
+    runs = max(len(row["outbox_rates"]) for row in rows)
+    lines = [
+        f"{data['events']:,} events, {data.get('worker_threads', '?')} threads per worker, "
+        f"{'archiving every row' if archive else 'no archive'}; events/s, medians of the runs, "
+        f"spread min{DASH}max; process start-up included. The ratio is outbox over the raw loop.",
+        "",
+        *few_runs(runs),
+    ]
+    body = []
+    for row in rows:
+        batch = row.get("batch_size", data.get("batch_size"))
+        body.append(
+            [
+                count(batch),
+                str(row["processes"]),
+                str(len(row["outbox_rates"])),
+                count(row["raw_median"]),
+                spread(row["raw_rates"]),
+                count(row["outbox_median"]),
+                spread(row["outbox_rates"]),
+                f"{row['ratio']:.2f}",
+                verdict(row["ratio"] >= DRAIN_RATIO),
+            ]
+        )
+    header = [
+        "batch size",
+        "processes",
+        "runs",
+        "raw loop",
+        "raw spread",
+        "outbox",
+        "outbox spread",
+        "ratio",
+        f"ratio ≥ {DRAIN_RATIO}",
+    ]
+    lines += table(header, body)
+    # The target was set at one batch size; the others are judged in the table only. Results
+    # without that size are judged at every size they have.
+    at_target = [
+        r for r in rows if r.get("batch_size", data.get("batch_size")) == DRAIN_TARGET_BATCH
+    ] or rows
+    targets = []
+    for processes in (1, 2):
+        chosen = [r for r in at_target if r["processes"] == processes]
+        figure = ", ".join(
+            f"{r['ratio']:.2f} (batch {count(r.get('batch_size', data.get('batch_size')))})"
+            for r in chosen
+        )
+        targets.append(
+            Target(
+                name,
+                f"outbox / raw loop ≥ {DRAIN_RATIO}, {processes} process{'es' * (processes > 1)}",
+                figure or DASH,
+                all(r["ratio"] >= DRAIN_RATIO for r in chosen) if chosen else None,
+            )
+        )
+    return lines, targets
+
+
+def best(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The configuration with the highest median: the one a library is compared by."""
+    return max(rows, key=lambda row: row["median"])
+
+
+def peer_configuration(library: str, row: dict[str, Any]) -> str:
+    """One configuration of the peers benchmark, in words."""
+    if library == "outbox":
+        return (
+            f"{row['processes']} process, {row['threads']} threads, "
+            f"batch {count(row['batch_size'])}"
+        )
+    if library == "pgqueuer":
+        return f"{row['consumers']} consumers, batch {row['batch_size']}"
+    return f"{row['workers']} worker, concurrency {row['concurrency']}"
+
+
+def peers(results: Results) -> Rendered:
+    """Every configuration of every library; the ratios of outbox to each peer's best."""
+    data = results.data
+    versions = data.get("versions", {})
+    runs = max(
+        len(row["rates"]) for lib in ("outbox", "pgqueuer", "procrastinate") for row in data[lib]
+    )
+    lines = [
+        f"No-op jobs, jobs/s; timed: {data.get('timing', 'draining processes')}. "
+        f"pgqueuer {versions.get('pgqueuer', '?')}, procrastinate "
+        f"{versions.get('procrastinate', '?')}. Each peer's best configuration is the one "
+        "compared.",
+        "",
+        *few_runs(runs),
+    ]
+    body = []
+    for library in ("outbox", "pgqueuer", "procrastinate"):
+        jobs = data["procrastinate_jobs"] if library == "procrastinate" else data["jobs"]
+        top = best(data[library])
+        for row in data[library]:
+            body.append(
+                [
+                    library,
+                    peer_configuration(library, row),
+                    count(jobs),
+                    str(len(row["rates"])),
+                    count(row["median"])
+                    + (" (best)" if row is top and library != "outbox" else ""),
+                    spread(row["rates"]),
+                ]
+            )
+    lines += table(["library", "configuration", "jobs", "runs", "jobs/s", "spread"], body)
+    ours = best(data["outbox"])["median"]
+    targets = []
+    for library, goal, rounding in (
+        ("pgqueuer", PGQUEUER_RATIO, 2),
+        ("procrastinate", PROCRASTINATE_RATIO, 1),
+    ):
+        ratio = ours / best(data[library])["median"]
+        targets.append(
+            Target(
+                "peers",
+                f"outbox / {library} best ≥ {goal:g}",
+                f"{ratio:.{rounding}f}",
+                ratio >= goal,
+            )
+        )
+    lines += table(
+        ["target", "figure", "verdict"], [[t.target, t.figure, verdict(t.met)] for t in targets]
+    )
+    return lines, targets
+
+
+ENQUEUE_MEASURES = {
+    "without": "application transaction, no event",
+    "with": "application transaction, one event",
+    "core": "100 events, Core `executemany`",
+    "helper": "100 events, `add_events`",
+}
+
+
+def enqueue_cost(results: Results) -> Rendered:
+    """Transaction rates without and with the notify trigger; ``add_events`` against Core."""
+    data = results.data
+    statements = data.get("statements", {})
+    lines = [
+        f"Statements sent without an event: {statements.get('without_event')}; with one: "
+        f"{statements.get('with_event')}. Transactions/s, medians of the runs, "
+        f"spread min{DASH}max.",
+        "",
+    ]
+    targets = []
+    for trigger, label in (("no_trigger", "without"), ("notify_trigger", "with")):
+        if trigger not in data:
+            continue
+        section = data[trigger]
+        runs = max(len(v) for v in section["rates"].values())
+        lines += [f"**{label.capitalize()} the notify trigger**", "", *few_runs(runs)]
+        body = [
+            [
+                description,
+                str(len(section["rates"][key])),
+                count(median(section["rates"][key])),
+                spread(section["rates"][key]),
+            ]
+            for key, description in ENQUEUE_MEASURES.items()
+            if key in section["rates"]
+        ]
+        lines += table(["measure", "runs", "transactions/s", "spread"], body)
+        ratio = section["medians"]["helper"] / section["medians"]["core"]
+        target = Target(
+            "enqueue_cost",
+            f"`add_events` / Core `executemany` ≥ {ADD_EVENTS_RATIO}, {label} the notify trigger",
+            f"{ratio:.2f}",
+            ratio >= ADD_EVENTS_RATIO,
+        )
+        targets.append(target)
+        with_over_without = section["medians"]["with"] / section["medians"]["without"]
+        lines += [
+            f"A transaction with one event runs at {with_over_without:.2f} of the rate without. "
+            f"`add_events` against Core: {target.figure} (target ≥ {ADD_EVENTS_RATIO}: "
+            f"{verdict(target.met)}).",
+            "",
+        ]
+    return lines, targets
+
+
+def scale(results: Results) -> Rendered:
+    """The count and the claim at each backlog; their targets at a million rows."""
+    data = results.data
+    rows = sorted(data["rows"], key=lambda r: r["waiting_rows"])
+    lines = [
+        "Milliseconds, each the median of `--repeat` timings (the results keep the medians "
+        "only, not the spread). The count is capped at 64,000 rows; the claim takes 1,000 rows. "
+        "The claim's plans are in `results/scale.json`.",
+        "",
+    ]
+    body = [
+        [count(r["waiting_rows"]), f"{r['count_ms']:.2f}", f"{r['claim_ms']:.2f}"] for r in rows
+    ]
+    lines += table(["waiting rows", "capped count (ms)", "claim of 1,000 (ms)"], body)
+    by_size = {r["waiting_rows"]: r for r in rows}
+    large, base = by_size.get(SCALE_ROWS), by_size.get(SCALE_BASE_ROWS)
+    at = f"at {count(SCALE_ROWS)} rows"
+    targets = [
+        Target(
+            "scale",
+            f"capped count < {SCALE_MS:g} ms {at}",
+            f"{large['count_ms']:.2f} ms" if large else DASH,
+            large["count_ms"] < SCALE_MS if large else None,
+        ),
+        Target(
+            "scale",
+            f"claim < {SCALE_MS:g} ms {at}",
+            f"{large['claim_ms']:.2f} ms" if large else DASH,
+            large["claim_ms"] < SCALE_MS if large else None,
+        ),
+    ]
+    if large and base:
+        growth = large["claim_ms"] / base["claim_ms"]
+        targets.append(
+            Target(
+                "scale",
+                f"claim growth {count(SCALE_BASE_ROWS)} → {count(SCALE_ROWS)} rows "
+                f"< {CLAIM_GROWTH}{TIMES}",
+                f"{growth:.2f}{TIMES}",
+                growth < CLAIM_GROWTH,
+            )
+        )
+    else:
+        targets.append(Target("scale", f"claim growth < {CLAIM_GROWTH}{TIMES}", DASH, None))
+    lines += table(
+        ["target", "figure", "verdict"], [[t.target, t.figure, verdict(t.met)] for t in targets]
+    )
+    return lines, targets
+
+
+def memory_bloat(results: Results) -> Rendered:
+    """The worker's peak memory and the buffer's size through a drain and a VACUUM."""
+    data = results.data
+    rss_mib = data["worker_peak_rss_mib"]
+    rss_mb = rss_mib * 2**20 / 1e6
+    lines = [
+        f"One `outbox work --burst --concurrency 4` process drained {data['events']:,} events "
+        f"in {data['drain_seconds']} s (one run: the results keep no spread).",
+        "",
+    ]
+    sizes = data["sizes"]
+    body = [
+        [
+            state,
+            size(sizes[state]["heap_bytes"]),
+            size(sizes[state]["index_bytes"]),
+            size(sizes[state]["total_bytes"]),
+        ]
+        for state in ("empty", "loaded", "drained", "vacuumed")
+        if state in sizes
+    ]
+    lines += table(["buffer", "heap", "indexes", "total"], body)
+    ratio = sizes["vacuumed"]["total_bytes"] / sizes["empty"]["total_bytes"]
+    targets = [
+        Target(
+            "memory_bloat",
+            f"worker peak RSS ≤ {WORKER_RSS_MB:g} MB",
+            f"{rss_mib} MiB ({rss_mb:.1f} MB)",
+            rss_mb <= WORKER_RSS_MB,
+        ),
+        Target(
+            "memory_bloat",
+            f"buffer after drain + VACUUM ≤ {VACUUMED_OVER_EMPTY:g}{TIMES} empty",
+            f"{ratio:,.1f}{TIMES}",
+            ratio <= VACUUMED_OVER_EMPTY,
+        ),
+    ]
+    lines += table(
+        ["target", "figure", "verdict"], [[t.target, t.figure, verdict(t.met)] for t in targets]
+    )
+    return lines, targets
+
+
+def wakeup_latency(results: Results) -> Rendered:
+    """Latency percentiles per mode; no target is set for them."""
+    data = results.data
+    producers = data.get("producers", 1)
+    lines = [
+        f"{data['rate_per_second']:g} events/s for {data['seconds']:g} s "
+        f"({producers} producer{'s' * (producers > 1)}), poll interval "
+        f"{data.get('poll_interval', '?')} s; milliseconds from commit to handler start, "
+        f"medians of the runs' percentiles, spread min{DASH}max. No target is set for latency.",
+        "",
+    ]
+    if data.get("note"):
+        lines += [f"Note: {data['note']}.", ""]
+    body = []
+    short = False
+    for mode, runs in data["runs"].items():
+        achieved = [r["achieved_rate"] for r in runs if "achieved_rate" in r]
+        short = short or any(r.get("rate_short") for r in runs)
+        body.append(
+            [
+                mode,
+                str(len(runs)),
+                f"{median(r['p50_ms'] for r in runs):,.1f}",
+                spread((r["p50_ms"] for r in runs), lambda v: f"{v:,.1f}"),
+                f"{median(r['p99_ms'] for r in runs):,.1f}",
+                spread((r["p99_ms"] for r in runs), lambda v: f"{v:,.1f}"),
+                f"{max(r['max_ms'] for r in runs):,.1f}",
+                f"{median(achieved):,.1f}" if achieved else DASH,
+            ]
+        )
+    lines += table(
+        ["mode", "runs", "p50", "p50 spread", "p99", "p99 spread", "max", "committed/s"], body
+    )
+    if short:
+        lines += ["Some runs committed more than 5% below the target rate (`rate_short`).", ""]
+    runs = min(len(r) for r in data["runs"].values())
+    return [*lines[:2], *few_runs(runs), *lines[2:]], []
+
+
+def autovacuum(results: Results) -> Rendered:
+    """Each variant's autovacuum runs, dead tuples, sizes and probe times; no target is set."""
+    data = results.data
+    lines = [
+        f"{data['rate']:,g} events/s in transactions of {data['rows_per_transaction']} rows, "
+        f"{data['seconds_per_variant']:g} s per variant, sampled every "
+        f"{data['sample_every_s']:g} s; worker: `{data['worker']}`. One run per variant (the "
+        "results keep its samples, not a spread). The probe is the claim's pick "
+        "(`SELECT id ... WHERE group_id IS NULL ORDER BY id LIMIT 1000`). No target is set.",
+        "",
+    ]
+    if "load_average_at_start" in data:
+        load = ", ".join(f"{v:g}" for v in data["load_average_at_start"])
+        lines += [f"Load average at the start: {load}.", ""]
+    body = [
+        [
+            f"`{row['variant']}`",
+            f"{row['naptime_s']} s",
+            count(row["events_per_s"]) + (" (short)" if row.get("rate_short") else ""),
+            str(row["autovacuum_runs"]),
+            count(row["dead_tuples_max"]),
+            count(row["dead_tuples_final"]),
+            size(row["heap_bytes_final"]),
+            size(row["index_bytes_final"]),
+            f"{row['probe_ms_p50']:.2f}",
+            f"{row['probe_ms_max']:.2f}",
+            count(row["backlog_at_end"]),
+        ]
+        for row in data["rows"]
+    ]
+    header = ["variant", "naptime", "events/s", "autovacuums", "dead tuples max",
+              "dead tuples at end", "heap at end", "indexes at end", "probe p50 (ms)",
+              "probe max (ms)", "backlog at end"]  # fmt: skip
+    lines += table(header, body)
+    if any(row.get("rate_short") for row in data["rows"]):
+        lines += ["(short): the producer fell more than 5% below the target rate.", ""]
+    settings = data.get("server_settings_before")
+    if settings:
+        lines += [
+            "<details><summary>Server settings before the run</summary>",
+            "",
+            *table(["setting", "value"], [[f"`{k}`", str(v)] for k, v in settings.items()]),
+            "</details>",
+            "",
+        ]
+    return lines, []
+
+
+def flatten(data: Any, prefix: str = "") -> Iterable[tuple[str, str]]:
+    """Key and value of every scalar in a nested result, for benchmarks without a renderer."""
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not prefix and key in {"benchmark", "command", "machine"}:
+                continue
+            yield from flatten(value, f"{prefix}.{key}" if prefix else str(key))
+    elif isinstance(data, list) and data and all(isinstance(v, int | float) for v in data):
+        if len(data) > 1:
+            yield (
+                prefix,
+                f"median {median(data):,.4g}, spread {spread(data, lambda v: f'{v:,.4g}')}",
+            )
+        else:
+            yield prefix, f"{data[0]:,.4g}"
+    elif isinstance(data, list) and len(data) > GENERIC_LIST:
+        yield prefix, f"{len(data)} entries (see the JSON file)"
+    elif isinstance(data, list):
+        for n, value in enumerate(data):
+            yield from flatten(value, f"{prefix}[{n}]")
+    else:
+        text = str(data).replace("|", "\\|").replace("\n", " ")
+        yield prefix, text if len(text) <= 80 else text[:77] + "..."
+
+
+GENERIC_LIST = 20  # longer lists (samples, for instance) are counted rather than listed
+
+
+def generic(results: Results, why: str = "") -> Rendered:
+    """Every figure of a benchmark the report has no table for, as key and value."""
+    why = why or "The report has no table of its own for this benchmark"
+    lines = [f"{why}; its figures:", ""]
+    lines += table(["figure", "value"], [[f"`{k}`", v] for k, v in flatten(results.data)])
+    return lines, []
+
+
+RENDERERS: dict[str, Callable[[Results], Rendered]] = {
+    "drain_throughput": drain_throughput,
+    "peers": peers,
+    "enqueue_cost": enqueue_cost,
+    "scale": scale,
+    "memory_bloat": memory_bloat,
+    "wakeup_latency": wakeup_latency,
+    "autovacuum": autovacuum,
+}
+
+
+def sort_key(results: Results) -> tuple[Any, ...]:
+    """Files of one benchmark: the plain drain before the archive one, latencies by rate."""
+    data = results.data
+    return (bool(data.get("archive")), data.get("rate_per_second", 0), results.path.name)
+
+
+# The whole report
+
+
+def read_results() -> dict[str, list[Results]]:
+    """Every results file, grouped by benchmark, in the order of the report."""
+    grouped: dict[str, list[Results]] = {}
+    for path in sorted(RESULTS.glob("*.json")):
+        try:
+            data = json.loads(path.read_text())
+        except ValueError:
+            print(f"skipped {path.name}: not JSON", file=sys.stderr)
+            continue
+        if isinstance(data, dict):
+            results = Results(path, data)
+            grouped.setdefault(results.benchmark, []).append(results)
+    known = [name for name in ORDER if name in grouped]
+    others = sorted(name for name in grouped if name not in ORDER)
+    return {name: sorted(grouped[name], key=sort_key) for name in [*known, *others]}
+
+
+def machine_section(grouped: dict[str, list[Results]]) -> list[str]:
+    """The machine the results were measured on; each machine once, if there are several."""
+    machines: dict[str, list[str]] = {}
+    for files in grouped.values():
+        for results in files:
+            if "machine" in results.data:
+                key = json.dumps(results.data["machine"], sort_keys=True)
+                machines.setdefault(key, []).append(results.path.name)
+    lines = ["## Machine", ""]
+    for key, names in machines.items():
+        found = json.loads(key)
+        if len(machines) > 1:
+            lines += [f"For {', '.join(f'`{n}`' for n in names)}:", ""]
+        lines += [
+            f"- CPUs: {found.get('cpus', '?')}",
+            f"- platform: {found.get('platform', '?')}",
+            f"- Python: {found.get('python', '?')}",
+            f"- PostgreSQL (client of the run): {found.get('postgresql_client', '?')}",
+            "",
+        ]
+    if not machines:
+        lines += ["The results record no machine.", ""]
+    return lines
+
+
+def markdown(grouped: dict[str, list[Results]], chart_note: str) -> str:
+    """The whole of RESULTS.md: the chart, the machine, the targets, one section a benchmark."""
+    sections: list[str] = []
+    targets: list[Target] = []
+    for benchmark, files in grouped.items():
+        sections += [f"## {TITLES.get(benchmark, benchmark)}", ""]
+        render = RENDERERS.get(benchmark, generic)
+        for results in files:
+            if len(files) > 1:
+                sections += [f"### `results/{results.path.name}`", ""]
+            else:
+                sections += [f"From `results/{results.path.name}`.", ""]
+            sections += command_section(results)
+            try:
+                lines, found = render(results)
+            except (KeyError, IndexError, TypeError, ValueError, ZeroDivisionError) as error:
+                # A format this report does not know yet (a benchmark changed its output):
+                # show the figures as they are rather than fail the whole report.
+                print(f"{results.path.name}: {error!r}; shown as key and value", file=sys.stderr)
+                lines, found = generic(results, f"The report does not know this format ({error!r})")
+            sections += lines
+            targets += found
+    head = [
+        "# Benchmark results",
+        "",
+        "Generated by `.bench-venv/bin/python -m benchmarks.report` from the JSON files in "
+        "`results/`; regenerate it rather than edit it. How each benchmark works: "
+        "[README.md](README.md).",
+        "",
+        "![throughput](results/throughput.png)",
+        "",
+        chart_note,
+        "",
+        *machine_section(grouped),
+        "## Targets",
+        "",
+        *table(
+            ["benchmark", "target", "figure", "verdict"],
+            [[t.benchmark, t.target, t.figure, verdict(t.met)] for t in targets],
+        ),
+    ]
+    return "\n".join([*head, *sections]).rstrip() + "\n"
+
+
+def drain_series(results: Results) -> dict[tuple[str, int], list[tuple[int, list[float]]]]:
+    """(variant, processes) → [(batch size, rates of the runs)], sorted by batch size."""
+    data = results.data
+    series: dict[tuple[str, int], list[tuple[int, list[float]]]] = {}
+    for row in data["rows"]:
+        batch = int(row.get("batch_size", data.get("batch_size", 0)))
+        for variant in ("raw", "outbox"):
+            series.setdefault((variant, row["processes"]), []).append(
+                (batch, [float(r) for r in row[f"{variant}_rates"]])
+            )
+    return {key: sorted(points) for key, points in series.items()}
+
+
+# The chart. One colour per process count, one line style per variant: the legend is
+# read as (variant, processes). The peers' colours are kept apart from the processes'.
+COLOURS = {1: "tab:blue", 2: "tab:orange", 3: "tab:cyan", 4: "tab:olive"}
+PEER_LINES = {
+    "pgqueuer": ("tab:green", "-."),
+    "procrastinate": ("tab:red", "-."),
+    "outbox": ("tab:purple", ":"),
+}
+
+
+def plot_drain(axes: Any, results: Results) -> tuple[set[int], int]:
+    """One line per (variant, processes) against batch size; the batch sizes and most runs."""
+    sizes: set[int] = set()
+    runs = 0
+    ordered = sorted(drain_series(results).items(), key=lambda i: (i[0][0] != "outbox", i[0][1]))
+    for (variant, processes), points in ordered:
+        xs = [batch for batch, _ in points]
+        medians = [median(rates) for _, rates in points]
+        rates = [r for _, r in points]
+        sizes.update(xs)
+        runs = max([runs, *(len(r) for r in rates)])
+        colour = COLOURS.get(processes, "tab:gray")
+        name = "outbox" if variant == "outbox" else "raw loop (ceiling)"
+        axes.errorbar(
+            xs,
+            medians,
+            yerr=[
+                [m - min(r) for m, r in zip(medians, rates, strict=True)],
+                [max(r) - m for m, r in zip(medians, rates, strict=True)],
+            ],
+            label=f"{name}, {processes} process{'es' * (processes > 1)}",
+            color=colour,
+            linestyle="-" if variant == "outbox" else "--",
+            marker="o" if variant == "outbox" else "s",
+            markersize=6,
+            linewidth=2,
+            capsize=4,
+        )
+        # The figure at each point: the chart is read for its numbers. One process's to the
+        # left of the point and more processes' to the right, since their rates are often
+        # close; on a light box, as lines pass behind them.
+        left = processes == 1
+        for x, y in zip(xs, medians, strict=True):
+            axes.annotate(
+                f"{y / 1000:.1f}k",
+                (x, y),
+                textcoords="offset points",
+                xytext=(-8 if left else 8, 0),
+                ha="right" if left else "left",
+                va="center",
+                fontsize=8,
+                color=colour,
+                bbox={
+                    "boxstyle": "round,pad=0.15",
+                    "facecolor": "white",
+                    "edgecolor": "none",
+                    "alpha": 0.8,
+                },
+            )
+    return sizes, runs
+
+
+def plot_peers(axes: Any, results: Results) -> None:
+    """Each peer's best rate, and outbox's in the same run, as horizontal reference lines."""
+    data = results.data
+    lines = [
+        (library, jobs, best(data[library]))
+        for library, jobs in (
+            ("pgqueuer", data["jobs"]),
+            ("procrastinate", data["procrastinate_jobs"]),
+            ("outbox", data["jobs"]),
+        )
+    ]
+    rates = sorted(top["median"] for _, _, top in lines)
+    for library, jobs, top in lines:
+        colour, style = PEER_LINES[library]
+        what = "best" if library != "outbox" else "in the peers run"
+        axes.axhline(
+            top["median"],
+            color=colour,
+            linestyle=style,
+            linewidth=1.5,
+            label=f"{library} {what}: {count(top['median'])} jobs/s "
+            f"({peer_configuration(library, top)}; {count(jobs)} jobs)",
+        )
+        # Named on the line too, at the right edge, which is kept clear of the drain's points:
+        # above it, or below it when the next line up is close enough for the names to meet.
+        above = [r for r in rates if r > top["median"]]
+        below = bool(above) and above[0] < 2 * top["median"]
+        axes.annotate(
+            f"{library} {what}: {count(top['median'])}/s",
+            (0.99, top["median"]),
+            xycoords=("axes fraction", "data"),
+            textcoords="offset points",
+            xytext=(0, -3 if below else 3),
+            ha="right",
+            va="top" if below else "bottom",
+            fontsize=8,
+            color=colour,
+        )
+
+
+def style_axes(axes: Any, sizes: set[int], room_right: bool) -> None:
+    """Log scales with plain numbers; ticks at the measured batch sizes only."""
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullFormatter
+
+    axes.set_xscale("log")
+    axes.set_yscale("log")
+    if sizes:
+        ordered = sorted(sizes)
+        # Room on the right for the reference lines' names.
+        axes.set_xlim(ordered[0] / 1.6, ordered[-1] * (5 if room_right else 1.6))
+        axes.xaxis.set_major_locator(FixedLocator(ordered))
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    axes.yaxis.set_minor_formatter(NullFormatter())
+    plain = FuncFormatter(lambda v, _: f"{v:,.0f}")
+    axes.xaxis.set_major_formatter(plain)
+    axes.yaxis.set_major_formatter(plain)
+    axes.set_xlabel("batch size (events per claim)")
+    axes.grid(True, which="major", alpha=0.3)
+
+
+def chart(grouped: dict[str, list[Results]]) -> tuple[bool, str]:
+    """Draw the throughput chart; whether it was drawn, and what RESULTS.md says about it.
+
+    The plain drain and the peers share one panel; drains with ``--archive``, if any, get a
+    panel of their own (the peers do not archive).
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only: no display on a server
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False, (
+            "The chart was skipped by the last run of the report (matplotlib is not installed; "
+            "run it with `.bench-venv/bin/python`): the image may be missing or stale."
+        )
+    drains = grouped.get("drain_throughput", [])
+    peer_results = grouped.get("peers", [])
+    if not drains and not peer_results:
+        return False, "No drain or peers results: the chart was skipped."
+    panels = [("no archive", [r for r in drains if not r.data.get("archive")])]
+    archived = [r for r in drains if r.data.get("archive")]
+    if archived:
+        panels.append(("archiving every row", archived))
+    # Panels one above the other, so that the image stays readable at a page's width.
+    figure, grid = plt.subplots(
+        len(panels), 1, figsize=(10, 6.5 * len(panels)), sharex=True, sharey=True, squeeze=False
+    )
+    runs, events = 0, set()
+    for n, (axes, (caption, files)) in enumerate(zip(grid[:, 0], panels, strict=True)):
+        sizes: set[int] = set()
+        for results in files:
+            found, most = plot_drain(axes, results)
+            sizes |= found
+            runs = max(runs, most)
+            events.add(int(results.data["events"]))
+        for results in peer_results if n == 0 else []:
+            plot_peers(axes, results)
+        # The panels share their x axis: every one keeps the room the peers' names need.
+        style_axes(axes, sizes, room_right=bool(peer_results))
+        axes.set_ylabel("events/s (jobs/s for the peers), log scale")
+        if len(panels) > 1:
+            axes.set_title(caption, fontsize=10)
+        # matplotlib lists plain lines (the peers) before error bars (the drains); the drains
+        # are the subject, so they come first.
+        handles, labels = axes.get_legend_handles_labels()
+        order = sorted(range(len(labels)), key=lambda i: "jobs/s" in labels[i])
+        axes.legend(
+            [handles[i] for i in order],
+            [labels[i] for i in order],
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.11),
+            ncol=2,
+            fontsize=8.5,
+            frameon=False,
+        )
+    low, high = grid[0][0].get_ylim()
+    grid[0][0].set_ylim(low / 1.5, high * 1.5)
+    counted = ", ".join(f"{e:,}" for e in sorted(events)) or DASH
+    figure.suptitle(
+        f"Drain throughput against batch size: {counted} events, "
+        + (f"median of {runs} runs (bars: min{DASH}max)" if runs > 1 else "1 run")
+        + ", process start-up included",
+        fontsize=11,
+    )
+    figure.tight_layout()
+    figure.savefig(CHART, dpi=130)
+    plt.close(figure)
+    return True, (
+        f"The chart (`results/{CHART.name}`) is drawn from the drain throughput and peers results."
+    )
+
+
+def main() -> None:
+    grouped = read_results()
+    drawn, note = chart(grouped)
+    MARKDOWN.write_text(markdown(grouped, note))
+    print(f"wrote {MARKDOWN}")
+    print(f"wrote {CHART}" if drawn else note)
+
+
+if __name__ == "__main__":
+    main()
