@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import nox
 
 nox.options.sessions = ["lint", "typecheck", "tests"]
@@ -47,19 +49,33 @@ def chaos(session: nox.Session) -> None:
 
 
 # The benchmarks (benchmarks/README.md): figures for the docs, never timing assertions in tests.
+DRAIN = ("benchmarks.drain_throughput", "--events", "200000", "--processes", "1,2", "--runs", "3")
 BENCHMARKS = (
     ("benchmarks.wakeup_latency", "--rate", "200", "--seconds", "20", "--runs", "3"),
+    ("benchmarks.wakeup_latency", "--rate", "1000", "--producers", "5", "--seconds", "20",
+     "--runs", "3"),
     ("benchmarks.enqueue_cost", "--transactions", "2000", "--runs", "3"),
     ("benchmarks.scale", "--sizes", "10000,1000000", "--repeat", "21"),
     ("benchmarks.memory_bloat", "--events", "1000000"),
-    ("benchmarks.drain_throughput", "--events", "200000", "--processes", "1,2", "--runs", "3"),
-)
+    (*DRAIN, "--batch-sizes", "100,1000,5000"),
+    (*DRAIN, "--batch-sizes", "1000", "--archive"),
+    ("benchmarks.peers", "--jobs", "100000", "--procrastinate-jobs", "5000", "--runs", "3"),
+    ("benchmarks.autovacuum", "--seconds", "180"),
+)  # fmt: skip
 
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Every benchmark, one after the other; `nox -s bench -- benchmarks.scale` runs one."""
-    session.install("-e", ".[dev]")
+    """Every benchmark, one after the other, then the report (RESULTS.md and the chart).
+
+    `nox -s bench -- benchmarks.scale` runs one benchmark, then the report. The peers and
+    matplotlib are installed in this session's environment only, never the project's.
+    """
+    session.install("-e", ".[dev]", "pgqueuer", "procrastinate", "asyncpg", "matplotlib")
+    peer_python = str(Path(session.bin) / "python")
     chosen = [b for b in BENCHMARKS if not session.posargs or b[0] in session.posargs]
     for module, *arguments in chosen:
+        if module == "benchmarks.peers":
+            arguments += ["--peer-python", peer_python]
         session.run("python", "-m", module, *arguments)
+    session.run("python", "-m", "benchmarks.report")
