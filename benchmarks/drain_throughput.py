@@ -23,6 +23,7 @@ import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,32 @@ def run_raw(dsn: str, processes: int, batch_size: int, archive: bool) -> float:
     return time.perf_counter() - started
 
 
+class Timeline(threading.Thread):
+    """Samples the buffer's unclaimed count every 20 ms from its own connection: seconds from
+    its start to the first claim, and to the last (``--timeline``; the sampling costs the
+    database a little, so rates are measured without it)."""
+
+    def __init__(self, dsn: str, events: int) -> None:
+        super().__init__(daemon=True)
+        self.dsn, self.events = dsn, events
+        self.started = time.perf_counter()
+        self.first_claim: float | None = None
+        self.all_claimed: float | None = None
+
+    def run(self) -> None:
+        query = "SELECT count(*) FROM bench_events WHERE group_id IS NULL"
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            while True:
+                (unclaimed,) = conn.execute(query).fetchone()  # type: ignore[misc]
+                elapsed = time.perf_counter() - self.started
+                if self.first_claim is None and unclaimed < self.events:
+                    self.first_claim = round(elapsed, 2)
+                if unclaimed == 0:
+                    self.all_claimed = round(elapsed, 2)
+                    return
+                time.sleep(0.02)
+
+
 def integers(option: str) -> list[int]:
     """A comma-separated option as positive integers.
 
@@ -139,6 +166,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=2, help="threads per worker")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--archive", action="store_true")
+    parser.add_argument(
+        "--timeline",
+        action="store_true",
+        help="also sample when the first and the last claim landed (slows both a little)",
+    )
     args = parser.parse_args()
     try:
         batch_sizes, process_counts = integers(args.batch_sizes), integers(args.processes)
@@ -168,9 +200,16 @@ def main() -> None:
         }
         for processes in process_counts:
             rates: dict[str, list[float]] = {"raw": [], "outbox": []}
+            timelines: dict[str, list[tuple[float | None, float | None]]] = {
+                "raw": [],
+                "outbox": [],
+            }
             for run in range(args.runs):
                 for variant in ("raw", "outbox"):
                     load(dsn, args.events)
+                    timeline = Timeline(dsn, args.events) if args.timeline else None
+                    if timeline is not None:
+                        timeline.start()
                     if variant == "raw":
                         seconds = run_raw(dsn, processes, batch_size, args.archive)
                     else:
@@ -181,6 +220,11 @@ def main() -> None:
                     rates[variant].append(args.events / seconds)
                     print(f"B={batch_size} P={processes} run {run + 1} {variant}: "
                           f"{args.events / seconds:,.0f}/s", flush=True)  # fmt: skip
+                    if timeline is not None:
+                        timeline.join()
+                        timelines[variant].append((timeline.first_claim, timeline.all_claimed))
+                        print(f"  first claim after {timeline.first_claim} s, last after "
+                              f"{timeline.all_claimed} s, exit after {seconds:.2f} s")  # fmt: skip
             raw, ours = statistics.median(rates["raw"]), statistics.median(rates["outbox"])
             row = {
                 "batch_size": batch_size,
@@ -191,6 +235,8 @@ def main() -> None:
                 "outbox_median": round(ours),
                 "ratio": round(ours / raw, 3),
             }
+            if args.timeline:
+                row["timeline_first_and_last_claim_seconds"] = timelines
             results["rows"].append(row)
             print(row, flush=True)
     name = "drain_throughput_archive" if args.archive else "drain_throughput"

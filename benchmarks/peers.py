@@ -19,7 +19,7 @@ project's environment (``python3 -m venv .bench-venv && .bench-venv/bin/pip inst
 pgqueuer procrastinate asyncpg``). Procrastinate is slow, so ``--procrastinate-jobs`` may be
 smaller than N; the ratios are ratios of rates.
 
-    python -m benchmarks.peers --jobs 20000 --procrastinate-jobs 2000 --runs 3
+    python -m benchmarks.peers --jobs 50000 --procrastinate-jobs 5000 --runs 3
 """
 
 from __future__ import annotations
