@@ -681,8 +681,9 @@ def finish_succeeded_group(
     in one round trip. Returns how many rows were deleted, None when the lease was lost (then
     nothing changed).
 
-    ``job`` deletes the job; ``gone`` deletes the rows only if the job was ours, and returns
-    them; ``archived`` writes what ``gone`` returned, so the rows are read once.
+    The CTE ``job`` deletes the job; ``outbox_row`` deletes the rows only if the job was ours,
+    and returns them; ``archived`` writes what ``outbox_row`` returned, so the rows are read
+    once.
     """
     params: dict[str, Any] = {
         "outbox_job_id": job_id,
