@@ -68,7 +68,15 @@ def count_unclaimed(conn: Connection, table: Table, cap: int) -> int:
     A capped count: the subquery stops after ``cap`` rows of the partial index
     ``ix_<table>_unclaimed``, so a backlog of millions costs no more than the cap.
     """
-    capped = select(literal(1)).where(table.c.group_id.is_(None)).limit(cap).subquery()
+    # ORDER BY id keeps the planner on the partial index: a plain LIMIT lets it prefer a
+    # sequential scan, which must step over every dead and claimed row at the heap's start.
+    capped = (
+        select(literal(1))
+        .where(table.c.group_id.is_(None))
+        .order_by(table.c.id)
+        .limit(cap)
+        .subquery()
+    )
     return int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
 
 
@@ -88,11 +96,10 @@ def oldest_unclaimed_age(conn: Connection, table: Table) -> float | None:
 
 
 def any_unclaimed(conn: Connection, table: Table) -> bool:
-    """Whether any row waits unclaimed: one probe of the partial index ``ix_<table>_unclaimed``."""
-    return (
-        conn.execute(select(literal(1)).where(table.c.group_id.is_(None)).limit(1)).first()
-        is not None
-    )
+    """Whether any row waits unclaimed: one probe of the partial index ``ix_<table>_unclaimed``
+    (ordered by id, so that the planner does not choose a sequential scan)."""
+    probe = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(1)
+    return conn.execute(probe).first() is not None
 
 
 def claim_job_slots(conn: Connection, handler: str) -> set[int]:
@@ -644,11 +651,17 @@ def insert_leased_batch_job(
 
 @functools.cache
 def _insert_leased_job_statement(table: Table) -> Any:
-    more = exists(
-        select(table.c.id).where(
-            table.c.group_id.is_(None), table.c.id > bindparam("outbox_after_id")
-        )
+    # The first unclaimed id past the claimed ones, as an ordered probe of the partial index:
+    # an EXISTS here is planned as a sequential scan, which steps over every dead and claimed
+    # row at the heap's start and grows slower as a drain goes on.
+    following = (
+        select(table.c.id)
+        .where(table.c.group_id.is_(None), table.c.id > bindparam("outbox_after_id"))
+        .order_by(table.c.id)
+        .limit(1)
+        .scalar_subquery()
     )
+    more = following.is_not(None)
     return (
         insert(_jobs)
         .values(
