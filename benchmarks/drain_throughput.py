@@ -34,6 +34,7 @@ from sqlalchemy import create_engine
 from benchmarks._common import command_line, machine, scratch_database, write
 from benchmarks.bench_app import Base
 from outbox import schema
+from outbox.worker import DEFAULT_CONCURRENCY
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTBOX = Path(sys.executable).parent / "outbox"
@@ -163,7 +164,12 @@ def main() -> None:
         help="comma-separated handler batch sizes",
     )
     parser.add_argument("--processes", default="1,2")
-    parser.add_argument("--concurrency", type=int, default=2, help="threads per worker")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=DEFAULT_CONCURRENCY,
+        help="threads per worker (default: outbox work's own)",
+    )
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--archive", action="store_true")
     parser.add_argument(

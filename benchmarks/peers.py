@@ -6,8 +6,8 @@ processes to their exit (process start-up included, as in ``drain_throughput``),
 is left. Enqueueing is not timed: outbox's events are loaded with COPY, pgqueuer's enqueued with
 list ``enqueue`` calls, procrastinate's with ``batch_defer_async``.
 
-* outbox: ``outbox distribute`` + one ``outbox work --burst --concurrency 2`` process, batch
-  size 1,000 (``drain_throughput``'s ``run_framework`` with one process).
+* outbox: ``outbox distribute`` + one ``outbox work --burst`` process (its default concurrency,
+  4 threads), batch size 1,000 (``drain_throughput``'s ``run_framework`` with one process).
 * pgqueuer: one process (asyncpg driver, uvloop) running C QueueManagers in drain mode, each
   on its own connection, dequeuing B jobs at a time, for every ``CxB`` in ``--pgqueuer``.
 * procrastinate: one process, one worker (PsycopgConnector, ``wait=False``) with C async
@@ -34,6 +34,7 @@ from typing import Any
 
 from benchmarks._common import command_line, machine, scratch_database, write
 from benchmarks.drain_throughput import ROOT, load, prepare, remaining, run_framework
+from outbox.worker import DEFAULT_CONCURRENCY
 
 PEER_PYTHON = ROOT / ".bench-venv" / "bin" / "python"
 
@@ -104,12 +105,16 @@ def main() -> None:
     rates = []
     for _ in range(args.runs):
         load(dsn, args.jobs)
-        seconds = run_framework(url, 1, 2, env)
+        seconds = run_framework(url, 1, DEFAULT_CONCURRENCY, env)
         if left := remaining(dsn):
             raise RuntimeError(f"outbox left {left} events behind")
         rates.append(args.jobs / seconds)
     results["outbox"] = [
-        record("outbox", {"processes": 1, "threads": 2, "batch_size": 1000}, rates)
+        record(
+            "outbox",
+            {"processes": 1, "threads": DEFAULT_CONCURRENCY, "batch_size": 1000},
+            rates,
+        )
     ]
 
     # pgqueuer

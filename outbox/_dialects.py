@@ -12,8 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine, case, event, func, literal, literal_column, null
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.mysql import insert as mysql_insert
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.compiler import compiles
@@ -150,10 +149,16 @@ def uses_skip_locked(dialect: str) -> bool:
 
 def insert_ignore(dialect: str, table: Any) -> Insert:
     """An INSERT that skips rows violating a unique index instead of failing."""
+    # The other dialects' modules are imported on first use: a worker's start-up should not
+    # pay for databases it does not run on.
     if dialect == POSTGRESQL:
         return postgresql.insert(table).on_conflict_do_nothing()
     if dialect == SQLITE:
+        from sqlalchemy.dialects import sqlite
+
         return sqlite.insert(table).on_conflict_do_nothing()
+    from sqlalchemy.dialects.mysql import insert as mysql_insert
+
     return mysql_insert(table).prefix_with("IGNORE")
 
 

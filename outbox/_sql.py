@@ -28,7 +28,9 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    null,
     select,
+    union_all,
     update,
 )
 from sqlalchemy import cast as sql_cast
@@ -566,32 +568,73 @@ def insert_events(
 # --- the hot path on PostgreSQL: a group claimed, and finished, in one statement each --------
 
 
-def claim_fenced_rows(
+@dataclass(frozen=True, slots=True)
+class LeasedClaim:
+    """A group claimed on PostgreSQL together with its leased batch job."""
+
+    rows: list[Any]
+    """The claimed rows, all columns in table order, by id; empty when nothing was claimed."""
+    job_id: int | None
+    """The group's batch job; None when nothing was claimed."""
+    more: bool
+    """Unclaimed rows remained past the last claimed id (a hint; see below)."""
+
+
+def claim_group_with_job(
     conn: Connection,
     table: Table,
     *,
     group_id: uuid.UUID,
     limit: int,
     held: tuple[int, uuid.UUID, float] | None,
-) -> list[Any]:
-    """PostgreSQL: claim up to ``limit`` rows and return them (all columns, by id), fenced by
-    the lease of the claim job this claim runs for, in one round trip.
+    handler: str,
+    priority: int,
+    lease: tuple[str, uuid.UUID, float],
+) -> LeasedClaim:
+    """PostgreSQL: claim up to ``limit`` rows, create their batch job leased to the claiming
+    worker, and return the rows, the job's id and whether more rows wait, in one round trip.
 
-    ``held``: (id, token, lease seconds) of that claim job, or None. Its ``held`` CTE pushes
-    the lease back and gates the locking CTE of :func:`claim_rows`: when the lease is lost,
+    ``held``: (id, token, lease seconds) of the claim job this claim runs for, or None. Its
+    ``held`` CTE pushes that lease back and gates the locking CTE: when the lease is lost,
     nothing is claimed. An empty result cannot tell "nothing to claim" from "lease lost": the
-    caller's fenced finishing write tells.
+    caller's fenced finishing write tells. ``lease``: (worker id, token, seconds) of the new
+    batch job, which is inserted only when rows were claimed.
+
+    ``more`` is read from the partial index in the statement's snapshot, past the last
+    claimed id; rows other claimers hold locked still count.
     """
-    params: dict[str, Any] = {"outbox_group_id": group_id}
+    owner, token, seconds = lease
+    params: dict[str, Any] = {
+        "outbox_group_id": group_id,
+        "outbox_handler": handler,
+        "outbox_priority": priority,
+        "outbox_owner": owner,
+        "outbox_token": token,
+        "outbox_seconds": seconds,
+    }
     if held is not None:
-        params.update(outbox_held_id=held[0], outbox_held_token=held[1], outbox_seconds=held[2])
-    return list(conn.execute(_claim_fenced_statement(table, limit, held is not None), params).all())
+        params.update(
+            outbox_held_id=held[0], outbox_held_token=held[1], outbox_held_seconds=held[2]
+        )
+    statement = _claim_with_job_statement(table, limit, held is not None)
+    rows = list(conn.execute(statement, params).all())
+    if not rows:
+        return LeasedClaim([], None, False)
+    # The first row is the job's: see _claim_with_job_statement.
+    job = rows[0]._mapping
+    return LeasedClaim(rows[1:], int(job["id"]), job["created_at"] is not None)
 
 
 @functools.cache
-def _claim_fenced_statement(table: Table, limit: int, fenced: bool) -> Any:
+def _claim_with_job_statement(table: Table, limit: int, fenced: bool) -> Any:
     # Built once per buffer, batch size and form, with bound parameters: building and hashing
-    # a statement of three CTEs costs about as much as running it.
+    # a statement of five CTEs costs about as much as running it.
+    #
+    # One statement returns two kinds of rows: the claimed rows (``stamped``), and one row
+    # for the batch job (``job``) in the buffer's columns: ``id`` carries the job's id,
+    # ``group_id`` is NULL (a claimed row's never is, so the job's row sorts first), and
+    # ``created_at`` is set when more rows wait, NULL otherwise. Handlers get the claimed
+    # rows as they are; no column is added to them.
     c = table.c
     pick = select(c.id).where(c.group_id.is_(None))
     if fenced:
@@ -601,7 +644,7 @@ def _claim_fenced_statement(table: Table, limit: int, fenced: bool) -> Any:
                 _jobs.c.id == bindparam("outbox_held_id"),
                 _jobs.c.lease_token == bindparam("outbox_held_token"),
             )
-            .values(lease_expires_at=db_now_plus(bindparam("outbox_seconds", type_=Float)))
+            .values(lease_expires_at=db_now_plus(bindparam("outbox_held_seconds", type_=Float)))
             .returning(_jobs.c.id)
             .cte("held")
         )
@@ -614,69 +657,74 @@ def _claim_fenced_statement(table: Table, limit: int, fenced: bool) -> Any:
         .returning(*c)
         .cte("stamped")
     )
-    return select(*stamped.c).order_by(stamped.c.id)
+    job = (
+        insert(_jobs)
+        .from_select(
+            [
+                "kind",
+                "handler",
+                "group_id",
+                "priority",
+                "run_at",
+                "attempts",
+                "lease_owner",
+                "lease_token",
+                "lease_expires_at",
+            ],
+            select(
+                literal(schema.JOB_KIND_BATCH, String),
+                bindparam("outbox_handler", type_=String),
+                bindparam("outbox_group_id", type_=_jobs.c.group_id.type),
+                bindparam("outbox_priority", type_=Integer),
+                db_now(),
+                literal(1, Integer),
+                bindparam("outbox_owner", type_=String),
+                bindparam("outbox_token", type_=_jobs.c.lease_token.type),
+                db_now_plus(bindparam("outbox_seconds", type_=Float)),
+            ).where(exists(select(stamped.c.id))),
+        )
+        .returning(_jobs.c.id)
+        .cte("job")
+    )
+    last_claimed = select(func.max(stamped.c.id)).scalar_subquery()
+    more = case((unclaimed_after(table, last_claimed).is_not(None), db_now()))
+    job_row = select(
+        *(
+            job.c.id.label(column.name)
+            if column.name == "id"
+            else more.label(column.name)
+            if column.name == "created_at"
+            else null().label(column.name)
+            for column in c
+        )
+    )
+    claimed = union_all(job_row, select(*stamped.c)).subquery("claimed")
+    return select(*claimed.c).order_by(claimed.c.group_id.is_not(None), claimed.c.id)
 
 
-def insert_leased_batch_job(
-    conn: Connection,
-    table: Table,
-    *,
-    handler: str,
-    group_id: uuid.UUID,
-    priority: int,
-    lease: tuple[str, uuid.UUID, float],
-    after_id: int,
-) -> tuple[int, bool]:
-    """PostgreSQL: create a just-claimed group's batch job leased to the claiming worker, and
-    probe the buffer for unclaimed rows past ``after_id``, in one round trip.
+def unclaimed_after(table: Table, after: Any) -> Any:
+    """The first unclaimed id past ``after``, NULL when there is none.
 
-    Returns (job id, more). ``more`` is a hint read from the partial index in the statement's
-    snapshot: rows other claimers hold locked still count.
+    An ordered probe of the partial index ``ix_<table>_unclaimed``: an EXISTS here is planned
+    as a sequential scan, which steps over every dead and claimed row at the heap's start and
+    grows slower as a drain goes on.
     """
-    owner, token, seconds = lease
-    job_id, more = conn.execute(
-        _insert_leased_job_statement(table),
-        {
-            "outbox_handler": handler,
-            "outbox_group_id": group_id,
-            "outbox_priority": priority,
-            "outbox_owner": owner,
-            "outbox_token": token,
-            "outbox_seconds": seconds,
-            "outbox_after_id": after_id,
-        },
-    ).one()
-    return int(job_id), bool(more)
-
-
-@functools.cache
-def _insert_leased_job_statement(table: Table) -> Any:
-    # The first unclaimed id past the claimed ones, as an ordered probe of the partial index:
-    # an EXISTS here is planned as a sequential scan, which steps over every dead and claimed
-    # row at the heap's start and grows slower as a drain goes on.
-    following = (
+    return (
         select(table.c.id)
-        .where(table.c.group_id.is_(None), table.c.id > bindparam("outbox_after_id"))
+        .where(table.c.group_id.is_(None), table.c.id > after)
         .order_by(table.c.id)
         .limit(1)
         .scalar_subquery()
     )
-    more = following.is_not(None)
-    return (
-        insert(_jobs)
-        .values(
-            kind=schema.JOB_KIND_BATCH,
-            handler=bindparam("outbox_handler", type_=String),
-            group_id=bindparam("outbox_group_id", type_=_jobs.c.group_id.type),
-            priority=bindparam("outbox_priority", type_=Integer),
-            run_at=db_now(),
-            attempts=1,
-            lease_owner=bindparam("outbox_owner", type_=String),
-            lease_token=bindparam("outbox_token", type_=_jobs.c.lease_token.type),
-            lease_expires_at=db_now_plus(bindparam("outbox_seconds", type_=Float)),
-        )
-        .returning(_jobs.c.id, more.label("more"))
+
+
+def batch_job_of_group(conn: Connection, group_id: uuid.UUID) -> int | None:
+    """The id of a group's batch job, if it has one."""
+    stmt = select(_jobs.c.id).where(
+        _jobs.c.group_id == group_id, _jobs.c.kind == schema.JOB_KIND_BATCH
     )
+    found = conn.execute(stmt).scalar_one_or_none()
+    return None if found is None else int(found)
 
 
 def finish_succeeded_group(

@@ -65,63 +65,91 @@ def _claim(
     """Claim a group and create its batch job; ``held``: the claim job this claim runs for.
 
     ``Claim.more`` says whether unclaimed rows remained past this full batch (the caller
-    decides what to do with it). On PostgreSQL a leased claim takes two round trips: the
-    claim returns the rows and, when ``held`` is given, extends that job's lease as its fence;
-    the batch job's insert probes for more rows.
+    decides what to do with it). On PostgreSQL a leased claim is one round trip: it extends
+    the lease of ``held`` as its fence, claims, inserts the batch job and probes for more.
     """
     if handler.max_wait is not None and not _batch_due(conn, handler):
         return None
     group_id = uuid.uuid4()
+    if lease is not None and app.dialect == POSTGRESQL:
+        return _claim_leased_postgresql(conn, app, handler, group_id, lease, held)
     if lease is None:
         size = _sql.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
         rows: list[Any] | None = None
     else:
-        rows, size = _claim_returning(conn, app, handler, group_id, held)
+        rows, size = _claim_returning(conn, app, handler, group_id)
     if not size:
         return None
+    job_id = _sql.insert_batch_job(
+        conn,
+        handler=handler.name,
+        group_id=group_id,
+        priority=handler.urgency.priority,
+        lease=None if lease is None else (lease.worker_id, lease.token, lease.seconds),
+    )
     full = size == handler.batch_size
-    if lease is not None and app.dialect == POSTGRESQL:
-        job_id, more = _sql.insert_leased_batch_job(
-            conn,
-            handler.table,
-            handler=handler.name,
-            group_id=group_id,
-            priority=handler.urgency.priority,
-            lease=(lease.worker_id, lease.token, lease.seconds),
-            after_id=rows[-1].id if rows else 0,
-        )
-        more = full and more
-    else:
-        job_id = _sql.insert_batch_job(
-            conn,
-            handler=handler.name,
-            group_id=group_id,
-            priority=handler.urgency.priority,
-            lease=None if lease is None else (lease.worker_id, lease.token, lease.seconds),
-        )
-        more = full and held is not None and _sql.any_unclaimed(conn, handler.table)
-    job = None
-    if lease is not None:
-        job = _sql.JobRow(
-            id=job_id,
-            kind=schema.JOB_KIND_BATCH,
-            handler=handler.name,
-            slot=None,
-            group_id=group_id,
-            priority=handler.urgency.priority,
-            attempts=1,
-            lease_token=lease.token,
-            last_error=None,
-        )
+    more = full and held is not None and _sql.any_unclaimed(conn, handler.table)
+    job = None if lease is None else _leased_job(handler, group_id, job_id, lease)
     return Claim(handler.name, group_id, size, rows, job, more)
 
 
-def _claim_returning(
+def _claim_leased_postgresql(
     conn: Connection,
     app: Outbox,
     handler: Handler[Any],
     group_id: uuid.UUID,
+    lease: Lease,
     held: _sql.JobRow | None,
+) -> Claim | None:
+    """The leased claim on PostgreSQL: rows, batch job and "more" from one statement.
+
+    Rows the driver cannot read are handled as in :func:`_claim_returning`; the job the
+    statement inserted is then looked up by its group.
+    """
+    table, limit = handler.table, handler.batch_size
+    fence = None if held is None else (held.id, held.lease_token, app.settings.lease_seconds)
+    rows: list[Any] | None
+    try:
+        claimed = _sql.claim_group_with_job(
+            conn,
+            table,
+            group_id=group_id,
+            limit=limit,
+            held=fence,
+            handler=handler.name,
+            priority=handler.urgency.priority,
+            lease=(lease.worker_id, lease.token, lease.seconds),
+        )
+    except UNREADABLE_ROW_ERRORS:
+        rows, size = None, _sql.count_group_rows(conn, table, group_id)
+        job_id, more = _sql.batch_job_of_group(conn, group_id), True
+    else:
+        rows, size, job_id, more = claimed.rows, len(claimed.rows), claimed.job_id, claimed.more
+    if not size or job_id is None:
+        return None
+    job = _leased_job(handler, group_id, job_id, lease)
+    return Claim(handler.name, group_id, size, rows, job, more and size == limit)
+
+
+def _leased_job(
+    handler: Handler[Any], group_id: uuid.UUID, job_id: int, lease: Lease
+) -> _sql.JobRow:
+    """The batch job of a group just claimed, as the worker it is leased to holds it."""
+    return _sql.JobRow(
+        id=job_id,
+        kind=schema.JOB_KIND_BATCH,
+        handler=handler.name,
+        slot=None,
+        group_id=group_id,
+        priority=handler.urgency.priority,
+        attempts=1,
+        lease_token=lease.token,
+        last_error=None,
+    )
+
+
+def _claim_returning(
+    conn: Connection, app: Outbox, handler: Handler[Any], group_id: uuid.UUID
 ) -> tuple[list[Any] | None, int]:
     """Claim and get the rows back from the claim's own UPDATE ... RETURNING where the
     database has it: the group is not selected a second time. Returns (rows, size).
@@ -133,20 +161,14 @@ def _claim_returning(
     """
     table, limit = handler.table, handler.batch_size
     try:
-        if app.dialect == POSTGRESQL:
-            fence = (
-                None if held is None else (held.id, held.lease_token, app.settings.lease_seconds)
-            )
-            rows = _sql.claim_fenced_rows(conn, table, group_id=group_id, limit=limit, held=fence)
+        stmt = _sql.claim_update(app.dialect, table, group_id, limit)
+        if stmt is None:
+            _sql.claim_rows(conn, app.dialect, table, group_id, limit)
+            rows = _sql.select_group_rows(conn, table, group_id)
         else:
-            stmt = _sql.claim_update(app.dialect, table, group_id, limit)
-            if stmt is None:
-                _sql.claim_rows(conn, app.dialect, table, group_id, limit)
-                rows = _sql.select_group_rows(conn, table, group_id)
-            else:
-                claimed = conn.execute(stmt.returning(*table.c)).all()
-                ids = column_values(claimed, "id")
-                rows = [row for _, row in sorted(zip(ids, claimed, strict=True), key=itemgetter(0))]
+            claimed = conn.execute(stmt.returning(*table.c)).all()
+            ids = column_values(claimed, "id")
+            rows = [row for _, row in sorted(zip(ids, claimed, strict=True), key=itemgetter(0))]
     except UNREADABLE_ROW_ERRORS:
         return None, _sql.count_group_rows(conn, table, group_id)
     return rows, len(rows)

@@ -215,7 +215,7 @@ def test_postgresql_probes_for_unclaimed_rows_use_the_partial_index(
     """The count, the any-left probe and the more-rows probe read ``ix_<t>_unclaimed`` even
     with dead rows at the heap's start: a sequential scan would step over them all, slower with
     every group a drain takes."""
-    from sqlalchemy import delete, text
+    from sqlalchemy import bindparam, delete, select, text
 
     app = make_app(postgres_database)
     ids = commit_events(app.engine, 5000)
@@ -240,7 +240,7 @@ def test_postgresql_probes_for_unclaimed_rows_use_the_partial_index(
         # statements matter here.
         with contextlib.suppress(AttributeError):
             probe()
-    more = _sql._insert_leased_job_statement(table)
+    more = select(_sql.unclaimed_after(table, bindparam("outbox_after_id")))
     sent.append((more, {"outbox_after_id": ids[4000]}))
     plans = []
     with app.engine.connect() as conn:
