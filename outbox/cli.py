@@ -457,6 +457,26 @@ def notify_sql(ctx: Context, handlers: tuple[str, ...]) -> None:
 
 
 @main.command()
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Say what would be rebuilt; change nothing.")
+@_command
+def reindex(ctx: Context, handlers: tuple[str, ...], dry_run: bool) -> None:
+    """Rebuild bloated buffer indexes after a backlog drained (PostgreSQL; safe from cron)."""
+    from outbox.reindex import reindex as reindex_buffers
+
+    app = _ready(ctx.app())
+    reports = reindex_buffers(app, handlers, dry_run=dry_run)
+    _table(
+        ("table", "index", "size", "rows need", "action", "size after"),
+        [
+            (r.table, r.index, _bytes(r.bytes), _bytes(r.needed_bytes), r.action,
+             "" if r.bytes_after is None else _bytes(r.bytes_after))
+            for r in reports
+        ],
+    )  # fmt: skip
+
+
+@main.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
 @click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
 @_command
@@ -515,6 +535,15 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]
     for row in table:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _bytes(size: int) -> str:
+    value, unit = float(size), "B"
+    for larger in ("KiB", "MiB", "GiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return f"{size} B" if unit == "B" else f"{value:.1f} {unit}"
 
 
 def _ratio(value: float | None) -> str:

@@ -107,3 +107,25 @@ def test_prune_older_than_zero_deletes_every_archive_row(
         result.stdout.strip(),
         _tables.archive(dead_letters),
     )
+
+
+def test_reindex_lists_each_buffer_index_with_what_it_did(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine], commit_events: Any
+) -> None:
+    """On PostgreSQL, ``outbox reindex --dry-run`` lists every index of every buffer (small
+    ones are kept); elsewhere it says it needs PostgreSQL, as a usage error."""
+    commit_events(connect(database_url), 5)
+
+    result = cli.run("--app", APP, "--database-url", database_url, "reindex", "--dry-run")
+
+    if database_url.startswith("sqlite"):
+        assert (2, True) == (result.code, "runs on PostgreSQL" in result.stderr)
+        return
+    listed = {
+        tuple(line.split()[:2]) for line in result.stdout.splitlines() if "kept" in line.split()
+    }
+    assert (0, True, True) == (
+        result.code,
+        ("test_activity_events", "ix_test_activity_events_unclaimed") in listed,
+        ("test_email_events", "ix_test_email_events_group_id") in listed,
+    )
