@@ -13,10 +13,11 @@ list ``enqueue`` calls, procrastinate's with ``batch_defer_async``.
 * procrastinate: one process, one worker (PsycopgConnector, ``wait=False``) with C async
   sub-workers, for every C in ``--procrastinate``.
 
-Each peer's best configuration (highest median) is the one compared. pgqueuer and procrastinate
-run with ``--peer-python`` (default ``.bench-venv/bin/python``): they are never installed in the
-project's environment (``python3 -m venv .bench-venv && .bench-venv/bin/pip install -e .
-pgqueuer procrastinate asyncpg``). Procrastinate is slow, so ``--procrastinate-jobs`` may be
+Every configuration runs once per round, ``--runs`` rounds; each peer's best configuration
+(highest median) is the one compared. pgqueuer and procrastinate run with ``--peer-python``
+(default ``.bench-venv/bin/python``): they are never installed in the project's environment
+(``python3 -m venv .bench-venv && .bench-venv/bin/pip install -e . pgqueuer procrastinate
+asyncpg``). Procrastinate is slow, so ``--procrastinate-jobs`` may be
 smaller than N; the ratios are ratios of rates.
 
     python -m benchmarks.peers --jobs 50000 --procrastinate-jobs 5000 --runs 3
@@ -97,52 +98,59 @@ def main() -> None:
         print(f"{label} {settings}: median {row['median']:,}/s {row['rates']}", flush=True)
         return row
 
-    # outbox
+    # Every configuration runs once per round, so that the machine's drift over the minutes a
+    # run takes affects all of them alike, not whichever ran last.
     url = scratch_database("outbox_bench_peers_outbox")
-    dsn = plain(url)
+    outbox_dsn = plain(url)
     env = {**os.environ, "BENCH_BATCH_SIZE": "1000", "BENCH_ARCHIVE": "0"}
     prepare(url)
-    rates = []
-    for _ in range(args.runs):
-        load(dsn, args.jobs)
+    pgqueuer_dsn = plain(scratch_database("outbox_bench_peers_pgqueuer"))
+    peer(python, "pgqueuer", "setup", pgqueuer_dsn)
+    procrastinate_dsn = plain(scratch_database("outbox_bench_peers_procrastinate"))
+    peer(python, "procrastinate", "setup", procrastinate_dsn)
+    pgqueuer_configs = [
+        tuple(int(part) for part in config.split("x")) for config in args.pgqueuer.split(",")
+    ]
+    concurrencies = [int(c) for c in args.procrastinate.split(",")]
+    rates: dict[Any, list[float]] = {}
+    for run in range(args.runs):
+        load(outbox_dsn, args.jobs)
         seconds = run_framework(url, 1, DEFAULT_CONCURRENCY, env)
-        if left := remaining(dsn):
+        if left := remaining(outbox_dsn):
             raise RuntimeError(f"outbox left {left} events behind")
-        rates.append(args.jobs / seconds)
+        rates.setdefault("outbox", []).append(args.jobs / seconds)
+        for consumers, batch in pgqueuer_configs:
+            options = ["--consumers", str(consumers), "--batch-size", str(batch)]
+            seconds = timed_drain(python, "pgqueuer", pgqueuer_dsn, args.jobs, options)
+            rates.setdefault(("pgqueuer", consumers, batch), []).append(args.jobs / seconds)
+        for concurrency in concurrencies:
+            options = ["--concurrency", str(concurrency)]
+            seconds = timed_drain(python, "procrastinate", procrastinate_dsn, proc_jobs, options)
+            rates.setdefault(("procrastinate", concurrency), []).append(proc_jobs / seconds)
+        print(f"round {run + 1} of {args.runs} done", flush=True)
     results["outbox"] = [
         record(
             "outbox",
             {"processes": 1, "threads": DEFAULT_CONCURRENCY, "batch_size": 1000},
-            rates,
+            rates["outbox"],
         )
     ]
-
-    # pgqueuer
-    dsn = plain(scratch_database("outbox_bench_peers_pgqueuer"))
-    peer(python, "pgqueuer", "setup", dsn)
-    results["pgqueuer"] = []
-    for config in args.pgqueuer.split(","):
-        consumers, batch = (int(part) for part in config.split("x"))
-        options = ["--consumers", str(consumers), "--batch-size", str(batch)]
-        rates = [
-            args.jobs / timed_drain(python, "pgqueuer", dsn, args.jobs, options)
-            for _ in range(args.runs)
-        ]
-        settings = {"driver": "asyncpg", "consumers": consumers, "batch_size": batch}
-        results["pgqueuer"].append(record("pgqueuer", settings, rates))
-
-    # procrastinate
-    dsn = plain(scratch_database("outbox_bench_peers_procrastinate"))
-    peer(python, "procrastinate", "setup", dsn)
-    results["procrastinate"] = []
-    for concurrency in (int(c) for c in args.procrastinate.split(",")):
-        options = ["--concurrency", str(concurrency)]
-        rates = [
-            proc_jobs / timed_drain(python, "procrastinate", dsn, proc_jobs, options)
-            for _ in range(args.runs)
-        ]
-        settings = {"connector": "psycopg", "workers": 1, "concurrency": concurrency}
-        results["procrastinate"].append(record("procrastinate", settings, rates))
+    results["pgqueuer"] = [
+        record(
+            "pgqueuer",
+            {"driver": "asyncpg", "consumers": consumers, "batch_size": batch},
+            rates[("pgqueuer", consumers, batch)],
+        )
+        for consumers, batch in pgqueuer_configs
+    ]
+    results["procrastinate"] = [
+        record(
+            "procrastinate",
+            {"connector": "psycopg", "workers": 1, "concurrency": concurrency},
+            rates[("procrastinate", concurrency)],
+        )
+        for concurrency in concurrencies
+    ]
 
     ours = results["outbox"][0]["median"]
     results["ratios"] = {

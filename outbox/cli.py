@@ -7,6 +7,7 @@ abandon in-flight work); 2 usage error (bad ``--app``, unknown handler, bad opti
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import logging
@@ -67,6 +68,7 @@ class Context:
             self._app = load_app(self.app_spec)
             if self.database_url:
                 self._app.use_database(self.database_url)
+            settle_heap()
         return self._app
 
     def bare_app(self) -> Outbox:
@@ -82,6 +84,26 @@ class Context:
                 )
             self._app = Outbox(url)
         return self._app
+
+
+# Collect cyclic garbage after this many new container objects instead of Python's 700: a worker
+# builds a row object per event, so the default ran a collection about twice per 1,000-event
+# batch.
+GC_THRESHOLD = 10_000
+
+
+def settle_heap() -> None:
+    """Tune the garbage collector of an ``outbox`` process once the application is loaded.
+
+    What the imports built (SQLAlchemy, the application's models: some 70,000 objects) stays
+    for the process's life, so it is frozen out of the collector's sight: full collections
+    during a drain and the collection at exit no longer walk it (exiting took 0.15 s more
+    without it). Only the ``outbox`` command does this; a ``Worker`` embedded in an
+    application leaves the application's collector alone.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_THRESHOLD)
 
 
 def load_app(spec: str) -> Outbox:
