@@ -604,11 +604,11 @@ def memory_bloat(results: Results) -> Rendered:
     rss_mb = rss_mib * 2**20 / 1e6
     lines = [
         f"One `outbox work --burst --concurrency 4` process drained {data['events']:,} events "
-        f"in {data['drain_seconds']} s (one run: the results keep no spread).",
-        "",
+        f"in {data['drain_seconds']} s (one run: the results keep no spread)."
     ]
     if "reindex_seconds" in data:
-        lines[-1:-1] = [f"`outbox reindex` then took {data['reindex_seconds']} s."]
+        lines.append(f"`outbox reindex` then took {data['reindex_seconds']} s.")
+    lines.append("")
     sizes = data["sizes"]
     body = [
         [

@@ -629,7 +629,7 @@ def claim_group_with_job(
 @functools.cache
 def _claim_with_job_statement(table: Table, limit: int, fenced: bool) -> Any:
     # Built once per buffer, batch size and form, with bound parameters: building and hashing
-    # a statement of five CTEs costs about as much as running it.
+    # a statement of four CTEs costs about as much as running it.
     #
     # One statement returns two kinds of rows: the claimed rows (``stamped``), and one row
     # for the batch job (``job``) in the buffer's columns: ``id`` carries the job's id,

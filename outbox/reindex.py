@@ -65,10 +65,7 @@ def reindex(
     building the index, and waits for transactions already running on the table.
     """
     if app.dialect != POSTGRESQL:
-        raise ConfigurationError(
-            f"outbox reindex runs on PostgreSQL; {app.dialect} needs no index rebuilds"
-            " (SQLite: VACUUM rebuilds the whole file)"
-        )
+        raise ConfigurationError(f"outbox reindex runs on PostgreSQL, not on {app.dialect}")
     tables = {h.table.key: h.table for h in app.select_handlers(handlers)}
     reports: list[IndexReport] = []
     with app.engine.connect() as conn:
