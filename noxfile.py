@@ -52,10 +52,12 @@ def chaos(session: nox.Session) -> None:
 DRAIN = ("benchmarks.drain_throughput", "--events", "200000", "--processes", "1,2", "--runs", "3")
 BENCHMARKS = (
     ("benchmarks.wakeup_latency", "--rate", "200", "--seconds", "20", "--runs", "3"),
-    ("benchmarks.wakeup_latency", "--rate", "1000", "--producers", "5", "--seconds", "20",
+    ("benchmarks.wakeup_latency", "--rate", "1000", "--producers", "8", "--seconds", "20",
      "--runs", "3"),
     ("benchmarks.enqueue_cost", "--transactions", "2000", "--runs", "3"),
     ("benchmarks.scale", "--sizes", "10000,1000000", "--repeat", "21"),
+    ("benchmarks.claim_contention", "--held", "0,1000,3000,7000,15000,35000", "--repeat", "21"),
+    ("benchmarks.gc_settle", "--events", "200000", "--exits", "5"),
     ("benchmarks.memory_bloat", "--events", "1000000"),
     (*DRAIN, "--batch-sizes", "100,1000,5000"),
     (*DRAIN, "--batch-sizes", "1000", "--archive"),

@@ -1,7 +1,7 @@
 """The application the throughput benchmarks drain: one buffer, a no-op handler.
 
 Steered by the environment: ``BENCH_BATCH_SIZE`` (default 1000), ``BENCH_ARCHIVE`` (1: archive
-succeeded groups).
+succeeded groups), ``BENCH_MAX_BATCHES`` (default 64).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ app = Outbox()
     batch_size=int(os.environ.get("BENCH_BATCH_SIZE", "1000")),
     urgency=Urgency.HOUR,
     archive=os.environ.get("BENCH_ARCHIVE") == "1",
-    max_batches=64,
+    max_batches=int(os.environ.get("BENCH_MAX_BATCHES", "64")),
 )
 def noop(batch: Batch[BenchEvent]) -> None:
     """Accept every event."""

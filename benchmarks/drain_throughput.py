@@ -7,7 +7,8 @@ psycopg processes looping { claim up to B rows with the locking CTE and UPDATE .
 delete the group by group_id }. Both are measured for every batch size B in ``--batch-sizes``
 (default 1,000; the handler's batch size comes from ``BENCH_BATCH_SIZE``) and every P in
 ``--processes``; each row keeps the rate of every run and their medians.
-With ``--archive``, both also archive every row as JSON before deleting it.
+With ``--archive``, both also archive every row as JSON before deleting it. ``--max-batches N``
+sets the handler's claim jobs (default 64) and writes its results to a file of their own.
 
     python -m benchmarks.drain_throughput --events 200000 --batch-sizes 100,1000,5000 \
         --processes 1,2 --runs 3 [--archive]
@@ -37,6 +38,7 @@ from outbox import schema
 from outbox.worker import DEFAULT_CONCURRENCY
 
 ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MAX_BATCHES = 64  # the bench app's, unless BENCH_MAX_BATCHES says otherwise
 OUTBOX = Path(sys.executable).parent / "outbox"
 APP = "benchmarks.bench_app:app"
 
@@ -173,6 +175,12 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--archive", action="store_true")
     parser.add_argument(
+        "--max-batches",
+        type=int,
+        default=DEFAULT_MAX_BATCHES,
+        help="the handler's claim jobs (another value writes results of its own)",
+    )
+    parser.add_argument(
         "--timeline",
         action="store_true",
         help="also sample when the first and the last claim landed (slows both a little)",
@@ -192,6 +200,7 @@ def main() -> None:
         "batch_sizes": batch_sizes,
         "archive": args.archive,
         "worker_threads": args.concurrency,
+        "max_batches": args.max_batches,
         "runs": args.runs,
         "rows": [],
     }
@@ -203,6 +212,7 @@ def main() -> None:
             **os.environ,
             "BENCH_BATCH_SIZE": str(batch_size),
             "BENCH_ARCHIVE": "1" if args.archive else "0",
+            "BENCH_MAX_BATCHES": str(args.max_batches),
         }
         for processes in process_counts:
             rates: dict[str, list[float]] = {"raw": [], "outbox": []}
@@ -246,6 +256,8 @@ def main() -> None:
             results["rows"].append(row)
             print(row, flush=True)
     name = "drain_throughput_archive" if args.archive else "drain_throughput"
+    if args.max_batches != DEFAULT_MAX_BATCHES:
+        name += f"_max_batches_{args.max_batches}"
     print(f"results in {write(name, results)}")
 
 

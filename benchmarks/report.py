@@ -56,6 +56,8 @@ ORDER = (
     "peers",
     "enqueue_cost",
     "scale",
+    "claim_contention",
+    "gc_settle",
     "memory_bloat",
     "wakeup_latency",
     "autovacuum",
@@ -65,6 +67,8 @@ TITLES = {
     "peers": "Against the peers",
     "enqueue_cost": "Cost of enqueue",
     "scale": "Scale",
+    "claim_contention": "Claim contention",
+    "gc_settle": "The garbage collector in a worker",
     "memory_bloat": "Memory and bloat",
     "wakeup_latency": "Wake-up latency",
     "autovacuum": "Autovacuum",
@@ -294,6 +298,16 @@ def archived(results: Results) -> bool:
     return bool(results.data.get("archive", results.path.stem.endswith("_archive")))
 
 
+# The bench app's claim jobs; a drain run with another ``--max-batches`` is a tuning experiment:
+# shown in its own table, neither judged nor drawn.
+BENCH_MAX_BATCHES = 64
+
+
+def tuned(results: Results) -> bool:
+    """Whether drain results come from a run with non-default claim jobs (``--max-batches``)."""
+    return int(results.data.get("max_batches", BENCH_MAX_BATCHES)) != BENCH_MAX_BATCHES
+
+
 def drain_throughput(results: Results) -> Rendered:
     """Rates per batch size and process count; the ratio target judged at batch 1,000.
 
@@ -311,6 +325,7 @@ def drain_throughput(results: Results) -> Rendered:
     runs = max(len(row["outbox_rates"]) for row in rows)
     lines = [
         f"{data['events']:,} events, {data.get('worker_threads', '?')} threads per worker, "
+        f"{data.get('max_batches', BENCH_MAX_BATCHES)} claim jobs (`max_batches`), "
         f"{'archiving every row' if archive else 'no archive'}; events/s, medians of the runs, "
         f"spread min{DASH}max; process start-up included. The ratio is outbox over the raw loop"
         f"{' (which archives every row too)' if archive else ''}.",
@@ -345,6 +360,8 @@ def drain_throughput(results: Results) -> Rendered:
         f"ratio ≥ {DRAIN_RATIO}",
     ]
     lines += table(header, body)
+    if tuned(results):
+        return lines, []
     # The target was set at one batch size; the others are judged in the table only. Results
     # without that size are judged at every size they have.
     at_target = [
@@ -922,14 +939,17 @@ def sort_key(results: Results) -> tuple[Any, ...]:
     """Files of one benchmark: the plain drain before the archive one; latencies at the
     target rate (1,000 events/s) first, the others by rate."""
     rate = float(results.data.get("rate_per_second", 0))
-    return (archived(results), rate != LATENCY_RATE, rate, results.path.name)
+    return (archived(results), tuned(results), rate != LATENCY_RATE, rate, results.path.name)
 
 
 def heading(results: Results, link: str) -> str:
     """A file's heading when a benchmark has several: what sets it apart, and its name."""
     name = f"`{link}/{results.path.name}`"
     if results.benchmark == "drain_throughput":
-        return f"### {'Archiving every row' if archived(results) else 'No archive'} ({name})"
+        what = "Archiving every row" if archived(results) else "No archive"
+        if tuned(results):
+            what += f", `--max-batches {results.data['max_batches']}` (not judged, not drawn)"
+        return f"### {what} ({name})"
     if results.benchmark == "wakeup_latency" and "rate_per_second" in results.data:
         rate = latency_rate(results)
         target = ": the target measurement" if rate == LATENCY_RATE else ""
@@ -1189,7 +1209,7 @@ def chart(grouped: dict[str, list[Results]], path: Path, link: str) -> tuple[boo
             "The chart was skipped by the last run of the report (matplotlib is not installed; "
             "run it with `.bench-venv/bin/python`): the image may be missing or stale."
         )
-    drains = grouped.get("drain_throughput", [])
+    drains = [r for r in grouped.get("drain_throughput", []) if not tuned(r)]
     peer_results = grouped.get("peers", [])
     if not drains and not peer_results:
         return False, "No drain or peers results: the chart was skipped."

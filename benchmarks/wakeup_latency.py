@@ -7,7 +7,7 @@ handles them with a REALTIME handler. At handler start, each event's age is take
 ``created_at`` (the database clock at insert, a moment before commit, on the same machine).
 
     python -m benchmarks.wakeup_latency --rate 200 --seconds 20 --runs 3
-    python -m benchmarks.wakeup_latency --rate 1000 --producers 5 --seconds 20 --runs 3
+    python -m benchmarks.wakeup_latency --rate 1000 --producers 8 --seconds 20 --runs 3
 
 One producer connection commits only about 200 transactions a second on a 2-CPU machine, so
 1,000 events a second need several. Each run stores its target rate, the rate the producers
