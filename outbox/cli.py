@@ -97,7 +97,7 @@ def settle_heap() -> None:
 
     What the imports built (SQLAlchemy, the application's models: some 70,000 objects) stays
     for the process's life, so it is frozen out of the collector's sight: full collections
-    during a drain and the collection at exit no longer walk it (exiting took 0.15 s more
+    during a drain and the collection at exit no longer walk it (exiting took 0.1 s more
     without it). Only the ``outbox`` command does this; a ``Worker`` embedded in an
     application leaves the application's collector alone.
     """
