@@ -58,7 +58,7 @@ BENCHMARKS = (
     ("benchmarks.scale", "--sizes", "10000,1000000", "--repeat", "21"),
     ("benchmarks.claim_contention", "--held", "0,1000,3000,7000,15000,35000", "--repeat", "21"),
     ("benchmarks.gc_settle", "--events", "200000", "--exits", "5"),
-    ("benchmarks.memory_bloat", "--events", "1000000"),
+    ("benchmarks.memory_bloat", "--events", "1000000", "--runs", "3"),
     (*DRAIN, "--batch-sizes", "100,1000,5000"),
     (*DRAIN, "--batch-sizes", "1000", "--archive"),
     ("benchmarks.peers", "--jobs", "50000", "--procrastinate-jobs", "5000", "--runs", "3"),

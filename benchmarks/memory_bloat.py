@@ -8,12 +8,15 @@
    pages emptied by the drain stay in the index files, free for reuse by the next events; only
    a rebuild returns them.
 
-    python -m benchmarks.memory_bloat --events 1000000
+Each figure is the median of ``--runs`` runs, each on fresh tables; every run is kept.
+
+    python -m benchmarks.memory_bloat --events 1000000 --runs 3
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import subprocess
 import sys
 import time
@@ -31,7 +34,7 @@ SELECT pg_relation_size('bench_events'), pg_indexes_size('bench_events'),
 """
 
 
-def sizes(dsn: str) -> dict[str, int]:
+def buffer_sizes(dsn: str) -> dict[str, int]:
     with psycopg.connect(dsn) as conn:
         heap, indexes, total = conn.execute(SIZE).fetchone()  # type: ignore[misc]
     return {"heap_bytes": heap, "index_bytes": indexes, "total_bytes": total}
@@ -44,16 +47,12 @@ def rss_kib(pid: int) -> int:
     return 0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--events", type=int, default=1_000_000)
-    args = parser.parse_args()
-    url = scratch_database("outbox_bench_memory")
-    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+def one_run(url: str, dsn: str, events: int) -> dict[str, Any]:
+    """Fresh tables, a load, a drain (peak RSS sampled), VACUUM, ``outbox reindex``."""
     prepare(url)
-    empty = sizes(dsn)
-    load(dsn, args.events)
-    loaded = sizes(dsn)
+    sizes = {"empty": buffer_sizes(dsn)}
+    load(dsn, events)
+    sizes["loaded"] = buffer_sizes(dsn)
     command = [str(OUTBOX), "--app", APP, "--database-url", url, "--log-level", "warning",
                "work", "--burst", "--concurrency", "4", "--no-listen"]  # fmt: skip
     worker = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL)
@@ -65,41 +64,64 @@ def main() -> None:
         except OSError:
             break
         time.sleep(0.05)
-    seconds = time.perf_counter() - started
+    drain_seconds = time.perf_counter() - started
     if worker.returncode != 0:
         sys.exit(f"the worker failed with {worker.returncode}")
-    drained = sizes(dsn)
+    sizes["drained"] = buffer_sizes(dsn)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("VACUUM bench_events")
-    vacuumed = sizes(dsn)
+    sizes["vacuumed"] = buffer_sizes(dsn)
     started = time.perf_counter()
     reindex = [str(OUTBOX), "--app", APP, "--database-url", url, "reindex"]
     print(subprocess.run(reindex, cwd=ROOT, check=True, capture_output=True, text=True).stdout)
     reindex_seconds = time.perf_counter() - started
-    reindexed = sizes(dsn)
+    sizes["reindexed"] = buffer_sizes(dsn)
+    return {
+        "worker_peak_rss_mib": round(peak / 1024, 1),
+        "drain_seconds": round(drain_seconds, 1),
+        "reindex_seconds": round(reindex_seconds, 2),
+        "sizes": sizes,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    url = scratch_database("outbox_bench_memory")
+    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    runs = [one_run(url, dsn, args.events) for _ in range(args.runs)]
+
+    sizes = {
+        state: {
+            key: round(statistics.median([run["sizes"][state][key] for run in runs]))
+            for key in runs[0]["sizes"][state]
+        }
+        for state in runs[0]["sizes"]
+    }
     results: dict[str, Any] = {
         "benchmark": "memory_bloat",
         "command": command_line("benchmarks.memory_bloat", args),
         "machine": machine(),
         "events": args.events,
-        "worker_peak_rss_mib": round(peak / 1024, 1),
-        "drain_seconds": round(seconds, 1),
-        "reindex_seconds": round(reindex_seconds, 2),
-        "sizes": {
-            "empty": empty,
-            "loaded": loaded,
-            "drained": drained,
-            "vacuumed": vacuumed,
-            "reindexed": reindexed,
-        },
-        "vacuumed_over_empty": round(vacuumed["total_bytes"] / empty["total_bytes"], 2),
-        "reindexed_over_empty": round(reindexed["total_bytes"] / empty["total_bytes"], 2),
+        "worker_peak_rss_mib": statistics.median([run["worker_peak_rss_mib"] for run in runs]),
+        "drain_seconds": statistics.median([run["drain_seconds"] for run in runs]),
+        "reindex_seconds": statistics.median([run["reindex_seconds"] for run in runs]),
+        "sizes": sizes,
+        "vacuumed_over_empty": round(
+            sizes["vacuumed"]["total_bytes"] / sizes["empty"]["total_bytes"], 2
+        ),
+        "reindexed_over_empty": round(
+            sizes["reindexed"]["total_bytes"] / sizes["empty"]["total_bytes"], 2
+        ),
+        "runs": runs,
     }
     print(
-        f"worker peak RSS {results['worker_peak_rss_mib']} MiB over {seconds:.1f} s; "
-        f"buffer {empty['total_bytes']} B empty, {loaded['total_bytes']} B loaded, "
-        f"{drained['total_bytes']} B drained, {vacuumed['total_bytes']} B after VACUUM, "
-        f"{reindexed['total_bytes']} B after outbox reindex ({reindex_seconds:.2f} s)",
+        f"worker peak RSS {results['worker_peak_rss_mib']} MiB (median of {args.runs}); buffer "
+        f"{sizes['empty']['total_bytes']} B empty, {sizes['loaded']['total_bytes']} B loaded, "
+        f"{sizes['drained']['total_bytes']} B drained, {sizes['vacuumed']['total_bytes']} B "
+        f"after VACUUM, {sizes['reindexed']['total_bytes']} B after outbox reindex",
         flush=True,
     )
     print(f"results in {write('memory_bloat', results)}")
