@@ -933,11 +933,45 @@ def generic(results: Results, why: str = "") -> Rendered:
     return lines, []
 
 
+def claim_contention(results: Results) -> Rendered:
+    """One claim's time beside rows another claim holds locked; measured, no target."""
+    data = results.data
+    lines = [
+        f"A claim of {data['batch_size']:,} rows from {data['events']:,} waiting, while another "
+        "connection holds rows locked by an uncommitted claim; milliseconds, median of the "
+        f"repeats. About {data['microseconds_per_held_row']} µs per row held locked.",
+        "",
+    ]
+    body = [[count(row["held"]), f"{row['claim_ms']:.2f}"] for row in data["rows"]]
+    return lines + table(["rows held locked", "claim (ms)"], body), []
+
+
+def gc_settle(results: Results) -> Rendered:
+    """The collector with Python's defaults and with the ``outbox`` command's; no target."""
+    data = results.data
+    lines = [
+        f"A drain of {data['events']:,} events by a `Worker` (four threads) in one process: the "
+        "collector's time summed from `gc.callbacks`, and a loaded process's exit (median).",
+        "",
+    ]
+    body = []
+    for key, label in (("python_defaults", "Python's defaults"), ("settled", "`settle_heap()`")):
+        row = data[key]
+        collections = ", ".join(f"{n:,}" for n in row["collections"].values())
+        body.append(
+            [label, f"{row['collector_seconds']:.3f}", collections, f"{row['exit_seconds']:.3f}"]
+        )
+    header = ["collector", "collector time (s)", "collections (gen 0, 1, 2)", "exit (s)"]
+    return lines + table(header, body), []
+
+
 RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "drain_throughput": drain_throughput,
     "peers": peers,
     "enqueue_cost": enqueue_cost,
     "scale": scale,
+    "claim_contention": claim_contention,
+    "gc_settle": gc_settle,
     "memory_bloat": memory_bloat,
     "wakeup_latency": wakeup_latency,
     "autovacuum": autovacuum,
