@@ -48,7 +48,10 @@ def main() -> None:
     prepare(url)
     load(dsn, args.events)
     rows: list[dict[str, Any]] = []
-    held_counts = sorted({int(n) for n in args.held.split(",")} | {0})
+    try:
+        held_counts = sorted({int(n) for n in args.held.split(",")} | {0})
+    except ValueError:
+        parser.error(f"--held takes comma-separated row counts, got {args.held!r}")
     if held_counts[0] < 0:
         parser.error("--held takes row counts >= 0")
     for held in held_counts:

@@ -35,6 +35,7 @@ from sqlalchemy import create_engine
 from benchmarks._common import command_line, machine, scratch_database, write
 from benchmarks.bench_app import Base
 from outbox import schema
+from outbox.app import MAX_MAX_BATCHES
 from outbox.worker import DEFAULT_CONCURRENCY
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -190,6 +191,8 @@ def main() -> None:
         batch_sizes, process_counts = integers(args.batch_sizes), integers(args.processes)
     except argparse.ArgumentTypeError as error:
         parser.error(str(error))
+    if not 1 <= args.max_batches <= MAX_MAX_BATCHES:
+        parser.error(f"--max-batches must be 1..{MAX_MAX_BATCHES}, got {args.max_batches}")
     url = scratch_database("outbox_bench_drain")
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
     results: dict[str, Any] = {
