@@ -137,6 +137,13 @@ def size(value: float) -> str:
     return f"{value / 2**20:,.1f} MiB"
 
 
+def target_table(targets: list[Target]) -> list[str]:
+    """A benchmark's targets with their figures and verdicts, as a Markdown table."""
+    return table(
+        ["target", "figure", "verdict"], [[t.target, t.figure, verdict(t.met)] for t in targets]
+    )
+
+
 def table(header: list[str], rows: list[list[str]]) -> list[str]:
     """A Markdown table, followed by a blank line."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -455,9 +462,7 @@ def peers(results: Results) -> Rendered:
                 ratio >= goal,
             )
         )
-    lines += table(
-        ["target", "figure", "verdict"], [[t.target, t.figure, verdict(t.met)] for t in targets]
-    )
+    lines += target_table(targets)
     return lines, targets
 
 
@@ -583,9 +588,7 @@ def scale(results: Results) -> Rendered:
         )
     else:
         targets.append(Target("scale", f"claim growth < {CLAIM_GROWTH}{TIMES}", DASH, None))
-    lines += table(
-        ["target", "figure", "verdict"], [[t.target, t.figure, verdict(t.met)] for t in targets]
-    )
+    lines += target_table(targets)
     return lines, targets
 
 
@@ -675,9 +678,7 @@ def memory_bloat(results: Results) -> Rendered:
                 None if ratio is None else ratio <= VACUUMED_OVER_EMPTY,
             )
         )
-    lines += table(
-        ["target", "figure", "verdict"], [[t.target, t.figure, verdict(t.met)] for t in targets]
-    )
+    lines += target_table(targets)
     return lines, targets
 
 

@@ -502,6 +502,47 @@ def delete_group_rows(
     return conn.execute(stmt).rowcount
 
 
+# What an archive row is made of, in the order :func:`_archive_source` selects it.
+_ARCHIVE_COLUMNS = (
+    "handler",
+    "buffer",
+    "event_id",
+    "group_id",
+    "status",
+    "attempts",
+    "error",
+    "payload",
+    "created_at",
+)
+
+
+def _archive_source(
+    dialect: str,
+    table: Table,
+    row: Any,
+    *,
+    handler: Any,
+    status: str,
+    attempts: Any,
+    error: str | None,
+    lenient: bool,
+) -> Any:
+    """The archive rows of ``row`` (an alias or CTE of a buffer's rows named ``outbox_row``)
+    for ``INSERT INTO outbox_archive (_ARCHIVE_COLUMNS) SELECT ...``; ``handler`` and
+    ``attempts`` are SQL expressions (literals, or bound parameters of a cached statement)."""
+    return select(
+        handler,
+        literal(table.name, String),
+        row.c.id,
+        row.c.group_id,
+        literal(status, String),
+        attempts,
+        literal(error, Text),
+        dialects.row_as_json(dialect, row, lenient=lenient),
+        row.c.created_at,
+    )
+
+
 def archive_group_rows(
     conn: Connection,
     dialect: str,
@@ -523,35 +564,21 @@ def archive_group_rows(
     through Python.
     """
     row = table.alias("outbox_row")
-    source = select(
-        literal(handler, String),
-        literal(table.name, String),
-        row.c.id,
-        row.c.group_id,
-        literal(status, String),
-        literal(attempts, Integer),
-        literal(error, Text),
-        dialects.row_as_json(dialect, row, lenient=lenient),
-        row.c.created_at,
+    source = _archive_source(
+        dialect,
+        table,
+        row,
+        handler=literal(handler, String),
+        status=status,
+        attempts=literal(attempts, Integer),
+        error=error,
+        lenient=lenient,
     ).where(row.c.group_id == group_id)
     if event_ids is not None:
         source = source.where(row.c.id.in_(list(event_ids)))
     if older_than is not None:
         source = source.where(row.c.created_at < db_now_plus(-older_than))
-    stmt = insert(_archive).from_select(
-        [
-            "handler",
-            "buffer",
-            "event_id",
-            "group_id",
-            "status",
-            "attempts",
-            "error",
-            "payload",
-            "created_at",
-        ],
-        source,
-    )
+    stmt = insert(_archive).from_select(_ARCHIVE_COLUMNS, source)
     # SQLAlchemy keeps the rowcount of INSERTs only when asked to.
     return conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount
 
@@ -784,25 +811,16 @@ def _finish_succeeded_statement(table: Table, archive: bool, lenient: bool) -> A
         archived = (
             insert(_archive)
             .from_select(
-                [
-                    "handler",
-                    "buffer",
-                    "event_id",
-                    "group_id",
-                    "status",
-                    "attempts",
-                    "payload",
-                    "created_at",
-                ],
-                select(
-                    bindparam("outbox_handler", type_=String),
-                    literal(table.name, String),
-                    gone.c.id,
-                    gone.c.group_id,
-                    literal("succeeded", String),
-                    bindparam("outbox_attempts", type_=Integer),
-                    dialects.row_as_json(dialects.POSTGRESQL, gone, lenient=lenient),
-                    gone.c.created_at,
+                _ARCHIVE_COLUMNS,
+                _archive_source(
+                    dialects.POSTGRESQL,
+                    table,
+                    gone,
+                    handler=bindparam("outbox_handler", type_=String),
+                    status="succeeded",
+                    attempts=bindparam("outbox_attempts", type_=Integer),
+                    error=None,
+                    lenient=lenient,
                 ),
             )
             .returning(_archive.c.id)

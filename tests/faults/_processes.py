@@ -6,10 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Engine, func, select
 
@@ -18,19 +15,6 @@ from tests.faults.fault_app import HANDLED_DIR_ENV, FaultEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.faults.fault_app:app"
-POLL_SECONDS = 0.1
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(POLL_SECONDS)
 
 
 def environment(handled_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -22,8 +22,9 @@ from outbox._faults import (
     IN_COMPLETION,
     POINTS,
 )
+from tests.acceptance._cli import wait_for
 from tests.faults._checker import check
-from tests.faults._processes import OutboxProcess, live_leases, run_outbox, wait_for
+from tests.faults._processes import OutboxProcess, live_leases, run_outbox
 from tests.faults._workload import Ledger, produce
 from tests.faults.fault_app import BATCH_SIZE_ENV, HANDLER_SECONDS_ENV
 

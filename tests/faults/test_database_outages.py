@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine
 
+from tests.acceptance._cli import wait_for
 from tests.faults._checker import check
 from tests.faults._cluster import PrivateCluster
-from tests.faults._processes import OutboxProcess, drained, wait_for
+from tests.faults._processes import OutboxProcess, drained
 from tests.faults._workload import Ledger, produce
 from tests.faults.fault_app import BATCH_SIZE_ENV, HANDLER_SECONDS_ENV
 
