@@ -1,8 +1,10 @@
 r"""Drain throughput: outbox against the raw-SQL ceiling, side by side in one run.
 
 200,000 events wait in a buffer (loaded with COPY); a no-op handler. The framework:
-``outbox distribute`` and ``outbox work --burst`` in P processes, started together and timed
-from the first start to the last exit (process start-up included). The ceiling: P plain
+``outbox distribute`` and ``outbox work --burst --processes P`` (P worker processes forked
+after one start-up), started together and timed from the first start to the last exit
+(process start-up included; ``--separate-commands``: P ``outbox work`` commands instead, each
+with its own start-up, results in a file of their own). The ceiling: P plain
 psycopg processes looping { claim up to B rows with the locking CTE and UPDATE ... RETURNING;
 delete the group by group_id }. Both are measured for every batch size B in ``--batch-sizes``
 (default 1,000; the handler's batch size comes from ``BENCH_BATCH_SIZE``) and every P in
@@ -75,8 +77,12 @@ def remaining(dsn: str) -> int:
         return int(conn.execute("SELECT count(*) FROM bench_events").fetchone()[0])  # type: ignore[index]
 
 
-def run_framework(url: str, processes: int, concurrency: int, env: dict[str, str]) -> float:
-    """Seconds for `outbox distribute` + P `outbox work --burst` processes to drain.
+def run_framework(
+    url: str, processes: int, concurrency: int, env: dict[str, str], *, separate: bool = False
+) -> float:
+    """Seconds for `outbox distribute` + `outbox work --burst --processes P` to drain.
+
+    ``separate``: P `outbox work --burst` commands instead, each paying its own start-up.
 
     They start together, as cron and a fleet would: a burst worker that finds nothing to do yet
     distributes by itself, so neither waits for the other's start-up.
@@ -86,14 +92,11 @@ def run_framework(url: str, processes: int, concurrency: int, env: dict[str, str
     distribute = subprocess.Popen(
         [*base, "distribute"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL
     )
+    work = [*base, "work", "--burst", "--concurrency", str(concurrency), "--no-listen"]
+    commands = [work] * processes if separate else [[*work, "--processes", str(processes)]]
     workers = [
-        subprocess.Popen(
-            [*base, "work", "--burst", "--concurrency", str(concurrency), "--no-listen"],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
-        for _ in range(processes)
+        subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+        for command in commands
     ]
     for process in [distribute, *workers]:
         if process.wait() != 0:
@@ -182,6 +185,11 @@ def main() -> None:
         help="the handler's claim jobs (another value writes results of its own)",
     )
     parser.add_argument(
+        "--separate-commands",
+        action="store_true",
+        help="P `outbox work` commands instead of one with --processes P (results of their own)",
+    )
+    parser.add_argument(
         "--timeline",
         action="store_true",
         help="also sample when the first and the last claim landed (slows both a little)",
@@ -204,6 +212,7 @@ def main() -> None:
         "archive": args.archive,
         "worker_threads": args.concurrency,
         "max_batches": args.max_batches,
+        "separate_commands": args.separate_commands,
         "runs": args.runs,
         "rows": [],
     }
@@ -232,7 +241,9 @@ def main() -> None:
                     if variant == "raw":
                         seconds = run_raw(dsn, processes, batch_size, args.archive)
                     else:
-                        seconds = run_framework(url, processes, args.concurrency, env)
+                        seconds = run_framework(
+                            url, processes, args.concurrency, env, separate=args.separate_commands
+                        )
                     left = remaining(dsn)
                     if left:
                         raise RuntimeError(f"{variant} left {left} events behind")
@@ -261,6 +272,8 @@ def main() -> None:
     name = "drain_throughput_archive" if args.archive else "drain_throughput"
     if args.max_batches != DEFAULT_MAX_BATCHES:
         name += f"_max_batches_{args.max_batches}"
+    if args.separate_commands:
+        name += "_separate_commands"
     print(f"results in {write(name, results)}")
 
 

@@ -311,8 +311,10 @@ BENCH_MAX_BATCHES = 64
 
 
 def tuned(results: Results) -> bool:
-    """Whether drain results come from a run with non-default claim jobs (``--max-batches``)."""
-    return int(results.data.get("max_batches", BENCH_MAX_BATCHES)) != BENCH_MAX_BATCHES
+    """Whether drain results come from a variant run: non-default claim jobs
+    (``--max-batches``) or separate ``outbox work`` commands (``--separate-commands``)."""
+    other_claim_jobs = int(results.data.get("max_batches", BENCH_MAX_BATCHES)) != BENCH_MAX_BATCHES
+    return other_claim_jobs or bool(results.data.get("separate_commands"))
 
 
 def drain_throughput(results: Results) -> Rendered:
@@ -997,7 +999,9 @@ def heading(results: Results, link: str) -> str:
     name = f"`{link}/{results.path.name}`"
     if results.benchmark == "drain_throughput":
         what = "Archiving every row" if archived(results) else "No archive"
-        if tuned(results):
+        if results.data.get("separate_commands"):
+            what += ", separate `outbox work` commands (not judged, not drawn)"
+        elif tuned(results):
             what += f", `--max-batches {results.data['max_batches']}` (not judged, not drawn)"
         return f"### {what} ({name})"
     if results.benchmark == "wakeup_latency" and "rate_per_second" in results.data:

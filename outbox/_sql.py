@@ -803,7 +803,8 @@ def _finish_succeeded_statement(table: Table, archive: bool, lenient: bool) -> A
             table.c.group_id == bindparam("outbox_group_id", type_=table.c.group_id.type),
             exists(select(job.c.id)),
         )
-        .returning(*table.c)
+        # Only the archive reads the deleted rows' columns; a count needs none of them.
+        .returning(*(table.c if archive else (table.c.id,)))
         .cte("outbox_row")
     )
     deleted = select(func.count()).select_from(gone).scalar_subquery()

@@ -27,7 +27,7 @@ from click.core import ParameterSource
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.exc import OperationalError
 
-from outbox import _db, archive, distributor, metrics, schema
+from outbox import _db, archive, distributor, metrics, prefork, schema
 from outbox._dialects import error_summary
 from outbox.app import DATABASE_URL_ENV, Outbox
 from outbox.exceptions import (
@@ -324,6 +324,14 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
 
 @main.command()
 @click.option("--concurrency", "-c", default=DEFAULT_CONCURRENCY, show_default=True, type=int)
+@click.option(
+    "--processes",
+    "-p",
+    default=1,
+    show_default=True,
+    type=int,
+    help="Worker processes forked after one start-up, each with --concurrency threads (POSIX).",
+)
 @click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
 @click.option("--burst", is_flag=True, help="Handle everything due now, then exit.")
 @click.option(
@@ -349,7 +357,8 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
     default=None,
     envvar="OUTBOX_METRICS_PORT",
     metavar="PORT",
-    help="Serve Prometheus metrics on PORT (needs the metrics extra).",
+    help="Serve Prometheus metrics on PORT (needs the metrics extra); with --processes N, "
+    "worker i serves PORT + i.",
 )
 @click.option(
     "--listen/--no-listen",
@@ -361,6 +370,7 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
 def work(
     ctx: Context,
     concurrency: int,
+    processes: int,
     handlers: tuple[str, ...],
     burst: bool,
     distribute_every: float | None,
@@ -373,21 +383,47 @@ def work(
     """Run claim and batch jobs until stopped (SIGTERM/SIGINT: graceful; twice: at once)."""
     if concurrency < 1:
         raise click.BadParameter("must be >= 1", param_hint="--concurrency")
+    if processes < 1:
+        raise click.BadParameter("must be >= 1", param_hint="--processes")
+    if processes > 1 and not hasattr(os, "fork"):
+        raise click.BadParameter("needs fork(), missing here", param_hint="--processes")
     app = ctx.app()
     changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
     app.with_settings(**{k: v for k, v in changes.items() if v is not None})
     _ready(app)
-    worker = Worker(
-        app,
-        concurrency=concurrency,
-        handlers=handlers,
-        burst=burst,
-        distribute_every=distribute_every,
-        shutdown_grace_period=shutdown_grace_period,
-        on_result=_serve_metrics(app, metrics_port) if metrics_port is not None else None,
-    )
-    with _stop_on_signals(worker):
-        clean = worker.run()
+
+    def run_worker(index: int, signals: tuple[signal.Signals, ...]) -> int:
+        worker = Worker(
+            app,
+            concurrency=concurrency,
+            handlers=handlers,
+            burst=burst,
+            distribute_every=distribute_every,
+            shutdown_grace_period=shutdown_grace_period,
+            on_result=None if metrics_port is None else _serve_metrics(app, metrics_port + index),
+        )
+        with _stop_on_signals(worker, signals):
+            clean = worker.run()
+        _report_stopped(worker, clean)
+        return EXIT_OK
+
+    if processes == 1:
+        run_worker(0, (signal.SIGTERM, signal.SIGINT))
+        return
+    # The workers open connections of their own: none may be shared across the fork.
+    app.engine.dispose()
+
+    def run_forked(index: int) -> int:
+        with _errors():
+            return run_worker(index, (signal.SIGTERM,))
+
+    code = prefork.run_processes(processes, run_forked, restart=not burst)
+    if code != EXIT_OK:
+        sys.exit(code)
+
+
+def _report_stopped(worker: Worker, clean: bool) -> None:
+    """Print the worker's summary line; leave at once if work was abandoned."""
     stats = worker.stats
     click.echo(
         f"worker {worker.id} stopped: {stats.groups_succeeded} groups succeeded, "
@@ -416,8 +452,8 @@ def _serve_metrics(app: Outbox, port: int) -> Callable[[Any], None]:
 
 
 @contextmanager
-def _stop_on_signals(worker: Worker) -> Iterator[None]:
-    """First SIGTERM/SIGINT: stop gracefully. Second: abandon in-flight work at once."""
+def _stop_on_signals(worker: Worker, signals: tuple[signal.Signals, ...]) -> Iterator[None]:
+    """First of ``signals``: stop gracefully. Second: abandon in-flight work at once."""
     received = 0
 
     def handle(signum: int, frame: FrameType | None) -> None:
@@ -428,7 +464,9 @@ def _stop_on_signals(worker: Worker) -> Iterator[None]:
         else:
             worker.abort()
 
-    previous = {s: signal.signal(s, handle) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {s: signal.signal(s, handle) for s in signals}
+    # A forked worker starts with them blocked (see prefork), so that none is lost before now.
+    prefork.unblock_stop_signals()
     try:
         yield
     finally:

@@ -48,3 +48,25 @@ def test_worker_serves_metrics_of_its_handlers(
         worker.send(signal.SIGTERM)
         worker.wait(timeout=20)
     assert True is ('outbox_unclaimed_events{band="HOUR",handler="record_activity"} 0.0' in text)
+
+
+def test_each_forked_worker_serves_metrics_on_its_own_port(
+    cli: Cli, postgres_database: str
+) -> None:
+    """``--processes 2 --metrics-port P``: worker 0 answers on P, worker 1 on P + 1."""
+    port = _free_port()
+    while _scrape(port + 1) is not None:  # the next port must be free too
+        port = _free_port()
+    worker = cli.start(
+        "--app", APP, "--database-url", postgres_database,
+        "work", "--processes", "2", "--metrics-port", str(port), "--poll-interval", "0.2",
+    )  # fmt: skip
+    try:
+        texts = wait_for(
+            lambda: all(texts := [_scrape(port), _scrape(port + 1)]) and texts,
+            "both workers' metrics endpoints",
+        )
+    finally:
+        worker.send(signal.SIGTERM)
+        code = worker.wait(timeout=20)
+    assert (0, [True, True]) == (code, ["outbox_unclaimed_events" in str(t) for t in texts])

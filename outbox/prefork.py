@@ -1,0 +1,154 @@
+"""Several worker processes from one ``outbox work`` command (``--processes N``, POSIX).
+
+The parent loads the application once (imports, mappers, the schema check) and then forks the
+workers: N processes pay for one start-up, and share the loaded code's memory pages. It stays
+behind as a small supervisor: it passes a stop request on to every worker, starts a new one in
+place of a worker that died without being asked to stop, and exits once all have exited.
+
+Signals: the parent turns SIGTERM and SIGINT into a SIGTERM for each worker; the workers
+themselves ignore SIGINT, so that a Ctrl-C, which the terminal sends to the whole process
+group, counts once. A worker whose parent has gone (killed with SIGKILL) stops gracefully, as
+if it had been sent SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from outbox import _log
+
+log = _log.get_logger(__name__)
+
+RESTART_DELAY_SECONDS = 1.0
+MAX_RESTART_DELAY_SECONDS = 30.0
+STEADY_SECONDS = 60.0
+"""A worker that ran this long before dying is restarted after the shortest delay again."""
+ORPHAN_CHECK_SECONDS = 1.0
+STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+def run_processes(
+    count: int,
+    run_worker: Callable[[int], int],
+    *,
+    restart: bool,
+) -> int:
+    """Fork ``count`` workers, each running ``run_worker(index)`` and exiting with its result.
+
+    ``run_worker`` starts with SIGTERM and SIGINT blocked: it installs its SIGTERM handler,
+    then unblocks them (:func:`unblock_stop_signals`), so that no stop request is lost.
+    ``restart``: start a new worker in place of one that dies with a failure while no stop
+    was asked (not in burst mode, where a failure is the outcome). Returns 0 when every worker
+    exited with 0, else 1.
+    """
+    children: dict[int, tuple[int, float]] = {}  # pid -> (index, started at)
+    stopping = False
+    failed = False
+    delays = dict.fromkeys(range(count), RESTART_DELAY_SECONDS)
+
+    def forward(signum: int, frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        for pid in children:
+            _kill(pid, signal.SIGTERM)
+
+    def spawn(index: int) -> None:
+        # Blocked across the fork: the parent must know the child before it forwards a stop,
+        # and the child must not run the parent's handler.
+        signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            pid = os.fork()
+            if pid == 0:
+                _become_worker(index, run_worker)
+            children[pid] = (index, time.monotonic())
+        finally:
+            unblock_stop_signals()
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        for index in range(count):
+            spawn(index)
+        while children:
+            pid, status = os.wait()
+            if pid not in children:
+                continue
+            index, started = children.pop(pid)
+            code = os.waitstatus_to_exitcode(status)
+            if code == 0:
+                continue
+            log.warning(_log.WORKER_PROCESS_EXITED, pid=pid, index=index, exit_code=code)
+            if stopping or not restart:
+                failed = True
+                continue
+            delay = _restart_delay(delays, index, time.monotonic() - started)
+            log.warning(_log.WORKER_PROCESS_RESTARTING, index=index, delay=delay)
+            _sleep_unless_stopping(delay, lambda: stopping)
+            if stopping:
+                failed = True
+            else:
+                spawn(index)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    return 1 if failed else 0
+
+
+def unblock_stop_signals() -> None:
+    """Let SIGTERM and SIGINT through again (a no-op where they were not blocked)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
+def _become_worker(index: int, run_worker: Callable[[int], int]) -> None:
+    """The forked child: run one worker, then leave without returning into the parent's code."""
+    code = 1
+    try:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _watch_parent(os.getppid())
+        code = run_worker(index)
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else 0 if exit_.code is None else 1
+    except BaseException:  # whatever happens, the child must not return into the parent's code
+        log.exception(_log.WORKER_PROCESS_FAILED, index=index)
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+def _watch_parent(parent: int) -> None:
+    """Send this worker SIGTERM once its parent has gone (the worker is then re-parented)."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_CHECK_SECONDS)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="outbox-parent-watch", daemon=True).start()
+
+
+def _restart_delay(delays: dict[int, float], index: int, lived: float) -> float:
+    """Back off a worker that keeps dying young; start over once one ran steadily."""
+    if lived >= STEADY_SECONDS:
+        delays[index] = RESTART_DELAY_SECONDS
+    delay = delays[index]
+    delays[index] = min(delay * 2, MAX_RESTART_DELAY_SECONDS)
+    return delay
+
+
+def _sleep_unless_stopping(seconds: float, stopping: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + seconds
+    while not stopping() and time.monotonic() < deadline:
+        time.sleep(min(0.1, deadline - time.monotonic()))
+
+
+def _kill(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):  # exited meanwhile: os.wait collects it
+        os.kill(pid, signum)

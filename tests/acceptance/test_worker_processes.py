@@ -1,0 +1,181 @@
+"""``outbox work --processes N``: one start-up, N forked worker processes, one supervisor.
+
+The workers' pids come from what the test application's handlers wrote (``started.log``) and
+from the ``worker <host>:<pid>:<token> stopped`` lines each worker prints when it ends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, select
+
+from outbox import schema
+from tests.acceptance import _tables
+from tests.acceptance._cli import (
+    APP,
+    LEASE,
+    Cli,
+    Running,
+    handled,
+    handled_ids,
+    started,
+    wait_for,
+)
+from tests.acceptance.cli_app import SLEEP_ENV
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(90)]
+
+
+def _work(cli: Cli, url: str, *args: str, env: dict[str, str] | None = None) -> Running:
+    return cli.start("--app", APP, "--database-url", url, "work", *LEASE, *args, env=env)
+
+
+def _handler_pids(output_dir: Path) -> set[int]:
+    return {line.pid for line in started(output_dir)}
+
+
+def _stopped_pids(stdout: str) -> list[int]:
+    """The pid of each worker that printed its summary line."""
+    return [
+        int(line.split()[1].split(":")[1]) for line in stdout.splitlines() if " stopped: " in line
+    ]
+
+
+def _alive(pid: int) -> bool:
+    """Running, not merely a zombie that an orphan's new parent has not reaped yet."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _registered_workers(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        return [int(pid) for pid in conn.execute(select(schema.workers.c.pid)).scalars()]
+
+
+def _two_workers(engine: Engine) -> list[int]:
+    """The registered workers' pids once there are (at least) two; else nothing."""
+    pids = _registered_workers(engine)
+    return pids if len(pids) >= 2 else []
+
+
+def test_burst_with_two_processes_handles_every_event_once_in_both(
+    cli: Cli,
+    postgres_database: str,
+    connect: Callable[[str], Engine],
+    commit_events: Any,
+    output_dir: Path,
+) -> None:
+    """Both forked workers take groups; each event is handled once; both print a summary."""
+    engine = connect(postgres_database)
+    ids = commit_events(engine, 40)
+
+    result = cli.run(
+        "--app", APP, "--database-url", postgres_database, "work", *LEASE,
+        "--burst", "--processes", "2", "--concurrency", "1",
+        env={SLEEP_ENV: "0.5"},
+    )  # fmt: skip
+
+    stopped = _stopped_pids(result.stdout)
+    assert (0, sorted(ids), 2, set(stopped), []) == (
+        result.code,
+        handled_ids(output_dir),
+        len(set(stopped)),
+        _handler_pids(output_dir),
+        _tables.buffer_rows(engine),
+    )
+
+
+def test_sigterm_to_the_parent_lets_every_worker_finish_its_batch_and_exits_zero(
+    cli: Cli,
+    postgres_database: str,
+    connect: Callable[[str], Engine],
+    commit_events: Any,
+    output_dir: Path,
+) -> None:
+    """SIGTERM to the supervisor: both batches in flight finish, and no worker is left."""
+    engine = connect(postgres_database)
+    commit_events(engine, 40)
+    cli.run("--app", APP, "--database-url", postgres_database, "distribute")
+    parent = _work(
+        cli, postgres_database, "--processes", "2", "--concurrency", "1",
+        "--shutdown-grace-period", "20", env={SLEEP_ENV: "1.5"},
+    )  # fmt: skip
+    wait_for(lambda: len(_handler_pids(output_dir)) == 2, "both workers inside a batch")
+    in_flight = {line.group_id for line in started(output_dir)}
+
+    parent.send(signal.SIGTERM)
+    code = parent.wait(timeout=30)
+
+    finished = {line.group_id for line in handled(output_dir)}
+    workers = _handler_pids(output_dir)
+    assert (0, set(), [], []) == (
+        code,
+        in_flight - finished,
+        [pid for pid in workers if _alive(pid)],
+        _registered_workers(engine),
+    )
+
+
+def test_a_killed_worker_process_is_replaced_and_nothing_is_lost(
+    cli: Cli,
+    postgres_database: str,
+    connect: Callable[[str], Engine],
+    commit_events: Any,
+    output_dir: Path,
+) -> None:
+    """SIGKILL one worker mid-batch: the supervisor starts another; every event gets handled."""
+    engine = connect(postgres_database)
+    ids = commit_events(engine, 30)
+    cli.run("--app", APP, "--database-url", postgres_database, "distribute")
+    parent = _work(
+        cli, postgres_database, "--processes", "2", "--concurrency", "1", env={SLEEP_ENV: "1"}
+    )
+    killed = wait_for(lambda: started(output_dir), "a batch to start")[0].pid
+    first = set(wait_for(lambda: _two_workers(engine), "both workers registered"))
+
+    os.kill(killed, signal.SIGKILL)
+    wait_for(lambda: set(handled_ids(output_dir)) == set(ids), "every event handled", timeout=40)
+    wait_for(lambda: set(_registered_workers(engine)) - first, "a replacement worker registered")
+    parent.send(signal.SIGTERM)
+    result = parent.result(timeout=30)
+
+    stopped = _stopped_pids(result.stdout)
+    assert (0, 2, False, True) == (
+        result.code,
+        len(stopped),
+        killed in stopped,
+        "outbox.worker.process_restarting" in result.stderr,
+    )
+
+
+def test_workers_whose_supervisor_was_killed_stop_by_themselves(
+    cli: Cli, postgres_database: str, connect: Callable[[str], Engine]
+) -> None:
+    """SIGKILL to the supervisor: its orphaned workers notice, stop gracefully, deregister."""
+    engine = connect(postgres_database)
+    parent = _work(cli, postgres_database, "--processes", "2")
+    workers = wait_for(lambda: _two_workers(engine), "both workers registered")
+
+    parent.send(signal.SIGKILL)
+    parent.wait(timeout=10)
+    wait_for(lambda: not any(_alive(pid) for pid in workers), "the orphans to exit", timeout=20)
+
+    assert [] == _registered_workers(engine)
+
+
+def test_processes_below_one_is_a_usage_error(cli: Cli, postgres_database: str) -> None:
+    """``--processes 0`` exits 2 naming the option."""
+    result = cli.run(
+        "--app", APP, "--database-url", postgres_database, "work", "--burst", "--processes", "0"
+    )
+
+    assert (2, True) == (result.code, "--processes" in result.stderr)
