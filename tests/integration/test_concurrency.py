@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, func, select
 
 from outbox import Batch, Outbox, Settings, claimer, schema
 from outbox.claimer import Claim
-from outbox.worker import Worker
+from outbox.worker import CLAIMS_IN_FLIGHT_PER_HANDLER, Worker
 from tests.models import ActivityEvent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,6 +163,44 @@ def test_worker_fleet_handles_every_event_exactly_once(
         sorted(set(recorder.ids)),
         left,
         sum(w.stats.leases_lost for w in workers),
+    )
+
+
+def test_a_worker_runs_at_most_two_claims_of_a_handler_at_once(
+    make_app: Callable[[str], Outbox],
+    postgres_database: str,
+    commit_events: Callable[..., list[int]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Eight threads and a fast handler: at most CLAIMS_IN_FLIGHT_PER_HANDLER of the worker's
+    claims run at once, and every event is handled once."""
+    app = make_app(postgres_database)
+    app.settings = Settings(poll_interval=0.05)
+    recorder = SharedRecorder()
+    app.handler(ActivityEvent, name="sync", batch_size=10)(recorder)
+    ids = commit_events(app.engine, 400)
+    claim_job = claimer.run_claim_job
+    lock = threading.Lock()
+    in_flight = [0, 0]  # now, most
+
+    def slow_claim(*args: Any, **kwargs: Any) -> Claim | None:
+        with lock:
+            in_flight[0] += 1
+            in_flight[1] = max(in_flight)
+        try:
+            time.sleep(0.02)  # long enough for the other threads to pile up behind
+            return claim_job(*args, **kwargs)
+        finally:
+            with lock:
+                in_flight[0] -= 1
+
+    monkeypatch.setattr(claimer, "run_claim_job", slow_claim)
+    clean = Worker(app, concurrency=8, burst=True).run()
+
+    assert (True, CLAIMS_IN_FLIGHT_PER_HANDLER, ids) == (
+        clean,
+        in_flight[1],
+        sorted(recorder.ids),
     )
 
 
