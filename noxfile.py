@@ -61,6 +61,7 @@ BENCHMARKS = (
     ("benchmarks.memory_bloat", "--events", "1000000", "--runs", "3"),
     (*DRAIN, "--batch-sizes", "100,1000,5000"),
     (*DRAIN, "--batch-sizes", "1000", "--archive"),
+    (*DRAIN, "--batch-sizes", "1000", "--separate-commands"),
     ("benchmarks.peers", "--jobs", "50000", "--procrastinate-jobs", "5000", "--runs", "3"),
     ("benchmarks.autovacuum", "--seconds", "180"),
 )  # fmt: skip

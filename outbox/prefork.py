@@ -71,7 +71,7 @@ def run_processes(
         finally:
             unblock_stop_signals()
 
-    previous = {s: signal.signal(s, forward) for s in (signal.SIGTERM, signal.SIGINT)}
+    previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
     try:
         for index in range(count):
             spawn(index)
