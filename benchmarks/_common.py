@@ -6,9 +6,11 @@ import argparse
 import json
 import os
 import platform
+import resource
 import shlex
 import statistics
 import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,64 @@ def summary(values: list[float]) -> dict[str, float]:
         "max_ms": round(1000 * max(values), 1),
         "mean_ms": round(1000 * statistics.fmean(values), 1),
     }
+
+
+class CpuMeter:
+    """CPU seconds used by this process's finished children (the processes a benchmark ran)
+    and by the PostgreSQL server's finished backends, between :meth:`start` and :meth:`stop`.
+
+    The server's share is its postmaster's children times, readable when the server runs on
+    this machine (Linux ``/proc``); otherwise it is None. Backends count once they have exited
+    (when the measured processes closed their connections); the server's own background
+    processes (WAL writer, checkpointer) are not counted.
+    """
+
+    def __init__(self, dsn: str) -> None:
+        import psycopg
+
+        with psycopg.connect(dsn) as conn:
+            (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
+        self._postmaster = _parent_pid(int(backend))
+        self._started: tuple[float, float | None] = (0.0, None)
+
+    def _now(self) -> tuple[float, float | None]:
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return usage.ru_utime + usage.ru_stime, _children_cpu(self._postmaster)
+
+    def start(self) -> None:
+        """Start counting."""
+        self._started = self._now()
+
+    def stop(self) -> tuple[float, float | None]:
+        """(client, server) CPU seconds since :meth:`start`; server None where unreadable."""
+        time.sleep(0.3)  # the postmaster reaps the backends of the processes that just ended
+        client, server = self._now()
+        client_then, server_then = self._started
+        return (
+            round(client - client_then, 2),
+            None if server is None or server_then is None else round(server - server_then, 2),
+        )
+
+
+def _proc_stat(pid: int | None) -> list[str] | None:
+    if pid is None:
+        return None
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def _parent_pid(pid: int) -> int | None:
+    fields = _proc_stat(pid)
+    return None if fields is None else int(fields[1])
+
+
+def _children_cpu(pid: int | None) -> float | None:
+    fields = _proc_stat(pid)
+    if fields is None:
+        return None
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine() -> dict[str, Any]:

@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import create_engine
 
-from benchmarks._common import command_line, machine, scratch_database, write
+from benchmarks._common import CpuMeter, command_line, machine, scratch_database, write
 from benchmarks.bench_app import Base
 from outbox import schema
 from outbox.app import MAX_MAX_BATCHES
@@ -217,6 +217,7 @@ def main() -> None:
         "rows": [],
     }
     prepare(url)
+    meter = CpuMeter(dsn)
     for batch_size in batch_sizes:
         # The bench app reads its handler's batch size from the environment at import, so
         # every outbox process of this size gets it there.
@@ -228,6 +229,7 @@ def main() -> None:
         }
         for processes in process_counts:
             rates: dict[str, list[float]] = {"raw": [], "outbox": []}
+            cpu: dict[str, list[tuple[float, float | None]]] = {"raw": [], "outbox": []}
             timelines: dict[str, list[tuple[float | None, float | None]]] = {
                 "raw": [],
                 "outbox": [],
@@ -238,12 +240,14 @@ def main() -> None:
                     timeline = Timeline(dsn, args.events) if args.timeline else None
                     if timeline is not None:
                         timeline.start()
+                    meter.start()
                     if variant == "raw":
                         seconds = run_raw(dsn, processes, batch_size, args.archive)
                     else:
                         seconds = run_framework(
                             url, processes, args.concurrency, env, separate=args.separate_commands
                         )
+                    cpu[variant].append(meter.stop())
                     left = remaining(dsn)
                     if left:
                         raise RuntimeError(f"{variant} left {left} events behind")
@@ -264,6 +268,9 @@ def main() -> None:
                 "raw_median": round(raw),
                 "outbox_median": round(ours),
                 "ratio": round(ours / raw, 3),
+                # CPU seconds per run: the measured processes, and PostgreSQL's backends.
+                "raw_cpu": [list(c) for c in cpu["raw"]],
+                "outbox_cpu": [list(c) for c in cpu["outbox"]],
             }
             if args.timeline:
                 row["timeline_first_and_last_claim_seconds"] = timelines

@@ -317,6 +317,52 @@ def tuned(results: Results) -> bool:
     return other_claim_jobs or bool(results.data.get("separate_commands"))
 
 
+def drain_cpu(rows: list[dict[str, Any]], data: dict[str, Any]) -> list[str]:
+    """CPU seconds per drain (medians of the runs): the measured processes and PostgreSQL's
+    backends; nothing for results from before the drain measured it."""
+    if not all(row.get("outbox_cpu") for row in rows):
+        return []
+
+    def median_of(runs: list[list[float | None]], index: int) -> float | None:
+        values = [run[index] for run in runs if run[index] is not None]
+        return statistics.median(values) if values else None
+
+    def seconds(value: float | None) -> str:
+        return DASH if value is None else f"{value:.2f}"
+
+    body = []
+    for row in rows:
+        raw = [median_of(row["raw_cpu"], i) for i in (0, 1)]
+        ours = [median_of(row["outbox_cpu"], i) for i in (0, 1)]
+        known = [v for v in (*raw, *ours) if v is not None]
+        total = f"{(known[2] + known[3]) / (known[0] + known[1]):.2f}" if len(known) == 4 else DASH
+        body.append(
+            [
+                count(row.get("batch_size", data.get("batch_size"))),
+                str(row["processes"]),
+                *(seconds(v) for v in (*raw, *ours)),
+                total,
+            ]
+        )
+    header = [
+        "batch size",
+        "processes",
+        "raw: processes",
+        "raw: PostgreSQL",
+        "outbox: processes",
+        "outbox: PostgreSQL",
+        "outbox / raw",
+    ]
+    return [
+        "CPU seconds per drain, medians of the runs: the measured processes (start-up "
+        "included) and PostgreSQL's backends (its postmaster's children times; a dash where "
+        "the server is not on this machine). On two cores, a drain whose CPU exceeds its "
+        "wall time twice over is bound by the CPU.",
+        "",
+        *table(header, body),
+    ]
+
+
 def drain_throughput(results: Results) -> Rendered:
     """Rates per batch size and process count; the ratio target judged at batch 1,000.
 
@@ -369,6 +415,7 @@ def drain_throughput(results: Results) -> Rendered:
         f"ratio ≥ {DRAIN_RATIO}",
     ]
     lines += table(header, body)
+    lines += drain_cpu(rows, data)
     if tuned(results):
         return lines, []
     # The target was set at one batch size; the others are judged in the table only. Results
