@@ -458,16 +458,9 @@ def claim_update(dialect: str, table: Table, group_id: uuid.UUID, limit: int) ->
     return None
 
 
-def row_columns(table: Table) -> list[Any]:
-    """The columns of the rows handlers get: all of the table's, in its order, but
-    ``group_id``, which every row of a group shares (it is the batch's ``group_id``): read
-    per row, it cost a UUID parsed and built for each event."""
-    return [column for column in table.c if column.name != "group_id"]
-
-
 def select_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
-    """A group's rows (:func:`row_columns`), by id; served by ``ix_<table>_group_id``."""
-    stmt = select(*row_columns(table)).where(table.c.group_id == group_id).order_by(table.c.id)
+    """A group's rows, all columns in table order, by id; served by ``ix_<table>_group_id``."""
+    stmt = select(*table.c).where(table.c.group_id == group_id).order_by(table.c.id)
     return list(conn.execute(stmt).all())
 
 
@@ -608,7 +601,7 @@ class LeasedClaim:
     """A group claimed on PostgreSQL together with its leased batch job."""
 
     rows: list[Any]
-    """The claimed rows (:func:`row_columns`), by id; empty when nothing was claimed."""
+    """The claimed rows, all columns in table order, by id; empty when nothing was claimed."""
     job_id: int | None
     """The group's batch job; None when nothing was claimed."""
     more: bool
@@ -689,7 +682,7 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool) -> Any:
         update(table)
         .where(c.id == claimable.c.id)
         .values(group_id=bindparam("outbox_group_id", type_=c.group_id.type))
-        .returning(*row_columns(table))
+        .returning(*c)
         .cte("stamped")
     )
     job = (
@@ -730,15 +723,11 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool) -> Any:
             else more.label(column.name)
             if column.name == "created_at"
             else null().label(column.name)
-            for column in stamped.c
-        ),
-        literal(0, Integer).label("outbox_rank"),
+            for column in c
+        )
     )
-    event_rows = select(*stamped.c, literal(1, Integer).label("outbox_rank"))
-    claimed = union_all(job_row, event_rows).subquery("claimed")
-    return select(*(claimed.c[column.name] for column in stamped.c)).order_by(
-        claimed.c.outbox_rank, claimed.c.id
-    )
+    claimed = union_all(job_row, select(*stamped.c)).subquery("claimed")
+    return select(*claimed.c).order_by(claimed.c.group_id.is_not(None), claimed.c.id)
 
 
 def unclaimed_after(table: Table, after: Any) -> Any:

@@ -30,11 +30,9 @@ class Batch(Generic[EventT]):
     ``events`` are the group's rows as model instances, ordered by id, detached from any
     session; they are built on first access, so a handler that only needs ``ids`` or ``rows``
     pays no per-row object construction. ``rows`` are the same rows as SQLAlchemy ``Row``
-    tuples (attribute access by column name), with every column but ``group_id``, which is the
-    batch's own ``group_id`` for every event (``events`` have it set). ``attempt`` is 1 on
-    the first try. Returning normally from the handler means every event succeeded except
-    those passed to :meth:`retry` or :meth:`discard`; raising means the whole group failed
-    this attempt.
+    tuples (attribute access by column name). ``attempt`` is 1 on the first try. Returning
+    normally from the handler means every event succeeded except those passed to
+    :meth:`retry` or :meth:`discard`; raising means the whole group failed this attempt.
 
     ``group_id`` makes a natural idempotency key for a downstream bulk call: a group's events
     never change between attempts. ``attempt`` does not belong in the key: it grows with every
@@ -74,15 +72,12 @@ class Batch(Generic[EventT]):
         if self._events is None:
             assert self._rows is not None
             assert self._model is not None
-            self._events = _instances(self._model, self._rows, self.group_id)
+            self._events = _instances(self._model, self._rows)
         return self._events
 
     @property
     def rows(self) -> Sequence[Any]:
-        """The events as ``Row`` tuples, ordered by id: the cheapest way to read them.
-
-        Every column but ``group_id`` (it is :attr:`group_id`); a batch built from ``events``
-        returns those instead."""
+        """The events as ``Row`` tuples, ordered by id: the cheapest way to read them."""
         if self._rows is not None:
             return self._rows
         return self.events
@@ -143,9 +138,8 @@ def column_values(rows: Sequence[Any], name: str) -> list[Any]:
     return list(map(getter, rows))
 
 
-def _instances(model: type[EventT], rows: Sequence[Any], group_id: uuid.UUID) -> list[EventT]:
-    """Detached model instances of one group from its rows (every column but ``group_id``, in
-    table order).
+def _instances(model: type[EventT], rows: Sequence[Any]) -> list[EventT]:
+    """Detached model instances from rows of all the table's columns, in table order.
 
     Lighter than the ORM's loading (no session, no identity map): the attribute values go
     straight into each instance's ``__dict__``, and each gets its identity key, so that it is
@@ -153,15 +147,12 @@ def _instances(model: type[EventT], rows: Sequence[Any], group_id: uuid.UUID) ->
     """
     configure_mappers()  # instrumentation is complete only once the mappers are configured
     mapper = inspect(model)
-    columns = [c for c in mapper.local_table.columns if c.name != "group_id"]
-    keys = [mapper.get_property_by_column(column).key for column in columns]
-    group_key = mapper.get_property_by_column(mapper.local_table.c.group_id).key
+    keys = [mapper.get_property_by_column(column).key for column in mapper.local_table.columns]
     new_instance = mapper.class_manager.new_instance
     result = []
     for row in rows:
         instance = new_instance()
         instance.__dict__.update(zip(keys, row, strict=True))
-        instance.__dict__[group_key] = group_id
         state = attributes.instance_state(instance)
         state.key = mapper.identity_key_from_primary_key((instance.__dict__["id"],))
         result.append(instance)

@@ -39,7 +39,7 @@ class Claim:
     group_id: uuid.UUID
     size: int
     rows: list[Any] | None = field(default=None, repr=False)
-    """The claimed rows (:func:`outbox._sql.row_columns`), by id, when asked for and readable."""
+    """The claimed rows (all the table's columns), ordered by id, when asked for and readable."""
     job: _sql.JobRow | None = None
     """The group's batch job, when the claim leased it to the claiming worker."""
     more: bool = False
@@ -166,7 +166,7 @@ def _claim_returning(
             _sql.claim_rows(conn, app.dialect, table, group_id, limit)
             rows = _sql.select_group_rows(conn, table, group_id)
         else:
-            claimed = conn.execute(stmt.returning(*_sql.row_columns(table))).all()
+            claimed = conn.execute(stmt.returning(*table.c)).all()
             ids = column_values(claimed, "id")
             rows = [row for _, row in sorted(zip(ids, claimed, strict=True), key=itemgetter(0))]
     except UNREADABLE_ROW_ERRORS:

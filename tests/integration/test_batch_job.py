@@ -11,7 +11,7 @@ from sqlalchemy import Engine, create_engine, func, select, update
 
 from outbox import Batch, Outbox, RetryPolicy, claimer, schema
 from outbox._sql import database_now
-from outbox.batch_job import BatchResult, run_batch_job
+from outbox.batch_job import BatchResult
 from outbox.claimer import Claim
 from outbox.testing import drain
 from outbox.worker import Worker
@@ -111,30 +111,6 @@ def test_handler_receives_detached_model_instances(
     register(app, lambda batch: seen.extend((e.activity_id, e.kind) for e in batch.events))
     handle_one_group(app, commit_events, count=2)
     assert [(0, "viewed"), (1, "viewed")] == seen
-
-
-@pytest.mark.parametrize("leased", [True, False], ids=["rows-from-the-claim", "rows-loaded"])
-def test_rows_leave_out_the_group_id_that_events_take_from_the_batch(
-    app: Outbox, commit_events: Callable[..., list[int]], leased: bool
-) -> None:
-    """``batch.rows`` carry every column but group_id; each of ``batch.events`` has the
-    batch's, whether the rows came back from a leased claim or were loaded for the job."""
-    seen: list[tuple[uuid.UUID, tuple[str, ...], set[Any]]] = []
-    register(
-        app, lambda b: seen.append((b.group_id, b.rows[0]._fields, {e.group_id for e in b.events}))
-    )
-    commit_events(app.engine, 3)
-    if leased:
-        handler = app.get_handler("sync")
-        claim = claimer.run_once(app, handler, lease_to="worker-1")
-        assert claim is not None
-        assert claim.job is not None
-        run_batch_job(app, handler, claim.job, preloaded=claim.rows)
-    else:
-        claim = claim_group(app)
-        run_due_batch_job(app)
-    others = tuple(c.name for c in ActivityEvent.__table__.columns if c.name != "group_id")
-    assert [(claim.group_id, others, {claim.group_id})] == seen
 
 
 def test_success_deletes_the_rows_and_the_job(
