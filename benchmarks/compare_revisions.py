@@ -8,7 +8,7 @@ distribute`` + ``outbox work --burst --processes P`` drain ``--events`` events (
 PostgreSQL's backends are kept. The revisions alternate within each run, so the machine's drift
 hits both alike.
 
-    python -m benchmarks.compare_revisions d1654bf a992439 --processes 1,2 --runs 4
+    python -m benchmarks.compare_revisions --base d1654bf --head a992439 --processes 1,2 --runs 4
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ def drain(url: str, tree: Path, processes: int, batch_size: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("base", help="the revision before (a commit, tag or branch)")
-    parser.add_argument("head", help="the revision after")
+    parser.add_argument("--base", required=True, help="the revision before (commit, tag, branch)")
+    parser.add_argument("--head", required=True, help="the revision after")
     parser.add_argument("--events", type=int, default=200_000)
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--processes", default="1,2")

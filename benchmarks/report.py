@@ -356,8 +356,8 @@ def drain_cpu(rows: list[dict[str, Any]], data: dict[str, Any]) -> list[str]:
     return [
         "CPU seconds per drain, medians of the runs: the measured processes (start-up "
         "included) and PostgreSQL's backends (its postmaster's children times; a dash where "
-        "the server is not on this machine). On two cores, a drain whose CPU exceeds its "
-        "wall time twice over is bound by the CPU.",
+        "the server is not on this machine). On two cores, a drain whose CPU seconds come "
+        "near twice its wall time kept both cores busy: it was bound by the CPU.",
         "",
         *table(header, body),
     ]
