@@ -101,8 +101,10 @@ def run_processes(
 
 
 def unblock_stop_signals() -> None:
-    """Let SIGTERM and SIGINT through again (a no-op where they were not blocked)."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    """Let SIGTERM and SIGINT through again (a no-op where they were not blocked, or where the
+    platform has no signal masks: there is no fork there either)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _become_worker(index: int, run_worker: Callable[[int], int]) -> None:
