@@ -57,6 +57,17 @@ def main() -> None:
         process_counts = integers(args.processes)
     except argparse.ArgumentTypeError as error:
         parser.error(str(error))
+    if args.runs < 1 or args.events < 1 or args.batch_size < 1:
+        parser.error("--runs, --events and --batch-size must be positive")
+    for name in ("base", "head"):
+        found = subprocess.run(
+            ["git", "rev-parse", "--verify", "--quiet", f"{getattr(args, name)}^{{commit}}"],
+            cwd=ROOT,
+            capture_output=True,
+            check=False,
+        )
+        if found.returncode != 0:
+            parser.error(f"--{name} {getattr(args, name)!r} is not a commit of this repository")
     url = scratch_database("outbox_bench_compare")
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
     results: dict[str, Any] = {

@@ -43,6 +43,7 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+MAX_PORT = 65535
 # How long `outbox distribute` rides out a database restart before it gives up (exit 1).
 DISTRIBUTE_PATIENCE_SECONDS = 30.0
 
@@ -387,12 +388,17 @@ def work(
         raise click.BadParameter("must be >= 1", param_hint="--processes")
     if processes > 1 and not hasattr(os, "fork"):
         raise click.BadParameter("needs fork(), missing here", param_hint="--processes")
+    if metrics_port is not None and not 0 < metrics_port <= MAX_PORT - processes + 1:
+        raise click.BadParameter(
+            f"ports {metrics_port}..{metrics_port + processes - 1} are not all in 1..{MAX_PORT}",
+            param_hint="--metrics-port",
+        )
     app = ctx.app()
     changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
     app.with_settings(**{k: v for k, v in changes.items() if v is not None})
     _ready(app)
 
-    def run_worker(index: int, signals: tuple[signal.Signals, ...]) -> int:
+    def run_worker(index: int, signals: tuple[signal.Signals, ...]) -> None:
         worker = Worker(
             app,
             concurrency=concurrency,
@@ -405,7 +411,6 @@ def work(
         with _stop_on_signals(worker, signals):
             clean = worker.run()
         _report_stopped(worker, clean)
-        return EXIT_OK
 
     if processes == 1:
         run_worker(0, (signal.SIGTERM, signal.SIGINT))
@@ -414,10 +419,16 @@ def work(
     app.engine.dispose()
 
     def run_forked(index: int) -> int:
-        with _errors():
-            return run_worker(index, (signal.SIGTERM,))
+        # In a forked worker, click's own handling of usage errors is not on the stack.
+        try:
+            with _errors():
+                run_worker(index, (signal.SIGTERM,))
+        except click.ClickException as error:
+            error.show()
+            return error.exit_code
+        return EXIT_OK
 
-    code = prefork.run_processes(processes, run_forked, restart=not burst)
+    code = prefork.run_processes(processes, run_forked, restart=not burst, usage_error=EXIT_USAGE)
     if code != EXIT_OK:
         sys.exit(code)
 
@@ -447,7 +458,7 @@ def _serve_metrics(app: Outbox, port: int) -> Callable[[Any], None]:
     try:
         prometheus.start_http_server(app, port)
     except OSError as error:
-        raise click.BadParameter(str(error), param_hint="--metrics-port") from error
+        raise click.BadParameter(f"port {port}: {error}", param_hint="--metrics-port") from error
     return prometheus.WorkerMetrics().callback(app)
 
 

@@ -39,18 +39,22 @@ def run_processes(
     run_worker: Callable[[int], int],
     *,
     restart: bool,
+    usage_error: int,
 ) -> int:
     """Fork ``count`` workers, each running ``run_worker(index)`` and exiting with its result.
 
     ``run_worker`` starts with SIGTERM and SIGINT blocked: it installs its SIGTERM handler,
     then unblocks them (:func:`unblock_stop_signals`), so that no stop request is lost.
     ``restart``: start a new worker in place of one that dies with a failure while no stop
-    was asked (not in burst mode, where a failure is the outcome). Returns 0 when every worker
+    was asked (not in burst mode, where a failure is the outcome). A worker that exits with
+    ``usage_error`` met a problem no restart can mend (its metrics port taken, say): the
+    others are stopped and that code is returned. Otherwise returns 0 when every worker
     exited with 0, else 1.
     """
     children: dict[int, tuple[int, float]] = {}  # pid -> (index, started at)
     stopping = False
     failed = False
+    result: int | None = None
     delays = dict.fromkeys(range(count), RESTART_DELAY_SECONDS)
 
     def forward(signum: int, frame: FrameType | None) -> None:
@@ -84,6 +88,10 @@ def run_processes(
             if code == 0:
                 continue
             log.warning(_log.WORKER_PROCESS_EXITED, pid=pid, index=index, exit_code=code)
+            if code == usage_error:
+                forward(signal.SIGTERM, None)
+                result = usage_error
+                continue
             if stopping or not restart:
                 failed = True
                 continue
@@ -97,6 +105,8 @@ def run_processes(
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if result is not None:
+        return result
     return 1 if failed else 0
 
 

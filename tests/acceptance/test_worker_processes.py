@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -179,3 +180,36 @@ def test_processes_below_one_is_a_usage_error(cli: Cli, postgres_database: str) 
     )
 
     assert (2, True) == (result.code, "--processes" in result.stderr)
+
+
+def test_a_worker_whose_metrics_port_is_taken_stops_the_command_with_a_usage_error(
+    cli: Cli, postgres_database: str
+) -> None:
+    """``--processes 2 --metrics-port P`` with P + 1 taken: exit 2 naming the port, no
+    restart loop, no worker left."""
+    with socket.socket() as taken:
+        taken.bind(("", 0))  # every interface, as the metrics endpoint binds
+        taken.listen()
+        port = int(taken.getsockname()[1]) - 1
+        result = cli.run(
+            "--app", APP, "--database-url", postgres_database,
+            "work", "--processes", "2", "--metrics-port", str(port), timeout=30,
+        )  # fmt: skip
+
+    assert (2, True, False) == (
+        result.code,
+        str(port + 1) in result.stderr,
+        "process_restarting" in result.stderr,
+    )
+
+
+def test_metrics_ports_past_the_last_port_are_a_usage_error(
+    cli: Cli, postgres_database: str
+) -> None:
+    """``--processes 2 --metrics-port 65535``: the second worker would have no port."""
+    result = cli.run(
+        "--app", APP, "--database-url", postgres_database,
+        "work", "--processes", "2", "--metrics-port", "65535",
+    )  # fmt: skip
+
+    assert (2, True) == (result.code, "--metrics-port" in result.stderr)
