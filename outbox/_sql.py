@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Float,
     Integer,
@@ -393,14 +394,31 @@ def insert_batch_job(
     ``lease``: (worker id, token, seconds) to create the job already leased, as its first
     attempt, by the worker that claimed the group and will handle it at once.
     """
+    values = _batch_job_values(
+        handler=handler,
+        group_id=group_id,
+        priority=priority,
+        attempts=attempts,
+        run_at=db_now_plus(delay_seconds),
+        lease=lease,
+    )
+    values["last_error"] = error
+    result = conn.execute(insert(_jobs).values(values))
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+def _batch_job_values(
+    *, handler: Any, group_id: Any, priority: Any, attempts: int, run_at: Any, lease: Any
+) -> dict[str, Any]:
+    """The columns of a new batch job, as values or SQL expressions; ``lease``: (worker id,
+    token, seconds) to create it leased, its first attempt counted."""
     values: dict[str, Any] = {
         "kind": schema.JOB_KIND_BATCH,
         "handler": handler,
         "group_id": group_id,
         "priority": priority,
         "attempts": attempts,
-        "run_at": db_now_plus(delay_seconds),
-        "last_error": error,
+        "run_at": run_at,
     }
     if lease is not None:
         owner, token, seconds = lease
@@ -410,8 +428,7 @@ def insert_batch_job(
             lease_expires_at=db_now_plus(seconds),
             attempts=attempts + 1,
         )
-    result = conn.execute(insert(_jobs).values(values))
-    return int(result.inserted_primary_key[0])  # type: ignore[index]
+    return values
 
 
 # --- buffer tables ---------------------------------------------------------------------------
@@ -685,32 +702,26 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool) -> Any:
         .returning(*c)
         .cte("stamped")
     )
+    values = _batch_job_values(
+        handler=bindparam("outbox_handler", type_=String),
+        group_id=bindparam("outbox_group_id", type_=_jobs.c.group_id.type),
+        priority=bindparam("outbox_priority", type_=Integer),
+        attempts=0,
+        run_at=db_now(),
+        lease=(
+            bindparam("outbox_owner", type_=String),
+            bindparam("outbox_token", type_=_jobs.c.lease_token.type),
+            bindparam("outbox_seconds", type_=Float),
+        ),
+    )
+    # A SELECT takes SQL expressions: the plain values (kind, attempts) become literals.
+    source = [
+        value if isinstance(value, ColumnElement) else literal(value, _jobs.c[name].type)
+        for name, value in values.items()
+    ]
     job = (
         insert(_jobs)
-        .from_select(
-            [
-                "kind",
-                "handler",
-                "group_id",
-                "priority",
-                "run_at",
-                "attempts",
-                "lease_owner",
-                "lease_token",
-                "lease_expires_at",
-            ],
-            select(
-                literal(schema.JOB_KIND_BATCH, String),
-                bindparam("outbox_handler", type_=String),
-                bindparam("outbox_group_id", type_=_jobs.c.group_id.type),
-                bindparam("outbox_priority", type_=Integer),
-                db_now(),
-                literal(1, Integer),
-                bindparam("outbox_owner", type_=String),
-                bindparam("outbox_token", type_=_jobs.c.lease_token.type),
-                db_now_plus(bindparam("outbox_seconds", type_=Float)),
-            ).where(exists(select(stamped.c.id))),
-        )
+        .from_select(list(values), select(*source).where(exists(select(stamped.c.id))))
         .returning(_jobs.c.id)
         .cte("job")
     )
