@@ -176,3 +176,8 @@ def handled(output_dir: Path) -> list[Line]:
 def handled_ids(output_dir: Path, handler: str = "record_activity") -> list[int]:
     """The ids of the events one handler finished with, once per time it did."""
     return sorted(int(line.value) for line in handled(output_dir) if line.handler == handler)
+
+
+def start_work(cli: Cli, url: str, *args: str, env: dict[str, str] | None = None) -> Running:
+    """Start ``outbox work`` on the test application with the tests' short lease."""
+    return cli.start("--app", APP, "--database-url", url, "work", *LEASE, *args, env=env)

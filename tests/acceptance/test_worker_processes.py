@@ -22,19 +22,15 @@ from tests.acceptance._cli import (
     APP,
     LEASE,
     Cli,
-    Running,
     handled,
     handled_ids,
+    start_work,
     started,
     wait_for,
 )
 from tests.acceptance.cli_app import SLEEP_ENV
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(90)]
-
-
-def _work(cli: Cli, url: str, *args: str, env: dict[str, str] | None = None) -> Running:
-    return cli.start("--app", APP, "--database-url", url, "work", *LEASE, *args, env=env)
 
 
 def _handler_pids(output_dir: Path) -> set[int]:
@@ -106,7 +102,7 @@ def test_sigterm_to_the_parent_lets_every_worker_finish_its_batch_and_exits_zero
     engine = connect(postgres_database)
     commit_events(engine, 40)
     cli.run("--app", APP, "--database-url", postgres_database, "distribute")
-    parent = _work(
+    parent = start_work(
         cli, postgres_database, "--processes", "2", "--concurrency", "1",
         "--shutdown-grace-period", "20", env={SLEEP_ENV: "1.5"},
     )  # fmt: skip
@@ -137,7 +133,7 @@ def test_a_killed_worker_process_is_replaced_and_nothing_is_lost(
     engine = connect(postgres_database)
     ids = commit_events(engine, 30)
     cli.run("--app", APP, "--database-url", postgres_database, "distribute")
-    parent = _work(
+    parent = start_work(
         cli, postgres_database, "--processes", "2", "--concurrency", "1", env={SLEEP_ENV: "1"}
     )
     killed = wait_for(lambda: started(output_dir), "a batch to start")[0].pid
@@ -163,7 +159,7 @@ def test_workers_whose_supervisor_was_killed_stop_by_themselves(
 ) -> None:
     """SIGKILL to the supervisor: its orphaned workers notice, stop gracefully, deregister."""
     engine = connect(postgres_database)
-    parent = _work(cli, postgres_database, "--processes", "2")
+    parent = start_work(cli, postgres_database, "--processes", "2")
     workers = wait_for(lambda: _two_workers(engine), "both workers registered")
 
     parent.send(signal.SIGKILL)

@@ -23,9 +23,9 @@ from tests.acceptance._cli import (
     LEASE,
     Cli,
     Line,
-    Running,
     handled,
     handled_ids,
+    start_work,
     started,
     wait_for,
 )
@@ -41,10 +41,6 @@ def _first_batch(output_dir: Path) -> Line:
     """Wait until a handler is inside its first batch; the line it wrote when it started."""
     lines: list[Line] = wait_for(lambda: started(output_dir), "a batch to start", timeout=20)
     return lines[0]
-
-
-def _work(cli: Cli, url: str, *args: str, env: dict[str, str] | None = None) -> Running:
-    return cli.start("--app", APP, "--database-url", url, "work", *LEASE, *args, env=env)
 
 
 def _drained(engine: Engine) -> bool:
@@ -80,13 +76,13 @@ def test_sigkill_mid_batch_group_is_handled_again_after_the_lease_expires(
     engine = connect(postgres_database)
     ids = commit_events(engine, 30)
     cli.run("--app", APP, "--database-url", postgres_database, "distribute")
-    doomed = _work(cli, postgres_database, "--concurrency", "1", env=SLOW)
+    doomed = start_work(cli, postgres_database, "--concurrency", "1", env=SLOW)
     killed = _first_batch(output_dir)
 
     doomed.send(signal.SIGKILL)
     doomed.wait(timeout=10)
     (job,) = [j for j in _tables.jobs(engine) if j["group_id"] == uuid.UUID(killed.group_id)]
-    rescuer = _work(cli, postgres_database, "--concurrency", "2")
+    rescuer = start_work(cli, postgres_database, "--concurrency", "2")
     wait_for(lambda: _drained(engine), "the second worker to drain everything", timeout=30)
     rescuer.send(signal.SIGTERM)
     rescuer.wait(timeout=15)
@@ -113,12 +109,12 @@ def test_sigkill_mid_batch_loses_nothing(
     engine = connect(postgres_database)
     ids = commit_events(engine, 30)
     cli.run("--app", APP, "--database-url", postgres_database, "distribute")
-    doomed = _work(cli, postgres_database, "--concurrency", "1", env=SLOW)
+    doomed = start_work(cli, postgres_database, "--concurrency", "1", env=SLOW)
     _first_batch(output_dir)
 
     doomed.send(signal.SIGKILL)
     doomed.wait(timeout=10)
-    rescuer = _work(cli, postgres_database, "--concurrency", "2")
+    rescuer = start_work(cli, postgres_database, "--concurrency", "2")
     wait_for(lambda: set(handled_ids(output_dir)) == set(ids), "every event handled", timeout=30)
     rescuer.send(signal.SIGTERM)
     code = rescuer.wait(timeout=15)
@@ -137,7 +133,7 @@ def test_sigterm_finishes_the_batch_in_flight_and_exits_zero(
     engine = connect(postgres_database)
     commit_events(engine, 30)
     cli.run("--app", APP, "--database-url", postgres_database, "distribute")
-    worker = _work(
+    worker = start_work(
         cli,
         postgres_database,
         "--concurrency", "1",
@@ -167,7 +163,7 @@ def test_sigterm_leaves_every_event_handled_or_waiting_for_the_next_worker(
     engine = connect(postgres_database)
     ids = commit_events(engine, 30)
     cli.run("--app", APP, "--database-url", postgres_database, "distribute")
-    worker = _work(
+    worker = start_work(
         cli,
         postgres_database,
         "--concurrency", "1",
@@ -203,7 +199,7 @@ def test_second_sigterm_abandons_the_batch_and_exits_one_at_once(
     engine = connect(postgres_database)
     commit_events(engine, 10)
     cli.run("--app", APP, "--database-url", postgres_database, "distribute")
-    worker = _work(
+    worker = start_work(
         cli, postgres_database, "--concurrency", "1", "--shutdown-grace-period", "30", env=SLOW
     )
     _first_batch(output_dir)
@@ -229,7 +225,7 @@ def test_group_abandoned_by_a_second_sigterm_is_handled_after_its_lease_expires(
     engine = connect(postgres_database)
     ids = commit_events(engine, 10)
     cli.run("--app", APP, "--database-url", postgres_database, "distribute")
-    worker = _work(
+    worker = start_work(
         cli, postgres_database, "--concurrency", "1", "--shutdown-grace-period", "30", env=SLOW
     )
     abandoned = _first_batch(output_dir)
