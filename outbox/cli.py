@@ -36,7 +36,12 @@ from outbox.exceptions import (
     OutboxError,
     SchemaMissingError,
 )
-from outbox.worker import DEFAULT_CONCURRENCY, DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS, Worker
+from outbox.worker import (
+    CLAIMS_IN_FLIGHT_PER_HANDLER,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
+    Worker,
+)
 
 APP_ENV = "OUTBOX_APP"
 EXIT_OK = 0
@@ -407,6 +412,7 @@ def work(
             distribute_every=distribute_every,
             shutdown_grace_period=shutdown_grace_period,
             on_result=None if metrics_port is None else _serve_metrics(app, metrics_port + index),
+            claims_in_flight=max(1, CLAIMS_IN_FLIGHT_PER_HANDLER // processes),
         )
         with _stop_on_signals(worker, signals):
             clean = worker.run()

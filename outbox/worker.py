@@ -43,11 +43,12 @@ MAX_ERROR_BACKOFF_SECONDS = 30.0
 MAINTENANCE_JOIN_SECONDS = 10.0
 # How long a thread may keep claiming and handling one handler's full batches in a row.
 CLAIM_LOOP_SECONDS = 1.0
-# Claims of one handler a worker runs at once. A claim steps over every row that concurrent
-# claims hold locked (about 0.9 us each, `python -m benchmarks.claim_contention`): with fast
-# handlers, all of a worker's threads would be claiming side by side, mostly paying for each
-# other's locks. Two keep one claim going while the last one commits. Slow handlers never
-# meet this limit: their threads spend their time in the handler.
+# Claims of one handler a worker command runs at once, across its processes. A claim steps
+# over every row that concurrent claims hold locked (about 0.9 us each, `python -m
+# benchmarks.claim_contention`): with fast handlers, all of a worker's threads would be
+# claiming side by side, mostly paying for each other's locks. Two keep one claim going while
+# the last one commits. `outbox work --processes N` gives each process its share, and at least
+# one. Slow handlers never meet this limit: their threads spend their time in the handler.
 CLAIMS_IN_FLIGHT_PER_HANDLER = 2
 
 
@@ -97,7 +98,8 @@ class Worker:
     ``burst``: distribute whenever idle, and return once nothing is due now.
     ``distribute_every``: seconds between distributions by the fleet's leader (None: never;
     run ``outbox distribute`` from cron instead). ``on_result``: called from a worker thread
-    with each :class:`BatchResult`.
+    with each :class:`BatchResult`. ``claims_in_flight``: claims of one handler run at once
+    (see ``CLAIMS_IN_FLIGHT_PER_HANDLER``).
     """
 
     def __init__(
@@ -110,14 +112,18 @@ class Worker:
         distribute_every: float | None = None,
         shutdown_grace_period: float = DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
         on_result: Callable[[BatchResult], None] | None = None,
+        claims_in_flight: int = CLAIMS_IN_FLIGHT_PER_HANDLER,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if claims_in_flight < 1:
+            raise ValueError(f"claims_in_flight must be >= 1, got {claims_in_flight}")
         if distribute_every is not None and distribute_every <= 0:
             raise ValueError("distribute_every must be > 0 seconds")
         self.app = app
         self.handlers = {h.name: h for h in app.select_handlers(handlers)}
         self.concurrency = concurrency
+        self.claims_in_flight = claims_in_flight
         self.burst = burst
         self.distribute_every = distribute_every
         self.shutdown_grace_period = shutdown_grace_period
@@ -130,7 +136,7 @@ class Worker:
         self._running: set[int] = set()
         """Ids of the jobs this worker holds and is working on: the leases it extends."""
         self._claim_gates = {
-            name: threading.BoundedSemaphore(CLAIMS_IN_FLIGHT_PER_HANDLER) for name in self.handlers
+            name: threading.BoundedSemaphore(claims_in_flight) for name in self.handlers
         }
         self._wake = threading.Event()
         self._stopping = threading.Event()
@@ -215,6 +221,7 @@ class Worker:
             _log.WORKER_STARTED,
             worker=self.id,
             concurrency=self.concurrency,
+            claims_in_flight=self.claims_in_flight,
             handlers=sorted(self.handlers),
             burst=self.burst,
         )
