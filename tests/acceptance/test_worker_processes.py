@@ -6,6 +6,7 @@ from the ``worker <host>:<pid>:<token> stopped`` lines each worker prints when i
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from outbox import schema
+from outbox import _log, schema
 from tests.acceptance import _tables
 from tests.acceptance._cli import (
     APP,
@@ -42,6 +43,12 @@ def _stopped_pids(stdout: str) -> list[int]:
     return [
         int(line.split()[1].split(":")[1]) for line in stdout.splitlines() if " stopped: " in line
     ]
+
+
+def _claims_in_flight(stderr: str) -> list[int]:
+    """``claims_in_flight`` of each worker's start-up log line (JSON lines: not a terminal)."""
+    lines = (json.loads(line) for line in stderr.splitlines() if line.startswith("{"))
+    return [line["claims_in_flight"] for line in lines if line["event"] == _log.WORKER_STARTED]
 
 
 def _alive(pid: int) -> bool:
@@ -71,7 +78,8 @@ def test_burst_with_two_processes_handles_every_event_once_in_both(
     commit_events: Any,
     output_dir: Path,
 ) -> None:
-    """Both forked workers take groups; each event is handled once; both print a summary."""
+    """Both forked workers take groups; each event is handled once; both print a summary; the
+    command's two claims in flight per handler are shared, one per process."""
     engine = connect(postgres_database)
     ids = commit_events(engine, 40)
 
@@ -82,12 +90,13 @@ def test_burst_with_two_processes_handles_every_event_once_in_both(
     )  # fmt: skip
 
     stopped = _stopped_pids(result.stdout)
-    assert (0, sorted(ids), 2, set(stopped), []) == (
+    assert (0, sorted(ids), 2, set(stopped), [], [1, 1]) == (
         result.code,
         handled_ids(output_dir),
         len(set(stopped)),
         _handler_pids(output_dir),
         _tables.buffer_rows(engine),
+        _claims_in_flight(result.stderr),
     )
 
 

@@ -166,14 +166,16 @@ def test_worker_fleet_handles_every_event_exactly_once(
     )
 
 
-def test_a_worker_runs_at_most_two_claims_of_a_handler_at_once(
+@pytest.mark.parametrize("claims_in_flight", [CLAIMS_IN_FLIGHT_PER_HANDLER, 1])
+def test_a_worker_runs_at_most_its_claims_in_flight_of_a_handler_at_once(
+    claims_in_flight: int,
     make_app: Callable[[str], Outbox],
     postgres_database: str,
     commit_events: Callable[..., list[int]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Eight threads and a fast handler: at most CLAIMS_IN_FLIGHT_PER_HANDLER of the worker's
-    claims run at once, and every event is handled once."""
+    """Eight threads and a fast handler: at most ``claims_in_flight`` of the worker's claims
+    (by default CLAIMS_IN_FLIGHT_PER_HANDLER) run at once, and every event is handled once."""
     app = make_app(postgres_database)
     app.settings = Settings(poll_interval=0.05)
     recorder = SharedRecorder()
@@ -195,9 +197,10 @@ def test_a_worker_runs_at_most_two_claims_of_a_handler_at_once(
                 in_flight[0] -= 1
 
     monkeypatch.setattr(claimer, "run_claim_job", slow_claim)
-    clean = Worker(app, concurrency=8, burst=True).run()
+    options = {} if claims_in_flight == CLAIMS_IN_FLIGHT_PER_HANDLER else {"claims_in_flight": 1}
+    clean = Worker(app, concurrency=8, burst=True, **options).run()
 
-    assert (True, CLAIMS_IN_FLIGHT_PER_HANDLER, ids) == (
+    assert (True, claims_in_flight, ids) == (
         clean,
         in_flight[1],
         sorted(recorder.ids),
