@@ -579,13 +579,14 @@ def enqueue_cost(results: Results) -> Rendered:
 def scale(results: Results) -> Rendered:
     """The count and the claims at each backlog; their targets at a million rows.
 
-    The count's cap and the claim of 100 rows are recorded by newer results only: each gets a
-    column when any row has it.
+    The count's cap, the claim of 100 rows and the raw loop's claim are recorded by newer
+    results only: each gets a column when any row has it.
     """
     data = results.data
     rows = sorted(data["rows"], key=lambda r: r["waiting_rows"])
     with_cap = any("count_cap" in r for r in rows)
     with_claim_100 = any("claim_100_ms" in r for r in rows)
+    with_raw = any("raw_claim_ms" in r for r in rows)
     # Older results do not record the cap: it was 64,000 rows when they were measured.
     cap = "" if with_cap else " The count is capped at 64,000 rows."
     lines = [
@@ -598,6 +599,7 @@ def scale(results: Results) -> Rendered:
     header += ["count cap (rows)"] if with_cap else []
     header += ["capped count (ms)", "claim of 1,000 (ms)"]
     header += ["claim of 100 (ms)"] if with_claim_100 else []
+    header += ["raw loop's claim of 1,000 (ms)"] if with_raw else []
     body = []
     for r in rows:
         cells = [count(r["waiting_rows"])]
@@ -605,8 +607,16 @@ def scale(results: Results) -> Rendered:
         cells += [f"{r['count_ms']:.2f}", f"{r['claim_ms']:.2f}"]
         if with_claim_100:
             cells.append(f"{r['claim_100_ms']:.2f}" if "claim_100_ms" in r else DASH)
+        if with_raw:
+            cells.append(f"{r['raw_claim_ms']:.2f}" if "raw_claim_ms" in r else DASH)
         body.append(cells)
     lines += table(header, body)
+    if with_raw:
+        lines += [
+            "The raw loop's claim is the same locking CTE and UPDATE ... RETURNING through plain "
+            "psycopg: what PostgreSQL itself takes to lock and stamp the rows.",
+            "",
+        ]
     by_size = {r["waiting_rows"]: r for r in rows}
     large, base = by_size.get(SCALE_ROWS), by_size.get(SCALE_BASE_ROWS)
     at = f"at {count(SCALE_ROWS)} rows"

@@ -4,8 +4,10 @@ Both should stay flat as the backlog grows: the count is capped (it stops at
 ``batch_size * min(max_batches, COUNTED_BATCHES)`` rows, as the distributor's does) and the
 claim reads the first ``batch_size`` entries of the partial index on unclaimed rows. Claims
 of 1,000 rows (the throughput benchmarks' batch) and of 100 are timed: most of a claim's time
-is writing its rows, which grows with the batch, not with the backlog. Each figure is the
-median of ``--repeat`` timings; the plans (EXPLAIN ANALYZE) are stored with the results.
+is writing its rows, which grows with the batch, not with the backlog. Beside them, the raw
+loop's claim of 1,000 rows through plain psycopg (``benchmarks._raw_drain``): what the same
+work costs the database without outbox. Each figure is the median of ``--repeat`` timings;
+the plans (EXPLAIN ANALYZE) are stored with the results.
 
     python -m benchmarks.scale --sizes 10000,1000000 --repeat 21
 """
@@ -18,9 +20,11 @@ import time
 import uuid
 from typing import Any
 
+import psycopg
 from sqlalchemy import text
 
 from benchmarks._common import command_line, machine, scratch_database, write
+from benchmarks._raw_drain import CLAIM as RAW_CLAIM
 from benchmarks.bench_app import BenchEvent, app
 from benchmarks.drain_throughput import load, prepare
 from outbox import _sql
@@ -37,6 +41,18 @@ def timed(work: Any, repeat: int) -> float:
         with app.engine.connect() as conn:
             started = time.perf_counter()
             work(conn)
+            samples.append(1000 * (time.perf_counter() - started))
+            conn.rollback()
+    return round(statistics.median(samples), 2)
+
+
+def timed_raw(dsn: str, repeat: int) -> float:
+    """Median milliseconds of the raw loop's claim of ``BATCH_SIZE`` rows, each rolled back."""
+    samples = []
+    with psycopg.connect(dsn) as conn:
+        for _ in range(repeat):
+            started = time.perf_counter()
+            conn.execute(RAW_CLAIM, (BATCH_SIZE, uuid.uuid4())).fetchall()
             samples.append(1000 * (time.perf_counter() - started))
             conn.rollback()
     return round(statistics.median(samples), 2)
@@ -78,6 +94,7 @@ def main() -> None:
             )
             for n in (BATCH_SIZE, 100)
         )
+        raw_claim_ms = timed_raw(dsn, args.repeat)
         claim = _sql.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE)
         row = {
             "waiting_rows": size,
@@ -85,11 +102,13 @@ def main() -> None:
             "count_ms": count_ms,
             "claim_ms": claim_ms,
             "claim_100_ms": claim_100_ms,
+            "raw_claim_ms": raw_claim_ms,
             "claim_plan": plan(claim),
         }
         results["rows"].append(row)
         print(f"{size:>9} rows: capped count {count_ms} ms, claim of {BATCH_SIZE} {claim_ms} ms,"
-              f" of 100 {claim_100_ms} ms", flush=True)  # fmt: skip
+              f" of 100 {claim_100_ms} ms, raw claim of {BATCH_SIZE} {raw_claim_ms} ms",
+              flush=True)  # fmt: skip
     first, last = results["rows"][0], results["rows"][-1]
     results["claim_growth"] = round(last["claim_ms"] / first["claim_ms"], 2)
     print(f"claim time grows {results['claim_growth']}x; results in {write('scale', results)}")
