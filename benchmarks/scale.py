@@ -20,12 +20,11 @@ import time
 import uuid
 from typing import Any
 
-import psycopg
 from sqlalchemy import text
 
 from benchmarks._common import command_line, machine, scratch_database, write
-from benchmarks._raw_drain import CLAIM as RAW_CLAIM
 from benchmarks.bench_app import BenchEvent, app
+from benchmarks.claim_contention import timed_claim
 from benchmarks.drain_throughput import load, prepare
 from outbox import _sql
 from outbox.distributor import COUNTED_BATCHES
@@ -41,18 +40,6 @@ def timed(work: Any, repeat: int) -> float:
         with app.engine.connect() as conn:
             started = time.perf_counter()
             work(conn)
-            samples.append(1000 * (time.perf_counter() - started))
-            conn.rollback()
-    return round(statistics.median(samples), 2)
-
-
-def timed_raw(dsn: str, repeat: int) -> float:
-    """Median milliseconds of the raw loop's claim of ``BATCH_SIZE`` rows, each rolled back."""
-    samples = []
-    with psycopg.connect(dsn) as conn:
-        for _ in range(repeat):
-            started = time.perf_counter()
-            conn.execute(RAW_CLAIM, (BATCH_SIZE, uuid.uuid4())).fetchall()
             samples.append(1000 * (time.perf_counter() - started))
             conn.rollback()
     return round(statistics.median(samples), 2)
@@ -94,7 +81,7 @@ def main() -> None:
             )
             for n in (BATCH_SIZE, 100)
         )
-        raw_claim_ms = timed_raw(dsn, args.repeat)
+        raw_claim_ms = timed_claim(dsn, BATCH_SIZE, args.repeat)
         claim = _sql.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE)
         row = {
             "waiting_rows": size,
