@@ -25,7 +25,10 @@ it off (test configurations often do; it cannot be turned on per table), and the
 also when it fails or is stopped with SIGTERM or Ctrl-C. While it runs, autovacuum also visits
 the server's other databases.
 
-    python -m benchmarks.autovacuum --seconds 180
+Every variant runs ``--runs`` times (default 3), round by round; each run is a row of the
+results.
+
+    python -m benchmarks.autovacuum --seconds 180 --runs 3
 """
 
 from __future__ import annotations
@@ -386,12 +389,12 @@ def summarize(
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     mib = 1024 * 1024
-    header = ("variant", "naptime", "events/s", "autovac", "dead max", "dead final",
+    header = ("variant", "run", "naptime", "events/s", "autovac", "dead max", "dead final",
               "heap MiB", "index MiB", "probe p50", "probe max")  # fmt: skip
     print(" | ".join(header))
     for r in rows:
         print(" | ".join((
-            r["variant"], f"{r['naptime_s']} s", f"{r['events_per_s']:,}",
+            r["variant"], str(r["run"]), f"{r['naptime_s']} s", f"{r['events_per_s']:,}",
             str(r["autovacuum_runs"]), f"{r['dead_tuples_max']:,}", f"{r['dead_tuples_final']:,}",
             f"{r['heap_bytes_final'] / mib:.1f}", f"{r['index_bytes_final'] / mib:.1f}",
             f"{r['probe_ms_p50']:.2f} ms", f"{r['probe_ms_max']:.2f} ms",
@@ -410,7 +413,10 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=20, help="events per transaction")
     parser.add_argument("--sample-every", type=float, default=5.0, metavar="SECONDS")
     parser.add_argument("--variants", default=DEFAULT_VARIANTS)
+    parser.add_argument("--runs", type=int, default=3, help="rounds of every variant")
     args = parser.parse_args()
+    if args.runs < 1:
+        parser.error("--runs must be at least 1")
     variants = [Variant.parse(spec) for spec in args.variants.split(",")]
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     url = scratch_database("outbox_bench_autovacuum")
@@ -427,19 +433,24 @@ def main() -> None:
         "rate": args.rate,
         "rows_per_transaction": args.rows,
         "seconds_per_variant": args.seconds,
+        "runs": args.runs,
         "sample_every_s": args.sample_every,
         "worker": "outbox work --concurrency 2 --distribute-every 1 --no-listen, batch 1,000",
         "rows": [],
     }
     try:
         server.set("autovacuum", "on")
-        for variant in variants:
-            print(f"{variant.name}: {args.seconds:.0f} s at {args.rate:,.0f} events/s", flush=True)
-            row = run_variant(url, dsn, variant, args, server)
-            results["rows"].append(row)
-            print(f"  {row['autovacuum_runs']} autovacuums, dead tuples max "
-                  f"{row['dead_tuples_max']:,}, probe p50 {row['probe_ms_p50']} ms, "
-                  f"max {row['probe_ms_max']} ms", flush=True)  # fmt: skip
+        # Every variant once per round, so that the machine's drift over the minutes a round
+        # takes affects all of them alike.
+        for run in range(1, args.runs + 1):
+            for variant in variants:
+                print(f"{variant.name}, run {run} of {args.runs}: {args.seconds:.0f} s at "
+                      f"{args.rate:,.0f} events/s", flush=True)  # fmt: skip
+                row = {"run": run, **run_variant(url, dsn, variant, args, server)}
+                results["rows"].append(row)
+                print(f"  {row['autovacuum_runs']} autovacuums, dead tuples max "
+                      f"{row['dead_tuples_max']:,}, probe p50 {row['probe_ms_p50']} ms, "
+                      f"max {row['probe_ms_max']} ms", flush=True)  # fmt: skip
     finally:
         server.restore()
     print_table(results["rows"])

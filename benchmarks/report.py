@@ -894,42 +894,62 @@ def sequential_probes(row: dict[str, Any]) -> str:
 def autovacuum(results: Results) -> Rendered:
     """Each variant's autovacuum runs, dead tuples, sizes and probe times; no target is set.
 
-    One row per variant, from its summary; the samples the results keep (one every
+    One row per variant: the median of its runs, with the spread under it where there are
+    several (older results hold one run per variant). The samples the results keep (one every
     ``--sample-every`` seconds) are not shown.
     """
     data = results.data
+    variants: dict[str, list[dict[str, Any]]] = {}
+    for row in data["rows"]:
+        variants.setdefault(row["variant"], []).append(row)
+    runs = max(len(rows) for rows in variants.values())
+    kept = (
+        f"Medians of {runs} runs per variant, lowest to highest in brackets"
+        if runs > 1
+        else "One run per variant (the results keep its samples, not a spread)"
+    )
     lines = [
         f"{data['rate']:,g} events/s in transactions of {data['rows_per_transaction']} rows, "
         f"{data['seconds_per_variant']:g} s per variant, sampled every "
-        f"{data['sample_every_s']:g} s; worker: `{data['worker']}`. One run per variant (the "
-        "results keep its samples, not a spread). The probe is the claim's pick "
-        "(`SELECT id ... WHERE group_id IS NULL ORDER BY id LIMIT 1000`), timed with EXPLAIN "
-        "ANALYZE at each sample; the planner may pick a sequential scan and a sort rather "
-        "than the partial index once an analyze has seen the buffer small. No target is set: "
-        "the settings to recommend for buffer tables are measured here.",
+        f"{data['sample_every_s']:g} s; worker: `{data['worker']}`. {kept}. The probe is the "
+        "claim's pick (`SELECT id ... WHERE group_id IS NULL ORDER BY id LIMIT 1000`), timed "
+        "with EXPLAIN ANALYZE at each sample; the planner may pick a sequential scan and a sort "
+        "rather than the partial index once an analyze has seen the buffer small. No target is "
+        "set: the settings to recommend for buffer tables are measured here.",
         "",
     ]
     if "load_average_at_start" in data:
         load = ", ".join(f"{v:g}" for v in data["load_average_at_start"])
         lines += [f"Load average at the start: {load}.", ""]
+
+    def cell(rows: list[dict[str, Any]], key: str, fmt: Callable[[float], str]) -> str:
+        values = [float(row[key]) for row in rows]
+        text = fmt(median(values))
+        return f"{text} ({spread(values, fmt)})" if len(values) > 1 else text
+
+    def ms(value: float) -> str:
+        return f"{value:.2f}"
+
     body = [
         [
-            f"`{row['variant']}`",
-            f"{row['naptime_s']} s",
-            count(row["events_per_s"]) + (" (short)" if row.get("rate_short") else ""),
-            str(row["autovacuum_runs"]),
-            count(row["dead_tuples_max"]),
-            count(row["dead_tuples_final"]),
-            mib(row["heap_bytes_final"]),
-            mib(row["index_bytes_final"]),
-            f"{row['probe_ms_p50']:.2f}",
-            f"{row['probe_ms_max']:.2f}",
-            sequential_probes(row),
-            count(row["backlog_at_end"]),
+            f"`{name}`",
+            f"{rows[0]['naptime_s']} s",
+            str(len(rows)),
+            cell(rows, "events_per_s", count)
+            + (" (short)" if any(row.get("rate_short") for row in rows) else ""),
+            cell(rows, "autovacuum_runs", count),
+            cell(rows, "dead_tuples_max", count),
+            cell(rows, "dead_tuples_final", count),
+            cell(rows, "heap_bytes_final", mib),
+            cell(rows, "index_bytes_final", mib),
+            cell(rows, "probe_ms_p50", ms),
+            cell(rows, "probe_ms_max", ms),
+            ", ".join(sequential_probes(row) for row in rows),
+            cell(rows, "backlog_at_end", count),
         ]
-        for row in data["rows"]
+        for name, rows in variants.items()
     ]
-    header = ["variant", "naptime", "events/s", "autovacuums", "dead tuples max",
+    header = ["variant", "naptime", "runs", "events/s", "autovacuums", "dead tuples max",
               "dead tuples at end", "heap at end (MiB)", "indexes at end (MiB)", "probe p50 (ms)",
               "probe max (ms)", "probes by seq scan", "backlog at end"]  # fmt: skip
     lines += table(header, body)
@@ -938,10 +958,10 @@ def autovacuum(results: Results) -> Rendered:
     # Variants that share their per-table settings (the same ``tuned-N`` at two naptimes)
     # share one line.
     tuned: dict[str, list[str]] = {}
-    for row in data["rows"]:
-        if row.get("table_options"):
-            options = ", ".join(f"`{k} = {v}`" for k, v in row["table_options"].items())
-            tuned.setdefault(options, []).append(f"`{row['variant']}`")
+    for name, rows in variants.items():
+        if rows[0].get("table_options"):
+            options = ", ".join(f"`{k} = {v}`" for k, v in rows[0]["table_options"].items())
+            tuned.setdefault(options, []).append(f"`{name}`")
     if tuned:
         lines += ["Per-table settings of the tuned variants (`ALTER TABLE ... SET`):", ""]
         lines += table(["variants", "settings"], [[", ".join(v), k] for k, v in tuned.items()])
