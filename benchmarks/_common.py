@@ -34,6 +34,11 @@ def scratch_database(name: str) -> str:
     return make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
 
 
+def libpq_url(url: str) -> str:
+    """A SQLAlchemy psycopg URL as a libpq connection string, for plain psycopg."""
+    return url.replace("postgresql+psycopg://", "postgresql://")
+
+
 def percentile(values: list[float], fraction: float) -> float:
     """The value below which ``fraction`` of ``values`` fall (nearest rank)."""
     ordered = sorted(values)

@@ -52,6 +52,7 @@ from psycopg import sql
 from benchmarks._common import (
     ADMIN_URL,
     command_line,
+    libpq_url,
     machine,
     percentile,
     scratch_database,
@@ -420,8 +421,8 @@ def main() -> None:
     variants = [Variant.parse(spec) for spec in args.variants.split(",")]
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     url = scratch_database("outbox_bench_autovacuum")
-    dsn = url.replace("postgresql+psycopg://", "postgresql://")
-    server = ServerSettings(ADMIN_URL.replace("postgresql+psycopg://", "postgresql://"))
+    dsn = libpq_url(url)
+    server = ServerSettings(libpq_url(ADMIN_URL))
     with psycopg.connect(server.dsn) as conn:
         before = {name: f"{setting}{unit}" for name, setting, unit in conn.execute(SERVER)}
     results: dict[str, Any] = {

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks._common import command_line, machine, scratch_database, write
+from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
 from benchmarks._raw_drain import CLAIM
 from benchmarks.drain_throughput import load, prepare
 
@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=21)
     args = parser.parse_args()
     url = scratch_database("outbox_bench_contention")
-    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    dsn = libpq_url(url)
     prepare(url)
     load(dsn, args.events)
     rows: list[dict[str, Any]] = []

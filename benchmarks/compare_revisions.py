@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import CpuMeter, command_line, machine, scratch_database, write
+from benchmarks._common import CpuMeter, command_line, libpq_url, machine, scratch_database, write
 from benchmarks.drain_throughput import APP, ROOT, integers, load, prepare, remaining
 
 OUTBOX = Path(sys.executable).parent / "outbox"
@@ -69,7 +69,7 @@ def main() -> None:
         if found.returncode != 0:
             parser.error(f"--{name} {getattr(args, name)!r} is not a commit of this repository")
     url = scratch_database("outbox_bench_compare")
-    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    dsn = libpq_url(url)
     results: dict[str, Any] = {
         "benchmark": "compare_revisions",
         "command": command_line("benchmarks.compare_revisions", args),

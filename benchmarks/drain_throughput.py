@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 from sqlalchemy import create_engine
 
-from benchmarks._common import CpuMeter, command_line, machine, scratch_database, write
+from benchmarks._common import CpuMeter, command_line, libpq_url, machine, scratch_database, write
 from benchmarks.bench_app import Base
 from outbox import schema
 from outbox.app import MAX_MAX_BATCHES
@@ -202,7 +202,7 @@ def main() -> None:
     if not 1 <= args.max_batches <= MAX_MAX_BATCHES:
         parser.error(f"--max-batches must be 1..{MAX_MAX_BATCHES}, got {args.max_batches}")
     url = scratch_database("outbox_bench_drain")
-    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    dsn = libpq_url(url)
     results: dict[str, Any] = {
         "benchmark": "drain_throughput",
         "command": command_line("benchmarks.drain_throughput", args),

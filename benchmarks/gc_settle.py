@@ -24,7 +24,7 @@ from typing import Any
 
 import structlog
 
-from benchmarks._common import command_line, machine, scratch_database, write
+from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
 from benchmarks.drain_throughput import ROOT, load, prepare, remaining
 
 EXIT_PROBE = """
@@ -91,7 +91,7 @@ def main() -> None:
     parser.add_argument("--exits", type=int, default=5)
     args = parser.parse_args()
     url = scratch_database("outbox_bench_gc")
-    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    dsn = libpq_url(url)
     prepare(url)
     defaults = drain_collector_seconds(url, dsn, args.events)
     default_exit = exit_seconds(False, args.exits)

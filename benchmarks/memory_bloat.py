@@ -25,7 +25,7 @@ from typing import Any
 
 import psycopg
 
-from benchmarks._common import command_line, machine, scratch_database, write
+from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
 from benchmarks.drain_throughput import APP, OUTBOX, ROOT, load, prepare
 
 SIZE = """
@@ -90,7 +90,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
     url = scratch_database("outbox_bench_memory")
-    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    dsn = libpq_url(url)
     runs = [one_run(url, dsn, args.events) for _ in range(args.runs)]
 
     sizes = {

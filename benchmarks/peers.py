@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import command_line, machine, scratch_database, write
+from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
 from benchmarks.drain_throughput import ROOT, load, prepare, remaining, run_framework
 from outbox.worker import DEFAULT_CONCURRENCY
 
@@ -56,11 +56,6 @@ def timed_drain(python: Path, name: str, dsn: str, jobs: int, options: list[str]
     if left:
         raise RuntimeError(f"{name} left {left} jobs behind")
     return seconds
-
-
-def plain(url: str) -> str:
-    """A SQLAlchemy URL as a libpq connection string."""
-    return url.replace("postgresql+psycopg://", "postgresql://")
 
 
 def best(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -101,12 +96,12 @@ def main() -> None:
     # Every configuration runs once per round, so that the machine's drift over the minutes a
     # run takes affects all of them alike, not whichever ran last.
     url = scratch_database("outbox_bench_peers_outbox")
-    outbox_dsn = plain(url)
+    outbox_dsn = libpq_url(url)
     env = {**os.environ, "BENCH_BATCH_SIZE": "1000", "BENCH_ARCHIVE": "0"}
     prepare(url)
-    pgqueuer_dsn = plain(scratch_database("outbox_bench_peers_pgqueuer"))
+    pgqueuer_dsn = libpq_url(scratch_database("outbox_bench_peers_pgqueuer"))
     peer(python, "pgqueuer", "setup", pgqueuer_dsn)
-    procrastinate_dsn = plain(scratch_database("outbox_bench_peers_procrastinate"))
+    procrastinate_dsn = libpq_url(scratch_database("outbox_bench_peers_procrastinate"))
     peer(python, "procrastinate", "setup", procrastinate_dsn)
     pgqueuer_configs = [
         tuple(int(part) for part in config.split("x")) for config in args.pgqueuer.split(",")

@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import text
 
-from benchmarks._common import command_line, machine, scratch_database, write
+from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
 from benchmarks.bench_app import BenchEvent, app
 from benchmarks.claim_contention import timed_claim
 from benchmarks.drain_throughput import load, prepare
@@ -60,7 +60,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=21)
     args = parser.parse_args()
     url = scratch_database("outbox_bench_scale")
-    dsn = url.replace("postgresql+psycopg://", "postgresql://")
+    dsn = libpq_url(url)
     app.use_database(url)
     table = BenchEvent.__table__
     cap = BATCH_SIZE * min(MAX_BATCHES, COUNTED_BATCHES)
