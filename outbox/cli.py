@@ -160,7 +160,9 @@ def configure_logging(level: str, fmt: str) -> None:
         wrapper_class=structlog.make_filtering_bound_logger(
             logging.getLevelNamesMapping()[level.upper()]
         ),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line (print() writes the line and its newline apart): the workers of
+        # `outbox work --processes N` share stderr, and a line must not land inside another.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
 

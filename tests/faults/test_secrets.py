@@ -135,7 +135,7 @@ def logs() -> Iterator[Callable[[], str]]:
     stream = io.StringIO()
     saved = structlog.get_config()
     configure_logging("debug", "json")
-    structlog.configure(logger_factory=structlog.PrintLoggerFactory(file=stream))
+    structlog.configure(logger_factory=structlog.WriteLoggerFactory(file=stream))
     try:
         yield stream.getvalue
     finally:
