@@ -613,8 +613,10 @@ def scale(results: Results) -> Rendered:
     lines += table(header, body)
     if with_raw:
         lines += [
-            "The raw loop's claim is the same locking CTE and UPDATE ... RETURNING through plain "
-            "psycopg: what PostgreSQL itself takes to lock and stamp the rows.",
+            "The raw loop's claim is the issue's form through plain psycopg: the locking CTE, "
+            "then UPDATE ... FROM the CTE joined by id, RETURNING the rows. outbox's claim "
+            "locks with the same CTE but updates the rows by the addresses it locked "
+            "(`WHERE ctid = ANY (ARRAY(SELECT ctid FROM claimable))`, docs/design.md).",
             "",
         ]
     by_size = {r["waiting_rows"]: r for r in rows}

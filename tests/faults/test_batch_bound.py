@@ -1,7 +1,8 @@
 """The batch bound: no claim stamps more than ``batch_size`` rows, whatever plan PostgreSQL picks.
 
 The claim's connections get planner settings that force bad plans (no hash or merge joins, no
-materialisation, then no index or bitmap scans, then no hash aggregation or sort), several
+materialisation, then no TID scans, then no index or bitmap scans, then no hash aggregation or
+sort), several
 claimers claim a large buffer at once, round after round behind a barrier, and every claim must
 still take at most ``batch_size`` rows.
 
@@ -10,7 +11,9 @@ Why the claim is a locking CTE: under the last of those plans PostgreSQL runs an
 join with the subquery on the inner side, re-run for every row of the buffer; each re-run skips
 the rows the statement has just updated and returns the next ``n``, so the statement stamps the
 whole buffer. A ``WITH`` query holding ``FOR UPDATE`` is not folded into the outer query: it is
-evaluated once (a ``CTE Scan`` in the plan), so the claim stays within ``n``.
+evaluated once (a ``CTE Scan`` in the plan), and the claim's UPDATE takes the rows at the
+addresses (``ctid``) it locked, gathered once into an array (an ``InitPlan``), so the claim
+stays within ``n`` whether PostgreSQL reaches them by a TID scan or by a sequential scan.
 """
 
 from __future__ import annotations
@@ -46,8 +49,12 @@ NO_BITMAP = ("enable_bitmapscan",)
 NO_UNIQUE = ("enable_hashagg", "enable_sort")
 """No way to de-duplicate a subquery's rows: the planner re-runs an IN subquery per outer row."""
 
+NO_TID = ("enable_tidscan",)
+"""The claim's UPDATE becomes a sequential scan filtering on the array of locked addresses."""
+
 PLANS = {
     "nested loops only": NO_JOINS,
+    "no TID scans": NO_JOINS + NO_TID,
     "no index scans": NO_JOINS + NO_INDEX,
     "no index or bitmap scans": NO_JOINS + NO_INDEX + NO_BITMAP,
     "no hash aggregate or sort": NO_JOINS + NO_UNIQUE,
@@ -194,16 +201,18 @@ def sent_claims(engine: Engine, run: Callable[[], object]) -> list[tuple[str, An
 def test_claim_is_sent_as_a_locking_cte(
     make_app: Callable[[str], Outbox], postgres_database: str, small_buffer: Engine
 ) -> None:
-    """The claim PostgreSQL receives is WITH ... FOR UPDATE SKIP LOCKED, then UPDATE ... FROM."""
+    """The claim PostgreSQL receives is WITH ... FOR UPDATE SKIP LOCKED, then an UPDATE of the
+    rows at the addresses the CTE locked."""
     app = claiming_app(make_app, postgres_database, WORST_PLAN)
     ((statement, _),) = sent_claims(
         app.engine, lambda: claimer.run_once(app, app.get_handler("sync"))
     )
     flat = " ".join(statement.split())
     assert (True, True, True, False) == (
-        flat.startswith("WITH claimable AS (SELECT"),
+        flat.startswith("WITH claimable AS (SELECT ctid"),
         "ORDER BY test_activity_events.id LIMIT" in flat and "FOR UPDATE SKIP LOCKED)" in flat,
-        "UPDATE test_activity_events SET group_id=" in flat and "FROM claimable" in flat,
+        "UPDATE test_activity_events SET group_id=" in flat
+        and "WHERE ctid = ANY (array((SELECT claimable.ctid FROM claimable)))" in flat,
         "IN (SELECT" in flat,
     )
 
@@ -211,16 +220,19 @@ def test_claim_is_sent_as_a_locking_cte(
 def test_claim_pick_runs_once_as_a_cte_under_the_worst_plan(
     make_app: Callable[[str], Outbox], postgres_database: str, small_buffer: Engine
 ) -> None:
-    """Without hash aggregate or sort, the claim's pick is still one CTE, scanned, not re-run."""
+    """Without hash aggregate or sort, the claim's pick is still one CTE, scanned once into
+    the array of addresses (an InitPlan, ``$n``) that the UPDATE's scan checks, never re-run."""
     app = claiming_app(make_app, postgres_database, WORST_PLAN)
     ((statement, parameters),) = sent_claims(
         app.engine, lambda: claimer.run_once(app, app.get_handler("sync"))
     )
     with app.engine.connect() as conn:
         plan = "\n".join(conn.exec_driver_sql(f"EXPLAIN {statement}", parameters).scalars())
-    assert (True, True, False) == (
+    assert (True, True, True, True, False) == (
         "CTE claimable" in plan,
+        "InitPlan" in plan,
         "CTE Scan on claimable" in plan,
+        "ctid = ANY ($" in plan,
         "Semi Join" in plan,
     )
 
