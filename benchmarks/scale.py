@@ -4,10 +4,12 @@ Both should stay flat as the backlog grows: the count is capped (it stops at
 ``batch_size * min(max_batches, COUNTED_BATCHES)`` rows, as the distributor's does) and the
 claim reads the first ``batch_size`` entries of the partial index on unclaimed rows. Claims
 of 1,000 rows (the throughput benchmarks' batch) and of 100 are timed: most of a claim's time
-is writing its rows, which grows with the batch, not with the backlog. Beside them, the raw
-loop's claim of 1,000 rows through plain psycopg (``benchmarks._raw_drain``): what the same
-work costs the database without outbox. Each figure is the median of ``--repeat`` timings;
-the plans (EXPLAIN ANALYZE) are stored with the results.
+is writing its rows, which grows with the batch, not with the backlog. The claim of 1,000 rows
+is timed once more returning its rows, as the worker runs it, beside the raw loop's claim of
+1,000 rows through plain psycopg (``benchmarks._raw_drain``), which returns its rows too: what
+the same work costs the database without outbox. All of them take turns, repeat by repeat;
+each figure is the median of ``--repeat`` timings; the plans (EXPLAIN ANALYZE) are stored with
+the results.
 
     python -m benchmarks.scale --sizes 10000,1000000 --repeat 21
 """
@@ -20,11 +22,12 @@ import time
 import uuid
 from typing import Any
 
+import psycopg
 from sqlalchemy import text
 
 from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
+from benchmarks._raw_drain import CLAIM
 from benchmarks.bench_app import BenchEvent, app
-from benchmarks.claim_contention import timed_claim
 from benchmarks.drain_throughput import load, prepare
 from outbox import _sql
 from outbox.distributor import COUNTED_BATCHES
@@ -33,16 +36,38 @@ BATCH_SIZE = 1000
 MAX_BATCHES = 64
 
 
-def timed(work: Any, repeat: int) -> float:
-    """Median milliseconds of ``repeat`` calls (each in its own rolled-back transaction)."""
-    samples = []
-    for _ in range(repeat):
-        with app.engine.connect() as conn:
-            started = time.perf_counter()
-            work(conn)
-            samples.append(1000 * (time.perf_counter() - started))
-            conn.rollback()
-    return round(statistics.median(samples), 2)
+def timed(works: dict[str, Any], repeat: int, dsn: str) -> dict[str, float]:
+    """Median milliseconds of ``repeat`` calls of each work, each call in its own rolled-back
+    transaction. The works take turns, call by call, so that a slower spell of the machine
+    weighs on all of them alike. ``raw_claim_ms`` runs on a plain psycopg connection to
+    ``dsn``, the others on the application's engine."""
+    samples: dict[str, list[float]] = {name: [] for name in works}
+    with app.engine.connect() as conn, psycopg.connect(dsn) as raw:
+        for _ in range(repeat):
+            for name, work in works.items():
+                started = time.perf_counter()
+                work(raw if name == "raw_claim_ms" else conn)
+                samples[name].append(1000 * (time.perf_counter() - started))
+                (raw if name == "raw_claim_ms" else conn).rollback()
+    return {name: round(statistics.median(values), 2) for name, values in samples.items()}
+
+
+def works(table: Any, cap: int) -> dict[str, Any]:
+    """What is timed at each backlog, by result key: a callable of one connection each."""
+
+    def claim(limit: int) -> Any:
+        return lambda conn: _sql.claim_rows(conn, "postgresql", table, uuid.uuid4(), limit)
+
+    returning = _sql.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE)
+    assert returning is not None
+    returning = returning.returning(*table.c)
+    return {
+        "count_ms": lambda conn: _sql.count_unclaimed(conn, table, cap),
+        "claim_ms": claim(BATCH_SIZE),
+        "claim_100_ms": claim(100),
+        "claim_returning_ms": lambda conn: conn.execute(returning).all(),
+        "raw_claim_ms": lambda raw: raw.execute(CLAIM, (BATCH_SIZE, uuid.uuid4())).fetchall(),
+    }
 
 
 def plan(statement: Any) -> str:
@@ -73,29 +98,14 @@ def main() -> None:
     for size in (int(s) for s in args.sizes.split(",")):
         prepare(url)
         load(dsn, size)
-        count_ms = timed(lambda conn: _sql.count_unclaimed(conn, table, cap), args.repeat)
-        claim_ms, claim_100_ms = (
-            timed(
-                lambda conn, n=n: _sql.claim_rows(conn, "postgresql", table, uuid.uuid4(), n),
-                args.repeat,
-            )
-            for n in (BATCH_SIZE, 100)
-        )
-        raw_claim_ms = timed_claim(dsn, BATCH_SIZE, args.repeat)
-        claim = _sql.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE)
-        row = {
-            "waiting_rows": size,
-            "count_cap": cap,
-            "count_ms": count_ms,
-            "claim_ms": claim_ms,
-            "claim_100_ms": claim_100_ms,
-            "raw_claim_ms": raw_claim_ms,
-            "claim_plan": plan(claim),
-        }
+        timings = timed(works(table, cap), args.repeat, dsn)
+        claim_plan = plan(_sql.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE))
+        row = {"waiting_rows": size, "count_cap": cap, **timings, "claim_plan": claim_plan}
         results["rows"].append(row)
-        print(f"{size:>9} rows: capped count {count_ms} ms, claim of {BATCH_SIZE} {claim_ms} ms,"
-              f" of 100 {claim_100_ms} ms, raw claim of {BATCH_SIZE} {raw_claim_ms} ms",
-              flush=True)  # fmt: skip
+        print(f"{size:>9} rows: capped count {timings['count_ms']} ms, claim of {BATCH_SIZE}"
+              f" {timings['claim_ms']} ms, of 100 {timings['claim_100_ms']} ms; returning its"
+              f" rows {timings['claim_returning_ms']} ms, the raw loop's"
+              f" {timings['raw_claim_ms']} ms", flush=True)  # fmt: skip
     first, last = results["rows"][0], results["rows"][-1]
     results["claim_growth"] = round(last["claim_ms"] / first["claim_ms"], 2)
     print(f"claim time grows {results['claim_growth']}x; results in {write('scale', results)}")
