@@ -72,7 +72,8 @@ class CpuMeter:
 
         with psycopg.connect(dsn) as conn:
             (backend,) = conn.execute("SELECT pg_backend_pid()").fetchone()  # type: ignore[misc]
-        self._postmaster = _parent_pid(int(backend))
+            # Read while the backend lives: once the connection closes, it may be gone.
+            self._postmaster = _parent_pid(int(backend))
         self._started: tuple[float, float | None] = (0.0, None)
 
     def _now(self) -> tuple[float, float | None]:
