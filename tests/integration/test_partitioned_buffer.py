@@ -63,6 +63,7 @@ def partitioned(postgres_database: str) -> Iterator[Engine]:
 
 
 def stamped_ids(engine: Engine) -> list[int]:
+    """Ids of the partitioned buffer's claimed rows."""
     with engine.connect() as conn:
         query = select(PartitionedEvent.id).where(PartitionedEvent.group_id.is_not(None))
         return sorted(conn.execute(query).scalars())
@@ -71,6 +72,7 @@ def stamped_ids(engine: Engine) -> list[int]:
 def test_a_partitioned_buffer_is_not_addressable_a_plain_one_is(
     postgres_database: str, partitioned: Engine
 ) -> None:
+    """The claim asks PostgreSQL what the table is: a partitioned one takes the join by id."""
     with partitioned.connect() as conn:
         assert (False, True) == (
             _sql.addressable(conn, PartitionedEvent.__table__),  # type: ignore[arg-type]
