@@ -10,7 +10,9 @@ delete the group by group_id }. Both are measured for every batch size B in ``--
 (default 1,000; the handler's batch size comes from ``BENCH_BATCH_SIZE``) and every P in
 ``--processes``; each row keeps the rate of every run and their medians.
 With ``--archive``, both also archive every row as JSON before deleting it. ``--max-batches N``
-sets the handler's claim jobs (default 64) and writes its results to a file of their own.
+sets the handler's claim jobs (default 64) and writes its results to a file of their own;
+so does ``--raw-by-address``, which makes the raw loop claim in outbox's own form (rows updated
+at the addresses the locking CTE locked) instead of the issue's join by id.
 
     python -m benchmarks.drain_throughput --events 200000 --batch-sizes 100,1000,5000 \
         --processes 1,2 --runs 3 [--archive]
@@ -104,11 +106,15 @@ def run_framework(
     return time.perf_counter() - started
 
 
-def run_raw(dsn: str, processes: int, batch_size: int, archive: bool) -> float:
-    """Seconds for P raw psycopg loops to drain."""
+def run_raw(
+    dsn: str, processes: int, batch_size: int, archive: bool, *, by_address: bool = False
+) -> float:
+    """Seconds for P raw psycopg loops to drain (``by_address``: claiming in outbox's form)."""
     command = [sys.executable, "-m", "benchmarks._raw_drain", dsn, str(batch_size)]
     if archive:
         command.append("archive")
+    if by_address:
+        command.append("by-address")
     started = time.perf_counter()
     loops = [subprocess.Popen(command, cwd=ROOT) for _ in range(processes)]
     for loop in loops:
@@ -190,6 +196,12 @@ def main() -> None:
         help="P `outbox work` commands instead of one with --processes P (results of their own)",
     )
     parser.add_argument(
+        "--raw-by-address",
+        action="store_true",
+        help="the raw loop claims in outbox's form, by address, not the issue's join by id "
+        "(results of their own)",
+    )
+    parser.add_argument(
         "--timeline",
         action="store_true",
         help="also sample when the first and the last claim landed (slows both a little)",
@@ -213,6 +225,7 @@ def main() -> None:
         "worker_threads": args.concurrency,
         "max_batches": args.max_batches,
         "separate_commands": args.separate_commands,
+        "raw_claim": "by_address" if args.raw_by_address else "by_id",
         "runs": args.runs,
         "rows": [],
     }
@@ -242,7 +255,9 @@ def main() -> None:
                         timeline.start()
                     meter.start()
                     if variant == "raw":
-                        seconds = run_raw(dsn, processes, batch_size, args.archive)
+                        seconds = run_raw(
+                            dsn, processes, batch_size, args.archive, by_address=args.raw_by_address
+                        )
                     else:
                         seconds = run_framework(
                             url, processes, args.concurrency, env, separate=args.separate_commands
@@ -281,6 +296,8 @@ def main() -> None:
         name += f"_max_batches_{args.max_batches}"
     if args.separate_commands:
         name += "_separate_commands"
+    if args.raw_by_address:
+        name += "_raw_by_address"
     print(f"results in {write(name, results)}")
 
 

@@ -312,9 +312,15 @@ BENCH_MAX_BATCHES = 64
 
 def tuned(results: Results) -> bool:
     """Whether drain results come from a variant run: non-default claim jobs
-    (``--max-batches``) or separate ``outbox work`` commands (``--separate-commands``)."""
+    (``--max-batches``), separate ``outbox work`` commands (``--separate-commands``) or a raw
+    loop that claims by address (``--raw-by-address``)."""
     other_claim_jobs = int(results.data.get("max_batches", BENCH_MAX_BATCHES)) != BENCH_MAX_BATCHES
-    return other_claim_jobs or bool(results.data.get("separate_commands"))
+    return other_claim_jobs or bool(results.data.get("separate_commands")) or by_address(results)
+
+
+def by_address(results: Results) -> bool:
+    """Whether the raw loop of drain results claimed in outbox's form (``--raw-by-address``)."""
+    return results.data.get("raw_claim") == "by_address"
 
 
 def drain_cpu(rows: list[dict[str, Any]], data: dict[str, Any]) -> list[str]:
@@ -383,7 +389,8 @@ def drain_throughput(results: Results) -> Rendered:
         f"{data.get('max_batches', BENCH_MAX_BATCHES)} claim jobs (`max_batches`), "
         f"{'archiving every row' if archive else 'no archive'}; events/s, medians of the runs, "
         f"spread min{DASH}max; process start-up included. The ratio is outbox over the raw loop"
-        f"{' (which archives every row too)' if archive else ''}.",
+        f"{' (which archives every row too)' if archive else ''}"
+        f"{', which claims as outbox does, by address' if by_address(results) else ''}.",
         "",
         *few_runs(runs),
     ]
@@ -1087,6 +1094,8 @@ def heading(results: Results, link: str) -> str:
         what = "Archiving every row" if archived(results) else "No archive"
         if results.data.get("separate_commands"):
             what += ", separate `outbox work` commands (not judged, not drawn)"
+        elif by_address(results):
+            what += ", the raw loop claiming by address (not judged, not drawn)"
         elif tuned(results):
             what += f", `--max-batches {results.data['max_batches']}` (not judged, not drawn)"
         return f"### {what} ({name})"
