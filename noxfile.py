@@ -62,7 +62,8 @@ BENCHMARKS = (
     (*DRAIN, "--batch-sizes", "100,1000,5000"),
     (*DRAIN, "--batch-sizes", "1000", "--archive"),
     (*DRAIN, "--batch-sizes", "1000", "--separate-commands"),
-    ("benchmarks.peers", "--jobs", "50000", "--procrastinate-jobs", "5000", "--runs", "3"),
+    (*DRAIN, "--batch-sizes", "1000", "--raw-by-address"),
+    ("benchmarks.peers", "--jobs", "50000", "--procrastinate-jobs", "5000", "--runs", "5"),
     ("benchmarks.autovacuum", "--seconds", "180", "--runs", "3"),
 )  # fmt: skip
 
