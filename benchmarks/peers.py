@@ -20,7 +20,7 @@ Every configuration runs once per round, ``--runs`` rounds; each peer's best con
 asyncpg``). Procrastinate is slow, so ``--procrastinate-jobs`` may be
 smaller than N; the ratios are ratios of rates.
 
-    python -m benchmarks.peers --jobs 50000 --procrastinate-jobs 5000 --runs 3
+    python -m benchmarks.peers --jobs 50000 --procrastinate-jobs 5000 --runs 5
 """
 
 from __future__ import annotations
