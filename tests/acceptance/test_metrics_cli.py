@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 import signal
-import socket
 import urllib.request
 from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Engine
 
+from tests._ports import free_ports
 from tests.acceptance._cli import APP, Cli, wait_for
 
 HANDLED = 'outbox_events_total{band="HOUR",handler="record_activity",outcome="succeeded"} 25.0'
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _scrape(port: int) -> str | None:
@@ -34,7 +28,7 @@ def test_worker_serves_metrics_of_its_handlers(
 ) -> None:
     """A scrape shows the handled events counter and the backlog gauge of each handler."""
     commit_events(connect(postgres_database), 25)
-    port = _free_port()
+    port = free_ports()
     worker = cli.start(
         "--app", APP, "--database-url", postgres_database,
         "work", "--metrics-port", str(port), "--distribute-every", "0.2", "--poll-interval", "0.2",
@@ -54,9 +48,7 @@ def test_each_forked_worker_serves_metrics_on_its_own_port(
     cli: Cli, postgres_database: str
 ) -> None:
     """``--processes 2 --metrics-port P``: worker 0 answers on P, worker 1 on P + 1."""
-    port = _free_port()
-    while _scrape(port + 1) is not None:  # the next port must be free too
-        port = _free_port()
+    port = free_ports(2)
     worker = cli.start(
         "--app", APP, "--database-url", postgres_database,
         "work", "--processes", "2", "--metrics-port", str(port), "--poll-interval", "0.2",

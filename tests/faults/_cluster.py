@@ -16,7 +16,6 @@ import contextlib
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -26,6 +25,8 @@ from typing import Any
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
+
+from tests._ports import free_ports
 
 BINDIR_ENV = "OUTBOX_TEST_PG_BINDIR"
 DEFAULT_BINDIRS = ("/usr/local/bin", "/usr/lib/postgresql/15/bin")
@@ -54,13 +55,6 @@ def find_bindir() -> Path:
     )
 
 
-def free_port() -> int:
-    """A TCP port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class PrivateCluster:
     """One PostgreSQL server of the test's own: start, restart (fast or immediate), stop."""
 
@@ -69,7 +63,7 @@ class PrivateCluster:
         self.base = Path(tempfile.mkdtemp(prefix="outbox-faults-pg-"))
         self.data = self.base / "data"
         self.log = self.base / "server.log"
-        self.port = free_port()
+        self.port = free_ports()  # outside the ephemeral range: it is reused on restart
         self._as_root = os.geteuid() == 0
         if self._as_root:
             user = pwd.getpwnam(SERVER_USER)
