@@ -42,6 +42,9 @@ DELETE = "DELETE FROM bench_events WHERE group_id = %s"
 
 def main() -> None:
     url, batch_size, options = sys.argv[1], int(sys.argv[2]), set(sys.argv[3:])
+    unknown = options - {"archive", "by-address"}
+    if unknown:
+        sys.exit(f"unknown options {sorted(unknown)}: the options are archive and by-address")
     archive = "archive" in options
     claim = CLAIM_BY_ADDRESS if "by-address" in options else CLAIM
     with psycopg.connect(url) as conn:

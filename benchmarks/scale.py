@@ -39,35 +39,42 @@ MAX_BATCHES = 64
 def timed(works: dict[str, Any], repeat: int, dsn: str) -> dict[str, float]:
     """Median milliseconds of ``repeat`` calls of each work, each call in its own rolled-back
     transaction. The works take turns, call by call, so that a slower spell of the machine
-    weighs on all of them alike. ``raw_claim_ms`` runs on a plain psycopg connection to
-    ``dsn``, the others on the application's engine."""
+    weighs on all of them alike. Each work gets the application's connection and a plain
+    psycopg one to ``dsn``, and uses one of them."""
     samples: dict[str, list[float]] = {name: [] for name in works}
     with app.engine.connect() as conn, psycopg.connect(dsn) as raw:
         for _ in range(repeat):
             for name, work in works.items():
                 started = time.perf_counter()
-                work(raw if name == "raw_claim_ms" else conn)
+                work(conn, raw)
                 samples[name].append(1000 * (time.perf_counter() - started))
-                (raw if name == "raw_claim_ms" else conn).rollback()
+                conn.rollback()
+                raw.rollback()
     return {name: round(statistics.median(values), 2) for name, values in samples.items()}
 
 
 def works(table: Any, cap: int) -> dict[str, Any]:
-    """What is timed at each backlog, by result key: a callable of one connection each."""
+    """What is timed at each backlog, by result key: a callable of (the application's
+    connection, a plain psycopg one) each."""
 
     def claim(limit: int) -> Any:
-        return lambda conn: _sql.claim_rows(conn, "postgresql", table, uuid.uuid4(), limit)
+        return lambda conn, _: _sql.claim_rows(conn, "postgresql", table, uuid.uuid4(), limit)
 
-    returning = _sql.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE)
-    assert returning is not None
-    returning = returning.returning(*table.c)
+    returning = claim_statement(table).returning(*table.c)
     return {
-        "count_ms": lambda conn: _sql.count_unclaimed(conn, table, cap),
+        "count_ms": lambda conn, _: _sql.count_unclaimed(conn, table, cap),
         "claim_ms": claim(BATCH_SIZE),
         "claim_100_ms": claim(100),
-        "claim_returning_ms": lambda conn: conn.execute(returning).all(),
-        "raw_claim_ms": lambda raw: raw.execute(CLAIM, (BATCH_SIZE, uuid.uuid4())).fetchall(),
+        "claim_returning_ms": lambda conn, _: conn.execute(returning).all(),
+        "raw_claim_ms": lambda _, raw: raw.execute(CLAIM, (BATCH_SIZE, uuid.uuid4())).fetchall(),
     }
+
+
+def claim_statement(table: Any) -> Any:
+    """outbox's claim of ``BATCH_SIZE`` rows on the bench buffer (a plain table: by address)."""
+    statement = _sql.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE, by_address=True)
+    assert statement is not None  # PostgreSQL claims in one statement
+    return statement
 
 
 def plan(statement: Any) -> str:
@@ -99,7 +106,7 @@ def main() -> None:
         prepare(url)
         load(dsn, size)
         timings = timed(works(table, cap), args.repeat, dsn)
-        claim_plan = plan(_sql.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE))
+        claim_plan = plan(claim_statement(table))
         row = {"waiting_rows": size, "count_cap": cap, **timings, "claim_plan": claim_plan}
         results["rows"].append(row)
         print(f"{size:>9} rows: capped count {timings['count_ms']} ms, claim of {BATCH_SIZE}"

@@ -467,7 +467,7 @@ def claim_rows(
 
 
 def claim_update(
-    dialect: str, table: Table, group_id: uuid.UUID, limit: int, *, by_address: bool = True
+    dialect: str, table: Table, group_id: uuid.UUID, limit: int, *, by_address: bool
 ) -> Update | None:
     """The claim of :func:`claim_rows` as one UPDATE (PostgreSQL, SQLite), None on MariaDB.
 

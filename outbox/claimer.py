@@ -161,7 +161,9 @@ def _claim_returning(
     """
     table, limit = handler.table, handler.batch_size
     try:
-        stmt = _sql.claim_update(app.dialect, table, group_id, limit)
+        stmt = _sql.claim_update(
+            app.dialect, table, group_id, limit, by_address=_sql.addressable(conn, table)
+        )
         if stmt is None:
             _sql.claim_rows(conn, app.dialect, table, group_id, limit)
             rows = _sql.select_group_rows(conn, table, group_id)
