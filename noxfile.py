@@ -56,6 +56,7 @@ BENCHMARKS = (
      "--runs", "3"),
     ("benchmarks.enqueue_cost", "--transactions", "2000", "--runs", "3"),
     ("benchmarks.scale", "--sizes", "10000,1000000", "--repeat", "21"),
+    ("benchmarks.claim_floor", "--events", "1000000", "--repeat", "21"),
     ("benchmarks.claim_contention", "--held", "0,1000,3000,7000,15000,35000", "--repeat", "21"),
     ("benchmarks.gc_settle", "--events", "200000", "--exits", "5"),
     ("benchmarks.memory_bloat", "--events", "1000000", "--runs", "3"),
@@ -63,7 +64,8 @@ BENCHMARKS = (
     (*DRAIN, "--batch-sizes", "1000", "--archive"),
     (*DRAIN, "--batch-sizes", "1000", "--separate-commands"),
     (*DRAIN, "--batch-sizes", "1000", "--raw-by-address"),
-    ("benchmarks.peers", "--jobs", "50000", "--procrastinate-jobs", "5000", "--runs", "5"),
+    ("benchmarks.peers", "--jobs", "200000", "--procrastinate-jobs", "5000", "--runs", "3"),
+    ("benchmarks.peers", "--jobs", "50000", "--procrastinate-jobs", "5000", "--runs", "3"),
     ("benchmarks.autovacuum", "--seconds", "180", "--runs", "3"),
 )  # fmt: skip
 

@@ -4,8 +4,9 @@
 
 Loops { claim up to BATCH_SIZE rows with the locking CTE and UPDATE ... RETURNING; delete the
 group by group_id (or archive it as JSON and then delete it) } until a claim finds nothing.
-The claim is the issue's form, the CTE joined back by id; ``by-address``: outbox's form, the
-rows updated at the addresses the CTE locked (``CLAIM_BY_ADDRESS``), the stricter ceiling.
+The claim is the form the drain target names, the CTE joined back by id; ``by-address``:
+outbox's form, the rows updated at the addresses the CTE locked (``CLAIM_BY_ADDRESS``), the
+stricter ceiling.
 """
 
 from __future__ import annotations

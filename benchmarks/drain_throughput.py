@@ -12,7 +12,7 @@ delete the group by group_id }. Both are measured for every batch size B in ``--
 With ``--archive``, both also archive every row as JSON before deleting it. ``--max-batches N``
 sets the handler's claim jobs (default 64) and writes its results to a file of their own;
 so does ``--raw-by-address``, which makes the raw loop claim in outbox's own form (rows updated
-at the addresses the locking CTE locked) instead of the issue's join by id.
+at the addresses the locking CTE locked) instead of the target's join by id.
 
     python -m benchmarks.drain_throughput --events 200000 --batch-sizes 100,1000,5000 \
         --processes 1,2 --runs 3 [--archive]
@@ -198,7 +198,7 @@ def main() -> None:
     parser.add_argument(
         "--raw-by-address",
         action="store_true",
-        help="the raw loop claims in outbox's form, by address, not the issue's join by id "
+        help="the raw loop claims in outbox's form, by address, not the target's join by id "
         "(results of their own)",
     )
     parser.add_argument(
