@@ -6,6 +6,11 @@
 2. 100 events in one transaction with ``outbox.add_events`` against raw SQLAlchemy Core
    ``executemany`` of the same rows, both on a Connection; ``add_events`` through a Session,
    as applications usually call it, is measured beside them.
+3. Concurrent writers: ``--writers`` connections (plain psycopg, a thread each) commit one
+   event per transaction side by side for ``--seconds``, without and with the notify trigger,
+   taking turns run by run. A notifying transaction queues its notification at commit under
+   a lock that PostgreSQL holds across the whole cluster, so the trigger's cost shows when
+   many transactions commit at once, not in one connection's rate.
 
     python -m benchmarks.enqueue_cost --transactions 2000 --runs 3
 """
@@ -14,14 +19,16 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import threading
 import time
 from typing import Any
 
+import psycopg
 from sqlalchemy import String, event, insert
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from benchmarks._common import command_line, machine, scratch_database, write
-from outbox import BufferMixin, Outbox, add_events, notify, schema
+from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
+from outbox import BufferMixin, Outbox, _sql, add_events, notify, schema
 
 
 class Base(DeclarativeBase):
@@ -70,12 +77,60 @@ def rate(work: Any, count: int) -> float:
     return count / (time.perf_counter() - started)
 
 
+def concurrent_rate(dsn: str, writers: int, seconds: float) -> float:
+    """Transactions/s of ``writers`` connections each committing one event per transaction,
+    while one more connection listens on outbox's channel and reads what it is sent, as a
+    worker does."""
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {_sql.NOTIFY_CHANNEL}")
+        stop = threading.Event()
+
+        def listen() -> None:
+            while not stop.is_set():
+                for _ in listener.notifies(timeout=0.2):
+                    pass
+
+        reader = threading.Thread(target=listen)
+        reader.start()
+        try:
+            return _commit_side_by_side(dsn, writers, seconds)
+        finally:
+            stop.set()
+            reader.join()
+
+
+def _commit_side_by_side(dsn: str, writers: int, seconds: float) -> float:
+    committed = [0] * writers
+    deadline: list[float] = []
+    # The window opens once every writer is connected (the barrier's action runs before any
+    # writer is let through).
+    ready = threading.Barrier(writers, action=lambda: deadline.append(time.monotonic() + seconds))
+
+    def write_events(n: int) -> None:
+        with psycopg.connect(dsn) as conn:
+            ready.wait()
+            while time.monotonic() < deadline[0]:
+                conn.execute("INSERT INTO bench_order_events (order_reference) VALUES ('o')")
+                conn.commit()
+                committed[n] += 1
+
+    threads = [threading.Thread(target=write_events, args=(n,)) for n in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(committed) / seconds
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--transactions", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--writers", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
-    app = Outbox(scratch_database("outbox_bench_enqueue"))
+    url = scratch_database("outbox_bench_enqueue")
+    app = Outbox(url)
     app.handler(OrderEvent, name="orders")(lambda batch: None)
     with app.engine.begin() as conn:
         schema.metadata.create_all(conn)
@@ -135,6 +190,24 @@ def main() -> None:
             "helper_vs_core": round(medians["helper"] / medians["core"], 3),
         }
         print(label, results[label], flush=True)
+
+    concurrent: dict[str, list[float]] = {"no_trigger": [], "notify_trigger": []}
+    for _ in range(args.runs):
+        for label in concurrent:
+            (notify.install if label == "notify_trigger" else notify.remove)(app)
+            rate_now = concurrent_rate(libpq_url(url), args.writers, args.seconds)
+            concurrent[label].append(round(rate_now, 1))
+    results["concurrent_writers"] = {
+        "writers": args.writers,
+        "seconds": args.seconds,
+        "rates": concurrent,
+        "trigger_over_plain": round(
+            statistics.median(concurrent["notify_trigger"])
+            / statistics.median(concurrent["no_trigger"]),
+            3,
+        ),
+    }
+    print("concurrent_writers", results["concurrent_writers"], flush=True)
     print(f"results in {write('enqueue_cost', results)}")
 
 

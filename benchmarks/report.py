@@ -595,7 +595,31 @@ def enqueue_cost(results: Results) -> Rendered:
             through_session = median(session_rates) / section["medians"]["core"]
             sentence += f" `add_events` through a Session against Core: {through_session:.2f}."
         lines += [sentence, ""]
+    lines += concurrent_writers(data.get("concurrent_writers"))
     return lines, targets
+
+
+def concurrent_writers(data: dict[str, Any] | None) -> list[str]:
+    """Commits of many writers side by side, without and with the notify trigger: shown."""
+    if not data:
+        return []
+    rates = data["rates"]
+    body = [
+        [label, str(len(rates[key])), count(median(rates[key])), spread(rates[key])]
+        for key, label in (("no_trigger", "without"), ("notify_trigger", "with"))
+    ]
+    return [
+        f"**{data['writers']} writers side by side** (plain psycopg, one event per transaction, "
+        f"{data['seconds']:g} s per run, one connection listening; the two take turns, run by "
+        "run)",
+        "",
+        *table(["notify trigger", "runs", "transactions/s", "spread"], body),
+        f"With the trigger, concurrent writers commit {data['trigger_over_plain']:.2f} of the "
+        "rate without it: PostgreSQL queues a transaction's notifications at commit under a "
+        "lock held across the whole cluster, so notifying commits take turns (shown, not "
+        "judged).",
+        "",
+    ]
 
 
 def scale(results: Results) -> Rendered:
