@@ -52,8 +52,8 @@ def chaos(session: nox.Session) -> None:
 DRAIN = ("benchmarks.drain_throughput", "--events", "200000", "--processes", "1,2", "--runs", "3")
 BENCHMARKS = (
     ("benchmarks.wakeup_latency", "--rate", "200", "--seconds", "20", "--runs", "3"),
-    ("benchmarks.wakeup_latency", "--rate", "1000", "--producers", "8", "--seconds", "20",
-     "--runs", "3"),
+    ("benchmarks.wakeup_latency", "--rate", "1000", "--producers", "8", "--plain-producers",
+     "--seconds", "20", "--runs", "3"),
     ("benchmarks.enqueue_cost", "--transactions", "2000", "--runs", "3"),
     ("benchmarks.scale", "--sizes", "10000,1000000", "--repeat", "21"),
     ("benchmarks.claim_floor", "--events", "1000000", "--repeat", "21"),

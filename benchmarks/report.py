@@ -245,6 +245,7 @@ def derived_wakeup_latency(data: dict[str, Any]) -> str:
         "benchmarks.wakeup_latency",
         ("--rate", data["rate_per_second"]),
         ("--producers", data.get("producers")),
+        ("--plain-producers", bool(data.get("plain_producers"))),
         ("--seconds", data["seconds"]),
         ("--runs", max(len(r) for r in runs.values())),
         ("--poll-interval", data["poll_interval"]),
@@ -869,7 +870,8 @@ def wakeup_latency(results: Results) -> Rendered:
     runs = data["runs"]
     intro = (
         f"{rate:,g} events/s for {data['seconds']:g} s "
-        f"({producers} producer{'s' * (producers > 1)}), poll interval "
+        f"({producers} producer{'s' * (producers > 1)}"
+        f"{', plain psycopg' if data.get('plain_producers') else ''}), poll interval "
         f"{data.get('poll_interval', '?')} s; milliseconds from commit to handler start, "
         f"medians of the runs' percentiles, spread min{DASH}max."
     )
