@@ -107,6 +107,8 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=21)
     args = parser.parse_args()
+    if args.events < BATCH_SIZE or args.repeat < 1:
+        parser.error(f"--events takes at least {BATCH_SIZE:,} and --repeat at least 1")
     url = scratch_database("outbox_bench_claim_floor")
     dsn = libpq_url(url)
     prepare(url)

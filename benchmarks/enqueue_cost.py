@@ -108,7 +108,7 @@ def _commit_side_by_side(dsn: str, writers: int, seconds: float) -> float:
 
     def write_events(n: int) -> None:
         with psycopg.connect(dsn) as conn:
-            ready.wait()
+            ready.wait(timeout=60)
             while time.monotonic() < deadline[0]:
                 conn.execute("INSERT INTO bench_order_events (order_reference) VALUES ('o')")
                 conn.commit()
@@ -129,6 +129,8 @@ def main() -> None:
     parser.add_argument("--writers", type=int, default=8)
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args()
+    if args.writers < 1 or args.seconds <= 0:
+        parser.error("--writers takes at least 1 and --seconds a positive number")
     url = scratch_database("outbox_bench_enqueue")
     app = Outbox(url)
     app.handler(OrderEvent, name="orders")(lambda batch: None)

@@ -1095,7 +1095,7 @@ CLAIM_FLOOR_VARIANTS = {
 
 
 def claim_floor(results: Results) -> Rendered:
-    """The claim with parts of its writes taken away; judged beside the scale target."""
+    """The claim with parts of its writes taken away: shown beside the scale target."""
     data = results.data
     share = data["heap_only_updates"]
     lines = [
