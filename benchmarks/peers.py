@@ -80,6 +80,17 @@ def main() -> None:
     parser.add_argument("--procrastinate", default="10,30", help="sub-worker concurrencies")
     parser.add_argument("--peer-python", type=Path, default=PEER_PYTHON)
     args = parser.parse_args()
+    if min(args.jobs, args.procrastinate_jobs, args.runs) < 1:
+        parser.error("--jobs, --procrastinate-jobs and --runs take at least 1")
+    try:
+        pgqueuer_configs = [
+            tuple(int(part) for part in config.split("x", 1)) for config in args.pgqueuer.split(",")
+        ]
+        concurrencies = [int(c) for c in args.procrastinate.split(",")]
+    except ValueError:
+        parser.error("--pgqueuer takes CONSUMERSxBATCH,... and --procrastinate N,... (integers)")
+    if any(len(c) != 2 or min(c) < 1 for c in pgqueuer_configs) or min(concurrencies) < 1:
+        parser.error("--pgqueuer takes CONSUMERSxBATCH,... and --procrastinate N,... (>= 1)")
     proc_jobs = args.procrastinate_jobs
     python = args.peer_python
     results: dict[str, Any] = {
@@ -112,10 +123,6 @@ def main() -> None:
     peer(python, "pgqueuer", "setup", pgqueuer_dsn)
     procrastinate_dsn = libpq_url(scratch_database("outbox_bench_peers_procrastinate"))
     peer(python, "procrastinate", "setup", procrastinate_dsn)
-    pgqueuer_configs = [
-        tuple(int(part) for part in config.split("x")) for config in args.pgqueuer.split(",")
-    ]
-    concurrencies = [int(c) for c in args.procrastinate.split(",")]
     rates: dict[Any, list[float]] = {}
     for run in range(args.runs):
         load(outbox_dsn, args.jobs)
