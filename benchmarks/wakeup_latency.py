@@ -31,6 +31,7 @@ import datetime as dt
 import multiprocessing
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.queues import Queue
 from multiprocessing.sharedctypes import Synchronized
 from multiprocessing.synchronize import Barrier, Event
@@ -82,13 +83,7 @@ def produce(
     ``start`` and commits at ``start + phase + k / rate``. It reports how many events it
     committed and the wall-clock time it finished.
     """
-    app = Outbox(url)
-    # Connect before the clock starts, so that the first commits do not pay for it.
-    if plain:
-        raw = psycopg.connect(libpq_url(url))
-    else:
-        with app.engine.connect():
-            pass
+    commit_one, close = _committer(url, plain)
     ready.wait(timeout=60)
     go.wait(timeout=60)
     # The shared start is wall-clock time (comparable across processes); the schedule runs
@@ -104,19 +99,34 @@ def produce(
             time.sleep(pause)
         elif time.monotonic() >= end:
             break  # behind schedule and the window has closed: what is left was not committed
-        if plain:
-            raw.execute("INSERT INTO bench_ping_events (note) VALUES ('ping')")
-            raw.commit()
-        else:
-            with Session(app.engine) as session:
-                session.add(PingEvent())
-                session.commit()
+        commit_one()
         n += 1
         due = t0 + phase + n * interval
-    if plain:
-        raw.close()
     report.put((n, time.time()))
-    app.engine.dispose()
+    close()
+
+
+def _committer(url: str, plain: bool) -> tuple[Callable[[], None], Callable[[], None]]:
+    """A producer's commit of one event, and how to let go of its connection. It connects at
+    once, before the clock starts, so that the first commits do not pay for it."""
+    if plain:
+        raw = psycopg.connect(libpq_url(url))
+
+        def commit_plain() -> None:
+            raw.execute("INSERT INTO bench_ping_events (note) VALUES ('ping')")
+            raw.commit()
+
+        return commit_plain, raw.close
+    app = Outbox(url)
+    with app.engine.connect():
+        pass
+
+    def commit_in_session() -> None:
+        with Session(app.engine) as session:
+            session.add(PingEvent())
+            session.commit()
+
+    return commit_in_session, app.engine.dispose
 
 
 def produce_all(

@@ -2,9 +2,8 @@
 
 The claim's connections get planner settings that force bad plans (no hash or merge joins, no
 materialisation, then no TID scans, then no index or bitmap scans, then no hash aggregation or
-sort), several
-claimers claim a large buffer at once, round after round behind a barrier, and every claim must
-still take at most ``batch_size`` rows.
+sort), several claimers claim a large buffer at once, round after round behind a barrier, and
+every claim must still take at most ``batch_size`` rows.
 
 Why the claim is a locking CTE: under the last of those plans PostgreSQL runs an
 ``UPDATE ... WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` as a nested-loop semi
