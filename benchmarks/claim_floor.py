@@ -20,7 +20,14 @@ The variants take turns, repeat by repeat. Each variant's statement is also run 
 ``EXPLAIN (ANALYZE, WAL)``: its WAL records and bytes are stored with the timings, and for
 ``heap_only`` the share of its updates that were heap-only (``pg_stat_user_tables``).
 
-    python -m benchmarks.claim_floor --events 1000000 --repeat 21
+Then what the heap-only form costs elsewhere: without ``group_id`` in any index, its pick and
+the distributor's capped count read every claimed row still in the heap. The claim and the
+capped count are timed on both schemas, first with nothing in flight, then with
+``--in-flight`` groups claimed (committed) at the buffer's head and the tables vacuumed:
+groups that workers are handling, or that wait for a retry while the receiving service is
+down.
+
+    python -m benchmarks.claim_floor --events 1000000 --repeat 21 --in-flight 64
 """
 
 from __future__ import annotations
@@ -35,8 +42,11 @@ import psycopg
 
 from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
 from benchmarks.drain_throughput import load, prepare
+from outbox.distributor import COUNTED_BATCHES
 
 BATCH_SIZE = 1000
+# The distributor's count stops here (benchmarks.scale counts the same way).
+COUNT_CAP = BATCH_SIZE * COUNTED_BATCHES
 
 
 def claim(table: str, *, lock: bool = True) -> str:
@@ -45,6 +55,14 @@ def claim(table: str, *, lock: bool = True) -> str:
     return (
         f"UPDATE {table} SET group_id = %(group)s WHERE ctid = ANY (ARRAY("
         f"SELECT ctid FROM {table} WHERE group_id IS NULL ORDER BY id LIMIT %(limit)s{locking}))"
+    )
+
+
+def capped_count(table: str) -> str:
+    """The distributor's capped count of unclaimed rows, as outbox runs it."""
+    return (
+        f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE group_id IS NULL"
+        f" ORDER BY id LIMIT {COUNT_CAP}) AS capped"
     )
 
 
@@ -63,6 +81,9 @@ VARIANTS: dict[str, tuple[list[str], str]] = {
     "heap_only": ([], claim("bench_events_heap_only")),
 }
 
+# schema: its table
+IN_FLIGHT_SCHEMAS = {"outbox": "bench_events", "heap_only": "bench_events_heap_only"}
+
 HEAP_ONLY_COPY = [
     "CREATE TABLE bench_events_heap_only (LIKE bench_events INCLUDING DEFAULTS)"
     " WITH (fillfactor = 50)",
@@ -75,11 +96,28 @@ def run_claim(conn: psycopg.Connection[Any], variant: str, *, explain: bool = Fa
     """One claim of a variant in a transaction of its own, rolled back: its milliseconds, or
     with ``explain`` its plan's top node (EXPLAIN ANALYZE, WAL) as JSON."""
     setup, statement = VARIANTS[variant]
-    for sql in setup:
+    return run(conn, statement, setup, claim_params(), explain=explain)
+
+
+def claim_params() -> dict[str, Any]:
+    """A claim's parameters: a new group, ``BATCH_SIZE`` rows."""
+    return {"group": uuid.uuid4(), "limit": BATCH_SIZE}
+
+
+def run(
+    conn: psycopg.Connection[Any],
+    statement: str,
+    setup: list[str] | None = None,
+    params: dict[str, Any] | None = None,
+    *,
+    explain: bool = False,
+) -> Any:
+    """``statement`` after ``setup`` in a transaction of its own, rolled back: the statement's
+    milliseconds, or with ``explain`` its plan's top node (EXPLAIN ANALYZE, WAL) as JSON."""
+    for sql in setup or []:
         conn.execute(sql)  # type: ignore[arg-type]
     if explain:
         statement = f"EXPLAIN (ANALYZE, WAL, FORMAT JSON) {statement}"
-    params = {"group": uuid.uuid4(), "limit": BATCH_SIZE}
     started = time.perf_counter()
     cursor = conn.execute(statement, params)  # type: ignore[arg-type]
     elapsed = 1000 * (time.perf_counter() - started)
@@ -102,13 +140,43 @@ def heap_only_share(dsn: str) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
+def schema_costs(dsn: str, repeat: int) -> dict[str, dict[str, float]]:
+    """Median milliseconds of the claim and of the capped count on each schema of
+    ``IN_FLIGHT_SCHEMAS``, by schema and work; they take turns, repeat by repeat."""
+    samples: dict[str, dict[str, list[float]]] = {
+        schema: {"claim_ms": [], "count_ms": []} for schema in IN_FLIGHT_SCHEMAS
+    }
+    with psycopg.connect(dsn) as conn:
+        for _ in range(repeat):
+            for schema, table in IN_FLIGHT_SCHEMAS.items():
+                samples[schema]["claim_ms"].append(run(conn, claim(table), params=claim_params()))
+                samples[schema]["count_ms"].append(run(conn, capped_count(table)))
+    return {
+        schema: {work: round(statistics.median(values), 2) for work, values in works.items()}
+        for schema, works in samples.items()
+    }
+
+
+def put_in_flight(dsn: str, groups: int) -> None:
+    """Claim ``groups`` groups of ``BATCH_SIZE`` rows on each schema, committed, as workers
+    hold them; then VACUUM, so that only the in-flight rows themselves stand in the way."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table in IN_FLIGHT_SCHEMAS.values():
+            for _ in range(groups):
+                conn.execute(claim(table), claim_params())  # type: ignore[arg-type]
+            conn.execute(f"VACUUM ANALYZE {table}")  # type: ignore[arg-type]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--in-flight", type=int, default=64, help="groups in flight")
     args = parser.parse_args()
-    if args.events < BATCH_SIZE or args.repeat < 1:
-        parser.error(f"--events takes at least {BATCH_SIZE:,} and --repeat at least 1")
+    if args.events < BATCH_SIZE or args.repeat < 1 or args.in_flight < 1:
+        parser.error(f"--events takes at least {BATCH_SIZE:,}, --repeat and --in-flight at least 1")
+    if (args.in_flight + 1) * BATCH_SIZE > args.events:
+        parser.error(f"--events must leave a claim of {BATCH_SIZE:,} rows past --in-flight")
     url = scratch_database("outbox_bench_claim_floor")
     dsn = libpq_url(url)
     prepare(url)
@@ -126,6 +194,15 @@ def main() -> None:
     updated_after = heap_only_share(dsn)
     with psycopg.connect(dsn) as conn:
         plans = {name: run_claim(conn, name, explain=True) for name in VARIANTS}
+    idle = schema_costs(dsn, args.repeat)
+    put_in_flight(dsn, args.in_flight)
+    busy = schema_costs(dsn, args.repeat)
+    in_flight = [
+        {"schema": schema, **idle[schema], **{f"{k}_in_flight": v for k, v in busy[schema].items()}}
+        for schema in IN_FLIGHT_SCHEMAS
+    ]
+    for row in in_flight:
+        print(row, flush=True)
     updates = updated_after[0] - updated_before[0]
     heap_only_updates = updated_after[1] - updated_before[1]
     rows = []
@@ -149,6 +226,12 @@ def main() -> None:
         "repeat": args.repeat,
         "rows": rows,
         "heap_only_updates": {"updates": updates, "heap_only": heap_only_updates},
+        "in_flight": {
+            "groups": args.in_flight,
+            "rows": args.in_flight * BATCH_SIZE,
+            "count_cap": COUNT_CAP,
+            "costs": in_flight,
+        },
     }
     print(f"heap-only copy: {heap_only_updates} of {updates} updates were heap-only")
     print(f"results in {write('claim_floor', results)}")
