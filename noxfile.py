@@ -56,7 +56,7 @@ BENCHMARKS = (
      "--seconds", "20", "--runs", "3"),
     ("benchmarks.enqueue_cost", "--transactions", "2000", "--runs", "3"),
     ("benchmarks.scale", "--sizes", "10000,1000000", "--repeat", "21"),
-    ("benchmarks.claim_floor", "--events", "1000000", "--repeat", "21"),
+    ("benchmarks.claim_floor", "--events", "1000000", "--repeat", "21", "--in-flight", "64"),
     ("benchmarks.claim_contention", "--held", "0,1000,3000,7000,15000,35000", "--repeat", "21"),
     ("benchmarks.gc_settle", "--events", "200000", "--exits", "5"),
     ("benchmarks.memory_bloat", "--events", "1000000", "--runs", "3"),
