@@ -22,10 +22,10 @@ The variants take turns, repeat by repeat. Each variant's statement is also run 
 
 Then what the heap-only form costs elsewhere: without ``group_id`` in any index, its pick and
 the distributor's capped count read every claimed row still in the heap. The claim and the
-capped count are timed on both schemas, first with nothing in flight, then with
-``--in-flight`` groups claimed (committed) at the buffer's head and the tables vacuumed:
+capped count are timed on both schemas with nothing in flight, and on a copy of each with
+``--in-flight`` groups claimed (committed) at the buffer's head, all four tables vacuumed:
 groups that workers are handling, or that wait for a retry while the receiving service is
-down.
+down. The eight timings take turns, repeat by repeat.
 
     python -m benchmarks.claim_floor --events 1000000 --repeat 21 --in-flight 64
 """
@@ -81,12 +81,19 @@ VARIANTS: dict[str, tuple[list[str], str]] = {
     "heap_only": ([], claim("bench_events_heap_only")),
 }
 
-# schema: its table
-IN_FLIGHT_SCHEMAS = {"outbox": "bench_events", "heap_only": "bench_events_heap_only"}
+HEAP_ONLY_STORAGE = " WITH (fillfactor = 50)"
+
+# schema: (its table, the storage parameters a copy of it needs)
+IN_FLIGHT_SCHEMAS = {
+    "outbox": ("bench_events", ""),
+    "heap_only": ("bench_events_heap_only", HEAP_ONLY_STORAGE),
+}
+# The name of a table's copy with groups in flight: the table's and this.
+IN_FLIGHT = "_in_flight"
 
 HEAP_ONLY_COPY = [
     "CREATE TABLE bench_events_heap_only (LIKE bench_events INCLUDING DEFAULTS)"
-    " WITH (fillfactor = 50)",
+    + HEAP_ONLY_STORAGE,
     "INSERT INTO bench_events_heap_only SELECT * FROM bench_events ORDER BY id",
     "ALTER TABLE bench_events_heap_only ADD PRIMARY KEY (id)",
 ]
@@ -140,31 +147,51 @@ def heap_only_share(dsn: str) -> tuple[int, int]:
     return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
-def schema_costs(dsn: str, repeat: int) -> dict[str, dict[str, float]]:
-    """Median milliseconds of the claim and of the capped count on each schema of
-    ``IN_FLIGHT_SCHEMAS``, by schema and work; they take turns, repeat by repeat."""
-    samples: dict[str, dict[str, list[float]]] = {
-        schema: {"claim_ms": [], "count_ms": []} for schema in IN_FLIGHT_SCHEMAS
+def in_flight_copies(dsn: str, groups: int) -> None:
+    """A copy of each schema's table with ``groups`` groups of ``BATCH_SIZE`` rows claimed at
+    its head, committed, as workers hold them; then all of them vacuumed, so that only the
+    in-flight rows themselves stand in the way."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for table, storage in IN_FLIGHT_SCHEMAS.values():
+            copy = f"{table}{IN_FLIGHT}"
+            for sql in (
+                f"CREATE TABLE {copy} (LIKE {table} INCLUDING ALL){storage}",
+                f"INSERT INTO {copy} SELECT * FROM {table} ORDER BY id",
+            ):
+                conn.execute(sql)  # type: ignore[arg-type]
+            for _ in range(groups):
+                conn.execute(claim(copy), claim_params())  # type: ignore[arg-type]
+            for vacuumed in (table, copy):
+                conn.execute(f"VACUUM ANALYZE {vacuumed}")  # type: ignore[arg-type]
+
+
+def schema_costs(dsn: str, repeat: int) -> list[dict[str, Any]]:
+    """Milliseconds of the claim and of the capped count on each schema of
+    ``IN_FLIGHT_SCHEMAS``, with nothing in flight and on its in-flight copy: the median and the
+    spread (lowest, highest) of each. All eight take turns, repeat by repeat, so that the
+    machine's slower and faster spells weigh on them alike."""
+    tables = {
+        (schema, when): f"{table}{suffix}"
+        for schema, (table, _) in IN_FLIGHT_SCHEMAS.items()
+        for when, suffix in (("idle", ""), ("in_flight", IN_FLIGHT))
     }
+    samples: dict[tuple[str, str, str], list[float]] = {}
     with psycopg.connect(dsn) as conn:
         for _ in range(repeat):
-            for schema, table in IN_FLIGHT_SCHEMAS.items():
-                samples[schema]["claim_ms"].append(run(conn, claim(table), params=claim_params()))
-                samples[schema]["count_ms"].append(run(conn, capped_count(table)))
-    return {
-        schema: {work: round(statistics.median(values), 2) for work, values in works.items()}
-        for schema, works in samples.items()
-    }
-
-
-def put_in_flight(dsn: str, groups: int) -> None:
-    """Claim ``groups`` groups of ``BATCH_SIZE`` rows on each schema, committed, as workers
-    hold them; then VACUUM, so that only the in-flight rows themselves stand in the way."""
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        for table in IN_FLIGHT_SCHEMAS.values():
-            for _ in range(groups):
-                conn.execute(claim(table), claim_params())  # type: ignore[arg-type]
-            conn.execute(f"VACUUM ANALYZE {table}")  # type: ignore[arg-type]
+            for (schema, when), table in tables.items():
+                for work, statement, params in (
+                    ("claim_ms", claim(table), claim_params()),
+                    ("count_ms", capped_count(table), None),
+                ):
+                    elapsed = run(conn, statement, params=params)
+                    samples.setdefault((schema, when, work), []).append(elapsed)
+    costs: dict[str, dict[str, dict[str, Any]]] = {}
+    for (schema, when, work), values in samples.items():
+        costs.setdefault(schema, {}).setdefault(when, {})[work] = {
+            "median": round(statistics.median(values), 2),
+            "spread": [round(min(values), 2), round(max(values), 2)],
+        }
+    return [{"schema": schema, **by_when} for schema, by_when in costs.items()]
 
 
 def main() -> None:
@@ -194,13 +221,8 @@ def main() -> None:
     updated_after = heap_only_share(dsn)
     with psycopg.connect(dsn) as conn:
         plans = {name: run_claim(conn, name, explain=True) for name in VARIANTS}
-    idle = schema_costs(dsn, args.repeat)
-    put_in_flight(dsn, args.in_flight)
-    busy = schema_costs(dsn, args.repeat)
-    in_flight = [
-        {"schema": schema, **idle[schema], **{f"{k}_in_flight": v for k, v in busy[schema].items()}}
-        for schema in IN_FLIGHT_SCHEMAS
-    ]
+    in_flight_copies(dsn, args.in_flight)
+    in_flight = schema_costs(dsn, args.repeat)
     for row in in_flight:
         print(row, flush=True)
     updates = updated_after[0] - updated_before[0]

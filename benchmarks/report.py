@@ -128,6 +128,11 @@ def spread(values: Iterable[float], fmt: Callable[[float], str] = count) -> str:
     return f"{fmt(min(values))}{DASH}{fmt(max(values))}"
 
 
+def ms_spread(value: float, bounds: list[float] | None) -> str:
+    """Milliseconds, with their spread (lowest to highest) in brackets when it is known."""
+    return f"{value:.2f}" + (f" ({bounds[0]:.2f}{DASH}{bounds[1]:.2f})" if bounds else "")
+
+
 def median(values: Iterable[float]) -> float:
     """The median of the runs, as a float whatever the values' type."""
     return float(statistics.median(list(values)))
@@ -637,10 +642,14 @@ def scale(results: Results) -> Rendered:
     with_returning = any("claim_returning_ms" in r for r in rows)
     # Older results do not record the cap: it was 64,000 rows when they were measured.
     cap = "" if with_cap else " The count is capped at 64,000 rows."
+    kept = (
+        f"with their spread (min{DASH}max) in brackets"
+        if any("spread_ms" in r for r in rows)
+        else "(these results keep the medians only, not the spread)"
+    )
     lines = [
-        "Milliseconds, each the median of `--repeat` timings (the results keep the medians "
-        f"only, not the spread).{cap} The plans of the claim of 1,000 rows are in "
-        f"`results/{results.path.name}`.",
+        f"Milliseconds, each the median of `--repeat` timings {kept}.{cap} The plans of the "
+        f"claim of 1,000 rows are in `results/{results.path.name}`.",
         "",
     ]
     header = ["waiting rows"]
@@ -651,15 +660,18 @@ def scale(results: Results) -> Rendered:
     header += ["raw loop's claim of 1,000 (ms)"] if with_raw else []
     body = []
     for r in rows:
+
+        def ms(key: str, r: dict[str, Any] = r) -> str:
+            if key not in r:
+                return DASH
+            return ms_spread(r[key], r.get("spread_ms", {}).get(key))
+
         cells = [count(r["waiting_rows"])]
         cells += [count(r["count_cap"]) if "count_cap" in r else DASH] if with_cap else []
-        cells += [f"{r['count_ms']:.2f}", f"{r['claim_ms']:.2f}"]
-        if with_claim_100:
-            cells.append(f"{r['claim_100_ms']:.2f}" if "claim_100_ms" in r else DASH)
-        if with_returning:
-            cells.append(f"{r['claim_returning_ms']:.2f}" if "claim_returning_ms" in r else DASH)
-        if with_raw:
-            cells.append(f"{r['raw_claim_ms']:.2f}" if "raw_claim_ms" in r else DASH)
+        cells += [ms("count_ms"), ms("claim_ms")]
+        cells += [ms("claim_100_ms")] if with_claim_100 else []
+        cells += [ms("claim_returning_ms")] if with_returning else []
+        cells += [ms("raw_claim_ms")] if with_raw else []
         body.append(cells)
     lines += table(header, body)
     if with_raw:
@@ -1123,16 +1135,15 @@ def claim_floor(results: Results) -> Rendered:
     ]
     header = ["claim", "ms", "spread (ms)", "WAL records", "WAL bytes"]
     lines += table(header, body)
-    within = [row for row in data["rows"] if row["claim_ms"] < SCALE_MS]
-    reach = (
-        "was out of PostgreSQL's reach with any of these schemas"
-        if not within
-        else "was within PostgreSQL's reach only "
-        + " and ".join(CLAIM_FLOOR_VARIANTS.get(row["variant"], row["variant"]) for row in within)
-    )
+    within = [
+        CLAIM_FLOOR_VARIANTS.get(row["variant"], row["variant"])
+        for row in data["rows"]
+        if row["claim_ms"] < SCALE_MS
+    ]
+    rows = count(data["batch_size"])
     lines += [
-        f"In this run, the scale target's {SCALE_MS:g} ms for a claim of "
-        f"{count(data['batch_size'])} rows {reach}.",
+        f"In this run, the claims of {rows} rows under the scale target's {SCALE_MS:g} ms: "
+        + ("; ".join(within) + "." if within else "none, with any of these schemas."),
         "",
     ]
     if "in_flight" in data:
@@ -1145,18 +1156,20 @@ def in_flight_costs(data: dict[str, Any]) -> list[str]:
     nothing in flight and with ``data['groups']`` groups claimed at the buffer's head."""
     lines = [
         f"The claim and the distributor's count (capped at {count(data['count_cap'])} rows) on "
-        f"outbox's schema and on the heap-only copy, with nothing in flight and with "
-        f"{count(data['groups'])} groups ({count(data['rows'])} rows) claimed at the buffer's "
-        "head, then vacuumed: milliseconds, medians, the four taking turns.",
+        f"outbox's schema and on the heap-only copy, with nothing in flight and on a copy of "
+        f"each with {count(data['groups'])} groups ({count(data['rows'])} rows) claimed at its "
+        f"head, all vacuumed: milliseconds, medians with the spread (min{DASH}max) in "
+        "brackets, the eight timings taking turns.",
         "",
     ]
     body = [
         [
             IN_FLIGHT_SCHEMAS.get(row["schema"], row["schema"]),
-            f"{row['claim_ms']:.2f}",
-            f"{row['claim_ms_in_flight']:.2f}",
-            f"{row['count_ms']:.2f}",
-            f"{row['count_ms_in_flight']:.2f}",
+            *(
+                ms_spread(row[when][work]["median"], row[when][work]["spread"])
+                for work in ("claim_ms", "count_ms")
+                for when in ("idle", "in_flight")
+            ),
         ]
         for row in data["costs"]
     ]

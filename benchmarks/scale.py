@@ -8,8 +8,8 @@ is writing its rows, which grows with the batch, not with the backlog. The claim
 is timed once more returning its rows, as the worker runs it, beside the raw loop's claim of
 1,000 rows through plain psycopg (``benchmarks._raw_drain``), which returns its rows too: what
 the same work costs the database without outbox. All of them take turns, repeat by repeat;
-each figure is the median of ``--repeat`` timings; the plans (EXPLAIN ANALYZE) are stored with
-the results.
+each figure is the median of ``--repeat`` timings, kept with their spread; the plans (EXPLAIN
+ANALYZE) are stored with the results.
 
     python -m benchmarks.scale --sizes 10000,1000000 --repeat 21
 """
@@ -36,11 +36,13 @@ BATCH_SIZE = 1000
 MAX_BATCHES = 64
 
 
-def timed(works: dict[str, Any], repeat: int, dsn: str) -> dict[str, float]:
-    """Median milliseconds of ``repeat`` calls of each work, each call in its own rolled-back
-    transaction. The works take turns, call by call, so that a slower spell of the machine
-    weighs on all of them alike. Each work gets the application's connection and a plain
-    psycopg one to ``dsn``, and uses one of them."""
+def timed(
+    works: dict[str, Any], repeat: int, dsn: str
+) -> tuple[dict[str, float], dict[str, list[float]]]:
+    """Median milliseconds of ``repeat`` calls of each work, and their spread (lowest,
+    highest), each call in its own rolled-back transaction. The works take turns, call by call,
+    so that a slower spell of the machine weighs on all of them alike. Each work gets the
+    application's connection and a plain psycopg one to ``dsn``, and uses one of them."""
     samples: dict[str, list[float]] = {name: [] for name in works}
     with app.engine.connect() as conn, psycopg.connect(dsn) as raw:
         for _ in range(repeat):
@@ -50,7 +52,9 @@ def timed(works: dict[str, Any], repeat: int, dsn: str) -> dict[str, float]:
                 samples[name].append(1000 * (time.perf_counter() - started))
                 conn.rollback()
                 raw.rollback()
-    return {name: round(statistics.median(values), 2) for name, values in samples.items()}
+    medians = {name: round(statistics.median(values), 2) for name, values in samples.items()}
+    spreads = {name: [round(min(v), 2), round(max(v), 2)] for name, v in samples.items()}
+    return medians, spreads
 
 
 def works(table: Any, cap: int) -> dict[str, Any]:
@@ -105,9 +109,15 @@ def main() -> None:
     for size in (int(s) for s in args.sizes.split(",")):
         prepare(url)
         load(dsn, size)
-        timings = timed(works(table, cap), args.repeat, dsn)
+        timings, spreads = timed(works(table, cap), args.repeat, dsn)
         claim_plan = plan(claim_statement(table))
-        row = {"waiting_rows": size, "count_cap": cap, **timings, "claim_plan": claim_plan}
+        row = {
+            "waiting_rows": size,
+            "count_cap": cap,
+            **timings,
+            "spread_ms": spreads,
+            "claim_plan": claim_plan,
+        }
         results["rows"].append(row)
         print(f"{size:>9} rows: capped count {timings['count_ms']} ms, claim of {BATCH_SIZE}"
               f" {timings['claim_ms']} ms, of 100 {timings['claim_100_ms']} ms; returning its"
