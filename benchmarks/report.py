@@ -133,6 +133,14 @@ def ms_spread(value: float, bounds: list[float] | None) -> str:
     return f"{value:.2f}" + (f" ({bounds[0]:.2f}{DASH}{bounds[1]:.2f})" if bounds else "")
 
 
+def timing(row: dict[str, Any], key: str) -> str:
+    """A result row's timing in milliseconds, with its spread where the row keeps one; a dash
+    where the row has no such timing."""
+    if key not in row:
+        return DASH
+    return ms_spread(row[key], row.get("spread_ms", {}).get(key))
+
+
 def median(values: Iterable[float]) -> float:
     """The median of the runs, as a float whatever the values' type."""
     return float(statistics.median(list(values)))
@@ -660,18 +668,12 @@ def scale(results: Results) -> Rendered:
     header += ["raw loop's claim of 1,000 (ms)"] if with_raw else []
     body = []
     for r in rows:
-
-        def ms(key: str, r: dict[str, Any] = r) -> str:
-            if key not in r:
-                return DASH
-            return ms_spread(r[key], r.get("spread_ms", {}).get(key))
-
         cells = [count(r["waiting_rows"])]
         cells += [count(r["count_cap"]) if "count_cap" in r else DASH] if with_cap else []
-        cells += [ms("count_ms"), ms("claim_ms")]
-        cells += [ms("claim_100_ms")] if with_claim_100 else []
-        cells += [ms("claim_returning_ms")] if with_returning else []
-        cells += [ms("raw_claim_ms")] if with_raw else []
+        cells += [timing(r, "count_ms"), timing(r, "claim_ms")]
+        cells += [timing(r, "claim_100_ms")] if with_claim_100 else []
+        cells += [timing(r, "claim_returning_ms")] if with_returning else []
+        cells += [timing(r, "raw_claim_ms")] if with_raw else []
         body.append(cells)
     lines += table(header, body)
     if with_raw:
@@ -1105,7 +1107,7 @@ CLAIM_FLOOR_VARIANTS = {
     "heap_only": "heap-only updates: fillfactor 50, the primary key the only index",
 }
 
-IN_FLIGHT_SCHEMAS = {
+IN_FLIGHT_SCHEMA_LABELS = {
     "outbox": "outbox's (partial index on unclaimed rows, group index)",
     "heap_only": "heap-only (fillfactor 50, the primary key the only index)",
 }
@@ -1140,9 +1142,9 @@ def claim_floor(results: Results) -> Rendered:
         for row in data["rows"]
         if row["claim_ms"] < SCALE_MS
     ]
-    rows = count(data["batch_size"])
+    batch = count(data["batch_size"])
     lines += [
-        f"In this run, the claims of {rows} rows under the scale target's {SCALE_MS:g} ms: "
+        f"In this run, the claims of {batch} rows under the scale target's {SCALE_MS:g} ms: "
         + ("; ".join(within) + "." if within else "none, with any of these schemas."),
         "",
     ]
@@ -1153,7 +1155,7 @@ def claim_floor(results: Results) -> Rendered:
 
 def in_flight_costs(data: dict[str, Any]) -> list[str]:
     """The claim and the capped count on outbox's schema and on the heap-only copy, with
-    nothing in flight and with ``data['groups']`` groups claimed at the buffer's head."""
+    nothing in flight and on copies with ``data['groups']`` groups claimed at their head."""
     lines = [
         f"The claim and the distributor's count (capped at {count(data['count_cap'])} rows) on "
         f"outbox's schema and on the heap-only copy, with nothing in flight and on a copy of "
@@ -1164,7 +1166,7 @@ def in_flight_costs(data: dict[str, Any]) -> list[str]:
     ]
     body = [
         [
-            IN_FLIGHT_SCHEMAS.get(row["schema"], row["schema"]),
+            IN_FLIGHT_SCHEMA_LABELS.get(row["schema"], row["schema"]),
             *(
                 ms_spread(row[when][work]["median"], row[when][work]["spread"])
                 for work in ("claim_ms", "count_ms")
