@@ -9,10 +9,8 @@ from __future__ import annotations
 import structlog
 
 BATCH_HANDLED = "outbox.batch.handled"  # one line per batch: handler, group, size, outcome, ...
-BATCH_LOAD_FAILED = "outbox.batch.load_failed"
 LEASE_LOST = "outbox.lease.lost"
 GROUP_CLAIMED = "outbox.group.claimed"
-CLAIM_FAILED = "outbox.claim.failed"
 CLAIMS_ENQUEUED = "outbox.distribute.enqueued"
 JOBS_RESCUED = "outbox.jobs.rescued"
 WORKER_STARTED = "outbox.worker.started"
