@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping
+from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Connection, DateTime, Index, Integer, Uuid, text
+from sqlalchemy import BigInteger, Connection, DateTime, Index, Integer, Table, Uuid, text
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Mapped, Session, declared_attr, mapped_column
 
 from outbox._dialects import db_now
@@ -65,15 +67,98 @@ class BufferMixin:
     OWN_COLUMNS = frozenset({"id", "group_id", "created_at"})
 
 
+# Keys of BufferMixin's columns that add_events refuses. A row given a ``group_id`` looks
+# claimed: no claim ever takes it, so it is never handled, and the status counts and
+# ``outbox check``, which count unclaimed rows, never see it. ``id`` and ``created_at`` stay
+# accepted, as ``Model(id=..., created_at=...)`` accepts them: a backfill or a copy between
+# buffers keeps its ids and creation times.
+_REFUSED_KEYS = frozenset({"group_id"})
+
+
 def add_events(
     session: Session | Connection, model: type[BufferMixin], rows: Iterable[Mapping[str, Any]]
 ) -> int:
     """Write many events of one buffer model at once, in the caller's transaction.
 
     One ``executemany`` of a Core ``INSERT`` on the model's table: no ORM objects are built,
-    nothing is flushed or committed here. ``rows`` are dicts of the model's own columns.
-    Returns how many events were written.
+    nothing is flushed or committed here. Returns how many events were written.
+
+    ``rows`` are dicts keyed by the columns' keys (``Model.__table__.c``: the column's name
+    unless ``mapped_column`` was given a ``key``; an attribute named apart from its column, as
+    in ``attr = mapped_column("db_name")``, is written as ``"db_name"``). Every row sets the
+    same keys. ``id`` and ``created_at`` may be set, as in ``Model(...)``, for a backfill that
+    keeps them; ``group_id`` belongs to outbox's claims and may not. A row that breaks any of
+    this raises :class:`TypeError`, naming its position and keys, before anything is written.
     """
     from outbox import _sql
 
-    return _sql.insert_events(session, model.__table__, [dict(row) for row in rows])  # type: ignore[attr-defined]
+    table = model.__table__  # type: ignore[attr-defined]
+    batch = [dict(row) for row in rows]
+    if batch:
+        _check_keys(model, table, batch)
+    return _sql.insert_events(session, table, batch)
+
+
+def _check_keys(model: type[BufferMixin], table: Table, batch: list[dict[str, Any]]) -> None:
+    """Raise TypeError unless every row sets the same writable columns as the first one.
+
+    The first row is compared with the table's columns once; every other row only with the
+    first (one set comparison each), so the check costs next to nothing per row.
+    """
+    # Core's executemany is compiled for the first row's keys: a key that only a later row sets
+    # would be dropped without a word, and one that a later row lacks fails in the driver.
+    writable = frozenset(table.c.keys()) - _REFUSED_KEYS
+    first = batch[0].keys()
+    if not first <= writable:
+        raise _row_error(model, table, 0, first, first, writable)
+    for position, row in enumerate(batch):
+        if row.keys() != first:
+            raise _row_error(model, table, position, row.keys(), first, writable)
+
+
+def _row_error(
+    model: type[BufferMixin],
+    table: Table,
+    position: int,
+    keys: AbstractSet[str],
+    first: AbstractSet[str],
+    writable: AbstractSet[str],
+) -> TypeError:
+    """The error for row ``position``, whose ``keys`` are refused or differ from ``first``."""
+    # TypeError, as ``Model(nope=...)`` raises for a keyword that is not a mapped attribute:
+    # the mistake is in the shape of the call rather than in a value, and a caller who catches
+    # the ORM's error catches this one too.
+    where = f"add_events({model.__name__}): rows[{position}]"
+    if refused := keys & _REFUSED_KEYS:
+        return TypeError(
+            f"{where} sets {_quoted(refused)}, which outbox sets when a claim takes the row; "
+            "an event written with it would never be handled"
+        )
+    if unknown := keys - writable:
+        # An attribute named apart from its column is a key the ORM takes and Core does not.
+        renamed = {
+            attribute: column.key
+            for attribute, column in sa_inspect(model).columns.items()
+            if attribute != column.key
+        }
+        hints = [
+            f"; attribute {name!r} maps to column key {renamed[name]!r}"
+            for name in sorted(unknown & renamed.keys())
+        ]
+        return TypeError(
+            f"{where} sets {_quoted(unknown)}, not a column of {table.name}{''.join(hints)} "
+            f"(its columns: {_quoted(writable)})"
+        )
+    differences = []
+    if extra := keys - first:
+        differences.append(f"sets {_quoted(extra)}, which rows[0] does not")
+    if missing := first - keys:
+        differences.append(f"lacks {_quoted(missing)}, which rows[0] sets")
+    return TypeError(
+        f"{where} {' and '.join(differences)}: all rows of one call set the same columns, "
+        "as one executemany writes them"
+    )
+
+
+def _quoted(keys: AbstractSet[str]) -> str:
+    return ", ".join(repr(key) for key in sorted(keys))

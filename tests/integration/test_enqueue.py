@@ -2,15 +2,28 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
+from datetime import UTC, date, datetime
 
 import pytest
 from sqlalchemy import Engine, create_engine, func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from outbox import add_events
+from outbox import BufferMixin, add_events
 from tests.models import ActivityEvent, Order
+
+
+class RenamedBase(DeclarativeBase):
+    pass
+
+
+class RenamedColumnEvent(BufferMixin, RenamedBase):
+    """A buffer model whose attribute ``page`` is stored in the column ``page_path``."""
+
+    __tablename__ = "test_renamed_column_events"
+    page: Mapped[str] = mapped_column("page_path")
 
 
 @pytest.fixture
@@ -19,6 +32,14 @@ def app_engine(database_url: str) -> Iterator[Engine]:
     engine = create_engine(database_url)
     yield engine
     engine.dispose()
+
+
+@pytest.fixture
+def renamed_column_table(app_engine: Engine) -> Iterator[None]:
+    """The table of RenamedColumnEvent, dropped after the test."""
+    RenamedBase.metadata.create_all(app_engine)
+    yield
+    RenamedBase.metadata.drop_all(app_engine)
 
 
 @pytest.fixture
@@ -142,3 +163,68 @@ def test_add_events_keeps_row_order_in_ids(app_engine: Engine, observer: Engine)
     with observer.connect() as conn:
         rows = conn.execute(select(ActivityEvent.activity_id).order_by(ActivityEvent.id))
         assert [30, 10, 20] == list(rows.scalars())
+
+
+def test_add_events_refuses_a_key_that_is_not_a_column(
+    app_engine: Engine, observer: Engine
+) -> None:
+    """A mistyped key raises TypeError naming it, the model and the row, and nothing is written."""
+    with Session(app_engine) as session, session.begin(), pytest.raises(TypeError) as raised:
+        add_events(session, ActivityEvent, [{"activity_id": 1}, {"activity_id": 2, "nope": 3}])
+    assert (True, 0) == (
+        "add_events(ActivityEvent): rows[1] sets 'nope', not a column" in str(raised.value),
+        count(observer, ActivityEvent),
+    )
+
+
+def test_add_events_refuses_group_id(app_engine: Engine, observer: Engine) -> None:
+    """A row may not set group_id: it would look claimed and never be handled."""
+    with Session(app_engine) as session, session.begin(), pytest.raises(TypeError) as raised:
+        add_events(session, ActivityEvent, [{"activity_id": 1, "group_id": uuid.uuid4()}])
+    assert (True, 0) == (
+        "add_events(ActivityEvent): rows[0] sets 'group_id'" in str(raised.value),
+        count(observer, ActivityEvent),
+    )
+
+
+def test_add_events_refuses_a_row_whose_keys_differ_from_the_first(
+    app_engine: Engine, observer: Engine
+) -> None:
+    """A key only a later row sets would be dropped by the executemany, so it raises TypeError."""
+    rows = [{"activity_id": 1}, {"activity_id": 2, "kind": "clicked"}]
+    with Session(app_engine) as session, session.begin(), pytest.raises(TypeError) as raised:
+        add_events(session, ActivityEvent, rows)
+    assert (True, 0) == (
+        "rows[1] sets 'kind', which rows[0] does not" in str(raised.value),
+        count(observer, ActivityEvent),
+    )
+
+
+def test_add_events_keeps_a_given_id_and_creation_time(
+    app_engine: Engine, observer: Engine
+) -> None:
+    """A backfill may set id and created_at, as the model's constructor may."""
+    created_at = datetime(2020, 6, 15, 12, tzinfo=UTC)
+    with Session(app_engine) as session, session.begin():
+        add_events(session, ActivityEvent, [{"id": 42, "activity_id": 1, "created_at": created_at}])
+    with observer.connect() as conn:
+        row = conn.execute(select(ActivityEvent.id, ActivityEvent.created_at)).one()
+    assert (42, date(2020, 6, 15)) == (row.id, row.created_at.date())
+
+
+@pytest.mark.usefixtures("renamed_column_table")
+def test_add_events_takes_the_column_key_of_a_renamed_attribute(
+    app_engine: Engine, observer: Engine
+) -> None:
+    """Rows are keyed by column keys, as Core takes them: page_path for the attribute page."""
+    with Session(app_engine) as session, session.begin():
+        add_events(session, RenamedColumnEvent, [{"page_path": "/home"}])
+    with observer.connect() as conn:
+        assert ["/home"] == list(conn.execute(select(RenamedColumnEvent.page)).scalars())
+
+
+def test_add_events_points_a_renamed_attribute_to_its_column_key(app_engine: Engine) -> None:
+    """A row keyed by an attribute named apart from its column is refused with the key to use."""
+    with Session(app_engine) as session, pytest.raises(TypeError) as raised:
+        add_events(session, RenamedColumnEvent, [{"page": "/home"}])
+    assert "attribute 'page' maps to column key 'page_path'" in str(raised.value)
