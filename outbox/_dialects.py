@@ -7,6 +7,7 @@ payloads, transient error codes, connection set-up) are decided here.
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -19,7 +20,17 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.expression import FunctionElement, Insert
 from sqlalchemy.sql.selectable import NamedFromClause
-from sqlalchemy.types import JSON, DateTime, Float, Integer, LargeBinary, Numeric, Text
+from sqlalchemy.types import (
+    JSON,
+    DateTime,
+    Float,
+    Integer,
+    LargeBinary,
+    Numeric,
+    Text,
+    TypeDecorator,
+    TypeEngine,
+)
 
 from outbox.exceptions import UnsupportedDatabaseError
 
@@ -167,6 +178,31 @@ MAX_DOUBLE = 1.7976931348623157e308
 JSON_AS_TEXT_MARKER = "__outbox_json_columns_as_text__"
 
 
+def storage_type(type_: TypeEngine[Any], dialect: SADialect) -> TypeEngine[Any]:
+    """The type ``type_``'s values are stored as on ``dialect``: its implementation there, with
+    every ``TypeDecorator`` unwrapped (a ``PickleType`` stores bytes; an ``Interval`` is a
+    DATETIME on SQLite). The archive holds stored values, and replay writes them back as stored,
+    past the decorators' conversions: through them, a value would be converted twice."""
+    impl = type_.dialect_impl(dialect)
+    while isinstance(impl, TypeDecorator):
+        impl = impl.load_dialect_impl(dialect).dialect_impl(dialect)
+    return impl
+
+
+@functools.cache
+def default_dialect(name: str) -> SADialect:
+    """A dialect object of a database, for deciding types where no engine is at hand."""
+    if name == POSTGRESQL:
+        return postgresql.dialect()  # type: ignore[no-untyped-call]
+    if name == SQLITE:
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.dialect()
+    from sqlalchemy.dialects import mysql
+
+    return mysql.dialect()
+
+
 def row_as_json(dialect: str, row: NamedFromClause, *, lenient: bool = False) -> ColumnElement[Any]:
     """A JSON object of one row's columns, by column name (the archive's ``payload``).
 
@@ -184,28 +220,42 @@ def row_as_json(dialect: str, row: NamedFromClause, *, lenient: bool = False) ->
     pairs = [
         part
         for column in row.c
-        for part in (literal(column.name), _json_value(column, lenient=lenient))
+        for part in (
+            literal(column.name),
+            _json_value(
+                column, storage_type(column.type, default_dialect(dialect)), lenient, dialect
+            ),
+        )
     ]
     if lenient:
         pairs += [literal(JSON_AS_TEXT_MARKER), literal(1)]
     return func.json_object(*pairs)
 
 
-def _json_value(column: Any, *, lenient: bool) -> Any:
+def _json_value(column: Any, stored: TypeEngine[Any], lenient: bool, dialect: str) -> Any:
     # JSON columns are stored as text: json() embeds them as JSON, not as a string. Binary
     # values cannot be JSON: they are written as "\\x<hex>", the form PostgreSQL's to_jsonb uses.
     # REAL values: json_object would keep 15 significant digits; 17 round-trip exactly, and
     # infinities (not JSON numbers) become strings.
     # A column declared JSON has numeric affinity in SQLite: a bare number is stored as REAL.
-    if isinstance(column.type, JSON):
+    # ``stored``: what the column holds, past any TypeDecorator (a PickleType holds bytes).
+    if isinstance(stored, JSON):
         if lenient:
             return column
         return case((func.typeof(column) == "real", _exact_real(column)), else_=func.json(column))
-    if isinstance(column.type, LargeBinary):
-        return case((column.is_(None), null()), else_=literal("\\x") + func.hex(column))
-    if isinstance(column.type, Float | Numeric) and not isinstance(column.type, Integer):
+    if isinstance(stored, LargeBinary):
+        return _hex(column)
+    if isinstance(stored, Float | Numeric) and not isinstance(stored, Integer):
         return case((column.is_(None), null()), else_=_exact_real(column))
+    if lenient and dialect == SQLITE:
+        # SQLite stores what it is given, whatever the declared type: bytes in a column of any
+        # type would stop json_object. The lenient form holds every value.
+        return case((func.typeof(column) == "blob", _hex(column)), else_=column)
     return column
+
+
+def _hex(column: Any) -> Any:
+    return case((column.is_(None), null()), else_=literal("\\x") + func.hex(column))
 
 
 def _exact_real(column: Any) -> Any:

@@ -665,6 +665,23 @@ def insert_events(
     return len(rows)
 
 
+def insert_stored_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Insert rows of values as the database stores them (replayed from the archive): each
+    column bound as its storage type (:func:`outbox._dialects.storage_type`), so that no
+    TypeDecorator converts a stored value a second time. One executemany per set of columns:
+    payloads archived before a column was added lack it."""
+    by_columns: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_columns.setdefault(tuple(row), []).append(row)
+    for names, same_columns in by_columns.items():
+        binds = {
+            name: bindparam(name, type_=dialects.storage_type(table.c[name].type, conn.dialect))
+            for name in names
+        }
+        conn.execute(insert(table).values(binds), same_columns)
+    return len(rows)
+
+
 # --- the hot path on PostgreSQL: a group claimed, and finished, in one statement each --------
 
 

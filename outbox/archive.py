@@ -12,8 +12,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import JSON, Column, Connection, Table
+from sqlalchemy import JSON, Column, Connection, Dialect, Table
 
+from outbox import _dialects as dialects
 from outbox import _log, _sql
 from outbox._db import run_in_transaction
 from outbox._dialects import JSON_AS_TEXT_MARKER
@@ -157,25 +158,31 @@ def _put_back(conn: Connection, app: Outbox, rows: list[Any]) -> None:
         json_as_text = bool(payload.pop(JSON_AS_TEXT_MARKER, False))
         by_table.setdefault(table.name, (table, []))[1].append(
             {
-                column.name: _coerce(column, payload[column.name], json_as_text=json_as_text)
+                column.name: _coerce(
+                    column, payload[column.name], conn.dialect, json_as_text=json_as_text
+                )
                 for column in table.columns
                 if column.name not in BufferMixin.OWN_COLUMNS and column.name in payload
             }
         )
     for table, events in by_table.values():
-        _sql.insert_events(conn, table, events)
+        _sql.insert_stored_rows(conn, table, events)
     _sql.delete_archived(conn, [int(row["id"]) for row in rows])
 
 
-def _coerce(column: Column[Any], value: Any, *, json_as_text: bool = False) -> Any:
-    """Turn a JSON value back into what the column's type expects."""
+def _coerce(
+    column: Column[Any], value: Any, dialect: Dialect, *, json_as_text: bool = False
+) -> Any:
+    """Turn a JSON value back into the value the column stores on ``dialect``: the archive holds
+    stored values, past any TypeDecorator (a PickleType's pickled bytes)."""
     if value is None:
         return None
+    stored = dialects.storage_type(column.type, dialect)
     try:
-        python_type = column.type.python_type
+        python_type = stored.python_type
     except NotImplementedError:
         return value
-    if isinstance(column.type, JSON):
+    if isinstance(stored, JSON):
         if json_as_text and isinstance(value, str):
             value = json.loads(value, parse_float=decimal.Decimal, parse_int=_integer)
         return _plain_numbers(value)
