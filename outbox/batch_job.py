@@ -108,7 +108,11 @@ def format_error(error: BaseException) -> str:
             return error_summary(cause)[:ERROR_TEXT_LIMIT]
         cause = cause.__cause__ or cause.__context__
     text = "".join(traceback.format_exception(error))
-    head = f"{type(error).__qualname__}: {error}"
+    try:
+        message = str(error)
+    except Exception:  # an exception whose __str__ fails still fails its attempt, by its type
+        message = "<exception str() failed>"
+    head = f"{type(error).__qualname__}: {message}"
     text = f"{head}\n{text}" if not text.startswith(head) else text
     if len(text) > ERROR_TEXT_LIMIT:
         text = text[: ERROR_TEXT_LIMIT // 2] + "\n...\n" + text[-ERROR_TEXT_LIMIT // 2 :]
@@ -164,7 +168,10 @@ def run_batch_job(
                 crash_point(AFTER_HANDLER)
         except LeaseLost:
             result = _lease_lost(handler, job)
-        except Exception as error:  # the handler's failure is this attempt's outcome
+        # The handler's failure is this attempt's outcome; SystemExit too (a handler, or a library
+        # it calls, that exits): in a worker's thread it would end the thread without a word.
+        # KeyboardInterrupt is the operator's, and goes on up.
+        except (Exception, SystemExit) as error:
             text = format_error(error)
             give_up = handler.retry.exhausted(attempt) or (
                 handler.delivery is Delivery.AT_MOST_ONCE and isinstance(error, HandlerTimeoutError)

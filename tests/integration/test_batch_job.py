@@ -242,6 +242,59 @@ def test_raising_handler_records_type_and_message(
     assert "ValueError: downstream said no" == job.last_error.splitlines()[0]
 
 
+class UnprintableError(Exception):
+    """An exception whose message cannot be built."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("no message")
+
+
+def test_exception_that_cannot_be_printed_still_fails_its_attempt(
+    app: Outbox, commit_events: Callable[..., list[int]]
+) -> None:
+    """An exception whose __str__ raises fails the attempt like any other, recorded by its type,
+    and the group is retried."""
+
+    def fail_once(batch: Batch[Any]) -> None:
+        if batch.attempt == 1:
+            raise UnprintableError
+
+    recorder = Recorder(fail_once)
+    register(app, recorder, retry=IMMEDIATE)
+    ids = commit_events(app.engine, 2)
+    results: list[BatchResult] = []
+    Worker(app, concurrency=1, burst=True, on_result=results.append).run()
+    assert ([(1, ids), (2, ids)], ["retrying", "succeeded"], [], True) == (
+        recorder.calls,
+        [r.outcome for r in results],
+        buffer_ids(app),
+        (results[0].error or "").startswith("UnprintableError: <exception str() failed>"),
+    )
+
+
+def test_handler_that_exits_fails_its_attempt_and_the_worker_goes_on(
+    app: Outbox, commit_events: Callable[..., list[int]]
+) -> None:
+    """SystemExit from a handler (or a library it calls) fails the attempt with its code; the
+    worker keeps running and the retry delivers the group."""
+
+    def exit_once(batch: Batch[Any]) -> None:
+        if batch.attempt == 1:
+            raise SystemExit(3)
+
+    recorder = Recorder(exit_once)
+    register(app, recorder, retry=IMMEDIATE)
+    ids = commit_events(app.engine, 2)
+    results: list[BatchResult] = []
+    Worker(app, concurrency=2, burst=True, on_result=results.append).run()
+    assert ([(1, ids), (2, ids)], ["retrying", "succeeded"], [], "SystemExit: 3") == (
+        recorder.calls,
+        [r.outcome for r in results],
+        buffer_ids(app),
+        (results[0].error or "").splitlines()[0],
+    )
+
+
 def test_rescheduled_group_is_not_due_before_its_delay(
     app: Outbox, commit_events: Callable[..., list[int]]
 ) -> None:
