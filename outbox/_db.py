@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, inspect
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, NoSuchModuleError
 
 from outbox import _dialects as dialects
 from outbox import _log, schema
-from outbox.exceptions import DatabaseUnavailableError, SchemaMissingError
+from outbox.exceptions import ConfigurationError, DatabaseUnavailableError, SchemaMissingError
 
 T = TypeVar("T")
 
@@ -22,6 +23,56 @@ log = _log.get_logger(__name__)
 TRANSACTION_ATTEMPTS = 5
 TRANSACTION_BACKOFF_SECONDS = 0.05
 MAX_BACKOFF_SECONDS = 2.0
+
+# From the user name's colon to the last "@": greedy, so that a password holding ":" or "@"
+# is hidden whole (at worst, more than the password is).
+_PASSWORD = re.compile(r"^((?:[\w+]+://)?[^:/@?]*:).*@")
+
+
+URL_FORM = "postgresql+psycopg://user:password@host:port/database or sqlite:///path"
+"""What a database URL looks like, for error messages."""
+
+
+def redact(text: str) -> str:
+    """A database URL as typed, with whatever may be its password replaced by ``***``."""
+    return _PASSWORD.sub(r"\1***@", text)
+
+
+def parse_url(url: str | URL) -> URL:
+    """Parse a database URL; ConfigurationError saying what is wrong, never the password."""
+    if isinstance(url, URL):
+        return url
+    try:
+        return make_url(url)
+    except ArgumentError as error:
+        raise ConfigurationError(
+            f"cannot parse {redact(url)!r}: a database URL looks like {URL_FORM}"
+        ) from error
+    except ValueError as error:  # the only one make_url raises: int() of the port
+        raise ConfigurationError(
+            f"cannot parse {redact(url)!r}: its port is not a number"
+        ) from error
+
+
+def load_driver(url: URL) -> None:
+    """Import the URL's SQLAlchemy dialect and database driver, connecting to nothing.
+
+    A dialect SQLAlchemy does not know, or a driver that is not installed, is a
+    ConfigurationError naming it.
+    """
+    shown = url.render_as_string(hide_password=True)
+    try:
+        url.get_dialect().import_dbapi()
+    except NoSuchModuleError as error:
+        raise ConfigurationError(
+            f"SQLAlchemy has no dialect {url.drivername!r} (in {shown})"
+        ) from error
+    except ImportError as error:
+        raise ConfigurationError(
+            f"the driver {error.name or url.drivername} is not installed (needed by {shown})"
+        ) from error
+    except NotImplementedError:
+        pass  # a dialect with only the legacy dbapi(): create_engine() imports it
 
 
 def create_outbox_engine(
@@ -35,7 +86,8 @@ def create_outbox_engine(
     ``idle_transaction_timeout`` (PostgreSQL): the server ends a transaction left idle this
     long, so that a frozen worker (SIGSTOP, a stalled VM) cannot hold row locks forever.
     """
-    parsed = make_url(url)
+    parsed = parse_url(url)
+    load_driver(parsed)
     options: dict[str, object] = {}
     if parsed.get_backend_name() == "mysql" or parsed.get_backend_name() == "mariadb":
         options["isolation_level"] = "READ COMMITTED"
@@ -100,11 +152,16 @@ def run_in_transaction(
 
 
 def check_connection(engine: Engine) -> None:
-    """Connect once; raise DatabaseUnavailableError naming the host, never the password."""
+    """Connect once; raise DatabaseUnavailableError naming the host, never the password.
+
+    Besides a server that cannot be reached, this covers a database that is there but cannot
+    be used: a SQLite path that names a file which is not a database ("file is not a
+    database"). Either way nothing can run until the database is fixed, not the command line.
+    """
     try:
         with engine.connect():
             pass
-    except OperationalError as error:
+    except DatabaseError as error:
         reason = str(error.orig).strip().splitlines()[0] if error.orig else type(error).__name__
         password = engine.url.password
         if password:

@@ -2,7 +2,7 @@
 
 Exit codes: 0 ok; 1 runtime failure (including tables not migrated, and a worker that had to
 abandon in-flight work); 2 usage error (bad ``--app``, unknown handler, bad option);
-3 database unreachable.
+3 database unreachable or unusable.
 """
 
 from __future__ import annotations
@@ -12,24 +12,24 @@ import importlib
 import json
 import logging
 import os
-import re
 import signal
 import sys
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import FrameType
+from types import FrameType, ModuleType
 from typing import Any, NoReturn
 
 import click
 import structlog
 from click.core import ParameterSource
-from sqlalchemy.engine import Dialect, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.exc import ArgumentError, OperationalError
 
 from outbox import _db, archive, distributor, metrics, prefork, schema
+from outbox._cli_options import GRACE_PERIOD, INTERVAL, LEASE, MAX_PRUNE_AGE_SECONDS, Duration
 from outbox._dialects import error_summary
-from outbox.app import DATABASE_URL_ENV, Outbox
+from outbox.app import DATABASE_URL_ENV, MAX_BATCH_SIZE, Outbox
 from outbox.exceptions import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -40,6 +40,7 @@ from outbox.worker import (
     CLAIMS_IN_FLIGHT_PER_HANDLER,
     DEFAULT_CONCURRENCY,
     DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
+    MAX_CONCURRENCY,
     Worker,
 )
 
@@ -52,30 +53,66 @@ MAX_PORT = 65535
 # How long `outbox distribute` rides out a database restart before it gives up (exit 1).
 DISTRIBUTE_PATIENCE_SECONDS = 30.0
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
 
 class Context:
-    """What the group options give every command."""
+    """What the group options give every command.
 
-    def __init__(self, app_spec: str | None, database_url: str | None) -> None:
+    ``app_source`` and ``url_source`` name where ``--app`` and ``--database-url`` came from
+    (the option, or its environment variable), for error messages.
+    """
+
+    def __init__(
+        self,
+        app_spec: str | None,
+        database_url: str | None,
+        *,
+        app_source: str = "--app",
+        url_source: str = "--database-url",
+    ) -> None:
         self.app_spec = app_spec
         self.database_url = database_url
+        self.app_source = app_source
+        self.url_source = url_source
         self._app: Outbox | None = None
+        self._driver_loaded = False
 
     def app(self) -> Outbox:
-        """The application named by ``--app`` / ``OUTBOX_APP``, on ``--database-url`` if given."""
-        if self._app is None:
-            if not self.app_spec:
-                raise click.UsageError(
-                    f"no application: pass --app module:attribute or set {APP_ENV}"
-                )
-            self._app = load_app(self.app_spec)
-            if self.database_url:
-                self._app.use_database(self.database_url)
-            settle_heap()
-        return self._app
+        """The application named by ``--app`` / ``OUTBOX_APP``, on ``--database-url`` if given.
+
+        Its database URL is parsed and its driver imported (nothing is connected to), so that
+        a bad URL is a ConfigurationError naming where the URL came from.
+        """
+        app = self._loaded_app()
+        if not self._driver_loaded:
+            url = self._url_if_any()
+            if url is not None:  # with none, the command says so when it opens the engine
+                _load_driver(url, self._url_source())
+            self._driver_loaded = True
+        return app
+
+    def url(self) -> URL:
+        """The database URL the commands would use, parsed; its driver need not be installed."""
+        url = self._url_if_any()
+        if url is None:
+            return self._loaded_app().url  # raises: no URL anywhere, and says where to give one
+        return url
+
+    def _url_if_any(self) -> URL | None:
+        """The database URL, parsed; None when neither the options nor the application give one."""
+        if self.database_url:
+            return _parse_url(self.database_url, self.url_source)
+        try:
+            return self._loaded_app().url
+        except ConfigurationError:
+            return None
+        except (ArgumentError, ValueError) as error:
+            # Outbox parses its own URL; the text is not at hand here, and not shown.
+            what = (
+                "its port is not a number"
+                if isinstance(error, ValueError)
+                else f"a database URL looks like {_db.URL_FORM}"
+            )
+            raise ConfigurationError(f"{self._url_source()}: cannot parse it: {what}") from None
 
     def bare_app(self) -> Outbox:
         """The application if one is named, else an Outbox on the database URL alone."""
@@ -88,8 +125,48 @@ class Context:
                     f"no database: pass --database-url, set {DATABASE_URL_ENV}, or name an "
                     f"application with --app / {APP_ENV}"
                 )
+            source = self.url_source if self.database_url else DATABASE_URL_ENV
+            _load_driver(_parse_url(url, source), source)
             self._app = Outbox(url)
         return self._app
+
+    def _loaded_app(self) -> Outbox:
+        """The application, imported once and pointed at ``--database-url`` (parsed) if given."""
+        if self._app is None:
+            if not self.app_spec:
+                raise click.UsageError(
+                    f"no application: pass --app module:attribute or set {APP_ENV}"
+                )
+            app = load_app(self.app_spec, source=self.app_source)
+            if self.database_url:
+                _parse_url(self.database_url, self.url_source)
+                app.use_database(self.database_url)
+            settle_heap()
+            self._app = app
+        return self._app
+
+    def _url_source(self) -> str:
+        if self.database_url:
+            return self.url_source
+        return f"the database URL of {self.app_source} {self.app_spec}"
+
+
+def _parse_url(url: str, source: str) -> URL:
+    """Parse a database URL; a ConfigurationError naming ``source`` (never the password)."""
+    # A ConfigurationError (exit 2, one line) rather than a click.UsageError: the command line
+    # is well formed, and its synopsis would not help.
+    try:
+        return _db.parse_url(url)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{source}: {error}") from error
+
+
+def _load_driver(url: URL, source: str) -> None:
+    """Import the URL's dialect and driver; a ConfigurationError naming ``source`` if missing."""
+    try:
+        _db.load_driver(url)
+    except ConfigurationError as error:
+        raise ConfigurationError(f"{source}: {error}") from error
 
 
 # Collect cyclic garbage after this many new container objects instead of Python's 700: a worker
@@ -112,20 +189,31 @@ def settle_heap() -> None:
     gc.set_threshold(GC_THRESHOLD)
 
 
-def load_app(spec: str) -> Outbox:
-    """Import ``module:attribute`` (the current directory is importable) and check it."""
+def load_app(spec: str, *, source: str = "--app") -> Outbox:
+    """Import ``module:attribute`` (the current directory is importable) and check it.
+
+    ``source`` names where the spec came from (``--app`` or ``OUTBOX_APP``) in errors.
+    """
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
-        raise click.UsageError(f"--app must look like module:attribute, got {spec!r}")
+        raise click.UsageError(f"{source} must look like module:attribute, got {spec!r}")
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as error:
-        raise click.UsageError(f"--app {spec}: cannot import {module_name!r}: {error}") from error
+        raise click.UsageError(
+            f"{source} {spec}: cannot import {module_name!r}: {error}"
+        ) from error
+    except SystemExit as error:
+        # A module that exits when imported (a script's `sys.exit()` outside its main guard)
+        # would otherwise end the command silently with its own exit code.
+        raise click.UsageError(
+            f"{source} {spec}: importing {module_name!r} exited (SystemExit {error.code!r})"
+        ) from error
     except Exception as error:
         raise click.UsageError(
-            f"--app {spec}: importing {module_name!r} raised {type(error).__name__}: {error} "
+            f"{source} {spec}: importing {module_name!r} raised {type(error).__name__}: {error} "
             f"(run `python -c 'import {module_name}'` for the traceback)"
         ) from error
     try:
@@ -134,13 +222,26 @@ def load_app(spec: str) -> Outbox:
         found = sorted(n for n, v in vars(module).items() if isinstance(v, Outbox))
         hint = f"; Outbox objects in it: {', '.join(found)}" if found else ""
         raise click.UsageError(
-            f"--app {spec}: module {module_name!r} has no attribute {attribute!r}{hint}"
+            f"{source} {spec}: module {module_name!r} has no attribute {attribute!r}{hint}"
         ) from None
     if not isinstance(app, Outbox):
         raise click.UsageError(
-            f"--app {spec}: {attribute!r} is a {type(app).__name__}, not an outbox.Outbox"
+            f"{source} {spec}: expected an outbox.Outbox instance (app = Outbox(...)), "
+            f"found {_what_is(app)}"
         )
     return app
+
+
+def _what_is(value: object) -> str:
+    """A value in plain words: ``the class myapp.Base``, ``the module json``, ``an int``."""
+    if isinstance(value, type):
+        return f"the class {value.__module__}.{value.__qualname__}"
+    if isinstance(value, ModuleType):
+        return f"the module {value.__name__}"
+    if callable(value) and hasattr(value, "__qualname__"):
+        return f"the function {value.__qualname__}"
+    name = type(value).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name} ({value!r:.60})"
 
 
 def configure_logging(level: str, fmt: str) -> None:
@@ -165,14 +266,6 @@ def configure_logging(level: str, fmt: str) -> None:
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-
-
-def parse_duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``12h``, ``30d``, ``2w`` -> seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise click.BadParameter(f"{text!r} is not a duration like 90s, 15m, 12h, 30d or 2w")
-    return float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
 
 
 def _fail(message: str, code: int) -> NoReturn:
@@ -256,7 +349,17 @@ def main(
 ) -> None:
     """outbox: buffer tables drained in bulk by batch handlers."""
     configure_logging(log_level, log_format)
-    click_ctx.obj = Context(app_spec, database_url)
+
+    def source(name: str, option: str, envvar: str) -> str:
+        from_env = click_ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT
+        return envvar if from_env else option
+
+    click_ctx.obj = Context(
+        app_spec,
+        database_url,
+        app_source=source("app_spec", "--app", APP_ENV),
+        url_source=source("database_url", "--database-url", DATABASE_URL_ENV),
+    )
 
 
 @main.command()
@@ -294,15 +397,17 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
     from sqlalchemy.schema import CreateIndex, CreateTable
 
     if dialect is None:
+        # Only the URL's kind matters: DDL needs no driver and no connection.
         url = ctx.database_url or os.environ.get(DATABASE_URL_ENV)
         backend = (
-            make_url(url).get_backend_name()
+            _parse_url(url, ctx.url_source if ctx.database_url else DATABASE_URL_ENV)
             if url
-            else ctx.app().url.get_backend_name()
+            else ctx.url()
             if ctx.app_spec
-            else "postgresql"
+            else None
         )
-        dialect = "mysql" if backend == "mariadb" else backend
+        name = "postgresql" if backend is None else backend.get_backend_name()
+        dialect = "mysql" if name == "mariadb" else name
     targets: dict[str, Dialect] = {
         "postgresql": postgresql.dialect(),  # type: ignore[no-untyped-call]
         "sqlite": sqlite.dialect(),
@@ -331,34 +436,54 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
 
 
 @main.command()
-@click.option("--concurrency", "-c", default=DEFAULT_CONCURRENCY, show_default=True, type=int)
+@click.option(
+    "--concurrency",
+    "-c",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, MAX_CONCURRENCY),
+    help="Jobs run at once, in threads.",
+)
 @click.option(
     "--processes",
     "-p",
     default=1,
     show_default=True,
-    type=int,
+    type=click.IntRange(1, prefork.MAX_PROCESSES),
     help="Worker processes forked after one start-up, each with --concurrency threads (POSIX).",
 )
 @click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
 @click.option("--burst", is_flag=True, help="Handle everything due now, then exit.")
 @click.option(
     "--distribute-every",
-    type=float,
+    type=INTERVAL,
     default=None,
     metavar="SECONDS",
-    help="Also distribute every SECONDS (one leader across all workers).",
+    help=f"Also distribute every SECONDS (one leader across all workers; {INTERVAL.allowed}).",
 )
 @click.option(
     "--shutdown-grace-period",
-    type=float,
+    type=GRACE_PERIOD,
     default=DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
     show_default=True,
     metavar="SECONDS",
-    help="On SIGTERM/SIGINT, how long in-flight batches may take to finish.",
+    help="On SIGTERM/SIGINT, how long in-flight batches may take to finish "
+    f"({GRACE_PERIOD.allowed}).",
 )
-@click.option("--lease", type=float, default=None, metavar="SECONDS", help="Job lease length.")
-@click.option("--poll-interval", type=float, default=None, metavar="SECONDS")
+@click.option(
+    "--lease",
+    type=LEASE,
+    default=None,
+    metavar="SECONDS",
+    help=f"Job lease length ({LEASE.allowed}).",
+)
+@click.option(
+    "--poll-interval",
+    type=INTERVAL,
+    default=None,
+    metavar="SECONDS",
+    help=f"How long an idle worker waits before looking for work ({INTERVAL.allowed}).",
+)
 @click.option(
     "--metrics-port",
     type=int,
@@ -389,10 +514,6 @@ def work(
     listen: bool | None,
 ) -> None:
     """Run claim and batch jobs until stopped (SIGTERM/SIGINT: graceful; twice: at once)."""
-    if concurrency < 1:
-        raise click.BadParameter("must be >= 1", param_hint="--concurrency")
-    if processes < 1:
-        raise click.BadParameter("must be >= 1", param_hint="--processes")
     if processes > 1 and not hasattr(os, "fork"):
         raise click.BadParameter("needs fork(), missing here", param_hint="--processes")
     if metrics_port is not None and not 0 < metrics_port <= MAX_PORT - processes + 1:
@@ -401,6 +522,10 @@ def work(
             param_hint="--metrics-port",
         )
     app = ctx.app()
+    # Checked here, before any fork: an error is then printed once, not once per process.
+    app.select_handlers(handlers)
+    if metrics_port is not None:
+        _require_prometheus()
     changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
     app.with_settings(**{k: v for k, v in changes.items() if v is not None})
     _ready(app)
@@ -455,6 +580,14 @@ def _report_stopped(worker: Worker, clean: bool) -> None:
         sys.stderr.flush()
         sys.stdout.flush()
         os._exit(EXIT_FAILURE)
+
+
+def _require_prometheus() -> None:
+    """A usage error saying how to install the metrics extra, if it is missing."""
+    try:
+        from outbox import prometheus  # noqa: F401 - imported to see that it can be
+    except ImportError as error:
+        raise click.UsageError(str(error)) from error
 
 
 def _serve_metrics(app: Outbox, port: int) -> Callable[[Any], None]:
@@ -671,18 +804,24 @@ def replay(
 @click.option(
     "--older-than",
     required=True,
+    type=Duration(MAX_PRUNE_AGE_SECONDS),
     metavar="DURATION",
     help="Delete archive rows archived longer ago than this (90s, 15m, 12h, 30d, 2w).",
 )
-@click.option("--chunk", default=archive.PRUNE_CHUNK, show_default=True, type=int)
+# A chunk is deleted in one transaction: at most as many rows as the largest group a handler
+# may take in one (a larger number only overflows the database's integers).
+@click.option(
+    "--chunk",
+    default=archive.PRUNE_CHUNK,
+    show_default=True,
+    type=click.IntRange(1, MAX_BATCH_SIZE),
+    help="Rows deleted per transaction.",
+)
 @_command
-def prune(ctx: Context, older_than: str, chunk: int) -> None:
+def prune(ctx: Context, older_than: float, chunk: int) -> None:
     """Delete old archive rows in bounded batches."""
-    seconds = parse_duration(older_than)
-    if chunk < 1:
-        raise click.BadParameter("must be >= 1", param_hint="--chunk")
     app = _ready(ctx.bare_app())
-    click.echo(f"pruned {archive.prune(app, older_than=seconds, chunk=chunk)} archive rows")
+    click.echo(f"pruned {archive.prune(app, older_than=older_than, chunk=chunk)} archive rows")
 
 
 @main.command()
@@ -706,4 +845,6 @@ def demo(ctx: Context, click_ctx: click.Context, events: int, demo_url: str | No
         configure_logging("error", group.params["log_format"])
     if events < 1:
         raise click.BadParameter("must be >= 1", param_hint="--events")
+    if demo_url is not None:
+        _load_driver(_parse_url(demo_url, "--database-url"), "--database-url")
     run_demo(events=events, database_url=demo_url)

@@ -20,7 +20,7 @@ import click
 from sqlalchemy import String, func, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from outbox import schema
+from outbox import _db, schema
 from outbox.app import Outbox, Settings
 from outbox.batch import Batch
 from outbox.batch_job import BatchResult
@@ -99,7 +99,8 @@ def run_demo(*, events: int = 5000, database_url: str | None = None) -> dict[str
         api.bulk_send
     )
 
-    click.echo(f"outbox demo on {database_url}")
+    click.echo(f"outbox demo on {app.url.render_as_string(hide_password=True)}")
+    _db.check_connection(app.engine)
     upgrade(app.engine)
     with app.engine.begin() as conn:
         DemoBase.metadata.drop_all(conn)

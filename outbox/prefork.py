@@ -26,6 +26,10 @@ from outbox import _log
 
 log = _log.get_logger(__name__)
 
+# The most worker processes one command runs. They are for CPU-bound handlers, where more
+# processes than cores gain nothing, and this is more cores than a large server has; each
+# process also holds database connections of its own. A larger number is a typo.
+MAX_PROCESSES = 256
 RESTART_DELAY_SECONDS = 1.0
 MAX_RESTART_DELAY_SECONDS = 30.0
 STEADY_SECONDS = 60.0

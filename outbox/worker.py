@@ -13,6 +13,7 @@ idempotent; signals are wired to them in exactly one place, the CLI.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import queue
 import random
@@ -38,6 +39,10 @@ from outbox.notify import Listener
 log = _log.get_logger(__name__)
 
 DEFAULT_CONCURRENCY = 4
+# The most jobs one worker runs at once, a thread each. Handlers waiting on I/O gain little
+# past a few hundred threads (the database connections they share run out first); many more
+# fail to start at all ("can't start new thread"). A larger number is a typo.
+MAX_CONCURRENCY = 1000
 DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS = 30.0
 MAX_ERROR_BACKOFF_SECONDS = 30.0
 MAINTENANCE_JOIN_SECONDS = 10.0
@@ -94,8 +99,8 @@ class WorkerStats:
 class Worker:
     """Runs the jobs of an application's handlers until stopped (or, in burst mode, idle).
 
-    ``concurrency``: jobs run at once. ``handlers``: names to serve (all when empty).
-    ``burst``: distribute whenever idle, and return once nothing is due now.
+    ``concurrency``: jobs run at once (at most ``MAX_CONCURRENCY``). ``handlers``: names to
+    serve (all when empty). ``burst``: distribute whenever idle, and return once nothing is due now.
     ``distribute_every``: seconds between distributions by the fleet's leader (None: never;
     run ``outbox distribute`` from cron instead). ``on_result``: called from a worker thread
     with each :class:`BatchResult`. ``claims_in_flight``: claims of one handler run at once
@@ -116,10 +121,19 @@ class Worker:
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        if concurrency > MAX_CONCURRENCY:
+            raise ValueError(f"concurrency must be <= {MAX_CONCURRENCY}, got {concurrency}")
         if claims_in_flight < 1:
             raise ValueError(f"claims_in_flight must be >= 1, got {claims_in_flight}")
-        if distribute_every is not None and distribute_every <= 0:
-            raise ValueError("distribute_every must be > 0 seconds")
+        if distribute_every is not None and not 0 < distribute_every < math.inf:
+            raise ValueError(
+                f"distribute_every must be > 0 seconds and finite (None: never), "
+                f"got {distribute_every!r}"
+            )
+        if not shutdown_grace_period >= 0:  # NaN too: it would abandon in-flight work at once
+            raise ValueError(
+                f"shutdown_grace_period must be >= 0 seconds, got {shutdown_grace_period!r}"
+            )
         self.app = app
         self.handlers = {h.name: h for h in app.select_handlers(handlers)}
         self.concurrency = concurrency
