@@ -5,7 +5,8 @@
    INSERT), and both transaction rates are measured.
 2. 100 events in one transaction with ``outbox.add_events`` against raw SQLAlchemy Core
    ``executemany`` of the same rows, both on a Connection; ``add_events`` through a Session,
-   as applications usually call it, is measured beside them.
+   as applications usually call it, is measured beside them. The transactions of 1 and 2
+   take turns, 25 at a time, within each run.
 3. Concurrent writers: ``--writers`` connections (plain psycopg, a thread each) commit one
    event per transaction side by side for ``--seconds``, without and with the notify trigger,
    taking turns run by run. A notifying transaction queues its notification at commit under
@@ -70,11 +71,26 @@ def business(app: Outbox, with_event: bool) -> None:
         session.commit()
 
 
-def rate(work: Any, count: int) -> float:
-    started = time.perf_counter()
-    for _ in range(count):
-        work()
-    return count / (time.perf_counter() - started)
+# Transactions of one work timed before the next takes its turn.
+TURN = 25
+
+
+def rates_taking_turns(works: dict[str, tuple[Any, int]]) -> dict[str, float]:
+    """Transactions per second of each work, given as (work, transactions). The works take
+    turns, ``TURN`` transactions at a time, so that the machine's slower and faster spells
+    weigh on all of them alike; a work run as one block would meet a different spell than
+    the work it is compared with."""
+    spent = dict.fromkeys(works, 0.0)
+    left = {name: count for name, (_, count) in works.items()}
+    while any(left.values()):
+        for name, (work, _) in works.items():
+            turn = min(TURN, left[name])
+            started = time.perf_counter()
+            for _ in range(turn):
+                work()
+            spent[name] += time.perf_counter() - started
+            left[name] -= turn
+    return {name: count / spent[name] for name, (_, count) in works.items()}
 
 
 def concurrent_rate(dsn: str, writers: int, seconds: float) -> float:
@@ -177,12 +193,16 @@ def main() -> None:
             "core": [],
             "helper_session": [],
         }
+        works = {
+            "without": (lambda: business(app, False), args.transactions),
+            "with": (lambda: business(app, True), args.transactions),
+            "helper": (helper, args.transactions // 2),
+            "core": (core, args.transactions // 2),
+            "helper_session": (helper_session, args.transactions // 2),
+        }
         for _ in range(args.runs):
-            rates["without"].append(rate(lambda: business(app, False), args.transactions))
-            rates["with"].append(rate(lambda: business(app, True), args.transactions))
-            rates["core"].append(rate(core, args.transactions // 2))
-            rates["helper"].append(rate(helper, args.transactions // 2))
-            rates["helper_session"].append(rate(helper_session, args.transactions // 2))
+            for name, measured in rates_taking_turns(works).items():
+                rates[name].append(measured)
         medians = {k: round(statistics.median(v), 1) for k, v in rates.items()}
         label = "notify_trigger" if trigger else "no_trigger"
         results[label] = {
