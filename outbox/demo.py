@@ -94,6 +94,16 @@ def run_demo(*, events: int = 5000, database_url: str | None = None) -> dict[str
         folder = tempfile.mkdtemp(prefix="outbox-demo-")
         database_url = f"sqlite:///{Path(folder) / 'demo.sqlite3'}"
     app = Outbox(database_url, settings=Settings(poll_interval=0.05, rescue_interval=1.0))
+    try:
+        return _run(app, events)
+    finally:
+        # Interrupted too (Ctrl-C): the throwaway database goes with the demo.
+        if folder is not None:
+            app.engine.dispose()
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(app: Outbox, events: int) -> dict[str, float]:
     api = _Api()
     app.handler(DemoOrderEvent, batch_size=BATCH_SIZE, urgency=Urgency.MINUTES, retry=DEMO_RETRY)(
         api.bulk_send
@@ -128,17 +138,14 @@ def run_demo(*, events: int = 5000, database_url: str | None = None) -> dict[str
         thread = threading.Thread(target=worker.run, daemon=True)
         thread.start()
         deadline = time.monotonic() + DEMO_TIMEOUT_SECONDS
-        while _remaining(app) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        worker.stop()
-        thread.join()
+        try:
+            while _remaining(app) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            worker.stop()
+            thread.join()
     elapsed = time.monotonic() - started
-
-    figures = _summarise(app, api, worker, committed, rolled_back, elapsed)
-    if folder is not None:
-        app.engine.dispose()
-        shutil.rmtree(folder, ignore_errors=True)
-    return figures
+    return _summarise(app, api, worker, committed, rolled_back, elapsed)
 
 
 def _write_events(app: Outbox, events: int) -> tuple[int, int]:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -47,3 +49,15 @@ def test_demo_leaves_no_files_behind(cli: Cli, empty_dir: Path, temp_dir: Path) 
     result = cli.run("demo", "--events", "100", cwd=empty_dir, env={"TMPDIR": str(temp_dir)})
 
     assert (0, []) == (result.code, sorted(p.name for p in temp_dir.rglob("*")))
+
+
+def test_interrupted_demo_leaves_no_files_behind(cli: Cli, empty_dir: Path, temp_dir: Path) -> None:
+    """Ctrl-C while the demo drains: it stops, and its throwaway database goes with it."""
+    running = cli.start("demo", "--events", "200000", cwd=empty_dir, env={"TMPDIR": str(temp_dir)})
+    deadline = time.monotonic() + 30
+    while not list(temp_dir.rglob("*.sqlite3")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    created = [p.name for p in temp_dir.rglob("*.sqlite3")]
+    running.send(signal.SIGINT)
+    running.wait(30)
+    assert (["demo.sqlite3"], []) == (created, sorted(p.name for p in temp_dir.rglob("*")))
