@@ -131,7 +131,8 @@ class Context:
         return self._app
 
     def _loaded_app(self) -> Outbox:
-        """The application, imported once and pointed at ``--database-url`` (parsed) if given."""
+        """The application, imported once and pointed at ``--database-url`` if given (parsed
+        by :meth:`app` and :meth:`url`, which name its source when it is malformed)."""
         if self._app is None:
             if not self.app_spec:
                 raise click.UsageError(
@@ -139,7 +140,6 @@ class Context:
                 )
             app = load_app(self.app_spec, source=self.app_source)
             if self.database_url:
-                _parse_url(self.database_url, self.url_source)
                 app.use_database(self.database_url)
             settle_heap()
             self._app = app
@@ -592,10 +592,9 @@ def _require_prometheus() -> None:
 
 def _serve_metrics(app: Outbox, port: int) -> Callable[[Any], None]:
     """Start the Prometheus endpoint; returns the worker's result callback that feeds it."""
-    try:
-        from outbox import prometheus
-    except ImportError as error:
-        raise click.UsageError(str(error)) from error
+    _require_prometheus()
+    from outbox import prometheus
+
     try:
         prometheus.start_http_server(app, port)
     except OSError as error:
