@@ -64,6 +64,8 @@ BENCHMARKS = (
     (*DRAIN, "--batch-sizes", "1000", "--archive"),
     (*DRAIN, "--batch-sizes", "1000", "--separate-commands"),
     (*DRAIN, "--batch-sizes", "1000", "--raw-by-address"),
+    (*DRAIN, "--batch-sizes", "1000", "--separate-commands", "--typed", "events"),
+    (*DRAIN, "--batch-sizes", "1000", "--separate-commands", "--typed", "rows"),
     ("benchmarks.peers", "--jobs", "200000", "--procrastinate-jobs", "5000", "--runs", "3"),
     ("benchmarks.peers", "--jobs", "50000", "--procrastinate-jobs", "5000", "--runs", "3"),
     ("benchmarks.autovacuum", "--seconds", "180", "--runs", "3"),

@@ -1,18 +1,22 @@
 """The raw-SQL ceiling: a plain psycopg loop draining the buffer as fast as PostgreSQL allows.
 
-    python -m benchmarks._raw_drain URL BATCH_SIZE [archive] [by-address]
+    python -m benchmarks._raw_drain URL BATCH_SIZE [archive] [by-address] [typed]
 
 Loops { claim up to BATCH_SIZE rows with the locking CTE and UPDATE ... RETURNING; delete the
 group by group_id (or archive it as JSON and then delete it) } until a claim finds nothing.
 The claim is the form the drain target names, the CTE joined back by id; ``by-address``:
 outbox's form, the rows updated at the addresses the CTE locked (``CLAIM_BY_ADDRESS``), the
-stricter ceiling.
+stricter ceiling. ``typed``: the typed buffer (``bench_typed_events``), every column returned
+as psycopg types it (JSON parsed, Decimal, an aware datetime; the enum as its label), and every
+value read as the bench app's typed handler reads them, from the tuples, before the delete.
 """
 
 from __future__ import annotations
 
 import sys
 import uuid
+from decimal import Decimal
+from typing import Any
 
 import psycopg
 
@@ -39,15 +43,40 @@ SELECT 'noop', 'bench_events', b.id, b.group_id, 'succeeded', 1, to_jsonb(b), b.
 FROM bench_events AS b WHERE b.group_id = %s
 """
 DELETE = "DELETE FROM bench_events WHERE group_id = %s"
+TYPED_COLUMNS = ", ".join(
+    f"bench_events.{name}"
+    for name in ("id", "group_id", "created_at", "channel", "payload", "occurred_at", "amount",
+                 "account")
+)  # fmt: skip
+
+
+def typed(statement: str) -> str:
+    """A statement of the plain buffer turned to the typed one, returning all its columns."""
+    returning = "RETURNING bench_events.id, bench_events.account_id, bench_events.kind"
+    statement = statement.replace(returning, f"RETURNING {TYPED_COLUMNS}")
+    return statement.replace("'noop'", "'typed'").replace("bench_events", "bench_typed_events")
+
+
+def bulk_body(rows: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], Decimal]:
+    """The typed handler's work (``benchmarks.bench_app.bulk_body``), on psycopg's tuples."""
+    body = []
+    total = Decimal(0)
+    for id_, _group, _created, channel, payload, occurred_at, amount, account in rows:
+        body.append((id_, channel, payload["page"], occurred_at.isoformat(), account))
+        total += amount
+    return body, total
 
 
 def main() -> None:
     url, batch_size, options = sys.argv[1], int(sys.argv[2]), set(sys.argv[3:])
-    unknown = options - {"archive", "by-address"}
+    unknown = options - {"archive", "by-address", "typed"}
     if unknown:
-        sys.exit(f"unknown options {sorted(unknown)}: the options are archive and by-address")
+        sys.exit(f"unknown options {sorted(unknown)}: the options are archive, by-address, typed")
     archive = "archive" in options
     claim = CLAIM_BY_ADDRESS if "by-address" in options else CLAIM
+    archive_statement, delete = ARCHIVE, DELETE
+    if "typed" in options:
+        claim, archive_statement, delete = typed(claim), typed(ARCHIVE), typed(DELETE)
     with psycopg.connect(url) as conn:
         while True:
             group = uuid.uuid4()
@@ -55,10 +84,12 @@ def main() -> None:
                 rows = conn.execute(claim, (batch_size, group)).fetchall()
             if not rows:
                 return
+            if "typed" in options:
+                bulk_body(rows)
             with conn.transaction():
                 if archive:
-                    conn.execute(ARCHIVE, (group,))
-                conn.execute(DELETE, (group,))
+                    conn.execute(archive_statement, (group,))
+                conn.execute(delete, (group,))
 
 
 if __name__ == "__main__":

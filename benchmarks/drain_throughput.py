@@ -14,8 +14,17 @@ sets the handler's claim jobs (default 64) and writes its results to a file of t
 so does ``--raw-by-address``, which makes the raw loop claim in outbox's own form (rows updated
 at the addresses the locking CTE locked) instead of the target's join by id.
 
+``--typed`` drains the typed buffer instead (an Enum, JSON, a DateTime with time zone, a
+Numeric and a String beside the buffer's own columns), with a handler that reads every value
+of every event through ``batch.events`` (``--typed rows``: through ``batch.rows``) and builds
+a bulk request's body from them; the raw loop returns all the same columns, typed by psycopg
+alone, and reads them the same way from its tuples. What it measures: what applying the
+columns' types and building model instances cost on the hottest path. Results of their own.
+
     python -m benchmarks.drain_throughput --events 200000 --batch-sizes 100,1000,5000 \
         --processes 1,2 --runs 3 [--archive]
+    python -m benchmarks.drain_throughput --typed --events 200000 --batch-sizes 1000 \
+        --processes 1,2 --runs 3 --separate-commands
 
 ``--batch-size N`` is the same option for a single size.
 """
@@ -23,7 +32,6 @@ at the addresses the locking CTE locked) instead of the target's join by id.
 from __future__ import annotations
 
 import argparse
-import io
 import os
 import statistics
 import subprocess
@@ -59,24 +67,37 @@ def prepare(url: str) -> None:
     engine.dispose()
 
 
-def load(dsn: str, events: int) -> None:
-    """COPY ``events`` rows into the buffer, then VACUUM ANALYZE it."""
-    data = io.StringIO("".join(f"{n % 5000}\tpage_view\n" for n in range(events)))
+PLAIN, TYPED = "bench_events", "bench_typed_events"  # the bench app's two buffers
+CHANNELS = ("EMAIL", "SMS", "PUSH")  # the typed buffer's enum labels: the members' names
+
+
+def typed_line(n: int) -> str:
+    """Row ``n`` of the typed buffer, in COPY's text format."""
+    payload = f'{{"page": "/products/{n % 5000}", "items": [{n % 7}, {n % 11}]}}'
+    occurred = f"2026-01-02 03:{n // 60 % 60:02}:{n % 60:02}.{n % 1000:03}+00"
+    return f"{CHANNELS[n % 3]}\t{payload}\t{occurred}\t{n % 100000 / 100:.2f}\taccount-{n % 5000}\n"
+
+
+def load(dsn: str, events: int, *, typed: bool = False) -> None:
+    """COPY ``events`` rows into the buffer (``typed``: the typed one), then VACUUM ANALYZE it."""
+    if typed:
+        copy_into = f"COPY {TYPED} (channel, payload, occurred_at, amount, account) FROM STDIN"
+        data = "".join(typed_line(n) for n in range(events))
+    else:
+        copy_into = f"COPY {PLAIN} (account_id, kind) FROM STDIN"
+        data = "".join(f"{n % 5000}\tpage_view\n" for n in range(events))
     with psycopg.connect(dsn) as conn:
-        with (
-            conn.cursor() as cursor,
-            cursor.copy("COPY bench_events (account_id, kind) FROM STDIN") as copy,
-        ):
-            copy.write(data.getvalue())
+        with conn.cursor() as cursor, cursor.copy(copy_into) as copy:
+            copy.write(data)
         conn.commit()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute("VACUUM ANALYZE bench_events")
+        conn.execute(f"VACUUM ANALYZE {TYPED if typed else PLAIN}")
         conn.execute("TRUNCATE outbox_jobs, outbox_archive")
 
 
-def remaining(dsn: str) -> int:
+def remaining(dsn: str, table: str = PLAIN) -> int:
     with psycopg.connect(dsn) as conn:
-        return int(conn.execute("SELECT count(*) FROM bench_events").fetchone()[0])  # type: ignore[index]
+        return int(conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0])  # type: ignore[index]
 
 
 def run_framework(
@@ -107,14 +128,23 @@ def run_framework(
 
 
 def run_raw(
-    dsn: str, processes: int, batch_size: int, archive: bool, *, by_address: bool = False
+    dsn: str,
+    processes: int,
+    batch_size: int,
+    archive: bool,
+    *,
+    by_address: bool = False,
+    typed: bool = False,
 ) -> float:
-    """Seconds for P raw psycopg loops to drain (``by_address``: claiming in outbox's form)."""
+    """Seconds for P raw psycopg loops to drain (``by_address``: claiming in outbox's form;
+    ``typed``: the typed buffer)."""
     command = [sys.executable, "-m", "benchmarks._raw_drain", dsn, str(batch_size)]
     if archive:
         command.append("archive")
     if by_address:
         command.append("by-address")
+    if typed:
+        command.append("typed")
     started = time.perf_counter()
     loops = [subprocess.Popen(command, cwd=ROOT) for _ in range(processes)]
     for loop in loops:
@@ -128,15 +158,15 @@ class Timeline(threading.Thread):
     its start to the first claim, and to the last (``--timeline``; the sampling costs the
     database a little, so rates are measured without it)."""
 
-    def __init__(self, dsn: str, events: int) -> None:
+    def __init__(self, dsn: str, events: int, table: str = PLAIN) -> None:
         super().__init__(daemon=True)
-        self.dsn, self.events = dsn, events
+        self.dsn, self.events, self.table = dsn, events, table
         self.started = time.perf_counter()
         self.first_claim: float | None = None
         self.all_claimed: float | None = None
 
     def run(self) -> None:
-        query = "SELECT count(*) FROM bench_events WHERE group_id IS NULL"
+        query = f"SELECT count(*) FROM {self.table} WHERE group_id IS NULL"
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             while True:
                 (unclaimed,) = conn.execute(query).fetchone()  # type: ignore[misc]
@@ -202,6 +232,14 @@ def main() -> None:
         "(results of their own)",
     )
     parser.add_argument(
+        "--typed",
+        nargs="?",
+        const="events",
+        choices=("events", "rows"),
+        help="drain the typed buffer, the handler reading batch.events (or, with `rows`, "
+        "batch.rows) (results of their own)",
+    )
+    parser.add_argument(
         "--timeline",
         action="store_true",
         help="also sample when the first and the last claim landed (slows both a little)",
@@ -226,9 +264,13 @@ def main() -> None:
         "max_batches": args.max_batches,
         "separate_commands": args.separate_commands,
         "raw_claim": "by_address" if args.raw_by_address else "by_id",
+        # The typed buffer and how its handler reads it (None: the plain buffer, no-op).
+        "typed": args.typed,
         "runs": args.runs,
         "rows": [],
     }
+    typed = args.typed is not None
+    table = TYPED if typed else PLAIN
     prepare(url)
     meter = CpuMeter(dsn)
     for batch_size in batch_sizes:
@@ -239,6 +281,7 @@ def main() -> None:
             "BENCH_BATCH_SIZE": str(batch_size),
             "BENCH_ARCHIVE": "1" if args.archive else "0",
             "BENCH_MAX_BATCHES": str(args.max_batches),
+            "BENCH_TYPED": args.typed or "",
         }
         for processes in process_counts:
             rates: dict[str, list[float]] = {"raw": [], "outbox": []}
@@ -249,21 +292,26 @@ def main() -> None:
             }
             for run in range(args.runs):
                 for variant in ("raw", "outbox"):
-                    load(dsn, args.events)
-                    timeline = Timeline(dsn, args.events) if args.timeline else None
+                    load(dsn, args.events, typed=typed)
+                    timeline = Timeline(dsn, args.events, table) if args.timeline else None
                     if timeline is not None:
                         timeline.start()
                     meter.start()
                     if variant == "raw":
                         seconds = run_raw(
-                            dsn, processes, batch_size, args.archive, by_address=args.raw_by_address
+                            dsn,
+                            processes,
+                            batch_size,
+                            args.archive,
+                            by_address=args.raw_by_address,
+                            typed=typed,
                         )
                     else:
                         seconds = run_framework(
                             url, processes, args.concurrency, env, separate=args.separate_commands
                         )
                     cpu[variant].append(meter.stop())
-                    left = remaining(dsn)
+                    left = remaining(dsn, table)
                     if left:
                         raise RuntimeError(f"{variant} left {left} events behind")
                     rates[variant].append(args.events / seconds)
@@ -291,7 +339,11 @@ def main() -> None:
                 row["timeline_first_and_last_claim_seconds"] = timelines
             results["rows"].append(row)
             print(row, flush=True)
-    name = "drain_throughput_archive" if args.archive else "drain_throughput"
+    name = "drain_throughput"
+    if typed:
+        name += "_typed" if args.typed == "events" else "_typed_rows"
+    if args.archive:
+        name += "_archive"
     if args.max_batches != DEFAULT_MAX_BATCHES:
         name += f"_max_batches_{args.max_batches}"
     if args.separate_commands:

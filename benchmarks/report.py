@@ -329,10 +329,34 @@ BENCH_MAX_BATCHES = 64
 
 def tuned(results: Results) -> bool:
     """Whether drain results come from a variant run: non-default claim jobs
-    (``--max-batches``), separate ``outbox work`` commands (``--separate-commands``) or a raw
-    loop that claims by address (``--raw-by-address``)."""
+    (``--max-batches``), separate ``outbox work`` commands (``--separate-commands``), a raw
+    loop that claims by address (``--raw-by-address``) or the typed buffer (``--typed``)."""
     other_claim_jobs = int(results.data.get("max_batches", BENCH_MAX_BATCHES)) != BENCH_MAX_BATCHES
-    return other_claim_jobs or bool(results.data.get("separate_commands")) or by_address(results)
+    return (
+        other_claim_jobs
+        or bool(results.data.get("separate_commands"))
+        or by_address(results)
+        or typed(results) is not None
+    )
+
+
+def typed(results: Results) -> str | None:
+    """How the handler of a typed-buffer drain (``--typed``) read its events: ``events`` or
+    ``rows``; None for the plain buffer."""
+    read = results.data.get("typed")
+    return None if read is None else str(read)
+
+
+def judged_typed(results: Results) -> bool:
+    """Whether drain results are the typed target's measurement: the handler reading
+    ``batch.events``, separate ``outbox work`` commands, and nothing else changed."""
+    return (
+        typed(results) == "events"
+        and bool(results.data.get("separate_commands"))
+        and int(results.data.get("max_batches", BENCH_MAX_BATCHES)) == BENCH_MAX_BATCHES
+        and not by_address(results)
+        and not archived(results)
+    )
 
 
 def by_address(results: Results) -> bool:
@@ -397,6 +421,9 @@ def drain_throughput(results: Results) -> Rendered:
     data = results.data
     archive = archived(results)
     name = "drain_throughput (archive)" if archive else "drain_throughput"
+    read = typed(results)
+    if read is not None:
+        name = f"drain_throughput (typed, batch.{read})"
     rows = sorted(
         data["rows"], key=lambda r: (r.get("batch_size", data.get("batch_size", 0)), r["processes"])
     )
@@ -404,7 +431,15 @@ def drain_throughput(results: Results) -> Rendered:
     lines = [
         f"{data['events']:,} events, {data.get('worker_threads', '?')} threads per worker, "
         f"{data.get('max_batches', BENCH_MAX_BATCHES)} claim jobs (`max_batches`), "
-        f"{'archiving every row' if archive else 'no archive'}; events/s, medians of the runs, "
+        f"{'archiving every row' if archive else 'no archive'}"
+        + (
+            f"; the typed buffer (an Enum, JSON, a DateTime with time zone, a Numeric and a "
+            f"String), its handler reading every value of every event through `batch.{read}`, "
+            "the raw loop the same values from psycopg's tuples"
+            if read is not None
+            else ""
+        )
+        + f"; events/s, medians of the runs, "
         f"spread min{DASH}max; process start-up included. The ratio is outbox over the raw loop"
         f"{' (which archives every row too)' if archive else ''}"
         f"{', which claims as outbox does, by address' if by_address(results) else ''}.",
@@ -440,6 +475,8 @@ def drain_throughput(results: Results) -> Rendered:
     ]
     lines += table(header, body)
     lines += drain_cpu(rows, data)
+    if judged_typed(results):
+        return lines, typed_targets(name, rows, data)
     if tuned(results):
         return lines, []
     # The target was set at one batch size; the others are judged in the table only. Results
@@ -469,6 +506,29 @@ def drain_throughput(results: Results) -> Rendered:
             )
         )
     return lines, targets
+
+
+def typed_targets(name: str, rows: list[dict[str, Any]], data: dict[str, Any]) -> list[Target]:
+    """The typed buffer's target: outbox / raw loop at batch 1,000, with 1 and 2 separate
+    ``outbox work`` commands, the handler reading ``batch.events``."""
+    targets = []
+    for processes in (1, 2):
+        chosen = [
+            r
+            for r in rows
+            if r["processes"] == processes
+            and r.get("batch_size", data.get("batch_size")) == DRAIN_TARGET_BATCH
+        ]
+        targets.append(
+            Target(
+                name,
+                f"typed buffer, batch.events: outbox / raw loop ≥ {DRAIN_RATIO}, {processes} "
+                f"separate command{'s' * (processes > 1)} (batch {count(DRAIN_TARGET_BATCH)})",
+                ", ".join(f"{r['ratio']:.2f}" for r in chosen) or DASH,
+                all(r["ratio"] >= DRAIN_RATIO for r in chosen) if chosen else None,
+            )
+        )
+    return targets
 
 
 def best(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -1238,6 +1298,13 @@ def heading(results: Results, link: str) -> str:
     name = f"`{link}/{results.path.name}`"
     if results.benchmark == "drain_throughput":
         what = "Archiving every row" if archived(results) else "No archive"
+        read = typed(results)
+        if read is not None:
+            what = f"Typed buffer, the handler reading `batch.{read}`"
+            if results.data.get("separate_commands"):
+                what += ", separate `outbox work` commands"
+            judged = ": the target measurement (not drawn)" if judged_typed(results) else ""
+            return f"### {what}{judged or ' (not judged, not drawn)'} ({name})"
         if results.data.get("separate_commands"):
             what += ", separate `outbox work` commands (not judged, not drawn)"
         elif by_address(results):

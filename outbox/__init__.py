@@ -5,10 +5,12 @@ groups and hands each group, in bulk, to a batch handler, with retries, dead let
 archive. See the README for a tour.
 """
 
+from outbox._dialects import db_now
 from outbox.app import Delivery, Handler, Outbox, Settings
 from outbox.batch import Batch
-from outbox.buffer import BufferMixin, add_events
+from outbox.buffer import BufferMixin, add_events, add_events_async
 from outbox.exceptions import (
+    BufferTableMissingError,
     ConfigurationError,
     DatabaseUnavailableError,
     HandlerTimeoutError,
@@ -23,6 +25,7 @@ from outbox.urgency import Urgency
 __all__ = [
     "Batch",
     "BufferMixin",
+    "BufferTableMissingError",
     "ConfigurationError",
     "DatabaseUnavailableError",
     "Delivery",
@@ -37,4 +40,6 @@ __all__ = [
     "UnsupportedDatabaseError",
     "Urgency",
     "add_events",
+    "add_events_async",
+    "db_now",
 ]

@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, inspect
+from sqlalchemy import Connection, Engine, Table, create_engine, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, NoSuchModuleError
 
 from outbox import _dialects as dialects
 from outbox import _log, schema
-from outbox.exceptions import ConfigurationError, DatabaseUnavailableError, SchemaMissingError
+from outbox.exceptions import (
+    BufferTableMissingError,
+    ConfigurationError,
+    DatabaseUnavailableError,
+    SchemaMissingError,
+)
 
 T = TypeVar("T")
 
@@ -54,6 +60,93 @@ def parse_url(url: str | URL) -> URL:
         ) from error
 
 
+# The sync driver outbox runs on in place of an async one, by backend and async driver. outbox
+# does its own work in threads with no event loop, where an async driver cannot run.
+_SYNC_DRIVERS = {
+    ("postgresql", "asyncpg"): "psycopg",
+    ("postgresql", "psycopg_async"): "psycopg",
+    ("sqlite", "aiosqlite"): "pysqlite",
+    ("mysql", "aiomysql"): "pymysql",
+    ("mysql", "asyncmy"): "pymysql",
+    ("mariadb", "aiomysql"): "pymysql",
+    ("mariadb", "asyncmy"): "pymysql",
+}
+
+# asyncpg's own query parameters, which libpq (psycopg) does not take. Dropped: its client-side
+# statement caches and its per-statement timeout, which tune the application's connections and
+# mean nothing to outbox's. Renamed: the same setting under libpq's name. Refused: TLS and
+# server settings that have no libpq spelling, which outbox cannot quietly leave out.
+_ASYNCPG_DROPPED = frozenset(
+    {
+        "prepared_statement_cache_size",
+        "statement_cache_size",
+        "max_cached_statement_lifetime",
+        "max_cacheable_statement_size",
+        "command_timeout",
+    }
+)
+_ASYNCPG_RENAMED = {"ssl": "sslmode", "timeout": "connect_timeout"}
+_ASYNCPG_REFUSED = frozenset({"direct_tls", "server_settings"})
+
+
+def sync_url(url: URL) -> URL:
+    """The URL outbox connects to: ``url`` itself, or for an async driver, the same database
+    on that driver's sync sibling.
+
+    ``postgresql+asyncpg`` and ``postgresql+psycopg_async`` become ``postgresql+psycopg``,
+    ``sqlite+aiosqlite`` becomes ``sqlite`` (pysqlite), ``mysql+aiomysql`` and
+    ``mysql+asyncmy`` become ``mysql+pymysql``. Host, credentials, database and the query are
+    kept, but for asyncpg's parameters that libpq does not take: its statement caches and
+    ``command_timeout`` are dropped, ``ssl`` and ``timeout`` become ``sslmode`` and
+    ``connect_timeout``, and ``direct_tls`` or ``server_settings`` are refused. An async driver
+    outbox does not know, and a private SQLite ``:memory:`` database, are a
+    ConfigurationError saying what to write instead.
+    """
+    try:
+        asynchronous = url.get_dialect().is_async
+    except NoSuchModuleError:
+        return url  # load_driver names the unknown dialect
+    if not asynchronous:
+        return url
+    backend, driver = url.get_backend_name(), url.get_driver_name()
+    sync_driver = _SYNC_DRIVERS.get((backend, driver))
+    if sync_driver is None:
+        raise ConfigurationError(
+            f"outbox runs on a sync driver and knows none for the async {url.drivername!r}: "
+            "give outbox a sync URL (postgresql+psycopg://, sqlite:///, mysql+pymysql://) "
+            "or Outbox(engine=create_engine(...))"
+        )
+    if backend == "sqlite" and url.database in (None, "", ":memory:"):
+        raise ConfigurationError(
+            f"{url.drivername} :memory: is a database of one connection, which outbox's own "
+            "engine cannot share: use a SQLite file"
+        )
+    query = dict(url.query)
+    if driver == "asyncpg":
+        if refused := sorted(_ASYNCPG_REFUSED & query.keys()):
+            raise ConfigurationError(
+                f"{url.drivername}'s {', '.join(refused)} has no equivalent for "
+                f"{backend}+{sync_driver}, which outbox runs on: give outbox a sync URL "
+                "or Outbox(engine=create_engine(...))"
+            )
+        query = {
+            _ASYNCPG_RENAMED.get(name, name): _libpq_value(name, value)
+            for name, value in query.items()
+            if name not in _ASYNCPG_DROPPED
+        }
+    return url.set(drivername=f"{backend}+{sync_driver}", query=query)
+
+
+def _libpq_value(name: str, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
+    """An asyncpg query value as libpq takes it: whole seconds for ``connect_timeout``."""
+    if name != "timeout" or not isinstance(value, str):
+        return value
+    try:
+        return str(math.ceil(float(value)))
+    except ValueError:
+        return value  # libpq names the bad value when it connects
+
+
 def load_driver(url: URL) -> None:
     """Import the URL's SQLAlchemy dialect and database driver, connecting to nothing.
 
@@ -84,23 +177,17 @@ def create_outbox_engine(
     invalidated by SQLAlchemy, and :func:`run_in_transaction` runs the transaction again.
 
     ``idle_transaction_timeout`` (PostgreSQL): the server ends a transaction left idle this
-    long, so that a frozen worker (SIGSTOP, a stalled VM) cannot hold row locks forever.
+    long, so that a frozen worker (SIGSTOP, a stalled VM) cannot hold row locks forever. Set
+    at connect, added to any ``?options=`` of the URL; behind a connection pooler such as
+    PgBouncer, per transaction instead (see ``_dialects.configure_engine``).
     """
     parsed = parse_url(url)
     load_driver(parsed)
     options: dict[str, object] = {}
     if parsed.get_backend_name() == "mysql" or parsed.get_backend_name() == "mariadb":
         options["isolation_level"] = "READ COMMITTED"
-    if parsed.get_backend_name() == "postgresql" and idle_transaction_timeout is not None:
-        # Added to the URL's own ?options= (a search_path, say), which connect_args replaces.
-        own = parsed.query.get("options", "")
-        own = own[0] if isinstance(own, tuple) else own
-        milliseconds = int(idle_transaction_timeout * 1000)
-        options["connect_args"] = {
-            "options": f"{own} -c idle_in_transaction_session_timeout={milliseconds}".strip()
-        }
     engine = create_engine(parsed, **options)
-    dialects.configure_engine(engine)
+    dialects.configure_engine(engine, idle_transaction_timeout=idle_transaction_timeout)
     return engine
 
 
@@ -179,3 +266,50 @@ def check_schema(engine: Engine) -> None:
     missing = [name for name in schema.TABLE_NAMES if name not in existing]
     if missing:
         raise SchemaMissingError(missing)
+
+
+def missing_buffer_tables(engine: Engine, tables: Mapping[str, Table]) -> dict[str, str]:
+    """Of ``tables`` (handler name -> buffer table), those that do not exist in the database:
+    handler name -> the table's name, ``schema.table`` when it has a schema.
+
+    One look at the database's list of tables per schema the tables are in: one round trip
+    for any number of tables in the connection's own schema (on PostgreSQL, any schema on its
+    ``search_path``), however many handlers there are.
+    """
+    names_by_schema: dict[str | None, set[str]] = {}
+    with engine.connect() as conn:
+        inspector = inspect(conn)
+        for schema_name in {table.schema for table in tables.values()}:
+            try:
+                names_by_schema[schema_name] = set(inspector.get_table_names(schema=schema_name))
+            except DBAPIError as error:
+                # SQLite and MariaDB refuse to list a schema that does not exist (PostgreSQL
+                # lists none): it holds no table.
+                if schema_name is None or dialects.is_transient(error):
+                    raise
+                names_by_schema[schema_name] = set()
+    return {
+        name: table.fullname
+        for name, table in tables.items()
+        if table.name not in names_by_schema[table.schema]
+    }
+
+
+def check_buffer_tables(engine: Engine, tables: Mapping[str, Table]) -> None:
+    """Raise BufferTableMissingError when any of ``tables`` (handler name -> buffer table)
+    does not exist."""
+    missing = missing_buffer_tables(engine, tables)
+    if missing:
+        raise BufferTableMissingError(missing)
+
+
+def buffer_table_missing(
+    engine: Engine, error: DBAPIError, tables: Mapping[str, Table]
+) -> BufferTableMissingError | None:
+    """The error to raise in place of ``error`` when it says a table does not exist and one
+    of ``tables`` (handler name -> buffer table) indeed does not; None otherwise (another
+    error, or another table: one of outbox's own)."""
+    if not dialects.is_missing_table(error):
+        return None
+    missing = missing_buffer_tables(engine, tables)
+    return BufferTableMissingError(missing) if missing else None

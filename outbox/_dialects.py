@@ -32,7 +32,10 @@ from sqlalchemy.types import (
     TypeEngine,
 )
 
+from outbox import _log
 from outbox.exceptions import UnsupportedDatabaseError
+
+log = _log.get_logger(__name__)
 
 POSTGRESQL = "postgresql"
 SQLITE = "sqlite"
@@ -63,7 +66,12 @@ def name_of(dialect: SADialect) -> str:
 
 
 class db_now(FunctionElement[Any]):  # noqa: N801 - named like the SQL function it renders
-    """The database's current time. Every lease and backoff is computed from it."""
+    """The database's current time. Every lease and backoff is computed from it.
+
+    Public as ``outbox.db_now``: the ``created_at`` default of every buffer table, which
+    compiles to each database's own clock when the DDL runs, so a migration that writes
+    ``server_default=outbox.db_now()`` runs on every supported database.
+    """
 
     type = DateTime(timezone=True)
     inherit_cache = True
@@ -310,6 +318,28 @@ def is_transient(error: BaseException) -> bool:
     return bool(args) and isinstance(args[0], int) and args[0] in _MYSQL_TRANSIENT
 
 
+_PG_MISSING_TABLE = {"42P01", "3F000"}  # undefined_table, invalid_schema_name
+_MYSQL_NO_SUCH_TABLE = 1146
+
+
+def is_missing_table(error: BaseException) -> bool:
+    """True when a statement failed because a table (or its schema) does not exist.
+
+    Never transient: running the transaction again finds the table missing again. Which
+    table it was, the caller finds out by looking (``_db.missing_buffer_tables``).
+    """
+    orig = getattr(error, "orig", None)
+    if orig is None:
+        return False
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate is not None:
+        return sqlstate in _PG_MISSING_TABLE
+    if str(orig).lower().startswith("no such table"):  # sqlite3
+        return True
+    args: tuple[Any, ...] = getattr(orig, "args", ())
+    return bool(args) and args[0] == _MYSQL_NO_SUCH_TABLE
+
+
 # sqlite3 quotes the offending text when it cannot decode a value: never repeat it.
 _SQLITE_QUOTED_TEXT = re.compile(r" with text '.*", re.DOTALL)
 
@@ -331,7 +361,7 @@ def error_summary(error: BaseException) -> str:
     return f"{type(target).__name__}{state}: {primary}" if primary else type(target).__name__
 
 
-def configure_engine(engine: Engine) -> None:
+def configure_engine(engine: Engine, *, idle_transaction_timeout: float | None = None) -> None:
     """Set up connections of an engine the way outbox needs them (once per engine).
 
     SQLite: see :func:`_configure_sqlite`. PostgreSQL through psycopg: a session whose time
@@ -339,14 +369,130 @@ def configure_engine(engine: Engine) -> None:
     to the name ``UTC``. That changes no value and no time arithmetic, only how fast psycopg
     reads ``timestamptz`` columns: for ``UTC`` it attaches Python's own UTC, for any other name
     it converts each value through zoneinfo, a visible part of reading a claimed row.
+
+    ``idle_transaction_timeout`` (PostgreSQL, float seconds): the server ends a transaction
+    left idle this long, so that a frozen worker cannot hold row locks forever. See
+    :class:`_IdleTimeout` for how it is set, directly and behind a connection pooler.
     """
     if getattr(engine, "_outbox_configured", False):
         return
     if engine.dialect.name == SQLITE:
         _configure_sqlite(engine)
-    elif engine.dialect.name == POSTGRESQL and engine.dialect.driver == "psycopg":
-        event.listen(engine, "connect", _name_utc_plainly)
+    elif engine.dialect.name == POSTGRESQL:
+        if engine.dialect.driver == "psycopg":
+            event.listen(engine, "connect", _name_utc_plainly)
+        if idle_transaction_timeout is not None:
+            _IdleTimeout(engine, idle_transaction_timeout).install()
     engine._outbox_configured = True  # type: ignore[attr-defined]
+
+
+def behind_pooler(engine: Engine) -> bool:
+    """True once a connection of the engine was found to go through a connection pooler
+    (PgBouncer, ...), where a server session is not the client's: LISTEN hears nothing there.
+
+    Known after the engine's first connection; only for the engines outbox creates.
+    """
+    timeout: _IdleTimeout | None = getattr(engine, "_outbox_idle_timeout", None)
+    return timeout is not None and timeout.pooled
+
+
+# libpq's drivers, which take the ``options`` startup parameter (``-c name=value``).
+_LIBPQ_DRIVERS = frozenset({"psycopg", "psycopg2"})
+# What PgBouncer answers to a startup parameter it does not support (``options`` before 1.20,
+# a setting inside ``options`` it does not track since).
+_REFUSED_STARTUP_PARAMETER = "unsupported startup parameter"
+_SESSION_CHECK = (
+    "SELECT pg_backend_pid(), setting::int FROM pg_settings"
+    " WHERE name = 'idle_in_transaction_session_timeout'"
+)
+# Whether a connection's transactions set the timeout themselves (in its record's info).
+_SET_LOCAL_KEY = "outbox_idle_timeout_set_local"
+
+
+class _IdleTimeout:
+    """``idle_in_transaction_session_timeout`` on every transaction of a PostgreSQL engine.
+
+    Directly connected, it is a startup parameter (``options=-c ...``): set once per
+    connection, nothing per transaction. A transaction-mode pooler hands each transaction to
+    whichever server session is free, which a startup parameter or a session ``SET`` does not
+    follow (PgBouncer refuses the parameter, or with ``ignore_startup_parameters`` drops it).
+    A connection refused for it is made again without it, and each new connection is checked
+    once, in one round trip: is its server session the one it was told of at connect (a pooler
+    reports a process id of its own), and did the timeout take? Where it did not, each
+    transaction begins with ``SET LOCAL`` (one more round trip). Behind a pooler, psycopg's
+    automatic server-side prepared statements are turned off (the next transaction's session
+    would not know them: "prepared statement ... does not exist" or "already exists").
+
+    A timeout the server enforces of its own (``ALTER ROLE ... SET``) is not relied on: a
+    pooler's older server sessions may predate it, and one session cannot vouch for the rest.
+    """
+
+    def __init__(self, engine: Engine, seconds: float) -> None:
+        self.engine = engine
+        self.milliseconds = int(seconds * 1000)
+        self.startup_option = engine.dialect.driver in _LIBPQ_DRIVERS
+        self.refused = False
+        """A pooler refused the startup parameter: connect without it from now on."""
+        self.pooled = False
+        """A connection went through a pooler (see :func:`behind_pooler`)."""
+
+    def install(self) -> None:
+        """Listen to the engine's connects and begins."""
+        if self.startup_option:
+            event.listen(self.engine, "do_connect", self._connect)
+        event.listen(self.engine, "connect", self._check)
+        event.listen(self.engine, "begin", self._begin)
+        self.engine._outbox_idle_timeout = self  # type: ignore[attr-defined]
+
+    def _connect(self, dialect: SADialect, record: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+        if self.refused:
+            return None  # SQLAlchemy connects with the URL's own options, if any
+        own = cparams.get("options", "")
+        own = own[0] if isinstance(own, tuple) else own  # ?options= given twice
+        ours = f"{own} -c idle_in_transaction_session_timeout={self.milliseconds}".strip()
+        try:
+            return dialect.connect(*cargs, **{**cparams, "options": ours})
+        except dialect.loaded_dbapi.OperationalError as error:
+            if _REFUSED_STARTUP_PARAMETER not in str(error):
+                raise
+            self.refused = True
+            return None
+
+    def _check(self, dbapi_connection: Any, record: Any) -> None:
+        # In autocommit: no BEGIN and ROLLBACK around it.
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        try:
+            cursor = dbapi_connection.cursor()
+            cursor.execute(_SESSION_CHECK)
+            server_pid, in_force = cursor.fetchone()
+            cursor.close()
+        finally:
+            dbapi_connection.autocommit = autocommit
+        told_pid = getattr(getattr(dbapi_connection, "info", None), "backend_pid", None)
+        pooled = self.refused or (told_pid is not None and told_pid != server_pid)
+        pooled = pooled or (self.startup_option and in_force != self.milliseconds)
+        record.info[_SET_LOCAL_KEY] = pooled or in_force != self.milliseconds
+        if not pooled:
+            return
+        if hasattr(dbapi_connection, "prepare_threshold"):
+            dbapi_connection.prepare_threshold = None
+        if not self.pooled:
+            self.pooled = True
+            log.info(
+                _log.POOLER_DETECTED,
+                idle_transaction_timeout="set per transaction",
+                prepared_statements="off",
+            )
+
+    def _begin(self, connection: Any) -> None:
+        if not connection.connection.info.get(_SET_LOCAL_KEY):
+            return
+        if getattr(connection.connection.driver_connection, "autocommit", False):
+            return  # SET LOCAL outside a transaction block only draws a warning
+        connection.exec_driver_sql(
+            f"SET LOCAL idle_in_transaction_session_timeout = {self.milliseconds}"
+        )
 
 
 # Zones that are UTC under another name, with the abbreviation UTC (the GMT names print GMT).

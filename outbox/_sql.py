@@ -35,12 +35,15 @@ from sqlalchemy import (
     null,
     select,
     text,
+    true,
+    type_coerce,
     union_all,
     update,
 )
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import Dialect as SADialect
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, Result
+from sqlalchemy.exc import CompileError, DBAPIError
 from sqlalchemy.orm import Session
 
 from outbox import _dialects as dialects
@@ -382,6 +385,22 @@ def release_job(
     return result.rowcount == 1
 
 
+def return_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
+    """Give back a leased job that could not start, as if it had not been leased: its attempt
+    is not counted and its last error stays. False when the lease was lost."""
+    result = conn.execute(
+        update(_jobs)
+        .where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
+        .values(
+            lease_owner=None,
+            lease_token=None,
+            lease_expires_at=None,
+            attempts=_jobs.c.attempts - 1,
+        )
+    )
+    return result.rowcount == 1
+
+
 def insert_batch_job(
     conn: Connection,
     *,
@@ -471,9 +490,9 @@ def claim_update(
 ) -> Update | None:
     """The claim of :func:`claim_rows` as one UPDATE (PostgreSQL, SQLite), None on MariaDB.
 
-    A caller may add ``.returning(...)`` to get the claimed rows back from the same statement
-    instead of selecting them again. ``by_address``: what :func:`addressable` says of the
-    table (PostgreSQL).
+    A caller may add ``.returning(*claimed_columns(...))`` to get the claimed rows back from
+    the same statement instead of selecting them again. ``by_address``: what
+    :func:`addressable` says of the table (PostgreSQL).
     """
     if dialect == dialects.POSTGRESQL:
         return update(table).where(_locked(table, limit, by_address)).values(group_id=group_id)
@@ -481,6 +500,63 @@ def claim_update(
     if dialect == dialects.SQLITE:
         return update(table).where(table.c.id.in_(pick.scalar_subquery())).values(group_id=group_id)
     return None
+
+
+class UnreadableRowsError(Exception):
+    """Rows were claimed, but one of their stored values could not be turned into Python: by
+    the driver, or by its column's type (an Enum member since removed, a TypeDecorator's
+    ``process_result_value`` that raises). The claim itself stands."""
+
+
+def fetch_claimed(result: Result[Any]) -> list[Any]:
+    """The rows a claim returned, each value read as its column declares it.
+
+    A value that cannot be read raises :class:`UnreadableRowsError` rather than undoing the
+    claim: undone, the same oldest rows would be claimed and fail again, forever, and block
+    every row behind them. A database error is not such a value, and goes on up as it is.
+    """
+    try:
+        return list(result.all())
+    except DBAPIError:
+        raise
+    except Exception as error:
+        raise UnreadableRowsError(type(error).__name__) from error
+
+
+def claimed_columns(dialect: str, table: Table) -> list[ColumnElement[Any]]:
+    """What a claim's ``UPDATE ... RETURNING`` returns: every column of ``table``, in table
+    order, each to be read as the table declares it.
+
+    SQLite stores a whole number in a column of REAL affinity (FLOAT, REAL, DOUBLE) as an
+    integer, and RETURNING hands it back as one where a SELECT gives the REAL: such a column
+    is returned through ``CAST(... AS REAL)``, taken only for its REAL values (other values
+    stay as stored, as a SELECT returns them).
+    """
+    if dialect != dialects.SQLITE:
+        return list(table.c)
+    return list(_sqlite_claimed_columns(table))
+
+
+@functools.cache
+def _sqlite_claimed_columns(table: Table) -> tuple[ColumnElement[Any], ...]:
+    # Built once per buffer: deciding affinities compiles every column's type.
+    return tuple(_as_real(column) if _real_affinity(column) else column for column in table.c)
+
+
+def _real_affinity(column: Any) -> bool:
+    # SQLite's affinity rules (https://sqlite.org/datatype3.html, 3.1), in their order.
+    try:
+        declared = column.type.compile(dialect=dialects.default_dialect(dialects.SQLITE)).upper()
+    except CompileError:  # a type SQLite cannot name: no SQLite table has such a column
+        return False
+    if "INT" in declared or any(word in declared for word in ("CHAR", "CLOB", "TEXT", "BLOB")):
+        return False
+    return any(word in declared for word in ("REAL", "FLOA", "DOUB"))
+
+
+def _as_real(column: Any) -> ColumnElement[Any]:
+    real = case((func.typeof(column) == "real", sql_cast(column, Float)), else_=column)
+    return type_coerce(real, column.type).label(column.name)
 
 
 def addressable(conn: Connection, table: Table) -> bool:
@@ -532,8 +608,17 @@ def _locked(
 
 def select_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
     """A group's rows, all columns in table order, by id; served by ``ix_<table>_group_id``."""
-    stmt = select(*table.c).where(table.c.group_id == group_id).order_by(table.c.id)
-    return list(conn.execute(stmt).all())
+    return list(conn.execute(_group_rows(table, group_id)).all())
+
+
+def select_claimed_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
+    """:func:`select_group_rows` of a group being claimed: a value that cannot be read raises
+    :class:`UnreadableRowsError` (see :func:`fetch_claimed`)."""
+    return fetch_claimed(conn.execute(_group_rows(table, group_id)))
+
+
+def _group_rows(table: Table, group_id: uuid.UUID) -> Any:
+    return select(*table.c).where(table.c.group_id == group_id).order_by(table.c.id)
 
 
 def count_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> int:
@@ -666,16 +751,20 @@ def insert_events(
 
 
 def insert_stored_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> int:
-    """Insert rows of values as the database stores them (replayed from the archive): each
-    column bound as its storage type (:func:`outbox._dialects.storage_type`), so that no
-    TypeDecorator converts a stored value a second time. One executemany per set of columns:
-    payloads archived before a column was added lack it."""
+    """Insert rows of values as the database stores them (replayed from the archive), keyed by
+    column name: each column bound as its storage type (:func:`outbox._dialects.storage_type`),
+    so that no TypeDecorator converts a stored value a second time. One executemany per set of
+    columns: payloads archived before a column was added lack it."""
     by_columns: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
     for row in rows:
         by_columns.setdefault(tuple(row), []).append(row)
+    # By name, not by ``table.c``'s keys: a column may have a key other than its name.
+    named = {column.name: column for column in table.columns}
     for names, same_columns in by_columns.items():
         binds = {
-            name: bindparam(name, type_=dialects.storage_type(table.c[name].type, conn.dialect))
+            named[name]: bindparam(
+                name, type_=dialects.storage_type(named[name].type, conn.dialect)
+            )
             for name in names
         }
         conn.execute(insert(table).values(binds), same_columns)
@@ -734,7 +823,7 @@ def claim_group_with_job(
             outbox_held_id=held[0], outbox_held_token=held[1], outbox_held_seconds=held[2]
         )
     statement = _claim_with_job_statement(table, limit, held is not None, addressable(conn, table))
-    rows = list(conn.execute(statement, params).all())
+    rows = fetch_claimed(conn.execute(statement, params))
     if not rows:
         return LeasedClaim([], None, False)
     # The first row is the job's: see _claim_with_job_statement.
@@ -750,8 +839,9 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool, by_address
     # One statement returns two kinds of rows: the claimed rows (``stamped``), and one row
     # for the batch job (``job``) in the buffer's columns: ``id`` carries the job's id,
     # ``group_id`` is NULL (a claimed row's never is, so the job's row sorts first), and
-    # ``created_at`` is set when more rows wait, NULL otherwise. Handlers get the claimed
-    # rows as they are; no column is added to them.
+    # ``created_at`` is set when more rows wait, NULL otherwise; the other columns repeat a
+    # claimed row's values (see ``sample``). Handlers get the claimed rows as they are; no
+    # column is added to them.
     c = table.c
     gate = None
     if fenced:
@@ -798,6 +888,11 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool, by_address
     )
     last_claimed = select(func.max(stamped.c.id)).scalar_subquery()
     more = case((unclaimed_after(table, last_claimed).is_not(None), db_now()))
+    # The job's row carries one claimed row's values in the application's columns, not NULLs:
+    # every row of the result passes through the columns' result processing (below), and a
+    # TypeDecorator of a NOT NULL column may fail on a NULL it never otherwise meets. One row
+    # of the materialized ``stamped``: a scan that stops at its first row.
+    sample = select(*stamped.c).limit(1).subquery("sample")
     job_row = select(
         *(
             job.c.id.label(column.name)
@@ -805,11 +900,19 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool, by_address
             else more.label(column.name)
             if column.name == "created_at"
             else null().label(column.name)
-            for column in c
+            if column.name == "group_id"
+            else sampled.label(column.name)
+            for column, sampled in zip(c, sample.c, strict=True)
         )
-    )
+    ).select_from(job.join(sample, true()))
     claimed = union_all(job_row, select(*stamped.c)).subquery("claimed")
-    return select(*claimed.c).order_by(claimed.c.group_id.is_not(None), claimed.c.id)
+    # A UNION's columns take their types from its first SELECT, where ``group_id`` is an
+    # untyped NULL and ``id`` the job's: each column is read as the buffer declares it, as
+    # ``select(*table.c)`` reads it, so that what a handler gets is typed as on every other
+    # path (an Enum's member, a TypeDecorator's process_result_value, a PickleType unpickled).
+    # The coercion renders no SQL of its own.
+    typed = [type_coerce(claimed.c[column.name], column.type).label(column.name) for column in c]
+    return select(*typed).order_by(claimed.c.group_id.is_not(None), claimed.c.id)
 
 
 def unclaimed_after(table: Table, after: Any) -> Any:

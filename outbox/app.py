@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy import Engine, Table
 from sqlalchemy.engine import URL
 
-from outbox import _db
+from outbox import _db, _invoke, _log
 from outbox import _dialects as dialects
 from outbox.batch import Batch
 from outbox.buffer import BufferMixin
@@ -20,8 +20,16 @@ from outbox.exceptions import ConfigurationError
 from outbox.retry import RetryPolicy
 from outbox.urgency import Urgency
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+log = _log.get_logger(__name__)
+
 EventT = TypeVar("EventT", bound=BufferMixin)
 HandlerFunc = Callable[[Batch[EventT]], None]
+# What a handler returns: nothing (sync), or an awaitable outbox runs (async). A type variable,
+# so that the decorator hands back the function's own type (a coroutine function stays one).
+_ReturnT = TypeVar("_ReturnT", bound=Awaitable[None] | None)
 
 DATABASE_URL_ENV = "OUTBOX_DATABASE_URL"
 
@@ -45,8 +53,9 @@ class Settings:
     extend the leases of running jobs every third of it. ``poll_interval``: how long an idle
     worker waits before looking for work again. ``rescue_interval``: how often workers look for
     expired leases. ``worker_stale_after``: a worker silent this long is considered dead.
-    ``listen``: on PostgreSQL, idle workers LISTEN for new events and wake at once; turn it off
-    behind a transaction-mode pooler, where LISTEN does not work (polling still finds work).
+    ``listen``: on PostgreSQL, idle workers LISTEN for new events and wake at once. Workers
+    whose connections go through a pooler (PgBouncer), where LISTEN hears nothing, find work by
+    polling instead without being told; ``False`` turns listening off everywhere.
     """
 
     lease_seconds: float = DEFAULT_LEASE_SECONDS
@@ -83,7 +92,7 @@ class Handler(Generic[EventT]):
 
     name: str
     model: type[EventT]
-    func: Callable[[Batch[EventT]], None] = field(repr=False)
+    func: Callable[[Batch[EventT]], Awaitable[None] | None] = field(repr=False)
     batch_size: int
     urgency: Urgency
     retry: RetryPolicy
@@ -94,6 +103,11 @@ class Handler(Generic[EventT]):
     delivery: Delivery = Delivery.AT_LEAST_ONCE
     max_wait: float | None = None
     concurrency: int | None = None
+    is_async: bool = field(init=False, repr=False, compare=False)
+    """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "is_async", _invoke.is_async(self.func))
 
     @property
     def table(self) -> Table:
@@ -107,22 +121,35 @@ class Outbox:
     ``Outbox(url)`` or ``Outbox(engine=engine)``; with neither, the URL comes from
     ``OUTBOX_DATABASE_URL``. The engine is created on first use, so the CLI's
     ``--database-url`` can still replace the URL after the application module is imported.
+
+    An async URL (``postgresql+asyncpg://``, ``sqlite+aiosqlite://``...) or an ``AsyncEngine``
+    is not used as such: outbox runs its own work on a sync engine it creates from the same URL
+    on the driver's sync sibling (:func:`outbox._db.sync_url`), without the ``AsyncEngine``'s
+    ``connect_args`` or pool settings (pass ``engine=create_engine(...)`` to choose them).
     """
 
     def __init__(
         self,
         url: str | URL | None = None,
         *,
-        engine: Engine | None = None,
+        engine: Engine | AsyncEngine | None = None,
         settings: Settings | None = None,
     ) -> None:
         if url is not None and engine is not None:
             raise ConfigurationError("give Outbox a database URL or an engine, not both")
         self._url = url
-        self._engine = engine
+        self._engine: Engine | None = None
+        # Whether the URL is an AsyncEngine's: its engine is derived even when the URL names a
+        # driver with a sync side too (create_async_engine("postgresql+psycopg://...")).
+        self._from_async_engine = False
         if engine is not None:
-            dialects.name_of(engine.dialect)
-            dialects.configure_engine(engine)
+            self._engine = _sync_engine(engine)
+            if self._engine is None:
+                self._url = engine.url
+                self._from_async_engine = True
+            else:
+                dialects.name_of(self._engine.dialect)
+                dialects.configure_engine(self._engine)
         self.settings = settings or Settings()
         self._handlers: dict[str, Handler[Any]] = {}
 
@@ -130,9 +157,14 @@ class Outbox:
 
     @property
     def url(self) -> URL:
-        """The database URL (from the engine, the constructor or ``OUTBOX_DATABASE_URL``)."""
+        """The database URL outbox connects to (from the engine, the constructor or
+        ``OUTBOX_DATABASE_URL``); for an async driver's URL, the sync one derived from it."""
         if self._engine is not None:
             return self._engine.url
+        return _db.sync_url(self._given_url())
+
+    def _given_url(self) -> URL:
+        """The database URL as given, async driver and all."""
         from sqlalchemy.engine import make_url
 
         raw = self._url or os.environ.get(DATABASE_URL_ENV)
@@ -146,10 +178,19 @@ class Outbox:
     def engine(self) -> Engine:
         """The engine outbox runs on, created from the URL on first use."""
         if self._engine is None:
+            given = self._given_url()
+            url = _db.sync_url(given)
             self._engine = _db.create_outbox_engine(
-                self.url, idle_transaction_timeout=self.settings.lease_seconds
+                url, idle_transaction_timeout=self.settings.lease_seconds
             )
             dialects.name_of(self._engine.dialect)
+            if url is not given or self._from_async_engine:
+                log.info(
+                    _log.SYNC_ENGINE_DERIVED,
+                    driver=url.drivername,
+                    async_driver=given.drivername,
+                    database=_db.describe(url),
+                )
         return self._engine
 
     @property
@@ -163,6 +204,7 @@ class Outbox:
             self._engine.dispose()
         self._engine = None
         self._url = url
+        self._from_async_engine = False
 
     # --- handlers ------------------------------------------------------------------------
 
@@ -181,27 +223,31 @@ class Outbox:
         delivery: Delivery | str = Delivery.AT_LEAST_ONCE,
         max_wait: float | None = None,
         concurrency: int | None = None,
-    ) -> Callable[[HandlerFunc[EventT]], HandlerFunc[EventT]]:
-        """Register a batch handler for the buffer model ``model``.
+    ) -> Callable[[Callable[[Batch[EventT]], _ReturnT]], Callable[[Batch[EventT]], _ReturnT]]:
+        """Register a batch handler for the buffer model ``model``: a function, or an
+        ``async def`` one, that takes the batch (see the guide, "Async handlers").
 
         ``batch_size``: the most events in one group. ``urgency``: the band (priority and
         promise). ``retry``: attempts and backoff (default ``RetryPolicy()``). ``archive``: copy
         the rows of succeeded groups to ``outbox_archive`` instead of only deleting them.
         ``max_batches``: the most claim jobs the distributor keeps pending for this handler.
         ``name``: defaults to the function's name; the CLI and the tables know it by this name.
-        ``timeout``: seconds a handler call may take; a longer call fails the attempt and its
-        late result is ignored. ``expires_after``: seconds after which an event is archived as
-        ``expired`` instead of handled. ``delivery``: :class:`Delivery`, at least once (default)
-        or at most once. ``max_wait``: seconds; claim a group only when a full batch is waiting
-        or the oldest unclaimed event has waited this long (default: claim at once).
+        ``timeout``: seconds a handler call may take; a longer call fails the attempt (an async
+        handler is cancelled; a sync one's late result is ignored). ``expires_after``: seconds
+        after which an event is archived as ``expired`` instead of handled. ``delivery``:
+        :class:`Delivery`, at least once (default) or at most once. ``max_wait``: seconds; claim
+        a group only when a full batch is waiting or the oldest unclaimed event has waited this
+        long (default: claim at once).
         ``concurrency``: the most groups of this handler in flight at once across all workers,
         enforced by the database (default: no cap).
         """
 
-        def register(func: HandlerFunc[EventT]) -> HandlerFunc[EventT]:
+        def register(
+            func: Callable[[Batch[EventT]], _ReturnT],
+        ) -> Callable[[Batch[EventT]], _ReturnT]:
             self.add_handler(
                 Handler(
-                    name=name or func.__name__,
+                    name=name or _invoke.default_name(func),
                     model=model,
                     func=func,
                     batch_size=batch_size,
@@ -258,6 +304,13 @@ class Outbox:
         return self.settings
 
 
+def _sync_engine(engine: Engine | AsyncEngine) -> Engine | None:
+    """``engine``, or None for an ``AsyncEngine``, which outbox does not run on."""
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
+    return None if isinstance(engine, AsyncEngine) else engine
+
+
 def _delivery(value: Delivery | str) -> Delivery:
     try:
         return Delivery(value)
@@ -306,5 +359,6 @@ def _validate(handler: Handler[Any]) -> None:
             raise ConfigurationError(
                 f"handler {handler.name!r}: {option} must be > 0 seconds or None, got {value!r}"
             )
-    if not callable(handler.func):
-        raise ConfigurationError(f"handler {handler.name!r}: the handler must be callable")
+    refused = _invoke.refusal(handler.name, handler.func)
+    if refused is not None:
+        raise ConfigurationError(refused)

@@ -9,7 +9,7 @@ from operator import attrgetter, itemgetter
 from typing import Any, Generic, TypeVar
 
 from sqlalchemy import inspect
-from sqlalchemy.orm import attributes, configure_mappers
+from sqlalchemy.orm import ClassManager, attributes, configure_mappers
 
 from outbox.buffer import BufferMixin
 
@@ -144,16 +144,46 @@ def _instances(model: type[EventT], rows: Sequence[Any]) -> list[EventT]:
     Lighter than the ORM's loading (no session, no identity map): the attribute values go
     straight into each instance's ``__dict__``, and each gets its identity key, so that it is
     *detached* (loaded from the database) rather than *transient* (new).
+
+    This runs for every event a handler reads through ``events``, so the loop does per row
+    only what ``ClassManager.new_instance`` does (the instance and its state) and sets the
+    key and the values; whatever is the same for every row is looked up once per batch. A
+    class with instrumentation of its own (``__sa_instrumentation_manager__``) keeps state and
+    values where its manager says: its instances are built through the manager.
     """
     configure_mappers()  # instrumentation is complete only once the mappers are configured
     mapper = inspect(model)
-    keys = [mapper.get_property_by_column(column).key for column in mapper.local_table.columns]
-    new_instance = mapper.class_manager.new_instance
-    result = []
-    for row in rows:
-        instance = new_instance()
-        instance.__dict__.update(zip(keys, row, strict=True))
-        state = attributes.instance_state(instance)
-        state.key = mapper.identity_key_from_primary_key((instance.__dict__["id"],))
-        result.append(instance)
+    columns = list(mapper.local_table.columns)
+    keys = [mapper.get_property_by_column(column).key for column in columns]
+    # An identity key is (class, primary key values, token): class and token are the same for
+    # every row; the values are each row's, as tuples.
+    key_class, _, token = mapper.identity_key_from_primary_key([None] * len(mapper.primary_key))
+    positions = [next(i for i, c in enumerate(columns) if c is key) for key in mapper.primary_key]
+    identities = zip(*(map(itemgetter(i), rows) for i in positions), strict=True)
+    manager = mapper.class_manager
+    result: list[EventT] = []
+    if type(manager) is not ClassManager:
+        for row, identity in zip(rows, identities, strict=True):
+            instance = manager.new_instance()
+            attributes.instance_dict(instance).update(zip(keys, row, strict=True))
+            attributes.instance_state(instance).key = (key_class, identity, token)
+            result.append(instance)
+        return result
+    cls = mapper.class_
+    new = cls.__new__
+    make_state = manager._state_constructor
+    state_attribute = manager.STATE_ATTR
+    append = result.append
+    if rows and len(rows[0]) != len(keys):
+        # Every row of a batch comes from one statement: checked once, not row by row (a zip
+        # given ``strict=`` costs a call with keywords, a visible share of each row's cost).
+        raise ValueError(f"rows of {len(rows[0])} values for the {len(keys)} columns of {cls}")
+    for row, identity in zip(rows, identities, strict=True):
+        instance = new(cls)
+        state = make_state(instance, manager)
+        state.key = (key_class, identity, token)
+        values = instance.__dict__
+        values[state_attribute] = state
+        values.update(zip(keys, row))  # noqa: B905 - the rows' length is checked above
+        append(instance)
     return result

@@ -9,7 +9,6 @@ rescheduled with the handler's backoff, or dead-lettered when the attempts are s
 from __future__ import annotations
 
 import datetime as dt
-import threading
 import time
 import traceback
 import uuid
@@ -20,9 +19,9 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, _sql
+from outbox import _invoke, _log, _sql
 from outbox._db import run_in_transaction
-from outbox._dialects import POSTGRESQL, error_summary, is_transient
+from outbox._dialects import POSTGRESQL, error_summary, is_missing_table, is_transient
 from outbox._faults import (
     AFTER_COMMIT,
     AFTER_HANDLER,
@@ -30,6 +29,7 @@ from outbox._faults import (
     IN_COMPLETION,
     crash_point,
 )
+from outbox._invoke import HandlerAbandoned
 from outbox.app import Delivery, Handler, Outbox
 from outbox.batch import Batch, column_values
 from outbox.claimer import LeaseLost
@@ -131,7 +131,10 @@ def run_batch_job(
     """Handle the group of a leased batch job and finish it; never raises for handler errors.
 
     ``preloaded``: the group's rows when the caller has them already (returned by its claim);
-    otherwise they are loaded.
+    otherwise they are loaded. A table that does not exist when the group is read raises the
+    database error, the job still leased: no attempt was made. A table missing when the
+    group is finished makes the finishing write fail as any refused write does
+    (:class:`FinishRefused` when the group was to be dead-lettered).
     """
     assert job.group_id is not None
     group_id = job.group_id
@@ -150,6 +153,7 @@ def run_batch_job(
         )
         result = _finish_failed(app, handler, job, error, give_up=True)
     else:
+        handed_over = False
         try:
             if handler.expires_after is not None:
                 expired = _expire(app, handler, job)
@@ -164,14 +168,23 @@ def run_batch_job(
             )
             if rows:
                 crash_point(BEFORE_HANDLER)
+                handed_over = True
                 _call(handler, batch)
                 crash_point(AFTER_HANDLER)
         except LeaseLost:
             result = _lease_lost(handler, job)
+        except HandlerAbandoned:
+            # Its stopping worker cancelled it: no outcome is written; the lease expires and the
+            # group is rescued, as is every job a stopping worker abandons.
+            result = BatchResult(handler.name, group_id, attempt, LEASE_LOST)
         # The handler's failure is this attempt's outcome; SystemExit too (a handler, or a library
         # it calls, that exits): in a worker's thread it would end the thread without a word.
         # KeyboardInterrupt is the operator's, and goes on up.
         except (Exception, SystemExit) as error:
+            if not handed_over and is_missing_table(error):
+                # The group could not even be read: no attempt of the handler's. The caller
+                # gives the job back uncounted (see Worker).
+                raise
             text = format_error(error)
             give_up = handler.retry.exhausted(attempt) or (
                 handler.delivery is Delivery.AT_MOST_ONCE and isinstance(error, HandlerTimeoutError)
@@ -225,33 +238,8 @@ def _expire(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> int:
 
 
 def _call(handler: Handler[Any], batch: Batch[Any]) -> None:
-    """Call the handler; with a ``timeout``, in a thread of its own that may be left behind.
-
-    A thread cannot be stopped from outside: a handler that overruns keeps running, but its
-    result is ignored (its job is already rescheduled), and the next attempt may start while
-    it still runs.
-    """
-    if handler.timeout is None:
-        handler.func(batch)
-        return
-    outcome: list[BaseException] = []
-    done = threading.Event()
-
-    def target() -> None:
-        try:
-            handler.func(batch)
-        except BaseException as error:  # handed to the waiting thread below
-            outcome.append(error)
-        finally:
-            done.set()
-
-    threading.Thread(target=target, name=f"outbox-handler-{handler.name}", daemon=True).start()
-    if not done.wait(handler.timeout):
-        raise HandlerTimeoutError(
-            f"handler {handler.name!r} ran longer than its timeout of {handler.timeout:g} s"
-        )
-    if outcome:
-        raise outcome[0]
+    """Call the handler, sync or async, within its timeout (see :mod:`outbox._invoke`)."""
+    _invoke.call(handler, batch)
 
 
 def _finish_succeeded(

@@ -6,13 +6,16 @@ import uuid
 from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import BigInteger, Connection, DateTime, Index, Integer, Table, Uuid, text
 from sqlalchemy import inspect as sa_inspect
-from sqlalchemy.orm import Mapped, Session, declared_attr, mapped_column
+from sqlalchemy.orm import Mapped, Session, declared_attr, mapped_column, scoped_session
 
 from outbox._dialects import db_now
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
 
 # SQLite only autoincrements a column declared exactly INTEGER PRIMARY KEY.
 _BIG_ID = BigInteger().with_variant(Integer(), "sqlite")
@@ -76,12 +79,19 @@ _REFUSED_KEYS = frozenset({"group_id"})
 
 
 def add_events(
-    session: Session | Connection, model: type[BufferMixin], rows: Iterable[Mapping[str, Any]]
+    session: Session | Connection | scoped_session[Any],
+    model: type[BufferMixin],
+    rows: Iterable[Mapping[str, Any]],
 ) -> int:
     """Write many events of one buffer model at once, in the caller's transaction.
 
     One ``executemany`` of a Core ``INSERT`` on the model's table: no ORM objects are built,
     nothing is flushed or committed here. Returns how many events were written.
+
+    ``session`` is a ``Session``, a ``scoped_session`` or a ``Connection``; anything else (an
+    ``AsyncSession`` or ``AsyncConnection`` above all, whose writes would be coroutines nobody
+    awaits) raises :class:`TypeError` before anything is written: async code awaits
+    :func:`add_events_async`.
 
     ``rows`` are dicts keyed by the columns' keys (``Model.__table__.c``: the column's name
     unless ``mapped_column`` was given a ``key``; an attribute named apart from its column, as
@@ -92,11 +102,61 @@ def add_events(
     """
     from outbox import _sql
 
+    if isinstance(session, scoped_session):
+        session = session()
+    if not isinstance(session, Session | Connection):
+        raise _not_a_session(session)
     table = model.__table__  # type: ignore[attr-defined]
     batch = [dict(row) for row in rows]
     if batch:
         _check_keys(model, table, batch)
     return _sql.insert_events(session, table, batch)
+
+
+async def add_events_async(
+    session: AsyncSession | AsyncConnection | async_scoped_session[Any],
+    model: type[BufferMixin],
+    rows: Iterable[Mapping[str, Any]],
+) -> int:
+    """:func:`add_events` for async code: ``await add_events_async(session, Model, rows)``.
+
+    ``session`` is an ``AsyncSession``, an ``async_scoped_session`` or an ``AsyncConnection``.
+    The same checks and the same one ``executemany``, run through the session's ``run_sync``
+    in the caller's transaction; nothing is flushed or committed here. Returns how many events
+    were written.
+    """
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
+
+    if isinstance(session, async_scoped_session):
+        session = session()
+    if not isinstance(session, AsyncSession | AsyncConnection):
+        raise TypeError(
+            "add_events_async takes an AsyncSession or an AsyncConnection, "
+            f"got {type(session).__name__}; with a Session or a Connection, call "
+            "outbox.add_events(...)"
+        )
+    return await session.run_sync(add_events, model, rows)
+
+
+def _not_a_session(session: object) -> TypeError:
+    """The error for what add_events was given instead of a session, naming it."""
+    from sqlalchemy.ext import asyncio
+
+    got = type(session).__name__
+    asynchronous = (
+        asyncio.AsyncSession,
+        asyncio.AsyncConnection,
+        asyncio.async_scoped_session,
+        asyncio.AsyncEngine,
+    )
+    if isinstance(session, asynchronous):
+        # Their execute() makes a coroutine that nothing here would await: the events would
+        # silently not be written, and the transaction would commit without them.
+        return TypeError(
+            f"add_events takes a Session or a Connection, got {got}; "
+            "with an async session or connection, await outbox.add_events_async(...)"
+        )
+    return TypeError(f"add_events takes a Session or a Connection, got {got}")
 
 
 def _check_keys(model: type[BufferMixin], table: Table, batch: list[dict[str, Any]]) -> None:

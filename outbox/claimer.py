@@ -23,8 +23,15 @@ from outbox.batch import column_values
 log = _log.get_logger(__name__)
 
 
-# What a driver raises while turning a stored value into Python (the statement itself worked).
-UNREADABLE_ROW_ERRORS = (RecursionError, UnicodeDecodeError, ValueError, OverflowError)
+# What a driver raises while turning a stored value into Python (the statement itself worked),
+# and what a claim's rows raise when a column's type cannot load one of their values.
+UNREADABLE_ROW_ERRORS = (
+    RecursionError,
+    UnicodeDecodeError,
+    ValueError,
+    OverflowError,
+    _sql.UnreadableRowsError,
+)
 
 
 class LeaseLost(Exception):  # noqa: N818 - an outcome, not an error the user sees
@@ -166,9 +173,10 @@ def _claim_returning(
         )
         if stmt is None:
             _sql.claim_rows(conn, app.dialect, table, group_id, limit)
-            rows = _sql.select_group_rows(conn, table, group_id)
+            rows = _sql.select_claimed_rows(conn, table, group_id)
         else:
-            claimed = conn.execute(stmt.returning(*table.c)).all()
+            returned = _sql.claimed_columns(app.dialect, table)
+            claimed = _sql.fetch_claimed(conn.execute(stmt.returning(*returned)))
             ids = column_values(claimed, "id")
             rows = [row for _, row in sorted(zip(ids, claimed, strict=True), key=itemgetter(0))]
     except UNREADABLE_ROW_ERRORS:

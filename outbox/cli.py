@@ -1,8 +1,8 @@
 """The ``outbox`` command: the only place that configures logging and handles signals.
 
-Exit codes: 0 ok; 1 runtime failure (including tables not migrated, and a worker that had to
-abandon in-flight work); 2 usage error (bad ``--app``, unknown handler, bad option);
-3 database unreachable or unusable.
+Exit codes: 0 ok; 1 runtime failure (including tables not migrated, a handler's buffer table
+missing, and a worker that had to abandon in-flight work); 2 usage error (bad ``--app``,
+unknown handler, bad option); 3 database unreachable or unusable.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from outbox._cli_options import GRACE_PERIOD, INTERVAL, LEASE, MAX_PRUNE_AGE_SEC
 from outbox._dialects import error_summary
 from outbox.app import DATABASE_URL_ENV, MAX_BATCH_SIZE, Outbox
 from outbox.exceptions import (
+    BufferTableMissingError,
     ConfigurationError,
     DatabaseUnavailableError,
     OutboxError,
@@ -162,9 +163,10 @@ def _parse_url(url: str, source: str) -> URL:
 
 
 def _load_driver(url: URL, source: str) -> None:
-    """Import the URL's dialect and driver; a ConfigurationError naming ``source`` if missing."""
+    """Import the dialect and driver outbox will use for the URL (for an async driver's URL,
+    its sync sibling's); a ConfigurationError naming ``source`` if missing."""
     try:
-        _db.load_driver(url)
+        _db.load_driver(_db.sync_url(url))
     except ConfigurationError as error:
         raise ConfigurationError(f"{source}: {error}") from error
 
@@ -284,16 +286,38 @@ def _errors() -> Iterator[None]:
         _fail(str(error), EXIT_UNREACHABLE)
     except SchemaMissingError as error:
         _fail(str(error), EXIT_FAILURE)
+    except BufferTableMissingError as error:
+        _fail(str(error), EXIT_FAILURE)
     except OutboxError as error:
         _fail(str(error), EXIT_FAILURE)
     except OperationalError as error:
         _fail(f"database error: {error_summary(error)}", EXIT_FAILURE)
 
 
-def _ready(app: Outbox) -> Outbox:
-    """Connect and check the tables, so that problems surface as one clear message."""
+def _ready(app: Outbox, handlers: tuple[str, ...] | None = None) -> Outbox:
+    """Connect and check the tables, so that problems surface as one clear message.
+
+    ``handlers``: also check the buffer tables of these handlers (all when empty).
+    """
     _db.check_schema(app.engine)
+    if handlers is not None:
+        _check_buffers(app, handlers)
     return app
+
+
+def _check_buffers(app: Outbox, handlers: tuple[str, ...]) -> None:
+    """Refuse to run when a buffer table of the handlers (all when none) does not exist: a
+    deploy that has not created it. The message names the handlers that could run alone."""
+    selected = app.select_handlers(handlers)
+    try:
+        _db.check_buffer_tables(app.engine, {h.name: h.table for h in selected})
+    except BufferTableMissingError as error:
+        others = [h.name for h in selected if h.name not in error.missing]
+        message = str(error)
+        if others:
+            message += "; " + " ".join(f"--handler {name}" for name in others)
+            message += " selects the others"
+        _fail(message, EXIT_FAILURE)
 
 
 def _command(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -430,7 +454,7 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
 @_command
 def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
     """Enqueue the claim jobs each handler needs (safe from cron, safe to overlap)."""
-    app = _ready(ctx.app())
+    app = _ready(ctx.app(), handlers)
     for result in distributor.run_once(app, handlers, patience=DISTRIBUTE_PATIENCE_SECONDS):
         click.echo(result.summary())
 
@@ -528,7 +552,7 @@ def work(
         _require_prometheus()
     changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
     app.with_settings(**{k: v for k, v in changes.items() if v is not None})
-    _ready(app)
+    _ready(app, handlers)
 
     def run_worker(index: int, signals: tuple[signal.Signals, ...]) -> None:
         worker = Worker(
@@ -544,6 +568,9 @@ def work(
         with _stop_on_signals(worker, signals):
             clean = worker.run()
         _report_stopped(worker, clean)
+        if worker.missing_tables:
+            # The others' work is done; the handlers whose tables went missing could not run.
+            raise BufferTableMissingError(worker.missing_tables)
 
     if processes == 1:
         run_worker(0, (signal.SIGTERM, signal.SIGINT))
@@ -639,6 +666,7 @@ def notify_install(ctx: Context, handlers: tuple[str, ...]) -> None:
 
     app = ctx.app()
     _db.check_connection(app.engine)
+    _check_buffers(app, handlers)
     for table in notify.install(app, handlers):
         click.echo(f"notify trigger installed on {table}")
 
@@ -652,6 +680,7 @@ def notify_remove(ctx: Context, handlers: tuple[str, ...]) -> None:
 
     app = ctx.app()
     _db.check_connection(app.engine)
+    _check_buffers(app, handlers)
     for table in notify.remove(app, handlers):
         click.echo(f"notify trigger removed from {table}")
 
@@ -675,7 +704,7 @@ def reindex(ctx: Context, handlers: tuple[str, ...], dry_run: bool) -> None:
     """Rebuild bloated buffer indexes after a backlog drained (PostgreSQL; safe from cron)."""
     from outbox.reindex import reindex as reindex_buffers
 
-    app = _ready(ctx.app())
+    app = _ready(ctx.app(), handlers)
     reports = reindex_buffers(app, handlers, dry_run=dry_run)
     _table(
         ("table", "index", "size", "rows need", "action", "size after"),
@@ -693,7 +722,7 @@ def reindex(ctx: Context, handlers: tuple[str, ...], dry_run: bool) -> None:
 @_command
 def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
     """Per handler: backlog, oldest event age, staleness, groups by state, dead letters."""
-    app = _ready(ctx.app())
+    app = _ready(ctx.app(), handlers)
     rows = metrics.collect(app, handlers)
     band_rows = metrics.bands(rows)
     if as_json:
@@ -732,7 +761,7 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
 @_command
 def check(ctx: Context, handlers: tuple[str, ...]) -> None:
     """Exit 1 when a handler breaks its band's promise (for cron, probes, monitoring)."""
-    app = _ready(ctx.app())
+    app = _ready(ctx.app(), handlers)
     broken = [(r, alert) for r in metrics.collect(app, handlers) for alert in r.alerts]
     for r, alert in broken:
         click.echo(f"{r.handler} ({r.urgency}): {alert}")
@@ -790,7 +819,7 @@ def replay(
     dry_run: bool,
 ) -> None:
     """Put archived events back into their buffers to be handled again."""
-    app = _ready(ctx.app())
+    app = _ready(ctx.app(), () if handler is None else (handler,))
     result = archive.replay(
         app, handler=handler, status=status_, group_id=group_id, dry_run=dry_run
     )

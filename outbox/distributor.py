@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
 
 from outbox import _dialects as dialects
 from outbox import _log, _sql
-from outbox._db import run_in_transaction
+from outbox._db import buffer_table_missing, run_in_transaction
 from outbox.app import Handler, Outbox
 from outbox.claimer import partial_batch_due
 
@@ -58,6 +59,7 @@ def distribute_handler(
     """Enqueue the claim jobs one handler needs, in one short transaction.
 
     ``patience``: seconds to keep retrying through a database outage before giving up.
+    A buffer table that does not exist raises BufferTableMissingError.
     """
     cap = handler.batch_size * min(handler.max_batches, COUNTED_BATCHES)
 
@@ -78,7 +80,13 @@ def distribute_handler(
             _sql.notify_jobs(conn)
         return Distribution(handler.name, unclaimed, unclaimed >= cap, len(taken), enqueued)
 
-    result = run_in_transaction(app.engine, work, patience=patience)
+    try:
+        result = run_in_transaction(app.engine, work, patience=patience)
+    except DBAPIError as error:
+        missing = buffer_table_missing(app.engine, error, {handler.name: handler.table})
+        if missing is None:
+            raise
+        raise missing from error
     if result.enqueued:
         log.info(
             _log.CLAIMS_ENQUEUED,

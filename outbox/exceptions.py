@@ -5,6 +5,8 @@ Every exception derives from :class:`OutboxError`::
     OutboxError
     ├── ConfigurationError      bad settings, a bad handler registration, an unknown handler
     ├── SchemaMissingError      the framework's tables are not there: run ``outbox migrate``
+    ├── BufferTableMissingError  a handler's buffer table is not there: the application's
+    │                           migrations create it
     ├── DatabaseUnavailableError  the database cannot be reached (driver error kept as __cause__)
     ├── UnsupportedDatabaseError  a dialect or server version outbox does not run on
     ├── ReplayError             archived rows that cannot be put back into their buffer
@@ -12,6 +14,8 @@ Every exception derives from :class:`OutboxError`::
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
 
 
 class OutboxError(Exception):
@@ -30,6 +34,24 @@ class SchemaMissingError(OutboxError):
         super().__init__(
             f"outbox tables missing: {', '.join(missing)}; run `outbox migrate` to create them"
         )
+
+
+class BufferTableMissingError(OutboxError):
+    """Buffer tables of registered handlers do not exist (not created yet, or dropped).
+
+    ``missing`` maps each such handler's name to its table's name (``schema.table`` when the
+    table has a schema). The application owns its buffer tables: its migrations (or
+    ``Base.metadata.create_all``) create them, not ``outbox migrate``.
+    """
+
+    def __init__(self, missing: Mapping[str, str]) -> None:
+        self.missing = dict(sorted(missing.items()))
+        named = ", ".join(f"{table!r} of handler {name!r}" for name, table in self.missing.items())
+        if len(self.missing) == 1:
+            text = f"buffer table {named} does not exist: create it"
+        else:
+            text = f"buffer tables {named} do not exist: create them"
+        super().__init__(f"{text} with the application's migrations (or Base.metadata.create_all)")
 
 
 class DatabaseUnavailableError(OutboxError):

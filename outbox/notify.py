@@ -4,8 +4,9 @@ Each buffer table gets a statement-level ``AFTER INSERT`` trigger that sends the
 on the ``outbox`` channel; the application's write path sends no extra statement, and the
 notification arrives only after its transaction commits. A worker listens on a connection of
 its own and, on a notification, distributes for that buffer's handler at once instead of
-waiting for its next poll. Without notifications (another database, a transaction-mode pooler
-where LISTEN does not work: ``Settings(listen=False)``), polling still finds all work.
+waiting for its next poll. Without notifications (another database, ``Settings(listen=False)``,
+or a connection pooler in front, where LISTEN hears nothing and workers do not listen), polling
+still finds all work.
 """
 
 from __future__ import annotations

@@ -1,7 +1,10 @@
 """Helpers for the tests of applications that use outbox.
 
 ``drain(app)`` runs everything that is due now, synchronously in the calling thread, through
-the real code paths: distribution, claims, batch jobs, retries that are already due.
+the real code paths: distribution, claims, batch jobs, retries that are already due. Async
+handlers run on outbox's own event loop thread, as in a worker, so ``drain`` works the same
+when called from inside a running event loop (an async test, an async endpoint); it blocks
+that loop while it runs.
 """
 
 from __future__ import annotations
@@ -9,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from outbox import distributor
+from outbox._db import check_buffer_tables
 from outbox.app import Outbox
 from outbox.worker import Worker, WorkerStats
 
@@ -33,9 +37,11 @@ def drain(
 
     Retries scheduled for later are left for later: a test that wants them sooner gives the
     handler a ``RetryPolicy`` with short delays. Raises ``RuntimeError`` after ``max_rounds``
-    rounds, which means a handler keeps producing work.
+    rounds, which means a handler keeps producing work, and ``BufferTableMissingError`` when a
+    handler's buffer table does not exist.
     """
     worker = Worker(app, concurrency=1, handlers=handlers)
+    check_buffer_tables(app.engine, {name: h.table for name, h in worker.handlers.items()})
     jobs = 0
     for _ in range(max_rounds):
         ran = worker.run_once()

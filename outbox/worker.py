@@ -6,8 +6,9 @@ pool and need no pickling of handlers. For CPU-bound handlers, run several worke
 
 Shutdown has two stages. :meth:`Worker.stop` stops taking work and lets in-flight jobs finish
 within the grace period; whatever is still running then is abandoned and its leases expire, so
-another worker rescues it. :meth:`Worker.abort` abandons in-flight jobs at once. Both are
-idempotent; signals are wired to them in exactly one place, the CLI.
+another worker rescues it (async handlers abandoned so are cancelled). :meth:`Worker.abort`
+abandons in-flight jobs at once. Both are idempotent; signals are wired to them in exactly one
+place, the CLI.
 """
 
 from __future__ import annotations
@@ -21,19 +22,32 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, _sql, claimer, distributor, schema
-from outbox._db import run_in_transaction
-from outbox._dialects import MYSQL, POSTGRESQL, error_summary
+from outbox import _invoke, _log, _sql, claimer, distributor, schema
+from outbox._db import (
+    buffer_table_missing,
+    check_buffer_tables,
+    missing_buffer_tables,
+    run_in_transaction,
+)
+from outbox._dialects import MYSQL, POSTGRESQL, behind_pooler, error_summary
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox.app import Handler, Outbox
-from outbox.batch_job import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult, run_batch_job
-from outbox.exceptions import UnsupportedDatabaseError
+from outbox.batch_job import (
+    DEAD,
+    LEASE_LOST,
+    RETRYING,
+    SUCCEEDED,
+    BatchResult,
+    FinishRefused,
+    run_batch_job,
+)
+from outbox.exceptions import BufferTableMissingError, UnsupportedDatabaseError
 from outbox.notify import Listener
 
 log = _log.get_logger(__name__)
@@ -174,6 +188,11 @@ class Worker:
         self._uncapped = [h.name for h in self.handlers.values() if h.concurrency is None]
         self._notified: set[str] = set()
         self._notified_lock = threading.Lock()
+        self._set_aside_lock = threading.Lock()
+        self._set_aside: dict[str, str] = {}
+        """Handlers whose buffer table was found missing, with the table: not served."""
+        self._serving = list(self.handlers)
+        """The handlers served: all but those set aside."""
         self._listener: Listener | None = None
 
     # --- control -------------------------------------------------------------------------
@@ -202,12 +221,29 @@ class Worker:
         """Lease up to ``concurrency`` due jobs and run them here, one after the other.
 
         Returns how many jobs ran. The building block of :meth:`run` and of
-        ``outbox.testing.drain``.
+        ``outbox.testing.drain``. A job that found its buffer table missing is given back
+        untouched and its handler set aside (see :attr:`missing_tables`); once the other jobs
+        have run, BufferTableMissingError names the tables.
         """
+        known = set(self.missing_tables)
         jobs = self._acquire(self.concurrency)
         for job in jobs:
             self._run_job(job)
+        found = {h: t for h, t in self.missing_tables.items() if h not in known}
+        if found:
+            raise BufferTableMissingError(found)
         return len(jobs)
+
+    @property
+    def missing_tables(self) -> dict[str, str]:
+        """Handlers set aside because their buffer table does not exist: handler -> table.
+
+        A worker refuses to start when a table is missing; one dropped while it runs sets its
+        handler aside, whose jobs wait untouched while the others go on; :meth:`run` looks
+        again every ``rescue_interval`` and takes the handler back once the table is there.
+        """
+        with self._set_aside_lock:
+            return dict(self._set_aside)
 
     def rescue(self) -> int:
         """Free jobs whose lease expired and forget workers that stopped heartbeating."""
@@ -224,7 +260,12 @@ class Worker:
     # --- the loop ------------------------------------------------------------------------
 
     def run(self) -> bool:
-        """Work until stopped (or idle, in burst mode). True when nothing was abandoned."""
+        """Work until stopped (or idle, in burst mode). True when nothing was abandoned.
+
+        Raises BufferTableMissingError, before doing anything, when a buffer table of its
+        handlers does not exist; see :attr:`missing_tables` for one that goes missing later.
+        """
+        check_buffer_tables(self.app.engine, {name: h.table for name, h in self.handlers.items()})
         run_in_transaction(
             self.app.engine,
             lambda conn: _sql.insert_worker(
@@ -250,8 +291,13 @@ class Worker:
         )
         self._maintenance.start()
         if self.app.settings.listen and not self.burst and self.app.dialect == POSTGRESQL:
-            self._listener = Listener(self.app, self._on_notify)
-            self._listener.start()
+            if behind_pooler(self.app.engine):
+                # A transaction pooler lends a server session per transaction: a LISTEN
+                # would be left on a session that then serves others, and hear nothing.
+                log.info(_log.LISTENER_OFF, worker=self.id, reason="connection pooler")
+            else:
+                self._listener = Listener(self.app, self._on_notify)
+                self._listener.start()
         try:
             self._loop()
         finally:
@@ -290,7 +336,7 @@ class Worker:
         """
         handler = self._tables.get(payload)
         if handler is not None:
-            if not self.leading:
+            if not self.leading or handler not in self._serving:
                 return
             with self._notified_lock:
                 self._notified.add(handler)
@@ -308,7 +354,7 @@ class Worker:
             if self.handlers[name].concurrency is None and self._take_slot():
                 self._tasks.put(functools.partial(self._claim_directly, name))
             else:
-                distributor.distribute_handler(self.app, self.handlers[name])
+                self._distribute([name])
 
     def _take_slot(self) -> bool:
         with self._in_flight_lock:
@@ -331,7 +377,7 @@ class Worker:
     def _burst_has_more(self) -> bool:
         """In burst mode, when idle: rescue and distribute; anything new to do now?"""
         self.rescue()
-        if distributor.enqueued(distributor.run_once(self.app, list(self.handlers))):
+        if self._distribute(self._serving):
             return True
         return bool(self._fill())
 
@@ -354,18 +400,19 @@ class Worker:
         """
         token = uuid.uuid4()
         settings = self.app.settings
+        serving = self._serving
         jobs: list[_sql.JobRow] = []
         for name, cap in self._capped.items():
-            if len(jobs) < limit:
+            if len(jobs) < limit and name in serving:
                 jobs += self._acquire_capped(name, cap, token, limit - len(jobs))
         room = limit - len(jobs)
-        if room > 0:
+        if room > 0 and serving:
             jobs += run_in_transaction(
                 self.app.engine,
                 lambda conn: _sql.acquire_jobs(
                     conn,
                     self.app.dialect,
-                    handlers=list(self.handlers),
+                    handlers=serving,
                     batch_handlers=self._uncapped if self._capped else None,
                     worker_id=self.id,
                     token=token,
@@ -425,9 +472,29 @@ class Worker:
             if job.kind == schema.JOB_KIND_CLAIM:
                 self._run_claim_job(handler, job)
             else:
-                self._record(run_batch_job(self.app, handler, job))
+                self._run_batch_job(handler, job)
         finally:
             self._let_go(job.id)
+
+    def _run_batch_job(
+        self, handler: Handler[Any], job: _sql.JobRow, preloaded: list[Any] | None = None
+    ) -> None:
+        try:
+            result = run_batch_job(self.app, handler, job, preloaded=preloaded)
+        except FinishRefused as refused:
+            # Refused while dead-lettering the group: its attempts are spent, and stay counted;
+            # it is dead-lettered once its table is back.
+            if not self._table_missing(handler, refused.error):
+                raise
+            self._give_back(job, counted=True)
+            return
+        except DBAPIError as error:
+            # Raised before the handler was called: no attempt was made.
+            if not self._table_missing(handler, error):
+                raise
+            self._give_back(job, counted=False)
+            return
+        self._record(result)
 
     def _run_claim_job(self, handler: Handler[Any], job: _sql.JobRow) -> None:
         """Claim, handle, and claim again while full batches wait, for up to a second.
@@ -442,9 +509,16 @@ class Worker:
         deadline = time.monotonic() + CLAIM_LOOP_SECONDS
         while True:
             with self._claim_gates[handler.name]:
-                claim = claimer.run_claim_job(
-                    self.app, handler, job, lease_to=None if capped else self.id, keep=not capped
-                )
+                lease_to = None if capped else self.id
+                try:
+                    claim = claimer.run_claim_job(
+                        self.app, handler, job, lease_to=lease_to, keep=not capped
+                    )
+                except DBAPIError as error:
+                    if not self._table_missing(handler, error):
+                        raise
+                    self._give_back(job, counted=False)
+                    return
             self._handle_claim(claim)
             if claim is None or not claim.more:
                 return
@@ -456,11 +530,16 @@ class Worker:
     def _claim_directly(self, name: str) -> None:
         """Claim a group without a claim job (woken by a notification) and handle it."""
         handler = self.handlers[name]
-        claim = claimer.run_once(self.app, handler, lease_to=self.id)
+        try:
+            claim = claimer.run_once(self.app, handler, lease_to=self.id)
+        except DBAPIError as error:
+            if not self._table_missing(handler, error):
+                raise
+            return
         self._handle_claim(claim)
         if claim is not None and claim.size == handler.batch_size:
             # A full batch: more is probably waiting; let the fleet's claim jobs take it.
-            distributor.distribute_handler(self.app, handler)
+            self._distribute([name])
 
     def _handle_claim(self, claim: claimer.Claim | None) -> None:
         if claim is None or claim.job is None:
@@ -469,7 +548,7 @@ class Worker:
         handler = self.handlers[claim.handler]
         self._hold([claim.job.id])
         try:
-            self._record(run_batch_job(self.app, handler, claim.job, preloaded=claim.rows))
+            self._run_batch_job(handler, claim.job, preloaded=claim.rows)
         finally:
             self._let_go(claim.job.id)
 
@@ -477,6 +556,69 @@ class Worker:
         self.stats.record(result)
         if self.on_result is not None:
             self.on_result(result)
+
+    # --- buffer tables that do not exist ------------------------------------------------------
+
+    def _distribute(self, names: list[str]) -> int:
+        """Distribute for these handlers; returns the claim jobs enqueued. A handler whose
+        buffer table is missing is set aside, and the others are distributed for all the same."""
+        enqueued = 0
+        for name in names:
+            try:
+                enqueued += distributor.distribute_handler(self.app, self.handlers[name]).enqueued
+            except BufferTableMissingError as error:
+                self._set_aside_handlers(error.missing)
+        return enqueued
+
+    def _table_missing(self, handler: Handler[Any], error: DBAPIError) -> bool:
+        """Did ``error`` come from the handler's buffer table not existing? If so, set the
+        handler aside."""
+        missing = buffer_table_missing(self.app.engine, error, {handler.name: handler.table})
+        if missing is None:
+            return False
+        self._set_aside_handlers(missing.missing)
+        return True
+
+    def _set_aside_handlers(self, missing: Mapping[str, str]) -> None:
+        """Stop serving these handlers (their tables are missing); one line for each."""
+        with self._set_aside_lock:
+            found = {h: t for h, t in missing.items() if h not in self._set_aside}
+            self._set_aside.update(found)
+            self._serving = [h for h in self.handlers if h not in self._set_aside]
+        for name, table in found.items():
+            log.error(_log.BUFFER_TABLE_MISSING, worker=self.id, handler=name, table=table)
+
+    def _look_for_missing_tables(self) -> None:
+        """Take back the handlers set aside whose tables exist again."""
+        with self._set_aside_lock:
+            aside = {h: self.handlers[h].table for h in self._set_aside}
+        if not aside:
+            return
+        still = missing_buffer_tables(self.app.engine, aside)
+        with self._set_aside_lock:
+            back = {h: t for h, t in self._set_aside.items() if h not in still}
+            for name in back:
+                del self._set_aside[name]
+            self._serving = [h for h in self.handlers if h not in self._set_aside]
+        for name, table in back.items():
+            log.info(_log.BUFFER_TABLE_FOUND, worker=self.id, handler=name, table=table)
+        if back:
+            self._wake.set()
+
+    def _give_back(self, job: _sql.JobRow, *, counted: bool) -> None:
+        """Give back a job its buffer table's absence stopped, to wait for the table.
+
+        ``counted``: the attempt was made (the handler ran), and stays counted.
+        """
+
+        def work(conn: Any) -> bool:
+            if counted:
+                return _sql.release_job(
+                    conn, job.id, job.lease_token, delay_seconds=0, error=job.last_error
+                )
+            return _sql.return_job(conn, job.id, job.lease_token)
+
+        run_in_transaction(self.app.engine, work)
 
     # --- maintenance: heartbeats, leases, rescue, distribution --------------------------------
 
@@ -492,6 +634,7 @@ class Worker:
                     next_heartbeat = now + heartbeat_every
                 if now >= next_rescue and not self._stopping.is_set():
                     self.rescue()
+                    self._look_for_missing_tables()
                     next_rescue = now + settings.rescue_interval * (0.75 + random.random() / 2)
                 if (
                     self.distribute_every is not None
@@ -499,7 +642,7 @@ class Worker:
                     and not self._stopping.is_set()
                 ):
                     if self.leading:
-                        distributor.run_once(self.app, list(self.handlers))
+                        self._distribute(self._serving)
                     next_distribution = now + self.distribute_every
             except DBAPIError as error:
                 self._report_database_error(error)
@@ -552,6 +695,9 @@ class Worker:
             self._tasks.put(None)
         if abandoned:
             log.warning(_log.WORKER_ABANDONED, worker=self.id, in_flight=abandoned)
+            # Unlike a thread, a coroutine can be stopped: it runs its cleanup now rather than
+            # being cut off mid-way when the process exits, or running on after its worker.
+            _invoke.cancel_calls_from(self._threads)
         self._aborted.set()
         if self._maintenance is not None:
             # A heartbeat under way must not re-insert the row deleted below.

@@ -18,6 +18,7 @@ from sqlalchemy.engine import make_url
 
 from outbox import Outbox, add_events, schema
 from tests.models import ActivityEvent, Base, EmailEvent
+from tests.poolers._pgbouncer import PgBouncer, executable
 
 POSTGRES_URL_ENV = "OUTBOX_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -49,6 +50,32 @@ def postgres_url() -> Iterator[str]:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
+
+
+def pgbouncer_program() -> str:
+    """Where ``pgbouncer`` is installed; skips, or fails when ``CI=true``, when it is not."""
+    program = executable()
+    if program is None:
+        _unavailable("pgbouncer", FileNotFoundError("not installed (apt-get install pgbouncer)"))
+    assert program is not None
+    return program
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PgBouncer]:
+    """A PgBouncer in transaction mode in front of the session's PostgreSQL database,
+    configured as it comes: it refuses the ``options`` startup parameter."""
+    bouncer = PgBouncer(
+        pgbouncer_program(),
+        postgres_url,
+        tmp_path_factory.mktemp("pgbouncer"),
+        ignore_options=False,
+    )
+    bouncer.start()
+    try:
+        yield bouncer
+    finally:
+        bouncer.stop()
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import uuid
 from collections import namedtuple
 from pathlib import Path
 
+import pytest
 from sqlalchemy import inspect
 
 from outbox.batch import Batch
@@ -70,3 +71,41 @@ def test_events_build_in_a_process_that_never_queried_the_model() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert ("102", "") == (out.stdout.strip(), out.stderr.strip())
+
+
+def test_rows_of_another_length_than_the_columns_are_refused() -> None:
+    """Rows that do not carry every column of the table build no events."""
+    short = [(1, 101, "viewed", GROUP)]
+    batch = Batch(rows=short, model=ActivityEvent, group_id=GROUP, attempt=1, handler="sync")
+    with pytest.raises(ValueError, match="rows of 4 values for the 5 columns"):
+        len(batch.events)
+
+
+def test_events_of_a_class_with_instrumentation_of_its_own_are_detached() -> None:
+    """A model whose class brings its own instrumentation manager gets events built by it.
+
+    In a process of its own: custom instrumentation changes how SQLAlchemy finds every
+    instance's state, for the rest of the process.
+    """
+    code = (
+        "import uuid\n"
+        "from sqlalchemy import String, inspect\n"
+        "from sqlalchemy.ext.instrumentation import InstrumentationManager\n"
+        "from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column\n"
+        "from outbox import BufferMixin\n"
+        "from outbox.batch import Batch\n"
+        "class Base(DeclarativeBase): pass\n"
+        "class Custom(BufferMixin, Base):\n"
+        "    __tablename__ = 'custom_events'\n"
+        "    __sa_instrumentation_manager__ = InstrumentationManager\n"
+        "    kind: Mapped[str] = mapped_column(String(10))\n"
+        "row = ('viewed', 7, None, None)\n"
+        "(event,) = Batch(rows=[row], model=Custom, group_id=uuid.uuid4(), attempt=1,\n"
+        "                 handler='h').events\n"
+        "state = inspect(event)\n"
+        "print(event.kind, event.id, state.detached, state.identity)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert ("viewed 7 True (7,)", "") == (out.stdout.strip(), out.stderr.strip())

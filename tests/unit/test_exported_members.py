@@ -35,7 +35,15 @@ def test_all_is_exactly_the_public_namespace() -> None:
 
 def test_design_vocabulary_is_exported() -> None:
     """The names the design promises users are part of the public API."""
-    vocabulary = {"Outbox", "BufferMixin", "Batch", "Urgency", "RetryPolicy", "add_events"}
+    vocabulary = {
+        "Outbox",
+        "BufferMixin",
+        "Batch",
+        "Urgency",
+        "RetryPolicy",
+        "add_events",
+        "add_events_async",
+    }
     assert set() == vocabulary - set(outbox.__all__)
 
 

@@ -1,0 +1,303 @@
+"""Calling a handler, sync or async, within its timeout: the one place a handler is called.
+
+A sync handler is called in the worker's thread; with a ``timeout``, in a thread of its own
+that may be left behind, as a thread cannot be stopped from outside. An async handler runs on
+one event loop per process, in a daemon thread of its own started on first use; the worker
+thread submits the coroutine and waits for it. One long-lived loop rather than a loop per call
+(``asyncio.run``): clients bound to a loop, such as an ``httpx.AsyncClient`` kept in a module
+global, keep working from one batch to the next. Each worker thread waits for one coroutine at
+a time, so a worker with ``concurrency`` N has up to N coroutines in flight on the loop. A
+coroutine that overruns its ``timeout`` is cancelled.
+
+Whether a callable is async is decided once, at registration (:func:`is_async`), and what
+outbox cannot call correctly is refused there (:func:`refusal`), never run the wrong way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import functools
+import inspect
+import os
+import threading
+import time
+import types
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from outbox.exceptions import HandlerTimeoutError
+
+if TYPE_CHECKING:
+    from outbox.app import Handler
+    from outbox.batch import Batch
+
+CANCEL_WAIT_SECONDS = 1.0
+"""How long a cancelled coroutine may take to run its cleanup (``finally``, ``async with``)
+before its attempt is recorded as failed, or its worker stops, without waiting further."""
+
+# Wrappers are unwrapped at most this deep: a callable object's __call__ could itself be a
+# callable object, and so on.
+_MAX_LAYERS = 32
+
+# The mark asyncio.iscoroutinefunction recognises besides `async def`: set by asgiref's
+# markcoroutinefunction before Python 3.12 (inspect.markcoroutinefunction since).
+_ASYNCIO_MARK = getattr(asyncio.coroutines, "_is_coroutine", None)
+
+
+class HandlerAbandoned(Exception):  # noqa: N818 - an outcome between two library modules
+    """The handler's coroutine was cancelled because its worker stopped: no outcome is written."""
+
+
+# --- classification, at registration ---------------------------------------------------------
+
+
+def _layers(func: object) -> Iterator[object]:
+    """``func`` and what calling it calls through: partials, bound methods, staticmethods, and
+    a callable object's ``__call__``. Each layer returns what the next returns."""
+    for _ in range(_MAX_LAYERS):
+        yield func
+        if isinstance(func, functools.partial):
+            func = func.func
+        elif isinstance(func, types.MethodType | staticmethod):
+            func = func.__func__
+        elif callable(func) and not inspect.isroutine(func) and not isinstance(func, type):
+            func = type(func).__call__
+        else:
+            return
+
+
+def _is_coroutine_function(func: object) -> bool:
+    if inspect.iscoroutinefunction(func):
+        return True
+    return _ASYNCIO_MARK is not None and getattr(func, "_is_coroutine", None) is _ASYNCIO_MARK
+
+
+def is_async(func: object) -> bool:
+    """Does calling ``func`` return a coroutine to run: an ``async def`` function, a partial or
+    bound method of one, an object whose ``__call__`` is one, or a function marked as one?"""
+    return any(_is_coroutine_function(layer) for layer in _layers(func))
+
+
+def default_name(func: object) -> str:
+    """The name a handler gets when none is given: the function's (a partial's: its function's;
+    a callable object's: its class's)."""
+    for layer in _layers(func):
+        if isinstance(layer, functools.partial):
+            continue
+        name = getattr(layer, "__name__", None)
+        return name if isinstance(name, str) else type(layer).__name__
+    return type(func).__name__
+
+
+def refusal(name: str, func: object) -> str | None:
+    """Why outbox cannot call ``func`` as the handler ``name`` correctly (one line), or None."""
+    if not callable(func):
+        return (
+            f"handler {name!r}: {type(func).__name__} object is not callable; register a "
+            f"function that takes the batch: def {name}(batch) or async def {name}(batch)"
+        )
+    for layer in _layers(func):
+        if inspect.isasyncgenfunction(layer):
+            return (
+                f"handler {name!r} is an async generator function (async def with yield): "
+                "calling it would never run its body; write async def without yield"
+            )
+        if inspect.isgeneratorfunction(layer):
+            return (
+                f"handler {name!r} is a generator function (it yields): calling it would "
+                "never run its body; write a function without yield that returns nothing"
+            )
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):  # no signature to read (some builtins): nothing to hold
+        return None
+    try:
+        signature.bind(None)
+    except TypeError:
+        return (
+            f"handler {name!r} cannot take the batch as its one argument (its signature is "
+            f"{signature}); write it with one positional parameter: def {name}(batch)"
+        )
+    return None
+
+
+# --- calling -----------------------------------------------------------------------------------
+
+
+def call(handler: Handler[Any], batch: Batch[Any]) -> None:
+    """Call ``handler`` with ``batch`` and wait for it; what it raises fails the attempt, and
+    so does overrunning its ``timeout`` (:class:`HandlerTimeoutError`)."""
+    deadline = None if handler.timeout is None else time.monotonic() + handler.timeout
+    if handler.is_async:
+        _run_on_loop(handler, functools.partial(handler.func, batch), deadline)
+        return
+    result = _call_sync(handler, batch)
+    if result is not None and inspect.isawaitable(result):
+        # A sync callable that returned an awaitable (a plain decorator around an async
+        # function): the handler's work is in it, so it runs on the loop, within what is left
+        # of the timeout. Reporting success without running it would lose the group.
+        _run_on_loop(handler, lambda: result, deadline)
+
+
+def _call_sync(handler: Handler[Any], batch: Batch[Any]) -> object:
+    """Call a sync handler; with a ``timeout``, in a thread of its own that may be left behind.
+
+    A thread cannot be stopped from outside: a handler that overruns keeps running, but its
+    result is ignored (its job is already rescheduled), and the next attempt may start while
+    it still runs.
+    """
+    if handler.timeout is None:
+        return handler.func(batch)
+    returned: list[object] = []
+    raised: list[BaseException] = []
+    done = threading.Event()
+
+    def target() -> None:
+        try:
+            returned.append(handler.func(batch))
+        except BaseException as error:  # handed to the waiting thread below
+            raised.append(error)
+        finally:
+            done.set()
+
+    threading.Thread(target=target, name=f"outbox-handler-{handler.name}", daemon=True).start()
+    if not done.wait(handler.timeout):
+        raise _timed_out(handler)
+    if raised:
+        raise raised[0]
+    return returned[0]
+
+
+def _timed_out(handler: Handler[Any]) -> HandlerTimeoutError:
+    return HandlerTimeoutError(
+        f"handler {handler.name!r} ran longer than its timeout of {handler.timeout:g} s"
+    )
+
+
+@dataclass(eq=False)
+class _Call:
+    """A coroutine a worker thread waits for."""
+
+    future: concurrent.futures.Future[BaseException | None]
+    ended: threading.Event
+    abandoned: bool = False
+
+
+def _run_on_loop(
+    handler: Handler[Any], start: Callable[[], object], deadline: float | None
+) -> None:
+    """Run ``start()`` on the process's event loop, awaiting what it returns; wait for it."""
+    runner = _state.runner()
+    if threading.current_thread() is runner.thread:
+        raise RuntimeError(
+            f"handler {handler.name!r} cannot run from outbox's own event loop thread "
+            "(is a handler draining outbox?)"
+        )
+    ended = threading.Event()
+    me = threading.get_ident()
+    with _state.lock:  # registered before it can start: a stopping worker must find it
+        call = _Call(asyncio.run_coroutine_threadsafe(_run(start, ended), runner.loop), ended)
+        _state.calls[me] = call
+    try:
+        timeout = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        finished, _ = concurrent.futures.wait([call.future], timeout)
+        # cancel() fails only when it finished just as its time ran out: then it counts.
+        if not finished and call.future.cancel():
+            # Cancelled for real: give its cleanup a moment before the attempt is recorded.
+            ended.wait(CANCEL_WAIT_SECONDS)
+            raise _timed_out(handler)
+        raised = call.future.result()
+    except concurrent.futures.CancelledError:
+        if call.abandoned:
+            raise HandlerAbandoned(f"handler {handler.name!r}: its worker stopped") from None
+        raise RuntimeError(
+            f"handler {handler.name!r}: its coroutine was cancelled before it finished"
+        ) from None
+    finally:
+        with _state.lock:
+            _state.calls.pop(me, None)
+    if raised is not None:
+        raise raised
+
+
+async def _run(start: Callable[[], object], ended: threading.Event) -> BaseException | None:
+    try:
+        result = start()
+        if inspect.isawaitable(result):
+            await result
+    except (SystemExit, KeyboardInterrupt) as error:
+        # Raised out of a task, these would stop the loop, and with it every async handler of
+        # the process: they are handed to the waiting thread, as a sync handler's would be.
+        return error
+    finally:
+        ended.set()
+    return None
+
+
+def cancel_calls_from(threads: Iterable[threading.Thread]) -> int:
+    """Cancel the coroutines these threads wait for, as their worker stops without them.
+
+    Their threads get :class:`HandlerAbandoned`: no outcome is written, the jobs' leases expire
+    and other workers rescue the groups. Waits up to ``CANCEL_WAIT_SECONDS`` for their cleanup.
+    Returns how many were cancelled.
+    """
+    idents = {thread.ident for thread in threads}
+    with _state.lock:
+        calls = [call for ident, call in _state.calls.items() if ident in idents]
+    for call in calls:
+        call.abandoned = True
+        call.future.cancel()
+    deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+    for call in calls:
+        call.ended.wait(max(deadline - time.monotonic(), 0.0))
+    return len(calls)
+
+
+# --- the event loop of the process ---------------------------------------------------------------
+
+
+class _LoopThread:
+    """An event loop running forever in a daemon thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self._main, name="outbox-event-loop", daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+
+@dataclass(eq=False)
+class _ProcessState:
+    """The loop and the calls in flight; a forked child starts with none of its parent's."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    calls: dict[int, _Call] = field(default_factory=dict)
+    _runner: _LoopThread | None = None
+
+    def runner(self) -> _LoopThread:
+        """The process's loop thread, started on first use."""
+        runner = self._runner
+        if runner is None:
+            with self.lock:
+                if self._runner is None:
+                    self._runner = _LoopThread()
+                runner = self._runner
+        return runner
+
+    def reset(self) -> None:
+        # The parent's loop thread does not exist in the child (fork copies only the forking
+        # thread), and its lock may have been held at the fork: start again from nothing.
+        self.lock = threading.Lock()
+        self.calls = {}
+        self._runner = None
+
+
+_state = _ProcessState()
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_state.reset)
