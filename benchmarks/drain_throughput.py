@@ -20,11 +20,14 @@ of every event through ``batch.events`` (``--typed rows``: through ``batch.rows`
 a bulk request's body from them; the raw loop returns all the same columns, typed by psycopg
 alone, and reads them the same way from its tuples. What it measures: what applying the
 columns' types and building model instances cost on the hottest path. Results of their own.
+``--without-distribute`` starts no ``outbox distribute`` beside the workers: burst workers
+distribute by themselves, and the outbox side is the ``outbox work --burst`` commands alone, as
+the typed target names it (results of their own).
 
     python -m benchmarks.drain_throughput --events 200000 --batch-sizes 100,1000,5000 \
         --processes 1,2 --runs 3 [--archive]
     python -m benchmarks.drain_throughput --typed --events 200000 --batch-sizes 1000 \
-        --processes 1,2 --runs 3 --separate-commands
+        --processes 1,2 --runs 3 --separate-commands [--without-distribute]
 
 ``--batch-size N`` is the same option for a single size.
 """
@@ -101,27 +104,33 @@ def remaining(dsn: str, table: str = PLAIN) -> int:
 
 
 def run_framework(
-    url: str, processes: int, concurrency: int, env: dict[str, str], *, separate: bool = False
+    url: str,
+    processes: int,
+    concurrency: int,
+    env: dict[str, str],
+    *,
+    separate: bool = False,
+    distribute: bool = True,
 ) -> float:
     """Seconds for `outbox distribute` + `outbox work --burst --processes P` to drain.
 
     ``separate``: P `outbox work --burst` commands instead, each paying its own start-up.
+    ``distribute``: False, the workers alone.
 
     They start together, as cron and a fleet would: a burst worker that finds nothing to do yet
     distributes by itself, so neither waits for the other's start-up.
     """
     base = [str(OUTBOX), "--app", APP, "--database-url", url, "--log-level", "warning"]
     started = time.perf_counter()
-    distribute = subprocess.Popen(
-        [*base, "distribute"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL
-    )
     work = [*base, "work", "--burst", "--concurrency", str(concurrency), "--no-listen"]
     commands = [work] * processes if separate else [[*work, "--processes", str(processes)]]
-    workers = [
+    if distribute:
+        commands.insert(0, [*base, "distribute"])
+    running = [
         subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
         for command in commands
     ]
-    for process in [distribute, *workers]:
+    for process in running:
         if process.wait() != 0:
             raise RuntimeError("an outbox process failed")
     return time.perf_counter() - started
@@ -226,6 +235,12 @@ def main() -> None:
         help="P `outbox work` commands instead of one with --processes P (results of their own)",
     )
     parser.add_argument(
+        "--without-distribute",
+        action="store_true",
+        help="no `outbox distribute` beside the workers, which distribute by themselves "
+        "(results of their own)",
+    )
+    parser.add_argument(
         "--raw-by-address",
         action="store_true",
         help="the raw loop claims in outbox's form, by address, not the target's join by id "
@@ -263,6 +278,8 @@ def main() -> None:
         "worker_threads": args.concurrency,
         "max_batches": args.max_batches,
         "separate_commands": args.separate_commands,
+        # Whether `outbox distribute` ran beside the workers (started with them).
+        "distribute": not args.without_distribute,
         "raw_claim": "by_address" if args.raw_by_address else "by_id",
         # The typed buffer and how its handler reads it (None: the plain buffer, no-op).
         "typed": args.typed,
@@ -308,7 +325,12 @@ def main() -> None:
                         )
                     else:
                         seconds = run_framework(
-                            url, processes, args.concurrency, env, separate=args.separate_commands
+                            url,
+                            processes,
+                            args.concurrency,
+                            env,
+                            separate=args.separate_commands,
+                            distribute=not args.without_distribute,
                         )
                     cpu[variant].append(meter.stop())
                     left = remaining(dsn, table)
@@ -348,6 +370,8 @@ def main() -> None:
         name += f"_max_batches_{args.max_batches}"
     if args.separate_commands:
         name += "_separate_commands"
+    if args.without_distribute:
+        name += "_without_distribute"
     if args.raw_by_address:
         name += "_raw_by_address"
     print(f"results in {write(name, results)}")

@@ -330,14 +330,22 @@ BENCH_MAX_BATCHES = 64
 def tuned(results: Results) -> bool:
     """Whether drain results come from a variant run: non-default claim jobs
     (``--max-batches``), separate ``outbox work`` commands (``--separate-commands``), a raw
-    loop that claims by address (``--raw-by-address``) or the typed buffer (``--typed``)."""
+    loop that claims by address (``--raw-by-address``), the typed buffer (``--typed``) or no
+    ``outbox distribute`` beside the workers (``--without-distribute``)."""
     other_claim_jobs = int(results.data.get("max_batches", BENCH_MAX_BATCHES)) != BENCH_MAX_BATCHES
     return (
         other_claim_jobs
         or bool(results.data.get("separate_commands"))
         or by_address(results)
         or typed(results) is not None
+        or not distributed(results)
     )
+
+
+def distributed(results: Results) -> bool:
+    """Whether ``outbox distribute`` ran beside the workers (results from before the option
+    existed all did)."""
+    return bool(results.data.get("distribute", True))
 
 
 def typed(results: Results) -> str | None:
@@ -349,10 +357,12 @@ def typed(results: Results) -> str | None:
 
 def judged_typed(results: Results) -> bool:
     """Whether drain results are the typed target's measurement: the handler reading
-    ``batch.events``, separate ``outbox work`` commands, and nothing else changed."""
+    ``batch.events``, separate ``outbox work --burst`` commands alone (the target names no
+    ``outbox distribute``), and nothing else changed."""
     return (
         typed(results) == "events"
         and bool(results.data.get("separate_commands"))
+        and not distributed(results)
         and int(results.data.get("max_batches", BENCH_MAX_BATCHES)) == BENCH_MAX_BATCHES
         and not by_address(results)
         and not archived(results)
@@ -437,6 +447,11 @@ def drain_throughput(results: Results) -> Rendered:
             f"String), its handler reading every value of every event through `batch.{read}`, "
             "the raw loop the same values from psycopg's tuples"
             if read is not None
+            else ""
+        )
+        + (
+            "; no `outbox distribute` beside the workers, which distribute by themselves"
+            if not distributed(results)
             else ""
         )
         + f"; events/s, medians of the runs, "
@@ -1303,6 +1318,8 @@ def heading(results: Results, link: str) -> str:
             what = f"Typed buffer, the handler reading `batch.{read}`"
             if results.data.get("separate_commands"):
                 what += ", separate `outbox work` commands"
+            if not distributed(results):
+                what += " alone (no `outbox distribute`)"
             judged = ": the target measurement (not drawn)" if judged_typed(results) else ""
             return f"### {what}{judged or ' (not judged, not drawn)'} ({name})"
         if results.data.get("separate_commands"):

@@ -124,8 +124,9 @@ class Outbox:
 
     An async URL (``postgresql+asyncpg://``, ``sqlite+aiosqlite://``...) or an ``AsyncEngine``
     is not used as such: outbox runs its own work on a sync engine it creates from the same URL
-    on the driver's sync sibling (:func:`outbox._db.sync_url`), without the ``AsyncEngine``'s
-    ``connect_args`` or pool settings (pass ``engine=create_engine(...)`` to choose them).
+    on the driver's sync sibling (:func:`outbox._db.sync_url`), with the ``AsyncEngine``'s
+    ``json_serializer`` and ``json_deserializer`` but not its ``connect_args`` or pool settings
+    (pass ``engine=create_engine(...)`` to choose them).
     """
 
     def __init__(
@@ -142,11 +143,15 @@ class Outbox:
         # Whether the URL is an AsyncEngine's: its engine is derived even when the URL names a
         # driver with a sync side too (create_async_engine("postgresql+psycopg://...")).
         self._from_async_engine = False
+        # An AsyncEngine's JSON functions, which decide what its JSON columns hold: the derived
+        # engine reads and writes JSON with them too.
+        self._json: _db.JsonFunctions = {}
         if engine is not None:
             self._engine = _sync_engine(engine)
             if self._engine is None:
                 self._url = engine.url
                 self._from_async_engine = True
+                self._json = _db.json_functions(engine)
             else:
                 dialects.name_of(self._engine.dialect)
                 dialects.configure_engine(self._engine)
@@ -181,7 +186,7 @@ class Outbox:
             given = self._given_url()
             url = _db.sync_url(given)
             self._engine = _db.create_outbox_engine(
-                url, idle_transaction_timeout=self.settings.lease_seconds
+                url, idle_transaction_timeout=self.settings.lease_seconds, json_options=self._json
             )
             dialects.name_of(self._engine.dialect)
             if url is not given or self._from_async_engine:

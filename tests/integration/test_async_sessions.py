@@ -7,10 +7,13 @@ psycopg's async side. A second, sync connection looks at what was committed.
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 from asyncio import current_task
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -28,7 +31,7 @@ from sqlalchemy.orm import Session, scoped_session, sessionmaker
 from outbox import Batch, Outbox, add_events, add_events_async
 from outbox.testing import drain
 from tests.conftest import reset_schema
-from tests.models import ActivityEvent, Order
+from tests.models import ActivityEvent, EmailEvent, Order
 
 ASYNC_DRIVERS = {
     "aiosqlite": "sqlite+aiosqlite",
@@ -317,3 +320,36 @@ def test_outbox_on_an_async_url_drains_events(
     drain(app)
 
     assert [0, 1, 2] == sorted(handled)
+
+
+def test_outbox_on_an_async_engine_reads_json_as_that_engine_does(
+    database: Database, keep: Callable[[Outbox], Outbox]
+) -> None:
+    """An AsyncEngine's json_deserializer decides what a handler's JSON values are, as it
+    decides what session.get returns."""
+    engine = create_async_engine(
+        database.async_url, json_deserializer=functools.partial(json.loads, parse_float=Decimal)
+    )
+
+    async def write_and_load() -> Any:
+        async with AsyncSession(engine) as session:
+            session.add(EmailEvent(address="a@example.com", data={"amount": 1.25}))
+            await session.commit()
+        async with AsyncSession(engine) as session:
+            (loaded,) = (await session.scalars(select(EmailEvent))).all()
+            return loaded.data
+
+    loaded = asyncio.run(write_and_load())
+    app = keep(Outbox(engine=engine))
+    handled: list[Any] = []
+
+    @app.handler(EmailEvent)
+    def record_email(batch: Batch[EmailEvent]) -> None:
+        handled.extend(event.data for event in batch.events)
+
+    drain(app)
+    asyncio.run(engine.dispose())
+
+    assert {"amount": Decimal("1.25")} == loaded
+    assert [loaded] == handled
+    assert [Decimal] == [type(data["amount"]) for data in handled]
