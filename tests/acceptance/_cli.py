@@ -6,11 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from tests.acceptance import cli_app
 
@@ -20,20 +18,7 @@ APP = "tests.acceptance.cli_app:app"
 # Short enough for the tests' time budget, long enough that a healthy worker always renews it.
 LEASE = ("--lease", "2", "--poll-interval", "0.2")
 
-POLL_SECONDS = 0.05
 RUN_TIMEOUT_SECONDS = 60.0
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(POLL_SECONDS)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy import Engine
 
 from tests._ports import free_ports
-from tests.acceptance._cli import APP, Cli, wait_for
+from tests._support import wait_for
+from tests.acceptance._cli import APP, Cli
 
 HANDLED = 'outbox_events_total{band="HOUR",handler="record_activity",outcome="succeeded"} 25.0'
 

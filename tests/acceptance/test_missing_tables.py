@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from tests.acceptance._cli import APP, Cli, handled_ids, start_work, started, wait_for
+from tests._support import wait_for
+from tests.acceptance._cli import APP, Cli, handled_ids, start_work, started
 from tests.models import EmailEvent
 
 EXIT_FAILURE = 1

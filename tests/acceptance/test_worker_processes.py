@@ -18,6 +18,7 @@ import pytest
 from sqlalchemy import Engine, select
 
 from outbox import _log, schema
+from tests._support import wait_for
 from tests.acceptance import _tables
 from tests.acceptance._cli import (
     APP,
@@ -27,7 +28,6 @@ from tests.acceptance._cli import (
     handled_ids,
     start_work,
     started,
-    wait_for,
 )
 from tests.acceptance.cli_app import SLEEP_ENV
 

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
+from tests._support import wait_for
 from tests.acceptance import _tables
 from tests.acceptance._cli import (
     APP,
@@ -27,7 +28,6 @@ from tests.acceptance._cli import (
     handled_ids,
     start_work,
     started,
-    wait_for,
 )
 from tests.acceptance.cli_app import SLEEP_ENV
 

@@ -28,7 +28,8 @@ from sqlalchemy.engine import make_url
 from examples.fastapi_orders.models import Order, OrderPlaced
 from outbox import schema
 from tests._ports import free_ports
-from tests.acceptance._cli import OUTBOX, ROOT, wait_for
+from tests._support import wait_for
+from tests.acceptance._cli import OUTBOX, ROOT
 
 OUTBOX_APP = "examples.fastapi_orders.outbox_app:outbox"
 WEB_APP = "examples.fastapi_orders.app:app"

@@ -22,7 +22,7 @@ from outbox._faults import (
     IN_COMPLETION,
     POINTS,
 )
-from tests.acceptance._cli import wait_for
+from tests._support import wait_for
 from tests.faults._checker import check
 from tests.faults._processes import OutboxProcess, live_leases, run_outbox
 from tests.faults._workload import Ledger, produce

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import Engine, create_engine
 
-from tests.acceptance._cli import wait_for
+from tests._support import wait_for
 from tests.faults._checker import check
 from tests.faults._cluster import PrivateCluster
 from tests.faults._processes import OutboxProcess, drained

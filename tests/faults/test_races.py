@@ -11,7 +11,6 @@ Waits poll with a timeout; every pause is released in ``finally`` so no thread i
 from __future__ import annotations
 
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
@@ -25,6 +24,7 @@ from outbox.batch_job import BatchResult
 from outbox.claimer import Claim
 from outbox.testing import drain
 from outbox.worker import Worker
+from tests._support import wait_for
 from tests.models import ActivityEvent
 
 T = TypeVar("T")
@@ -34,8 +34,6 @@ WAIT_SECONDS = 10.0
 
 PROMPT_SECONDS = 5.0
 """A party that must not wait on the other finishes within this, while the other is held."""
-
-POLL_SECONDS = 0.01
 
 TIMEOUTS = {"lock_timeout": "'2s'", "statement_timeout": "'5s'"}
 """Session settings that turn a lock wait or deadlock into an error instead of a hang."""
@@ -47,15 +45,6 @@ archive = schema.archive
 
 
 # --- synchronisation helpers -----------------------------------------------------------------
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = WAIT_SECONDS) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(POLL_SECONDS)
 
 
 class Background(Generic[T]):

@@ -15,22 +15,13 @@ from outbox import Batch, Delivery, Outbox, RetryPolicy, Settings, schema
 from outbox.batch_job import BatchResult
 from outbox.testing import drain
 from outbox.worker import Worker
+from tests._support import wait_for
 from tests.handler_kinds import HANDLER_KINDS, HandlerKind, kind_id
 from tests.models import ActivityEvent
 
 # Retries due at once, so that a drain runs every attempt.
 IMMEDIATE = RetryPolicy(max_attempts=3, scale=0.0, base_delay=0.0, jitter=0.0)
 WAIT_SECONDS = 10.0
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = WAIT_SECONDS) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
-    return value
 
 
 async def until(flag: threading.Event, timeout: float = WAIT_SECONDS) -> None:

@@ -8,7 +8,6 @@ line), and the other handlers go on.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -31,23 +30,12 @@ from outbox import (
 from outbox._db import missing_buffer_tables
 from outbox.testing import drain
 from outbox.worker import Worker
+from tests._support import wait_for
 from tests.models import ActivityEvent, EmailEvent
 
 FAST = Settings(poll_interval=0.05, rescue_interval=0.05)
 MISSING = {"emails": "test_email_events"}
 AWAY = "test_email_events_away"
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Recorder:

@@ -17,21 +17,10 @@ from outbox._dialects import db_now_plus
 from outbox._sql import acquire_jobs
 from outbox.testing import drain
 from outbox.worker import Worker
+from tests._support import wait_for
 from tests.models import ActivityEvent, EmailEvent
 
 FAST = Settings(poll_interval=0.05, rescue_interval=0.05)
-
-
-def wait_for(condition: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.02)
 
 
 class Recorder:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -14,23 +13,14 @@ from sqlalchemy.exc import DBAPIError
 from outbox import Outbox, Settings, notify
 from outbox._dialects import behind_pooler
 from outbox.worker import Worker
+from tests._support import wait_for
 from tests.models import ActivityEvent
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
 WAIT_SECONDS = 15.0
-POLL_SECONDS = 0.05
 EXECUTIONS = 20
 """Well past psycopg's prepare_threshold (5): its statements would be prepared by now."""
-
-
-def wait_for(condition: Callable[[], Any], what: str, timeout: float = WAIT_SECONDS) -> Any:
-    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(POLL_SECONDS)
-    return value
 
 
 @pytest.fixture

@@ -14,8 +14,9 @@ import pytest
 from sqlalchemy import Engine, inspect
 
 from outbox import schema
+from tests._support import wait_for
 from tests.acceptance import _tables
-from tests.acceptance._cli import APP, Cli, handled_ids, start_work, started, wait_for
+from tests.acceptance._cli import APP, Cli, handled_ids, start_work, started
 from tests.acceptance.cli_app import SLEEP_ENV
 from tests.poolers._pgbouncer import PgBouncer
 
