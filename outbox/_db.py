@@ -216,10 +216,10 @@ def create_outbox_engine(
     No pre-ping on checkout (a round trip per transaction): a connection found dead is
     invalidated by SQLAlchemy, and :func:`run_in_transaction` runs the transaction again.
 
-    ``idle_transaction_timeout`` (PostgreSQL): the server ends a transaction left idle this
-    long, so that a frozen worker (SIGSTOP, a stalled VM) cannot hold row locks forever. Set
-    at connect, added to any ``?options=`` of the URL; behind a connection pooler such as
-    PgBouncer, per transaction instead (see ``_dialects.configure_engine``).
+    ``idle_transaction_timeout`` (PostgreSQL, MariaDB): the server ends a transaction left idle
+    this long, so that a frozen worker (SIGSTOP, a stalled VM) cannot hold row locks forever.
+    Set at connect (on PostgreSQL added to any ``?options=`` of the URL; behind a connection
+    pooler such as PgBouncer, per transaction instead: see ``_dialects.configure_engine``).
     """
     parsed = parse_url(url)
     load_driver(parsed)

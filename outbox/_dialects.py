@@ -8,12 +8,14 @@ payloads, transient error codes, connection set-up) are decided here.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from typing import Any
 
 from sqlalchemy import Engine, case, event, func, literal, literal_column, null
 from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.ext.compiler import compiles
@@ -63,6 +65,13 @@ def name_of(dialect: SADialect) -> str:
 
 
 # --- the database clock -------------------------------------------------------------------
+
+
+def timestamp() -> TypeEngine[Any]:
+    """The type of every point in time outbox stores: ``DateTime(timezone=True)``, to the
+    microsecond on every database. MariaDB's and MySQL's plain DATETIME keeps whole seconds,
+    which would cut a lease of a few seconds short by up to one: there it is DATETIME(6)."""
+    return DateTime(timezone=True).with_variant(MYSQL_DATETIME(fsp=6), "mysql", "mariadb")
 
 
 class db_now(FunctionElement[Any]):  # noqa: N801 - named like the SQL function it renders
@@ -241,6 +250,8 @@ def row_as_json(dialect: str, row: NamedFromClause, *, lenient: bool = False) ->
 
 
 def _json_value(column: Any, stored: TypeEngine[Any], lenient: bool, dialect: str) -> Any:
+    if dialect == MYSQL:
+        return _mysql_json_value(column, stored)
     # JSON columns are stored as text: json() embeds them as JSON, not as a string. Binary
     # values cannot be JSON: they are written as "\\x<hex>", the form PostgreSQL's to_jsonb uses.
     # REAL values: json_object would keep 15 significant digits; 17 round-trip exactly, and
@@ -260,6 +271,29 @@ def _json_value(column: Any, stored: TypeEngine[Any], lenient: bool, dialect: st
         # type would stop json_object. The lenient form holds every value.
         return case((func.typeof(column) == "blob", _hex(column)), else_=column)
     return column
+
+
+def _mysql_json_value(column: Any, stored: TypeEngine[Any]) -> Any:
+    # JSON_OBJECT writes numbers exactly (a DECIMAL's digits, a DOUBLE's shortest form that
+    # reads back as the same double, a FLOAT as the driver reads it), and dates and times as
+    # text. A JSON column goes through JSON_EXTRACT, so that its document is embedded as JSON
+    # rather than as a string wherever the server does not know the column holds JSON. Binary
+    # values cannot be JSON: "\\x<hex>", as on the other databases. One form holds every
+    # value MariaDB stores (it refuses invalid text and JSON when they are written): the
+    # lenient form is the same.
+    if isinstance(stored, JSON):
+        return func.json_extract(column, "$")
+    if _holds_bytes(stored):
+        return _hex(column)
+    return column
+
+
+def _holds_bytes(stored: TypeEngine[Any]) -> bool:
+    # BLOB, BINARY, VARBINARY and MariaDB's TINY/MEDIUM/LONGBLOB (which are not LargeBinary).
+    try:
+        return stored.python_type is bytes
+    except NotImplementedError:  # a type that does not say
+        return False
 
 
 def _hex(column: Any) -> Any:
@@ -295,7 +329,17 @@ _PG_TRANSIENT = {
     "08001",
     "08004",  # connection exceptions
 }
-_MYSQL_TRANSIENT = {1205, 1213, 2006, 2013}  # lock wait timeout, deadlock, gone away, lost
+# Lock wait timeout, deadlock, lock wait with NOWAIT, server shutting down, server gone away,
+# connection lost, cannot connect.
+_MYSQL_TRANSIENT = {1205, 1213, 3572, 1053, 2006, 2013, 2003}
+
+
+def _mysql_errno(orig: object) -> int | None:
+    """A MariaDB or MySQL driver error's number (its first argument); None for other drivers,
+    whose first argument is the message. Asked first: PyMySQL's errors carry a SQLSTATE too,
+    but a coarse one (a lock wait timeout's is the general HY000)."""
+    args: tuple[Any, ...] = getattr(orig, "args", ())
+    return args[0] if args and isinstance(args[0], int) else None
 
 
 def is_transient(error: BaseException) -> bool:
@@ -305,6 +349,9 @@ def is_transient(error: BaseException) -> bool:
     orig = getattr(error, "orig", None)
     if orig is None:
         return False
+    errno = _mysql_errno(orig)
+    if errno is not None:
+        return errno in _MYSQL_TRANSIENT
     sqlstate = getattr(orig, "sqlstate", None)
     if sqlstate is not None:
         return sqlstate in _PG_TRANSIENT
@@ -312,10 +359,7 @@ def is_transient(error: BaseException) -> bool:
         # psycopg reports a refused or broken connection (a restarting server) with no SQLSTATE.
         return True
     message = str(orig).lower()
-    if "database is locked" in message or "database table is locked" in message:
-        return True
-    args: tuple[Any, ...] = getattr(orig, "args", ())
-    return bool(args) and isinstance(args[0], int) and args[0] in _MYSQL_TRANSIENT
+    return "database is locked" in message or "database table is locked" in message
 
 
 _PG_MISSING_TABLE = {"42P01", "3F000"}  # undefined_table, invalid_schema_name
@@ -331,13 +375,13 @@ def is_missing_table(error: BaseException) -> bool:
     orig = getattr(error, "orig", None)
     if orig is None:
         return False
+    errno = _mysql_errno(orig)
+    if errno is not None:
+        return errno == _MYSQL_NO_SUCH_TABLE
     sqlstate = getattr(orig, "sqlstate", None)
     if sqlstate is not None:
         return sqlstate in _PG_MISSING_TABLE
-    if str(orig).lower().startswith("no such table"):  # sqlite3
-        return True
-    args: tuple[Any, ...] = getattr(orig, "args", ())
-    return bool(args) and args[0] == _MYSQL_NO_SUCH_TABLE
+    return str(orig).lower().startswith("no such table")  # sqlite3
 
 
 # sqlite3 quotes the offending text when it cannot decode a value: never repeat it.
@@ -383,7 +427,60 @@ def configure_engine(engine: Engine, *, idle_transaction_timeout: float | None =
             event.listen(engine, "connect", _name_utc_plainly)
         if idle_transaction_timeout is not None:
             _IdleTimeout(engine, idle_transaction_timeout).install()
+    elif name_of(engine.dialect) == MYSQL:
+        _configure_mysql(engine, idle_transaction_timeout)
     engine._outbox_configured = True  # type: ignore[attr-defined]
+
+
+def read_committed(engine: Engine) -> Engine:
+    """``engine`` for outbox's own transactions: on MariaDB and MySQL at READ COMMITTED.
+
+    At their default, REPEATABLE READ, a claim's locking read also locks the gaps of the index
+    it scans, and the application's INSERTs wait behind it. An application's engine keeps its
+    own level: outbox gets a copy sharing its pool (``Engine.execution_options``) that sets the
+    level on each connection it checks out, and resets it when the connection goes back. The
+    engines outbox creates are READ COMMITTED throughout (no statement per checkout).
+    """
+    if name_of(engine.dialect) != MYSQL:
+        return engine
+    # As given to create_engine(isolation_level=...), or to execution_options(...).
+    level = engine.get_execution_options().get("isolation_level")
+    level = level or getattr(engine.dialect, "_on_connect_isolation_level", None)
+    if level == "READ COMMITTED":
+        return engine
+    return engine.execution_options(isolation_level="READ COMMITTED")
+
+
+# The oldest servers outbox runs on: MariaDB has SKIP LOCKED since 10.6, MySQL since 8.0.
+MIN_MARIADB_VERSION = (10, 6)
+MIN_MYSQL_VERSION = (8, 0)
+
+
+def _configure_mysql(engine: Engine, idle_transaction_timeout: float | None) -> None:
+    """Refuse a MariaDB or MySQL server too old for outbox's claims, on every new connection
+    (a comparison of the version SQLAlchemy read when it first connected). On MariaDB, the
+    server ends a transaction left idle past ``idle_transaction_timeout`` (whole seconds,
+    rounded up), as PostgreSQL does; MySQL has no such setting (docs/operations.md)."""
+
+    def on_connect(dbapi_connection: Any, record: Any) -> None:
+        dialect = engine.dialect
+        mariadb = bool(getattr(dialect, "is_mariadb", False))
+        version = tuple(dialect.server_version_info or ())
+        needed = MIN_MARIADB_VERSION if mariadb else MIN_MYSQL_VERSION
+        if version and version < needed:
+            raise UnsupportedDatabaseError(
+                f"outbox needs {'MariaDB' if mariadb else 'MySQL'} "
+                f"{'.'.join(map(str, needed))} or newer (for SELECT ... FOR UPDATE SKIP LOCKED); "
+                f"this server is {'.'.join(map(str, version))}"
+            )
+        if mariadb and idle_transaction_timeout is not None:
+            cursor = dbapi_connection.cursor()
+            cursor.execute(
+                f"SET SESSION idle_transaction_timeout = {math.ceil(idle_transaction_timeout)}"
+            )
+            cursor.close()
+
+    event.listen(engine, "connect", on_connect)
 
 
 def behind_pooler(engine: Engine) -> bool:

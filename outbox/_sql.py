@@ -243,17 +243,23 @@ def acquire_capped_batch_jobs(
 
     Count-then-lease is only exact when no other worker does the same at once, so the
     transaction first takes a per-handler lock: ``pg_advisory_xact_lock`` on PostgreSQL
-    (released at commit), the database write lock on SQLite (BEGIN IMMEDIATE).
+    (released at commit), the database write lock on SQLite (BEGIN IMMEDIATE). MariaDB has no
+    lock that ends with the transaction but row locks: the count locks every batch job of the
+    handler (``FOR UPDATE``, through ``uq_outbox_jobs_claim_slot``'s leading ``handler``), so a
+    second worker's count waits for the first one's leases to commit and then sees them.
     """
+    mine = (_jobs.c.handler == handler, _jobs.c.kind == schema.JOB_KIND_BATCH)
     if dialect == dialects.POSTGRESQL:
         conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"outbox:{handler}"))))
-    running = conn.execute(
-        select(func.count()).where(
-            _jobs.c.handler == handler,
-            _jobs.c.kind == schema.JOB_KIND_BATCH,
-            _jobs.c.lease_token.is_not(None),
-        )
-    ).scalar_one()
+    if dialect == dialects.MYSQL:
+        leased = conn.execute(
+            select(_jobs.c.lease_token.is_not(None)).where(*mine).with_for_update()
+        ).scalars()
+        running = sum(1 for is_leased in leased if is_leased)
+    else:
+        running = conn.execute(
+            select(func.count()).where(*mine, _jobs.c.lease_token.is_not(None))
+        ).scalar_one()
     room = min(cap - int(running), limit)
     if room <= 0:
         return []

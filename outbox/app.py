@@ -155,6 +155,7 @@ class Outbox:
             else:
                 dialects.name_of(self._engine.dialect)
                 dialects.configure_engine(self._engine)
+                self._engine = dialects.read_committed(self._engine)
         self.settings = settings or Settings()
         self._handlers: dict[str, Handler[Any]] = {}
 

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import JSON, Column, Connection, Dialect, Table
+from sqlalchemy import JSON, Column, Connection, Dialect, Float, Table
 
 from outbox import _dialects as dialects
 from outbox import _log, _sql
@@ -186,9 +186,14 @@ def _coerce(
         if json_as_text and isinstance(value, str):
             value = json.loads(value, parse_float=decimal.Decimal, parse_int=_integer)
         return _plain_numbers(value)
-    if isinstance(value, python_type):
+    if isinstance(value, python_type) and not isinstance(stored, Float):
         return value
     try:
+        if isinstance(stored, Float):
+            # A double, whichever Python type the column reads it as (``asdecimal``): bound as
+            # a float, exactly; MariaDB would take a Decimal of a large exponent for a DECIMAL
+            # it cannot hold.
+            return float(value)
         if python_type is dt.datetime:
             return dt.datetime.fromisoformat(value)
         if python_type is dt.date:

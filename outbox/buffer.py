@@ -8,11 +8,11 @@ from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import BigInteger, Connection, DateTime, Index, Integer, Table, Uuid, text
+from sqlalchemy import BigInteger, Connection, Index, Integer, Table, Uuid, text
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Mapped, Session, declared_attr, mapped_column, scoped_session
 
-from outbox._dialects import db_now
+from outbox._dialects import db_now, timestamp
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
@@ -40,7 +40,7 @@ class BufferMixin:
     id: Mapped[int] = mapped_column(_BIG_ID, primary_key=True, autoincrement=True)
     group_id: Mapped[uuid.UUID | None] = mapped_column(Uuid(), nullable=True, default=None)
     created_at: Mapped[datetime] = mapped_column(
-        DateTime(timezone=True), nullable=False, server_default=db_now()
+        timestamp(), nullable=False, server_default=db_now()
     )
 
     @staticmethod

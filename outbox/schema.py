@@ -10,7 +10,6 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     Column,
-    DateTime,
     Index,
     Integer,
     MetaData,
@@ -23,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from outbox._dialects import db_now
+from outbox._dialects import db_now, timestamp
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -49,13 +48,13 @@ jobs = Table(
     Column("slot", SmallInteger, nullable=True, comment="claim jobs: 0 .. max_batches - 1"),
     Column("group_id", Uuid, nullable=True, comment="batch jobs: the group they handle"),
     Column("priority", SmallInteger, nullable=False),
-    Column("run_at", DateTime(timezone=True), nullable=False, server_default=db_now()),
+    Column("run_at", timestamp(), nullable=False, server_default=db_now()),
     Column("attempts", Integer, nullable=False, server_default=text("0")),
     Column("lease_owner", _NAME, nullable=True),
     Column("lease_token", Uuid, nullable=True),
-    Column("lease_expires_at", DateTime(timezone=True), nullable=True),
+    Column("lease_expires_at", timestamp(), nullable=True),
     Column("last_error", Text, nullable=True),
-    Column("created_at", DateTime(timezone=True), nullable=False, server_default=db_now()),
+    Column("created_at", timestamp(), nullable=False, server_default=db_now()),
     # Serves acquisition: the next free jobs by priority, then due time.
     Index(
         "ix_outbox_jobs_ready",
@@ -90,8 +89,8 @@ archive = Table(
     Column("attempts", Integer, nullable=False),
     Column("error", Text, nullable=True),
     Column("payload", JSON().with_variant(JSONB(), "postgresql"), nullable=False),
-    Column("created_at", DateTime(timezone=True), nullable=True),
-    Column("archived_at", DateTime(timezone=True), nullable=False, server_default=db_now()),
+    Column("created_at", timestamp(), nullable=True),
+    Column("archived_at", timestamp(), nullable=False, server_default=db_now()),
     Index(None, "handler", "status"),
     Index(None, "archived_at"),
     Index(None, "group_id"),
@@ -104,8 +103,8 @@ workers = Table(
     Column("hostname", String(255), nullable=False),
     Column("pid", Integer, nullable=False),
     Column("concurrency", Integer, nullable=False),
-    Column("started_at", DateTime(timezone=True), nullable=False, server_default=db_now()),
-    Column("heartbeat_at", DateTime(timezone=True), nullable=False, server_default=db_now()),
+    Column("started_at", timestamp(), nullable=False, server_default=db_now()),
+    Column("heartbeat_at", timestamp(), nullable=False, server_default=db_now()),
     Index(None, "heartbeat_at"),
 )
 

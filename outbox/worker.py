@@ -35,7 +35,7 @@ from outbox._db import (
     missing_buffer_tables,
     run_in_transaction,
 )
-from outbox._dialects import MYSQL, POSTGRESQL, behind_pooler, error_summary
+from outbox._dialects import POSTGRESQL, behind_pooler, error_summary
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox.app import Handler, Outbox
 from outbox.batch_job import (
@@ -47,7 +47,7 @@ from outbox.batch_job import (
     FinishRefused,
     run_batch_job,
 )
-from outbox.exceptions import BufferTableMissingError, UnsupportedDatabaseError
+from outbox.exceptions import BufferTableMissingError
 from outbox.notify import Listener
 
 log = _log.get_logger(__name__)
@@ -177,11 +177,6 @@ class Worker:
         self.leading = False
         """Whether this worker led the fleet at its last heartbeat (it distributes)."""
         self._tables = {h.table.name: h.name for h in self.handlers.values()}
-        if app.dialect == MYSQL and any(h.concurrency for h in self.handlers.values()):
-            raise UnsupportedDatabaseError(
-                "handler concurrency caps need PostgreSQL or SQLite; MariaDB/MySQL lacks the "
-                "transaction-scoped lock they rely on"
-            )
         self._capped = {
             h.name: h.concurrency for h in self.handlers.values() if h.concurrency is not None
         }

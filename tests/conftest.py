@@ -1,8 +1,8 @@
-"""Fixtures shared by every tier: real PostgreSQL and SQLite databases.
+"""Fixtures shared by every tier: real PostgreSQL, MariaDB and SQLite databases.
 
-PostgreSQL tests run in a database of their own, created for the test session and dropped at
-its end. When PostgreSQL cannot be reached they are skipped on a developer's machine, but fail
-loudly when ``CI=true``: in CI a database test never silently skips.
+PostgreSQL and MariaDB tests run in a database of their own, created for the test session and
+dropped at its end. When a server cannot be reached its tests are skipped on a developer's
+machine, but fail loudly when ``CI=true``: in CI a database test never silently skips.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from tests.poolers._pgbouncer import PgBouncer, executable
 
 POSTGRES_URL_ENV = "OUTBOX_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+MARIADB_URL_ENV = "OUTBOX_TEST_MARIADB_URL"
+DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
 
 
 def _unavailable(what: str, error: Exception) -> None:
@@ -49,6 +51,27 @@ def postgres_url() -> Iterator[str]:
     finally:
         with admin.connect() as conn:
             conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def mariadb_url() -> Iterator[str]:
+    """The URL of a MariaDB database created for this test session."""
+    admin_url = make_url(os.environ.get(MARIADB_URL_ENV, DEFAULT_MARIADB_URL))
+    name = f"outbox_test_{uuid.uuid4().hex[:10]}"
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name} CHARACTER SET utf8mb4"))
+    except Exception as error:
+        admin.dispose()
+        _unavailable(f"MariaDB at {admin_url.host}:{admin_url.port}", error)
+    url = admin_url.set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f"DROP DATABASE IF EXISTS {name}"))
         admin.dispose()
 
 
@@ -95,11 +118,13 @@ def reset_schema(url: str) -> None:
     engine.dispose()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", "postgresql", "mariadb"])
 def database_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
-    """A migrated database of each kind, empty, for one test."""
-    if request.param == "postgresql":
-        url: str = request.getfixturevalue("postgres_url")
+    """A migrated database of each kind (SQLite, PostgreSQL, MariaDB), empty, for one test."""
+    if request.param == "mariadb":
+        url: str = request.getfixturevalue("mariadb_url")
+    elif request.param == "postgresql":
+        url = request.getfixturevalue("postgres_url")
     else:
         url = f"sqlite:///{tmp_path}/outbox.sqlite3"
     reset_schema(url)

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from datetime import UTC, date, datetime
 
 import pytest
-from sqlalchemy import Engine, create_engine, func, select
+from sqlalchemy import Engine, String, create_engine, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
@@ -23,7 +23,7 @@ class RenamedColumnEvent(BufferMixin, RenamedBase):
     """A buffer model whose attribute ``page`` is stored in the column ``page_path``."""
 
     __tablename__ = "test_renamed_column_events"
-    page: Mapped[str] = mapped_column("page_path")
+    page: Mapped[str] = mapped_column("page_path", String(200))
 
 
 @pytest.fixture

@@ -40,10 +40,7 @@ from sqlalchemy.engine import make_url
 import outbox.alembic
 from outbox import Outbox, db_now, notify, schema
 from outbox.migrate import upgrade
-from tests.conftest import _unavailable
-
-MARIADB_URL_ENV = "OUTBOX_TEST_MARIADB_URL"
-DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
+from tests.conftest import DEFAULT_MARIADB_URL, MARIADB_URL_ENV, _unavailable
 
 # Every supported database: each generates a migration, and each runs every one generated.
 KINDS = ("postgresql", "sqlite", "mariadb")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import sqlite3
 
 import psycopg.errors
+import pymysql
 import pytest
 from sqlalchemy.dialects import mysql, postgresql, sqlite
 from sqlalchemy.dialects.mssql import dialect as mssql_dialect
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
 from outbox import UnsupportedDatabaseError
-from outbox._dialects import is_transient, name_of
+from outbox._dialects import is_missing_table, is_transient, name_of
 
 
 def wrapped(orig: Exception, cls: type[DBAPIError] = OperationalError) -> DBAPIError:
@@ -70,6 +71,27 @@ def test_sqlite_constraint_failure_is_not_transient() -> None:
 def test_mysql_contention_codes_are_transient(code: int) -> None:
     """MariaDB/MySQL lock wait timeout, deadlock and lost connections are transient."""
     assert True is is_transient(wrapped(Exception(code, "error")))
+
+
+@pytest.mark.parametrize(
+    ("code", "sqlstate"), [(1205, "HY000"), (1213, "40001"), (2013, None), (1053, "08S01")]
+)
+def test_pymysql_contention_is_transient_whatever_its_sqlstate(
+    code: int, sqlstate: str | None
+) -> None:
+    """PyMySQL's errors carry the server's SQLSTATE; a lock wait timeout's is the general
+    HY000: the error number decides."""
+    orig = pymysql.err.OperationalError(code, "error", sqlstate=sqlstate)
+    assert True is is_transient(wrapped(orig))
+
+
+def test_pymysql_missing_table_is_a_missing_table() -> None:
+    """MariaDB's "table doesn't exist" (1146, SQLSTATE 42S02) is a missing table, not contention."""
+    orig = pymysql.err.ProgrammingError(1146, "Table 'app.events' doesn't exist", sqlstate="42S02")
+    assert (True, False) == (
+        is_missing_table(wrapped(orig, ProgrammingError)),
+        is_transient(wrapped(orig, ProgrammingError)),
+    )
 
 
 def test_mysql_duplicate_key_is_not_transient() -> None:

@@ -43,7 +43,7 @@ from sqlalchemy import (
     Uuid,
     inspect,
 )
-from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects import mysql, postgresql
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Session, mapped_column
 
@@ -51,7 +51,15 @@ from outbox import BufferMixin
 
 POSTGRESQL = "postgresql"
 SQLITE = "sqlite"
-EVERY_DIALECT = frozenset({POSTGRESQL, SQLITE})
+MARIADB = "mysql"  # SQLAlchemy's name for MariaDB's dialect
+EVERY_DIALECT = frozenset({POSTGRESQL, SQLITE, MARIADB})
+
+
+def dialect_of(url: str) -> str:
+    """The dialect a database URL names, as this module names it."""
+    if url.startswith("postgresql"):
+        return POSTGRESQL
+    return MARIADB if url.startswith(("mysql", "mariadb")) else SQLITE
 
 
 class _Unset:
@@ -298,6 +306,17 @@ CASES: tuple[ColumnCase, ...] = (
     ),
     _case("int_array", _nullable(postgresql.ARRAY(Integer)), [3, 1, 2], [], None, only=POSTGRESQL),
     _case("text_array", _nullable(postgresql.ARRAY(Text)), ["a", "b c"], None, only=POSTGRESQL),
+    # MariaDB's own: a DOUBLE read as Decimal (its default), and the long text and binary types.
+    _case(
+        "double_as_decimal",
+        _nullable(mysql.DOUBLE()),
+        decimal.Decimal("1.5"),
+        decimal.Decimal("-2.25E+10"),
+        None,
+        only=MARIADB,
+    ),
+    _case("longtext", _nullable(mysql.LONGTEXT), "x" * 70_000, None, only=MARIADB),
+    _case("mediumblob", _nullable(mysql.MEDIUMBLOB), b"\x00" * 70_000, None, only=MARIADB),
     # Uuid, as UUID objects and as strings.
     _case("uuid", _nullable(Uuid), uuid.UUID("5e0f6a1c-53bb-4a5f-9d7e-1a2b3c4d5e6f"), None),
     _case(

@@ -130,7 +130,7 @@ PATHS = {
 @pytest.fixture
 def dialect(database_url: str) -> str:
     """The name of the database ``database_url`` points at."""
-    return types.POSTGRESQL if database_url.startswith("postgresql") else types.SQLITE
+    return types.dialect_of(database_url)
 
 
 @pytest.fixture
