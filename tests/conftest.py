@@ -131,6 +131,14 @@ def database_url(request: pytest.FixtureRequest, tmp_path: object) -> str:
     return url
 
 
+@pytest.fixture(params=["postgresql", "mariadb"])
+def server_database(request: pytest.FixtureRequest) -> str:
+    """A migrated database on each database server (PostgreSQL, MariaDB), empty, for one test."""
+    url: str = request.getfixturevalue(f"{request.param.replace('postgresql', 'postgres')}_url")
+    reset_schema(url)
+    return url
+
+
 @pytest.fixture
 def postgres_database(postgres_url: str) -> str:
     """The session's PostgreSQL database, reset to empty tables for one test."""

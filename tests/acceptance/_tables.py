@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Engine, func, select
 
-from outbox import schema
+from outbox import db_now, schema
 from tests.models import ActivityEvent
 
 
@@ -48,7 +48,7 @@ def lease_expired(engine: Engine, group_id: uuid.UUID) -> bool:
             conn.execute(
                 select(func.count()).where(
                     jobs_.c.group_id == group_id,
-                    jobs_.c.lease_expires_at < func.statement_timestamp(),
+                    jobs_.c.lease_expires_at < db_now(),
                 )
             ).scalar_one()
         )

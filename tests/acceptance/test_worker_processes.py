@@ -31,7 +31,7 @@ from tests.acceptance._cli import (
 )
 from tests.acceptance.cli_app import SLEEP_ENV
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(90)]
+pytestmark = pytest.mark.timeout(90)
 
 
 def _handler_pids(output_dir: Path) -> set[int]:
@@ -73,18 +73,18 @@ def _two_workers(engine: Engine) -> list[int]:
 
 def test_burst_with_two_processes_handles_every_event_once_in_both(
     cli: Cli,
-    postgres_database: str,
+    server_database: str,
     connect: Callable[[str], Engine],
     commit_events: Any,
     output_dir: Path,
 ) -> None:
     """Both forked workers take groups; each event is handled once; both print a summary; the
     command's two claims in flight per handler are shared, one per process."""
-    engine = connect(postgres_database)
+    engine = connect(server_database)
     ids = commit_events(engine, 40)
 
     result = cli.run(
-        "--app", APP, "--database-url", postgres_database, "work", *LEASE,
+        "--app", APP, "--database-url", server_database, "work", *LEASE,
         "--burst", "--processes", "2", "--concurrency", "1",
         env={SLEEP_ENV: "0.5"},
     )  # fmt: skip
@@ -102,17 +102,17 @@ def test_burst_with_two_processes_handles_every_event_once_in_both(
 
 def test_sigterm_to_the_parent_lets_every_worker_finish_its_batch_and_exits_zero(
     cli: Cli,
-    postgres_database: str,
+    server_database: str,
     connect: Callable[[str], Engine],
     commit_events: Any,
     output_dir: Path,
 ) -> None:
     """SIGTERM to the supervisor: both batches in flight finish, and no worker is left."""
-    engine = connect(postgres_database)
+    engine = connect(server_database)
     commit_events(engine, 40)
-    cli.run("--app", APP, "--database-url", postgres_database, "distribute")
+    cli.run("--app", APP, "--database-url", server_database, "distribute")
     parent = start_work(
-        cli, postgres_database, "--processes", "2", "--concurrency", "1",
+        cli, server_database, "--processes", "2", "--concurrency", "1",
         "--shutdown-grace-period", "20", env={SLEEP_ENV: "1.5"},
     )  # fmt: skip
     wait_for(lambda: len(_handler_pids(output_dir)) == 2, "both workers inside a batch")
@@ -133,17 +133,17 @@ def test_sigterm_to_the_parent_lets_every_worker_finish_its_batch_and_exits_zero
 
 def test_a_killed_worker_process_is_replaced_and_nothing_is_lost(
     cli: Cli,
-    postgres_database: str,
+    server_database: str,
     connect: Callable[[str], Engine],
     commit_events: Any,
     output_dir: Path,
 ) -> None:
     """SIGKILL one worker mid-batch: the supervisor starts another; every event gets handled."""
-    engine = connect(postgres_database)
+    engine = connect(server_database)
     ids = commit_events(engine, 30)
-    cli.run("--app", APP, "--database-url", postgres_database, "distribute")
+    cli.run("--app", APP, "--database-url", server_database, "distribute")
     parent = start_work(
-        cli, postgres_database, "--processes", "2", "--concurrency", "1", env={SLEEP_ENV: "1"}
+        cli, server_database, "--processes", "2", "--concurrency", "1", env={SLEEP_ENV: "1"}
     )
     killed = wait_for(lambda: started(output_dir), "a batch to start")[0].pid
     first = set(wait_for(lambda: _two_workers(engine), "both workers registered"))
@@ -164,11 +164,11 @@ def test_a_killed_worker_process_is_replaced_and_nothing_is_lost(
 
 
 def test_workers_whose_supervisor_was_killed_stop_by_themselves(
-    cli: Cli, postgres_database: str, connect: Callable[[str], Engine]
+    cli: Cli, server_database: str, connect: Callable[[str], Engine]
 ) -> None:
     """SIGKILL to the supervisor: its orphaned workers notice, stop gracefully, deregister."""
-    engine = connect(postgres_database)
-    parent = start_work(cli, postgres_database, "--processes", "2")
+    engine = connect(server_database)
+    parent = start_work(cli, server_database, "--processes", "2")
     workers = wait_for(lambda: _two_workers(engine), "both workers registered")
 
     parent.send(signal.SIGKILL)
@@ -178,17 +178,17 @@ def test_workers_whose_supervisor_was_killed_stop_by_themselves(
     assert [] == _registered_workers(engine)
 
 
-def test_processes_below_one_is_a_usage_error(cli: Cli, postgres_database: str) -> None:
+def test_processes_below_one_is_a_usage_error(cli: Cli, server_database: str) -> None:
     """``--processes 0`` exits 2 naming the option."""
     result = cli.run(
-        "--app", APP, "--database-url", postgres_database, "work", "--burst", "--processes", "0"
+        "--app", APP, "--database-url", server_database, "work", "--burst", "--processes", "0"
     )
 
     assert (2, True) == (result.code, "--processes" in result.stderr)
 
 
 def test_a_worker_whose_metrics_port_is_taken_stops_the_command_with_a_usage_error(
-    cli: Cli, postgres_database: str
+    cli: Cli, server_database: str
 ) -> None:
     """``--processes 2 --metrics-port P`` with P + 1 taken: exit 2 naming the port, no
     restart loop, no worker left."""
@@ -197,7 +197,7 @@ def test_a_worker_whose_metrics_port_is_taken_stops_the_command_with_a_usage_err
         taken.listen()
         port = int(taken.getsockname()[1]) - 1
         result = cli.run(
-            "--app", APP, "--database-url", postgres_database,
+            "--app", APP, "--database-url", server_database,
             "work", "--processes", "2", "--metrics-port", str(port), timeout=30,
         )  # fmt: skip
 
@@ -208,12 +208,10 @@ def test_a_worker_whose_metrics_port_is_taken_stops_the_command_with_a_usage_err
     )
 
 
-def test_metrics_ports_past_the_last_port_are_a_usage_error(
-    cli: Cli, postgres_database: str
-) -> None:
+def test_metrics_ports_past_the_last_port_are_a_usage_error(cli: Cli, server_database: str) -> None:
     """``--processes 2 --metrics-port 65535``: the second worker would have no port."""
     result = cli.run(
-        "--app", APP, "--database-url", postgres_database,
+        "--app", APP, "--database-url", server_database,
         "work", "--processes", "2", "--metrics-port", "65535",
     )  # fmt: skip
 

@@ -1,6 +1,6 @@
 """A worker killed, or stopped by signals, mid-batch: nothing is lost, the group comes back.
 
-Each test runs ``outbox work`` with a 2 s lease against PostgreSQL, waits until the test
+Each test runs ``outbox work`` with a 2 s lease against PostgreSQL and MariaDB, waits until the test
 application's handler is inside a slow batch (it writes ``started.log`` first), then signals it.
 """
 
@@ -31,7 +31,7 @@ from tests.acceptance._cli import (
 )
 from tests.acceptance.cli_app import SLEEP_ENV
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
+pytestmark = pytest.mark.timeout(60)
 
 SLOW = {SLEEP_ENV: "30"}
 """A batch that takes far longer than the test: it only ends by a signal."""
@@ -67,22 +67,22 @@ def _handled_or_waiting(engine: Engine, output_dir: Path, ids: list[int]) -> dic
 
 def test_sigkill_mid_batch_group_is_handled_again_after_the_lease_expires(
     cli: Cli,
-    postgres_database: str,
+    server_database: str,
     connect: Callable[[str], Engine],
     commit_events: Any,
     output_dir: Path,
 ) -> None:
     """SIGKILL mid-batch: another worker handles the group at attempt 2, once its lease ran out."""
-    engine = connect(postgres_database)
+    engine = connect(server_database)
     ids = commit_events(engine, 30)
-    cli.run("--app", APP, "--database-url", postgres_database, "distribute")
-    doomed = start_work(cli, postgres_database, "--concurrency", "1", env=SLOW)
+    cli.run("--app", APP, "--database-url", server_database, "distribute")
+    doomed = start_work(cli, server_database, "--concurrency", "1", env=SLOW)
     killed = _first_batch(output_dir)
 
     doomed.send(signal.SIGKILL)
     doomed.wait(timeout=10)
     (job,) = [j for j in _tables.jobs(engine) if j["group_id"] == uuid.UUID(killed.group_id)]
-    rescuer = start_work(cli, postgres_database, "--concurrency", "2")
+    rescuer = start_work(cli, server_database, "--concurrency", "2")
     wait_for(lambda: _drained(engine), "the second worker to drain everything", timeout=30)
     rescuer.send(signal.SIGTERM)
     rescuer.wait(timeout=15)
@@ -100,21 +100,21 @@ def test_sigkill_mid_batch_group_is_handled_again_after_the_lease_expires(
 
 def test_sigkill_mid_batch_loses_nothing(
     cli: Cli,
-    postgres_database: str,
+    server_database: str,
     connect: Callable[[str], Engine],
     commit_events: Any,
     output_dir: Path,
 ) -> None:
     """After SIGKILL and a second worker, every event was handled and no row or job is left."""
-    engine = connect(postgres_database)
+    engine = connect(server_database)
     ids = commit_events(engine, 30)
-    cli.run("--app", APP, "--database-url", postgres_database, "distribute")
-    doomed = start_work(cli, postgres_database, "--concurrency", "1", env=SLOW)
+    cli.run("--app", APP, "--database-url", server_database, "distribute")
+    doomed = start_work(cli, server_database, "--concurrency", "1", env=SLOW)
     _first_batch(output_dir)
 
     doomed.send(signal.SIGKILL)
     doomed.wait(timeout=10)
-    rescuer = start_work(cli, postgres_database, "--concurrency", "2")
+    rescuer = start_work(cli, server_database, "--concurrency", "2")
     wait_for(lambda: set(handled_ids(output_dir)) == set(ids), "every event handled", timeout=30)
     rescuer.send(signal.SIGTERM)
     code = rescuer.wait(timeout=15)
@@ -124,18 +124,18 @@ def test_sigkill_mid_batch_loses_nothing(
 
 def test_sigterm_finishes_the_batch_in_flight_and_exits_zero(
     cli: Cli,
-    postgres_database: str,
+    server_database: str,
     connect: Callable[[str], Engine],
     commit_events: Any,
     output_dir: Path,
 ) -> None:
     """SIGTERM mid-batch: the batch finishes, no new one starts, and the worker exits 0."""
-    engine = connect(postgres_database)
+    engine = connect(server_database)
     commit_events(engine, 30)
-    cli.run("--app", APP, "--database-url", postgres_database, "distribute")
+    cli.run("--app", APP, "--database-url", server_database, "distribute")
     worker = start_work(
         cli,
-        postgres_database,
+        server_database,
         "--concurrency", "1",
         "--shutdown-grace-period", "20",
         env={SLEEP_ENV: "1.5"},
@@ -154,18 +154,18 @@ def test_sigterm_finishes_the_batch_in_flight_and_exits_zero(
 
 def test_sigterm_leaves_every_event_handled_or_waiting_for_the_next_worker(
     cli: Cli,
-    postgres_database: str,
+    server_database: str,
     connect: Callable[[str], Engine],
     commit_events: Any,
     output_dir: Path,
 ) -> None:
     """After SIGTERM each event is handled or still in the buffer; a burst run finishes them."""
-    engine = connect(postgres_database)
+    engine = connect(server_database)
     ids = commit_events(engine, 30)
-    cli.run("--app", APP, "--database-url", postgres_database, "distribute")
+    cli.run("--app", APP, "--database-url", server_database, "distribute")
     worker = start_work(
         cli,
-        postgres_database,
+        server_database,
         "--concurrency", "1",
         "--shutdown-grace-period", "20",
         env={SLEEP_ENV: "1.5"},
@@ -176,7 +176,7 @@ def test_sigterm_leaves_every_event_handled_or_waiting_for_the_next_worker(
     worker.wait(timeout=20)
     after_stop = Counter(_handled_or_waiting(engine, output_dir, ids).values())
     leased = [job for job in _tables.jobs(engine) if job["lease_token"] is not None]
-    burst = cli.run("--app", APP, "--database-url", postgres_database, "work", "--burst", *LEASE)
+    burst = cli.run("--app", APP, "--database-url", server_database, "work", "--burst", *LEASE)
 
     assert (0, [], Counter(ids), 0, [], []) == (
         after_stop["lost"],
@@ -190,17 +190,17 @@ def test_sigterm_leaves_every_event_handled_or_waiting_for_the_next_worker(
 
 def test_second_sigterm_abandons_the_batch_and_exits_one_at_once(
     cli: Cli,
-    postgres_database: str,
+    server_database: str,
     connect: Callable[[str], Engine],
     commit_events: Any,
     output_dir: Path,
 ) -> None:
     """A second SIGTERM exits 1 at once, long before the 30 s grace period; the batch undone."""
-    engine = connect(postgres_database)
+    engine = connect(server_database)
     commit_events(engine, 10)
-    cli.run("--app", APP, "--database-url", postgres_database, "distribute")
+    cli.run("--app", APP, "--database-url", server_database, "distribute")
     worker = start_work(
-        cli, postgres_database, "--concurrency", "1", "--shutdown-grace-period", "30", env=SLOW
+        cli, server_database, "--concurrency", "1", "--shutdown-grace-period", "30", env=SLOW
     )
     _first_batch(output_dir)
 
@@ -216,17 +216,17 @@ def test_second_sigterm_abandons_the_batch_and_exits_one_at_once(
 
 def test_group_abandoned_by_a_second_sigterm_is_handled_after_its_lease_expires(
     cli: Cli,
-    postgres_database: str,
+    server_database: str,
     connect: Callable[[str], Engine],
     commit_events: Any,
     output_dir: Path,
 ) -> None:
     """The group abandoned on a second SIGTERM is handled by the next worker, at attempt 2."""
-    engine = connect(postgres_database)
+    engine = connect(server_database)
     ids = commit_events(engine, 10)
-    cli.run("--app", APP, "--database-url", postgres_database, "distribute")
+    cli.run("--app", APP, "--database-url", server_database, "distribute")
     worker = start_work(
-        cli, postgres_database, "--concurrency", "1", "--shutdown-grace-period", "30", env=SLOW
+        cli, server_database, "--concurrency", "1", "--shutdown-grace-period", "30", env=SLOW
     )
     abandoned = _first_batch(output_dir)
     worker.send(signal.SIGTERM)
@@ -236,7 +236,7 @@ def test_group_abandoned_by_a_second_sigterm_is_handled_after_its_lease_expires(
 
     group_id = uuid.UUID(abandoned.group_id)
     wait_for(lambda: _tables.lease_expired(engine, group_id), "the abandoned lease to expire")
-    burst = cli.run("--app", APP, "--database-url", postgres_database, "work", "--burst", *LEASE)
+    burst = cli.run("--app", APP, "--database-url", server_database, "work", "--burst", *LEASE)
 
     assert (0, Counter({(abandoned.group_id, 2): 10}), ids, [], []) == (
         burst.code,

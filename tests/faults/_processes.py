@@ -10,7 +10,7 @@ from pathlib import Path
 
 from sqlalchemy import Engine, func, select
 
-from outbox import schema
+from outbox import db_now, schema
 from tests.faults.fault_app import HANDLED_DIR_ENV, FaultEvent
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +119,7 @@ def live_leases(engine: Engine) -> int:
             conn.execute(
                 select(func.count()).where(
                     jobs.c.lease_token.is_not(None),
-                    jobs.c.lease_expires_at >= func.statement_timestamp(),
+                    jobs.c.lease_expires_at >= db_now(),
                 )
             ).scalar_one()
         )

@@ -1,8 +1,9 @@
-"""Fixtures of the fault suite: a private PostgreSQL cluster, and fresh databases on it.
+"""Fixtures of the fault suite: private PostgreSQL and MariaDB servers, and fresh databases.
 
-The cluster is the suite's own (``tests/faults/_cluster.py``) because the tests restart it,
-crash it and terminate its connections. Without the PostgreSQL server binaries the suite is
-skipped on a developer's machine and fails loudly when ``CI=true``, like every database test.
+The servers are the suite's own (``tests/faults/_cluster.py``, ``_mariadb_server.py``) because
+the tests restart them, crash them and cut their connections. Without the server binaries the
+suite is skipped on a developer's machine and fails loudly when ``CI=true``, like every database
+test.
 """
 
 from __future__ import annotations
@@ -15,7 +16,14 @@ from pathlib import Path
 import pytest
 
 from tests.faults._cluster import ClusterUnavailableError, PrivateCluster
+from tests.faults._mariadb_server import PrivateMariaDB
 from tests.faults._workload import create_tables
+
+
+def _unavailable(error: ClusterUnavailableError) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{error} (CI=true: fault tests must not skip)", pytrace=False)
+    pytest.skip(str(error))
 
 
 @pytest.fixture(scope="session")
@@ -24,9 +32,7 @@ def private_cluster() -> Iterator[PrivateCluster]:
     try:
         cluster = PrivateCluster()
     except ClusterUnavailableError as error:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{error} (CI=true: fault tests must not skip)", pytrace=False)
-        pytest.skip(str(error))
+        _unavailable(error)
     try:
         cluster.start()
         yield cluster
@@ -34,16 +40,38 @@ def private_cluster() -> Iterator[PrivateCluster]:
         cluster.stop()
 
 
+@pytest.fixture(scope="session")
+def private_mariadb() -> Iterator[PrivateMariaDB]:
+    """A MariaDB server of the suite's own, started for the session, removed at its end."""
+    try:
+        server = PrivateMariaDB()
+    except ClusterUnavailableError as error:
+        _unavailable(error)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["postgresql", "mariadb"])
+def private_server(request: pytest.FixtureRequest) -> PrivateCluster | PrivateMariaDB:
+    """A database server of the suite's own, of each kind: PostgreSQL and MariaDB."""
+    name = "private_cluster" if request.param == "postgresql" else "private_mariadb"
+    server: PrivateCluster | PrivateMariaDB = request.getfixturevalue(name)
+    return server
+
+
 @pytest.fixture
-def fault_database(private_cluster: PrivateCluster) -> Iterator[str]:
-    """A fresh database on the private cluster with outbox's and the fault app's tables."""
+def private_database(private_server: PrivateCluster | PrivateMariaDB) -> Iterator[str]:
+    """A fresh database with outbox's and the fault app's tables on each private server."""
     name = f"faults_{uuid.uuid4().hex[:10]}"
-    url = private_cluster.create_database(name)
+    url = private_server.create_database(name)
     create_tables(url)
     try:
         yield url
     finally:
-        private_cluster.drop_database(name)
+        private_server.drop_database(name)
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from tests.faults._processes import OutboxProcess, live_leases, run_outbox
 from tests.faults._workload import Ledger, produce
 from tests.faults.fault_app import BATCH_SIZE_ENV, HANDLER_SECONDS_ENV
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(90)]
+pytestmark = pytest.mark.timeout(90)
 
 BATCH_SIZE = 10
 EVENTS = 3 * BATCH_SIZE
@@ -41,16 +41,16 @@ DELIVERED_TWICE = {AFTER_HANDLER, IN_COMPLETION}
 
 @pytest.mark.parametrize("point", POINTS)
 def test_worker_killed_at_crash_point_loses_nothing(
-    point: str, fault_database: str, handled_dir: Path, log_dir: Path
+    point: str, private_database: str, handled_dir: Path, log_dir: Path
 ) -> None:
     """SIGKILL at the point, then a healthy burst: nothing lost, phantom or left behind."""
-    engine = create_engine(fault_database)
+    engine = create_engine(private_database)
     ledger = Ledger()
     seed = POINTS.index(point)
     produce(engine, ledger, EVENTS, rng=random.Random(seed))
     doomed = OutboxProcess(
         "doomed",
-        fault_database,
+        private_database,
         WORKER,
         handled_dir=handled_dir,
         log_dir=log_dir,
@@ -62,7 +62,7 @@ def test_worker_killed_at_crash_point_loses_nothing(
         doomed.kill()
     wait_for(lambda: live_leases(engine) == 0, "the killed worker's lease to run out", 10)
     code = run_outbox(
-        fault_database, WORKER, handled_dir=handled_dir, log_dir=log_dir, name="next", timeout=60
+        private_database, WORKER, handled_dir=handled_dir, log_dir=log_dir, name="next", timeout=60
     )
     report = check(engine, handled_dir, ledger.rolled_back)
     engine.dispose()

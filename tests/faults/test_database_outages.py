@@ -1,8 +1,9 @@
 """A running worker rides out the database going away: restarts, crashes, cut connections.
 
-Each test runs ``outbox work`` (not burst: a long-running worker) against the private cluster,
-takes the database away under it, and checks that the same worker process is still running,
-then drains everything, and that the checker finds nothing lost, phantom or left behind.
+Each test runs ``outbox work`` (not burst: a long-running worker) against a private server,
+PostgreSQL and MariaDB, takes the database away under it, and checks that the same worker
+process is still running, then drains everything, and that the checker finds nothing lost,
+phantom or left behind.
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from sqlalchemy import Engine, create_engine
 from tests._support import wait_for
 from tests.faults._checker import check
 from tests.faults._cluster import PrivateCluster
+from tests.faults._mariadb_server import PrivateMariaDB
 from tests.faults._processes import OutboxProcess, drained
 from tests.faults._workload import Ledger, produce
 from tests.faults.fault_app import BATCH_SIZE_ENV, HANDLER_SECONDS_ENV
 
-pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
+pytestmark = pytest.mark.timeout(120)
 
 LEASE_SECONDS = 2.0
 WORKER = [
@@ -38,9 +40,9 @@ DRAIN_SECONDS = 30.0
 
 
 @pytest.fixture
-def engine(fault_database: str) -> Iterator[Engine]:
+def engine(private_database: str) -> Iterator[Engine]:
     """An engine on the test's database, for producing and checking."""
-    engine = create_engine(fault_database, pool_pre_ping=True)
+    engine = create_engine(private_database, pool_pre_ping=True)
     yield engine
     engine.dispose()
 
@@ -92,19 +94,19 @@ def _errors(worker: OutboxProcess) -> str:
 
 
 def test_worker_rides_out_an_immediate_restart(
-    private_cluster: PrivateCluster,
-    fault_database: str,
+    private_server: PrivateCluster | PrivateMariaDB,
+    private_database: str,
     engine: Engine,
     handled_dir: Path,
     log_dir: Path,
 ) -> None:
     """A crash restart between two waves of events: the same worker drains both."""
     ledger = Ledger()
-    worker = _worker(fault_database, handled_dir, log_dir)
+    worker = _worker(private_database, handled_dir, log_dir)
     try:
         produce(engine, ledger, 40, rng=random.Random(1))
         wait_for(lambda: drained(engine), "the first wave to drain", DRAIN_SECONDS)
-        private_cluster.restart_immediate()
+        private_server.restart_immediate()
         produce(engine, ledger, 80, rng=random.Random(2))
 
         outcome = _outcome(worker, engine, handled_dir, ledger)
@@ -115,8 +117,8 @@ def test_worker_rides_out_an_immediate_restart(
 
 
 def test_worker_rides_out_a_database_down_longer_than_its_lease_mid_batch(
-    private_cluster: PrivateCluster,
-    fault_database: str,
+    private_server: PrivateCluster | PrivateMariaDB,
+    private_database: str,
     engine: Engine,
     handled_dir: Path,
     log_dir: Path,
@@ -124,14 +126,14 @@ def test_worker_rides_out_a_database_down_longer_than_its_lease_mid_batch(
     """The database crashes mid-batch and stays down for three leases: nothing stays stuck."""
     ledger = Ledger()
     produce(engine, ledger, 40, rng=random.Random(3))
-    worker = _worker(fault_database, handled_dir, log_dir, handler_seconds=2.0)
+    worker = _worker(private_database, handled_dir, log_dir, handler_seconds=2.0)
     try:
         wait_for(lambda: _delivered(handled_dir), "a batch to deliver", 30)
-        private_cluster.crash()
+        private_server.crash()
         try:
             time.sleep(3 * LEASE_SECONDS)  # the outage under test, not a wait for a condition
         finally:
-            private_cluster.start()
+            private_server.start()
 
         outcome = _outcome(worker, engine, handled_dir, ledger)
     finally:
@@ -141,21 +143,21 @@ def test_worker_rides_out_a_database_down_longer_than_its_lease_mid_batch(
 
 
 def test_worker_rides_out_its_connections_being_terminated_mid_batch(
-    private_cluster: PrivateCluster,
-    fault_database: str,
+    private_server: PrivateCluster | PrivateMariaDB,
+    private_database: str,
     engine: Engine,
     handled_dir: Path,
     log_dir: Path,
 ) -> None:
-    """pg_terminate_backend of every client, twice, while batches run: the worker carries on."""
+    """Every client's connection killed, twice, while batches run: the worker carries on."""
     ledger = Ledger()
     produce(engine, ledger, 60, rng=random.Random(4))
-    worker = _worker(fault_database, handled_dir, log_dir, handler_seconds=1.0)
+    worker = _worker(private_database, handled_dir, log_dir, handler_seconds=1.0)
     try:
         wait_for(lambda: _delivered(handled_dir), "a batch to deliver", 30)
-        private_cluster.terminate()
+        private_server.terminate()
         time.sleep(0.7)  # the second cut lands inside the next batches
-        private_cluster.terminate()
+        private_server.terminate()
 
         outcome = _outcome(worker, engine, handled_dir, ledger)
     finally:
