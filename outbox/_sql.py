@@ -23,6 +23,7 @@ from sqlalchemy import (
     Table,
     Text,
     Update,
+    and_,
     any_,
     bindparam,
     case,
@@ -249,17 +250,15 @@ def acquire_capped_batch_jobs(
     second worker's count waits for the first one's leases to commit and then sees them.
     """
     mine = (_jobs.c.handler == handler, _jobs.c.kind == schema.JOB_KIND_BATCH)
+    # In flight: leased, and not refused (a refused group runs nowhere).
+    in_flight = _jobs.c.lease_expires_at.is_not(None)
     if dialect == dialects.POSTGRESQL:
         conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"outbox:{handler}"))))
     if dialect == dialects.MYSQL:
-        leased = conn.execute(
-            select(_jobs.c.lease_token.is_not(None)).where(*mine).with_for_update()
-        ).scalars()
+        leased = conn.execute(select(in_flight).where(*mine).with_for_update()).scalars()
         running = sum(1 for is_leased in leased if is_leased)
     else:
-        running = conn.execute(
-            select(func.count()).where(*mine, _jobs.c.lease_token.is_not(None))
-        ).scalar_one()
+        running = conn.execute(select(func.count()).where(*mine, in_flight)).scalar_one()
     room = min(cap - int(running), limit)
     if room <= 0:
         return []
@@ -352,6 +351,56 @@ def delete_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
     """Delete a finished job; False when its lease is no longer ours (the fence)."""
     result = conn.execute(delete(_jobs).where(_jobs.c.id == job_id, _jobs.c.lease_token == token))
     return result.rowcount == 1
+
+
+# A job held with no expiry (``lease_token`` set, ``lease_expires_at`` NULL) is *refused*: the
+# database refused its group's finishing write for good. Acquisition takes only jobs with no
+# token and rescue only expired leases, so it stays until an operator releases it.
+def _refused() -> ColumnElement[bool]:
+    return and_(_jobs.c.lease_token.is_not(None), _jobs.c.lease_expires_at.is_(None))
+
+
+def hold_refused_job(conn: Connection, job_id: int, token: uuid.UUID, error: str) -> bool:
+    """Hold a leased job as refused, with why; False when its lease is no longer ours."""
+    result = conn.execute(
+        update(_jobs)
+        .where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
+        .values(lease_owner=None, lease_expires_at=None, last_error=error)
+    )
+    return result.rowcount == 1
+
+
+@dataclass(frozen=True)
+class RefusedGroup:
+    """A group whose finishing write the database refused."""
+
+    handler: str
+    group_id: uuid.UUID
+    attempts: int
+    error: str | None
+
+
+def refused_groups(conn: Connection, handler: str | None = None) -> list[RefusedGroup]:
+    """The refused groups (of one handler), oldest job first."""
+    stmt = select(_jobs.c.handler, _jobs.c.group_id, _jobs.c.attempts, _jobs.c.last_error).where(
+        _refused(), _jobs.c.kind == schema.JOB_KIND_BATCH
+    )
+    if handler is not None:
+        stmt = stmt.where(_jobs.c.handler == handler)
+    return [RefusedGroup(*row) for row in conn.execute(stmt.order_by(_jobs.c.id))]
+
+
+def release_refused_jobs(
+    conn: Connection, handler: str | None = None, group_id: uuid.UUID | None = None
+) -> int:
+    """Give refused groups' jobs back to run again now (all, one handler's, or one group's);
+    returns how many. Their attempts stay counted."""
+    stmt = update(_jobs).where(_refused(), _jobs.c.kind == schema.JOB_KIND_BATCH)
+    if handler is not None:
+        stmt = stmt.where(_jobs.c.handler == handler)
+    if group_id is not None:
+        stmt = stmt.where(_jobs.c.group_id == group_id)
+    return conn.execute(stmt.values(lease_token=None, run_at=db_now())).rowcount
 
 
 def delete_pending_claim_jobs(conn: Connection, handler: str) -> int:
@@ -1163,8 +1212,10 @@ def oldest_event_age(conn: Connection, table: Table) -> float | None:
 
 
 def job_counts(conn: Connection) -> dict[tuple[str, str, str], int]:
-    """Jobs by (handler, kind, state), state being ``waiting``, ``retrying`` or ``running``."""
+    """Jobs by (handler, kind, state), state being ``waiting``, ``retrying``, ``running`` or
+    ``refused``."""
     state = case(
+        (_refused(), "refused"),
         (_jobs.c.lease_token.is_not(None), "running"),
         (_jobs.c.attempts > 0, "retrying"),
         else_="waiting",

@@ -43,6 +43,8 @@ SUCCEEDED = "succeeded"
 RETRYING = "retrying"
 DEAD = "dead"
 LEASE_LOST = "lease_lost"
+REFUSED = "refused"
+"""The database refused the group's finishing write for good: held until an operator acts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +55,7 @@ class BatchResult:
     group_id: uuid.UUID
     attempt: int
     outcome: str
-    """``succeeded``, ``retrying``, ``dead`` or ``lease_lost``."""
+    """``succeeded``, ``retrying``, ``dead``, ``lease_lost`` or ``refused``."""
     size: int = 0
     succeeded: int = 0
     retried: int = 0
@@ -194,10 +196,15 @@ def run_batch_job(
             try:
                 result = _finish_succeeded(app, handler, job, batch)
             except FinishRefused as refused:
-                # The handler succeeded, but the database would not record it (the archive
-                # refused a value): this attempt failed, and the group goes the failed way.
-                give_up = handler.retry.exhausted(attempt)
-                result = _finish_failed(app, handler, job, str(refused), give_up=give_up)
+                if not is_missing_table(refused.error):
+                    # The handler succeeded but the database will not record it: the group is
+                    # held, never handed over again by itself (its events were delivered).
+                    result = _hold_refused(app, handler, job, SUCCEEDED, refused)
+                else:
+                    # Its table went away under it: the failed way, as for any attempt whose
+                    # table is missing (see Worker).
+                    give_up = handler.retry.exhausted(attempt)
+                    result = _finish_failed(app, handler, job, str(refused), give_up=give_up)
     result = replace(
         result,
         size=len(rows) + expired,
@@ -354,8 +361,35 @@ def _finish_failed(
     except FinishRefused:
         if not give_up:
             raise
+    try:
         # The archive refused an event's exact form: keep the row in the lenient one instead.
         return _fenced(app, handler, job, lambda conn: work(conn, lenient=True))
+    except FinishRefused as refused:
+        if is_missing_table(refused.error):
+            raise
+        return _hold_refused(app, handler, job, DEAD, refused)
+
+
+def _hold_refused(
+    app: Outbox, handler: Handler[Any], job: _sql.JobRow, outcome: str, refused: FinishRefused
+) -> BatchResult:
+    """Hold the job of a group whose finishing write the database refused for good (a value it
+    will not take, a constraint, a trigger, a statement it cannot run): retried, the write
+    would fail again, and a group that succeeded would be delivered again and again, a dead one
+    attempted past its last attempt. Held, it runs nowhere until an operator releases it
+    (``outbox refused release``) once the cause is fixed; ``outbox status`` and ``outbox
+    check`` show it. ``outcome``: what the write was to record, ``succeeded`` or ``dead``."""
+    assert job.group_id is not None
+    group_id = job.group_id
+    error = f"the database refused to record this group as {outcome}: {refused}"
+    error = error[:ERROR_TEXT_LIMIT]
+
+    def work(conn: Connection) -> BatchResult:
+        if not _sql.hold_refused_job(conn, job.id, job.lease_token, error):
+            raise LeaseLost
+        return BatchResult(handler.name, group_id, job.attempts, REFUSED, error=error)
+
+    return _fenced(app, handler, job, work)
 
 
 class FinishRefused(Exception):  # noqa: N818 - an outcome between two library functions
@@ -451,10 +485,13 @@ def _log_result(result: BatchResult) -> None:
             dead=result.dead,
             expired=result.expired,
         )
-    if result.outcome in (RETRYING, DEAD) and result.error:
+    if result.outcome in (RETRYING, DEAD, REFUSED) and result.error:
         # The first line only: type and message. The full traceback is stored with the job.
         fields["error"] = result.error.splitlines()[0][:500]
-        log.warning(_log.BATCH_HANDLED, **fields)
+        if result.outcome == REFUSED:
+            log.error(_log.BATCH_HANDLED, **fields)
+        else:
+            log.warning(_log.BATCH_HANDLED, **fields)
     elif result.outcome == LEASE_LOST:
         return
     else:

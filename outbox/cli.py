@@ -600,6 +600,7 @@ def _report_stopped(worker: Worker, clean: bool) -> None:
         f"worker {worker.id} stopped: {stats.groups_succeeded} groups succeeded, "
         f"{stats.groups_retried} retried, {stats.groups_dead} dead, "
         f"{stats.events_succeeded} events handled"
+        + (f", {stats.groups_refused} groups refused" if stats.groups_refused else "")
     )
     if not clean:
         # Abandoned handler threads must not hold the process open: their leases will expire
@@ -734,11 +735,11 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
         return
     _table(
         ("handler", "urgency", "unclaimed", "oldest", "staleness",
-         "waiting", "in flight", "retrying", "failed", "dead", "alerts"),
+         "waiting", "in flight", "retrying", "refused", "failed", "dead", "alerts"),
         [
             (r.handler, r.urgency, str(r.unclaimed), _age(r.oldest_age), _ratio(r.staleness),
              str(r.groups_waiting), str(r.groups_in_flight), str(r.groups_retrying),
-             str(r.max_failed_attempts), str(r.dead), str(len(r.alerts)))
+             str(r.groups_refused), str(r.max_failed_attempts), str(r.dead), str(len(r.alerts)))
             for r in rows
         ],
     )  # fmt: skip
@@ -826,6 +827,40 @@ def replay(
     verb = "would replay" if dry_run else "replayed"
     detail = ", ".join(f"{h}: {n}" for h, n in sorted(result.by_handler.items()))
     click.echo(f"{verb} {result.events} events" + (f" ({detail})" if detail else ""))
+
+
+@main.group("refused")
+def refused_group() -> None:
+    """Groups whose outcome the database refused to record: held until released."""
+
+
+@refused_group.command("list")
+@click.option("--handler", default=None, help="Only groups of this handler.")
+@_command
+def refused_list(ctx: Context, handler: str | None) -> None:
+    """Each held group: handler, group id, attempts, and the database's error."""
+    from outbox import refused
+
+    app = _ready(ctx.app())
+    held = refused.groups(app, handler)
+    _table(
+        ("handler", "group", "attempts", "error"),
+        [(g.handler, str(g.group_id), str(g.attempts), (g.error or "")[:200]) for g in held],
+    )
+    click.echo(f"{len(held)} refused group{'s' * (len(held) != 1)}")
+
+
+@refused_group.command("release")
+@click.option("--handler", default=None, help="Only groups of this handler.")
+@click.option("--group", "group_id", type=click.UUID, default=None, help="Only this group.")
+@_command
+def refused_release(ctx: Context, handler: str | None, group_id: uuid.UUID | None) -> None:
+    """Give held groups back to the workers, to be handled again (fix the cause first)."""
+    from outbox import refused
+
+    app = _ready(ctx.app())
+    count = refused.release(app, handler, group_id)
+    click.echo(f"released {count} refused group{'s' * (count != 1)}")
 
 
 @main.command()

@@ -36,6 +36,9 @@ class HandlerStatus:
     groups_waiting: int
     groups_in_flight: int
     groups_retrying: int
+    groups_refused: int
+    """Groups whose finishing write the database refused: held until released
+    (``outbox refused``)."""
     max_failed_attempts: int
     """The most failed attempts of any group waiting to be retried (0: none)."""
     archived: dict[str, int] = field(default_factory=dict)
@@ -112,19 +115,28 @@ def _handler_status(
         groups_waiting=count(schema.JOB_KIND_BATCH, "waiting"),
         groups_in_flight=count(schema.JOB_KIND_BATCH, "running"),
         groups_retrying=count(schema.JOB_KIND_BATCH, "retrying"),
+        groups_refused=count(schema.JOB_KIND_BATCH, "refused"),
         max_failed_attempts=max_failed,
         archived={
             status: archived[(h.name, status)]
             for status in schema.ARCHIVE_STATUSES
             if (h.name, status) in archived
         },
-        alerts=_alerts(h, age, staleness, max_failed),
+        alerts=_alerts(h, age, staleness, max_failed, count(schema.JOB_KIND_BATCH, "refused")),
     )
 
 
-def _alerts(h: Handler[Any], age: float | None, staleness: float | None, failed: int) -> list[str]:
+def _alerts(
+    h: Handler[Any], age: float | None, staleness: float | None, failed: int, refused: int
+) -> list[str]:
     band = h.urgency
     alerts = []
+    if refused:
+        # Whatever the band: such a group waits for an operator, however long it takes.
+        alerts.append(
+            f"{refused} group{'s' * (refused > 1)} held: the database refused to record "
+            "their outcome (outbox refused list)"
+        )
     if staleness is not None and age is not None and staleness > band.alert_staleness:
         alerts.append(
             f"oldest event is {age:.0f} s old: staleness {staleness:.2f} is above "

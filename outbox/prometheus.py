@@ -102,6 +102,7 @@ class OutboxCollector:
                 "outbox_groups_waiting": row.groups_waiting,
                 "outbox_groups_in_flight": row.groups_in_flight,
                 "outbox_groups_retrying": row.groups_retrying,
+                "outbox_groups_refused": row.groups_refused,
                 "outbox_max_failed_attempts": row.max_failed_attempts,
                 "outbox_dead_events": row.dead,
                 "outbox_alerts": len(row.alerts),
@@ -146,6 +147,10 @@ def _families() -> dict[str, GaugeMetricFamily]:
         "outbox_groups_waiting": "Batch jobs waiting for a worker, never attempted.",
         "outbox_groups_in_flight": "Batch jobs leased by a worker now.",
         "outbox_groups_retrying": "Batch jobs that failed at least once and wait for a retry.",
+        "outbox_groups_refused": (
+            "Groups whose finishing write the database refused, held until an operator "
+            "releases them."
+        ),
         "outbox_max_failed_attempts": (
             "The most failed attempts of any group waiting to be retried (0: none)."
         ),
@@ -193,7 +198,7 @@ class WorkerMetrics:
         )
         self.groups = Counter(
             "outbox_groups_total",
-            "Batch jobs finished, by outcome: succeeded, retrying, dead, lease_lost.",
+            "Batch jobs finished, by outcome: succeeded, retrying, dead, lease_lost, refused.",
             (*_LABELS, "outcome"),
             registry=registry,
         )

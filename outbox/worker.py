@@ -41,6 +41,7 @@ from outbox.app import Handler, Outbox
 from outbox.batch_job import (
     DEAD,
     LEASE_LOST,
+    REFUSED,
     RETRYING,
     SUCCEEDED,
     BatchResult,
@@ -79,6 +80,7 @@ class WorkerStats:
     groups_succeeded: int = 0
     groups_retried: int = 0
     groups_dead: int = 0
+    groups_refused: int = 0
     leases_lost: int = 0
     events_succeeded: int = 0
     events_retried: int = 0
@@ -101,6 +103,8 @@ class WorkerStats:
                 self.groups_retried += 1
             elif result.outcome == DEAD:
                 self.groups_dead += 1
+            elif result.outcome == REFUSED:
+                self.groups_refused += 1
             elif result.outcome == LEASE_LOST:
                 self.leases_lost += 1
             self.events_succeeded += result.succeeded
@@ -711,6 +715,7 @@ class Worker:
             "groups_succeeded": s.groups_succeeded,
             "groups_retried": s.groups_retried,
             "groups_dead": s.groups_dead,
+            "groups_refused": s.groups_refused,
             "leases_lost": s.leases_lost,
             "events_succeeded": s.events_succeeded,
         }

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import TypeVar
+
+from sqlalchemy import Engine, text
+from sqlalchemy.exc import DBAPIError
 
 T = TypeVar("T")
 
@@ -24,3 +28,43 @@ def wait_for(condition: Callable[[], T], what: str, timeout: float = WAIT_SECOND
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(POLL_SECONDS)
+
+
+REFUSAL = "deleting events is refused"
+"""The error of the trigger :func:`refuse_deletes` installs."""
+
+_REFUSE_DELETES = {
+    "sqlite": [
+        "CREATE TRIGGER refuse_delete_{table} BEFORE DELETE ON {table} "
+        f"BEGIN SELECT RAISE(ABORT, '{REFUSAL}'); END"
+    ],
+    "postgresql": [
+        "CREATE OR REPLACE FUNCTION refuse_delete() RETURNS trigger LANGUAGE plpgsql AS "
+        f"$$ BEGIN RAISE EXCEPTION '{REFUSAL}'; END $$",
+        "CREATE TRIGGER refuse_delete_{table} BEFORE DELETE ON {table} "
+        "FOR EACH ROW EXECUTE FUNCTION refuse_delete()",
+    ],
+    "mysql": [
+        "CREATE TRIGGER refuse_delete_{table} BEFORE DELETE ON {table} FOR EACH ROW "
+        f"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = '{REFUSAL}'"
+    ],
+}
+_ALLOW_DELETES = {
+    "sqlite": "DROP TRIGGER refuse_delete_{table}",
+    "postgresql": "DROP TRIGGER refuse_delete_{table} ON {table}",
+    "mysql": "DROP TRIGGER refuse_delete_{table}",
+}
+
+
+def refuse_deletes(engine: Engine, table: str) -> None:
+    """Install a trigger, as an application might, that refuses every DELETE on ``table``:
+    a finishing write the database refuses for good, on every database."""
+    with engine.begin() as conn:
+        for statement in _REFUSE_DELETES[engine.dialect.name]:
+            conn.execute(text(statement.format(table=table)))
+
+
+def allow_deletes(engine: Engine, table: str) -> None:
+    """Drop the trigger of :func:`refuse_deletes`, if it is there."""
+    with contextlib.suppress(DBAPIError), engine.begin() as conn:
+        conn.execute(text(_ALLOW_DELETES[engine.dialect.name].format(table=table)))

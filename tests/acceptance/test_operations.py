@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
+from tests._support import REFUSAL, allow_deletes, refuse_deletes
 from tests.acceptance import _tables
 from tests.acceptance._cli import APP, Cli
 from tests.acceptance.cli_app import FAIL_ENV, MAX_ATTEMPTS_ENV
@@ -129,3 +130,42 @@ def test_reindex_lists_each_buffer_index_with_what_it_did(
         ("test_activity_events", "ix_test_activity_events_unclaimed") in listed,
         ("test_email_events", "ix_test_email_events_group_id") in listed,
     )
+
+
+def test_refused_list_and_release_show_and_free_a_held_group(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine], commit_events: Any
+) -> None:
+    """A group whose completion the database refuses is held: ``status`` counts it, ``check``
+    exits 1, ``refused list`` shows its error, and ``refused release`` (once the cause is
+    fixed) lets a worker finish it."""
+    engine = connect(database_url)
+    table = ActivityEvent.__table__.name
+    refuse_deletes(engine, table)
+    commit_events(engine, 3)
+    base = ("--app", APP, "--database-url", database_url)
+    worked = cli.run(*base, "work", "--burst", "--handler", "record_activity")
+    status = json.loads(cli.run(*base, "status", "--json").stdout)["handlers"]
+    check = cli.run(*base, "check")
+    listed = cli.run(*base, "refused", "list")
+    allow_deletes(engine, table)
+    released = cli.run(*base, "refused", "release", "--handler", "record_activity")
+    again = cli.run(*base, "work", "--burst", "--handler", "record_activity")
+
+    refused_counts = {h["handler"]: h["groups_refused"] for h in status}
+    assert (
+        0,
+        {"record_activity": 1, "record_email": 0},
+        1,
+        True,
+        "released 1 refused group",
+        0,
+        [],
+    ) == (
+        worked.code,
+        refused_counts,
+        check.code,
+        REFUSAL in listed.stdout,
+        released.stdout.strip(),
+        again.code,
+        _tables.buffer_rows(engine),
+    ), worked.output

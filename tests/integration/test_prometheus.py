@@ -231,6 +231,7 @@ def test_http_server_serves_every_metric_name(
         "outbox_groups_waiting",
         "outbox_groups_in_flight",
         "outbox_groups_retrying",
+        "outbox_groups_refused",
         "outbox_max_failed_attempts",
         "outbox_dead_events",
         "outbox_alerts",
