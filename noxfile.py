@@ -69,6 +69,8 @@ BENCHMARKS = (
     (*DRAIN, "--batch-sizes", "1000", "--separate-commands", "--without-distribute", "--typed",
      "rows"),
     (*DRAIN, "--batch-sizes", "1000", "--separate-commands", "--typed", "events"),
+    ("benchmarks.drain_mariadb", "--events", "200000", "--batch-size", "1000", "--processes",
+     "1,2", "--runs", "3"),
     ("benchmarks.peers", "--jobs", "200000", "--procrastinate-jobs", "5000", "--runs", "3"),
     ("benchmarks.peers", "--jobs", "50000", "--procrastinate-jobs", "5000", "--runs", "3"),
     ("benchmarks.autovacuum", "--seconds", "180", "--runs", "3"),

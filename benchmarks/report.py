@@ -54,6 +54,7 @@ LATENCY_MODES = ("notify", "polling")  # with LISTEN/NOTIFY, and with polling on
 # Sections in this order; any other benchmark follows, by name.
 ORDER = (
     "drain_throughput",
+    "drain_mariadb",
     "peers",
     "enqueue_cost",
     "scale",
@@ -66,6 +67,7 @@ ORDER = (
 )
 TITLES = {
     "drain_throughput": "Drain throughput",
+    "drain_mariadb": "Drain throughput on MariaDB",
     "peers": "Against the peers",
     "enqueue_cost": "Cost of enqueue",
     "scale": "Scale",
@@ -1273,8 +1275,61 @@ def gc_settle(results: Results) -> Rendered:
     return lines + table(header, body), []
 
 
+def drain_mariadb(results: Results) -> Rendered:
+    """outbox against the raw PyMySQL loop on MariaDB: shown beside its loop, no target."""
+    data = results.data
+    lines = [
+        f"{data['events']:,} events on {data.get('server', 'MariaDB')}, batch "
+        f"{count(data['batch_size'])}, {data.get('worker_threads', '?')} threads per worker, "
+        "no-op handler; `outbox distribute` and P separate `outbox work --burst` commands "
+        "against P raw loops (`SELECT ... FOR UPDATE SKIP LOCKED`, `UPDATE` by id, read the "
+        "group, delete it); events/s, medians of the runs, spread min" + DASH + "max; process "
+        "start-up included.",
+        "",
+    ]
+    lines += few_runs(int(data.get("runs", 0)))
+    body = [
+        [
+            str(row["processes"]),
+            count(row["raw_median"]),
+            spread(row["raw_rates"]),
+            count(row["outbox_median"]),
+            spread(row["outbox_rates"]),
+            f"{row['ratio']:.2f}",
+        ]
+        for row in data["rows"]
+    ]
+    header = ["processes", "raw loop", "raw spread", "outbox", "outbox spread", "ratio"]
+    lines += table(header, body)
+
+    def cpu(runs: list[list[float | None]], index: int) -> str:
+        values = [run[index] for run in runs if run[index] is not None]
+        return f"{statistics.median(values):.2f}" if values else DASH
+
+    lines += [
+        "CPU seconds per drain, medians of the runs: the measured processes and the MariaDB "
+        "server process (`mariadbd`, from `/proc`; a dash where it is not on this machine).",
+        "",
+    ]
+    lines += table(
+        ["processes", "raw: processes", "raw: MariaDB", "outbox: processes", "outbox: MariaDB"],
+        [
+            [
+                str(row["processes"]),
+                cpu(row["raw_cpu"], 0),
+                cpu(row["raw_cpu"], 1),
+                cpu(row["outbox_cpu"], 0),
+                cpu(row["outbox_cpu"], 1),
+            ]
+            for row in data["rows"]
+        ],
+    )
+    return lines, []
+
+
 RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "drain_throughput": drain_throughput,
+    "drain_mariadb": drain_mariadb,
     "peers": peers,
     "enqueue_cost": enqueue_cost,
     "scale": scale,
