@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Engine, case, event, func, literal, literal_column, null
@@ -62,6 +63,50 @@ def name_of(dialect: SADialect) -> str:
             f"outbox runs on PostgreSQL, SQLite and MariaDB/MySQL, not on {dialect.name!r}"
         )
     return dialect.name
+
+
+@dataclass(frozen=True)
+class Supports:
+    """What a database can do. Code outside the SQL layer asks these questions, and never
+    compares a database's name: a new database is a new set of answers."""
+
+    one_statement_claim: bool
+    """A claim job's claim is one statement: its lease extended as the fence, the rows
+    stamped and returned, the batch job inserted, the probe for more rows (``UPDATE ...
+    RETURNING`` inside CTEs)."""
+    one_statement_completion: bool
+    """A group whose events all succeeded is finished in one statement (data-modifying CTEs)."""
+    listen_notify: bool
+    """``LISTEN``/``NOTIFY``: triggers wake idle workers (``outbox notify``)."""
+    concurrent_reindex: bool
+    """``REINDEX ... CONCURRENTLY``: bloated indexes rebuilt without blocking writes."""
+
+
+SUPPORTS = {
+    POSTGRESQL: Supports(
+        one_statement_claim=True,
+        one_statement_completion=True,
+        listen_notify=True,
+        concurrent_reindex=True,
+    ),
+    SQLITE: Supports(
+        one_statement_claim=False,
+        one_statement_completion=False,
+        listen_notify=False,
+        concurrent_reindex=False,
+    ),
+    MYSQL: Supports(
+        one_statement_claim=False,
+        one_statement_completion=False,
+        listen_notify=False,
+        concurrent_reindex=False,
+    ),
+}
+
+
+def supports(name: str) -> Supports:
+    """What the database called ``name`` (:func:`name_of`) can do."""
+    return SUPPORTS[name]
 
 
 # --- the database clock -------------------------------------------------------------------
@@ -218,6 +263,13 @@ def default_dialect(name: str) -> SADialect:
     from sqlalchemy.dialects import mysql
 
     return mysql.dialect()
+
+
+def dialect_named(name: str) -> SADialect | None:
+    """A dialect object of the database SQLAlchemy calls ``name`` (``mariadb`` included), for
+    compiling DDL with no connection; None for a database outbox does not run on."""
+    name = MYSQL if name == "mariadb" else name
+    return default_dialect(name) if name in SUPPORTED else None
 
 
 def row_as_json(dialect: str, row: NamedFromClause, *, lenient: bool = False) -> ColumnElement[Any]:

@@ -204,6 +204,11 @@ class Outbox:
         """``postgresql``, ``sqlite`` or ``mysql``."""
         return dialects.name_of(self.engine.dialect)
 
+    @property
+    def supports(self) -> dialects.Supports:
+        """What the database can do (asked instead of its name)."""
+        return dialects.supports(self.dialect)
+
     def use_database(self, url: str | URL) -> None:
         """Point the application at another database (the CLI's ``--database-url``)."""
         if self._engine is not None:

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox import _invoke, _log, _sql
 from outbox._db import run_in_transaction
-from outbox._dialects import POSTGRESQL, error_summary, is_missing_table, is_transient
+from outbox._dialects import error_summary, is_missing_table, is_transient
 from outbox._faults import (
     AFTER_COMMIT,
     AFTER_HANDLER,
@@ -260,7 +260,7 @@ def _finish_succeeded(
     give_up_retried = handler.retry.exhausted(attempt)
 
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
-        if app.dialect == POSTGRESQL and not discarded and not retried:
+        if app.supports.one_statement_completion and not discarded and not retried:
             return finish_whole_group(conn, lenient)
         if not _sql.delete_job(conn, job.id, job.lease_token):
             raise LeaseLost

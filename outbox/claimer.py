@@ -15,7 +15,6 @@ from sqlalchemy import Connection
 
 from outbox import _log, _sql, schema
 from outbox._db import run_in_transaction
-from outbox._dialects import POSTGRESQL
 from outbox._faults import AFTER_CLAIM, crash_point
 from outbox.app import Handler, Outbox
 from outbox.batch import column_values
@@ -78,8 +77,8 @@ def _claim(
     if handler.max_wait is not None and not _batch_due(conn, handler):
         return None
     group_id = uuid.uuid4()
-    if lease is not None and app.dialect == POSTGRESQL:
-        return _claim_leased_postgresql(conn, app, handler, group_id, lease, held)
+    if lease is not None and app.supports.one_statement_claim:
+        return _claim_leased_in_one_statement(conn, app, handler, group_id, lease, held)
     if lease is None:
         size = _sql.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
         rows: list[Any] | None = None
@@ -100,7 +99,7 @@ def _claim(
     return Claim(handler.name, group_id, size, rows, job, more)
 
 
-def _claim_leased_postgresql(
+def _claim_leased_in_one_statement(
     conn: Connection,
     app: Outbox,
     handler: Handler[Any],
@@ -253,8 +252,8 @@ def run_claim_job(
         claim = _claim(conn, app, handler, lease, held=job)
         more = claim is not None and claim.more
         if more and keep:
-            # On PostgreSQL a leased claim that found rows has extended the lease: its fence.
-            fenced_by_claim = app.dialect == POSTGRESQL and lease is not None
+            # A one-statement claim that found rows has extended the lease: its fence.
+            fenced_by_claim = app.supports.one_statement_claim and lease is not None
             held = fenced_by_claim or _sql.extend_lease(
                 conn, job.id, job.lease_token, app.settings.lease_seconds
             )

@@ -23,7 +23,7 @@ from typing import Any, NoReturn
 import click
 import structlog
 from click.core import ParameterSource
-from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, OperationalError
 
 from outbox import _db, archive, distributor, metrics, prefork, schema
@@ -417,8 +417,9 @@ def schema_group() -> None:
 @_command
 def schema_sql(ctx: Context, dialect: str | None) -> None:
     """Print the DDL of outbox's tables, for teams that manage schema by hand."""
-    from sqlalchemy.dialects import mysql, postgresql, sqlite
     from sqlalchemy.schema import CreateIndex, CreateTable
+
+    from outbox import _dialects
 
     if dialect is None:
         # Only the URL's kind matters: DDL needs no driver and no connection.
@@ -430,18 +431,12 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
             if ctx.app_spec
             else None
         )
-        name = "postgresql" if backend is None else backend.get_backend_name()
-        dialect = "mysql" if name == "mariadb" else name
-    targets: dict[str, Dialect] = {
-        "postgresql": postgresql.dialect(),  # type: ignore[no-untyped-call]
-        "sqlite": sqlite.dialect(),
-        "mysql": mysql.dialect(),
-    }
-    if dialect not in targets:
+        dialect = "postgresql" if backend is None else backend.get_backend_name()
+    target = _dialects.dialect_named(dialect)
+    if target is None:
         raise click.UsageError(
             f"outbox has no schema for {dialect!r}; use --dialect postgresql, sqlite or mysql"
         )
-    target = targets[dialect]
     for table in schema.metadata.sorted_tables:
         click.echo(str(CreateTable(table).compile(dialect=target)).strip() + ";\n")
         for index in sorted(table.indexes, key=lambda i: str(i.name)):

@@ -19,7 +19,6 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _dialects as dialects
 from outbox import _log, _sql
 from outbox._db import buffer_table_missing, run_in_transaction
 from outbox.app import Handler, Outbox
@@ -76,7 +75,7 @@ def distribute_handler(
         enqueued = _sql.insert_claim_jobs(
             conn, app.dialect, handler.name, free, handler.urgency.priority
         )
-        if enqueued and app.dialect == dialects.POSTGRESQL:
+        if enqueued and app.supports.listen_notify:
             _sql.notify_jobs(conn)
         return Distribution(handler.name, unclaimed, unclaimed >= cap, len(taken), enqueued)
 

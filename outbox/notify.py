@@ -18,7 +18,6 @@ from typing import Any
 
 from sqlalchemy import text
 
-from outbox import _dialects as dialects
 from outbox import _log, _sql
 from outbox.app import Outbox
 
@@ -64,7 +63,7 @@ def ddl(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[str]:
 
 
 def _require_postgresql(app: Outbox) -> None:
-    if app.dialect != dialects.POSTGRESQL:
+    if not app.supports.listen_notify:
         from outbox.exceptions import ConfigurationError
 
         raise ConfigurationError(

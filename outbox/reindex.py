@@ -20,7 +20,6 @@ from dataclasses import dataclass, replace
 from sqlalchemy import Connection, Table
 
 from outbox import _sql
-from outbox._dialects import POSTGRESQL
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 
@@ -64,7 +63,7 @@ def reindex(
     any transaction, as ``REINDEX ... CONCURRENTLY`` requires; a rebuild takes as long as
     building the index, and waits for transactions already running on the table.
     """
-    if app.dialect != POSTGRESQL:
+    if not app.supports.concurrent_reindex:
         raise ConfigurationError(f"outbox reindex runs on PostgreSQL, not on {app.dialect}")
     tables = {h.table.key: h.table for h in app.select_handlers(handlers)}
     reports: list[IndexReport] = []

@@ -35,7 +35,7 @@ from outbox._db import (
     missing_buffer_tables,
     run_in_transaction,
 )
-from outbox._dialects import POSTGRESQL, behind_pooler, error_summary
+from outbox._dialects import behind_pooler, error_summary
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox.app import Handler, Outbox
 from outbox.batch_job import (
@@ -289,7 +289,7 @@ class Worker:
             target=self._maintenance_main, name="outbox-maintenance", daemon=True
         )
         self._maintenance.start()
-        if self.app.settings.listen and not self.burst and self.app.dialect == POSTGRESQL:
+        if self.app.settings.listen and not self.burst and self.app.supports.listen_notify:
             if behind_pooler(self.app.engine):
                 # A transaction pooler lends a server session per transaction: a LISTEN
                 # would be left on a session that then serves others, and hear nothing.

@@ -1,0 +1,52 @@
+"""The dialect answers questions: outside the database layer, no code compares database names.
+
+The database layer is where SQL and each database's differences live (``_sql``, ``_dialects``,
+``_db``) and the table definitions (``schema``, ``buffer``), whose types name the databases
+they vary on. Everywhere else asks ``app.supports`` (:class:`outbox._dialects.Supports`).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import outbox
+
+DATABASE_LAYER = {"_sql.py", "_dialects.py", "_db.py", "schema.py", "buffer.py"}
+NAMES = {"POSTGRESQL", "SQLITE", "MYSQL"}
+DATABASES = {"postgresql", "sqlite", "mysql", "mariadb"}
+
+
+def _comparisons_of_names(source: str) -> list[str]:
+    """The comparisons in ``source`` that involve a database's name: a name constant of
+    ``_dialects``, or a string literal naming a database."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Compare):
+            continue
+        for operand in (node.left, *node.comparators):
+            named = (isinstance(operand, ast.Name) and operand.id in NAMES) or (
+                isinstance(operand, ast.Attribute) and operand.attr in NAMES
+            )
+            literal = isinstance(operand, ast.Constant) and operand.value in DATABASES
+            if named or literal:
+                found.append(ast.unparse(node))
+    return found
+
+
+def test_no_module_outside_the_database_layer_compares_database_names() -> None:
+    """Orchestration, services, the command and the integrations ask what a database can do."""
+    package = Path(outbox.__file__).parent
+    offenders = {
+        str(path.relative_to(package)): found
+        for path in sorted(package.rglob("*.py"))
+        if path.name not in DATABASE_LAYER
+        and (found := _comparisons_of_names(path.read_text(encoding="utf-8")))
+    }
+    assert {} == offenders
+
+
+def test_the_check_finds_a_comparison_of_names() -> None:
+    """The check sees both forms: a constant of _dialects and a database's name as text."""
+    source = "if app.dialect == POSTGRESQL or url.get_backend_name() != 'sqlite': pass"
+    assert 2 == len(_comparisons_of_names(source))
