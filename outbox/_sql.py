@@ -117,9 +117,7 @@ def any_unclaimed(conn: Connection, table: Table) -> bool:
 def claim_job_slots(conn: Connection, handler: str) -> set[int]:
     """The slots of a handler's claim jobs, pending or running."""
     rows = conn.execute(
-        select(_jobs.c.slot).where(
-            _jobs.c.handler == handler, _jobs.c.kind == schema.JOB_KIND_CLAIM
-        )
+        select(_jobs.c.slot).where(_jobs.c.handler == handler, _jobs.c.kind == schema.JobKind.CLAIM)
     )
     return {int(slot) for (slot,) in rows}
 
@@ -136,7 +134,7 @@ def insert_claim_jobs(
         return 0
     stmt = dialects.insert_ignore(dialect, _jobs)
     rows = [
-        {"kind": schema.JOB_KIND_CLAIM, "handler": handler, "slot": s, "priority": priority}
+        {"kind": schema.JobKind.CLAIM, "handler": handler, "slot": s, "priority": priority}
         for s in slots
     ]
     if dialect == dialects.POSTGRESQL:
@@ -180,7 +178,7 @@ def acquire_jobs(
         kinds = kinds & (_jobs.c.kind == kind)
     if batch_handlers is not None:
         kinds = kinds & (
-            (_jobs.c.kind == schema.JOB_KIND_CLAIM) | _jobs.c.handler.in_(batch_handlers)
+            (_jobs.c.kind == schema.JobKind.CLAIM) | _jobs.c.handler.in_(batch_handlers)
         )
     pick = (
         select(_jobs.c.id)
@@ -249,7 +247,7 @@ def acquire_capped_batch_jobs(
     handler (``FOR UPDATE``, through ``uq_outbox_jobs_claim_slot``'s leading ``handler``), so a
     second worker's count waits for the first one's leases to commit and then sees them.
     """
-    mine = (_jobs.c.handler == handler, _jobs.c.kind == schema.JOB_KIND_BATCH)
+    mine = (_jobs.c.handler == handler, _jobs.c.kind == schema.JobKind.BATCH)
     # In flight: leased, and not refused (a refused group runs nowhere).
     in_flight = _jobs.c.lease_expires_at.is_not(None)
     if dialect == dialects.POSTGRESQL:
@@ -271,7 +269,7 @@ def acquire_capped_batch_jobs(
         token=token,
         limit=room,
         lease_seconds=lease_seconds,
-        kind=schema.JOB_KIND_BATCH,
+        kind=schema.JobKind.BATCH,
     )
 
 
@@ -383,7 +381,7 @@ class RefusedGroup:
 def refused_groups(conn: Connection, handler: str | None = None) -> list[RefusedGroup]:
     """The refused groups (of one handler), oldest job first."""
     stmt = select(_jobs.c.handler, _jobs.c.group_id, _jobs.c.attempts, _jobs.c.last_error).where(
-        _refused(), _jobs.c.kind == schema.JOB_KIND_BATCH
+        _refused(), _jobs.c.kind == schema.JobKind.BATCH
     )
     if handler is not None:
         stmt = stmt.where(_jobs.c.handler == handler)
@@ -395,7 +393,7 @@ def release_refused_jobs(
 ) -> int:
     """Give refused groups' jobs back to run again now (all, one handler's, or one group's);
     returns how many. Their attempts stay counted."""
-    stmt = update(_jobs).where(_refused(), _jobs.c.kind == schema.JOB_KIND_BATCH)
+    stmt = update(_jobs).where(_refused(), _jobs.c.kind == schema.JobKind.BATCH)
     if handler is not None:
         stmt = stmt.where(_jobs.c.handler == handler)
     if group_id is not None:
@@ -411,7 +409,7 @@ def delete_pending_claim_jobs(conn: Connection, handler: str) -> int:
     return conn.execute(
         delete(_jobs).where(
             _jobs.c.handler == handler,
-            _jobs.c.kind == schema.JOB_KIND_CLAIM,
+            _jobs.c.kind == schema.JobKind.CLAIM,
             _jobs.c.lease_token.is_(None),
         )
     ).rowcount
@@ -491,7 +489,7 @@ def _batch_job_values(
     """The columns of a new batch job, as values or SQL expressions; ``lease``: (worker id,
     token, seconds) to create it leased, its first attempt counted."""
     values: dict[str, Any] = {
-        "kind": schema.JOB_KIND_BATCH,
+        "kind": schema.JobKind.BATCH,
         "handler": handler,
         "group_id": group_id,
         "priority": priority,
@@ -989,7 +987,7 @@ def unclaimed_after(table: Table, after: Any) -> Any:
 def batch_job_of_group(conn: Connection, group_id: uuid.UUID) -> int | None:
     """The id of a group's batch job, if it has one."""
     stmt = select(_jobs.c.id).where(
-        _jobs.c.group_id == group_id, _jobs.c.kind == schema.JOB_KIND_BATCH
+        _jobs.c.group_id == group_id, _jobs.c.kind == schema.JobKind.BATCH
     )
     found = conn.execute(stmt).scalar_one_or_none()
     return None if found is None else int(found)
@@ -1058,7 +1056,7 @@ def _finish_succeeded_statement(table: Table, archive: bool, lenient: bool) -> A
                     table,
                     gone,
                     handler=bindparam("outbox_handler", type_=String),
-                    status="succeeded",
+                    status=schema.ArchiveStatus.SUCCEEDED,
                     attempts=bindparam("outbox_attempts", type_=Integer),
                     error=None,
                     lenient=lenient,
@@ -1212,13 +1210,12 @@ def oldest_event_age(conn: Connection, table: Table) -> float | None:
 
 
 def job_counts(conn: Connection) -> dict[tuple[str, str, str], int]:
-    """Jobs by (handler, kind, state), state being ``waiting``, ``retrying``, ``running`` or
-    ``refused``."""
+    """Jobs by (handler, kind, state): :class:`outbox.schema.JobState`."""
     state = case(
-        (_refused(), "refused"),
-        (_jobs.c.lease_token.is_not(None), "running"),
-        (_jobs.c.attempts > 0, "retrying"),
-        else_="waiting",
+        (_refused(), schema.JobState.REFUSED.value),
+        (_jobs.c.lease_token.is_not(None), schema.JobState.RUNNING.value),
+        (_jobs.c.attempts > 0, schema.JobState.RETRYING.value),
+        else_=schema.JobState.WAITING.value,
     )
     rows = conn.execute(
         select(_jobs.c.handler, _jobs.c.kind, state, func.count()).group_by(
@@ -1236,7 +1233,7 @@ def max_failed_attempts(conn: Connection) -> dict[str, int]:
     """
     rows = conn.execute(
         select(_jobs.c.handler, func.max(_jobs.c.attempts))
-        .where(_jobs.c.kind == schema.JOB_KIND_BATCH, _jobs.c.lease_token.is_(None))
+        .where(_jobs.c.kind == schema.JobKind.BATCH, _jobs.c.lease_token.is_(None))
         .group_by(_jobs.c.handler)
     )
     return {h: int(n) for h, n in rows}

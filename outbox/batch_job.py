@@ -14,6 +14,7 @@ import traceback
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection
@@ -34,17 +35,28 @@ from outbox.app import Delivery, Handler, Outbox
 from outbox.batch import Batch, column_values
 from outbox.claimer import LeaseLost
 from outbox.exceptions import HandlerTimeoutError
+from outbox.schema import ArchiveStatus
 
 log = _log.get_logger(__name__)
 
 ERROR_TEXT_LIMIT = 4000
 
-SUCCEEDED = "succeeded"
-RETRYING = "retrying"
-DEAD = "dead"
-LEASE_LOST = "lease_lost"
-REFUSED = "refused"
-"""The database refused the group's finishing write for good: held until an operator acts."""
+
+class Outcome(StrEnum):
+    """What became of one batch job."""
+
+    SUCCEEDED = "succeeded"
+    RETRYING = "retrying"
+    """The attempt failed; the next one is scheduled."""
+    DEAD = "dead"
+    LEASE_LOST = "lease_lost"
+    """Another worker had taken the job: nothing was changed."""
+    REFUSED = "refused"
+    """The database refused to record the outcome for good: the group is held."""
+
+
+SUCCEEDED, RETRYING, DEAD = Outcome.SUCCEEDED, Outcome.RETRYING, Outcome.DEAD
+LEASE_LOST, REFUSED = Outcome.LEASE_LOST, Outcome.REFUSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +66,7 @@ class BatchResult:
     handler: str
     group_id: uuid.UUID
     attempt: int
-    outcome: str
-    """``succeeded``, ``retrying``, ``dead``, ``lease_lost`` or ``refused``."""
+    outcome: Outcome
     size: int = 0
     succeeded: int = 0
     retried: int = 0
@@ -237,7 +248,7 @@ def _expire(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> int:
             raise LeaseLost
         reason = f"expired: older than {older_than:g} s when its group was handled"
         return _archive(
-            conn, app, handler, group_id, "expired", job.attempts, reason, None,
+            conn, app, handler, group_id, ArchiveStatus.EXPIRED, job.attempts, reason, None,
             older_than=older_than,
         )  # fmt: skip
 
@@ -267,13 +278,29 @@ def _finish_succeeded(
         crash_point(IN_COMPLETION)
         for reason, ids in _by_reason(discarded).items():
             _archive(
-                conn, app, handler, group_id, "discarded", attempt, reason, ids, lenient=lenient
+                conn,
+                app,
+                handler,
+                group_id,
+                ArchiveStatus.DISCARDED,
+                attempt,
+                reason,
+                ids,
+                lenient=lenient,
             )
         dead = 0
         if retried and give_up_retried:
             for reason, ids in _by_reason(retried).items():
                 dead += _archive(
-                    conn, app, handler, group_id, "dead", attempt, reason, ids, lenient=lenient
+                    conn,
+                    app,
+                    handler,
+                    group_id,
+                    ArchiveStatus.DEAD,
+                    attempt,
+                    reason,
+                    ids,
+                    lenient=lenient,
                 )
         elif retried:
             new_group = uuid.uuid4()
@@ -294,7 +321,7 @@ def _finish_succeeded(
                 handler.table,
                 handler=handler.name,
                 group_id=group_id,
-                status="succeeded",
+                status=ArchiveStatus.SUCCEEDED,
                 attempts=attempt,
                 error=None,
                 lenient=lenient,
@@ -347,7 +374,15 @@ def _finish_failed(
             if not _sql.delete_job(conn, job.id, job.lease_token):
                 raise LeaseLost
             dead = _archive(
-                conn, app, handler, group_id, "dead", attempt, error, None, lenient=lenient
+                conn,
+                app,
+                handler,
+                group_id,
+                ArchiveStatus.DEAD,
+                attempt,
+                error,
+                None,
+                lenient=lenient,
             )
             _sql.delete_group_rows(conn, handler.table, group_id)
             return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)

@@ -143,7 +143,7 @@ def _leased_job(
     """The batch job of a group just claimed, as the worker it is leased to holds it."""
     return _sql.JobRow(
         id=job_id,
-        kind=schema.JOB_KIND_BATCH,
+        kind=schema.JobKind.BATCH,
         handler=handler.name,
         slot=None,
         group_id=group_id,

@@ -800,7 +800,7 @@ def _age(seconds: float | None) -> str:
 @click.option(
     "--status",
     "status_",
-    type=click.Choice(list(schema.ARCHIVE_STATUSES)),
+    type=click.Choice(list(schema.ArchiveStatus)),
     default=None,
     help="Only events archived with this status.",
 )

@@ -49,7 +49,7 @@ class HandlerStatus:
     @property
     def dead(self) -> int:
         """Events dead-lettered into the archive."""
-        return self.archived.get("dead", 0)
+        return self.archived.get(schema.ArchiveStatus.DEAD, 0)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict (for ``outbox status --json``)."""
@@ -110,19 +110,21 @@ def _handler_status(
         oldest_age=age,
         staleness=staleness,
         claims_pending=sum(
-            count(schema.JOB_KIND_CLAIM, s) for s in ("waiting", "retrying", "running")
+            count(schema.JobKind.CLAIM, s) for s in schema.JobState if s != schema.JobState.REFUSED
         ),
-        groups_waiting=count(schema.JOB_KIND_BATCH, "waiting"),
-        groups_in_flight=count(schema.JOB_KIND_BATCH, "running"),
-        groups_retrying=count(schema.JOB_KIND_BATCH, "retrying"),
-        groups_refused=count(schema.JOB_KIND_BATCH, "refused"),
+        groups_waiting=count(schema.JobKind.BATCH, schema.JobState.WAITING),
+        groups_in_flight=count(schema.JobKind.BATCH, schema.JobState.RUNNING),
+        groups_retrying=count(schema.JobKind.BATCH, schema.JobState.RETRYING),
+        groups_refused=count(schema.JobKind.BATCH, schema.JobState.REFUSED),
         max_failed_attempts=max_failed,
         archived={
             status: archived[(h.name, status)]
-            for status in schema.ARCHIVE_STATUSES
+            for status in schema.ArchiveStatus
             if (h.name, status) in archived
         },
-        alerts=_alerts(h, age, staleness, max_failed, count(schema.JOB_KIND_BATCH, "refused")),
+        alerts=_alerts(
+            h, age, staleness, max_failed, count(schema.JobKind.BATCH, schema.JobState.REFUSED)
+        ),
     )
 
 

@@ -6,6 +6,8 @@ The alembic migrations in ``migrations/`` create exactly these (a test proves it
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from sqlalchemy import (
     JSON,
     BigInteger,
@@ -36,8 +38,35 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 _BIG_ID = BigInteger().with_variant(Integer(), "sqlite")
 _NAME = String(200)
 
-JOB_KIND_CLAIM = "claim"
-JOB_KIND_BATCH = "batch"
+
+class JobKind(StrEnum):
+    """What a job of ``outbox_jobs`` does: claim one group, or handle one group."""
+
+    CLAIM = "claim"
+    BATCH = "batch"
+
+
+class JobState(StrEnum):
+    """Where a job stands, as ``outbox status`` counts them (derived from its lease columns)."""
+
+    WAITING = "waiting"
+    """Due or scheduled, never attempted."""
+    RETRYING = "retrying"
+    """Attempted and failed; its next attempt is scheduled."""
+    RUNNING = "running"
+    """Leased by a worker now."""
+    REFUSED = "refused"
+    """Held: the database refused to record its group's outcome (``outbox refused``)."""
+
+
+class ArchiveStatus(StrEnum):
+    """Why an event is in ``outbox_archive``."""
+
+    SUCCEEDED = "succeeded"
+    DEAD = "dead"
+    EXPIRED = "expired"
+    DISCARDED = "discarded"
+
 
 jobs = Table(
     "outbox_jobs",
@@ -108,5 +137,4 @@ workers = Table(
     Index(None, "heartbeat_at"),
 )
 
-ARCHIVE_STATUSES = ("succeeded", "dead", "expired", "discarded")
 TABLE_NAMES = tuple(metadata.tables)

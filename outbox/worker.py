@@ -468,7 +468,7 @@ class Worker:
     def _run_job(self, job: _sql.JobRow) -> None:
         handler = self.handlers[job.handler]
         try:
-            if job.kind == schema.JOB_KIND_CLAIM:
+            if job.kind == schema.JobKind.CLAIM:
                 self._run_claim_job(handler, job)
             else:
                 self._run_batch_job(handler, job)

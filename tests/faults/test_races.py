@@ -621,7 +621,7 @@ def test_completion_and_distributor_in_reversed_lock_order_both_finish(
     distributed = distribution.wait()
     with observer.connect() as conn:
         claim_jobs = conn.execute(
-            select(func.count()).where(jobs.c.kind == schema.JOB_KIND_CLAIM)
+            select(func.count()).where(jobs.c.kind == schema.JobKind.CLAIM)
         ).scalar_one()
     assert ([], ["succeeded"], 3, 3, [(i, "succeeded", 1) for i in group]) == (
         errors,
@@ -668,7 +668,7 @@ def test_overlapping_distributors_enqueue_only_the_claim_jobs_needed(
         counted.abort()
     with observer.connect() as conn:
         slots = sorted(
-            conn.execute(select(jobs.c.slot).where(jobs.c.kind == schema.JOB_KIND_CLAIM)).scalars()
+            conn.execute(select(jobs.c.slot).where(jobs.c.kind == schema.JobKind.CLAIM)).scalars()
         )
     assert ([], [0, 0], 3, [0, 1, 2]) == (
         errors,

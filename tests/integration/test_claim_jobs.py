@@ -53,7 +53,7 @@ def lease_claim_jobs(app: Outbox, limit: int = 100) -> list[_sql.JobRow]:
             token=uuid.uuid4(),
             limit=limit,
             lease_seconds=60.0,
-            kind=schema.JOB_KIND_CLAIM,
+            kind=schema.JobKind.CLAIM,
         ),
     )
 
@@ -63,7 +63,7 @@ def claim_jobs(app: Outbox) -> list[tuple[int, bool]]:
     with app.engine.connect() as conn:
         rows = conn.execute(
             select(schema.jobs.c.id, schema.jobs.c.lease_token.is_not(None))
-            .where(schema.jobs.c.kind == schema.JOB_KIND_CLAIM)
+            .where(schema.jobs.c.kind == schema.JobKind.CLAIM)
             .order_by(schema.jobs.c.id)
         )
         return [(job_id, bool(leased)) for job_id, leased in rows]
@@ -113,7 +113,7 @@ def test_a_claim_job_whose_lease_was_lost_claims_nothing(
     claim = claimer.run_claim_job(app, handler, job, lease_to=WORKER, keep=True)
     with app.engine.connect() as conn:
         batch_jobs = conn.execute(
-            select(func.count()).where(schema.jobs.c.kind == schema.JOB_KIND_BATCH)
+            select(func.count()).where(schema.jobs.c.kind == schema.JobKind.BATCH)
         ).scalar_one()
     assert (None, 5, 0, [(job.id, True)]) == (claim, unclaimed(app), batch_jobs, claim_jobs(app))
 
