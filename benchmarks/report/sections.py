@@ -1,0 +1,33 @@
+"""The report's sections: their order and titles."""
+
+from __future__ import annotations
+
+# Sections in this order; any other benchmark follows, by name.
+ORDER = (
+    "drain_throughput",
+    "drain_mariadb",
+    "peers",
+    "enqueue_cost",
+    "scale",
+    "claim_contention",
+    "claim_floor",
+    "gc_settle",
+    "memory_bloat",
+    "wakeup_latency",
+    "autovacuum",
+)
+
+
+TITLES = {
+    "drain_throughput": "Drain throughput",
+    "drain_mariadb": "Drain throughput on MariaDB",
+    "peers": "Against the peers",
+    "enqueue_cost": "Cost of enqueue",
+    "scale": "Scale",
+    "claim_contention": "Claim contention",
+    "claim_floor": "What a claim of 1,000 rows costs PostgreSQL",
+    "gc_settle": "The garbage collector in a worker",
+    "memory_bloat": "Memory and bloat",
+    "wakeup_latency": "Wake-up latency",
+    "autovacuum": "Autovacuum",
+}

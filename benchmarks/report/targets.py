@@ -1,0 +1,45 @@
+"""The targets set for the benchmarks, in one place, so that the tables and the summary agree."""
+
+from __future__ import annotations
+
+# The targets set for the benchmarks, in one place so that the tables and the summary agree.
+DRAIN_RATIO = 0.8  # outbox / raw loop, with 1 and 2 processes
+
+
+DRAIN_TARGET_BATCH = 1000  # the batch size the drain target was set at
+
+
+PGQUEUER_RATIO = 5.0  # outbox / pgqueuer's best configuration
+
+
+PROCRASTINATE_RATIO = 100.0  # outbox / procrastinate's best configuration
+
+
+PEERS_JOBS = 200_000  # the peers are judged with as many jobs as the drain has events
+
+
+ADD_EVENTS_RATIO = 0.85  # add_events / Core executemany
+
+
+SCALE_ROWS = 1_000_000  # the backlog at which the count and the claim are judged
+
+
+SCALE_BASE_ROWS = 10_000  # the backlog the claim's growth is measured from
+
+
+SCALE_MS = 5.0  # the count and the claim, each, below this at SCALE_ROWS
+
+
+CLAIM_GROWTH = 1.5  # claim time at SCALE_ROWS over claim time at SCALE_BASE_ROWS, below this
+
+
+WORKER_RSS_MB = 100.0  # a worker's peak resident set, decimal megabytes
+
+
+VACUUMED_OVER_EMPTY = 2.0  # buffer size after drain + VACUUM (+ REINDEX) over the empty buffer
+
+
+LATENCY_RATE = 1000.0  # events/s: the rate the latency target is measured at
+
+
+LATENCY_MODES = ("notify", "polling")  # with LISTEN/NOTIFY, and with polling only
