@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from outbox.prefork import (
+from outbox.cli._signals import (
     MAX_RESTART_DELAY_SECONDS,
     RESTART_DELAY_SECONDS,
     STEADY_SECONDS,

@@ -1,4 +1,5 @@
-"""Several worker processes from one ``outbox work`` command (``--processes N``, POSIX).
+"""Every signal the ``outbox`` command handles, in one place: a worker's two-stage stop, and
+several worker processes from one ``outbox work`` command (``--processes N``, POSIX).
 
 The parent loads the application once (imports, mappers, the schema check) and then forks the
 workers: N processes pay for one start-up, and share the loaded code's memory pages. It stays
@@ -19,10 +20,12 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import FrameType
 
 from outbox import _log
+from outbox.worker import Worker
 
 log = _log.get_logger(__name__)
 
@@ -168,3 +171,26 @@ def _sleep_unless_stopping(seconds: float, stopping: Callable[[], bool]) -> None
 def _kill(pid: int, signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # exited meanwhile: os.wait collects it
         os.kill(pid, signum)
+
+
+@contextmanager
+def stop_on_signals(worker: Worker, signals: tuple[signal.Signals, ...]) -> Iterator[None]:
+    """First of ``signals``: stop gracefully. Second: abandon in-flight work at once."""
+    received = 0
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        nonlocal received
+        received += 1
+        if received == 1:
+            worker.stop()
+        else:
+            worker.abort()
+
+    previous = {s: signal.signal(s, handle) for s in signals}
+    # A forked worker starts with them blocked (see run_processes), so that none is lost before now.
+    unblock_stop_signals()
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)

@@ -1,0 +1,97 @@
+"""outbox's errors as one line and an exit code; the checks every command makes first."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn
+
+import click
+from sqlalchemy.exc import OperationalError
+
+from outbox import _db
+from outbox._dialects import error_summary
+from outbox.app import Outbox
+from outbox.cli._context import Context
+from outbox.exceptions import (
+    BufferTableMissingError,
+    ConfigurationError,
+    DatabaseUnavailableError,
+    OutboxError,
+    SchemaMissingError,
+)
+
+EXIT_OK = 0
+
+
+EXIT_FAILURE = 1
+
+
+EXIT_USAGE = 2
+
+
+EXIT_UNREACHABLE = 3
+
+
+def fail(message: str, code: int) -> NoReturn:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+@contextmanager
+def exits_on_errors() -> Iterator[None]:
+    """Map outbox's errors to messages and exit codes."""
+    try:
+        yield
+    except ConfigurationError as error:
+        fail(str(error), EXIT_USAGE)
+    except DatabaseUnavailableError as error:
+        fail(str(error), EXIT_UNREACHABLE)
+    except SchemaMissingError as error:
+        fail(str(error), EXIT_FAILURE)
+    except BufferTableMissingError as error:
+        fail(str(error), EXIT_FAILURE)
+    except OutboxError as error:
+        fail(str(error), EXIT_FAILURE)
+    except OperationalError as error:
+        fail(f"database error: {error_summary(error)}", EXIT_FAILURE)
+
+
+def ready(app: Outbox, handlers: tuple[str, ...] | None = None) -> Outbox:
+    """Connect and check the tables, so that problems surface as one clear message.
+
+    ``handlers``: also check the buffer tables of these handlers (all when empty).
+    """
+    _db.check_schema(app.engine)
+    if handlers is not None:
+        check_buffers(app, handlers)
+    return app
+
+
+def check_buffers(app: Outbox, handlers: tuple[str, ...]) -> None:
+    """Refuse to run when a buffer table of the handlers (all when none) does not exist: a
+    deploy that has not created it. The message names the handlers that could run alone."""
+    selected = app.select_handlers(handlers)
+    try:
+        _db.check_buffer_tables(app.engine, {h.name: h.table for h in selected})
+    except BufferTableMissingError as error:
+        others = [h.name for h in selected if h.name not in error.missing]
+        message = str(error)
+        if others:
+            message += "; " + " ".join(f"--handler {name}" for name in others)
+            message += " selects the others"
+        fail(message, EXIT_FAILURE)
+
+
+def command(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Run a command inside the error mapping, with the shared Context."""
+
+    @click.pass_obj
+    def wrapper(ctx: Context, *args: Any, **kwargs: Any) -> Any:
+        with exits_on_errors():
+            return func(ctx, *args, **kwargs)
+
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper

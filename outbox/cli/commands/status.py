@@ -1,0 +1,90 @@
+"""``outbox status``, ``outbox check`` and ``outbox reindex``: where the handlers stand."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from outbox import metrics
+from outbox.cli._context import Context
+from outbox.cli._errors import EXIT_FAILURE, command, ready
+from outbox.cli._main import main
+from outbox.cli._output import age_text, bytes_text, print_table, ratio_text
+
+
+@main.command()
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@click.option("--dry-run", is_flag=True, help="Say what would be rebuilt; change nothing.")
+@command
+def reindex(ctx: Context, handlers: tuple[str, ...], dry_run: bool) -> None:
+    """Rebuild bloated buffer indexes after a backlog drained (PostgreSQL; safe from cron)."""
+    from outbox.reindex import reindex as reindex_buffers
+
+    app = ready(ctx.app(), handlers)
+    reports = reindex_buffers(app, handlers, dry_run=dry_run)
+    print_table(
+        ("table", "index", "size", "rows need", "action", "size after"),
+        [
+            (r.table, r.index, bytes_text(r.bytes), bytes_text(r.needed_bytes), r.action,
+             "" if r.bytes_after is None else bytes_text(r.bytes_after))
+            for r in reports
+        ],
+    )  # fmt: skip
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@command
+def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
+    """Per handler: backlog, oldest event age, staleness, groups by state, dead letters."""
+    app = ready(ctx.app(), handlers)
+    rows = metrics.collect(app, handlers)
+    band_rows = metrics.bands(rows)
+    if as_json:
+        document = {
+            "handlers": [r.as_dict() for r in rows],
+            "bands": [b.as_dict() for b in band_rows],
+        }
+        click.echo(json.dumps(document, indent=2))
+        return
+    print_table(
+        ("handler", "urgency", "unclaimed", "oldest", "staleness",
+         "waiting", "in flight", "retrying", "refused", "failed", "dead", "alerts"),
+        [
+            (r.handler, r.urgency, str(r.unclaimed), age_text(r.oldest_age),
+             ratio_text(r.staleness), str(r.groups_waiting), str(r.groups_in_flight),
+             str(r.groups_retrying),
+             str(r.groups_refused), str(r.max_failed_attempts), str(r.dead), str(len(r.alerts)))
+            for r in rows
+        ],
+    )  # fmt: skip
+    click.echo()
+    print_table(
+        ("band", "promise", "handlers", "unclaimed", "oldest", "staleness", "failed", "dead"),
+        [
+            (b.urgency, age_text(b.promise), str(len(b.handlers)), str(b.unclaimed),
+             age_text(b.oldest_age), ratio_text(b.staleness), str(b.max_failed_attempts),
+             str(b.dead))
+            for b in band_rows
+        ],
+    )  # fmt: skip
+    for r in rows:
+        for alert in r.alerts:
+            click.echo(f"alert: {r.handler} ({r.urgency}): {alert}")
+
+
+@main.command()
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@command
+def check(ctx: Context, handlers: tuple[str, ...]) -> None:
+    """Exit 1 when a handler breaks its band's promise (for cron, probes, monitoring)."""
+    app = ready(ctx.app(), handlers)
+    broken = [(r, alert) for r in metrics.collect(app, handlers) for alert in r.alerts]
+    for r, alert in broken:
+        click.echo(f"{r.handler} ({r.urgency}): {alert}")
+    if broken:
+        sys.exit(EXIT_FAILURE)
+    click.echo("all promises hold")

@@ -1,0 +1,216 @@
+"""``outbox distribute`` and ``outbox work``: the claim jobs and the workers that run them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from outbox import distributor
+from outbox.app import Outbox
+from outbox.cli._context import Context
+from outbox.cli._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, command, exits_on_errors, ready
+from outbox.cli._main import main
+from outbox.cli._options import GRACE_PERIOD, INTERVAL, LEASE
+from outbox.cli._signals import MAX_PROCESSES, run_processes, stop_on_signals
+from outbox.exceptions import (
+    BufferTableMissingError,
+)
+from outbox.worker import (
+    CLAIMS_IN_FLIGHT_PER_HANDLER,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
+    MAX_CONCURRENCY,
+    Worker,
+)
+
+MAX_PORT = 65535
+
+
+# How long `outbox distribute` rides out a database restart before it gives up (exit 1).
+DISTRIBUTE_PATIENCE_SECONDS = 30.0
+
+
+@main.command()
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@command
+def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
+    """Enqueue the claim jobs each handler needs (safe from cron, safe to overlap)."""
+    app = ready(ctx.app(), handlers)
+    for result in distributor.run_once(app, handlers, patience=DISTRIBUTE_PATIENCE_SECONDS):
+        click.echo(result.summary())
+
+
+@main.command()
+@click.option(
+    "--concurrency",
+    "-c",
+    default=DEFAULT_CONCURRENCY,
+    show_default=True,
+    type=click.IntRange(1, MAX_CONCURRENCY),
+    help="Jobs run at once, in threads.",
+)
+@click.option(
+    "--processes",
+    "-p",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, MAX_PROCESSES),
+    help="Worker processes forked after one start-up, each with --concurrency threads (POSIX).",
+)
+@click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@click.option("--burst", is_flag=True, help="Handle everything due now, then exit.")
+@click.option(
+    "--distribute-every",
+    type=INTERVAL,
+    default=None,
+    metavar="SECONDS",
+    help=f"Also distribute every SECONDS (one leader across all workers; {INTERVAL.allowed}).",
+)
+@click.option(
+    "--shutdown-grace-period",
+    type=GRACE_PERIOD,
+    default=DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
+    show_default=True,
+    metavar="SECONDS",
+    help="On SIGTERM/SIGINT, how long in-flight batches may take to finish "
+    f"({GRACE_PERIOD.allowed}).",
+)
+@click.option(
+    "--lease",
+    type=LEASE,
+    default=None,
+    metavar="SECONDS",
+    help=f"Job lease length ({LEASE.allowed}).",
+)
+@click.option(
+    "--poll-interval",
+    type=INTERVAL,
+    default=None,
+    metavar="SECONDS",
+    help=f"How long an idle worker waits before looking for work ({INTERVAL.allowed}).",
+)
+@click.option(
+    "--metrics-port",
+    type=int,
+    default=None,
+    envvar="OUTBOX_METRICS_PORT",
+    metavar="PORT",
+    help="Serve Prometheus metrics on PORT (needs the metrics extra); with --processes N, "
+    "worker i serves PORT + i.",
+)
+@click.option(
+    "--listen/--no-listen",
+    envvar="OUTBOX_LISTEN",
+    default=None,
+    help="PostgreSQL: wake on notifications (default on; off behind a transaction pooler).",
+)
+@command
+def work(
+    ctx: Context,
+    concurrency: int,
+    processes: int,
+    handlers: tuple[str, ...],
+    burst: bool,
+    distribute_every: float | None,
+    shutdown_grace_period: float,
+    lease: float | None,
+    poll_interval: float | None,
+    metrics_port: int | None,
+    listen: bool | None,
+) -> None:
+    """Run claim and batch jobs until stopped (SIGTERM/SIGINT: graceful; twice: at once)."""
+    if processes > 1 and not hasattr(os, "fork"):
+        raise click.BadParameter("needs fork(), missing here", param_hint="--processes")
+    if metrics_port is not None and not 0 < metrics_port <= MAX_PORT - processes + 1:
+        raise click.BadParameter(
+            f"ports {metrics_port}..{metrics_port + processes - 1} are not all in 1..{MAX_PORT}",
+            param_hint="--metrics-port",
+        )
+    app = ctx.app()
+    # Checked here, before any fork: an error is then printed once, not once per process.
+    app.select_handlers(handlers)
+    if metrics_port is not None:
+        _require_prometheus()
+    changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
+    app.with_settings(**{k: v for k, v in changes.items() if v is not None})
+    ready(app, handlers)
+
+    def run_worker(index: int, signals: tuple[signal.Signals, ...]) -> None:
+        worker = Worker(
+            app,
+            concurrency=concurrency,
+            handlers=handlers,
+            burst=burst,
+            distribute_every=distribute_every,
+            shutdown_grace_period=shutdown_grace_period,
+            on_result=None if metrics_port is None else _serve_metrics(app, metrics_port + index),
+            claims_in_flight=max(1, CLAIMS_IN_FLIGHT_PER_HANDLER // processes),
+        )
+        with stop_on_signals(worker, signals):
+            clean = worker.run()
+        _report_stopped(worker, clean)
+        if worker.missing_tables:
+            # The others' work is done; the handlers whose tables went missing could not run.
+            raise BufferTableMissingError(worker.missing_tables)
+
+    if processes == 1:
+        run_worker(0, (signal.SIGTERM, signal.SIGINT))
+        return
+    # The workers open connections of their own: none may be shared across the fork.
+    app.engine.dispose()
+
+    def run_forked(index: int) -> int:
+        # In a forked worker, click's own handling of usage errors is not on the stack.
+        try:
+            with exits_on_errors():
+                run_worker(index, (signal.SIGTERM,))
+        except click.ClickException as error:
+            error.show()
+            return error.exit_code
+        return EXIT_OK
+
+    code = run_processes(processes, run_forked, restart=not burst, usage_error=EXIT_USAGE)
+    if code != EXIT_OK:
+        sys.exit(code)
+
+
+def _report_stopped(worker: Worker, clean: bool) -> None:
+    """Print the worker's summary line; leave at once if work was abandoned."""
+    stats = worker.stats
+    click.echo(
+        f"worker {worker.id} stopped: {stats.groups_succeeded} groups succeeded, "
+        f"{stats.groups_retried} retried, {stats.groups_dead} dead, "
+        f"{stats.events_succeeded} events handled"
+        + (f", {stats.groups_refused} groups refused" if stats.groups_refused else "")
+    )
+    if not clean:
+        # Abandoned handler threads must not hold the process open: their leases will expire
+        # and another worker will take their groups.
+        sys.stderr.flush()
+        sys.stdout.flush()
+        os._exit(EXIT_FAILURE)
+
+
+def _require_prometheus() -> None:
+    """A usage error saying how to install the metrics extra, if it is missing."""
+    try:
+        from outbox import prometheus  # noqa: F401 - imported to see that it can be
+    except ImportError as error:
+        raise click.UsageError(str(error)) from error
+
+
+def _serve_metrics(app: Outbox, port: int) -> Callable[[Any], None]:
+    """Start the Prometheus endpoint; returns the worker's result callback that feeds it."""
+    _require_prometheus()
+    from outbox import prometheus
+
+    try:
+        prometheus.start_http_server(app, port)
+    except OSError as error:
+        raise click.BadParameter(f"port {port}: {error}", param_hint="--metrics-port") from error
+    return prometheus.WorkerMetrics().callback(app)
