@@ -23,14 +23,8 @@ from outbox.exceptions import (
 )
 
 EXIT_OK = 0
-
-
 EXIT_FAILURE = 1
-
-
 EXIT_USAGE = 2
-
-
 EXIT_UNREACHABLE = 3
 
 

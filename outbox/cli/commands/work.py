@@ -29,8 +29,6 @@ from outbox.worker import (
 )
 
 MAX_PORT = 65535
-
-
 # How long `outbox distribute` rides out a database restart before it gives up (exit 1).
 DISTRIBUTE_PATIENCE_SECONDS = 30.0
 
