@@ -42,7 +42,7 @@ import psycopg
 
 from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
 from benchmarks.drain_throughput import load, prepare
-from outbox.distributor import COUNTED_BATCHES
+from outbox._engine.distributor import COUNTED_BATCHES
 
 BATCH_SIZE = 1000
 # The distributor's count stops here (benchmarks.scale counts the same way).

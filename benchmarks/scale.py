@@ -30,7 +30,7 @@ from benchmarks._raw_drain import CLAIM
 from benchmarks.bench_app import BenchEvent, app
 from benchmarks.drain_throughput import load, prepare
 from outbox import _sql
-from outbox.distributor import COUNTED_BATCHES
+from outbox._engine.distributor import COUNTED_BATCHES
 
 BATCH_SIZE = 1000
 MAX_BATCHES = 64

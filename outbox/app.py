@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from sqlalchemy import Engine, Table
 from sqlalchemy.engine import URL
 
-from outbox import _db, _invoke, _log
+from outbox import _db, _log
 from outbox import _dialects as dialects
+from outbox._engine import invoke as _invoke
 from outbox.batch import Batch
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError

@@ -23,9 +23,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from outbox import _db, schema
 from outbox.app import Outbox, Settings
 from outbox.batch import Batch
-from outbox.batch_job import BatchResult
 from outbox.buffer import BufferMixin
 from outbox.migrate import upgrade
+from outbox.results import BatchResult
 from outbox.retry import RetryPolicy
 from outbox.urgency import Urgency
 from outbox.worker import Worker

@@ -6,7 +6,7 @@ Needs the ``metrics`` extra (``pip install 'sqlalchemy-outbox[metrics]'``). Two 
   are the same numbers as ``outbox status``, from whichever process is scraped. A scrape that
   cannot reach the database reports ``outbox_scrape_error 1`` instead of failing.
 - :class:`WorkerMetrics` counts what one process's workers did, from the
-  :class:`~outbox.batch_job.BatchResult` each batch job returns (``Worker(on_result=...)``).
+  :class:`~outbox.results.BatchResult` each batch job returns (``Worker(on_result=...)``).
 
 Labels are kept to ``handler``, ``band`` (the urgency band's name) and ``outcome``: their values
 are bounded by the registered handlers, never by events or groups. docs/metrics.md lists every
@@ -34,8 +34,8 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from outbox import _log, metrics
 from outbox.app import Outbox
-from outbox.batch_job import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult
 from outbox.exceptions import OutboxError
+from outbox.results import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

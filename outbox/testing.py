@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from outbox import distributor
 from outbox._db import check_buffer_tables
+from outbox._engine import distributor
 from outbox.app import Outbox
 from outbox.worker import Worker, WorkerStats
 

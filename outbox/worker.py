@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _invoke, _log, _sql, claimer, distributor, schema
+from outbox import _log, _sql, schema
 from outbox._db import (
     buffer_table_missing,
     check_buffer_tables,
@@ -36,20 +36,15 @@ from outbox._db import (
     run_in_transaction,
 )
 from outbox._dialects import behind_pooler, error_summary
+from outbox._engine import claimer, distributor
+from outbox._engine import invoke as _invoke
+from outbox._engine.batch_job import run_batch_job
+from outbox._engine.completion import FinishRefused
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox.app import Handler, Outbox
-from outbox.batch_job import (
-    DEAD,
-    LEASE_LOST,
-    REFUSED,
-    RETRYING,
-    SUCCEEDED,
-    BatchResult,
-    FinishRefused,
-    run_batch_job,
-)
 from outbox.exceptions import BufferTableMissingError
 from outbox.notify import Listener
+from outbox.results import DEAD, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
 
 log = _log.get_logger(__name__)
 

@@ -26,8 +26,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, Engine, create_engine, event, func, select, update
 
-from outbox import Batch, Outbox, claimer
-from outbox.claimer import Claim
+from outbox import Batch, Outbox
+from outbox._engine import claimer
+from outbox._engine.claimer import Claim
 from tests.models import ActivityEvent
 
 WAIT_SECONDS = 30.0

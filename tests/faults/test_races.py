@@ -19,9 +19,10 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, func, select, text, update
 from structlog.testing import capture_logs
 
-from outbox import Batch, Outbox, RetryPolicy, _log, _sql, add_events, claimer, distributor, schema
-from outbox.batch_job import BatchResult
-from outbox.claimer import Claim
+from outbox import Batch, Outbox, RetryPolicy, _log, _sql, add_events, schema
+from outbox._engine import claimer, distributor
+from outbox._engine.claimer import Claim
+from outbox.results import BatchResult
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import wait_for

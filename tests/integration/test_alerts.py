@@ -6,8 +6,9 @@ from collections.abc import Callable
 
 from sqlalchemy import update
 
-from outbox import Batch, Outbox, RetryPolicy, Urgency, distributor
+from outbox import Batch, Outbox, RetryPolicy, Urgency
 from outbox._dialects import db_now_plus
+from outbox._engine import distributor
 from outbox.metrics import bands, collect
 from outbox.worker import Worker
 from tests.models import ActivityEvent, EmailEvent

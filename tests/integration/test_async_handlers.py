@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import func, select
 
 from outbox import Batch, Delivery, Outbox, RetryPolicy, Settings, schema
-from outbox.batch_job import BatchResult
+from outbox.results import BatchResult
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import wait_for

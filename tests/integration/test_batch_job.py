@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, func, select, update
 
-from outbox import Batch, Outbox, RetryPolicy, claimer, schema
+from outbox import Batch, Outbox, RetryPolicy, schema
+from outbox._engine import claimer
+from outbox._engine.claimer import Claim
 from outbox._sql import database_now
-from outbox.batch_job import BatchResult
-from outbox.claimer import Claim
+from outbox.results import BatchResult
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent, EmailEvent

@@ -15,10 +15,12 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from outbox import Batch, Outbox, _sql, claimer, distributor, schema
+from outbox import Batch, Outbox, _sql, schema
 from outbox._db import run_in_transaction
+from outbox._engine import claimer, distributor
+from outbox._engine.batch_job import run_batch_job
 from outbox.app import Handler
-from outbox.batch_job import SUCCEEDED, run_batch_job
+from outbox.results import SUCCEEDED
 from tests.models import ActivityEvent
 
 WORKER = "test-worker"

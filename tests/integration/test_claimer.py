@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import Connection, create_engine, event, func, select
 from sqlalchemy.orm import Session
 
-from outbox import Batch, Outbox, Urgency, claimer, schema
+from outbox import Batch, Outbox, Urgency, schema
+from outbox._engine import claimer
 from outbox.app import Handler
 from tests.models import ActivityEvent
 

@@ -17,8 +17,9 @@ from typing import Any
 import pytest
 from sqlalchemy import create_engine, func, select
 
-from outbox import Batch, Outbox, Settings, claimer, schema
-from outbox.claimer import Claim
+from outbox import Batch, Outbox, Settings, schema
+from outbox._engine import claimer
+from outbox._engine.claimer import Claim
 from outbox.worker import CLAIMS_IN_FLIGHT_PER_HANDLER, Worker
 from tests.models import ActivityEvent
 

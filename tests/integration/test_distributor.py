@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, event, select
 
-from outbox import Batch, Outbox, distributor, schema
-from outbox.distributor import Distribution
+from outbox import Batch, Outbox, schema
+from outbox._engine import distributor
+from outbox._engine.distributor import Distribution
 from tests.models import ActivityEvent, EmailEvent
 
 
@@ -91,7 +92,7 @@ def test_running_twice_does_not_double(
 
 def test_claimed_rows_are_not_counted(app: Outbox, commit_events: Callable[..., list[int]]) -> None:
     """Rows already stamped with a group need no claim job."""
-    from outbox import claimer
+    from outbox._engine import claimer
 
     commit_events(app.engine, 10)
     claimer.run_once(app, app.get_handler("noop"))

@@ -9,8 +9,8 @@ from sqlalchemy import func, select, update
 
 from outbox import Batch, Delivery, Outbox, RetryPolicy, _sql, schema
 from outbox._db import run_in_transaction
-from outbox.batch_job import run_batch_job
-from outbox.claimer import run_once as claim_once
+from outbox._engine.batch_job import run_batch_job
+from outbox._engine.claimer import run_once as claim_once
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent

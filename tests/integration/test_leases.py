@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 
 from outbox import Batch, Outbox
-from outbox.batch_job import BatchResult
+from outbox.results import BatchResult
 from outbox.worker import Worker
 from tests.models import ActivityEvent
 

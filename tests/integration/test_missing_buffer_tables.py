@@ -23,11 +23,10 @@ from outbox import (
     Outbox,
     RetryPolicy,
     Settings,
-    claimer,
-    distributor,
     schema,
 )
 from outbox._db import missing_buffer_tables
+from outbox._engine import claimer, distributor
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import wait_for

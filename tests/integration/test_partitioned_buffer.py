@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import Engine, String, create_engine, func, select, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from outbox import Batch, BufferMixin, Outbox, _sql, claimer
+from outbox import Batch, BufferMixin, Outbox, _sql
+from outbox._engine import claimer
 from outbox.buffer import add_events
 from outbox.testing import drain
 from tests.models import ActivityEvent

@@ -11,9 +11,9 @@ from sqlalchemy import update
 
 from outbox import Batch, Outbox, RetryPolicy, Settings, Urgency
 from outbox._dialects import db_now_plus
-from outbox.batch_job import BatchResult
 from outbox.metrics import collect
 from outbox.prometheus import WorkerMetrics, register, start_http_server
+from outbox.results import BatchResult
 from outbox.worker import Worker
 from tests.models import ActivityEvent
 

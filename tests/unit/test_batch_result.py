@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from outbox.batch_job import SUCCEEDED, BatchResult
+from outbox.results import SUCCEEDED, BatchResult
 
 FINISHED = dt.datetime(2026, 1, 1, 12, 0, 10, tzinfo=dt.UTC)
 

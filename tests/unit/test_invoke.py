@@ -22,8 +22,8 @@ from outbox import (
     HandlerTimeoutError,
     Outbox,
     RetryPolicy,
-    _invoke,
 )
+from outbox._engine import invoke as _invoke
 from outbox.urgency import Urgency
 from tests.handler_kinds import HANDLER_KINDS, HandlerKind, kind_id
 from tests.models import ActivityEvent

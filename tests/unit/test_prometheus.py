@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from outbox import Outbox, Urgency
-from outbox.batch_job import DEAD, RETRYING, SUCCEEDED, BatchResult
 from outbox.prometheus import WorkerMetrics
+from outbox.results import DEAD, RETRYING, SUCCEEDED, BatchResult
 from tests.models import ActivityEvent
 
 LABELS = {"handler": "h", "band": "HOUR"}

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from outbox import distributor
+from outbox._engine import distributor
 from outbox.app import Outbox
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, command, exits_on_errors, ready

@@ -21,8 +21,8 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox import _log, _sql
 from outbox._db import buffer_table_missing, run_in_transaction
+from outbox._engine.claimer import partial_batch_due
 from outbox.app import Handler, Outbox
-from outbox.claimer import partial_batch_due
 
 log = _log.get_logger(__name__)
 

@@ -1,0 +1,227 @@
+"""The batch job: handles one group.
+
+Load the group's rows (ordered by id), call the handler with no framework transaction open,
+then have the completion write what became of the group (``completion``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+import traceback
+import uuid
+from dataclasses import replace
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
+
+from outbox import _log, _sql
+from outbox._db import run_in_transaction
+from outbox._dialects import error_summary, is_missing_table
+from outbox._engine import invoke as _invoke
+from outbox._engine.claimer import LeaseLost
+from outbox._engine.completion import (
+    ERROR_TEXT_LIMIT,
+    FinishRefused,
+    archive_events,
+    finish_failed,
+    finish_succeeded,
+    hold_refused,
+    lease_lost,
+)
+from outbox._engine.invoke import HandlerAbandoned
+from outbox._faults import (
+    AFTER_HANDLER,
+    BEFORE_HANDLER,
+    crash_point,
+)
+from outbox.app import Delivery, Handler, Outbox
+from outbox.batch import Batch, column_values
+from outbox.exceptions import HandlerTimeoutError
+from outbox.results import DEAD, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
+from outbox.schema import ArchiveStatus
+
+log = _log.get_logger(__name__)
+
+
+def format_error(error: BaseException) -> str:
+    """Type, message and a truncated traceback: what the archive and the job keep of a failure.
+
+    A database error, or a failure caused by one, keeps only its summary (see
+    :func:`outbox._dialects.error_summary`): its full text may quote event values.
+    """
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, DBAPIError):
+            return error_summary(cause)[:ERROR_TEXT_LIMIT]
+        cause = cause.__cause__ or cause.__context__
+    text = "".join(traceback.format_exception(error))
+    try:
+        message = str(error)
+    except Exception:  # an exception whose __str__ fails still fails its attempt, by its type
+        message = "<exception str() failed>"
+    head = f"{type(error).__qualname__}: {message}"
+    text = f"{head}\n{text}" if not text.startswith(head) else text
+    if len(text) > ERROR_TEXT_LIMIT:
+        text = text[: ERROR_TEXT_LIMIT // 2] + "\n...\n" + text[-ERROR_TEXT_LIMIT // 2 :]
+    return text
+
+
+def load_rows(app: Outbox, handler: Handler[Any], group_id: uuid.UUID) -> list[Any]:
+    """The group's rows, ordered by id (model instances are built only if the handler asks)."""
+    with app.engine.connect() as conn:
+        return _sql.select_group_rows(conn, handler.table, group_id)
+
+
+def run_batch_job(
+    app: Outbox, handler: Handler[Any], job: _sql.JobRow, preloaded: list[Any] | None = None
+) -> BatchResult:
+    """Handle the group of a leased batch job and finish it; never raises for handler errors.
+
+    ``preloaded``: the group's rows when the caller has them already (returned by its claim);
+    otherwise they are loaded. A table that does not exist when the group is read raises the
+    database error, the job still leased: no attempt was made. A table missing when the
+    group is finished makes the finishing write fail as any refused write does
+    (:class:`FinishRefused` when the group was to be dead-lettered).
+    """
+    assert job.group_id is not None
+    group_id = job.group_id
+    attempt = job.attempts
+    started = time.monotonic()
+    rows: list[Any] = []
+    expired = 0
+    if attempt > handler.retry.max_attempts:
+        # A worker died during the last allowed attempt: nothing more may be tried.
+        error = job.last_error or "attempts exhausted"
+        result = finish_failed(app, handler, job, error, give_up=True)
+    elif handler.delivery is Delivery.AT_MOST_ONCE and _interrupted(job):
+        error = (
+            f"at most once: attempt {attempt - 1} was interrupted and may have delivered, so the "
+            f"group is not run again ({job.last_error})"
+        )
+        result = finish_failed(app, handler, job, error, give_up=True)
+    else:
+        handed_over = False
+        try:
+            if handler.expires_after is not None:
+                expired = _expire(app, handler, job)
+                preloaded = None  # some of them may have just expired
+            rows = preloaded if preloaded is not None else load_rows(app, handler, group_id)
+            batch: Batch[Any] = Batch(
+                rows=rows,
+                model=handler.model,
+                group_id=group_id,
+                attempt=attempt,
+                handler=handler.name,
+            )
+            if rows:
+                crash_point(BEFORE_HANDLER)
+                handed_over = True
+                _call(handler, batch)
+                crash_point(AFTER_HANDLER)
+        except LeaseLost:
+            result = lease_lost(handler, job)
+        except HandlerAbandoned:
+            # Its stopping worker cancelled it: no outcome is written; the lease expires and the
+            # group is rescued, as is every job a stopping worker abandons.
+            result = BatchResult(handler.name, group_id, attempt, LEASE_LOST)
+        # The handler's failure is this attempt's outcome; SystemExit too (a handler, or a library
+        # it calls, that exits): in a worker's thread it would end the thread without a word.
+        # KeyboardInterrupt is the operator's, and goes on up.
+        except (Exception, SystemExit) as error:
+            if not handed_over and is_missing_table(error):
+                # The group could not even be read: no attempt of the handler's. The caller
+                # gives the job back uncounted (see Worker).
+                raise
+            text = format_error(error)
+            give_up = handler.retry.exhausted(attempt) or (
+                handler.delivery is Delivery.AT_MOST_ONCE and isinstance(error, HandlerTimeoutError)
+            )
+            result = finish_failed(app, handler, job, text, give_up=give_up)
+        else:
+            try:
+                result = finish_succeeded(app, handler, job, batch)
+            except FinishRefused as refused:
+                if not is_missing_table(refused.error):
+                    # The handler succeeded but the database will not record it: the group is
+                    # held, never handed over again by itself (its events were delivered).
+                    result = hold_refused(app, handler, job, SUCCEEDED, refused)
+                else:
+                    # Its table went away under it: the failed way, as for any attempt whose
+                    # table is missing (see Worker).
+                    give_up = handler.retry.exhausted(attempt)
+                    result = finish_failed(app, handler, job, str(refused), give_up=give_up)
+    result = replace(
+        result,
+        size=len(rows) + expired,
+        expired=expired,
+        duration=time.monotonic() - started,
+        created_at=tuple(column_values(rows, "created_at")),
+        finished_at=dt.datetime.now(dt.UTC),
+        promise=handler.urgency.promise,
+    )
+    _log_result(result)
+    return result
+
+
+def _interrupted(job: _sql.JobRow) -> bool:
+    """Did the previous attempt stop without an outcome (worker lost, handler timed out)?"""
+    last = job.last_error or ""
+    return job.attempts > 1 and (
+        last.startswith(_sql.RESCUED_ERROR) or last.startswith(HandlerTimeoutError.__name__)
+    )
+
+
+def _expire(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> int:
+    """Archive the group's events older than ``expires_after`` as ``expired``; fenced."""
+    assert job.group_id is not None
+    assert handler.expires_after is not None
+    group_id, older_than = job.group_id, handler.expires_after
+
+    def work(conn: Connection) -> int:
+        if not _sql.extend_lease(conn, job.id, job.lease_token, app.settings.lease_seconds):
+            raise LeaseLost
+        reason = f"expired: older than {older_than:g} s when its group was handled"
+        return archive_events(
+            conn, app, handler, group_id, ArchiveStatus.EXPIRED, job.attempts, reason, None,
+            older_than=older_than,
+        )  # fmt: skip
+
+    return run_in_transaction(app.engine, work, patience=app.settings.lease_seconds)
+
+
+def _call(handler: Handler[Any], batch: Batch[Any]) -> None:
+    """Call the handler, sync or async, within its timeout (see :mod:`outbox._engine.invoke`)."""
+    _invoke.call(handler, batch)
+
+
+def _log_result(result: BatchResult) -> None:
+    fields: dict[str, Any] = {
+        "handler": result.handler,
+        "group_id": str(result.group_id),
+        "size": result.size,
+        "attempt": result.attempt,
+        "outcome": result.outcome,
+        "duration": round(result.duration, 4),
+    }
+    if result.lateness is not None:
+        fields["lateness"] = round(result.lateness, 3)
+    if result.retried or result.discarded or result.dead or result.expired:
+        fields.update(
+            retried=result.retried,
+            discarded=result.discarded,
+            dead=result.dead,
+            expired=result.expired,
+        )
+    if result.outcome in (RETRYING, DEAD, REFUSED) and result.error:
+        # The first line only: type and message. The full traceback is stored with the job.
+        fields["error"] = result.error.splitlines()[0][:500]
+        if result.outcome == REFUSED:
+            log.error(_log.BATCH_HANDLED, **fields)
+        else:
+            log.warning(_log.BATCH_HANDLED, **fields)
+    elif result.outcome == LEASE_LOST:
+        return
+    else:
+        log.info(_log.BATCH_HANDLED, **fields)

@@ -1,0 +1,273 @@
+"""Completion: what became of a group, written in one short transaction fenced by its job's
+lease: delete the rows (or archive them), deal with the events the handler singled out, delete
+the job; or reschedule a failed attempt with the handler's backoff, or dead-letter the group when
+its attempts are spent. A write the database refuses for good holds the group as refused."""
+
+from __future__ import annotations
+
+import uuid
+from collections import defaultdict
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
+
+from outbox import _log, _sql
+from outbox._db import run_in_transaction
+from outbox._dialects import error_summary, is_missing_table, is_transient
+from outbox._engine.claimer import LeaseLost
+from outbox._faults import (
+    AFTER_COMMIT,
+    IN_COMPLETION,
+    crash_point,
+)
+from outbox.app import Handler, Outbox
+from outbox.batch import Batch
+from outbox.results import DEAD, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
+from outbox.schema import ArchiveStatus
+
+log = _log.get_logger(__name__)
+
+ERROR_TEXT_LIMIT = 4000
+
+
+def finish_succeeded(
+    app: Outbox, handler: Handler[Any], job: _sql.JobRow, batch: Batch[Any]
+) -> BatchResult:
+    assert job.group_id is not None
+    group_id = job.group_id
+    attempt = job.attempts
+    discarded = batch.discarded_ids
+    retried = batch.retried_ids
+    give_up_retried = handler.retry.exhausted(attempt)
+
+    def work(conn: Connection, lenient: bool = False) -> BatchResult:
+        if app.supports.one_statement_completion and not discarded and not retried:
+            return finish_whole_group(conn, lenient)
+        if not _sql.delete_job(conn, job.id, job.lease_token):
+            raise LeaseLost
+        crash_point(IN_COMPLETION)
+        for reason, ids in _by_reason(discarded).items():
+            archive_events(
+                conn,
+                app,
+                handler,
+                group_id,
+                ArchiveStatus.DISCARDED,
+                attempt,
+                reason,
+                ids,
+                lenient=lenient,
+            )
+        dead = 0
+        if retried and give_up_retried:
+            for reason, ids in _by_reason(retried).items():
+                dead += archive_events(
+                    conn,
+                    app,
+                    handler,
+                    group_id,
+                    ArchiveStatus.DEAD,
+                    attempt,
+                    reason,
+                    ids,
+                    lenient=lenient,
+                )
+        elif retried:
+            new_group = uuid.uuid4()
+            _sql.move_rows_to_group(conn, handler.table, group_id, new_group, retried)
+            _sql.insert_batch_job(
+                conn,
+                handler=handler.name,
+                group_id=new_group,
+                priority=handler.urgency.priority,
+                attempts=attempt,
+                delay_seconds=handler.retry.delay(attempt),
+                error="; ".join(sorted(set(retried.values())))[:ERROR_TEXT_LIMIT],
+            )
+        if handler.archive:
+            _sql.archive_group_rows(
+                conn,
+                app.dialect,
+                handler.table,
+                handler=handler.name,
+                group_id=group_id,
+                status=ArchiveStatus.SUCCEEDED,
+                attempts=attempt,
+                error=None,
+                lenient=lenient,
+            )
+        remaining = _sql.delete_group_rows(conn, handler.table, group_id)
+        return BatchResult(
+            handler=handler.name,
+            group_id=group_id,
+            attempt=attempt,
+            outcome=SUCCEEDED,
+            succeeded=remaining,
+            retried=0 if give_up_retried else len(retried),
+            discarded=len(discarded),
+            dead=dead,
+        )
+
+    def finish_whole_group(conn: Connection, lenient: bool) -> BatchResult:
+        # Every event succeeded: the job, the rows and their archive in one statement.
+        succeeded = _sql.finish_succeeded_group(
+            conn,
+            handler.table,
+            job_id=job.id,
+            token=job.lease_token,
+            group_id=group_id,
+            archive=(handler.name, attempt) if handler.archive else None,
+            lenient=lenient,
+        )
+        if succeeded is None:
+            raise LeaseLost
+        crash_point(IN_COMPLETION)
+        return BatchResult(handler.name, group_id, attempt, SUCCEEDED, succeeded=succeeded)
+
+    try:
+        return fenced(app, handler, job, work)
+    except FinishRefused:
+        # The archive refused an event's exact form; the handler did succeed: record that,
+        # keeping such rows in the lenient form.
+        return fenced(app, handler, job, lambda conn: work(conn, lenient=True))
+
+
+def finish_failed(
+    app: Outbox, handler: Handler[Any], job: _sql.JobRow, error: str, *, give_up: bool
+) -> BatchResult:
+    assert job.group_id is not None
+    group_id = job.group_id
+    attempt = job.attempts
+
+    def work(conn: Connection, lenient: bool = False) -> BatchResult:
+        if give_up:
+            if not _sql.delete_job(conn, job.id, job.lease_token):
+                raise LeaseLost
+            dead = archive_events(
+                conn,
+                app,
+                handler,
+                group_id,
+                ArchiveStatus.DEAD,
+                attempt,
+                error,
+                None,
+                lenient=lenient,
+            )
+            _sql.delete_group_rows(conn, handler.table, group_id)
+            return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)
+        delay = handler.retry.delay(attempt)
+        if not _sql.release_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
+            raise LeaseLost
+        return BatchResult(handler.name, group_id, attempt, RETRYING, error=error)
+
+    try:
+        return fenced(app, handler, job, work)
+    except FinishRefused:
+        if not give_up:
+            raise
+    try:
+        # The archive refused an event's exact form: keep the row in the lenient one instead.
+        return fenced(app, handler, job, lambda conn: work(conn, lenient=True))
+    except FinishRefused as refused:
+        if is_missing_table(refused.error):
+            raise
+        return hold_refused(app, handler, job, DEAD, refused)
+
+
+def hold_refused(
+    app: Outbox, handler: Handler[Any], job: _sql.JobRow, outcome: str, refused: FinishRefused
+) -> BatchResult:
+    """Hold the job of a group whose finishing write the database refused for good (a value it
+    will not take, a constraint, a trigger, a statement it cannot run): retried, the write
+    would fail again, and a group that succeeded would be delivered again and again, a dead one
+    attempted past its last attempt. Held, it runs nowhere until an operator releases it
+    (``outbox refused release``) once the cause is fixed; ``outbox status`` and ``outbox
+    check`` show it. ``outcome``: what the write was to record, ``succeeded`` or ``dead``."""
+    assert job.group_id is not None
+    group_id = job.group_id
+    error = f"the database refused to record this group as {outcome}: {refused}"
+    error = error[:ERROR_TEXT_LIMIT]
+
+    def work(conn: Connection) -> BatchResult:
+        if not _sql.hold_refused_job(conn, job.id, job.lease_token, error):
+            raise LeaseLost
+        return BatchResult(handler.name, group_id, job.attempts, REFUSED, error=error)
+
+    return fenced(app, handler, job, work)
+
+
+class FinishRefused(Exception):  # noqa: N818 - an outcome between two library functions
+    """The database refused a finishing write for good (not contention, not a lost lease)."""
+
+    def __init__(self, error: DBAPIError) -> None:
+        super().__init__(error_summary(error))
+        self.error = error
+
+
+def fenced(app: Outbox, handler: Handler[Any], job: _sql.JobRow, work: Any) -> BatchResult:
+    try:
+        # A completion waits out a database restart for as long as its lease could last.
+        result: BatchResult = run_in_transaction(
+            app.engine, work, patience=app.settings.lease_seconds
+        )
+        crash_point(AFTER_COMMIT)
+    except LeaseLost:
+        return lease_lost(handler, job)
+    except DBAPIError as error:
+        if is_transient(error):
+            raise
+        raise FinishRefused(error) from error
+    return result
+
+
+def lease_lost(handler: Handler[Any], job: _sql.JobRow) -> BatchResult:
+    assert job.group_id is not None
+    log.warning(
+        _log.LEASE_LOST,
+        handler=handler.name,
+        group_id=str(job.group_id),
+        job_id=job.id,
+        attempt=job.attempts,
+    )
+    return BatchResult(handler.name, job.group_id, job.attempts, LEASE_LOST)
+
+
+def archive_events(
+    conn: Connection,
+    app: Outbox,
+    handler: Handler[Any],
+    group_id: uuid.UUID,
+    status: str,
+    attempt: int,
+    error: str | None,
+    ids: list[int] | None,
+    *,
+    lenient: bool = False,
+    older_than: float | None = None,
+) -> int:
+    """Archive rows of a group (all, ``ids``, or those older than ``older_than`` seconds) with
+    a status, and delete them from the buffer."""
+    archived = _sql.archive_group_rows(
+        conn,
+        app.dialect,
+        handler.table,
+        handler=handler.name,
+        group_id=group_id,
+        status=status,
+        attempts=attempt,
+        error=error,
+        event_ids=ids,
+        lenient=lenient,
+        older_than=older_than,
+    )
+    _sql.delete_group_rows(conn, handler.table, group_id, ids, older_than=older_than)
+    return archived
+
+
+def _by_reason(outcomes: dict[int, str]) -> dict[str, list[int]]:
+    grouped: dict[str, list[int]] = defaultdict(list)
+    for event_id, reason in outcomes.items():
+        grouped[reason[:ERROR_TEXT_LIMIT]].append(event_id)
+    return grouped

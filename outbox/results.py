@@ -1,0 +1,76 @@
+"""What became of a batch job: the value a worker records, counts, logs and hands to
+``Worker(on_result=...)``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Outcome(StrEnum):
+    """What became of one batch job."""
+
+    SUCCEEDED = "succeeded"
+    RETRYING = "retrying"
+    """The attempt failed; the next one is scheduled."""
+    DEAD = "dead"
+    LEASE_LOST = "lease_lost"
+    """Another worker had taken the job: nothing was changed."""
+    REFUSED = "refused"
+    """The database refused to record the outcome for good: the group is held."""
+
+
+SUCCEEDED, RETRYING, DEAD = Outcome.SUCCEEDED, Outcome.RETRYING, Outcome.DEAD
+LEASE_LOST, REFUSED = Outcome.LEASE_LOST, Outcome.REFUSED
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """What became of one batch job."""
+
+    handler: str
+    group_id: uuid.UUID
+    attempt: int
+    outcome: Outcome
+    size: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    discarded: int = 0
+    dead: int = 0
+    expired: int = 0
+    duration: float = 0.0
+    error: str | None = None
+    created_at: tuple[dt.datetime, ...] = ()
+    """When each handed-over event was created (database clock, UTC)."""
+    finished_at: dt.datetime | None = None
+    """When the batch was finished (worker clock, UTC)."""
+    promise: float = 0.0
+    """The promise of the handler's urgency band, in seconds."""
+
+    @property
+    def event_ages(self) -> tuple[float, ...]:
+        """Seconds from each handed-over event's creation to the end of its batch.
+
+        Computed when asked (by the metrics), not for every batch: a thousand datetime
+        subtractions per batch are a cost the plain worker does not need to pay.
+        """
+        if self.finished_at is None:
+            return ()
+        end = self.finished_at
+        return tuple((end - _utc(created)).total_seconds() for created in self.created_at)
+
+    @property
+    def lateness(self) -> float | None:
+        """How much later than its band's promise the oldest event was finished (< 0: early)."""
+        if self.finished_at is None or not self.created_at:
+            return None
+        # One batch comes from one database: all naive or all aware, so min() compares them.
+        oldest = (self.finished_at - _utc(min(self.created_at))).total_seconds()
+        return oldest - self.promise
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    # SQLite hands back naive datetimes; outbox writes them in UTC.
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
