@@ -161,9 +161,16 @@ def _now_sqlite(element: db_now, compiler: Any, **kw: Any) -> str:
     return f"({_SQLITE_NOW})"
 
 
+# MariaDB and MySQL: UTC_TIMESTAMP, not CURRENT_TIMESTAMP, which is the session's local time
+# with no zone in a DATETIME: sessions in other time zones (an application's, say) would date
+# their events and leases hours apart. In brackets: MySQL takes a function as a column's
+# DEFAULT only so.
+_MYSQL_NOW = "(UTC_TIMESTAMP(6))"
+
+
 @compiles(db_now, MYSQL)
 def _now_mysql(element: db_now, compiler: Any, **kw: Any) -> str:
-    return "CURRENT_TIMESTAMP(6)"
+    return _MYSQL_NOW
 
 
 @compiles(db_now_plus, POSTGRESQL)
@@ -183,7 +190,7 @@ def _now_plus_sqlite(element: db_now_plus, compiler: Any, **kw: Any) -> str:
 def _now_plus_mysql(element: db_now_plus, compiler: Any, **kw: Any) -> str:
     (seconds,) = element.clauses
     micros = f"CAST(ROUND({compiler.process(seconds, **kw)} * 1000000) AS SIGNED)"
-    return f"(CURRENT_TIMESTAMP(6) + INTERVAL {micros} MICROSECOND)"
+    return f"({_MYSQL_NOW} + INTERVAL {micros} MICROSECOND)"
 
 
 @compiles(age_seconds, POSTGRESQL)
@@ -202,7 +209,7 @@ def _age_sqlite(element: age_seconds, compiler: Any, **kw: Any) -> str:
 def _age_mysql(element: age_seconds, compiler: Any, **kw: Any) -> str:
     (ts,) = element.clauses
     return (
-        f"(TIMESTAMPDIFF(MICROSECOND, {compiler.process(ts, **kw)}, CURRENT_TIMESTAMP(6))"
+        f"(TIMESTAMPDIFF(MICROSECOND, {compiler.process(ts, **kw)}, {_MYSQL_NOW})"
         " / 1000000.0)"
     )
 

@@ -216,7 +216,11 @@ def acquire_jobs(
             .returning(*columns)
         )
     else:
-        ids = list(conn.execute(pick.with_for_update(skip_locked=True)).scalars())
+        # The ready index in the order it is scanned: on a job table as small as outbox keeps
+        # it, MariaDB would rather scan it whole and sort, locking every due job before the
+        # LIMIT, and a second worker's acquisition would find none of them free.
+        ordered = pick.with_hint(_jobs, "FORCE INDEX (ix_outbox_jobs_ready)", "mysql")
+        ids = list(conn.execute(ordered.with_for_update(skip_locked=True)).scalars())
         if not ids:
             return []
         conn.execute(update(_jobs).where(_jobs.c.id.in_(ids)).values(values))
