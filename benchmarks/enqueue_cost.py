@@ -29,7 +29,8 @@ from sqlalchemy import String, event, insert
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
-from outbox import BufferMixin, Outbox, _sql, add_events, notify, schema
+from outbox import BufferMixin, Outbox, add_events, notify, schema
+from outbox._db import queries
 
 
 class Base(DeclarativeBase):
@@ -98,7 +99,7 @@ def concurrent_rate(dsn: str, writers: int, seconds: float) -> float:
     while one more connection listens on outbox's channel and reads what it is sent, as a
     worker does."""
     with psycopg.connect(dsn, autocommit=True) as listener:
-        listener.execute(f"LISTEN {_sql.NOTIFY_CHANNEL}")
+        listener.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
         stop = threading.Event()
 
         def listen() -> None:

@@ -29,7 +29,7 @@ from benchmarks._common import command_line, libpq_url, machine, scratch_databas
 from benchmarks._raw_drain import CLAIM
 from benchmarks.bench_app import BenchEvent, app
 from benchmarks.drain_throughput import load, prepare
-from outbox import _sql
+from outbox._db import queries
 from outbox._engine.distributor import COUNTED_BATCHES
 
 BATCH_SIZE = 1000
@@ -62,11 +62,11 @@ def works(table: Any, cap: int) -> dict[str, Any]:
     connection, a plain psycopg one) each."""
 
     def claim(limit: int) -> Any:
-        return lambda conn, _: _sql.claim_rows(conn, "postgresql", table, uuid.uuid4(), limit)
+        return lambda conn, _: queries.claim_rows(conn, "postgresql", table, uuid.uuid4(), limit)
 
     returning = claim_statement(table).returning(*table.c)
     return {
-        "count_ms": lambda conn, _: _sql.count_unclaimed(conn, table, cap),
+        "count_ms": lambda conn, _: queries.count_unclaimed(conn, table, cap),
         "claim_ms": claim(BATCH_SIZE),
         "claim_100_ms": claim(100),
         "claim_returning_ms": lambda conn, _: conn.execute(returning).all(),
@@ -76,7 +76,7 @@ def works(table: Any, cap: int) -> dict[str, Any]:
 
 def claim_statement(table: Any) -> Any:
     """outbox's claim of ``BATCH_SIZE`` rows on the bench buffer (a plain table: by address)."""
-    statement = _sql.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE, by_address=True)
+    statement = queries.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE, by_address=True)
     assert statement is not None  # PostgreSQL claims in one statement
     return statement
 

@@ -5,7 +5,7 @@ groups and hands each group, in bulk, to a batch handler, with retries, dead let
 archive. See the README for a tour.
 """
 
-from outbox._dialects import db_now
+from outbox._db.dialects import db_now
 from outbox.app import Delivery, Handler, Outbox, Settings
 from outbox.batch import Batch
 from outbox.buffer import BufferMixin, add_events, add_events_async

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 from sqlalchemy.schema import DefaultClause, SchemaItem
 
 from outbox import schema
-from outbox._dialects import db_now
+from outbox._db.dialects import db_now
 from outbox.migrate import VERSION_TABLE
 
 if TYPE_CHECKING:

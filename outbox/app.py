@@ -13,7 +13,7 @@ from sqlalchemy import Engine, Table
 from sqlalchemy.engine import URL
 
 from outbox import _db, _log
-from outbox import _dialects as dialects
+from outbox._db import dialects
 from outbox._engine import invoke as _invoke
 from outbox.batch import Batch
 from outbox.buffer import BufferMixin

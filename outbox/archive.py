@@ -14,10 +14,9 @@ from typing import Any
 
 from sqlalchemy import JSON, Column, Connection, Dialect, Float, Table
 
-from outbox import _dialects as dialects
-from outbox import _log, _sql
-from outbox._db import run_in_transaction
-from outbox._dialects import JSON_AS_TEXT_MARKER
+from outbox import _log
+from outbox._db import dialects, queries, run_in_transaction
+from outbox._db.dialects import JSON_AS_TEXT_MARKER
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ReplayError
@@ -110,7 +109,7 @@ def prune(app: Outbox, *, older_than: float, chunk: int = PRUNE_CHUNK) -> int:
     total = 0
     while True:
         deleted = run_in_transaction(
-            app.engine, lambda conn: _sql.delete_old_archived(conn, older_than, chunk)
+            app.engine, lambda conn: queries.delete_old_archived(conn, older_than, chunk)
         )
         total += deleted
         if deleted < chunk:
@@ -129,7 +128,7 @@ def _select(
 ) -> list[Any]:
     with app.engine.connect() as conn:
         return list(
-            _sql.select_archived(
+            queries.select_archived(
                 conn,
                 handler=handler,
                 status=status,
@@ -166,8 +165,8 @@ def _put_back(conn: Connection, app: Outbox, rows: list[Any]) -> None:
             }
         )
     for table, events in by_table.values():
-        _sql.insert_stored_rows(conn, table, events)
-    _sql.delete_archived(conn, [int(row["id"]) for row in rows])
+        queries.insert_stored_rows(conn, table, events)
+    queries.delete_archived(conn, [int(row["id"]) for row in rows])
 
 
 def _coerce(

@@ -12,7 +12,7 @@ from sqlalchemy import BigInteger, Connection, Index, Integer, Table, Uuid, text
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Mapped, Session, declared_attr, mapped_column, scoped_session
 
-from outbox._dialects import db_now, timestamp
+from outbox._db.dialects import db_now, timestamp
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
@@ -100,7 +100,7 @@ def add_events(
     keeps them; ``group_id`` belongs to outbox's claims and may not. A row that breaks any of
     this raises :class:`TypeError`, naming its position and keys, before anything is written.
     """
-    from outbox import _sql
+    from outbox._db import queries
 
     if isinstance(session, scoped_session):
         session = session()
@@ -110,7 +110,7 @@ def add_events(
     batch = [dict(row) for row in rows]
     if batch:
         _check_keys(model, table, batch)
-    return _sql.insert_events(session, table, batch)
+    return queries.insert_events(session, table, batch)
 
 
 async def add_events_async(

@@ -12,7 +12,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from outbox import _sql, schema
+from outbox import schema
+from outbox._db import queries
 from outbox.app import Handler, Outbox
 
 
@@ -81,9 +82,9 @@ def collect(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[Han
     """The status of every handler (or the named ones), read on one connection."""
     selected = app.select_handlers(handlers)
     with app.engine.connect() as conn:
-        jobs = _sql.job_counts(conn)
-        archived = _sql.archive_counts(conn)
-        failed = _sql.max_failed_attempts(conn)
+        jobs = queries.job_counts(conn)
+        archived = queries.archive_counts(conn)
+        failed = queries.max_failed_attempts(conn)
         return [_handler_status(conn, h, jobs, archived, failed) for h in selected]
 
 
@@ -97,7 +98,7 @@ def _handler_status(
     def count(kind: str, state: str) -> int:
         return jobs.get((h.name, kind, state), 0)
 
-    age = _sql.oldest_event_age(conn, h.table)
+    age = queries.oldest_event_age(conn, h.table)
     staleness = None if age is None else age / h.urgency.promise
     max_failed = failed.get(h.name, 0)
     return HandlerStatus(
@@ -105,8 +106,8 @@ def _handler_status(
         buffer=h.table.name,
         urgency=h.urgency.name,
         promise=h.urgency.promise,
-        unclaimed=_sql.count_buffer_rows(conn, h.table, unclaimed=True),
-        claimed=_sql.count_buffer_rows(conn, h.table, unclaimed=False),
+        unclaimed=queries.count_buffer_rows(conn, h.table, unclaimed=True),
+        claimed=queries.count_buffer_rows(conn, h.table, unclaimed=False),
         oldest_age=age,
         staleness=staleness,
         claims_pending=sum(

@@ -18,7 +18,8 @@ from typing import Any
 
 from sqlalchemy import text
 
-from outbox import _log, _sql
+from outbox import _log
+from outbox._db import queries
 from outbox.app import Outbox
 
 log = _log.get_logger(__name__)
@@ -32,9 +33,9 @@ def install(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[str
     _require_postgresql(app)
     selected = app.select_handlers(handlers)
     with app.engine.begin() as conn:
-        conn.execute(text(_sql.notify_function_ddl()))
+        conn.execute(text(queries.notify_function_ddl()))
         for handler in selected:
-            for statement in _sql.notify_trigger_ddl(conn.dialect, handler.table):
+            for statement in queries.notify_trigger_ddl(conn.dialect, handler.table):
                 conn.execute(text(statement))
     return [h.table.name for h in selected]
 
@@ -45,7 +46,7 @@ def remove(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[str]
     selected = app.select_handlers(handlers)
     with app.engine.begin() as conn:
         for handler in selected:
-            conn.execute(text(_sql.drop_notify_trigger_ddl(conn.dialect, handler.table)))
+            conn.execute(text(queries.drop_notify_trigger_ddl(conn.dialect, handler.table)))
     return [h.table.name for h in selected]
 
 
@@ -55,10 +56,10 @@ def ddl(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[str]:
     Needs no connection: the engine's dialect is enough to quote the names.
     """
     _require_postgresql(app)
-    return [_sql.notify_function_ddl()] + [
+    return [queries.notify_function_ddl()] + [
         statement
         for handler in app.select_handlers(handlers)
-        for statement in _sql.notify_trigger_ddl(app.engine.dialect, handler.table)
+        for statement in queries.notify_trigger_ddl(app.engine.dialect, handler.table)
     ]
 
 
@@ -103,7 +104,7 @@ class Listener:
                 raw = self.app.engine.raw_connection()
                 connection = raw.driver_connection
                 connection.autocommit = True
-                connection.execute(f"LISTEN {_sql.NOTIFY_CHANNEL}")
+                connection.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
                 self.listening.set()
                 backoff = 0.0
                 while not self._stop.is_set():

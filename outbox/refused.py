@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import uuid
 
-from outbox import _sql
-from outbox._db import run_in_transaction
-from outbox._sql import RefusedGroup
+from outbox._db import queries, run_in_transaction
+from outbox._db.queries import RefusedGroup
 from outbox.app import Outbox
 
 __all__ = ["RefusedGroup", "groups", "release"]
@@ -28,7 +27,7 @@ def groups(app: Outbox, handler: str | None = None) -> list[RefusedGroup]:
     if handler is not None:
         app.get_handler(handler)
     with app.engine.connect() as conn:
-        return _sql.refused_groups(conn, handler)
+        return queries.refused_groups(conn, handler)
 
 
 def release(app: Outbox, handler: str | None = None, group_id: uuid.UUID | None = None) -> int:
@@ -37,5 +36,5 @@ def release(app: Outbox, handler: str | None = None, group_id: uuid.UUID | None 
     if handler is not None:
         app.get_handler(handler)
     return run_in_transaction(
-        app.engine, lambda conn: _sql.release_refused_jobs(conn, handler, group_id)
+        app.engine, lambda conn: queries.release_refused_jobs(conn, handler, group_id)
     )

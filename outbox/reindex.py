@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy import Connection, Table
 
-from outbox import _sql
+from outbox._db import queries
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 
@@ -75,21 +75,21 @@ def reindex(
 
 
 def _reindex_table(conn: Connection, table: Table, dry_run: bool) -> list[IndexReport]:
-    _sql.analyze(conn, table)
-    needed = int(_sql.estimated_rows(conn, table) * BYTES_PER_ROW) + EMPTY_INDEX_BYTES
+    queries.analyze(conn, table)
+    needed = int(queries.estimated_rows(conn, table) * BYTES_PER_ROW) + EMPTY_INDEX_BYTES
     reports = []
-    for index in _sql.table_indexes(conn, table):
+    for index in queries.table_indexes(conn, table):
         report = IndexReport(table.name, index.name, index.bytes, needed, KEPT)
         if index.leftover:
             if not dry_run:
-                _sql.drop_index_concurrently(conn, table, index.name)
+                queries.drop_index_concurrently(conn, table, index.name)
             reports.append(replace(report, action=WOULD_DROP if dry_run else DROPPED))
         elif index.bytes > max(MIN_BLOATED_BYTES, BLOAT_FACTOR * needed):
             if dry_run:
                 reports.append(replace(report, action=WOULD_REBUILD))
                 continue
-            _sql.reindex_concurrently(conn, table, index.name)
-            after = _sql.index_bytes(conn, table, index.name)
+            queries.reindex_concurrently(conn, table, index.name)
+            after = queries.index_bytes(conn, table, index.name)
             reports.append(replace(report, action=REBUILT, bytes_after=after))
         else:
             reports.append(report)

@@ -28,14 +28,15 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, _sql, schema
+from outbox import _log, schema
 from outbox._db import (
     buffer_table_missing,
     check_buffer_tables,
     missing_buffer_tables,
+    queries,
     run_in_transaction,
 )
-from outbox._dialects import behind_pooler, error_summary
+from outbox._db.dialects import behind_pooler, error_summary
 from outbox._engine import claimer, distributor
 from outbox._engine import invoke as _invoke
 from outbox._engine.batch_job import run_batch_job
@@ -243,8 +244,8 @@ class Worker:
         """Free jobs whose lease expired and forget workers that stopped heartbeating."""
 
         def work(conn: Any) -> int:
-            _sql.delete_stale_workers(conn, self.app.settings.worker_stale_after)
-            return _sql.rescue_expired_jobs(conn, self.app.dialect)
+            queries.delete_stale_workers(conn, self.app.settings.worker_stale_after)
+            return queries.rescue_expired_jobs(conn, self.app.dialect)
 
         rescued = run_in_transaction(self.app.engine, work)
         if rescued:
@@ -262,7 +263,7 @@ class Worker:
         check_buffer_tables(self.app.engine, {name: h.table for name, h in self.handlers.items()})
         run_in_transaction(
             self.app.engine,
-            lambda conn: _sql.insert_worker(
+            lambda conn: queries.insert_worker(
                 conn, self.id, socket.gethostname(), os.getpid(), self.concurrency
             ),
         )
@@ -385,7 +386,7 @@ class Worker:
         interval = self.app.settings.poll_interval * self.live_workers
         return interval * (0.5 + random.random())
 
-    def _acquire(self, limit: int) -> list[_sql.JobRow]:
+    def _acquire(self, limit: int) -> list[queries.JobRow]:
         """Lease up to ``limit`` due jobs.
 
         Handlers with a fleet-wide ``concurrency`` cap are served first, each in a short
@@ -395,7 +396,7 @@ class Worker:
         token = uuid.uuid4()
         settings = self.app.settings
         serving = self._serving
-        jobs: list[_sql.JobRow] = []
+        jobs: list[queries.JobRow] = []
         for name, cap in self._capped.items():
             if len(jobs) < limit and name in serving:
                 jobs += self._acquire_capped(name, cap, token, limit - len(jobs))
@@ -403,7 +404,7 @@ class Worker:
         if room > 0 and serving:
             jobs += run_in_transaction(
                 self.app.engine,
-                lambda conn: _sql.acquire_jobs(
+                lambda conn: queries.acquire_jobs(
                     conn,
                     self.app.dialect,
                     handlers=serving,
@@ -429,10 +430,10 @@ class Worker:
 
     def _acquire_capped(
         self, name: str, cap: int, token: uuid.UUID, limit: int
-    ) -> list[_sql.JobRow]:
+    ) -> list[queries.JobRow]:
         return run_in_transaction(
             self.app.engine,
-            lambda conn: _sql.acquire_capped_batch_jobs(
+            lambda conn: queries.acquire_capped_batch_jobs(
                 conn,
                 self.app.dialect,
                 handler=name,
@@ -460,7 +461,7 @@ class Worker:
                     self._in_flight -= 1
                 self._wake.set()
 
-    def _run_job(self, job: _sql.JobRow) -> None:
+    def _run_job(self, job: queries.JobRow) -> None:
         handler = self.handlers[job.handler]
         try:
             if job.kind == schema.JobKind.CLAIM:
@@ -471,7 +472,7 @@ class Worker:
             self._let_go(job.id)
 
     def _run_batch_job(
-        self, handler: Handler[Any], job: _sql.JobRow, preloaded: list[Any] | None = None
+        self, handler: Handler[Any], job: queries.JobRow, preloaded: list[Any] | None = None
     ) -> None:
         try:
             result = run_batch_job(self.app, handler, job, preloaded=preloaded)
@@ -490,7 +491,7 @@ class Worker:
             return
         self._record(result)
 
-    def _run_claim_job(self, handler: Handler[Any], job: _sql.JobRow) -> None:
+    def _run_claim_job(self, handler: Handler[Any], job: queries.JobRow) -> None:
         """Claim, handle, and claim again while full batches wait, for up to a second.
 
         The claimed group's batch job comes back leased to this worker with its rows, and is
@@ -599,7 +600,7 @@ class Worker:
         if back:
             self._wake.set()
 
-    def _give_back(self, job: _sql.JobRow, *, counted: bool) -> None:
+    def _give_back(self, job: queries.JobRow, *, counted: bool) -> None:
         """Give back a job its buffer table's absence stopped, to wait for the table.
 
         ``counted``: the attempt was made (the handler ran), and stays counted.
@@ -607,10 +608,10 @@ class Worker:
 
         def work(conn: Any) -> bool:
             if counted:
-                return _sql.release_job(
+                return queries.release_job(
                     conn, job.id, job.lease_token, delay_seconds=0, error=job.last_error
                 )
-            return _sql.return_job(conn, job.id, job.lease_token)
+            return queries.return_job(conn, job.id, job.lease_token)
 
         run_in_transaction(self.app.engine, work)
 
@@ -653,13 +654,13 @@ class Worker:
             running = sorted(self._running)
 
         def work(conn: Any) -> tuple[int, bool]:
-            if not _sql.touch_worker(conn, self.id) and not self._stopping.is_set():
-                _sql.insert_worker(
+            if not queries.touch_worker(conn, self.id) and not self._stopping.is_set():
+                queries.insert_worker(
                     conn, self.id, socket.gethostname(), os.getpid(), self.concurrency
                 )
-            _sql.extend_leases(conn, self.id, running, settings.lease_seconds)
-            live = _sql.count_live_workers(conn, settings.worker_stale_after)
-            return live, _sql.leader_worker_id(conn, settings.worker_stale_after) == self.id
+            queries.extend_leases(conn, self.id, running, settings.lease_seconds)
+            live = queries.count_live_workers(conn, settings.worker_stale_after)
+            return live, queries.leader_worker_id(conn, settings.worker_stale_after) == self.id
 
         live, self.leading = run_in_transaction(self.app.engine, work)
         self.live_workers = max(live, 1)
@@ -698,7 +699,9 @@ class Worker:
             self._maintenance.join(timeout=MAINTENANCE_JOIN_SECONDS)
         if not abandoned:
             try:
-                run_in_transaction(self.app.engine, lambda conn: _sql.delete_worker(conn, self.id))
+                run_in_transaction(
+                    self.app.engine, lambda conn: queries.delete_worker(conn, self.id)
+                )
             except DBAPIError as error:
                 self._report_database_error(error)
         log.info(_log.WORKER_STOPPED, worker=self.id, **self._stats_fields())

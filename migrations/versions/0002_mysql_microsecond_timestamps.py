@@ -13,7 +13,7 @@ from __future__ import annotations
 from alembic import op
 from sqlalchemy.dialects import mysql
 
-from outbox._dialects import db_now
+from outbox._db.dialects import db_now
 
 revision = "0002"
 down_revision = "0001"

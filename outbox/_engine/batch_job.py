@@ -16,9 +16,9 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, _sql
-from outbox._db import run_in_transaction
-from outbox._dialects import error_summary, is_missing_table
+from outbox import _log
+from outbox._db import queries, run_in_transaction
+from outbox._db.dialects import error_summary, is_missing_table
 from outbox._engine import invoke as _invoke
 from outbox._engine.claimer import LeaseLost
 from outbox._engine.completion import (
@@ -49,7 +49,7 @@ def format_error(error: BaseException) -> str:
     """Type, message and a truncated traceback: what the archive and the job keep of a failure.
 
     A database error, or a failure caused by one, keeps only its summary (see
-    :func:`outbox._dialects.error_summary`): its full text may quote event values.
+    :func:`outbox._db.dialects.error_summary`): its full text may quote event values.
     """
     cause: BaseException | None = error
     while cause is not None:
@@ -71,11 +71,11 @@ def format_error(error: BaseException) -> str:
 def load_rows(app: Outbox, handler: Handler[Any], group_id: uuid.UUID) -> list[Any]:
     """The group's rows, ordered by id (model instances are built only if the handler asks)."""
     with app.engine.connect() as conn:
-        return _sql.select_group_rows(conn, handler.table, group_id)
+        return queries.select_group_rows(conn, handler.table, group_id)
 
 
 def run_batch_job(
-    app: Outbox, handler: Handler[Any], job: _sql.JobRow, preloaded: list[Any] | None = None
+    app: Outbox, handler: Handler[Any], job: queries.JobRow, preloaded: list[Any] | None = None
 ) -> BatchResult:
     """Handle the group of a leased batch job and finish it; never raises for handler errors.
 
@@ -165,22 +165,22 @@ def run_batch_job(
     return result
 
 
-def _interrupted(job: _sql.JobRow) -> bool:
+def _interrupted(job: queries.JobRow) -> bool:
     """Did the previous attempt stop without an outcome (worker lost, handler timed out)?"""
     last = job.last_error or ""
     return job.attempts > 1 and (
-        last.startswith(_sql.RESCUED_ERROR) or last.startswith(HandlerTimeoutError.__name__)
+        last.startswith(queries.RESCUED_ERROR) or last.startswith(HandlerTimeoutError.__name__)
     )
 
 
-def _expire(app: Outbox, handler: Handler[Any], job: _sql.JobRow) -> int:
+def _expire(app: Outbox, handler: Handler[Any], job: queries.JobRow) -> int:
     """Archive the group's events older than ``expires_after`` as ``expired``; fenced."""
     assert job.group_id is not None
     assert handler.expires_after is not None
     group_id, older_than = job.group_id, handler.expires_after
 
     def work(conn: Connection) -> int:
-        if not _sql.extend_lease(conn, job.id, job.lease_token, app.settings.lease_seconds):
+        if not queries.extend_lease(conn, job.id, job.lease_token, app.settings.lease_seconds):
             raise LeaseLost
         reason = f"expired: older than {older_than:g} s when its group was handled"
         return archive_events(

@@ -13,8 +13,8 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from outbox import _log, _sql, schema
-from outbox._db import run_in_transaction
+from outbox import _log, schema
+from outbox._db import queries, run_in_transaction
 from outbox._faults import AFTER_CLAIM, crash_point
 from outbox.app import Handler, Outbox
 from outbox.batch import column_values
@@ -29,7 +29,7 @@ UNREADABLE_ROW_ERRORS = (
     UnicodeDecodeError,
     ValueError,
     OverflowError,
-    _sql.UnreadableRowsError,
+    queries.UnreadableRowsError,
 )
 
 
@@ -46,7 +46,7 @@ class Claim:
     size: int
     rows: list[Any] | None = field(default=None, repr=False)
     """The claimed rows (all the table's columns), ordered by id, when asked for and readable."""
-    job: _sql.JobRow | None = None
+    job: queries.JobRow | None = None
     """The group's batch job, when the claim leased it to the claiming worker."""
     more: bool = False
     """The claim job is still held and more rows wait: run it again (see ``keep``)."""
@@ -66,7 +66,7 @@ def _claim(
     app: Outbox,
     handler: Handler[Any],
     lease: Lease | None = None,
-    held: _sql.JobRow | None = None,
+    held: queries.JobRow | None = None,
 ) -> Claim | None:
     """Claim a group and create its batch job; ``held``: the claim job this claim runs for.
 
@@ -80,13 +80,13 @@ def _claim(
     if lease is not None and app.supports.one_statement_claim:
         return _claim_leased_in_one_statement(conn, app, handler, group_id, lease, held)
     if lease is None:
-        size = _sql.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
+        size = queries.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
         rows: list[Any] | None = None
     else:
         rows, size = _claim_returning(conn, app, handler, group_id)
     if not size:
         return None
-    job_id = _sql.insert_batch_job(
+    job_id = queries.insert_batch_job(
         conn,
         handler=handler.name,
         group_id=group_id,
@@ -94,7 +94,7 @@ def _claim(
         lease=None if lease is None else (lease.worker_id, lease.token, lease.seconds),
     )
     full = size == handler.batch_size
-    more = full and held is not None and _sql.any_unclaimed(conn, handler.table)
+    more = full and held is not None and queries.any_unclaimed(conn, handler.table)
     job = None if lease is None else _leased_job(handler, group_id, job_id, lease)
     return Claim(handler.name, group_id, size, rows, job, more)
 
@@ -105,7 +105,7 @@ def _claim_leased_in_one_statement(
     handler: Handler[Any],
     group_id: uuid.UUID,
     lease: Lease,
-    held: _sql.JobRow | None,
+    held: queries.JobRow | None,
 ) -> Claim | None:
     """The leased claim on PostgreSQL: rows, batch job and "more" from one statement.
 
@@ -116,7 +116,7 @@ def _claim_leased_in_one_statement(
     fence = None if held is None else (held.id, held.lease_token, app.settings.lease_seconds)
     rows: list[Any] | None
     try:
-        claimed = _sql.claim_group_with_job(
+        claimed = queries.claim_group_with_job(
             conn,
             table,
             group_id=group_id,
@@ -127,8 +127,8 @@ def _claim_leased_in_one_statement(
             lease=(lease.worker_id, lease.token, lease.seconds),
         )
     except UNREADABLE_ROW_ERRORS:
-        rows, size = None, _sql.count_group_rows(conn, table, group_id)
-        job_id, more = _sql.batch_job_of_group(conn, group_id), True
+        rows, size = None, queries.count_group_rows(conn, table, group_id)
+        job_id, more = queries.batch_job_of_group(conn, group_id), True
     else:
         rows, size, job_id, more = claimed.rows, len(claimed.rows), claimed.job_id, claimed.more
     if not size or job_id is None:
@@ -139,9 +139,9 @@ def _claim_leased_in_one_statement(
 
 def _leased_job(
     handler: Handler[Any], group_id: uuid.UUID, job_id: int, lease: Lease
-) -> _sql.JobRow:
+) -> queries.JobRow:
     """The batch job of a group just claimed, as the worker it is leased to holds it."""
-    return _sql.JobRow(
+    return queries.JobRow(
         id=job_id,
         kind=schema.JobKind.BATCH,
         handler=handler.name,
@@ -167,25 +167,25 @@ def _claim_returning(
     """
     table, limit = handler.table, handler.batch_size
     try:
-        stmt = _sql.claim_update(
-            app.dialect, table, group_id, limit, by_address=_sql.addressable(conn, table)
+        stmt = queries.claim_update(
+            app.dialect, table, group_id, limit, by_address=queries.addressable(conn, table)
         )
         if stmt is None:
-            _sql.claim_rows(conn, app.dialect, table, group_id, limit)
-            rows = _sql.select_claimed_rows(conn, table, group_id)
+            queries.claim_rows(conn, app.dialect, table, group_id, limit)
+            rows = queries.select_claimed_rows(conn, table, group_id)
         else:
-            returned = _sql.claimed_columns(app.dialect, table)
-            claimed = _sql.fetch_claimed(conn.execute(stmt.returning(*returned)))
+            returned = queries.claimed_columns(app.dialect, table)
+            claimed = queries.fetch_claimed(conn.execute(stmt.returning(*returned)))
             ids = column_values(claimed, "id")
             rows = [row for _, row in sorted(zip(ids, claimed, strict=True), key=itemgetter(0))]
     except UNREADABLE_ROW_ERRORS:
-        return None, _sql.count_group_rows(conn, table, group_id)
+        return None, queries.count_group_rows(conn, table, group_id)
     return rows, len(rows)
 
 
 def _batch_due(conn: Connection, handler: Handler[Any]) -> bool:
     """A full batch waits, or a partial one is due."""
-    full = _sql.count_unclaimed(conn, handler.table, handler.batch_size) >= handler.batch_size
+    full = queries.count_unclaimed(conn, handler.table, handler.batch_size) >= handler.batch_size
     return full or partial_batch_due(conn, handler)
 
 
@@ -196,15 +196,17 @@ def partial_batch_due(conn: Connection, handler: Handler[Any]) -> bool:
     """
     if handler.max_wait is None:
         return True
-    age = _sql.oldest_unclaimed_age(conn, handler.table)
+    age = queries.oldest_unclaimed_age(conn, handler.table)
     return age is not None and age >= handler.max_wait
 
 
-def release_claim_job(app: Outbox, job: _sql.JobRow) -> bool:
+def release_claim_job(app: Outbox, job: queries.JobRow) -> bool:
     """Give a held claim job back, due at once; False when its lease was lost meanwhile."""
     return run_in_transaction(
         app.engine,
-        lambda conn: _sql.release_job(conn, job.id, job.lease_token, delay_seconds=0, error=None),
+        lambda conn: queries.release_job(
+            conn, job.id, job.lease_token, delay_seconds=0, error=None
+        ),
         patience=app.settings.lease_seconds,
     )
 
@@ -229,7 +231,7 @@ def run_once(app: Outbox, handler: Handler[Any], *, lease_to: str | None = None)
 def run_claim_job(
     app: Outbox,
     handler: Handler[Any],
-    job: _sql.JobRow,
+    job: queries.JobRow,
     *,
     lease_to: str | None = None,
     keep: bool = False,
@@ -254,17 +256,17 @@ def run_claim_job(
         if more and keep:
             # A one-statement claim that found rows has extended the lease: its fence.
             fenced_by_claim = app.supports.one_statement_claim and lease is not None
-            held = fenced_by_claim or _sql.extend_lease(
+            held = fenced_by_claim or queries.extend_lease(
                 conn, job.id, job.lease_token, app.settings.lease_seconds
             )
         elif more:
-            held = _sql.release_job(conn, job.id, job.lease_token, delay_seconds=0, error=None)
+            held = queries.release_job(conn, job.id, job.lease_token, delay_seconds=0, error=None)
         else:
-            held = _sql.delete_job(conn, job.id, job.lease_token)
+            held = queries.delete_job(conn, job.id, job.lease_token)
             if held and (claim is None or claim.size < handler.batch_size):
                 # The buffer is drained: the handler's other pending claim jobs would find
                 # nothing either (a full batch says nothing about what is left, so not then).
-                _sql.delete_pending_claim_jobs(conn, handler.name)
+                queries.delete_pending_claim_jobs(conn, handler.name)
         if not held:
             raise LeaseLost
         return None if claim is None else replace(claim, more=more and keep)

@@ -12,9 +12,9 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, _sql
-from outbox._db import run_in_transaction
-from outbox._dialects import error_summary, is_missing_table, is_transient
+from outbox import _log
+from outbox._db import queries, run_in_transaction
+from outbox._db.dialects import error_summary, is_missing_table, is_transient
 from outbox._engine.claimer import LeaseLost
 from outbox._faults import (
     AFTER_COMMIT,
@@ -32,7 +32,7 @@ ERROR_TEXT_LIMIT = 4000
 
 
 def finish_succeeded(
-    app: Outbox, handler: Handler[Any], job: _sql.JobRow, batch: Batch[Any]
+    app: Outbox, handler: Handler[Any], job: queries.JobRow, batch: Batch[Any]
 ) -> BatchResult:
     assert job.group_id is not None
     group_id = job.group_id
@@ -44,7 +44,7 @@ def finish_succeeded(
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
         if app.supports.one_statement_completion and not discarded and not retried:
             return finish_whole_group(conn, lenient)
-        if not _sql.delete_job(conn, job.id, job.lease_token):
+        if not queries.delete_job(conn, job.id, job.lease_token):
             raise LeaseLost
         crash_point(IN_COMPLETION)
         for reason, ids in _by_reason(discarded).items():
@@ -75,8 +75,8 @@ def finish_succeeded(
                 )
         elif retried:
             new_group = uuid.uuid4()
-            _sql.move_rows_to_group(conn, handler.table, group_id, new_group, retried)
-            _sql.insert_batch_job(
+            queries.move_rows_to_group(conn, handler.table, group_id, new_group, retried)
+            queries.insert_batch_job(
                 conn,
                 handler=handler.name,
                 group_id=new_group,
@@ -86,7 +86,7 @@ def finish_succeeded(
                 error="; ".join(sorted(set(retried.values())))[:ERROR_TEXT_LIMIT],
             )
         if handler.archive:
-            _sql.archive_group_rows(
+            queries.archive_group_rows(
                 conn,
                 app.dialect,
                 handler.table,
@@ -97,7 +97,7 @@ def finish_succeeded(
                 error=None,
                 lenient=lenient,
             )
-        remaining = _sql.delete_group_rows(conn, handler.table, group_id)
+        remaining = queries.delete_group_rows(conn, handler.table, group_id)
         return BatchResult(
             handler=handler.name,
             group_id=group_id,
@@ -111,7 +111,7 @@ def finish_succeeded(
 
     def finish_whole_group(conn: Connection, lenient: bool) -> BatchResult:
         # Every event succeeded: the job, the rows and their archive in one statement.
-        succeeded = _sql.finish_succeeded_group(
+        succeeded = queries.finish_succeeded_group(
             conn,
             handler.table,
             job_id=job.id,
@@ -134,7 +134,7 @@ def finish_succeeded(
 
 
 def finish_failed(
-    app: Outbox, handler: Handler[Any], job: _sql.JobRow, error: str, *, give_up: bool
+    app: Outbox, handler: Handler[Any], job: queries.JobRow, error: str, *, give_up: bool
 ) -> BatchResult:
     assert job.group_id is not None
     group_id = job.group_id
@@ -142,7 +142,7 @@ def finish_failed(
 
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
         if give_up:
-            if not _sql.delete_job(conn, job.id, job.lease_token):
+            if not queries.delete_job(conn, job.id, job.lease_token):
                 raise LeaseLost
             dead = archive_events(
                 conn,
@@ -155,10 +155,10 @@ def finish_failed(
                 None,
                 lenient=lenient,
             )
-            _sql.delete_group_rows(conn, handler.table, group_id)
+            queries.delete_group_rows(conn, handler.table, group_id)
             return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)
         delay = handler.retry.delay(attempt)
-        if not _sql.release_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
+        if not queries.release_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
             raise LeaseLost
         return BatchResult(handler.name, group_id, attempt, RETRYING, error=error)
 
@@ -177,7 +177,7 @@ def finish_failed(
 
 
 def hold_refused(
-    app: Outbox, handler: Handler[Any], job: _sql.JobRow, outcome: str, refused: FinishRefused
+    app: Outbox, handler: Handler[Any], job: queries.JobRow, outcome: str, refused: FinishRefused
 ) -> BatchResult:
     """Hold the job of a group whose finishing write the database refused for good (a value it
     will not take, a constraint, a trigger, a statement it cannot run): retried, the write
@@ -191,7 +191,7 @@ def hold_refused(
     error = error[:ERROR_TEXT_LIMIT]
 
     def work(conn: Connection) -> BatchResult:
-        if not _sql.hold_refused_job(conn, job.id, job.lease_token, error):
+        if not queries.hold_refused_job(conn, job.id, job.lease_token, error):
             raise LeaseLost
         return BatchResult(handler.name, group_id, job.attempts, REFUSED, error=error)
 
@@ -206,7 +206,7 @@ class FinishRefused(Exception):  # noqa: N818 - an outcome between two library f
         self.error = error
 
 
-def fenced(app: Outbox, handler: Handler[Any], job: _sql.JobRow, work: Any) -> BatchResult:
+def fenced(app: Outbox, handler: Handler[Any], job: queries.JobRow, work: Any) -> BatchResult:
     try:
         # A completion waits out a database restart for as long as its lease could last.
         result: BatchResult = run_in_transaction(
@@ -222,7 +222,7 @@ def fenced(app: Outbox, handler: Handler[Any], job: _sql.JobRow, work: Any) -> B
     return result
 
 
-def lease_lost(handler: Handler[Any], job: _sql.JobRow) -> BatchResult:
+def lease_lost(handler: Handler[Any], job: queries.JobRow) -> BatchResult:
     assert job.group_id is not None
     log.warning(
         _log.LEASE_LOST,
@@ -249,7 +249,7 @@ def archive_events(
 ) -> int:
     """Archive rows of a group (all, ``ids``, or those older than ``older_than`` seconds) with
     a status, and delete them from the buffer."""
-    archived = _sql.archive_group_rows(
+    archived = queries.archive_group_rows(
         conn,
         app.dialect,
         handler.table,
@@ -262,7 +262,7 @@ def archive_events(
         lenient=lenient,
         older_than=older_than,
     )
-    _sql.delete_group_rows(conn, handler.table, group_id, ids, older_than=older_than)
+    queries.delete_group_rows(conn, handler.table, group_id, ids, older_than=older_than)
     return archived
 
 

@@ -19,8 +19,8 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, _sql
-from outbox._db import buffer_table_missing, run_in_transaction
+from outbox import _log
+from outbox._db import buffer_table_missing, queries, run_in_transaction
 from outbox._engine.claimer import partial_batch_due
 from outbox.app import Handler, Outbox
 
@@ -63,20 +63,20 @@ def distribute_handler(
     cap = handler.batch_size * min(handler.max_batches, COUNTED_BATCHES)
 
     def work(conn: Connection) -> Distribution:
-        unclaimed = _sql.count_unclaimed(conn, handler.table, cap)
+        unclaimed = queries.count_unclaimed(conn, handler.table, cap)
         full, partial = divmod(unclaimed, handler.batch_size)
         if partial and not partial_batch_due(conn, handler):
             partial = 0
         needed = handler.max_batches if unclaimed >= cap else full + (1 if partial else 0)
         needed = min(needed, handler.max_batches)
-        taken = _sql.claim_job_slots(conn, handler.name)
+        taken = queries.claim_job_slots(conn, handler.name)
         missing = needed - len(taken)
         free = [s for s in range(handler.max_batches) if s not in taken][: max(missing, 0)]
-        enqueued = _sql.insert_claim_jobs(
+        enqueued = queries.insert_claim_jobs(
             conn, app.dialect, handler.name, free, handler.urgency.priority
         )
         if enqueued and app.supports.listen_notify:
-            _sql.notify_jobs(conn)
+            queries.notify_jobs(conn)
         return Distribution(handler.name, unclaimed, unclaimed >= cap, len(taken), enqueued)
 
     try:

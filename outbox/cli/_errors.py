@@ -11,7 +11,7 @@ import click
 from sqlalchemy.exc import OperationalError
 
 from outbox import _db
-from outbox._dialects import error_summary
+from outbox._db.dialects import error_summary
 from outbox.app import Outbox
 from outbox.cli._context import Context
 from outbox.exceptions import (

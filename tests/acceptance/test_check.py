@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import Engine, update
 
-from outbox._dialects import db_now_plus
+from outbox._db.dialects import db_now_plus
 from tests.acceptance._cli import APP, Cli
 from tests.models import ActivityEvent
 

@@ -20,9 +20,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, Table, create_engine, event, select, text
 from sqlalchemy.engine import make_url
 
-from outbox import _dialects as dialects
-from outbox import _sql
-from outbox._db import create_outbox_engine
+from outbox._db import create_outbox_engine, dialects, queries
 from tests._support import wait_for
 
 T = TypeVar("T")
@@ -77,7 +75,7 @@ class Database:
     engine: Engine
     """The outbox engine most of a test runs on."""
     dialect: str
-    """The outbox name of the database (``outbox._dialects.name_of``)."""
+    """The outbox name of the database (``outbox._db.dialects.name_of``)."""
     _engines: list[Engine] = field(default_factory=list)
     _threads: ThreadPoolExecutor | None = None
 
@@ -162,7 +160,7 @@ class Database:
     def now(self) -> datetime:
         """The database clock."""
         with self.engine.connect() as conn:
-            now: datetime = _sql.database_now(conn)
+            now: datetime = queries.database_now(conn)
             return now
 
     def seconds_from_now(self, moment: Any) -> float:

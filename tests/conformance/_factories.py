@@ -28,7 +28,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from outbox import BufferMixin, schema
-from outbox._dialects import db_now_plus
+from outbox._db.dialects import db_now_plus
 from tests.models import ActivityEvent
 
 HANDLER = "conformance"

@@ -1,10 +1,10 @@
 """Fixtures of the conformance suite: every operation of outbox's database layer
-(``outbox/_sql.py`` and the clock of ``outbox/_dialects.py``) on every database it runs on.
+(``outbox/queries.py`` and the clock of ``outbox/dialects.py``) on every database it runs on.
 
 A database is supported exactly when this suite passes on it. Each test takes ``db``, a
 migrated, empty database of each kind (SQLite, PostgreSQL, MariaDB) with an outbox engine, and
 opens a second real session wherever isolation or locking matters. A behaviour that only some
-databases offer is skipped by asking what the database supports (``outbox._dialects``), never
+databases offer is skipped by asking what the database supports (``outbox._db.dialects``), never
 by its name.
 
 The tables are created afresh (``tests.conftest.reset_schema``) by the first test of each

@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, select
 
-from outbox import BufferMixin, _sql, archive, schema
-from outbox._dialects import JSON_AS_TEXT_MARKER
+from outbox import BufferMixin, archive, schema
+from outbox._db import queries
+from outbox._db.dialects import JSON_AS_TEXT_MARKER
 from tests.conformance._database import Database
 from tests.conformance._factories import (
     ACTIVITY,
@@ -45,7 +46,7 @@ def _archive(
     table: Any = ACTIVITY,
     **options: Any,
 ) -> int:
-    return _sql.archive_group_rows(
+    return queries.archive_group_rows(
         conn,
         db.dialect,
         table,
@@ -136,7 +137,7 @@ def test_archived_payload_replays_to_the_stored_values(
     db.run(lambda conn: _archive(conn, db, group_id, table=TYPED, lenient=lenient))
     empty(db.engine, TYPED)
     payloads = [archive.parse_payload(row["payload"]) for row in _select(db)]
-    db.run(lambda conn: _sql.insert_stored_rows(conn, TYPED, _as_stored(conn, payloads)))
+    db.run(lambda conn: queries.insert_stored_rows(conn, TYPED, _as_stored(conn, payloads)))
     assert _own_values(originals) == _own_values(typed_rows(db.engine))
 
 
@@ -168,7 +169,7 @@ def _own_values(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def _select(db: Database, *, after_id: int = 0, limit: int = 100, **filters: Any) -> list[Any]:
     options: dict[str, Any] = {"handler": None, "status": None, "group_id": None, **filters}
     return db.run(
-        lambda conn: _sql.select_archived(conn, after_id=after_id, limit=limit, **options)
+        lambda conn: queries.select_archived(conn, after_id=after_id, limit=limit, **options)
     )
 
 
@@ -214,21 +215,24 @@ def test_select_archived_pages_by_id(db: Database) -> None:
 def test_delete_archived_deletes_the_rows_named(db: Database) -> None:
     """Only the rows named go; the count says how many."""
     ids = [add_archived(db.engine) for _ in range(3)]
-    deleted = db.run(lambda conn: _sql.delete_archived(conn, [ids[0], ids[2]]))
+    deleted = db.run(lambda conn: queries.delete_archived(conn, [ids[0], ids[2]]))
     assert (2, [ids[1]]) == (deleted, archive_ids(db.engine))
 
 
 def test_delete_archived_of_no_ids_deletes_nothing(db: Database) -> None:
     """No ids, no rows deleted."""
     ids = [add_archived(db.engine)]
-    assert (0, ids) == (db.run(lambda conn: _sql.delete_archived(conn, [])), archive_ids(db.engine))
+    assert (0, ids) == (
+        db.run(lambda conn: queries.delete_archived(conn, [])),
+        archive_ids(db.engine),
+    )
 
 
 def test_delete_old_archived_deletes_only_rows_archived_longer_ago(db: Database) -> None:
     """Rows archived more than the age ago go; younger ones stay."""
     add_archived(db.engine, age=3600.0)
     young = add_archived(db.engine, age=10.0)
-    deleted = db.run(lambda conn: _sql.delete_old_archived(conn, 60.0, 100))
+    deleted = db.run(lambda conn: queries.delete_old_archived(conn, 60.0, 100))
     assert (1, [young]) == (deleted, archive_ids(db.engine))
 
 
@@ -236,5 +240,5 @@ def test_delete_old_archived_deletes_at_most_the_limit_oldest_first(db: Database
     """No more than ``limit`` rows go at a time, the longest archived first."""
     ages = (7200.0, 3600.0, 10800.0, 5400.0)
     ids = [add_archived(db.engine, age=age) for age in ages]
-    deleted = db.run(lambda conn: _sql.delete_old_archived(conn, 60.0, 2))
+    deleted = db.run(lambda conn: queries.delete_old_archived(conn, 60.0, 2))
     assert (2, [ids[1], ids[3]]) == (deleted, archive_ids(db.engine))

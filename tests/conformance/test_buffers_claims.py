@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import Connection, insert
 from sqlalchemy.exc import OperationalError
 
-from outbox import _dialects as dialects
-from outbox import _sql, schema
+from outbox import schema
+from outbox._db import dialects, queries
 from tests.conformance._database import Database
 from tests.conformance._factories import (
     ACTIVITY,
@@ -41,7 +41,7 @@ BATCH = 3
 
 def _claim(conn: Connection, db: Database, limit: int = BATCH) -> tuple[uuid.UUID, int]:
     group_id = uuid.uuid4()
-    return group_id, _sql.claim_rows(conn, db.dialect, ACTIVITY, group_id, limit)
+    return group_id, queries.claim_rows(conn, db.dialect, ACTIVITY, group_id, limit)
 
 
 def _claimed_ids(db: Database, limit: int = BATCH) -> list[int]:
@@ -53,32 +53,32 @@ def test_count_unclaimed_counts_the_rows_no_group_has_claimed(db: Database) -> N
     """Claimed rows are not counted."""
     add_events(db.engine, 3)
     add_events(db.engine, 2, group_id=uuid.uuid4())
-    assert 3 == db.run(lambda conn: _sql.count_unclaimed(conn, ACTIVITY, 10))
+    assert 3 == db.run(lambda conn: queries.count_unclaimed(conn, ACTIVITY, 10))
 
 
 def test_count_unclaimed_stops_at_the_cap(db: Database) -> None:
     """A capped count counts no further than the cap."""
     add_events(db.engine, 5)
-    assert 3 == db.run(lambda conn: _sql.count_unclaimed(conn, ACTIVITY, 3))
+    assert 3 == db.run(lambda conn: queries.count_unclaimed(conn, ACTIVITY, 3))
 
 
 def test_any_unclaimed_sees_a_waiting_row(db: Database) -> None:
     """One unclaimed row among claimed ones is found."""
     add_events(db.engine, 2, group_id=uuid.uuid4())
     add_events(db.engine, 1)
-    assert True is db.run(lambda conn: _sql.any_unclaimed(conn, ACTIVITY))
+    assert True is db.run(lambda conn: queries.any_unclaimed(conn, ACTIVITY))
 
 
 def test_any_unclaimed_is_false_when_every_row_is_claimed(db: Database) -> None:
     """Claimed rows do not wait."""
     add_events(db.engine, 2, group_id=uuid.uuid4())
-    assert False is db.run(lambda conn: _sql.any_unclaimed(conn, ACTIVITY))
+    assert False is db.run(lambda conn: queries.any_unclaimed(conn, ACTIVITY))
 
 
 def test_oldest_unclaimed_age_is_none_when_nothing_waits(db: Database) -> None:
     """With only claimed rows, no row waits and there is no age."""
     add_events(db.engine, 1, group_id=uuid.uuid4(), age=60.0)
-    assert None is db.run(lambda conn: _sql.oldest_unclaimed_age(conn, ACTIVITY))
+    assert None is db.run(lambda conn: queries.oldest_unclaimed_age(conn, ACTIVITY))
 
 
 def test_oldest_unclaimed_age_is_the_seconds_the_oldest_waiting_row_has_waited(
@@ -89,7 +89,7 @@ def test_oldest_unclaimed_age_is_the_seconds_the_oldest_waiting_row_has_waited(
     add_events(db.engine, 1, group_id=uuid.uuid4(), age=100.0)
     add_events(db.engine, 1, age=30.0)
     add_events(db.engine, 1)
-    age = db.run(lambda conn: _sql.oldest_unclaimed_age(conn, ACTIVITY))
+    age = db.run(lambda conn: queries.oldest_unclaimed_age(conn, ACTIVITY))
     assert True is (age is not None and 30.0 <= age < 35.0)
 
 
@@ -161,16 +161,16 @@ def test_a_claim_waits_for_the_applications_write_lock(single_writer: Database) 
 def test_claim_update_is_offered_where_an_update_returns_rows(db: Database) -> None:
     """A one-UPDATE claim exists exactly where the database has UPDATE ... RETURNING; the
     others claim in two statements."""
-    statement = _sql.claim_update(db.dialect, ACTIVITY, uuid.uuid4(), BATCH, by_address=True)
+    statement = queries.claim_update(db.dialect, ACTIVITY, uuid.uuid4(), BATCH, by_address=True)
     assert dialects.can_update_returning(db.dialect) == (statement is not None)
 
 
 def _claim_returning(conn: Connection, db: Database, table: Any, limit: int) -> list[Any]:
-    by_address = _sql.addressable(conn, table)
-    statement = _sql.claim_update(db.dialect, table, uuid.uuid4(), limit, by_address=by_address)
+    by_address = queries.addressable(conn, table)
+    statement = queries.claim_update(db.dialect, table, uuid.uuid4(), limit, by_address=by_address)
     assert statement is not None
-    returning = statement.returning(*_sql.claimed_columns(db.dialect, table))
-    return _sql.fetch_claimed(conn.execute(returning))
+    returning = statement.returning(*queries.claimed_columns(db.dialect, table))
+    return queries.fetch_claimed(conn.execute(returning))
 
 
 def _requires_update_returning(db: Database) -> None:
@@ -185,7 +185,7 @@ def test_claim_update_returning_gives_back_the_claimed_rows(db: Database) -> Non
     ids = add_events(db.engine, 5)
     rows = db.run(lambda conn: _claim_returning(conn, db, ACTIVITY, BATCH))
     group_id = rows[0].group_id
-    expected = db.run(lambda conn: _sql.select_group_rows(conn, ACTIVITY, group_id))
+    expected = db.run(lambda conn: queries.select_group_rows(conn, ACTIVITY, group_id))
     assert (ids[:BATCH], expected) == ([row.id for row in expected], sorted(rows))
 
 
@@ -219,9 +219,9 @@ def _claim_with_job(
     limit: int = BATCH,
     held: tuple[int, uuid.UUID, float] | None = None,
     token: uuid.UUID | None = None,
-) -> tuple[uuid.UUID, _sql.LeasedClaim]:
+) -> tuple[uuid.UUID, queries.LeasedClaim]:
     group_id = uuid.uuid4()
-    claimed = _sql.claim_group_with_job(
+    claimed = queries.claim_group_with_job(
         conn,
         ACTIVITY,
         group_id=group_id,
@@ -239,7 +239,7 @@ def test_claim_group_with_job_returns_the_oldest_rows_by_id(db: Database) -> Non
     _requires_one_statement_claim(db)
     ids = add_events(db.engine, 5)
     group_id, claimed = db.run(lambda conn: _claim_with_job(conn))
-    selected = db.run(lambda conn: _sql.select_group_rows(conn, ACTIVITY, group_id))
+    selected = db.run(lambda conn: queries.select_group_rows(conn, ACTIVITY, group_id))
     assert (ids[:BATCH], selected) == ([row.id for row in claimed.rows], claimed.rows)
 
 
@@ -284,7 +284,7 @@ def test_claim_group_with_job_of_an_empty_buffer_creates_no_job(db: Database) ->
     """Nothing claimed: no rows, no batch job."""
     _requires_one_statement_claim(db)
     claimed = db.run(lambda conn: _claim_with_job(conn))[1]
-    assert (_sql.LeasedClaim([], None, False), []) == (claimed, job_ids(db.engine))
+    assert (queries.LeasedClaim([], None, False), []) == (claimed, job_ids(db.engine))
 
 
 def test_claim_group_with_job_extends_the_held_claim_jobs_lease(db: Database) -> None:
@@ -305,7 +305,7 @@ def test_claim_group_with_job_of_a_lost_claim_job_claims_nothing(db: Database) -
     claim_job = add_claim_job(db.engine, 0)
     lease(db.engine, claim_job)
     claimed = db.run(lambda conn: _claim_with_job(conn, held=(claim_job, uuid.uuid4(), 60.0)))[1]
-    assert (_sql.LeasedClaim([], None, False), ids, [claim_job]) == (
+    assert (queries.LeasedClaim([], None, False), ids, [claim_job]) == (
         claimed,
         unclaimed_ids(db.engine),
         job_ids(db.engine),

@@ -15,7 +15,8 @@ from typing import cast
 import pytest
 from sqlalchemy import Connection, Table, select
 
-from outbox import _sql, schema
+from outbox import schema
+from outbox._db import queries
 from tests.conformance._database import Database
 from tests.conformance._factories import (
     ACTIVITY,
@@ -45,7 +46,7 @@ def test_select_group_rows_returns_the_groups_rows_by_id(db: Database) -> None:
     ids = add_events(db.engine, 3, group_id=group_id)
     add_events(db.engine, 2, group_id=uuid.uuid4())
     add_events(db.engine, 1)
-    rows = db.run(lambda conn: _sql.select_group_rows(conn, ACTIVITY, group_id))
+    rows = db.run(lambda conn: queries.select_group_rows(conn, ACTIVITY, group_id))
     columns = [column.name for column in ACTIVITY.c]
     assert (ids, [columns] * 3) == ([row.id for row in rows], [list(row._fields) for row in rows])
 
@@ -54,8 +55,8 @@ def test_select_claimed_rows_returns_the_groups_rows_by_id(db: Database) -> None
     """A group being claimed reads as a SELECT of the group does."""
     group_id = uuid.uuid4()
     add_events(db.engine, 3, group_id=group_id)
-    selected = db.run(lambda conn: _sql.select_group_rows(conn, ACTIVITY, group_id))
-    assert selected == db.run(lambda conn: _sql.select_claimed_rows(conn, ACTIVITY, group_id))
+    selected = db.run(lambda conn: queries.select_group_rows(conn, ACTIVITY, group_id))
+    assert selected == db.run(lambda conn: queries.select_claimed_rows(conn, ACTIVITY, group_id))
 
 
 def test_count_group_rows_counts_the_groups_rows(db: Database) -> None:
@@ -63,7 +64,7 @@ def test_count_group_rows_counts_the_groups_rows(db: Database) -> None:
     group_id = uuid.uuid4()
     add_events(db.engine, 3, group_id=group_id)
     add_events(db.engine, 2, group_id=uuid.uuid4())
-    assert 3 == db.run(lambda conn: _sql.count_group_rows(conn, ACTIVITY, group_id))
+    assert 3 == db.run(lambda conn: queries.count_group_rows(conn, ACTIVITY, group_id))
 
 
 def test_move_rows_to_group_moves_only_the_named_rows_of_the_group(db: Database) -> None:
@@ -73,7 +74,9 @@ def test_move_rows_to_group_moves_only_the_named_rows_of_the_group(db: Database)
     ids = add_events(db.engine, 3, group_id=group_id)
     (other,) = add_events(db.engine, 1, group_id=other_group)
     moved = db.run(
-        lambda conn: _sql.move_rows_to_group(conn, ACTIVITY, group_id, new_group, [ids[1], other])
+        lambda conn: queries.move_rows_to_group(
+            conn, ACTIVITY, group_id, new_group, [ids[1], other]
+        )
     )
     groups = [group_ids(db.engine, g) for g in (group_id, new_group, other_group)]
     assert (1, [[ids[0], ids[2]], [ids[1]], [other]]) == (moved, groups)
@@ -84,7 +87,7 @@ def test_delete_group_rows_deletes_the_whole_group(db: Database) -> None:
     group_id = uuid.uuid4()
     add_events(db.engine, 3, group_id=group_id)
     others = add_events(db.engine, 2, group_id=uuid.uuid4()) + add_events(db.engine, 1)
-    deleted = db.run(lambda conn: _sql.delete_group_rows(conn, ACTIVITY, group_id))
+    deleted = db.run(lambda conn: queries.delete_group_rows(conn, ACTIVITY, group_id))
     assert (3, others) == (deleted, buffer_ids(db.engine))
 
 
@@ -92,7 +95,7 @@ def test_delete_group_rows_deletes_only_the_named_events(db: Database) -> None:
     """Given event ids, only those rows of the group go."""
     group_id = uuid.uuid4()
     ids = add_events(db.engine, 3, group_id=group_id)
-    deleted = db.run(lambda conn: _sql.delete_group_rows(conn, ACTIVITY, group_id, [ids[1]]))
+    deleted = db.run(lambda conn: queries.delete_group_rows(conn, ACTIVITY, group_id, [ids[1]]))
     assert (1, [ids[0], ids[2]]) == (deleted, group_ids(db.engine, group_id))
 
 
@@ -101,14 +104,16 @@ def test_delete_group_rows_deletes_only_rows_older_than_the_age(db: Database) ->
     group_id = uuid.uuid4()
     old, new = add_events(db.engine, 2, group_id=group_id)
     date_back(db.engine, [old], 120.0)
-    deleted = db.run(lambda conn: _sql.delete_group_rows(conn, ACTIVITY, group_id, older_than=60.0))
+    deleted = db.run(
+        lambda conn: queries.delete_group_rows(conn, ACTIVITY, group_id, older_than=60.0)
+    )
     assert (1, [new]) == (deleted, group_ids(db.engine, group_id))
 
 
 def test_insert_events_writes_every_row_unclaimed(db: Database) -> None:
     """Each row becomes an unclaimed event; the count says how many."""
     rows = [{"activity_id": n, "kind": "clicked"} for n in range(3)]
-    written = db.run(lambda conn: _sql.insert_events(conn, ACTIVITY, rows))
+    written = db.run(lambda conn: queries.insert_events(conn, ACTIVITY, rows))
     with db.engine.connect() as conn:
         stored = conn.execute(select(ACTIVITY.c.activity_id, ACTIVITY.c.kind)).all()
     assert (3, [(n, "clicked") for n in range(3)], 3) == (
@@ -120,7 +125,7 @@ def test_insert_events_writes_every_row_unclaimed(db: Database) -> None:
 
 def test_insert_events_dates_events_on_the_database_clock(db: Database) -> None:
     """A new event's ``created_at`` is the database's now."""
-    db.run(lambda conn: _sql.insert_events(conn, ACTIVITY, [{"activity_id": 1}]))
+    db.run(lambda conn: queries.insert_events(conn, ACTIVITY, [{"activity_id": 1}]))
     with db.engine.connect() as conn:
         created_at = conn.execute(select(ACTIVITY.c.created_at)).scalar_one()
     assert True is (-5 < db.seconds_from_now(created_at) <= 0)
@@ -129,7 +134,7 @@ def test_insert_events_dates_events_on_the_database_clock(db: Database) -> None:
 def test_insert_events_of_no_rows_writes_nothing(db: Database) -> None:
     """No rows, no statement."""
     assert (0, []) == (
-        db.run(lambda conn: _sql.insert_events(conn, ACTIVITY, [])),
+        db.run(lambda conn: queries.insert_events(conn, ACTIVITY, [])),
         buffer_ids(db.engine),
     )
 
@@ -137,7 +142,7 @@ def test_insert_events_of_no_rows_writes_nothing(db: Database) -> None:
 def test_insert_events_joins_the_callers_transaction(db: Database) -> None:
     """Events written in a transaction that rolls back are gone with it."""
     with db.engine.connect() as conn:
-        _sql.insert_events(conn, ACTIVITY, [{"activity_id": 1}])
+        queries.insert_events(conn, ACTIVITY, [{"activity_id": 1}])
         conn.rollback()
     assert [] == buffer_ids(db.engine)
 
@@ -149,7 +154,7 @@ def test_insert_stored_rows_writes_rows_of_different_columns(db: Database) -> No
         {"address": "b@example.com"},
         {"address": "c@example.com", "data": None},
     ]
-    written = db.run(lambda conn: _sql.insert_stored_rows(conn, EMAIL, rows))
+    written = db.run(lambda conn: queries.insert_stored_rows(conn, EMAIL, rows))
     with db.engine.connect() as conn:
         stored = conn.execute(select(EMAIL.c.address, EMAIL.c.data).order_by(EMAIL.c.address))
         values = [tuple(row) for row in stored]
@@ -162,7 +167,7 @@ def test_insert_stored_rows_writes_values_as_stored(typed_buffer: Database) -> N
     more: a stored ``tag:value`` reads back as ``value``."""
     db = typed_buffer
     row = {**TYPED_VALUES, "tagged": "tag:value"}
-    db.run(lambda conn: _sql.insert_stored_rows(conn, TYPED, [row]))
+    db.run(lambda conn: queries.insert_stored_rows(conn, TYPED, [row]))
     assert ["value"] == [stored["tagged"] for stored in typed_rows(db.engine)]
 
 
@@ -189,7 +194,7 @@ def _finish(
     token: uuid.UUID,
     archive: tuple[str, int] | None = None,
 ) -> int | None:
-    return _sql.finish_succeeded_group(
+    return queries.finish_succeeded_group(
         conn, ACTIVITY, job_id=job_id, token=token, group_id=group_id, archive=archive
     )
 

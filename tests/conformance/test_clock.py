@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, select
 
-from outbox import _sql, schema
-from outbox._dialects import db_now, db_now_plus
+from outbox import schema
+from outbox._db import queries
+from outbox._db.dialects import db_now, db_now_plus
 from tests._support import wait_for
 from tests.conformance._database import Database
 from tests.conformance._factories import (
@@ -43,7 +44,7 @@ def test_database_now_is_no_earlier_than_a_time_the_database_just_wrote(db: Data
     add_events(db.engine, 1)
     with db.engine.connect() as conn:
         created_at = conn.execute(select(ACTIVITY.c.created_at)).scalar_one()
-        now = _sql.database_now(conn)
+        now = queries.database_now(conn)
     assert True is (isinstance(now, dt.datetime) and now >= created_at)
 
 
@@ -74,7 +75,7 @@ def test_a_lease_of_two_seconds_ends_two_seconds_after_it_was_taken(db: Database
     job_id = add_batch_job(db.engine)
     before = db.now()
     db.run(
-        lambda conn: _sql.acquire_jobs(
+        lambda conn: queries.acquire_jobs(
             conn,
             db.dialect,
             handlers=[HANDLER],
@@ -97,5 +98,5 @@ def test_an_events_age_does_not_depend_on_the_time_zone_of_its_writer(db: Databa
         db.set_session_time_zone(application, "-05:00")
         application.execute(insert(ACTIVITY).values(activity_id=1))
         application.commit()
-    age = db.run(lambda conn: _sql.oldest_unclaimed_age(conn, ACTIVITY))
+    age = db.run(lambda conn: queries.oldest_unclaimed_age(conn, ACTIVITY))
     assert True is (age is not None and 0 <= age < 5)

@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import Connection
 from sqlalchemy.exc import OperationalError
 
-from outbox import _sql, schema
+from outbox import schema
+from outbox._db import queries
 from tests.conformance._database import (
     EXPECTED_LOCK_WAIT_SECONDS,
     THREAD_SECONDS,
@@ -45,8 +46,8 @@ def _acquire(
     handlers: tuple[str, ...] = (HANDLER,),
     token: uuid.UUID | None = None,
     **options: Any,
-) -> list[_sql.JobRow]:
-    return _sql.acquire_jobs(
+) -> list[queries.JobRow]:
+    return queries.acquire_jobs(
         conn,
         db.dialect,
         handlers=list(handlers),
@@ -63,7 +64,7 @@ def _acquire_ids(db: Database, limit: int = 10, **options: Any) -> list[int]:
 
 
 def _acquire_capped(conn: Connection, db: Database, cap: int, limit: int = 10) -> list[int]:
-    jobs = _sql.acquire_capped_batch_jobs(
+    jobs = queries.acquire_capped_batch_jobs(
         conn,
         db.dialect,
         handler=HANDLER,
@@ -95,7 +96,7 @@ def test_acquire_jobs_returns_the_jobs_as_leased(db: Database) -> None:
     token = uuid.uuid4()
     jobs = db.run(lambda conn: _acquire(conn, db, token=token))
     expected = [
-        _sql.JobRow(job_id, schema.JobKind.BATCH, HANDLER, None, group_id, 4, 1, token, "before")
+        queries.JobRow(job_id, schema.JobKind.BATCH, HANDLER, None, group_id, 4, 1, token, "before")
     ]
     assert expected == jobs
 
@@ -250,7 +251,7 @@ def test_acquire_capped_does_not_count_refused_jobs(db: Database) -> None:
     """A group held as refused runs nowhere, so it takes no room under the cap."""
     held = add_batch_job(db.engine)
     token = lease(db.engine, held)
-    db.run(lambda conn: _sql.hold_refused_job(conn, held, token, "refused for good"))
+    db.run(lambda conn: queries.hold_refused_job(conn, held, token, "refused for good"))
     waiting = add_batch_job(db.engine)
     assert [waiting] == db.run(lambda conn: _acquire_capped(conn, db, cap=1))
 

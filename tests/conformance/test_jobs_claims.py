@@ -12,7 +12,8 @@ import uuid
 import pytest
 from sqlalchemy.exc import IntegrityError, OperationalError
 
-from outbox import _sql, schema
+from outbox import schema
+from outbox._db import queries
 from tests.conformance._database import EXPECTED_LOCK_WAIT_SECONDS, THREAD_SECONDS, Database
 from tests.conformance._factories import (
     HANDLER,
@@ -28,7 +29,7 @@ from tests.conformance._factories import (
 
 
 def _insert_slots(db: Database, slots: list[int], handler: str = HANDLER) -> int:
-    return db.run(lambda conn: _sql.insert_claim_jobs(conn, db.dialect, handler, slots, 3))
+    return db.run(lambda conn: queries.insert_claim_jobs(conn, db.dialect, handler, slots, 3))
 
 
 def test_insert_claim_jobs_enqueues_one_job_per_slot(db: Database) -> None:
@@ -92,11 +93,11 @@ def test_concurrent_inserts_of_a_slot_enqueue_it_once(row_locks: Database) -> No
     db = row_locks
     second = db.other_engine(EXPECTED_LOCK_WAIT_SECONDS)
     with db.engine.connect() as first:
-        _sql.insert_claim_jobs(first, db.dialect, HANDLER, [0, 1], 0)
+        queries.insert_claim_jobs(first, db.dialect, HANDLER, [0, 1], 0)
 
         def insert_again() -> int:
             with second.begin() as conn:
-                return _sql.insert_claim_jobs(conn, db.dialect, HANDLER, [0, 1, 2], 0)
+                return queries.insert_claim_jobs(conn, db.dialect, HANDLER, [0, 1, 2], 0)
 
         inserted = db.in_thread(insert_again)
         db.wait_for_lock_waiter()
@@ -111,11 +112,11 @@ def test_a_slot_whose_first_insert_rolls_back_is_enqueued_by_the_second(
     db = row_locks
     second = db.other_engine(EXPECTED_LOCK_WAIT_SECONDS)
     with db.engine.connect() as first:
-        _sql.insert_claim_jobs(first, db.dialect, HANDLER, [0], 0)
+        queries.insert_claim_jobs(first, db.dialect, HANDLER, [0], 0)
 
         def insert_again() -> int:
             with second.begin() as conn:
-                return _sql.insert_claim_jobs(conn, db.dialect, HANDLER, [0], 0)
+                return queries.insert_claim_jobs(conn, db.dialect, HANDLER, [0], 0)
 
         inserted = db.in_thread(insert_again)
         db.wait_for_lock_waiter()
@@ -129,9 +130,9 @@ def test_a_second_distribution_waits_for_the_write_lock(single_writer: Database)
     db = single_writer
     second = db.other_engine(lock_wait=0.1)
     with db.engine.connect() as first:
-        _sql.insert_claim_jobs(first, db.dialect, HANDLER, [0], 0)
+        queries.insert_claim_jobs(first, db.dialect, HANDLER, [0], 0)
         with pytest.raises(OperationalError, match="database is locked"), second.begin() as conn:
-            _sql.insert_claim_jobs(conn, db.dialect, HANDLER, [0], 0)
+            queries.insert_claim_jobs(conn, db.dialect, HANDLER, [0], 0)
         first.commit()
     assert [0] == claim_slots(db.engine)
 
@@ -142,7 +143,7 @@ def test_claim_job_slots_are_those_of_pending_and_running_claim_jobs(db: Databas
     lease(db.engine, add_claim_job(db.engine, 2))
     add_claim_job(db.engine, 1, handler=OTHER_HANDLER)
     add_batch_job(db.engine)
-    assert {0, 2} == db.run(lambda conn: _sql.claim_job_slots(conn, HANDLER))
+    assert {0, 2} == db.run(lambda conn: queries.claim_job_slots(conn, HANDLER))
 
 
 def test_delete_pending_claim_jobs_keeps_leased_ones(db: Database) -> None:
@@ -151,7 +152,7 @@ def test_delete_pending_claim_jobs_keeps_leased_ones(db: Database) -> None:
     leased = add_claim_job(db.engine, 1)
     lease(db.engine, leased)
     others = [add_claim_job(db.engine, 0, handler=OTHER_HANDLER), add_batch_job(db.engine)]
-    deleted = db.run(lambda conn: _sql.delete_pending_claim_jobs(conn, HANDLER))
+    deleted = db.run(lambda conn: queries.delete_pending_claim_jobs(conn, HANDLER))
     assert (1, sorted([leased, *others])) == (deleted, job_ids(db.engine))
 
 
@@ -159,7 +160,7 @@ def test_insert_batch_job_enqueues_a_due_job_for_the_group(db: Database) -> None
     """A new batch job handles its group, is due now, and is neither attempted nor leased."""
     group_id = uuid.uuid4()
     job_id = db.run(
-        lambda conn: _sql.insert_batch_job(conn, handler=HANDLER, group_id=group_id, priority=2)
+        lambda conn: queries.insert_batch_job(conn, handler=HANDLER, group_id=group_id, priority=2)
     )
     row = existing_job(db.engine, job_id)
     expected = (schema.JobKind.BATCH, HANDLER, None, group_id, 2, 0, None, None, True)
@@ -181,7 +182,7 @@ def test_insert_batch_job_with_a_lease_counts_its_first_attempt(db: Database) ->
     """A batch job created leased belongs to the claiming worker, its attempt counted."""
     token = uuid.uuid4()
     job_id = db.run(
-        lambda conn: _sql.insert_batch_job(
+        lambda conn: queries.insert_batch_job(
             conn, handler=HANDLER, group_id=uuid.uuid4(), priority=0, lease=(WORKER, token, 30.0)
         )
     )
@@ -194,7 +195,7 @@ def test_insert_batch_job_with_a_lease_counts_its_first_attempt(db: Database) ->
 def test_insert_batch_job_with_a_delay_is_due_later(db: Database) -> None:
     """A group split off for a retry keeps its attempts and error, and is due after the delay."""
     job_id = db.run(
-        lambda conn: _sql.insert_batch_job(
+        lambda conn: queries.insert_batch_job(
             conn,
             handler=HANDLER,
             group_id=uuid.uuid4(),
@@ -215,7 +216,9 @@ def test_a_group_has_one_batch_job(db: Database) -> None:
     add_batch_job(db.engine, group_id=group_id)
     with pytest.raises(IntegrityError):
         db.run(
-            lambda conn: _sql.insert_batch_job(conn, handler=HANDLER, group_id=group_id, priority=0)
+            lambda conn: queries.insert_batch_job(
+                conn, handler=HANDLER, group_id=group_id, priority=0
+            )
         )
 
 
@@ -224,10 +227,10 @@ def test_batch_job_of_group_is_the_groups_job(db: Database) -> None:
     group_id = uuid.uuid4()
     job_id = add_batch_job(db.engine, group_id=group_id)
     add_batch_job(db.engine)
-    assert job_id == db.run(lambda conn: _sql.batch_job_of_group(conn, group_id))
+    assert job_id == db.run(lambda conn: queries.batch_job_of_group(conn, group_id))
 
 
 def test_batch_job_of_a_group_without_one_is_none(db: Database) -> None:
     """A group with no batch job has none to find."""
     add_batch_job(db.engine)
-    assert None is db.run(lambda conn: _sql.batch_job_of_group(conn, uuid.uuid4()))
+    assert None is db.run(lambda conn: queries.batch_job_of_group(conn, uuid.uuid4()))

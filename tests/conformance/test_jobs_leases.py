@@ -14,7 +14,7 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Connection
 
-from outbox import _sql
+from outbox._db import queries
 from tests.conformance._database import Database
 from tests.conformance._factories import (
     OTHER_WORKER,
@@ -28,13 +28,13 @@ from tests.conformance._factories import (
 FencedWrite = Callable[[Connection, int, uuid.UUID], bool]
 
 FENCED_WRITES: dict[str, FencedWrite] = {
-    "extend_lease": lambda conn, job_id, token: _sql.extend_lease(conn, job_id, token, 60.0),
-    "delete_job": _sql.delete_job,
-    "release_job": lambda conn, job_id, token: _sql.release_job(
+    "extend_lease": lambda conn, job_id, token: queries.extend_lease(conn, job_id, token, 60.0),
+    "delete_job": queries.delete_job,
+    "release_job": lambda conn, job_id, token: queries.release_job(
         conn, job_id, token, delay_seconds=0.0, error="failed"
     ),
-    "return_job": _sql.return_job,
-    "hold_refused_job": lambda conn, job_id, token: _sql.hold_refused_job(
+    "return_job": queries.return_job,
+    "hold_refused_job": lambda conn, job_id, token: queries.hold_refused_job(
         conn, job_id, token, "refused"
     ),
 }
@@ -55,7 +55,7 @@ def test_a_write_with_a_rescued_lease_changes_nothing(db: Database, write: str) 
     """A worker whose lease was rescued (the job free again) changes nothing with its token."""
     job_id = add_batch_job(db.engine)
     token = lease(db.engine, job_id, expires_in=-5.0)
-    db.run(lambda conn: _sql.rescue_expired_jobs(conn, db.dialect))
+    db.run(lambda conn: queries.rescue_expired_jobs(conn, db.dialect))
     before = existing_job(db.engine, job_id)
     done = db.run(lambda conn: FENCED_WRITES[write](conn, job_id, token))
     assert (False, before) == (done, job(db.engine, job_id))
@@ -66,7 +66,7 @@ def test_a_write_with_a_lease_taken_over_changes_nothing(db: Database, write: st
     """A worker whose job was rescued and leased to another worker changes nothing."""
     job_id = add_batch_job(db.engine)
     stale = lease(db.engine, job_id, expires_in=-5.0)
-    db.run(lambda conn: _sql.rescue_expired_jobs(conn, db.dialect))
+    db.run(lambda conn: queries.rescue_expired_jobs(conn, db.dialect))
     lease(db.engine, job_id, owner=OTHER_WORKER)
     before = existing_job(db.engine, job_id)
     done = db.run(lambda conn: FENCED_WRITES[write](conn, job_id, stale))
@@ -77,7 +77,7 @@ def test_extend_lease_pushes_the_lease_back(db: Database) -> None:
     """The job's lease now ends the given seconds from now; the write says True."""
     job_id = add_batch_job(db.engine)
     token = lease(db.engine, job_id, expires_in=5.0)
-    extended = db.run(lambda conn: _sql.extend_lease(conn, job_id, token, 60.0))
+    extended = db.run(lambda conn: queries.extend_lease(conn, job_id, token, 60.0))
     expires_in = db.seconds_from_now(existing_job(db.engine, job_id)["lease_expires_at"])
     assert (True, True) == (extended, 55 < expires_in <= 60)
 
@@ -88,7 +88,7 @@ def test_extend_leases_pushes_back_the_named_jobs_of_the_worker(db: Database) ->
     for job_id in (named, unnamed):
         lease(db.engine, job_id, expires_in=5.0)
     lease(db.engine, others, owner=OTHER_WORKER, expires_in=5.0)
-    extended = db.run(lambda conn: _sql.extend_leases(conn, WORKER, [named, others], 60.0))
+    extended = db.run(lambda conn: queries.extend_leases(conn, WORKER, [named, others], 60.0))
     expiries = [
         db.seconds_from_now(existing_job(db.engine, job_id)["lease_expires_at"])
         for job_id in (named, unnamed, others)
@@ -99,22 +99,22 @@ def test_extend_leases_pushes_back_the_named_jobs_of_the_worker(db: Database) ->
 def test_extend_leases_of_no_jobs_extends_nothing(db: Database) -> None:
     """A worker running nothing extends nothing."""
     lease(db.engine, add_batch_job(db.engine))
-    assert 0 == db.run(lambda conn: _sql.extend_leases(conn, WORKER, [], 60.0))
+    assert 0 == db.run(lambda conn: queries.extend_leases(conn, WORKER, [], 60.0))
 
 
 def test_extend_leases_leaves_a_rescued_job(db: Database) -> None:
     """A job rescued from the worker is no longer its own to extend."""
     job_id = add_batch_job(db.engine)
     lease(db.engine, job_id, expires_in=-5.0)
-    db.run(lambda conn: _sql.rescue_expired_jobs(conn, db.dialect))
-    assert 0 == db.run(lambda conn: _sql.extend_leases(conn, WORKER, [job_id], 60.0))
+    db.run(lambda conn: queries.rescue_expired_jobs(conn, db.dialect))
+    assert 0 == db.run(lambda conn: queries.extend_leases(conn, WORKER, [job_id], 60.0))
 
 
 def test_delete_job_deletes_a_held_job(db: Database) -> None:
     """A worker that holds the lease deletes its finished job."""
     job_id = add_batch_job(db.engine)
     token = lease(db.engine, job_id)
-    deleted = db.run(lambda conn: _sql.delete_job(conn, job_id, token))
+    deleted = db.run(lambda conn: queries.delete_job(conn, job_id, token))
     assert (True, None) == (deleted, job(db.engine, job_id))
 
 
@@ -124,7 +124,7 @@ def test_release_job_gives_the_job_back_after_the_delay(db: Database) -> None:
     job_id = add_batch_job(db.engine)
     token = lease(db.engine, job_id)
     released = db.run(
-        lambda conn: _sql.release_job(conn, job_id, token, delay_seconds=60.0, error="boom")
+        lambda conn: queries.release_job(conn, job_id, token, delay_seconds=60.0, error="boom")
     )
     row = existing_job(db.engine, job_id)
     due_in = db.seconds_from_now(row["run_at"])
@@ -137,7 +137,7 @@ def test_return_job_gives_the_job_back_uncounted(db: Database) -> None:
     """A returned job has no lease, its attempt is taken back, its last error stays."""
     job_id = add_batch_job(db.engine, attempts=2, last_error="earlier")
     token = lease(db.engine, job_id)
-    returned = db.run(lambda conn: _sql.return_job(conn, job_id, token))
+    returned = db.run(lambda conn: queries.return_job(conn, job_id, token))
     row = existing_job(db.engine, job_id)
     lease_columns = (row["lease_owner"], row["lease_token"], row["lease_expires_at"])
     actual = (returned, lease_columns, row["attempts"], row["last_error"])
@@ -148,7 +148,7 @@ def test_hold_refused_job_keeps_the_token_without_an_expiry(db: Database) -> Non
     """A job held as refused keeps its token, has no owner and no expiry, and says why."""
     job_id = add_batch_job(db.engine)
     token = lease(db.engine, job_id)
-    held = db.run(lambda conn: _sql.hold_refused_job(conn, job_id, token, "refused: why"))
+    held = db.run(lambda conn: queries.hold_refused_job(conn, job_id, token, "refused: why"))
     row = existing_job(db.engine, job_id)
     lease_columns = (row["lease_owner"], row["lease_token"], row["lease_expires_at"])
     actual = (held, lease_columns, row["attempts"], row["last_error"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 
-from outbox import _sql
+from outbox._db import queries
 from tests.conformance._database import Database
 from tests.conformance._factories import (
     HANDLER,
@@ -39,10 +39,10 @@ def test_refused_groups_lists_the_held_batch_jobs_oldest_first(db: Database) -> 
     add_batch_job(db.engine)
     _refused_batch_job(db, handler=OTHER_HANDLER, group_id=second, error="second")
     expected = [
-        _sql.RefusedGroup(HANDLER, first, 1, "first"),
-        _sql.RefusedGroup(OTHER_HANDLER, second, 1, "second"),
+        queries.RefusedGroup(HANDLER, first, 1, "first"),
+        queries.RefusedGroup(OTHER_HANDLER, second, 1, "second"),
     ]
-    assert expected == db.run(_sql.refused_groups)
+    assert expected == db.run(queries.refused_groups)
 
 
 def test_refused_groups_of_one_handler(db: Database) -> None:
@@ -50,20 +50,20 @@ def test_refused_groups_of_one_handler(db: Database) -> None:
     group_id = uuid.uuid4()
     _refused_batch_job(db, group_id=group_id)
     _refused_batch_job(db, handler=OTHER_HANDLER)
-    groups = db.run(lambda conn: _sql.refused_groups(conn, HANDLER))
+    groups = db.run(lambda conn: queries.refused_groups(conn, HANDLER))
     assert [group_id] == [group.group_id for group in groups]
 
 
 def test_refused_groups_leave_out_claim_jobs(db: Database) -> None:
     """Only batch jobs hold groups."""
     refuse(db.engine, add_claim_job(db.engine, 0))
-    assert [] == db.run(_sql.refused_groups)
+    assert [] == db.run(queries.refused_groups)
 
 
 def test_release_refused_jobs_gives_the_held_jobs_back(db: Database) -> None:
     """A released job has no token, is due now, and keeps its attempts and error."""
     job_id = _refused_batch_job(db, error="why")
-    released = db.run(_sql.release_refused_jobs)
+    released = db.run(queries.release_refused_jobs)
     row = existing_job(db.engine, job_id)
     due_in = db.seconds_from_now(row["run_at"])
     lease_columns = (row["lease_owner"], row["lease_token"], row["lease_expires_at"])
@@ -76,13 +76,13 @@ def test_release_refused_jobs_leaves_running_jobs(db: Database) -> None:
     job_id = add_batch_job(db.engine)
     lease(db.engine, job_id)
     before = existing_job(db.engine, job_id)
-    assert (0, before) == (db.run(_sql.release_refused_jobs), existing_job(db.engine, job_id))
+    assert (0, before) == (db.run(queries.release_refused_jobs), existing_job(db.engine, job_id))
 
 
 def test_release_refused_jobs_of_one_handler(db: Database) -> None:
     """Released for one handler, another handler's held groups stay held."""
     mine, others = _refused_batch_job(db), _refused_batch_job(db, handler=OTHER_HANDLER)
-    released = db.run(lambda conn: _sql.release_refused_jobs(conn, HANDLER))
+    released = db.run(lambda conn: queries.release_refused_jobs(conn, HANDLER))
     tokens = [existing_job(db.engine, job_id)["lease_token"] is None for job_id in (mine, others)]
     assert (1, [True, False]) == (released, tokens)
 
@@ -91,6 +91,6 @@ def test_release_refused_jobs_of_one_group(db: Database) -> None:
     """Released for one group, the handler's other held groups stay held."""
     group_id = uuid.uuid4()
     mine, other = _refused_batch_job(db, group_id=group_id), _refused_batch_job(db)
-    released = db.run(lambda conn: _sql.release_refused_jobs(conn, group_id=group_id))
+    released = db.run(lambda conn: queries.release_refused_jobs(conn, group_id=group_id))
     tokens = [existing_job(db.engine, job_id)["lease_token"] is None for job_id in (mine, other)]
     assert (1, [True, False]) == (released, tokens)

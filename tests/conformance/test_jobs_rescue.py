@@ -12,7 +12,8 @@ import uuid
 
 from sqlalchemy import Connection
 
-from outbox import _sql, schema
+from outbox import schema
+from outbox._db import queries
 from tests._support import wait_for
 from tests.conformance._database import Database
 from tests.conformance._factories import (
@@ -26,7 +27,7 @@ from tests.conformance._factories import (
 
 
 def _rescue(db: Database) -> int:
-    return db.run(lambda conn: _sql.rescue_expired_jobs(conn, db.dialect))
+    return db.run(lambda conn: queries.rescue_expired_jobs(conn, db.dialect))
 
 
 def test_rescue_frees_an_expired_lease(db: Database) -> None:
@@ -46,7 +47,7 @@ def test_rescue_keeps_the_attempt_counted_and_says_why(db: Database) -> None:
     lease(db.engine, job_id, expires_in=-1.0)
     _rescue(db)
     row = existing_job(db.engine, job_id)
-    assert (3, _sql.RESCUED_ERROR) == (row["attempts"], row["last_error"])
+    assert (3, queries.RESCUED_ERROR) == (row["attempts"], row["last_error"])
 
 
 def test_rescue_leaves_a_live_lease(db: Database) -> None:
@@ -78,8 +79,8 @@ def test_a_rescued_job_is_acquired_again(db: Database) -> None:
     lease(db.engine, job_id, expires_in=-1.0)
     _rescue(db)
 
-    def acquire(conn: Connection) -> list[_sql.JobRow]:
-        return _sql.acquire_jobs(
+    def acquire(conn: Connection) -> list[queries.JobRow]:
+        return queries.acquire_jobs(
             conn,
             db.dialect,
             handlers=[HANDLER],

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from sqlalchemy import insert, text
 
-from outbox import _sql
+from outbox._db import queries
 from tests.conformance._database import Database
 from tests.conformance._factories import ACTIVITY
 
@@ -30,7 +30,7 @@ def listener(db: Database) -> Iterator[Any]:
     connection = raw.driver_connection
     assert connection is not None
     connection.autocommit = True
-    connection.execute(f"LISTEN {_sql.NOTIFY_CHANNEL}")
+    connection.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
     try:
         yield connection
     finally:
@@ -45,11 +45,11 @@ def _heard(listener: Any, timeout: float, stop_after: int | None = 1) -> list[st
 def test_notify_jobs_is_heard_once_its_transaction_commits(db: Database, listener: Any) -> None:
     """Nothing is heard while the transaction is open; its commit wakes the listener."""
     with db.engine.connect() as conn:
-        _sql.notify_jobs(conn)
+        queries.notify_jobs(conn)
         before_commit = _heard(listener, SILENCE_SECONDS)
         conn.commit()
     after_commit = _heard(listener, HEARD_SECONDS)
-    assert ([], [_sql.JOBS_NOTIFICATION]) == (before_commit, after_commit)
+    assert ([], [queries.JOBS_NOTIFICATION]) == (before_commit, after_commit)
 
 
 def test_notify_jobs_of_a_rolled_back_transaction_is_never_heard(
@@ -57,7 +57,7 @@ def test_notify_jobs_of_a_rolled_back_transaction_is_never_heard(
 ) -> None:
     """A distribution that rolled back enqueued nothing, and wakes nobody."""
     with db.engine.connect() as conn:
-        _sql.notify_jobs(conn)
+        queries.notify_jobs(conn)
         conn.rollback()
     assert [] == _heard(listener, SILENCE_SECONDS)
 
@@ -66,14 +66,14 @@ def test_notify_jobs_of_a_rolled_back_transaction_is_never_heard(
 def announcing(db: Database, listener: Any) -> Iterator[None]:
     """The buffer of ``ActivityEvent`` with its notify trigger, dropped after the test."""
     with db.engine.begin() as conn:
-        conn.execute(text(_sql.notify_function_ddl()))
-        for statement in _sql.notify_trigger_ddl(conn.dialect, ACTIVITY):
+        conn.execute(text(queries.notify_function_ddl()))
+        for statement in queries.notify_trigger_ddl(conn.dialect, ACTIVITY):
             conn.execute(text(statement))
     try:
         yield
     finally:
         with db.engine.begin() as conn:
-            conn.execute(text(_sql.drop_notify_trigger_ddl(conn.dialect, ACTIVITY)))
+            conn.execute(text(queries.drop_notify_trigger_ddl(conn.dialect, ACTIVITY)))
 
 
 @pytest.mark.usefixtures("announcing")
@@ -103,10 +103,10 @@ def test_a_buffers_trigger_is_heard_only_once_the_events_commit(
 def test_a_buffer_without_its_trigger_announces_nothing(db: Database, listener: Any) -> None:
     """Once the trigger is dropped, new events wake nobody."""
     with db.engine.begin() as conn:
-        conn.execute(text(_sql.notify_function_ddl()))
-        for statement in _sql.notify_trigger_ddl(conn.dialect, ACTIVITY):
+        conn.execute(text(queries.notify_function_ddl()))
+        for statement in queries.notify_trigger_ddl(conn.dialect, ACTIVITY):
             conn.execute(text(statement))
-        conn.execute(text(_sql.drop_notify_trigger_ddl(conn.dialect, ACTIVITY)))
+        conn.execute(text(queries.drop_notify_trigger_ddl(conn.dialect, ACTIVITY)))
     with db.engine.begin() as conn:
         conn.execute(insert(ACTIVITY).values(activity_id=1))
     assert [] == _heard(listener, SILENCE_SECONDS)

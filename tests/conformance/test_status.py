@@ -14,7 +14,8 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine
 
-from outbox import _sql, schema
+from outbox import schema
+from outbox._db import queries
 from tests.conformance._database import Database
 from tests.conformance._factories import (
     ACTIVITY,
@@ -61,13 +62,13 @@ JOBS_IN_STATE: dict[State, Callable[[Engine], None]] = {
 def test_job_counts_count_a_job_in_its_state(db: Database, state: State) -> None:
     """A job is counted once, in the state its lease columns say."""
     JOBS_IN_STATE[state](db.engine)
-    assert {(HANDLER, BATCH, state.value): 1} == db.run(_sql.job_counts)
+    assert {(HANDLER, BATCH, state.value): 1} == db.run(queries.job_counts)
 
 
 def test_a_running_job_that_was_attempted_before_is_running(db: Database) -> None:
     """A lease says running, whatever the attempts before it."""
     lease(db.engine, add_batch_job(db.engine, attempts=3))
-    assert {(HANDLER, BATCH, State.RUNNING.value): 1} == db.run(_sql.job_counts)
+    assert {(HANDLER, BATCH, State.RUNNING.value): 1} == db.run(queries.job_counts)
 
 
 def test_job_counts_count_by_handler_and_kind(db: Database) -> None:
@@ -81,7 +82,7 @@ def test_job_counts_count_by_handler_and_kind(db: Database) -> None:
         (HANDLER, BATCH, State.WAITING.value): 1,
         (OTHER_HANDLER, CLAIM, State.WAITING.value): 1,
     }
-    assert expected == db.run(_sql.job_counts)
+    assert expected == db.run(queries.job_counts)
 
 
 def test_max_failed_attempts_looks_at_waiting_batch_jobs_only(db: Database) -> None:
@@ -92,7 +93,7 @@ def test_max_failed_attempts_looks_at_waiting_batch_jobs_only(db: Database) -> N
     lease(db.engine, add_batch_job(db.engine, attempts=5))
     add_claim_job(db.engine, 0, attempts=7)
     add_batch_job(db.engine, handler=OTHER_HANDLER)
-    assert {HANDLER: 2, OTHER_HANDLER: 0} == db.run(_sql.max_failed_attempts)
+    assert {HANDLER: 2, OTHER_HANDLER: 0} == db.run(queries.max_failed_attempts)
 
 
 def test_archive_counts_count_by_handler_and_status(db: Database) -> None:
@@ -106,7 +107,7 @@ def test_archive_counts_count_by_handler_and_status(db: Database) -> None:
         (HANDLER, schema.ArchiveStatus.DEAD.value): 1,
         (OTHER_HANDLER, schema.ArchiveStatus.SUCCEEDED.value): 1,
     }
-    assert expected == db.run(_sql.archive_counts)
+    assert expected == db.run(queries.archive_counts)
 
 
 @pytest.mark.parametrize(("unclaimed", "expected"), [(True, 3), (False, 2)])
@@ -118,13 +119,13 @@ def test_count_buffer_rows_counts_unclaimed_or_claimed_rows(
     add_events(db.engine, 1, group_id=uuid.uuid4())
     add_events(db.engine, 1, group_id=uuid.uuid4())
     assert expected == db.run(
-        lambda conn: _sql.count_buffer_rows(conn, ACTIVITY, unclaimed=unclaimed)
+        lambda conn: queries.count_buffer_rows(conn, ACTIVITY, unclaimed=unclaimed)
     )
 
 
 def test_oldest_event_age_of_an_empty_buffer_is_none(db: Database) -> None:
     """No event, no age."""
-    assert None is db.run(lambda conn: _sql.oldest_event_age(conn, ACTIVITY))
+    assert None is db.run(lambda conn: queries.oldest_event_age(conn, ACTIVITY))
 
 
 def test_oldest_event_age_is_the_oldest_rows_claimed_or_not(db: Database) -> None:
@@ -132,11 +133,11 @@ def test_oldest_event_age_is_the_oldest_rows_claimed_or_not(db: Database) -> Non
     clock."""
     add_events(db.engine, 1, group_id=uuid.uuid4(), age=60.0)
     add_events(db.engine, 1, age=30.0)
-    age = db.run(lambda conn: _sql.oldest_event_age(conn, ACTIVITY))
+    age = db.run(lambda conn: queries.oldest_event_age(conn, ACTIVITY))
     assert True is (age is not None and 60.0 <= age < 65.0)
 
 
 def test_oldest_event_age_is_never_negative(db: Database) -> None:
     """An event dated ahead of the database clock has waited no time, not less."""
     add_events(db.engine, 1, age=-30.0)
-    assert 0.0 == db.run(lambda conn: _sql.oldest_event_age(conn, ACTIVITY))
+    assert 0.0 == db.run(lambda conn: queries.oldest_event_age(conn, ACTIVITY))

@@ -6,7 +6,7 @@ distribution, is the live worker that started first (ties broken by id).
 
 from __future__ import annotations
 
-from outbox import _sql
+from outbox._db import queries
 from tests.conformance._database import Database
 from tests.conformance._factories import (
     add_worker,
@@ -20,7 +20,7 @@ STALE = 60.0
 
 def test_insert_worker_registers_a_live_worker(db: Database) -> None:
     """The worker's row says who it is; it started and heartbeated now."""
-    db.run(lambda conn: _sql.insert_worker(conn, "w1", "host-a", 4321, 8))
+    db.run(lambda conn: queries.insert_worker(conn, "w1", "host-a", 4321, 8))
     row = worker(db.engine, "w1")
     ages = [-db.seconds_from_now(row[name]) for name in ("started_at", "heartbeat_at")]
     actual = (row["hostname"], row["pid"], row["concurrency"], [0 <= age < 5 for age in ages])
@@ -30,7 +30,7 @@ def test_insert_worker_registers_a_live_worker(db: Database) -> None:
 def test_touch_worker_records_a_heartbeat_now(db: Database) -> None:
     """A heartbeat moves the worker's last heartbeat to the database's now."""
     add_worker(db.engine, "w1", heartbeat_ago=30.0)
-    touched = db.run(lambda conn: _sql.touch_worker(conn, "w1"))
+    touched = db.run(lambda conn: queries.touch_worker(conn, "w1"))
     age = -db.seconds_from_now(worker(db.engine, "w1")["heartbeat_at"])
     assert (True, True) == (touched, 0 <= age < 5)
 
@@ -38,14 +38,14 @@ def test_touch_worker_records_a_heartbeat_now(db: Database) -> None:
 def test_touch_worker_of_a_forgotten_worker_says_so(db: Database) -> None:
     """A worker whose row was pruned is told: False."""
     add_worker(db.engine, "w2")
-    assert False is db.run(lambda conn: _sql.touch_worker(conn, "w1"))
+    assert False is db.run(lambda conn: queries.touch_worker(conn, "w1"))
 
 
 def test_delete_worker_unregisters_only_that_worker(db: Database) -> None:
     """The worker's row goes; the others stay."""
     add_worker(db.engine, "w1")
     add_worker(db.engine, "w2")
-    db.run(lambda conn: _sql.delete_worker(conn, "w1"))
+    db.run(lambda conn: queries.delete_worker(conn, "w1"))
     assert ["w2"] == worker_ids(db.engine)
 
 
@@ -55,7 +55,7 @@ def test_delete_stale_workers_forgets_only_workers_without_a_fresh_heartbeat(
     """Workers silent longer than the stale age go; the count says how many."""
     add_worker(db.engine, "dead", heartbeat_ago=STALE + 30)
     add_worker(db.engine, "live", started_ago=STALE + 30, heartbeat_ago=STALE - 30)
-    deleted = db.run(lambda conn: _sql.delete_stale_workers(conn, STALE))
+    deleted = db.run(lambda conn: queries.delete_stale_workers(conn, STALE))
     assert (1, ["live"]) == (deleted, worker_ids(db.engine))
 
 
@@ -64,19 +64,19 @@ def test_the_leader_is_the_live_worker_that_started_first(db: Database) -> None:
     add_worker(db.engine, "a-stale", started_ago=300.0, heartbeat_ago=STALE + 30)
     add_worker(db.engine, "c-oldest-live", started_ago=200.0)
     add_worker(db.engine, "b-younger", started_ago=100.0)
-    assert "c-oldest-live" == db.run(lambda conn: _sql.leader_worker_id(conn, STALE))
+    assert "c-oldest-live" == db.run(lambda conn: queries.leader_worker_id(conn, STALE))
 
 
 def test_between_workers_started_together_the_lowest_id_leads(db: Database) -> None:
     """Two workers with the same start time: the one with the lower id leads."""
     add_workers_started_together(db.engine, ["w2", "w1", "w3"])
-    assert "w1" == db.run(lambda conn: _sql.leader_worker_id(conn, STALE))
+    assert "w1" == db.run(lambda conn: queries.leader_worker_id(conn, STALE))
 
 
 def test_without_live_workers_there_is_no_leader(db: Database) -> None:
     """Only stale workers: nobody leads."""
     add_worker(db.engine, "w1", heartbeat_ago=STALE + 30)
-    assert None is db.run(lambda conn: _sql.leader_worker_id(conn, STALE))
+    assert None is db.run(lambda conn: queries.leader_worker_id(conn, STALE))
 
 
 def test_count_live_workers_counts_fresh_heartbeats_only(db: Database) -> None:
@@ -84,4 +84,4 @@ def test_count_live_workers_counts_fresh_heartbeats_only(db: Database) -> None:
     add_worker(db.engine, "w1")
     add_worker(db.engine, "w2", heartbeat_ago=STALE - 30)
     add_worker(db.engine, "w3", heartbeat_ago=STALE + 30)
-    assert 2 == db.run(lambda conn: _sql.count_live_workers(conn, STALE))
+    assert 2 == db.run(lambda conn: queries.count_live_workers(conn, STALE))

@@ -1,6 +1,6 @@
 """Races forced deterministically on real PostgreSQL connections.
 
-Each test holds one party inside its transaction at a precise step (a library ``_sql`` function
+Each test holds one party inside its transaction at a precise step (a library ``queries`` function
 wrapped to pause on an event, in one named thread only), runs the other party against it, and
 then lets the first one go. Everything else is the library's real code path: workers lease and
 complete jobs, rescue frees expired leases, claimers claim, distributors distribute.
@@ -19,7 +19,8 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, func, select, text, update
 from structlog.testing import capture_logs
 
-from outbox import Batch, Outbox, RetryPolicy, _log, _sql, add_events, schema
+from outbox import Batch, Outbox, RetryPolicy, _log, add_events, schema
+from outbox._db import queries
 from outbox._engine import claimer, distributor
 from outbox._engine.claimer import Claim
 from outbox.results import BatchResult
@@ -102,12 +103,12 @@ class Pause:
 
 
 def pause_after(monkeypatch: pytest.MonkeyPatch, function_name: str, pause: Pause) -> list[Any]:
-    """Wrap ``_sql.<function_name>``: run it, record its result, then pause (named thread only).
+    """Wrap ``queries.<function_name>``: run it, record its result, then pause (named thread only).
 
     The caller's transaction stays open while the thread is held, with every lock the statement
     took. Returns the list of results the named thread got.
     """
-    real = getattr(_sql, function_name)
+    real = getattr(queries, function_name)
     results: list[Any] = []
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -117,7 +118,7 @@ def pause_after(monkeypatch: pytest.MonkeyPatch, function_name: str, pause: Paus
         pause.here()
         return result
 
-    monkeypatch.setattr(_sql, function_name, wrapper)
+    monkeypatch.setattr(queries, function_name, wrapper)
     return results
 
 
@@ -294,7 +295,7 @@ def test_completion_after_a_committed_rescue_changes_nothing(
     group_id = claim_group(app).group_id
     rescue_pause = Pause("rescuer")
     pause_after(monkeypatch, "rescue_expired_jobs", rescue_pause)
-    real_finish = _sql.finish_succeeded_group
+    real_finish = queries.finish_succeeded_group
     fenced: list[bool] = []
 
     def finish_succeeded_group(*args: Any, **kwargs: Any) -> int | None:
@@ -302,7 +303,7 @@ def test_completion_after_a_committed_rescue_changes_nothing(
         fenced.append(deleted is not None)
         return deleted
 
-    monkeypatch.setattr(_sql, "finish_succeeded_group", finish_succeeded_group)
+    monkeypatch.setattr(queries, "finish_succeeded_group", finish_succeeded_group)
     results: list[BatchResult] = []
     holder = Worker(app, concurrency=1, on_result=results.append)
     with capture_logs() as logs:
@@ -650,14 +651,14 @@ def test_overlapping_distributors_enqueue_only_the_claim_jobs_needed(
     errors = record_database_errors(app.engine)
     commit_events(app.engine, 25)
     counted = threading.Barrier(2, timeout=WAIT_SECONDS)
-    real_insert = _sql.insert_claim_jobs
+    real_insert = queries.insert_claim_jobs
 
     def insert_after_both_counted(*args: Any, **kwargs: Any) -> int:
         if threading.current_thread().name.startswith("distributor"):
             counted.wait()
         return real_insert(*args, **kwargs)
 
-    monkeypatch.setattr(_sql, "insert_claim_jobs", insert_after_both_counted)
+    monkeypatch.setattr(queries, "insert_claim_jobs", insert_after_both_counted)
     handler = app.get_handler("sync")
     try:
         runs = [

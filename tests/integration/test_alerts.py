@@ -7,7 +7,7 @@ from collections.abc import Callable
 from sqlalchemy import update
 
 from outbox import Batch, Outbox, RetryPolicy, Urgency
-from outbox._dialects import db_now_plus
+from outbox._db.dialects import db_now_plus
 from outbox._engine import distributor
 from outbox.metrics import bands, collect
 from outbox.worker import Worker

@@ -10,9 +10,9 @@ import pytest
 from sqlalchemy import Engine, create_engine, func, select, update
 
 from outbox import Batch, Outbox, RetryPolicy, schema
+from outbox._db.queries import database_now
 from outbox._engine import claimer
 from outbox._engine.claimer import Claim
-from outbox._sql import database_now
 from outbox.results import BatchResult
 from outbox.testing import drain
 from outbox.worker import Worker

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from outbox import Batch, Outbox, _sql, schema
-from outbox._db import run_in_transaction
+from outbox import Batch, Outbox, schema
+from outbox._db import queries, run_in_transaction
 from outbox._engine import claimer, distributor
 from outbox._engine.batch_job import run_batch_job
 from outbox.app import Handler
@@ -42,12 +42,12 @@ def handler(app: Outbox) -> Handler[Any]:
     return app.get_handler("noop")
 
 
-def lease_claim_jobs(app: Outbox, limit: int = 100) -> list[_sql.JobRow]:
+def lease_claim_jobs(app: Outbox, limit: int = 100) -> list[queries.JobRow]:
     """Distribute, then lease up to ``limit`` claim jobs to this test's worker."""
     distributor.run_once(app, list(app.handlers))
     return run_in_transaction(
         app.engine,
-        lambda conn: _sql.acquire_jobs(
+        lambda conn: queries.acquire_jobs(
             conn,
             app.dialect,
             handlers=list(app.handlers),
@@ -78,7 +78,7 @@ def unclaimed(app: Outbox) -> int:
         )
 
 
-def steal(app: Outbox, job: _sql.JobRow) -> None:
+def steal(app: Outbox, job: queries.JobRow) -> None:
     """Give the job's lease to someone else, as a rescue and a new lease would."""
     with app.engine.begin() as conn:
         conn.execute(
@@ -129,7 +129,7 @@ def test_a_claim_that_drains_the_buffer_deletes_the_pending_claim_jobs(
     distributor.run_once(app, list(app.handlers))  # four claim jobs for 35 rows
     mine, theirs = run_in_transaction(
         app.engine,
-        lambda conn: _sql.acquire_jobs(
+        lambda conn: queries.acquire_jobs(
             conn,
             app.dialect,
             handlers=["noop"],
@@ -180,7 +180,7 @@ def test_finishing_a_group_with_a_lost_lease_changes_nothing(
     def finish(token: uuid.UUID) -> int | None:
         return run_in_transaction(
             app.engine,
-            lambda conn: _sql.finish_succeeded_group(
+            lambda conn: queries.finish_succeeded_group(
                 conn,
                 ActivityEvent.__table__,
                 job_id=claim.job.id,  # type: ignore[union-attr]
@@ -236,13 +236,13 @@ def test_postgresql_probes_for_unclaimed_rows_use_the_partial_index(
                 return conn.execute(statement, parameters).all()
 
     recorder: Any = Recorder()
-    for probe in (lambda: _sql.count_unclaimed(recorder, table, 100),
-                  lambda: _sql.any_unclaimed(recorder, table)):  # fmt: skip
+    for probe in (lambda: queries.count_unclaimed(recorder, table, 100),
+                  lambda: queries.any_unclaimed(recorder, table)):  # fmt: skip
         # The recorder returns plain rows, which the probes may not read: only their
         # statements matter here.
         with contextlib.suppress(AttributeError):
             probe()
-    more = select(_sql.unclaimed_after(table, bindparam("outbox_after_id")))
+    more = select(queries.unclaimed_after(table, bindparam("outbox_after_id")))
     sent.append((more, {"outbox_after_id": ids[4000]}))
     plans = []
     with app.engine.connect() as conn:

@@ -7,8 +7,9 @@ from collections.abc import Callable
 
 from sqlalchemy import func, select, update
 
-from outbox import Batch, Delivery, Outbox, RetryPolicy, _sql, schema
-from outbox._db import run_in_transaction
+from outbox import Batch, Delivery, Outbox, RetryPolicy, schema
+from outbox._db import queries, run_in_transaction
+from outbox._db.dialects import db_now_plus
 from outbox._engine.batch_job import run_batch_job
 from outbox._engine.claimer import run_once as claim_once
 from outbox.testing import drain
@@ -31,12 +32,12 @@ def _buffered(app: Outbox) -> int:
         return int(conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one())
 
 
-def _lease(app: Outbox, worker_id: str = "test-worker") -> _sql.JobRow:
+def _lease(app: Outbox, worker_id: str = "test-worker") -> queries.JobRow:
     import uuid
 
     (job,) = run_in_transaction(
         app.engine,
-        lambda conn: _sql.acquire_jobs(
+        lambda conn: queries.acquire_jobs(
             conn,
             app.dialect,
             handlers=list(app.handlers),
@@ -115,7 +116,7 @@ def test_events_older_than_expires_after_are_archived_as_expired(
         conn.execute(
             update(ActivityEvent)
             .where(ActivityEvent.id.in_(old))
-            .values(created_at=_sql.db_now_plus(-7200))
+            .values(created_at=db_now_plus(-7200))
         )
     result = drain(app)
     assert (new, {"expired": 4}, 4) == (
@@ -141,7 +142,7 @@ def test_group_of_only_expired_events_never_calls_the_handler(
         conn.execute(
             update(ActivityEvent)
             .where(ActivityEvent.id.in_(ids))
-            .values(created_at=_sql.db_now_plus(-120))
+            .values(created_at=db_now_plus(-120))
         )
     drain(app)
     assert ([], {"expired": 5}, 0, 0) == (
@@ -167,7 +168,7 @@ def test_at_most_once_dead_letters_an_interrupted_group(
     claim_once(app, app.get_handler("once"))
     _lease(app, worker_id="lost-worker")  # leased by a worker that then died
     with app.engine.begin() as conn:
-        conn.execute(update(schema.jobs).values(lease_expires_at=_sql.db_now_plus(-1)))
+        conn.execute(update(schema.jobs).values(lease_expires_at=db_now_plus(-1)))
     Worker(app).rescue()
     drain(app)
     assert ([], {"dead": 3}) == (calls, _archive_statuses(app))

@@ -57,8 +57,9 @@ def test_rescue_skips_a_job_whose_completion_holds_its_row(postgres_database: st
 
     from sqlalchemy import create_engine, text, update
 
-    from outbox import _sql, schema
-    from outbox._dialects import db_now_plus
+    from outbox import schema
+    from outbox._db import queries
+    from outbox._db.dialects import db_now_plus
 
     engine = create_engine(postgres_database)
     with engine.begin() as conn:
@@ -75,7 +76,7 @@ def test_rescue_skips_a_job_whose_completion_holds_its_row(postgres_database: st
     try:
         with engine.begin() as conn:
             conn.execute(text("SET LOCAL lock_timeout = '2s'"))
-            rescued = _sql.rescue_expired_jobs(conn, "postgresql")
+            rescued = queries.rescue_expired_jobs(conn, "postgresql")
     finally:
         holder.rollback()
         holder.close()

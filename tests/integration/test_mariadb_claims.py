@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine, create_engine, insert, text
 from sqlalchemy.exc import OperationalError
 
 from outbox import Outbox
-from outbox._sql import claim_rows
+from outbox._db.queries import claim_rows
 from tests.conftest import reset_schema
 from tests.models import ActivityEvent
 

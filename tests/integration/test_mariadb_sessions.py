@@ -10,15 +10,15 @@ from sqlalchemy import text
 from sqlalchemy.exc import OperationalError
 
 from outbox import UnsupportedDatabaseError
-from outbox import _dialects as dialects
 from outbox._db import create_outbox_engine
+from outbox._db.dialects import mysql
 
 
 def test_a_server_older_than_outbox_needs_is_refused_in_one_line(
     mariadb_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Connecting to a server below the version outbox needs raises, naming both versions."""
-    monkeypatch.setattr(dialects, "MIN_MARIADB_VERSION", (99, 1))
+    monkeypatch.setattr(mysql, "MIN_MARIADB_VERSION", (99, 1))
     engine = create_outbox_engine(mariadb_url)
     try:
         with pytest.raises(UnsupportedDatabaseError) as refused, engine.connect():

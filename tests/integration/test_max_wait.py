@@ -7,7 +7,7 @@ from collections.abc import Callable
 from sqlalchemy import update
 
 from outbox import Outbox
-from outbox._dialects import db_now_plus
+from outbox._db.dialects import db_now_plus
 from outbox._engine import claimer, distributor
 from tests.models import ActivityEvent
 

@@ -10,7 +10,8 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, LargeBinary, Numeric, String, Uuid, func, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Urgency, _sql, schema
+from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Urgency, schema
+from outbox._db import queries
 from outbox.archive import prune, replay
 from outbox.metrics import collect
 from outbox.testing import drain
@@ -171,16 +172,16 @@ def test_leader_is_the_oldest_live_worker(
     """The longest-running worker with a fresh heartbeat leads; a stale one does not."""
     app = make_app(database_url)
     with app.engine.begin() as conn:
-        _sql.insert_worker(conn, "first", "host", 1, 1)
+        queries.insert_worker(conn, "first", "host", 1, 1)
     with app.engine.begin() as conn:
-        _sql.insert_worker(conn, "second", "host", 2, 1)
+        queries.insert_worker(conn, "second", "host", 2, 1)
         conn.execute(
             update(schema.workers)
             .where(schema.workers.c.id == "first")
             .values(started_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
         )
     with app.engine.connect() as conn:
-        leader_while_fresh = _sql.leader_worker_id(conn, stale_seconds=60)
+        leader_while_fresh = queries.leader_worker_id(conn, stale_seconds=60)
     with app.engine.begin() as conn:
         conn.execute(
             update(schema.workers)
@@ -188,7 +189,7 @@ def test_leader_is_the_oldest_live_worker(
             .values(heartbeat_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
         )
     with app.engine.connect() as conn:
-        leader_after_first_went_quiet = _sql.leader_worker_id(conn, stale_seconds=60)
+        leader_after_first_went_quiet = queries.leader_worker_id(conn, stale_seconds=60)
     assert ("first", "second") == (leader_while_fresh, leader_after_first_went_quiet)
 
 

@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import Engine, String, create_engine, func, select, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from outbox import Batch, BufferMixin, Outbox, _sql
+from outbox import Batch, BufferMixin, Outbox
+from outbox._db import queries
 from outbox._engine import claimer
 from outbox.buffer import add_events
 from outbox.testing import drain
@@ -76,8 +77,8 @@ def test_a_partitioned_buffer_is_not_addressable_a_plain_one_is(
     """The claim asks PostgreSQL what the table is: a partitioned one takes the join by id."""
     with partitioned.connect() as conn:
         assert (False, True) == (
-            _sql.addressable(conn, PartitionedEvent.__table__),  # type: ignore[arg-type]
-            _sql.addressable(conn, ActivityEvent.__table__),  # type: ignore[arg-type]
+            queries.addressable(conn, PartitionedEvent.__table__),  # type: ignore[arg-type]
+            queries.addressable(conn, ActivityEvent.__table__),  # type: ignore[arg-type]
         )
 
 
@@ -85,7 +86,7 @@ def test_claim_by_address_would_stamp_rows_of_another_partition(partitioned: Eng
     """Why the fallback: the same claim by address stamps the 5 oldest rows and the 5 rows of
     the other partition at the same addresses."""
     table = PartitionedEvent.__table__
-    claim = _sql.claim_update("postgresql", table, uuid.uuid4(), 5, by_address=True)  # type: ignore[arg-type]
+    claim = queries.claim_update("postgresql", table, uuid.uuid4(), 5, by_address=True)  # type: ignore[arg-type]
     with partitioned.connect() as conn:
         assert claim is not None
         stamped = sorted(conn.execute(claim.returning(table.c.id)).scalars())

@@ -5,7 +5,8 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 
-from outbox import Outbox, _sql
+from outbox import Outbox
+from outbox._db import queries
 from outbox.worker import Worker
 from tests.models import ActivityEvent
 
@@ -24,10 +25,10 @@ def test_heartbeat_learns_the_fleet_size(
     app = _app(database_url, make_app)
     with app.engine.begin() as conn:
         for n in range(3):
-            _sql.insert_worker(conn, f"other-{n}", "host", n, 1)
+            queries.insert_worker(conn, f"other-{n}", "host", n, 1)
     worker = Worker(app)
     with app.engine.begin() as conn:
-        _sql.insert_worker(conn, worker.id, "host", 99, 1)
+        queries.insert_worker(conn, worker.id, "host", 99, 1)
     worker._heartbeat()
     assert 4 == worker.live_workers
 

@@ -10,7 +10,7 @@ from prometheus_client import CollectorRegistry
 from sqlalchemy import update
 
 from outbox import Batch, Outbox, RetryPolicy, Settings, Urgency
-from outbox._dialects import db_now_plus
+from outbox._db.dialects import db_now_plus
 from outbox.metrics import collect
 from outbox.prometheus import WorkerMetrics, register, start_http_server
 from outbox.results import BatchResult

@@ -13,9 +13,9 @@ from sqlalchemy import Connection, event, select, update
 
 from outbox import Batch, Outbox, RetryPolicy, Settings, Urgency, add_events, schema
 from outbox._db import run_in_transaction
-from outbox._dialects import db_now_plus
+from outbox._db.dialects import db_now_plus
+from outbox._db.queries import acquire_jobs
 from outbox._engine import claimer
-from outbox._sql import acquire_jobs
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import wait_for

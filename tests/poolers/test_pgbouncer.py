@@ -11,7 +11,7 @@ from sqlalchemy import Engine, event, text
 from sqlalchemy.exc import DBAPIError
 
 from outbox import Outbox, Settings, notify
-from outbox._dialects import behind_pooler
+from outbox._db.dialects import behind_pooler
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.models import ActivityEvent

@@ -12,7 +12,7 @@ from sqlalchemy.dialects.mssql import dialect as mssql_dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
 from outbox import UnsupportedDatabaseError
-from outbox._dialects import is_missing_table, is_transient, name_of
+from outbox._db.dialects import is_missing_table, is_transient, name_of
 
 
 def wrapped(orig: Exception, cls: type[DBAPIError] = OperationalError) -> DBAPIError:

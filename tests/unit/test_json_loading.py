@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from outbox._db import _load_json
+from outbox._db.engine import _load_json
 
 JSON_VALUES = st.recursive(
     st.none()

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import create_mock_engine
 
-from outbox import _sql
+from outbox._db import queries
 from tests.models import ActivityEvent
 
 URLS = {"postgresql": "postgresql+psycopg://", "sqlite": "sqlite://", "mysql": "mysql+pymysql://"}
@@ -44,9 +44,9 @@ def capture(dialect: str, call: str) -> list[str]:
 
     engine = create_mock_engine(URLS[dialect], executor)
     if call == "claim_rows":
-        _sql.claim_rows(engine, dialect, ActivityEvent.__table__, uuid.uuid4(), 100)  # type: ignore[arg-type]
+        queries.claim_rows(engine, dialect, ActivityEvent.__table__, uuid.uuid4(), 100)  # type: ignore[arg-type]
     else:
-        _sql.acquire_jobs(
+        queries.acquire_jobs(
             engine,  # type: ignore[arg-type]
             dialect,
             handlers=["sync"],

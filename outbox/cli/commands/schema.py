@@ -46,7 +46,7 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
     """Print the DDL of outbox's tables, for teams that manage schema by hand."""
     from sqlalchemy.schema import CreateIndex, CreateTable
 
-    from outbox import _dialects
+    from outbox._db import dialects
 
     if dialect is None:
         # Only the URL's kind matters: DDL needs no driver and no connection.
@@ -59,7 +59,7 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
             else None
         )
         dialect = "postgresql" if backend is None else backend.get_backend_name()
-    target = _dialects.dialect_named(dialect)
+    target = dialects.dialect_named(dialect)
     if target is None:
         raise click.UsageError(
             f"outbox has no schema for {dialect!r}; use --dialect postgresql, sqlite or mysql"

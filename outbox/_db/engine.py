@@ -1,4 +1,5 @@
-"""Engines, short transactions with retry of transient errors, and the schema check."""
+"""Engines, short transactions with retry of transient errors, and the checks that the tables
+are there."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ from sqlalchemy import Connection, Engine, Table, create_engine, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, NoSuchModuleError
 
-from outbox import _dialects as dialects
 from outbox import _log, schema
+from outbox._db import dialects
 from outbox.exceptions import (
     BufferTableMissingError,
     ConfigurationError,
@@ -25,11 +26,18 @@ from outbox.exceptions import (
 
 T = TypeVar("T")
 
+
 log = _log.get_logger(__name__)
 
+
 TRANSACTION_ATTEMPTS = 5
+
+
 TRANSACTION_BACKOFF_SECONDS = 0.05
+
+
 MAX_BACKOFF_SECONDS = 2.0
+
 
 # From the user name's colon to the last "@": greedy, so that a password holding ":" or "@"
 # is hidden whole (at worst, more than the password is).
@@ -37,7 +45,6 @@ _PASSWORD = re.compile(r"^((?:[\w+]+://)?[^:/@?]*:).*@")
 
 
 URL_FORM = "postgresql+psycopg://user:password@host:port/database or sqlite:///path"
-"""What a database URL looks like, for error messages."""
 
 
 def redact(text: str) -> str:
@@ -73,6 +80,7 @@ _SYNC_DRIVERS = {
     ("mariadb", "asyncmy"): "pymysql",
 }
 
+
 # asyncpg's own query parameters, which libpq (psycopg) does not take. Dropped: its client-side
 # statement caches and its per-statement timeout, which tune the application's connections and
 # mean nothing to outbox's. Renamed: the same setting under libpq's name. Refused: TLS and
@@ -86,7 +94,11 @@ _ASYNCPG_DROPPED = frozenset(
         "command_timeout",
     }
 )
+
+
 _ASYNCPG_RENAMED = {"ssl": "sslmode", "timeout": "connect_timeout"}
+
+
 _ASYNCPG_REFUSED = frozenset({"direct_tls", "server_settings"})
 
 
@@ -170,7 +182,7 @@ def load_driver(url: URL) -> None:
 
 
 JsonFunctions = dict[str, Callable[..., Any]]
-"""An engine's ``json_serializer`` and ``json_deserializer``, those it was given."""
+
 
 _decode_json = json.JSONDecoder().decode
 
@@ -219,7 +231,7 @@ def create_outbox_engine(
     ``idle_transaction_timeout`` (PostgreSQL, MariaDB): the server ends a transaction left idle
     this long, so that a frozen worker (SIGSTOP, a stalled VM) cannot hold row locks forever.
     Set at connect (on PostgreSQL added to any ``?options=`` of the URL; behind a connection
-    pooler such as PgBouncer, per transaction instead: see ``_dialects.configure_engine``).
+    pooler such as PgBouncer, per transaction instead: see ``dialects.configure_engine``).
     """
     parsed = parse_url(url)
     load_driver(parsed)

@@ -1,0 +1,42 @@
+"""The database layer: the only code that speaks SQL.
+
+``engine``: engines and short transactions (what ``from outbox import _db`` gives). ``queries``:
+one function per statement, grouped by the table it touches. ``dialects``: what differs between
+PostgreSQL, SQLite and MariaDB, and what each can do. ``types``: the values handed back.
+"""
+
+from outbox._db.engine import (
+    URL_FORM,
+    JsonFunctions,
+    buffer_table_missing,
+    check_buffer_tables,
+    check_connection,
+    check_schema,
+    create_outbox_engine,
+    describe,
+    json_functions,
+    load_driver,
+    missing_buffer_tables,
+    parse_url,
+    redact,
+    run_in_transaction,
+    sync_url,
+)
+
+__all__ = [
+    "URL_FORM",
+    "JsonFunctions",
+    "buffer_table_missing",
+    "check_buffer_tables",
+    "check_connection",
+    "check_schema",
+    "create_outbox_engine",
+    "describe",
+    "json_functions",
+    "load_driver",
+    "missing_buffer_tables",
+    "parse_url",
+    "redact",
+    "run_in_transaction",
+    "sync_url",
+]

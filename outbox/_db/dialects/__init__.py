@@ -1,0 +1,144 @@
+"""What differs between the databases: one module per database (``postgresql``, ``sqlite``,
+``mysql``) for setting up its connections, and one per concern (``clock``, ``errors``,
+``payload``) for the SQL that differs. Code outside the database layer asks ``supports``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Engine, event
+
+# Under another name: importing the submodule .postgresql binds ``postgresql`` in this package.
+from sqlalchemy.dialects import postgresql as sa_postgresql
+from sqlalchemy.sql.expression import Insert
+
+from outbox._db.dialects.clock import (
+    age_seconds,
+    db_now,
+    db_now_plus,
+    timestamp,
+)
+from outbox._db.dialects.errors import (
+    error_summary,
+    is_missing_table,
+    is_transient,
+)
+from outbox._db.dialects.mysql import (
+    MIN_MARIADB_VERSION,
+    MIN_MYSQL_VERSION,
+    configure_mysql,
+    read_committed,
+)
+from outbox._db.dialects.names import (
+    MYSQL,
+    POSTGRESQL,
+    SQLITE,
+    SUPPORTED,
+    SUPPORTS,
+    Supports,
+    default_dialect,
+    dialect_named,
+    name_of,
+    storage_type,
+    supports,
+)
+from outbox._db.dialects.payload import (
+    JSON_AS_TEXT_MARKER,
+    MAX_DOUBLE,
+    row_as_json,
+)
+from outbox._db.dialects.postgresql import (
+    IdleTimeout,
+    behind_pooler,
+    name_utc_plainly,
+)
+from outbox._db.dialects.sqlite import (
+    SQLITE_BUSY_TIMEOUT_SECONDS,
+    configure_sqlite,
+)
+
+
+def can_update_returning(dialect: str) -> bool:
+    """PostgreSQL and SQLite (3.35+) return rows from UPDATE; MariaDB and MySQL do not."""
+    return dialect in (POSTGRESQL, SQLITE)
+
+
+def uses_skip_locked(dialect: str) -> bool:
+    """SQLite has no row locks: its claims rely on the write lock taken by BEGIN IMMEDIATE."""
+    return dialect != SQLITE
+
+
+def insert_ignore(dialect: str, table: Any) -> Insert:
+    """An INSERT that skips rows violating a unique index instead of failing."""
+    # The other dialects' modules are imported on first use: a worker's start-up should not
+    # pay for databases it does not run on.
+    if dialect == POSTGRESQL:
+        return sa_postgresql.insert(table).on_conflict_do_nothing()
+    if dialect == SQLITE:
+        from sqlalchemy.dialects import sqlite
+
+        return sqlite.insert(table).on_conflict_do_nothing()
+    from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+    return mysql_insert(table).prefix_with("IGNORE")
+
+
+def configure_engine(engine: Engine, *, idle_transaction_timeout: float | None = None) -> None:
+    """Set up connections of an engine the way outbox needs them (once per engine).
+
+    SQLite: see :func:`configure_sqlite`. PostgreSQL through psycopg: a session whose time
+    zone is UTC under another name (``Etc/UTC``, the default of many server images) is switched
+    to the name ``UTC``. That changes no value and no time arithmetic, only how fast psycopg
+    reads ``timestamptz`` columns: for ``UTC`` it attaches Python's own UTC, for any other name
+    it converts each value through zoneinfo, a visible part of reading a claimed row.
+
+    ``idle_transaction_timeout`` (PostgreSQL, float seconds): the server ends a transaction
+    left idle this long, so that a frozen worker cannot hold row locks forever. See
+    :class:`IdleTimeout` for how it is set, directly and behind a connection pooler.
+    """
+    if getattr(engine, "_outbox_configured", False):
+        return
+    if engine.dialect.name == SQLITE:
+        configure_sqlite(engine)
+    elif engine.dialect.name == POSTGRESQL:
+        if engine.dialect.driver == "psycopg":
+            event.listen(engine, "connect", name_utc_plainly)
+        if idle_transaction_timeout is not None:
+            IdleTimeout(engine, idle_transaction_timeout).install()
+    elif name_of(engine.dialect) == MYSQL:
+        configure_mysql(engine, idle_transaction_timeout)
+    engine._outbox_configured = True  # type: ignore[attr-defined]
+
+
+__all__ = [
+    "JSON_AS_TEXT_MARKER",
+    "MAX_DOUBLE",
+    "MIN_MARIADB_VERSION",
+    "MIN_MYSQL_VERSION",
+    "MYSQL",
+    "POSTGRESQL",
+    "SQLITE",
+    "SQLITE_BUSY_TIMEOUT_SECONDS",
+    "SUPPORTED",
+    "SUPPORTS",
+    "Supports",
+    "age_seconds",
+    "behind_pooler",
+    "can_update_returning",
+    "configure_engine",
+    "db_now",
+    "db_now_plus",
+    "default_dialect",
+    "dialect_named",
+    "error_summary",
+    "insert_ignore",
+    "is_missing_table",
+    "is_transient",
+    "name_of",
+    "read_committed",
+    "row_as_json",
+    "storage_type",
+    "supports",
+    "timestamp",
+    "uses_skip_locked",
+]

@@ -1,0 +1,554 @@
+"""Statements on buffer tables: counting, claiming, a group's rows, completing a group."""
+
+from __future__ import annotations
+
+import functools
+import uuid
+import weakref
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Float,
+    Integer,
+    String,
+    Table,
+    Update,
+    any_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    literal_column,
+    null,
+    select,
+    text,
+    true,
+    type_coerce,
+    union_all,
+    update,
+)
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.engine import Engine, Result
+from sqlalchemy.exc import CompileError, DBAPIError
+from sqlalchemy.orm import Session
+
+from outbox import schema
+from outbox._db import dialects
+from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
+from outbox._db.queries.archive import ARCHIVE_COLUMNS, archive_source
+from outbox._db.queries.jobs import batch_job_values
+from outbox._db.types import LeasedClaim, UnreadableRowsError
+
+_jobs = schema.jobs
+_archive = schema.archive
+
+
+def count_unclaimed(conn: Connection, table: Table, cap: int) -> int:
+    """Unclaimed rows of a buffer, counting no further than ``cap``.
+
+    A capped count: the subquery stops after ``cap`` rows of the partial index
+    ``ix_<table>_unclaimed``, so a backlog of millions costs no more than the cap.
+    """
+    # ORDER BY id keeps the planner on the partial index: a plain LIMIT lets it prefer a
+    # sequential scan, which must step over every dead and claimed row at the heap's start.
+    capped = (
+        select(literal(1))
+        .where(table.c.group_id.is_(None))
+        .order_by(table.c.id)
+        .limit(cap)
+        .subquery()
+    )
+    return int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
+
+
+def oldest_unclaimed_age(conn: Connection, table: Table) -> float | None:
+    """Seconds the oldest unclaimed event has waited; None when none waits.
+
+    The lowest unclaimed id is the oldest: one step into the partial index
+    ``ix_<table>_unclaimed``.
+    """
+    age = conn.execute(
+        select(age_seconds(table.c.created_at))
+        .where(table.c.group_id.is_(None))
+        .order_by(table.c.id)
+        .limit(1)
+    ).scalar_one_or_none()
+    return None if age is None else float(age)
+
+
+def any_unclaimed(conn: Connection, table: Table) -> bool:
+    """Whether any row waits unclaimed: one probe of the partial index ``ix_<table>_unclaimed``
+    (ordered by id, so that the planner does not choose a sequential scan)."""
+    probe = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(1)
+    return conn.execute(probe).first() is not None
+
+
+def claim_rows(
+    conn: Connection, dialect: str, table: Table, group_id: uuid.UUID, limit: int
+) -> int:
+    """Stamp ``group_id`` on up to ``limit`` unclaimed rows, oldest first; returns how many.
+
+    PostgreSQL: a locking CTE, ``WITH c AS (SELECT ctid ... WHERE group_id IS NULL ORDER BY id
+    LIMIT n FOR UPDATE SKIP LOCKED) UPDATE ... WHERE ctid = ANY(ARRAY(SELECT ctid FROM c))``.
+    The CTE runs exactly once, so at most ``n`` rows are claimed; the ``IN (SELECT ... LIMIT n
+    FOR UPDATE SKIP LOCKED)`` form may be re-run by the planner and claim more. The rows are
+    updated where the CTE locked them, by their physical address (one TID scan), rather than
+    looked up again in the primary key (see :func:`_locked`). SKIP LOCKED lets concurrent
+    claimers take disjoint rows without waiting, and rows of uncommitted application
+    transactions are invisible, so a claim neither blocks the application nor sees its rows
+    early. The partial index ``ix_<table>_unclaimed`` serves the ordered scan.
+    SQLite: the transaction holds the database's write lock (BEGIN IMMEDIATE), so a plain
+    ``IN (SELECT ... LIMIT n)`` is safe. MariaDB: no LIMIT inside IN, no UPDATE ... RETURNING:
+    select the ids with SKIP LOCKED, then update by id.
+    """
+    stmt = claim_update(dialect, table, group_id, limit, by_address=addressable(conn, table))
+    if stmt is not None:
+        return conn.execute(stmt).rowcount
+    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
+    ids = list(conn.execute(pick.with_for_update(skip_locked=True)).scalars())
+    if not ids:
+        return 0
+    return conn.execute(update(table).where(table.c.id.in_(ids)).values(group_id=group_id)).rowcount
+
+
+def claim_update(
+    dialect: str, table: Table, group_id: uuid.UUID, limit: int, *, by_address: bool
+) -> Update | None:
+    """The claim of :func:`claim_rows` as one UPDATE (PostgreSQL, SQLite), None on MariaDB.
+
+    A caller may add ``.returning(*claimed_columns(...))`` to get the claimed rows back from
+    the same statement instead of selecting them again. ``by_address``: what
+    :func:`addressable` says of the table (PostgreSQL).
+    """
+    if dialect == dialects.POSTGRESQL:
+        return update(table).where(_locked(table, limit, by_address)).values(group_id=group_id)
+    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
+    if dialect == dialects.SQLITE:
+        return update(table).where(table.c.id.in_(pick.scalar_subquery())).values(group_id=group_id)
+    return None
+
+
+def fetch_claimed(result: Result[Any]) -> list[Any]:
+    """The rows a claim returned, each value read as its column declares it.
+
+    A value that cannot be read raises :class:`UnreadableRowsError` rather than undoing the
+    claim: undone, the same oldest rows would be claimed and fail again, forever, and block
+    every row behind them. A database error is not such a value, and goes on up as it is.
+    """
+    try:
+        return list(result.all())
+    except DBAPIError:
+        raise
+    except Exception as error:
+        raise UnreadableRowsError(type(error).__name__) from error
+
+
+def claimed_columns(dialect: str, table: Table) -> list[ColumnElement[Any]]:
+    """What a claim's ``UPDATE ... RETURNING`` returns: every column of ``table``, in table
+    order, each to be read as the table declares it.
+
+    SQLite stores a whole number in a column of REAL affinity (FLOAT, REAL, DOUBLE) as an
+    integer, and RETURNING hands it back as one where a SELECT gives the REAL: such a column
+    is returned through ``CAST(... AS REAL)``, taken only for its REAL values (other values
+    stay as stored, as a SELECT returns them).
+    """
+    if dialect != dialects.SQLITE:
+        return list(table.c)
+    return list(_sqlite_claimed_columns(table))
+
+
+@functools.cache
+def _sqlite_claimed_columns(table: Table) -> tuple[ColumnElement[Any], ...]:
+    # Built once per buffer: deciding affinities compiles every column's type.
+    return tuple(_as_real(column) if _real_affinity(column) else column for column in table.c)
+
+
+def _real_affinity(column: Any) -> bool:
+    # SQLite's affinity rules (https://sqlite.org/datatype3.html, 3.1), in their order.
+    try:
+        declared = column.type.compile(dialect=dialects.default_dialect(dialects.SQLITE)).upper()
+    except CompileError:  # a type SQLite cannot name: no SQLite table has such a column
+        return False
+    if "INT" in declared or any(word in declared for word in ("CHAR", "CLOB", "TEXT", "BLOB")):
+        return False
+    return any(word in declared for word in ("REAL", "FLOA", "DOUB"))
+
+
+def _as_real(column: Any) -> ColumnElement[Any]:
+    real = case((func.typeof(column) == "real", sql_cast(column, Float)), else_=column)
+    return type_coerce(real, column.type).label(column.name)
+
+
+def addressable(conn: Connection, table: Table) -> bool:
+    """Whether a claim may address ``table``'s rows by ``ctid``: on PostgreSQL, unless the
+    table is partitioned (a ``ctid`` is unique only within one partition). Asked once per
+    engine and table."""
+    if conn.dialect.name != dialects.POSTGRESQL:
+        return True
+    known = _ADDRESSABLE.setdefault(conn.engine, {})
+    if table.fullname not in known:
+        name = conn.dialect.identifier_preparer.format_table(table)
+        kind = conn.execute(
+            text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:name)"), {"name": name}
+        ).scalar()
+        known[table.fullname] = kind != "p"
+    return known[table.fullname]
+
+
+_ADDRESSABLE: weakref.WeakKeyDictionary[Engine, dict[str, bool]] = weakref.WeakKeyDictionary()
+
+
+def _locked(
+    table: Table, limit: int, by_address: bool, *, only_if: Any = None
+) -> ColumnElement[bool]:
+    """PostgreSQL: the claim's condition. The CTE ``claimable`` locks up to ``limit``
+    unclaimed rows, oldest first, skipping locked ones (``only_if``: an extra condition of the
+    pick); the UPDATE takes them by address, ``ctid = ANY(ARRAY(SELECT ctid FROM claimable))``,
+    or, where the table is not :func:`addressable`, by id, ``id IN (SELECT id FROM claimable)``.
+
+    A row locked by this transaction cannot move before the UPDATE reaches it, so its ``ctid``
+    from the CTE still addresses it: the UPDATE fetches all the rows in one TID scan instead of
+    a primary-key lookup per row (PostgreSQL's CPU per drain fell by a quarter,
+    benchmarks/README.md). Should a row have moved anyway, the TID scan would find no current
+    row at the old address and leave it unclaimed for the next claim: never claimed twice,
+    never lost.
+    """
+    # Unqualified ``ctid``: the pick and the UPDATE each have the buffer as their only table.
+    key = literal_column("ctid") if by_address else table.c.id
+    pick = select(key).where(table.c.group_id.is_(None))
+    if only_if is not None:
+        pick = pick.where(only_if)
+    claimable = (
+        pick.order_by(table.c.id).limit(limit).with_for_update(skip_locked=True).cte("claimable")
+    )
+    if by_address:
+        return key == any_(func.array(select(claimable.c.ctid).scalar_subquery()))
+    return table.c.id.in_(select(claimable.c.id))
+
+
+def select_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
+    """A group's rows, all columns in table order, by id; served by ``ix_<table>_group_id``."""
+    return list(conn.execute(_group_rows(table, group_id)).all())
+
+
+def select_claimed_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
+    """:func:`select_group_rows` of a group being claimed: a value that cannot be read raises
+    :class:`UnreadableRowsError` (see :func:`fetch_claimed`)."""
+    return fetch_claimed(conn.execute(_group_rows(table, group_id)))
+
+
+def _group_rows(table: Table, group_id: uuid.UUID) -> Any:
+    return select(*table.c).where(table.c.group_id == group_id).order_by(table.c.id)
+
+
+def count_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> int:
+    """How many rows a group has."""
+    return int(conn.execute(select(func.count()).where(table.c.group_id == group_id)).scalar_one())
+
+
+def move_rows_to_group(
+    conn: Connection,
+    table: Table,
+    group_id: uuid.UUID,
+    new_group_id: uuid.UUID,
+    event_ids: Iterable[int],
+) -> int:
+    """Move some rows of a group into a new group (events a handler asked to retry)."""
+    return conn.execute(
+        update(table)
+        .where(table.c.group_id == group_id, table.c.id.in_(list(event_ids)))
+        .values(group_id=new_group_id)
+    ).rowcount
+
+
+def delete_group_rows(
+    conn: Connection,
+    table: Table,
+    group_id: uuid.UUID,
+    event_ids: Iterable[int] | None = None,
+    *,
+    older_than: float | None = None,
+) -> int:
+    """Delete a group's rows: all, only ``event_ids``, or only those older than ``older_than``
+    seconds. Served by ``ix_<table>_group_id``."""
+    stmt = delete(table).where(table.c.group_id == group_id)
+    if event_ids is not None:
+        stmt = stmt.where(table.c.id.in_(list(event_ids)))
+    if older_than is not None:
+        stmt = stmt.where(table.c.created_at < db_now_plus(-older_than))
+    return conn.execute(stmt).rowcount
+
+
+def insert_events(
+    conn: Connection | Session, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> int:
+    """Insert event rows into a buffer with one executemany, in the caller's transaction."""
+    if not rows:
+        return 0
+    conn.execute(insert(table), list(rows))
+    return len(rows)
+
+
+def insert_stored_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> int:
+    """Insert rows of values as the database stores them (replayed from the archive), keyed by
+    column name: each column bound as its storage type (:func:`outbox._db.dialects.storage_type`),
+    so that no TypeDecorator converts a stored value a second time. One executemany per set of
+    columns: payloads archived before a column was added lack it."""
+    by_columns: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
+    for row in rows:
+        by_columns.setdefault(tuple(row), []).append(row)
+    # By name, not by ``table.c``'s keys: a column may have a key other than its name.
+    named = {column.name: column for column in table.columns}
+    for names, same_columns in by_columns.items():
+        binds = {
+            named[name]: bindparam(
+                name, type_=dialects.storage_type(named[name].type, conn.dialect)
+            )
+            for name in names
+        }
+        conn.execute(insert(table).values(binds), same_columns)
+    return len(rows)
+
+
+def claim_group_with_job(
+    conn: Connection,
+    table: Table,
+    *,
+    group_id: uuid.UUID,
+    limit: int,
+    held: tuple[int, uuid.UUID, float] | None,
+    handler: str,
+    priority: int,
+    lease: tuple[str, uuid.UUID, float],
+) -> LeasedClaim:
+    """PostgreSQL: claim up to ``limit`` rows, create their batch job leased to the claiming
+    worker, and return the rows, the job's id and whether more rows wait, in one round trip.
+
+    ``held``: (id, token, lease seconds) of the claim job this claim runs for, or None. Its
+    ``held`` CTE pushes that lease back and gates the locking CTE: when the lease is lost,
+    nothing is claimed. An empty result cannot tell "nothing to claim" from "lease lost": the
+    caller's fenced finishing write tells. ``lease``: (worker id, token, seconds) of the new
+    batch job, which is inserted only when rows were claimed.
+
+    ``more`` is read from the partial index in the statement's snapshot, past the last
+    claimed id; rows other claimers hold locked still count.
+    """
+    owner, token, seconds = lease
+    params: dict[str, Any] = {
+        "outbox_group_id": group_id,
+        "outbox_handler": handler,
+        "outbox_priority": priority,
+        "outbox_owner": owner,
+        "outbox_token": token,
+        "outbox_seconds": seconds,
+    }
+    if held is not None:
+        params.update(
+            outbox_held_id=held[0], outbox_held_token=held[1], outbox_held_seconds=held[2]
+        )
+    statement = _claim_with_job_statement(table, limit, held is not None, addressable(conn, table))
+    rows = fetch_claimed(conn.execute(statement, params))
+    if not rows:
+        return LeasedClaim([], None, False)
+    # The first row is the job's: see _claim_with_job_statement.
+    job = rows[0]._mapping
+    return LeasedClaim(rows[1:], int(job["id"]), job["created_at"] is not None)
+
+
+@functools.cache
+def _claim_with_job_statement(table: Table, limit: int, fenced: bool, by_address: bool) -> Any:
+    # Built once per buffer, batch size and form, with bound parameters: building and hashing
+    # a statement of four CTEs costs about as much as running it.
+    #
+    # One statement returns two kinds of rows: the claimed rows (``stamped``), and one row
+    # for the batch job (``job``) in the buffer's columns: ``id`` carries the job's id,
+    # ``group_id`` is NULL (a claimed row's never is, so the job's row sorts first), and
+    # ``created_at`` is set when more rows wait, NULL otherwise; the other columns repeat a
+    # claimed row's values (see ``sample``). Handlers get the claimed rows as they are; no
+    # column is added to them.
+    c = table.c
+    gate = None
+    if fenced:
+        held = (
+            update(_jobs)
+            .where(
+                _jobs.c.id == bindparam("outbox_held_id"),
+                _jobs.c.lease_token == bindparam("outbox_held_token"),
+            )
+            .values(lease_expires_at=db_now_plus(bindparam("outbox_held_seconds", type_=Float)))
+            .returning(_jobs.c.id)
+            .cte("held")
+        )
+        gate = exists(select(held.c.id))
+    stamped = (
+        update(table)
+        .where(_locked(table, limit, by_address, only_if=gate))
+        .values(group_id=bindparam("outbox_group_id", type_=c.group_id.type))
+        .returning(*c)
+        .cte("stamped")
+    )
+    values = batch_job_values(
+        handler=bindparam("outbox_handler", type_=String),
+        group_id=bindparam("outbox_group_id", type_=_jobs.c.group_id.type),
+        priority=bindparam("outbox_priority", type_=Integer),
+        attempts=0,
+        run_at=db_now(),
+        lease=(
+            bindparam("outbox_owner", type_=String),
+            bindparam("outbox_token", type_=_jobs.c.lease_token.type),
+            bindparam("outbox_seconds", type_=Float),
+        ),
+    )
+    # A SELECT takes SQL expressions: the plain values (kind, attempts) become literals.
+    source = [
+        value if isinstance(value, ColumnElement) else literal(value, _jobs.c[name].type)
+        for name, value in values.items()
+    ]
+    job = (
+        insert(_jobs)
+        .from_select(list(values), select(*source).where(exists(select(stamped.c.id))))
+        .returning(_jobs.c.id)
+        .cte("job")
+    )
+    last_claimed = select(func.max(stamped.c.id)).scalar_subquery()
+    more = case((unclaimed_after(table, last_claimed).is_not(None), db_now()))
+    # The job's row carries one claimed row's values in the application's columns, not NULLs:
+    # every row of the result passes through the columns' result processing (below), and a
+    # TypeDecorator of a NOT NULL column may fail on a NULL it never otherwise meets. One row
+    # of the materialized ``stamped``: a scan that stops at its first row.
+    sample = select(*stamped.c).limit(1).subquery("sample")
+    job_row = select(
+        *(
+            job.c.id.label(column.name)
+            if column.name == "id"
+            else more.label(column.name)
+            if column.name == "created_at"
+            else null().label(column.name)
+            if column.name == "group_id"
+            else sampled.label(column.name)
+            for column, sampled in zip(c, sample.c, strict=True)
+        )
+    ).select_from(job.join(sample, true()))
+    claimed = union_all(job_row, select(*stamped.c)).subquery("claimed")
+    # A UNION's columns take their types from its first SELECT, where ``group_id`` is an
+    # untyped NULL and ``id`` the job's: each column is read as the buffer declares it, as
+    # ``select(*table.c)`` reads it, so that what a handler gets is typed as on every other
+    # path (an Enum's member, a TypeDecorator's process_result_value, a PickleType unpickled).
+    # The coercion renders no SQL of its own.
+    typed = [type_coerce(claimed.c[column.name], column.type).label(column.name) for column in c]
+    return select(*typed).order_by(claimed.c.group_id.is_not(None), claimed.c.id)
+
+
+def unclaimed_after(table: Table, after: Any) -> Any:
+    """The first unclaimed id past ``after``, NULL when there is none.
+
+    An ordered probe of the partial index ``ix_<table>_unclaimed``: an EXISTS here is planned
+    as a sequential scan, which steps over every dead and claimed row at the heap's start and
+    grows slower as a drain goes on.
+    """
+    return (
+        select(table.c.id)
+        .where(table.c.group_id.is_(None), table.c.id > after)
+        .order_by(table.c.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+
+
+def finish_succeeded_group(
+    conn: Connection,
+    table: Table,
+    *,
+    job_id: int,
+    token: uuid.UUID,
+    group_id: uuid.UUID,
+    archive: tuple[str, int] | None,
+    lenient: bool = False,
+) -> int | None:
+    """PostgreSQL: delete a handled group's batch job, fenced by its lease, and its rows
+    (archiving them as ``succeeded`` first when ``archive`` = (handler, attempts) is given),
+    in one round trip. Returns how many rows were deleted, None when the lease was lost (then
+    nothing changed).
+
+    The CTE ``job`` deletes the job; ``outbox_row`` deletes the rows only if the job was ours,
+    and returns them; ``archived`` writes what ``outbox_row`` returned, so the rows are read
+    once.
+    """
+    params: dict[str, Any] = {
+        "outbox_job_id": job_id,
+        "outbox_token": token,
+        "outbox_group_id": group_id,
+    }
+    if archive is not None:
+        params.update(outbox_handler=archive[0], outbox_attempts=archive[1])
+    stmt = _finish_succeeded_statement(table, archive is not None, lenient)
+    held, deleted = conn.execute(stmt, params).one()
+    return int(deleted) if held else None
+
+
+@functools.cache
+def _finish_succeeded_statement(table: Table, archive: bool, lenient: bool) -> Any:
+    job = (
+        delete(_jobs)
+        .where(
+            _jobs.c.id == bindparam("outbox_job_id"),
+            _jobs.c.lease_token == bindparam("outbox_token"),
+        )
+        .returning(_jobs.c.id)
+        .cte("job")
+    )
+    gone = (
+        delete(table)
+        .where(
+            table.c.group_id == bindparam("outbox_group_id", type_=table.c.group_id.type),
+            exists(select(job.c.id)),
+        )
+        # Only the archive reads the deleted rows' columns; a count needs none of them.
+        .returning(*(table.c if archive else (table.c.id,)))
+        .cte("outbox_row")
+    )
+    deleted = select(func.count()).select_from(gone).scalar_subquery()
+    if archive:
+        archived = (
+            insert(_archive)
+            .from_select(
+                ARCHIVE_COLUMNS,
+                archive_source(
+                    dialects.POSTGRESQL,
+                    table,
+                    gone,
+                    handler=bindparam("outbox_handler", type_=String),
+                    status=schema.ArchiveStatus.SUCCEEDED,
+                    attempts=bindparam("outbox_attempts", type_=Integer),
+                    error=None,
+                    lenient=lenient,
+                ),
+            )
+            .returning(_archive.c.id)
+            .cte("archived")
+        )
+        deleted = select(func.count()).select_from(archived).scalar_subquery()
+    return select(exists(select(job.c.id)), deleted)
+
+
+def count_buffer_rows(conn: Connection, table: Table, *, unclaimed: bool) -> int:
+    """Rows of a buffer: the unclaimed ones, or the claimed ones (in groups)."""
+    condition = table.c.group_id.is_(None) if unclaimed else table.c.group_id.is_not(None)
+    return int(conn.execute(select(func.count()).where(condition)).scalar_one())
+
+
+def oldest_event_age(conn: Connection, table: Table) -> float | None:
+    """Seconds since the oldest event still in a buffer was written; None when it is empty.
+
+    Ids grow with time, so the lowest id is the oldest event: one primary-key lookup.
+    """
+    age = conn.execute(
+        select(age_seconds(table.c.created_at)).order_by(table.c.id).limit(1)
+    ).scalar_one_or_none()
+    return None if age is None else max(float(age), 0.0)

@@ -1,0 +1,447 @@
+"""Statements on ``outbox_jobs``: claim jobs, acquisition, leases and the fence, rescue, refused
+groups, and the counts ``status`` shows."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    case,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+
+from outbox import schema
+from outbox._db import dialects
+from outbox._db.dialects.clock import db_now, db_now_plus
+from outbox._db.types import JobRow, RefusedGroup
+
+_jobs = schema.jobs
+
+
+def claim_job_slots(conn: Connection, handler: str) -> set[int]:
+    """The slots of a handler's claim jobs, pending or running."""
+    rows = conn.execute(
+        select(_jobs.c.slot).where(_jobs.c.handler == handler, _jobs.c.kind == schema.JobKind.CLAIM)
+    )
+    return {int(slot) for (slot,) in rows}
+
+
+def insert_claim_jobs(
+    conn: Connection, dialect: str, handler: str, slots: Sequence[int], priority: int
+) -> int:
+    """Enqueue claim jobs in the given slots; a slot already taken is skipped, not duplicated.
+
+    The unique index ``uq_outbox_jobs_claim_slot`` is what makes overlapping distributors safe:
+    both pick the lowest free slots, and the second insert of a slot does nothing.
+    """
+    if not slots:
+        return 0
+    stmt = dialects.insert_ignore(dialect, _jobs)
+    rows = [
+        {"kind": schema.JobKind.CLAIM, "handler": handler, "slot": s, "priority": priority}
+        for s in slots
+    ]
+    if dialect == dialects.POSTGRESQL:
+        # One statement for all slots; RETURNING counts exactly the rows inserted.
+        return len(conn.execute(stmt.values(rows).returning(_jobs.c.id)).all())
+    # One statement per slot: a multi-row insert-ignore reports an unreliable rowcount.
+    stmt = stmt.execution_options(preserve_rowcount=True)
+    return sum(max(conn.execute(stmt, row).rowcount, 0) for row in rows)
+
+
+def acquire_jobs(
+    conn: Connection,
+    dialect: str,
+    *,
+    handlers: Sequence[str],
+    worker_id: str,
+    token: uuid.UUID,
+    limit: int,
+    lease_seconds: float,
+    batch_handlers: Sequence[str] | None = None,
+    kind: str | None = None,
+) -> list[JobRow]:
+    """Lease up to ``limit`` due jobs, most urgent band first, then the longest due.
+
+    Served by the partial index ``ix_outbox_jobs_ready (priority, run_at, id) WHERE lease_token
+    IS NULL``. PostgreSQL and MariaDB lock the picked rows with ``FOR UPDATE SKIP LOCKED`` so
+    that concurrent workers take disjoint jobs without waiting; the pick is a CTE because a
+    ``WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` subquery may be run more than
+    once by PostgreSQL and lease more than ``n`` jobs. SQLite has no row locks: the write lock
+    taken by ``BEGIN IMMEDIATE`` makes the whole transaction exclusive.
+
+    ``batch_handlers``: when given, batch jobs only of these handlers (claim jobs of all);
+    handlers with a fleet-wide concurrency cap are leased apart, by
+    :func:`acquire_capped_batch_jobs`.
+    """
+    kinds: Any = _jobs.c.handler.in_(handlers)
+    if kind is not None:
+        kinds = kinds & (_jobs.c.kind == kind)
+    if batch_handlers is not None:
+        kinds = kinds & (
+            (_jobs.c.kind == schema.JobKind.CLAIM) | _jobs.c.handler.in_(batch_handlers)
+        )
+    pick = (
+        select(_jobs.c.id)
+        .where(_jobs.c.lease_token.is_(None), _jobs.c.run_at <= db_now(), kinds)
+        .order_by(_jobs.c.priority, _jobs.c.run_at, _jobs.c.id)
+        .limit(limit)
+    )
+    values = {
+        "lease_owner": worker_id,
+        "lease_token": token,
+        "lease_expires_at": db_now_plus(lease_seconds),
+        "attempts": _jobs.c.attempts + 1,
+    }
+    columns = (
+        _jobs.c.id,
+        _jobs.c.kind,
+        _jobs.c.handler,
+        _jobs.c.slot,
+        _jobs.c.group_id,
+        _jobs.c.priority,
+        _jobs.c.attempts,
+        _jobs.c.lease_token,
+        _jobs.c.last_error,
+    )
+    if dialect == dialects.POSTGRESQL:
+        picked = pick.with_for_update(skip_locked=True).cte("picked")
+        rows = conn.execute(
+            update(_jobs).where(_jobs.c.id == picked.c.id).values(values).returning(*columns)
+        )
+    elif dialect == dialects.SQLITE:
+        rows = conn.execute(
+            update(_jobs)
+            .where(_jobs.c.id.in_(pick.scalar_subquery()))
+            .values(values)
+            .returning(*columns)
+        )
+    else:
+        # The ready index in the order it is scanned: on a job table as small as outbox keeps
+        # it, MariaDB would rather scan it whole and sort, locking every due job before the
+        # LIMIT, and a second worker's acquisition would find none of them free.
+        ordered = pick.with_hint(_jobs, "FORCE INDEX (ix_outbox_jobs_ready)", "mysql")
+        ids = list(conn.execute(ordered.with_for_update(skip_locked=True)).scalars())
+        if not ids:
+            return []
+        conn.execute(update(_jobs).where(_jobs.c.id.in_(ids)).values(values))
+        rows = conn.execute(
+            select(*columns).where(_jobs.c.id.in_(ids), _jobs.c.lease_token == token)
+        )
+    jobs = [JobRow(**row._mapping) for row in rows]
+    return sorted(jobs, key=lambda j: (j.priority, j.id))
+
+
+def acquire_capped_batch_jobs(
+    conn: Connection,
+    dialect: str,
+    *,
+    handler: str,
+    cap: int,
+    worker_id: str,
+    token: uuid.UUID,
+    limit: int,
+    lease_seconds: float,
+) -> list[JobRow]:
+    """Lease batch jobs of a handler with a fleet-wide cap on groups in flight.
+
+    Count-then-lease is only exact when no other worker does the same at once, so the
+    transaction first takes a per-handler lock: ``pg_advisory_xact_lock`` on PostgreSQL
+    (released at commit), the database write lock on SQLite (BEGIN IMMEDIATE). MariaDB has no
+    lock that ends with the transaction but row locks: the count locks every batch job of the
+    handler (``FOR UPDATE``, through ``uq_outbox_jobs_claim_slot``'s leading ``handler``), so a
+    second worker's count waits for the first one's leases to commit and then sees them.
+    """
+    mine = (_jobs.c.handler == handler, _jobs.c.kind == schema.JobKind.BATCH)
+    # In flight: leased, and not refused (a refused group runs nowhere).
+    in_flight = _jobs.c.lease_expires_at.is_not(None)
+    if dialect == dialects.POSTGRESQL:
+        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"outbox:{handler}"))))
+    if dialect == dialects.MYSQL:
+        leased = conn.execute(select(in_flight).where(*mine).with_for_update()).scalars()
+        running = sum(1 for is_leased in leased if is_leased)
+    else:
+        running = conn.execute(select(func.count()).where(*mine, in_flight)).scalar_one()
+    room = min(cap - int(running), limit)
+    if room <= 0:
+        return []
+    return acquire_jobs(
+        conn,
+        dialect,
+        handlers=[handler],
+        batch_handlers=[handler],
+        worker_id=worker_id,
+        token=token,
+        limit=room,
+        lease_seconds=lease_seconds,
+        kind=schema.JobKind.BATCH,
+    )
+
+
+def extend_leases(
+    conn: Connection, worker_id: str, job_ids: Sequence[int], lease_seconds: float
+) -> int:
+    """Push back the leases of the jobs a worker is running now; returns how many.
+
+    Only those: a job whose finishing write failed (the database was down longer than its
+    patience) is no longer running, and its lease must run out so that it is rescued.
+    """
+    if not job_ids:
+        return 0
+    return conn.execute(
+        update(_jobs)
+        .where(_jobs.c.lease_owner == worker_id, _jobs.c.id.in_(list(job_ids)))
+        .values(lease_expires_at=db_now_plus(lease_seconds))
+    ).rowcount
+
+
+# What a rescued job's last_error says: its attempt was interrupted, not failed by the handler.
+RESCUED_ERROR = "lease expired: its worker stopped before finishing"
+
+
+def extend_lease(conn: Connection, job_id: int, token: uuid.UUID, lease_seconds: float) -> bool:
+    """Push back one job's lease; False when it is no longer ours (the fence)."""
+    return (
+        conn.execute(
+            update(_jobs)
+            .where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
+            .values(lease_expires_at=db_now_plus(lease_seconds))
+        ).rowcount
+        == 1
+    )
+
+
+def rescue_expired_jobs(conn: Connection, dialect: str) -> int:
+    """Free the jobs whose lease ran out (their worker died or stalled) for another worker.
+
+    The attempt the dead worker started stays counted. A worker that comes back later finds
+    its token gone, so each of its finishing writes changes nothing. Rows locked by a
+    completion in progress are skipped, not waited for (``FOR UPDATE SKIP LOCKED``): a job
+    being finished is not abandoned, and a frozen worker's open transaction must not stall the
+    rescue of everyone else.
+    """
+    expired = select(_jobs.c.id).where(
+        _jobs.c.lease_token.is_not(None), _jobs.c.lease_expires_at < db_now()
+    )
+    if dialects.uses_skip_locked(dialect):
+        if dialect == dialects.POSTGRESQL:
+            picked = expired.with_for_update(skip_locked=True).cte("expired")
+            condition: Any = _jobs.c.id == picked.c.id
+        else:
+            ids = list(conn.execute(expired.with_for_update(skip_locked=True)).scalars())
+            if not ids:
+                return 0
+            condition = _jobs.c.id.in_(ids)
+    else:
+        condition = _jobs.c.id.in_(expired.scalar_subquery())
+    return conn.execute(
+        update(_jobs)
+        .where(condition, _jobs.c.lease_token.is_not(None))
+        .values(
+            lease_owner=None,
+            lease_token=None,
+            lease_expires_at=None,
+            run_at=db_now(),
+            last_error=RESCUED_ERROR,
+        )
+    ).rowcount
+
+
+def delete_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
+    """Delete a finished job; False when its lease is no longer ours (the fence)."""
+    result = conn.execute(delete(_jobs).where(_jobs.c.id == job_id, _jobs.c.lease_token == token))
+    return result.rowcount == 1
+
+
+# A job held with no expiry (``lease_token`` set, ``lease_expires_at`` NULL) is *refused*: the
+# database refused its group's finishing write for good. Acquisition takes only jobs with no
+# token and rescue only expired leases, so it stays until an operator releases it.
+def _refused() -> ColumnElement[bool]:
+    return and_(_jobs.c.lease_token.is_not(None), _jobs.c.lease_expires_at.is_(None))
+
+
+def hold_refused_job(conn: Connection, job_id: int, token: uuid.UUID, error: str) -> bool:
+    """Hold a leased job as refused, with why; False when its lease is no longer ours."""
+    result = conn.execute(
+        update(_jobs)
+        .where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
+        .values(lease_owner=None, lease_expires_at=None, last_error=error)
+    )
+    return result.rowcount == 1
+
+
+def refused_groups(conn: Connection, handler: str | None = None) -> list[RefusedGroup]:
+    """The refused groups (of one handler), oldest job first."""
+    stmt = select(_jobs.c.handler, _jobs.c.group_id, _jobs.c.attempts, _jobs.c.last_error).where(
+        _refused(), _jobs.c.kind == schema.JobKind.BATCH
+    )
+    if handler is not None:
+        stmt = stmt.where(_jobs.c.handler == handler)
+    return [RefusedGroup(*row) for row in conn.execute(stmt.order_by(_jobs.c.id))]
+
+
+def release_refused_jobs(
+    conn: Connection, handler: str | None = None, group_id: uuid.UUID | None = None
+) -> int:
+    """Give refused groups' jobs back to run again now (all, one handler's, or one group's);
+    returns how many. Their attempts stay counted."""
+    stmt = update(_jobs).where(_refused(), _jobs.c.kind == schema.JobKind.BATCH)
+    if handler is not None:
+        stmt = stmt.where(_jobs.c.handler == handler)
+    if group_id is not None:
+        stmt = stmt.where(_jobs.c.group_id == group_id)
+    return conn.execute(stmt.values(lease_token=None, run_at=db_now())).rowcount
+
+
+def delete_pending_claim_jobs(conn: Connection, handler: str) -> int:
+    """Delete a handler's claim jobs that wait to run (none is leased): for when a claim found
+    its buffer drained. They were counted for rows that others have claimed since; each would
+    cost a worker a transaction to find nothing. The next distribution enqueues what new rows
+    need."""
+    return conn.execute(
+        delete(_jobs).where(
+            _jobs.c.handler == handler,
+            _jobs.c.kind == schema.JobKind.CLAIM,
+            _jobs.c.lease_token.is_(None),
+        )
+    ).rowcount
+
+
+def release_job(
+    conn: Connection,
+    job_id: int,
+    token: uuid.UUID,
+    *,
+    delay_seconds: float,
+    error: str | None,
+) -> bool:
+    """Give a job back to run again after ``delay_seconds``; False when the lease was lost."""
+    result = conn.execute(
+        update(_jobs)
+        .where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
+        .values(
+            lease_owner=None,
+            lease_token=None,
+            lease_expires_at=None,
+            run_at=db_now_plus(delay_seconds),
+            last_error=error,
+        )
+    )
+    return result.rowcount == 1
+
+
+def return_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
+    """Give back a leased job that could not start, as if it had not been leased: its attempt
+    is not counted and its last error stays. False when the lease was lost."""
+    result = conn.execute(
+        update(_jobs)
+        .where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
+        .values(
+            lease_owner=None,
+            lease_token=None,
+            lease_expires_at=None,
+            attempts=_jobs.c.attempts - 1,
+        )
+    )
+    return result.rowcount == 1
+
+
+def insert_batch_job(
+    conn: Connection,
+    *,
+    handler: str,
+    group_id: uuid.UUID,
+    priority: int,
+    attempts: int = 0,
+    delay_seconds: float = 0.0,
+    error: str | None = None,
+    lease: tuple[str, uuid.UUID, float] | None = None,
+) -> int:
+    """Enqueue the batch job of a freshly claimed (or split off) group; returns its id.
+
+    ``lease``: (worker id, token, seconds) to create the job already leased, as its first
+    attempt, by the worker that claimed the group and will handle it at once.
+    """
+    values = batch_job_values(
+        handler=handler,
+        group_id=group_id,
+        priority=priority,
+        attempts=attempts,
+        run_at=db_now_plus(delay_seconds),
+        lease=lease,
+    )
+    values["last_error"] = error
+    result = conn.execute(insert(_jobs).values(values))
+    return int(result.inserted_primary_key[0])  # type: ignore[index]
+
+
+def batch_job_values(
+    *, handler: Any, group_id: Any, priority: Any, attempts: int, run_at: Any, lease: Any
+) -> dict[str, Any]:
+    """The columns of a new batch job, as values or SQL expressions; ``lease``: (worker id,
+    token, seconds) to create it leased, its first attempt counted."""
+    values: dict[str, Any] = {
+        "kind": schema.JobKind.BATCH,
+        "handler": handler,
+        "group_id": group_id,
+        "priority": priority,
+        "attempts": attempts,
+        "run_at": run_at,
+    }
+    if lease is not None:
+        owner, token, seconds = lease
+        values.update(
+            lease_owner=owner,
+            lease_token=token,
+            lease_expires_at=db_now_plus(seconds),
+            attempts=attempts + 1,
+        )
+    return values
+
+
+def batch_job_of_group(conn: Connection, group_id: uuid.UUID) -> int | None:
+    """The id of a group's batch job, if it has one."""
+    stmt = select(_jobs.c.id).where(
+        _jobs.c.group_id == group_id, _jobs.c.kind == schema.JobKind.BATCH
+    )
+    found = conn.execute(stmt).scalar_one_or_none()
+    return None if found is None else int(found)
+
+
+def job_counts(conn: Connection) -> dict[tuple[str, str, str], int]:
+    """Jobs by (handler, kind, state): :class:`outbox.schema.JobState`."""
+    state = case(
+        (_refused(), schema.JobState.REFUSED.value),
+        (_jobs.c.lease_token.is_not(None), schema.JobState.RUNNING.value),
+        (_jobs.c.attempts > 0, schema.JobState.RETRYING.value),
+        else_=schema.JobState.WAITING.value,
+    )
+    rows = conn.execute(
+        select(_jobs.c.handler, _jobs.c.kind, state, func.count()).group_by(
+            _jobs.c.handler, _jobs.c.kind, state
+        )
+    )
+    return {(h, k, s): int(n) for h, k, s, n in rows}
+
+
+def max_failed_attempts(conn: Connection) -> dict[str, int]:
+    """The most failed attempts of any group waiting for its next attempt, per handler.
+
+    A waiting batch job's ``attempts`` counts attempts that ended without success; a running
+    one's includes the attempt in progress, so only waiting jobs are looked at.
+    """
+    rows = conn.execute(
+        select(_jobs.c.handler, func.max(_jobs.c.attempts))
+        .where(_jobs.c.kind == schema.JobKind.BATCH, _jobs.c.lease_token.is_(None))
+        .group_by(_jobs.c.handler)
+    )
+    return {h: int(n) for h, n in rows}

@@ -1,0 +1,72 @@
+"""Statements on ``outbox_workers``: heartbeats, the leader, the live count; the clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+
+from outbox import schema
+from outbox._db.dialects.clock import db_now, db_now_plus
+
+_workers = schema.workers
+
+
+def insert_worker(
+    conn: Connection, worker_id: str, hostname: str, pid: int, concurrency: int
+) -> None:
+    """Register a live worker."""
+    conn.execute(
+        insert(_workers).values(id=worker_id, hostname=hostname, pid=pid, concurrency=concurrency)
+    )
+
+
+def touch_worker(conn: Connection, worker_id: str) -> bool:
+    """Record a worker's heartbeat; False when its row is gone (it was pruned as dead)."""
+    result = conn.execute(
+        update(_workers).where(_workers.c.id == worker_id).values(heartbeat_at=db_now())
+    )
+    return result.rowcount == 1
+
+
+def delete_worker(conn: Connection, worker_id: str) -> None:
+    """Unregister a worker that stops."""
+    conn.execute(delete(_workers).where(_workers.c.id == worker_id))
+
+
+def delete_stale_workers(conn: Connection, stale_seconds: float) -> int:
+    """Forget workers whose last heartbeat is older than ``stale_seconds``."""
+    return conn.execute(
+        delete(_workers).where(_workers.c.heartbeat_at < db_now_plus(-stale_seconds))
+    ).rowcount
+
+
+def leader_worker_id(conn: Connection, stale_seconds: float) -> str | None:
+    """The live worker that runs distribution: the longest-running one."""
+    return conn.execute(
+        select(_workers.c.id)
+        .where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
+        .order_by(_workers.c.started_at, _workers.c.id)
+        .limit(1)
+    ).scalar_one_or_none()
+
+
+def count_live_workers(conn: Connection, stale_seconds: float) -> int:
+    """Workers that heartbeated within ``stale_seconds``."""
+    return int(
+        conn.execute(
+            select(func.count()).where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
+        ).scalar_one()
+    )
+
+
+def database_now(conn: Connection) -> Any:
+    """The database clock, read once (for tests and status output)."""
+    return conn.execute(select(db_now())).scalar_one()

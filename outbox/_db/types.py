@@ -1,0 +1,60 @@
+"""The values the database layer hands back: jobs, claims, refused groups, index sizes."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class JobRow:
+    """A job as a worker holds it after acquiring it."""
+
+    id: int
+    kind: str
+    handler: str
+    slot: int | None
+    group_id: uuid.UUID | None
+    priority: int
+    attempts: int
+    lease_token: uuid.UUID
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class RefusedGroup:
+    """A group whose finishing write the database refused."""
+
+    handler: str
+    group_id: uuid.UUID
+    attempts: int
+    error: str | None
+
+
+class UnreadableRowsError(Exception):
+    """Rows were claimed, but one of their stored values could not be turned into Python: by
+    the driver, or by its column's type (an Enum member since removed, a TypeDecorator's
+    ``process_result_value`` that raises). The claim itself stands."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeasedClaim:
+    """A group claimed on PostgreSQL together with its leased batch job."""
+
+    rows: list[Any]
+    """The claimed rows, all columns in table order, by id; empty when nothing was claimed."""
+    job_id: int | None
+    """The group's batch job; None when nothing was claimed."""
+    more: bool
+    """Unclaimed rows remained past the last claimed id (a hint; see below)."""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexInfo:
+    """An index of a buffer table, as ``outbox reindex`` sees it."""
+
+    name: str
+    bytes: int
+    leftover: bool
+    """An invalid index left by an interrupted ``REINDEX ... CONCURRENTLY``."""
