@@ -31,19 +31,11 @@ log = _log.get_logger(__name__)
 
 
 TRANSACTION_ATTEMPTS = 5
-
-
 TRANSACTION_BACKOFF_SECONDS = 0.05
-
-
 MAX_BACKOFF_SECONDS = 2.0
-
-
 # From the user name's colon to the last "@": greedy, so that a password holding ":" or "@"
 # is hidden whole (at worst, more than the password is).
 _PASSWORD = re.compile(r"^((?:[\w+]+://)?[^:/@?]*:).*@")
-
-
 URL_FORM = "postgresql+psycopg://user:password@host:port/database or sqlite:///path"
 
 
@@ -97,8 +89,6 @@ _ASYNCPG_DROPPED = frozenset(
 
 
 _ASYNCPG_RENAMED = {"ssl": "sslmode", "timeout": "connect_timeout"}
-
-
 _ASYNCPG_REFUSED = frozenset({"direct_tls", "server_settings"})
 
 

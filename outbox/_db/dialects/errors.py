@@ -58,8 +58,6 @@ def is_transient(error: BaseException) -> bool:
 
 
 _PG_MISSING_TABLE = {"42P01", "3F000"}  # undefined_table, invalid_schema_name
-
-
 _MYSQL_NO_SUCH_TABLE = 1146
 
 

@@ -33,8 +33,6 @@ def read_committed(engine: Engine) -> Engine:
 
 # The oldest servers outbox runs on: MariaDB has SKIP LOCKED since 10.6, MySQL since 8.0.
 MIN_MARIADB_VERSION = (10, 6)
-
-
 MIN_MYSQL_VERSION = (8, 0)
 
 

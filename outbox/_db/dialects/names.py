@@ -16,14 +16,8 @@ from sqlalchemy.types import (
 from outbox.exceptions import UnsupportedDatabaseError
 
 POSTGRESQL = "postgresql"
-
-
 SQLITE = "sqlite"
-
-
 MYSQL = "mysql"  # also MariaDB: SQLAlchemy names both "mysql"
-
-
 SUPPORTED = (POSTGRESQL, SQLITE, MYSQL)
 
 

@@ -21,8 +21,6 @@ from sqlalchemy.types import (
 from outbox._db.dialects.names import MYSQL, POSTGRESQL, SQLITE, default_dialect, storage_type
 
 MAX_DOUBLE = 1.7976931348623157e308
-
-
 # Marks a SQLite payload archived in the lenient form, whose JSON columns are kept as text.
 JSON_AS_TEXT_MARKER = "__outbox_json_columns_as_text__"
 

@@ -24,13 +24,9 @@ def behind_pooler(engine: Engine) -> bool:
 
 # libpq's drivers, which take the ``options`` startup parameter (``-c name=value``).
 _LIBPQ_DRIVERS = frozenset({"psycopg", "psycopg2"})
-
-
 # What PgBouncer answers to a startup parameter it does not support (``options`` before 1.20,
 # a setting inside ``options`` it does not track since).
 _REFUSED_STARTUP_PARAMETER = "unsupported startup parameter"
-
-
 _SESSION_CHECK = (
     "SELECT pg_backend_pid(), setting::int FROM pg_settings"
     " WHERE name = 'idle_in_transaction_session_timeout'"

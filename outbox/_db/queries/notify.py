@@ -11,11 +11,7 @@ from sqlalchemy import (
 from sqlalchemy.engine import Dialect as SADialect
 
 NOTIFY_CHANNEL = "outbox"
-
-
 NOTIFY_FUNCTION = "outbox_notify"
-
-
 JOBS_NOTIFICATION = "outbox_jobs"
 
 
