@@ -42,9 +42,11 @@ from outbox._engine import invoke as _invoke
 from outbox._engine.batch_job import run_batch_job
 from outbox._engine.completion import FinishRefused
 from outbox._faults import AFTER_ACQUIRE, crash_point
+from outbox._services.heartbeat import Heartbeat
+from outbox._services.listener import Listener
+from outbox._services.rescuer import Rescuer
 from outbox.app import Handler, Outbox
 from outbox.exceptions import BufferTableMissingError
-from outbox.notify import Listener
 from outbox.results import DEAD, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
 
 log = _log.get_logger(__name__)
@@ -189,6 +191,14 @@ class Worker:
         self._serving = list(self.handlers)
         """The handlers served: all but those set aside."""
         self._listener: Listener | None = None
+        self._rescuer = Rescuer(app, self.id)
+        self._heartbeat_service = Heartbeat(
+            app,
+            self.id,
+            self.concurrency,
+            running=self._running_now,
+            stopping=self._stopping.is_set,
+        )
 
     # --- control -------------------------------------------------------------------------
 
@@ -242,15 +252,7 @@ class Worker:
 
     def rescue(self) -> int:
         """Free jobs whose lease expired and forget workers that stopped heartbeating."""
-
-        def work(conn: Any) -> int:
-            queries.delete_stale_workers(conn, self.app.settings.worker_stale_after)
-            return queries.rescue_expired_jobs(conn, self.app.dialect)
-
-        rescued = run_in_transaction(self.app.engine, work)
-        if rescued:
-            log.warning(_log.JOBS_RESCUED, worker=self.id, jobs=rescued)
-        return rescued
+        return self._rescuer.run_once()
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -419,6 +421,10 @@ class Worker:
             self._hold(job.id for job in jobs)
             crash_point(AFTER_ACQUIRE)
         return jobs
+
+    def _running_now(self) -> list[int]:
+        with self._in_flight_lock:
+            return sorted(self._running)
 
     def _hold(self, job_ids: Iterable[int]) -> None:
         with self._in_flight_lock:
@@ -649,21 +655,8 @@ class Worker:
             self._aborted.wait(min(max(wait, 0.05), 1.0))
 
     def _heartbeat(self) -> None:
-        settings = self.app.settings
-        with self._in_flight_lock:
-            running = sorted(self._running)
-
-        def work(conn: Any) -> tuple[int, bool]:
-            if not queries.touch_worker(conn, self.id) and not self._stopping.is_set():
-                queries.insert_worker(
-                    conn, self.id, socket.gethostname(), os.getpid(), self.concurrency
-                )
-            queries.extend_leases(conn, self.id, running, settings.lease_seconds)
-            live = queries.count_live_workers(conn, settings.worker_stale_after)
-            return live, queries.leader_worker_id(conn, settings.worker_stale_after) == self.id
-
-        live, self.leading = run_in_transaction(self.app.engine, work)
-        self.live_workers = max(live, 1)
+        beat = self._heartbeat_service.run_once()
+        self.live_workers, self.leading = beat.live_workers, beat.leading
 
     def _report_database_error(self, error: DBAPIError) -> None:
         # Once per outage, not once per poll.

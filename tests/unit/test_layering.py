@@ -51,3 +51,46 @@ def test_the_check_finds_a_comparison_of_names() -> None:
     """The check sees both forms: a constant of _dialects and a database's name as text."""
     source = "if app.dialect == POSTGRESQL or url.get_backend_name() != 'sqlite': pass"
     assert 2 == len(_comparisons_of_names(source))
+
+
+# Dependencies point inwards: cli -> worker -> _engine, _services -> _db. What each layer must
+# not import (a module of it, or the package itself).
+INWARD = {
+    "_db": ("outbox.cli", "outbox.worker", "outbox._engine", "outbox._services", "outbox.app"),
+    "_engine": ("outbox.cli", "outbox.worker", "outbox._services"),
+    "_services": ("outbox.cli", "outbox.worker", "outbox._engine"),
+    "worker.py": ("outbox.cli",),
+}
+
+
+def _imports(source: str) -> list[str]:
+    """Every module ``source`` imports from (``from X import``, ``import X``), and for
+    ``from outbox import y``, ``outbox.y`` too."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            found.append(node.module)
+            found += [f"{node.module}.{alias.name}" for alias in node.names]
+        elif isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+    return found
+
+
+def test_dependencies_point_inwards() -> None:
+    """The database layer imports no engine, service, worker or command; the engine and the
+    services no worker or command; the worker no command."""
+    package = Path(outbox.__file__).parent
+    offenders = {}
+    for layer, forbidden in INWARD.items():
+        paths = (
+            [package / layer] if layer.endswith(".py") else sorted((package / layer).rglob("*.py"))
+        )
+        for path in paths:
+            bad = [
+                name
+                for name in _imports(path.read_text(encoding="utf-8"))
+                if any(name == f or name.startswith(f + ".") for f in forbidden)
+            ]
+            if bad:
+                offenders[str(path.relative_to(package))] = sorted(set(bad))
+    assert {} == offenders
