@@ -30,12 +30,15 @@ class _Result:
     def scalars(self) -> list[int]:
         return [1, 2]
 
+    def all(self) -> list[Any]:
+        return []
+
     def scalar(self) -> str:
         return "r"  # pg_class.relkind of a plain table: the claim may address rows by ctid
 
 
 def capture(dialect: str, call: str) -> list[str]:
-    """The SQL one _sql function sends on ``dialect``, one string per statement."""
+    """The SQL one function of ``queries`` sends on ``dialect``, one string per statement."""
     sent: list[Any] = []
 
     def executor(statement: Any, *args: Any, **kwargs: Any) -> _Result:

@@ -4,13 +4,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
-from sqlalchemy import Engine, event
-
-# Under another name: importing the submodule .postgresql binds ``postgresql`` in this package.
-from sqlalchemy.dialects import postgresql as sa_postgresql
-from sqlalchemy.sql.expression import Insert
+from sqlalchemy import Connection, Engine, Row, Select, Table, event
+from sqlalchemy.sql import ColumnElement
 
 from outbox._db.dialects.clock import (
     age_seconds,
@@ -58,6 +56,42 @@ from outbox._db.dialects.sqlite import (
 )
 
 
+class Statements(Protocol):
+    """The statements each database writes its own way: one module per database implements
+    them (``postgresql``, ``sqlite``, ``mysql``)."""
+
+    def update_picked(
+        self,
+        conn: Connection,
+        table: Table,
+        pick: Select[Any],
+        values: Mapping[str, Any],
+        returning: Sequence[ColumnElement[Any]],
+        *,
+        index: str | None = None,
+    ) -> Sequence[Row[Any]]: ...
+
+    def insert_ignoring_duplicates(
+        self, conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
+    ) -> int: ...
+
+    def count_exclusively(
+        self,
+        conn: Connection,
+        key: str,
+        scope: Sequence[ColumnElement[bool]],
+        counted: ColumnElement[bool],
+    ) -> int: ...
+
+
+def statements(name: str) -> Statements:
+    """The statements of the database called ``name`` (:func:`name_of`)."""
+    from outbox._db.dialects import mysql, postgresql, sqlite
+
+    modules: dict[str, Statements] = {POSTGRESQL: postgresql, SQLITE: sqlite, MYSQL: mysql}
+    return modules[name]
+
+
 def can_update_returning(dialect: str) -> bool:
     """PostgreSQL and SQLite (3.35+) return rows from UPDATE; MariaDB and MySQL do not."""
     return dialect in (POSTGRESQL, SQLITE)
@@ -66,21 +100,6 @@ def can_update_returning(dialect: str) -> bool:
 def uses_skip_locked(dialect: str) -> bool:
     """SQLite has no row locks: its claims rely on the write lock taken by BEGIN IMMEDIATE."""
     return dialect != SQLITE
-
-
-def insert_ignore(dialect: str, table: Any) -> Insert:
-    """An INSERT that skips rows violating a unique index instead of failing."""
-    # The other dialects' modules are imported on first use: a worker's start-up should not
-    # pay for databases it does not run on.
-    if dialect == POSTGRESQL:
-        return sa_postgresql.insert(table).on_conflict_do_nothing()
-    if dialect == SQLITE:
-        from sqlalchemy.dialects import sqlite
-
-        return sqlite.insert(table).on_conflict_do_nothing()
-    from sqlalchemy.dialects.mysql import insert as mysql_insert
-
-    return mysql_insert(table).prefix_with("IGNORE")
 
 
 def configure_engine(engine: Engine, *, idle_transaction_timeout: float | None = None) -> None:
@@ -121,6 +140,7 @@ __all__ = [
     "SQLITE_BUSY_TIMEOUT_SECONDS",
     "SUPPORTED",
     "SUPPORTS",
+    "Statements",
     "Supports",
     "age_seconds",
     "behind_pooler",
@@ -131,12 +151,12 @@ __all__ = [
     "default_dialect",
     "dialect_named",
     "error_summary",
-    "insert_ignore",
     "is_missing_table",
     "is_transient",
     "name_of",
     "read_committed",
     "row_as_json",
+    "statements",
     "storage_type",
     "supports",
     "timestamp",

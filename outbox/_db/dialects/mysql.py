@@ -4,9 +4,11 @@ server outbox runs on."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, Row, Select, Table, event, select, update
+from sqlalchemy.sql import ColumnElement
 
 from outbox._db.dialects.names import MYSQL, name_of
 from outbox.exceptions import UnsupportedDatabaseError
@@ -61,3 +63,54 @@ def configure_mysql(engine: Engine, idle_transaction_timeout: float | None) -> N
             cursor.close()
 
     event.listen(engine, "connect", on_connect)
+
+
+# --- statements of MariaDB's own -------------------------------------------------------------
+
+
+def update_picked(
+    conn: Connection,
+    table: Table,
+    pick: Select[Any],
+    values: Mapping[str, Any],
+    returning: Sequence[ColumnElement[Any]],
+    *,
+    index: str | None = None,
+) -> Sequence[Row[Any]]:
+    """Update the rows ``pick`` (a SELECT of ids, ordered and limited) chooses, and return
+    ``returning`` of them. No ``UPDATE ... RETURNING`` and no ``LIMIT`` inside ``IN``: the ids
+    are selected ``FOR UPDATE SKIP LOCKED``, then updated, then read back. ``index``: the index
+    to pick through, in its order: on a table as small as outbox's job table, MariaDB would
+    rather scan it whole and sort, locking every row it scans before the LIMIT, and a
+    concurrent transaction would find none of them free."""
+    if index is not None:
+        pick = pick.with_hint(table, f"FORCE INDEX ({index})", "mysql")
+    ids = list(conn.execute(pick.with_for_update(skip_locked=True)).scalars())
+    if not ids:
+        return []
+    conn.execute(update(table).where(table.c.id.in_(ids)).values(dict(values)))
+    return conn.execute(select(*returning).where(table.c.id.in_(ids))).all()
+
+
+def count_exclusively(
+    conn: Connection, key: str, scope: Sequence[ColumnElement[bool]], counted: ColumnElement[bool]
+) -> int:
+    """The rows of ``scope`` that are ``counted``, counted so that another transaction counting
+    the same scope waits until this one ends. MariaDB's ``GET_LOCK`` is the session's, not the
+    transaction's, and would need releasing by hand after the commit: every row of the scope
+    is locked instead (``FOR UPDATE``), which the commit releases. ``key`` is not needed."""
+    flags = conn.execute(select(counted).where(*scope).with_for_update()).scalars()
+    return sum(1 for flag in flags if flag)
+
+
+def insert_ignoring_duplicates(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> int:
+    """Insert ``rows``, skipping those a unique index already holds (``INSERT IGNORE``);
+    returns how many were inserted: one statement per row, as a multi-row insert-ignore
+    reports no reliable count."""
+    from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+    statement = mysql_insert(table).prefix_with("IGNORE")
+    statement = statement.execution_options(preserve_rowcount=True)
+    return sum(max(conn.execute(statement, dict(row)).rowcount, 0) for row in rows)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, Row, Select, Table, event, func, select, update
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.engine import Dialect as SADialect
+from sqlalchemy.sql import ColumnElement
 
 from outbox import _log
 
@@ -135,3 +138,43 @@ def name_utc_plainly(dbapi_connection: Any, connection_record: Any) -> None:
         # Committed: SQLAlchemy rolls back a connection it takes from the pool, and a rolled
         # back SET is undone.
         dbapi_connection.commit()
+
+
+# --- statements of PostgreSQL's own ----------------------------------------------------------
+
+
+def update_picked(
+    conn: Connection,
+    table: Table,
+    pick: Select[Any],
+    values: Mapping[str, Any],
+    returning: Sequence[ColumnElement[Any]],
+    *,
+    index: str | None = None,
+) -> Sequence[Row[Any]]:
+    """Update the rows ``pick`` (a SELECT of ids, ordered and limited) chooses, and return
+    ``returning`` of them. The pick is a CTE, locked ``FOR UPDATE SKIP LOCKED``: concurrent
+    transactions choose other rows without waiting, and a CTE runs once, where an ``IN
+    (SELECT ... LIMIT n)`` subquery may be run again by the planner and update more than n."""
+    picked = pick.with_for_update(skip_locked=True).cte("picked")
+    statement = update(table).where(table.c.id == picked.c.id).values(dict(values))
+    return conn.execute(statement.returning(*returning)).all()
+
+
+def count_exclusively(
+    conn: Connection, key: str, scope: Sequence[ColumnElement[bool]], counted: ColumnElement[bool]
+) -> int:
+    """The rows of ``scope`` that are ``counted``, counted so that no other transaction counting
+    under the same ``key`` runs until this one ends: a transaction-scoped advisory lock,
+    released at commit."""
+    conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(key))))
+    return int(conn.execute(select(func.count()).where(*scope, counted)).scalar_one())
+
+
+def insert_ignoring_duplicates(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> int:
+    """Insert ``rows``, skipping those a unique index already holds; returns how many were
+    inserted. One statement for all rows; RETURNING counts exactly the rows inserted."""
+    statement = postgresql_insert(table).on_conflict_do_nothing()
+    return len(conn.execute(statement.values(list(rows)).returning(table.c.id)).all())

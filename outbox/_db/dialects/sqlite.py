@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, Row, Select, Table, event, func, select, update
+from sqlalchemy.sql import ColumnElement
 
 # How long a SQLite connection waits for the write lock before giving up: generous, because
 # every framework transaction is short and takes the lock up front.
@@ -31,3 +33,42 @@ def configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+# --- statements of SQLite's own --------------------------------------------------------------
+
+
+def update_picked(
+    conn: Connection,
+    table: Table,
+    pick: Select[Any],
+    values: Mapping[str, Any],
+    returning: Sequence[ColumnElement[Any]],
+    *,
+    index: str | None = None,
+) -> Sequence[Row[Any]]:
+    """Update the rows ``pick`` (a SELECT of ids, ordered and limited) chooses, and return
+    ``returning`` of them. No row locks: the transaction holds the database's write lock
+    (``BEGIN IMMEDIATE``), so a plain ``IN (SELECT ... LIMIT n)`` is safe."""
+    statement = update(table).where(table.c.id.in_(pick.scalar_subquery())).values(dict(values))
+    return conn.execute(statement.returning(*returning)).all()
+
+
+def count_exclusively(
+    conn: Connection, key: str, scope: Sequence[ColumnElement[bool]], counted: ColumnElement[bool]
+) -> int:
+    """The rows of ``scope`` that are ``counted``, counted under the database's write lock,
+    which the transaction holds already: no other transaction runs until it ends."""
+    return int(conn.execute(select(func.count()).where(*scope, counted)).scalar_one())
+
+
+def insert_ignoring_duplicates(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> int:
+    """Insert ``rows``, skipping those a unique index already holds; returns how many were
+    inserted: one statement per row, as a multi-row insert-or-ignore reports no reliable count."""
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    statement = sqlite_insert(table).on_conflict_do_nothing()
+    statement = statement.execution_options(preserve_rowcount=True)
+    return sum(max(conn.execute(statement, dict(row)).rowcount, 0) for row in rows)

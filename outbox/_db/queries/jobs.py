@@ -45,17 +45,11 @@ def insert_claim_jobs(
     """
     if not slots:
         return 0
-    stmt = dialects.insert_ignore(dialect, _jobs)
     rows = [
         {"kind": schema.JobKind.CLAIM, "handler": handler, "slot": s, "priority": priority}
         for s in slots
     ]
-    if dialect == dialects.POSTGRESQL:
-        # One statement for all slots; RETURNING counts exactly the rows inserted.
-        return len(conn.execute(stmt.values(rows).returning(_jobs.c.id)).all())
-    # One statement per slot: a multi-row insert-ignore reports an unreliable rowcount.
-    stmt = stmt.execution_options(preserve_rowcount=True)
-    return sum(max(conn.execute(stmt, row).rowcount, 0) for row in rows)
+    return dialects.statements(dialect).insert_ignoring_duplicates(conn, _jobs, rows)
 
 
 def acquire_jobs(
@@ -73,11 +67,9 @@ def acquire_jobs(
     """Lease up to ``limit`` due jobs, most urgent band first, then the longest due.
 
     Served by the partial index ``ix_outbox_jobs_ready (priority, run_at, id) WHERE lease_token
-    IS NULL``. PostgreSQL and MariaDB lock the picked rows with ``FOR UPDATE SKIP LOCKED`` so
-    that concurrent workers take disjoint jobs without waiting; the pick is a CTE because a
-    ``WHERE id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` subquery may be run more than
-    once by PostgreSQL and lease more than ``n`` jobs. SQLite has no row locks: the write lock
-    taken by ``BEGIN IMMEDIATE`` makes the whole transaction exclusive.
+    IS NULL``, through which the pick is made; the database's own ``update_picked`` leases the
+    jobs it picks so that concurrent workers take disjoint ones without waiting (``FOR UPDATE
+    SKIP LOCKED`` on PostgreSQL and MariaDB; SQLite's transaction holds the write lock).
 
     ``batch_handlers``: when given, batch jobs only of these handlers (claim jobs of all);
     handlers with a fleet-wide concurrency cap are leased apart, by
@@ -113,30 +105,9 @@ def acquire_jobs(
         _jobs.c.lease_token,
         _jobs.c.last_error,
     )
-    if dialect == dialects.POSTGRESQL:
-        picked = pick.with_for_update(skip_locked=True).cte("picked")
-        rows = conn.execute(
-            update(_jobs).where(_jobs.c.id == picked.c.id).values(values).returning(*columns)
-        )
-    elif dialect == dialects.SQLITE:
-        rows = conn.execute(
-            update(_jobs)
-            .where(_jobs.c.id.in_(pick.scalar_subquery()))
-            .values(values)
-            .returning(*columns)
-        )
-    else:
-        # The ready index in the order it is scanned: on a job table as small as outbox keeps
-        # it, MariaDB would rather scan it whole and sort, locking every due job before the
-        # LIMIT, and a second worker's acquisition would find none of them free.
-        ordered = pick.with_hint(_jobs, "FORCE INDEX (ix_outbox_jobs_ready)", "mysql")
-        ids = list(conn.execute(ordered.with_for_update(skip_locked=True)).scalars())
-        if not ids:
-            return []
-        conn.execute(update(_jobs).where(_jobs.c.id.in_(ids)).values(values))
-        rows = conn.execute(
-            select(*columns).where(_jobs.c.id.in_(ids), _jobs.c.lease_token == token)
-        )
+    rows = dialects.statements(dialect).update_picked(
+        conn, _jobs, pick, values, columns, index="ix_outbox_jobs_ready"
+    )
     jobs = [JobRow(**row._mapping) for row in rows]
     return sorted(jobs, key=lambda j: (j.priority, j.id))
 
@@ -154,23 +125,18 @@ def acquire_capped_batch_jobs(
 ) -> list[JobRow]:
     """Lease batch jobs of a handler with a fleet-wide cap on groups in flight.
 
-    Count-then-lease is only exact when no other worker does the same at once, so the
-    transaction first takes a per-handler lock: ``pg_advisory_xact_lock`` on PostgreSQL
-    (released at commit), the database write lock on SQLite (BEGIN IMMEDIATE). MariaDB has no
-    lock that ends with the transaction but row locks: the count locks every batch job of the
-    handler (``FOR UPDATE``, through ``uq_outbox_jobs_claim_slot``'s leading ``handler``), so a
-    second worker's count waits for the first one's leases to commit and then sees them.
+    Count-then-lease is only exact when no other worker does the same at once: the count is
+    the database's ``count_exclusively`` (a per-handler advisory lock on PostgreSQL, the write
+    lock on SQLite, every batch job of the handler locked on MariaDB, through
+    ``uq_outbox_jobs_claim_slot``'s leading ``handler``), so a second worker's count waits for
+    the first one's leases to commit, and then sees them.
     """
     mine = (_jobs.c.handler == handler, _jobs.c.kind == schema.JobKind.BATCH)
     # In flight: leased, and not refused (a refused group runs nowhere).
     in_flight = _jobs.c.lease_expires_at.is_not(None)
-    if dialect == dialects.POSTGRESQL:
-        conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"outbox:{handler}"))))
-    if dialect == dialects.MYSQL:
-        leased = conn.execute(select(in_flight).where(*mine).with_for_update()).scalars()
-        running = sum(1 for is_leased in leased if is_leased)
-    else:
-        running = conn.execute(select(func.count()).where(*mine, in_flight)).scalar_one()
+    running = dialects.statements(dialect).count_exclusively(
+        conn, f"outbox:{handler}", mine, in_flight
+    )
     room = min(cap - int(running), limit)
     if room <= 0:
         return []
@@ -232,28 +198,15 @@ def rescue_expired_jobs(conn: Connection, dialect: str) -> int:
     expired = select(_jobs.c.id).where(
         _jobs.c.lease_token.is_not(None), _jobs.c.lease_expires_at < db_now()
     )
-    if dialects.uses_skip_locked(dialect):
-        if dialect == dialects.POSTGRESQL:
-            picked = expired.with_for_update(skip_locked=True).cte("expired")
-            condition: Any = _jobs.c.id == picked.c.id
-        else:
-            ids = list(conn.execute(expired.with_for_update(skip_locked=True)).scalars())
-            if not ids:
-                return 0
-            condition = _jobs.c.id.in_(ids)
-    else:
-        condition = _jobs.c.id.in_(expired.scalar_subquery())
-    return conn.execute(
-        update(_jobs)
-        .where(condition, _jobs.c.lease_token.is_not(None))
-        .values(
-            lease_owner=None,
-            lease_token=None,
-            lease_expires_at=None,
-            run_at=db_now(),
-            last_error=RESCUED_ERROR,
-        )
-    ).rowcount
+    values = {
+        "lease_owner": None,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "run_at": db_now(),
+        "last_error": RESCUED_ERROR,
+    }
+    rescued = dialects.statements(dialect).update_picked(conn, _jobs, expired, values, [_jobs.c.id])
+    return len(rescued)
 
 
 def delete_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
