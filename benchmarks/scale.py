@@ -23,13 +23,14 @@ import uuid
 from typing import Any
 
 import psycopg
-from sqlalchemy import text
+from sqlalchemy import text, update
 
 from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
 from benchmarks._raw_drain import CLAIM
 from benchmarks.bench_app import BenchEvent, app
 from benchmarks.drain_throughput import load, prepare
 from outbox._db import queries
+from outbox._db.dialects import postgresql
 from outbox._engine.distributor import COUNTED_BATCHES
 
 BATCH_SIZE = 1000
@@ -76,9 +77,8 @@ def works(table: Any, cap: int) -> dict[str, Any]:
 
 def claim_statement(table: Any) -> Any:
     """outbox's claim of ``BATCH_SIZE`` rows on the bench buffer (a plain table: by address)."""
-    statement = queries.claim_update("postgresql", table, uuid.uuid4(), BATCH_SIZE, by_address=True)
-    assert statement is not None  # PostgreSQL claims in one statement
-    return statement
+    where = postgresql.claimable(table, BATCH_SIZE, by_address=True)
+    return update(table).where(where).values(group_id=uuid.uuid4())
 
 
 def plan(statement: Any) -> str:

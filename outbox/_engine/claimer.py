@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Connection
@@ -17,7 +16,6 @@ from outbox import _log, schema
 from outbox._db import queries, run_in_transaction
 from outbox._faults import AFTER_CLAIM, crash_point
 from outbox.app import Handler, Outbox
-from outbox.batch import column_values
 
 log = _log.get_logger(__name__)
 
@@ -167,17 +165,7 @@ def _claim_returning(
     """
     table, limit = handler.table, handler.batch_size
     try:
-        stmt = queries.claim_update(
-            app.dialect, table, group_id, limit, by_address=queries.addressable(conn, table)
-        )
-        if stmt is None:
-            queries.claim_rows(conn, app.dialect, table, group_id, limit)
-            rows = queries.select_claimed_rows(conn, table, group_id)
-        else:
-            returned = queries.claimed_columns(app.dialect, table)
-            claimed = queries.fetch_claimed(conn.execute(stmt.returning(*returned)))
-            ids = column_values(claimed, "id")
-            rows = [row for _, row in sorted(zip(ids, claimed, strict=True), key=itemgetter(0))]
+        rows = queries.claim_rows_returning(conn, app.dialect, table, group_id, limit)
     except UNREADABLE_ROW_ERRORS:
         return None, queries.count_group_rows(conn, table, group_id)
     return rows, len(rows)

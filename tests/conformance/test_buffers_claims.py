@@ -18,7 +18,7 @@ from sqlalchemy import Connection, insert
 from sqlalchemy.exc import OperationalError
 
 from outbox import schema
-from outbox._db import dialects, queries
+from outbox._db import queries
 from tests.conformance._database import Database
 from tests.conformance._factories import (
     ACTIVITY,
@@ -158,42 +158,24 @@ def test_a_claim_waits_for_the_applications_write_lock(single_writer: Database) 
     assert 3 == len(unclaimed_ids(db.engine))
 
 
-def test_claim_update_is_offered_where_an_update_returns_rows(db: Database) -> None:
-    """A one-UPDATE claim exists exactly where the database has UPDATE ... RETURNING; the
-    others claim in two statements."""
-    statement = queries.claim_update(db.dialect, ACTIVITY, uuid.uuid4(), BATCH, by_address=True)
-    assert dialects.can_update_returning(db.dialect) == (statement is not None)
-
-
 def _claim_returning(conn: Connection, db: Database, table: Any, limit: int) -> list[Any]:
-    by_address = queries.addressable(conn, table)
-    statement = queries.claim_update(db.dialect, table, uuid.uuid4(), limit, by_address=by_address)
-    assert statement is not None
-    returning = statement.returning(*queries.claimed_columns(db.dialect, table))
-    return queries.fetch_claimed(conn.execute(returning))
+    return queries.claim_rows_returning(conn, db.dialect, table, uuid.uuid4(), limit)
 
 
-def _requires_update_returning(db: Database) -> None:
-    if not dialects.can_update_returning(db.dialect):
-        pytest.skip(f"{db.dialect} returns no rows from an UPDATE")
-
-
-def test_claim_update_returning_gives_back_the_claimed_rows(db: Database) -> None:
-    """The claim's own UPDATE returns the rows it stamped: the oldest, up to the limit, with
-    every column of the buffer."""
-    _requires_update_returning(db)
+def test_claim_rows_returning_gives_back_the_claimed_rows_by_id(db: Database) -> None:
+    """A claim returns the rows it stamped: the oldest, up to the limit, by id, with every
+    column of the buffer, as a SELECT of the group gives them."""
     ids = add_events(db.engine, 5)
     rows = db.run(lambda conn: _claim_returning(conn, db, ACTIVITY, BATCH))
     group_id = rows[0].group_id
     expected = db.run(lambda conn: queries.select_group_rows(conn, ACTIVITY, group_id))
-    assert (ids[:BATCH], expected) == ([row.id for row in expected], sorted(rows))
+    assert (ids[:BATCH], expected) == ([row.id for row in expected], rows)
 
 
 def test_claimed_rows_are_read_as_a_select_reads_them(typed_buffer: Database) -> None:
     """Every value a claim returns has the type and value a SELECT of the same row gives
     (a whole number in a floating-point column is a float)."""
     db = typed_buffer
-    _requires_update_returning(db)
     add_typed_events(db.engine, 2)
     returned = db.run(lambda conn: _claim_returning(conn, db, TYPED, 10))
     selected = typed_rows(db.engine)

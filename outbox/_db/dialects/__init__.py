@@ -4,12 +4,14 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, Engine, Row, Select, Table, event
+from sqlalchemy import Connection, Engine, Result, Row, Select, Table, event
 from sqlalchemy.sql import ColumnElement
 
+from outbox._db.dialects import mysql, postgresql, sqlite
 from outbox._db.dialects.clock import (
     age_seconds,
     db_now,
@@ -75,6 +77,12 @@ class Statements(Protocol):
         self, conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
     ) -> int: ...
 
+    def claim(self, conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> int: ...
+
+    def claim_returning(
+        self, conn: Connection, table: Table, group_id: uuid.UUID, limit: int
+    ) -> Result[Any]: ...
+
     def count_exclusively(
         self,
         conn: Connection,
@@ -86,15 +94,10 @@ class Statements(Protocol):
 
 def statements(name: str) -> Statements:
     """The statements of the database called ``name`` (:func:`name_of`)."""
-    from outbox._db.dialects import mysql, postgresql, sqlite
-
-    modules: dict[str, Statements] = {POSTGRESQL: postgresql, SQLITE: sqlite, MYSQL: mysql}
-    return modules[name]
+    return _STATEMENTS[name]
 
 
-def can_update_returning(dialect: str) -> bool:
-    """PostgreSQL and SQLite (3.35+) return rows from UPDATE; MariaDB and MySQL do not."""
-    return dialect in (POSTGRESQL, SQLITE)
+_STATEMENTS: dict[str, Statements] = {POSTGRESQL: postgresql, SQLITE: sqlite, MYSQL: mysql}
 
 
 def uses_skip_locked(dialect: str) -> bool:
@@ -144,7 +147,6 @@ __all__ = [
     "Supports",
     "age_seconds",
     "behind_pooler",
-    "can_update_returning",
     "configure_engine",
     "db_now",
     "db_now_plus",

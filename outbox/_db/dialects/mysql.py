@@ -4,10 +4,11 @@ server outbox runs on."""
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, Select, Table, event, select, update
+from sqlalchemy import Connection, Engine, Result, Row, Select, Table, event, select, update
 from sqlalchemy.sql import ColumnElement
 
 from outbox._db.dialects.names import MYSQL, name_of
@@ -85,11 +86,34 @@ def update_picked(
     concurrent transaction would find none of them free."""
     if index is not None:
         pick = pick.with_hint(table, f"FORCE INDEX ({index})", "mysql")
-    ids = list(conn.execute(pick.with_for_update(skip_locked=True)).scalars())
+    ids = _update_picked_ids(conn, table, pick, values)
     if not ids:
         return []
-    conn.execute(update(table).where(table.c.id.in_(ids)).values(dict(values)))
     return conn.execute(select(*returning).where(table.c.id.in_(ids))).all()
+
+
+def _update_picked_ids(
+    conn: Connection, table: Table, pick: Select[Any], values: Mapping[str, Any]
+) -> list[Any]:
+    ids = list(conn.execute(pick.with_for_update(skip_locked=True)).scalars())
+    if ids:
+        conn.execute(update(table).where(table.c.id.in_(ids)).values(dict(values)))
+    return ids
+
+
+def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> int:
+    """Stamp ``group_id`` on up to ``limit`` unclaimed rows of a buffer, oldest first; returns
+    how many. No ``LIMIT`` inside ``IN``: the ids are selected ``FOR UPDATE SKIP LOCKED``,
+    then updated by id."""
+    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
+    return len(_update_picked_ids(conn, table, pick, {"group_id": group_id}))
+
+
+def claim_returning(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> Result[Any]:
+    """:func:`claim`, then every column of the rows it stamped: no ``UPDATE ... RETURNING``,
+    so the group is selected after it is stamped."""
+    claim(conn, table, group_id, limit)
+    return conn.execute(select(*table.c).where(table.c.group_id == group_id))
 
 
 def count_exclusively(

@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+import functools
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Row, Select, Table, event, func, select, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Float,
+    Result,
+    Row,
+    Select,
+    Table,
+    Update,
+    case,
+    event,
+    func,
+    select,
+    type_coerce,
+    update,
+)
+from sqlalchemy import cast as sql_cast
+from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
+from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import ColumnElement
 
 # How long a SQLite connection waits for the write lock before giving up: generous, because
@@ -72,3 +92,52 @@ def insert_ignoring_duplicates(
     statement = sqlite_insert(table).on_conflict_do_nothing()
     statement = statement.execution_options(preserve_rowcount=True)
     return sum(max(conn.execute(statement, dict(row)).rowcount, 0) for row in rows)
+
+
+def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> int:
+    """Stamp ``group_id`` on up to ``limit`` unclaimed rows of a buffer, oldest first; returns
+    how many. The transaction holds the write lock (``BEGIN IMMEDIATE``), so a plain ``IN
+    (SELECT ... LIMIT n)`` is safe."""
+    return conn.execute(_claim_update(table, group_id, limit)).rowcount
+
+
+def claim_returning(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> Result[Any]:
+    """:func:`claim`, returning every column of the rows it stamped from the same statement.
+
+    SQLite stores a whole number in a column of REAL affinity (FLOAT, REAL, DOUBLE) as an
+    integer, and RETURNING hands it back as one where a SELECT gives the REAL: such a column
+    is returned through ``CAST(... AS REAL)``, taken only for its REAL values (other values
+    stay as stored, as a SELECT returns them).
+    """
+    returning = _claimed_columns(table)
+    return conn.execute(_claim_update(table, group_id, limit).returning(*returning))
+
+
+def _claim_update(table: Table, group_id: uuid.UUID, limit: int) -> Update:
+    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
+    return update(table).where(table.c.id.in_(pick.scalar_subquery())).values(group_id=group_id)
+
+
+@functools.cache
+def _claimed_columns(table: Table) -> tuple[ColumnElement[Any], ...]:
+    # Built once per buffer: deciding affinities compiles every column's type.
+    return tuple(_as_real(column) if _real_affinity(column) else column for column in table.c)
+
+
+def _real_affinity(column: Any) -> bool:
+    # SQLite's affinity rules (https://sqlite.org/datatype3.html, 3.1), in their order.
+    try:
+        declared = column.type.compile(dialect=_DIALECT).upper()
+    except CompileError:  # a type SQLite cannot name: no SQLite table has such a column
+        return False
+    if "INT" in declared or any(word in declared for word in ("CHAR", "CLOB", "TEXT", "BLOB")):
+        return False
+    return any(word in declared for word in ("REAL", "FLOA", "DOUB"))
+
+
+def _as_real(column: Any) -> ColumnElement[Any]:
+    real = case((func.typeof(column) == "real", sql_cast(column, Float)), else_=column)
+    return type_coerce(real, column.type).label(column.name)
+
+
+_DIALECT = sqlite_dialect()

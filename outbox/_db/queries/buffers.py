@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import functools
 import uuid
-import weakref
 from collections.abc import Iterable, Mapping, Sequence
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import (
@@ -15,8 +15,6 @@ from sqlalchemy import (
     Integer,
     String,
     Table,
-    Update,
-    any_,
     bindparam,
     case,
     delete,
@@ -24,22 +22,20 @@ from sqlalchemy import (
     func,
     insert,
     literal,
-    literal_column,
     null,
     select,
-    text,
     true,
     type_coerce,
     union_all,
     update,
 )
-from sqlalchemy import cast as sql_cast
-from sqlalchemy.engine import Engine, Result
-from sqlalchemy.exc import CompileError, DBAPIError
+from sqlalchemy.engine import Result
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from outbox import schema
 from outbox._db import dialects
+from outbox._db.dialects import postgresql
 from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
 from outbox._db.queries.archive import ARCHIVE_COLUMNS, archive_source
 from outbox._db.queries.jobs import batch_job_values
@@ -94,44 +90,29 @@ def claim_rows(
 ) -> int:
     """Stamp ``group_id`` on up to ``limit`` unclaimed rows, oldest first; returns how many.
 
-    PostgreSQL: a locking CTE, ``WITH c AS (SELECT ctid ... WHERE group_id IS NULL ORDER BY id
-    LIMIT n FOR UPDATE SKIP LOCKED) UPDATE ... WHERE ctid = ANY(ARRAY(SELECT ctid FROM c))``.
-    The CTE runs exactly once, so at most ``n`` rows are claimed; the ``IN (SELECT ... LIMIT n
-    FOR UPDATE SKIP LOCKED)`` form may be re-run by the planner and claim more. The rows are
-    updated where the CTE locked them, by their physical address (one TID scan), rather than
-    looked up again in the primary key (see :func:`_locked`). SKIP LOCKED lets concurrent
-    claimers take disjoint rows without waiting, and rows of uncommitted application
-    transactions are invisible, so a claim neither blocks the application nor sees its rows
-    early. The partial index ``ix_<table>_unclaimed`` serves the ordered scan.
-    SQLite: the transaction holds the database's write lock (BEGIN IMMEDIATE), so a plain
-    ``IN (SELECT ... LIMIT n)`` is safe. MariaDB: no LIMIT inside IN, no UPDATE ... RETURNING:
-    select the ids with SKIP LOCKED, then update by id.
+    Each database claims its own way (``claim`` of its module in ``dialects``): PostgreSQL in
+    one UPDATE whose locking CTE picks the rows ``FOR UPDATE SKIP LOCKED``; SQLite in one
+    UPDATE under the write lock its transaction holds; MariaDB selects the ids ``FOR UPDATE
+    SKIP LOCKED``, then updates them. Concurrent claimers take disjoint rows without waiting,
+    and rows of uncommitted application transactions are never claimed.
     """
-    stmt = claim_update(dialect, table, group_id, limit, by_address=addressable(conn, table))
-    if stmt is not None:
-        return conn.execute(stmt).rowcount
-    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
-    ids = list(conn.execute(pick.with_for_update(skip_locked=True)).scalars())
-    if not ids:
-        return 0
-    return conn.execute(update(table).where(table.c.id.in_(ids)).values(group_id=group_id)).rowcount
+    return dialects.statements(dialect).claim(conn, table, group_id, limit)
 
 
-def claim_update(
-    dialect: str, table: Table, group_id: uuid.UUID, limit: int, *, by_address: bool
-) -> Update | None:
-    """The claim of :func:`claim_rows` as one UPDATE (PostgreSQL, SQLite), None on MariaDB.
+def claim_rows_returning(
+    conn: Connection, dialect: str, table: Table, group_id: uuid.UUID, limit: int
+) -> list[Any]:
+    """:func:`claim_rows`, and the rows claimed, ordered by id, every column read as the table
+    declares it: from the claim's own ``UPDATE ... RETURNING`` where the database has one, so
+    that the group is not selected a second time.
 
-    A caller may add ``.returning(*claimed_columns(...))`` to get the claimed rows back from
-    the same statement instead of selecting them again. ``by_address``: what
-    :func:`addressable` says of the table (PostgreSQL).
+    A value that cannot be read raises :class:`UnreadableRowsError` (see
+    :func:`fetch_claimed`); the claim stands.
     """
-    if dialect == dialects.POSTGRESQL:
-        return update(table).where(_locked(table, limit, by_address)).values(group_id=group_id)
-    pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
-    if dialect == dialects.SQLITE:
-        return update(table).where(table.c.id.in_(pick.scalar_subquery())).values(group_id=group_id)
-    return None
+    rows = fetch_claimed(dialects.statements(dialect).claim_returning(conn, table, group_id, limit))
+    if rows:
+        rows.sort(key=itemgetter(rows[0]._fields.index("id")))
+    return rows
 
 
 def fetch_claimed(result: Result[Any]) -> list[Any]:
@@ -147,89 +128,6 @@ def fetch_claimed(result: Result[Any]) -> list[Any]:
         raise
     except Exception as error:
         raise UnreadableRowsError(type(error).__name__) from error
-
-
-def claimed_columns(dialect: str, table: Table) -> list[ColumnElement[Any]]:
-    """What a claim's ``UPDATE ... RETURNING`` returns: every column of ``table``, in table
-    order, each to be read as the table declares it.
-
-    SQLite stores a whole number in a column of REAL affinity (FLOAT, REAL, DOUBLE) as an
-    integer, and RETURNING hands it back as one where a SELECT gives the REAL: such a column
-    is returned through ``CAST(... AS REAL)``, taken only for its REAL values (other values
-    stay as stored, as a SELECT returns them).
-    """
-    if dialect != dialects.SQLITE:
-        return list(table.c)
-    return list(_sqlite_claimed_columns(table))
-
-
-@functools.cache
-def _sqlite_claimed_columns(table: Table) -> tuple[ColumnElement[Any], ...]:
-    # Built once per buffer: deciding affinities compiles every column's type.
-    return tuple(_as_real(column) if _real_affinity(column) else column for column in table.c)
-
-
-def _real_affinity(column: Any) -> bool:
-    # SQLite's affinity rules (https://sqlite.org/datatype3.html, 3.1), in their order.
-    try:
-        declared = column.type.compile(dialect=dialects.default_dialect(dialects.SQLITE)).upper()
-    except CompileError:  # a type SQLite cannot name: no SQLite table has such a column
-        return False
-    if "INT" in declared or any(word in declared for word in ("CHAR", "CLOB", "TEXT", "BLOB")):
-        return False
-    return any(word in declared for word in ("REAL", "FLOA", "DOUB"))
-
-
-def _as_real(column: Any) -> ColumnElement[Any]:
-    real = case((func.typeof(column) == "real", sql_cast(column, Float)), else_=column)
-    return type_coerce(real, column.type).label(column.name)
-
-
-def addressable(conn: Connection, table: Table) -> bool:
-    """Whether a claim may address ``table``'s rows by ``ctid``: on PostgreSQL, unless the
-    table is partitioned (a ``ctid`` is unique only within one partition). Asked once per
-    engine and table."""
-    if conn.dialect.name != dialects.POSTGRESQL:
-        return True
-    known = _ADDRESSABLE.setdefault(conn.engine, {})
-    if table.fullname not in known:
-        name = conn.dialect.identifier_preparer.format_table(table)
-        kind = conn.execute(
-            text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:name)"), {"name": name}
-        ).scalar()
-        known[table.fullname] = kind != "p"
-    return known[table.fullname]
-
-
-_ADDRESSABLE: weakref.WeakKeyDictionary[Engine, dict[str, bool]] = weakref.WeakKeyDictionary()
-
-
-def _locked(
-    table: Table, limit: int, by_address: bool, *, only_if: Any = None
-) -> ColumnElement[bool]:
-    """PostgreSQL: the claim's condition. The CTE ``claimable`` locks up to ``limit``
-    unclaimed rows, oldest first, skipping locked ones (``only_if``: an extra condition of the
-    pick); the UPDATE takes them by address, ``ctid = ANY(ARRAY(SELECT ctid FROM claimable))``,
-    or, where the table is not :func:`addressable`, by id, ``id IN (SELECT id FROM claimable)``.
-
-    A row locked by this transaction cannot move before the UPDATE reaches it, so its ``ctid``
-    from the CTE still addresses it: the UPDATE fetches all the rows in one TID scan instead of
-    a primary-key lookup per row (PostgreSQL's CPU per drain fell by a quarter,
-    benchmarks/README.md). Should a row have moved anyway, the TID scan would find no current
-    row at the old address and leave it unclaimed for the next claim: never claimed twice,
-    never lost.
-    """
-    # Unqualified ``ctid``: the pick and the UPDATE each have the buffer as their only table.
-    key = literal_column("ctid") if by_address else table.c.id
-    pick = select(key).where(table.c.group_id.is_(None))
-    if only_if is not None:
-        pick = pick.where(only_if)
-    claimable = (
-        pick.order_by(table.c.id).limit(limit).with_for_update(skip_locked=True).cte("claimable")
-    )
-    if by_address:
-        return key == any_(func.array(select(claimable.c.ctid).scalar_subquery()))
-    return table.c.id.in_(select(claimable.c.id))
 
 
 def select_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
@@ -352,7 +250,8 @@ def claim_group_with_job(
         params.update(
             outbox_held_id=held[0], outbox_held_token=held[1], outbox_held_seconds=held[2]
         )
-    statement = _claim_with_job_statement(table, limit, held is not None, addressable(conn, table))
+    by_address = postgresql.addressable(conn, table)
+    statement = _claim_with_job_statement(table, limit, held is not None, by_address)
     rows = fetch_claimed(conn.execute(statement, params))
     if not rows:
         return LeasedClaim([], None, False)
@@ -388,7 +287,7 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool, by_address
         gate = exists(select(held.c.id))
     stamped = (
         update(table)
-        .where(_locked(table, limit, by_address, only_if=gate))
+        .where(postgresql.claimable(table, limit, by_address, only_if=gate))
         .values(group_id=bindparam("outbox_group_id", type_=c.group_id.type))
         .returning(*c)
         .cte("stamped")
