@@ -19,7 +19,7 @@ from outbox.exceptions import (
     SchemaMissingError,
     UnsupportedDatabaseError,
 )
-from outbox.retry import RetryPolicy
+from outbox.retry import RetryAfter, RetryPolicy
 from outbox.urgency import Urgency
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "Outbox",
     "OutboxError",
     "ReplayError",
+    "RetryAfter",
     "RetryPolicy",
     "SchemaMissingError",
     "Settings",

@@ -12,6 +12,7 @@ from sqlalchemy import inspect
 from sqlalchemy.orm import ClassManager, attributes, configure_mappers
 
 from outbox.buffer import BufferMixin
+from outbox.retry import seconds_until
 
 EventT = TypeVar("EventT", bound=BufferMixin)
 
@@ -22,6 +23,7 @@ class Outcome:
 
     event_ids: tuple[int, ...]
     reason: str
+    after: float | None = None
 
 
 class Batch(Generic[EventT]):
@@ -93,13 +95,20 @@ class Batch(Generic[EventT]):
     def __iter__(self) -> Iterator[EventT]:
         return iter(self.events)
 
-    def retry(self, events: Iterable[EventT], reason: str) -> None:
+    def retry(self, events: Iterable[EventT], reason: str, *, after: float | None = None) -> None:
         """Take ``events`` out of this group: they are retried later in a group of their own.
 
         The new group continues this group's attempt count and follows the same backoff; once
         the attempts are spent, the events are dead-lettered.
+
+        ``after``: seconds the downstream asked to wait for these events (a per-record rate
+        limit, a Retry-After). They wait at least that long, and, as with
+        :class:`outbox.RetryAfter`, the attempt is not counted for them but deferred, up to
+        ``RetryPolicy.max_deferrals``.
         """
-        self._retried.append(Outcome(self._ids_of(events), reason))
+        if after is not None:
+            after = seconds_until(after)
+        self._retried.append(Outcome(self._ids_of(events), reason, after))
 
     def discard(self, events: Iterable[EventT], reason: str) -> None:
         """Take ``events`` out of this group: they are archived as ``discarded`` now."""
@@ -110,6 +119,21 @@ class Batch(Generic[EventT]):
         """Ids passed to :meth:`retry`, with their reason (an id discarded too is discarded)."""
         discarded = self.discarded_ids
         return {i: o.reason for o in self._retried for i in o.event_ids if i not in discarded}
+
+    @property
+    def deferred_ids(self) -> dict[int, float]:
+        """Ids passed to :meth:`retry` with ``after``, with the longest wait asked for each
+        (an id also retried without ``after``, or discarded, is not deferred)."""
+        plain = {i for o in self._retried if o.after is None for i in o.event_ids}
+        retried = self.retried_ids
+        deferred: dict[int, float] = {}
+        for outcome in self._retried:
+            if outcome.after is None:
+                continue
+            for i in outcome.event_ids:
+                if i in retried and i not in plain:
+                    deferred[i] = max(deferred.get(i, 0.0), outcome.after)
+        return deferred
 
     @property
     def discarded_ids(self) -> dict[int, str]:

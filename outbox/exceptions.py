@@ -10,7 +10,9 @@ Every exception derives from :class:`OutboxError`::
     ├── DatabaseUnavailableError  the database cannot be reached (driver error kept as __cause__)
     ├── UnsupportedDatabaseError  a dialect or server version outbox does not run on
     ├── ReplayError             archived rows that cannot be put back into their buffer
-    └── HandlerTimeoutError     a handler call ran longer than its ``timeout`` (a failed attempt)
+    ├── HandlerTimeoutError     a handler call ran longer than its ``timeout`` (a failed attempt)
+    └── RetryAfter              raised by a handler: the downstream said when to come back
+                                (in ``outbox.retry``; a deferral, not a failed attempt)
 """
 
 from __future__ import annotations

@@ -42,6 +42,15 @@ class HandlerStatus:
     (``outbox refused``)."""
     max_failed_attempts: int
     """The most failed attempts of any group waiting to be retried (0: none)."""
+    paused: bool = False
+    """No worker runs the handler's groups now (``outbox pause``, a Retry-After, its circuit
+    breaker); its events wait."""
+    paused_for: float | None = None
+    """Seconds until the pause ends by itself; None while not paused, or paused until
+    resumed."""
+    pause_cause: str | None = None
+    """Who paused it: ``operator``, ``retry_after`` or ``breaker``."""
+    pause_reason: str | None = None
     archived: dict[str, int] = field(default_factory=dict)
     """Archived events by status: succeeded, dead, expired, discarded."""
     alerts: list[str] = field(default_factory=list)
@@ -85,7 +94,10 @@ def collect(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[Han
         jobs = queries.job_counts(conn)
         archived = queries.archive_counts(conn)
         failed = queries.max_failed_attempts(conn)
-        return [_handler_status(conn, h, jobs, archived, failed) for h in selected]
+        states = queries.handler_states(conn)
+        return [
+            _handler_status(conn, h, jobs, archived, failed, states.get(h.name)) for h in selected
+        ]
 
 
 def _handler_status(
@@ -94,6 +106,7 @@ def _handler_status(
     jobs: dict[tuple[str, str, str], int],
     archived: dict[tuple[str, str], int],
     failed: dict[str, int],
+    state: queries.HandlerState | None,
 ) -> HandlerStatus:
     def count(kind: str, state: str) -> int:
         return jobs.get((h.name, kind, state), 0)
@@ -101,6 +114,7 @@ def _handler_status(
     age = queries.oldest_event_age(conn, h.table)
     staleness = None if age is None else age / h.urgency.promise
     max_failed = failed.get(h.name, 0)
+    paused = state is not None and state.paused
     return HandlerStatus(
         handler=h.name,
         buffer=h.table.name,
@@ -118,19 +132,44 @@ def _handler_status(
         groups_retrying=count(schema.JobKind.BATCH, schema.JobState.RETRYING),
         groups_refused=count(schema.JobKind.BATCH, schema.JobState.REFUSED),
         max_failed_attempts=max_failed,
+        paused=paused,
+        paused_for=state.paused_for if paused and state else None,
+        pause_cause=state.cause if paused and state else None,
+        pause_reason=state.reason if paused and state else None,
         archived={
             status: archived[(h.name, status)]
             for status in schema.ArchiveStatus
             if (h.name, status) in archived
         },
         alerts=_alerts(
-            h, age, staleness, max_failed, count(schema.JobKind.BATCH, schema.JobState.REFUSED)
+            h,
+            age,
+            staleness,
+            max_failed,
+            count(schema.JobKind.BATCH, schema.JobState.REFUSED),
+            state if paused else None,
         ),
     )
 
 
+def pause_text(cause: str | None, paused_for: float | None, reason: str | None) -> str:
+    """A pause in words: who paused the handler, until when, and why."""
+    until = "until resumed" if paused_for is None else f"for {paused_for:.0f} s more"
+    by = {
+        schema.PauseCause.OPERATOR.value: "by an operator",
+        schema.PauseCause.RETRY_AFTER.value: "by the downstream's Retry-After",
+        schema.PauseCause.BREAKER.value: "by its circuit breaker",
+    }.get(str(cause), f"by {cause}")
+    return f"paused {by} {until}" + (f": {reason.splitlines()[0][:200]}" if reason else "")
+
+
 def _alerts(
-    h: Handler[Any], age: float | None, staleness: float | None, failed: int, refused: int
+    h: Handler[Any],
+    age: float | None,
+    staleness: float | None,
+    failed: int,
+    refused: int,
+    pause: queries.HandlerState | None,
 ) -> list[str]:
     band = h.urgency
     alerts = []
@@ -141,9 +180,13 @@ def _alerts(
             "their outcome (outbox refused list)"
         )
     if staleness is not None and age is not None and staleness > band.alert_staleness:
+        # A paused handler is late for a reason the alert names: no worker runs it.
+        why = (
+            "" if pause is None else f" ({pause_text(pause.cause, pause.paused_for, pause.reason)})"
+        )
         alerts.append(
             f"oldest event is {age:.0f} s old: staleness {staleness:.2f} is above "
-            f"{band.alert_staleness:g} for the {band.name} promise of {band.promise:g} s"
+            f"{band.alert_staleness:g} for the {band.name} promise of {band.promise:g} s{why}"
         )
     if failed >= band.alert_attempts:
         alerts.append(

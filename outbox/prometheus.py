@@ -35,7 +35,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from outbox import _log, metrics
 from outbox.app import Outbox
 from outbox.exceptions import OutboxError
-from outbox.results import DEAD, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult
+from outbox.results import DEAD, DEFERRED, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -45,9 +45,9 @@ log = _log.get_logger(__name__)
 
 
 DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from another host
-EVENT_OUTCOMES = ("succeeded", "retried", "discarded", "dead", "expired")
+EVENT_OUTCOMES = ("succeeded", "retried", "deferred", "discarded", "dead", "expired")
 """The ``outcome`` values of ``outbox_events_total``: the :class:`BatchResult` counts."""
-GROUP_OUTCOMES = (SUCCEEDED, RETRYING, DEAD, LEASE_LOST)
+GROUP_OUTCOMES = (SUCCEEDED, RETRYING, DEFERRED, DEAD, LEASE_LOST)
 """The ``outcome`` values of ``outbox_groups_total``: :attr:`BatchResult.outcome`."""
 
 BATCH_SIZE_BUCKETS = (1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 50_000, 100_000)
@@ -106,6 +106,7 @@ class OutboxCollector:
                 "outbox_max_failed_attempts": row.max_failed_attempts,
                 "outbox_dead_events": row.dead,
                 "outbox_alerts": len(row.alerts),
+                "outbox_paused": int(row.paused),
             }
             for name, value in values.items():
                 families[name].add_metric(labels, value)
@@ -156,6 +157,10 @@ def _families() -> dict[str, GaugeMetricFamily]:
         ),
         "outbox_dead_events": "Dead-lettered events in the archive.",
         "outbox_alerts": "Promises broken now, as `outbox check` counts them (0: all hold).",
+        "outbox_paused": (
+            "1 while the handler is paused (by an operator, a Retry-After or its circuit "
+            "breaker): no worker runs its groups."
+        ),
     }
     return {
         name: GaugeMetricFamily(name, text, labels=_LABELS) for name, text in documentation.items()
@@ -191,14 +196,15 @@ class WorkerMetrics:
         registry = REGISTRY if registry is None else registry
         self.events = Counter(
             "outbox_events_total",
-            "Events finished by batch jobs, by outcome: succeeded, retried, discarded, dead, "
-            "expired.",
+            "Events finished by batch jobs, by outcome: succeeded, retried, deferred, "
+            "discarded, dead, expired.",
             (*_LABELS, "outcome"),
             registry=registry,
         )
         self.groups = Counter(
             "outbox_groups_total",
-            "Batch jobs finished, by outcome: succeeded, retrying, dead, lease_lost, refused.",
+            "Batch jobs finished, by outcome: succeeded, retrying, deferred, dead, lease_lost, "
+            "refused.",
             (*_LABELS, "outcome"),
             registry=registry,
         )

@@ -15,6 +15,9 @@ class Outcome(StrEnum):
     SUCCEEDED = "succeeded"
     RETRYING = "retrying"
     """The attempt failed; the next one is scheduled."""
+    DEFERRED = "deferred"
+    """The downstream said when to come back (:class:`outbox.RetryAfter`): the next attempt
+    is scheduled then, and this one is not counted."""
     DEAD = "dead"
     LEASE_LOST = "lease_lost"
     """Another worker had taken the job: nothing was changed."""
@@ -23,6 +26,7 @@ class Outcome(StrEnum):
 
 
 SUCCEEDED, RETRYING, DEAD = Outcome.SUCCEEDED, Outcome.RETRYING, Outcome.DEAD
+DEFERRED = Outcome.DEFERRED
 LEASE_LOST, REFUSED = Outcome.LEASE_LOST, Outcome.REFUSED
 
 
@@ -37,6 +41,9 @@ class BatchResult:
     size: int = 0
     succeeded: int = 0
     retried: int = 0
+    deferred: int = 0
+    """Events retried with ``after`` (:meth:`outbox.Batch.retry`), or the whole group's when
+    the outcome is ``deferred``."""
     discarded: int = 0
     dead: int = 0
     expired: int = 0
@@ -48,6 +55,8 @@ class BatchResult:
     """When the batch was finished (worker clock, UTC)."""
     promise: float = 0.0
     """The promise of the handler's urgency band, in seconds."""
+    retry_after: float | None = None
+    """Seconds the downstream asked the handler to wait (:class:`outbox.RetryAfter`)."""
 
     @property
     def event_ages(self) -> tuple[float, ...]:

@@ -1,18 +1,23 @@
-"""RetryPolicy: how many attempts a group gets, and how long to wait between them."""
+"""RetryPolicy: how many attempts a group gets, and how long to wait between them; RetryAfter:
+a handler's word that the downstream wants it back later."""
 
 from __future__ import annotations
 
+import datetime as dt
+import email.utils
+import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from outbox.exceptions import ConfigurationError
+from outbox.exceptions import ConfigurationError, OutboxError
 
 DEFAULT_MAX_ATTEMPTS = 8
 DEFAULT_EXPONENT = 4.0
 DEFAULT_SCALE_SECONDS = 1.0
 DEFAULT_BASE_DELAY_SECONDS = 5.0
 DEFAULT_JITTER = 0.1
+DEFAULT_MAX_DEFERRALS = 100
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +32,10 @@ class RetryPolicy:
     together. The defaults give 6 s, 21 s, 86 s, 261 s, ...: the seven waits between eight
     attempts add up to about 1.3 hours. ``max_delay`` caps a single wait. A value object: the
     current time is never read here; the database adds the delay to its own clock.
+
+    ``max_deferrals``: how many times a group may be put off for the downstream's Retry-After
+    (:class:`outbox.RetryAfter`, ``batch.retry(..., after=)``) without using up an attempt;
+    past them, each counts as a failed attempt, so that a group cannot be deferred forever.
     """
 
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
@@ -35,6 +44,7 @@ class RetryPolicy:
     base_delay: float = DEFAULT_BASE_DELAY_SECONDS
     jitter: float = DEFAULT_JITTER
     max_delay: float | None = None
+    max_deferrals: int = DEFAULT_MAX_DEFERRALS
 
     def __post_init__(self) -> None:
         if self.max_attempts < 1:
@@ -46,6 +56,10 @@ class RetryPolicy:
                 raise ConfigurationError(f"RetryPolicy.{field} must be >= 0")
         if not 0 <= self.jitter < 1:
             raise ConfigurationError(f"RetryPolicy.jitter must be in [0, 1), got {self.jitter}")
+        if self.max_deferrals < 0:
+            raise ConfigurationError(
+                f"RetryPolicy.max_deferrals must be >= 0, got {self.max_deferrals}"
+            )
         if self.max_delay is not None and self.max_delay < 0:
             raise ConfigurationError("RetryPolicy.max_delay must be >= 0 seconds")
 
@@ -64,3 +78,49 @@ class RetryPolicy:
     def exhausted(self, attempt: int) -> bool:
         """True when attempt ``attempt`` was the last one allowed."""
         return attempt >= self.max_attempts
+
+
+When = float | int | str | dt.timedelta | dt.datetime
+
+
+class RetryAfter(OutboxError):  # noqa: N818 - named for the HTTP header it carries
+    """Raised by a handler: the downstream refused the whole group for now (HTTP 429 or 503)
+    and said when to come back.
+
+    ``after``: seconds, a ``timedelta``, an aware ``datetime``, or the ``Retry-After`` header's
+    own text (seconds, or an HTTP date). The group is attempted again no sooner than that, and
+    the attempt is not counted: it becomes a *deferral*, of which a group gets
+    ``RetryPolicy.max_deferrals`` before further ones count as failed attempts. The handler is
+    paused until then across the fleet, since every other group would get the same answer.
+    ``expires_after`` still applies to the events of a deferred group.
+    """
+
+    def __init__(self, after: When, reason: str | None = None) -> None:
+        self.seconds = seconds_until(after)
+        self.reason = reason
+        super().__init__(f"retry after {self.seconds:g} s" + (f": {reason}" if reason else ""))
+
+
+def seconds_until(when: When) -> float:
+    """Seconds from now until ``when`` (see :class:`RetryAfter`), never negative."""
+    if isinstance(when, str):
+        text = when.strip()
+        try:
+            return seconds_until(float(text))
+        except ValueError:
+            pass
+        try:
+            moment = email.utils.parsedate_to_datetime(text)
+        except (TypeError, ValueError):
+            message = f"not a Retry-After value (seconds or an HTTP date): {when!r}"
+            raise ValueError(message) from None
+        return seconds_until(moment)
+    if isinstance(when, dt.datetime):
+        if when.tzinfo is None:
+            raise ValueError(f"a datetime given to outbox needs a time zone: {when!r}")
+        return max((when - dt.datetime.now(dt.UTC)).total_seconds(), 0.0)
+    if isinstance(when, dt.timedelta):
+        return max(when.total_seconds(), 0.0)
+    if isinstance(when, bool) or not isinstance(when, int | float) or not math.isfinite(when):
+        raise ValueError(f"not a number of seconds: {when!r}")
+    return max(float(when), 0.0)

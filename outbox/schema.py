@@ -59,6 +59,17 @@ class JobState(StrEnum):
     """Held: the database refused to record its group's outcome (``outbox refused``)."""
 
 
+class PauseCause(StrEnum):
+    """Who paused a handler (``outbox_handlers.pause_cause``)."""
+
+    OPERATOR = "operator"
+    """``outbox pause`` or :func:`outbox.flow.pause`: until the given time, or until resumed."""
+    RETRY_AFTER = "retry_after"
+    """A handler raised :class:`outbox.RetryAfter` for a whole group: until then."""
+    BREAKER = "breaker"
+    """The handler's circuit breaker opened after consecutive failed groups."""
+
+
 class ArchiveStatus(StrEnum):
     """Why an event is in ``outbox_archive``."""
 
@@ -84,6 +95,13 @@ jobs = Table(
     Column("lease_expires_at", timestamp(), nullable=True),
     Column("last_error", Text, nullable=True),
     Column("created_at", timestamp(), nullable=False, server_default=db_now()),
+    Column(
+        "deferrals",
+        Integer,
+        nullable=False,
+        server_default=text("0"),
+        comment="attempts put off for the downstream's Retry-After, not counted in attempts",
+    ),
     # Serves acquisition: the next free jobs by priority, then due time.
     Index(
         "ix_outbox_jobs_ready",
@@ -123,6 +141,35 @@ archive = Table(
     Index(None, "handler", "status"),
     Index(None, "archived_at"),
     Index(None, "group_id"),
+)
+
+handlers = Table(
+    "outbox_handlers",
+    metadata,
+    Column("name", _NAME, primary_key=True),
+    Column("paused_at", timestamp(), nullable=True, comment="set while the handler is paused"),
+    Column(
+        "paused_until",
+        timestamp(),
+        nullable=True,
+        comment="when the pause ends by itself; NULL while paused: until resumed",
+    ),
+    Column("pause_cause", String(16), nullable=True, comment="operator, retry_after or breaker"),
+    Column("pause_reason", Text, nullable=True),
+    Column(
+        "failures",
+        Integer,
+        nullable=False,
+        server_default=text("0"),
+        comment="consecutive failed groups (circuit breaker)",
+    ),
+    Column(
+        "trips",
+        Integer,
+        nullable=False,
+        server_default=text("0"),
+        comment="consecutive openings of the circuit breaker; > 0 while it probes",
+    ),
 )
 
 workers = Table(

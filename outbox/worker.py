@@ -41,13 +41,22 @@ from outbox._engine import claimer, distributor
 from outbox._engine import invoke as _invoke
 from outbox._engine.batch_job import run_batch_job
 from outbox._engine.completion import FinishRefused
+from outbox._engine.pauses import Pauses
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox._services.heartbeat import Heartbeat
 from outbox._services.listener import Listener
 from outbox._services.rescuer import Rescuer
 from outbox.app import Handler, Outbox
 from outbox.exceptions import BufferTableMissingError
-from outbox.results import DEAD, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
+from outbox.results import (
+    DEAD,
+    DEFERRED,
+    LEASE_LOST,
+    REFUSED,
+    RETRYING,
+    SUCCEEDED,
+    BatchResult,
+)
 
 log = _log.get_logger(__name__)
 
@@ -68,6 +77,8 @@ CLAIM_LOOP_SECONDS = 1.0
 # the last one commits. `outbox work --processes N` gives each process its share, and at least
 # one. Slow handlers never meet this limit: their threads spend their time in the handler.
 CLAIMS_IN_FLIGHT_PER_HANDLER = 2
+# How often a worker reads the handlers' pauses again (a pause of its own counts at once).
+PAUSES_REFRESH_SECONDS = 1.0
 
 
 @dataclass
@@ -77,11 +88,13 @@ class WorkerStats:
     claims: int = 0
     groups_succeeded: int = 0
     groups_retried: int = 0
+    groups_deferred: int = 0
     groups_dead: int = 0
     groups_refused: int = 0
     leases_lost: int = 0
     events_succeeded: int = 0
     events_retried: int = 0
+    events_deferred: int = 0
     events_discarded: int = 0
     events_dead: int = 0
     events_expired: int = 0
@@ -99,6 +112,8 @@ class WorkerStats:
                 self.groups_succeeded += 1
             elif result.outcome == RETRYING:
                 self.groups_retried += 1
+            elif result.outcome == DEFERRED:
+                self.groups_deferred += 1
             elif result.outcome == DEAD:
                 self.groups_dead += 1
             elif result.outcome == REFUSED:
@@ -107,6 +122,7 @@ class WorkerStats:
                 self.leases_lost += 1
             self.events_succeeded += result.succeeded
             self.events_retried += result.retried
+            self.events_deferred += result.deferred
             self.events_discarded += result.discarded
             self.events_dead += result.dead
             self.events_expired += result.expired
@@ -192,6 +208,7 @@ class Worker:
         """The handlers served: all but those set aside."""
         self._listener: Listener | None = None
         self._rescuer = Rescuer(app, self.id)
+        self._pauses = Pauses(app, refresh_every=PAUSES_REFRESH_SECONDS)
         self._heartbeat_service = Heartbeat(
             app,
             self.id,
@@ -231,6 +248,7 @@ class Worker:
         have run, BufferTableMissingError names the tables.
         """
         known = set(self.missing_tables)
+        self._pauses.refresh_if_due()
         jobs = self._acquire(self.concurrency)
         for job in jobs:
             self._run_job(job)
@@ -305,6 +323,7 @@ class Worker:
         backoff = 0.0
         while not self._stopping.is_set():
             try:
+                self._pauses.refresh_if_due()
                 self._react_to_notifications()
                 acquired = self._fill()
                 idle_burst = not acquired and self.in_flight == 0 and self.burst
@@ -348,6 +367,8 @@ class Worker:
         with self._notified_lock:
             names, self._notified = sorted(self._notified), set()
         for name in names:
+            if self._pauses.paused(name):
+                continue
             if self.handlers[name].concurrency is None and self._take_slot():
                 self._tasks.put(functools.partial(self._claim_directly, name))
             else:
@@ -480,6 +501,10 @@ class Worker:
     def _run_batch_job(
         self, handler: Handler[Any], job: queries.JobRow, preloaded: list[Any] | None = None
     ) -> None:
+        if self._pauses.paused(handler.name):
+            # Leased before the pause began, or claimed since: not attempted while it lasts.
+            self._give_back(job, counted=False)
+            return
         try:
             result = run_batch_job(self.app, handler, job, preloaded=preloaded)
         except FinishRefused as refused:
@@ -509,6 +534,9 @@ class Worker:
         capped = handler.concurrency is not None
         deadline = time.monotonic() + CLAIM_LOOP_SECONDS
         while True:
+            if self._pauses.paused(handler.name):
+                self._give_back(job, counted=False)
+                return
             with self._claim_gates[handler.name]:
                 lease_to = None if capped else self.id
                 try:
@@ -554,6 +582,8 @@ class Worker:
             self._let_go(claim.job.id)
 
     def _record(self, result: BatchResult) -> None:
+        if result.retry_after is not None:
+            self._pauses.note(result.handler, result.retry_after)
         self.stats.record(result)
         if self.on_result is not None:
             self.on_result(result)
@@ -607,7 +637,8 @@ class Worker:
             self._wake.set()
 
     def _give_back(self, job: queries.JobRow, *, counted: bool) -> None:
-        """Give back a job its buffer table's absence stopped, to wait for the table.
+        """Give back a job that could not run here: its buffer table is missing, or its handler
+        is paused.
 
         ``counted``: the attempt was made (the handler ran), and stays counted.
         """
@@ -705,6 +736,7 @@ class Worker:
         return {
             "groups_succeeded": s.groups_succeeded,
             "groups_retried": s.groups_retried,
+            "groups_deferred": s.groups_deferred,
             "groups_dead": s.groups_dead,
             "groups_refused": s.groups_refused,
             "leases_lost": s.leases_lost,

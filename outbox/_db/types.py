@@ -20,6 +20,25 @@ class JobRow:
     attempts: int
     lease_token: uuid.UUID
     last_error: str | None
+    deferrals: int = 0
+    """Attempts put off for a downstream's Retry-After (not counted in ``attempts``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerState:
+    """What the fleet agrees on about a handler (its row of ``outbox_handlers``)."""
+
+    name: str
+    paused: bool
+    paused_for: float | None
+    """Seconds until the pause ends by itself; None when not paused, or paused until resumed."""
+    cause: str | None
+    """Who paused it (:class:`outbox.schema.PauseCause`), while paused."""
+    reason: str | None
+    failures: int
+    """Consecutive failed groups, counted for the circuit breaker."""
+    trips: int
+    """Consecutive openings of the circuit breaker."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from outbox._engine.completion import (
     ERROR_TEXT_LIMIT,
     FinishRefused,
     archive_events,
+    finish_deferred,
     finish_failed,
     finish_succeeded,
     hold_refused,
@@ -39,7 +40,8 @@ from outbox._faults import (
 from outbox.app import Delivery, Handler, Outbox
 from outbox.batch import Batch, column_values
 from outbox.exceptions import HandlerTimeoutError
-from outbox.results import DEAD, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
+from outbox.results import DEAD, DEFERRED, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
+from outbox.retry import RetryAfter
 from outbox.schema import ArchiveStatus
 
 log = _log.get_logger(__name__)
@@ -122,6 +124,8 @@ def run_batch_job(
                 crash_point(AFTER_HANDLER)
         except LeaseLost:
             result = lease_lost(handler, job)
+        except RetryAfter as retry_after:
+            result = finish_deferred(app, handler, job, retry_after)
         except HandlerAbandoned:
             # Its stopping worker cancelled it: no outcome is written; the lease expires and the
             # group is rescued, as is every job a stopping worker abandons.
@@ -207,14 +211,17 @@ def _log_result(result: BatchResult) -> None:
     }
     if result.lateness is not None:
         fields["lateness"] = round(result.lateness, 3)
-    if result.retried or result.discarded or result.dead or result.expired:
+    if result.retry_after is not None:
+        fields["retry_after"] = round(result.retry_after, 3)
+    if result.retried or result.deferred or result.discarded or result.dead or result.expired:
         fields.update(
             retried=result.retried,
+            deferred=result.deferred,
             discarded=result.discarded,
             dead=result.dead,
             expired=result.expired,
         )
-    if result.outcome in (RETRYING, DEAD, REFUSED) and result.error:
+    if result.outcome in (RETRYING, DEFERRED, DEAD, REFUSED) and result.error:
         # The first line only: type and message. The full traceback is stored with the job.
         fields["error"] = result.error.splitlines()[0][:500]
         if result.outcome == REFUSED:

@@ -5,8 +5,10 @@ its attempts are spent. A write the database refuses for good holds the group as
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection
@@ -23,12 +25,23 @@ from outbox._faults import (
 )
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
-from outbox.results import DEAD, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
-from outbox.schema import ArchiveStatus
+from outbox.results import (
+    DEAD,
+    DEFERRED,
+    LEASE_LOST,
+    REFUSED,
+    RETRYING,
+    SUCCEEDED,
+    BatchResult,
+)
+from outbox.retry import RetryAfter
+from outbox.schema import ArchiveStatus, PauseCause
 
 log = _log.get_logger(__name__)
 
 ERROR_TEXT_LIMIT = 4000
+# A deferred group waits what the downstream asked plus up to this fraction of it.
+DEFERRAL_JITTER = 0.1
 
 
 def finish_succeeded(
@@ -38,11 +51,16 @@ def finish_succeeded(
     group_id = job.group_id
     attempt = job.attempts
     discarded = batch.discarded_ids
-    retried = batch.retried_ids
+    spent = job.deferrals >= handler.retry.max_deferrals
+    deferred = {} if spent else batch.deferred_ids
+    retried = {i: r for i, r in batch.retried_ids.items() if i not in deferred}
+    # Past the group's deferrals, its deferred events are retried as a failed attempt, still
+    # no sooner than they were asked to wait.
+    after = max(batch.deferred_ids.values(), default=0.0) if spent else 0.0
     give_up_retried = handler.retry.exhausted(attempt)
 
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
-        if app.supports.one_statement_completion and not discarded and not retried:
+        if app.supports.one_statement_completion and not (discarded or retried or deferred):
             return finish_whole_group(conn, lenient)
         if not queries.delete_job(conn, job.id, job.lease_token):
             raise LeaseLost
@@ -74,16 +92,17 @@ def finish_succeeded(
                     lenient=lenient,
                 )
         elif retried:
-            new_group = uuid.uuid4()
-            queries.move_rows_to_group(conn, handler.table, group_id, new_group, retried)
-            queries.insert_batch_job(
+            split_off(
+                conn, retried, attempts=attempt, delay=max(handler.retry.delay(attempt), after)
+            )
+        if deferred:
+            # Put off, not failed: the attempt is not counted for them (see RetryAfter).
+            split_off(
                 conn,
-                handler=handler.name,
-                group_id=new_group,
-                priority=handler.urgency.priority,
-                attempts=attempt,
-                delay_seconds=handler.retry.delay(attempt),
-                error="; ".join(sorted(set(retried.values())))[:ERROR_TEXT_LIMIT],
+                {i: batch.retried_ids[i] for i in deferred},
+                attempts=attempt - 1,
+                delay=deferral_delay(max(deferred.values())),
+                deferrals=job.deferrals + 1,
             )
         if handler.archive:
             queries.archive_group_rows(
@@ -105,8 +124,30 @@ def finish_succeeded(
             outcome=SUCCEEDED,
             succeeded=remaining,
             retried=0 if give_up_retried else len(retried),
+            deferred=len(deferred),
             discarded=len(discarded),
             dead=dead,
+        )
+
+    def split_off(
+        conn: Connection,
+        events: dict[int, str],
+        *,
+        attempts: int,
+        delay: float,
+        deferrals: int = 0,
+    ) -> None:
+        new_group = uuid.uuid4()
+        queries.move_rows_to_group(conn, handler.table, group_id, new_group, events)
+        queries.insert_batch_job(
+            conn,
+            handler=handler.name,
+            group_id=new_group,
+            priority=handler.urgency.priority,
+            attempts=attempts,
+            deferrals=deferrals,
+            delay_seconds=delay,
+            error="; ".join(sorted(set(events.values())))[:ERROR_TEXT_LIMIT],
         )
 
     def finish_whole_group(conn: Connection, lenient: bool) -> BatchResult:
@@ -134,7 +175,13 @@ def finish_succeeded(
 
 
 def finish_failed(
-    app: Outbox, handler: Handler[Any], job: queries.JobRow, error: str, *, give_up: bool
+    app: Outbox,
+    handler: Handler[Any],
+    job: queries.JobRow,
+    error: str,
+    *,
+    give_up: bool,
+    at_least: float = 0.0,
 ) -> BatchResult:
     assert job.group_id is not None
     group_id = job.group_id
@@ -157,7 +204,7 @@ def finish_failed(
             )
             queries.delete_group_rows(conn, handler.table, group_id)
             return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)
-        delay = handler.retry.delay(attempt)
+        delay = max(handler.retry.delay(attempt), at_least)
         if not queries.release_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
             raise LeaseLost
         return BatchResult(handler.name, group_id, attempt, RETRYING, error=error)
@@ -174,6 +221,57 @@ def finish_failed(
         if is_missing_table(refused.error):
             raise
         return hold_refused(app, handler, job, DEAD, refused)
+
+
+def finish_deferred(
+    app: Outbox, handler: Handler[Any], job: queries.JobRow, retry_after: RetryAfter
+) -> BatchResult:
+    """The downstream refused the whole group for now and said when to come back: the group
+    waits that long, its attempt not counted, and the handler is paused fleet-wide until
+    then. Past ``max_deferrals``, the attempt counts as a failed one, after the same wait."""
+    assert job.group_id is not None
+    group_id, seconds = job.group_id, retry_after.seconds
+    error = f"{RetryAfter.__name__}: {retry_after}"[:ERROR_TEXT_LIMIT]
+    if job.deferrals >= handler.retry.max_deferrals:
+        error = f"{error} (its {handler.retry.max_deferrals} deferrals are spent)"
+        give_up = handler.retry.exhausted(job.attempts)
+        result = finish_failed(app, handler, job, error, give_up=give_up, at_least=seconds)
+        pause_for_retry_after(app, handler, seconds, error)
+        return replace(result, retry_after=seconds)
+
+    def work(conn: Connection) -> BatchResult:
+        delay = deferral_delay(seconds)
+        if not queries.defer_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
+            raise LeaseLost
+        _pause(conn, app, handler, seconds, error)
+        return BatchResult(
+            handler.name, group_id, job.attempts, DEFERRED, error=error, retry_after=seconds
+        )
+
+    return fenced(app, handler, job, work)
+
+
+def deferral_delay(seconds: float) -> float:
+    """The wait of a deferred group: what the downstream asked, and up to a tenth more, so that
+    groups deferred together do not all come back at the same moment (never less)."""
+    return seconds * (1 + DEFERRAL_JITTER * random.random())
+
+
+def pause_for_retry_after(app: Outbox, handler: Handler[Any], seconds: float, error: str) -> None:
+    """Pause ``handler`` fleet-wide for ``seconds`` (a whole group's Retry-After)."""
+    run_in_transaction(app.engine, lambda conn: _pause(conn, app, handler, seconds, error))
+
+
+def _pause(conn: Connection, app: Outbox, handler: Handler[Any], seconds: float, why: str) -> None:
+    queries.pause_handler(
+        conn,
+        app.dialect,
+        handler.name,
+        seconds=seconds,
+        cause=PauseCause.RETRY_AFTER,
+        reason=why,
+        only_to_extend=True,
+    )
 
 
 def hold_refused(

@@ -194,7 +194,8 @@ def insert_ignoring_duplicates(
     """Insert ``rows``, skipping those a unique index already holds; returns how many were
     inserted. One statement for all rows; RETURNING counts exactly the rows inserted."""
     statement = postgresql_insert(table).on_conflict_do_nothing()
-    return len(conn.execute(statement.values(list(rows)).returning(table.c.id)).all())
+    returning = statement.values(list(rows)).returning(*table.primary_key.columns)
+    return len(conn.execute(returning).all())
 
 
 def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> int:

@@ -22,6 +22,7 @@ from sqlalchemy import (
 from outbox import schema
 from outbox._db import dialects
 from outbox._db.dialects.clock import db_now, db_now_plus
+from outbox._db.queries.handlers import not_paused
 from outbox._db.types import JobRow, RefusedGroup
 
 _jobs = schema.jobs
@@ -64,7 +65,8 @@ def acquire_jobs(
     batch_handlers: Sequence[str] | None = None,
     kind: str | None = None,
 ) -> list[JobRow]:
-    """Lease up to ``limit`` due jobs, most urgent band first, then the longest due.
+    """Lease up to ``limit`` due jobs of handlers not paused, most urgent band first, then the
+    longest due.
 
     Served by the partial index ``ix_outbox_jobs_ready (priority, run_at, id) WHERE lease_token
     IS NULL``, through which the pick is made; the database's own ``update_picked`` leases the
@@ -84,7 +86,12 @@ def acquire_jobs(
         )
     pick = (
         select(_jobs.c.id)
-        .where(_jobs.c.lease_token.is_(None), _jobs.c.run_at <= db_now(), kinds)
+        .where(
+            _jobs.c.lease_token.is_(None),
+            _jobs.c.run_at <= db_now(),
+            kinds,
+            not_paused(_jobs.c.handler),
+        )
         .order_by(_jobs.c.priority, _jobs.c.run_at, _jobs.c.id)
         .limit(limit)
     )
@@ -104,6 +111,7 @@ def acquire_jobs(
         _jobs.c.attempts,
         _jobs.c.lease_token,
         _jobs.c.last_error,
+        _jobs.c.deferrals,
     )
     rows = dialects.statements(dialect).update_picked(
         conn, _jobs, pick, values, columns, index="ix_outbox_jobs_ready"
@@ -292,9 +300,32 @@ def release_job(
     return result.rowcount == 1
 
 
-def return_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
+def return_job(
+    conn: Connection, job_id: int, token: uuid.UUID, *, delay_seconds: float = 0.0
+) -> bool:
     """Give back a leased job that could not start, as if it had not been leased: its attempt
-    is not counted and its last error stays. False when the lease was lost."""
+    is not counted and its last error stays; ``delay_seconds``: due again only then. False when
+    the lease was lost."""
+    values: dict[str, Any] = {
+        "lease_owner": None,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "attempts": _jobs.c.attempts - 1,
+    }
+    if delay_seconds > 0:
+        values["run_at"] = db_now_plus(delay_seconds)
+    result = conn.execute(
+        update(_jobs).where(_jobs.c.id == job_id, _jobs.c.lease_token == token).values(values)
+    )
+    return result.rowcount == 1
+
+
+def defer_job(
+    conn: Connection, job_id: int, token: uuid.UUID, *, delay_seconds: float, error: str
+) -> bool:
+    """Give a job back to run again after ``delay_seconds``, its attempt not counted and
+    counted as a deferral instead (the downstream said when to come back). False when the lease
+    was lost."""
     result = conn.execute(
         update(_jobs)
         .where(_jobs.c.id == job_id, _jobs.c.lease_token == token)
@@ -302,7 +333,10 @@ def return_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
             lease_owner=None,
             lease_token=None,
             lease_expires_at=None,
+            run_at=db_now_plus(delay_seconds),
             attempts=_jobs.c.attempts - 1,
+            deferrals=_jobs.c.deferrals + 1,
+            last_error=error,
         )
     )
     return result.rowcount == 1
@@ -315,6 +349,7 @@ def insert_batch_job(
     group_id: uuid.UUID,
     priority: int,
     attempts: int = 0,
+    deferrals: int = 0,
     delay_seconds: float = 0.0,
     error: str | None = None,
     lease: tuple[str, uuid.UUID, float] | None = None,
@@ -333,6 +368,8 @@ def insert_batch_job(
         lease=lease,
     )
     values["last_error"] = error
+    if deferrals:
+        values["deferrals"] = deferrals
     result = conn.execute(insert(_jobs).values(values))
     return int(result.inserted_primary_key[0])  # type: ignore[index]
 

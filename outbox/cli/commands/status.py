@@ -51,10 +51,10 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
         click.echo(json.dumps(document, indent=2))
         return
     print_table(
-        ("handler", "urgency", "unclaimed", "oldest", "staleness",
+        ("handler", "urgency", "paused", "unclaimed", "oldest", "staleness",
          "waiting", "in flight", "retrying", "refused", "failed", "dead", "alerts"),
         [
-            (r.handler, r.urgency, str(r.unclaimed), age_text(r.oldest_age),
+            (r.handler, r.urgency, _paused(r), str(r.unclaimed), age_text(r.oldest_age),
              ratio_text(r.staleness), str(r.groups_waiting), str(r.groups_in_flight),
              str(r.groups_retrying),
              str(r.groups_refused), str(r.max_failed_attempts), str(r.dead), str(len(r.alerts)))
@@ -72,8 +72,19 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
         ],
     )  # fmt: skip
     for r in rows:
+        if r.paused:
+            click.echo(
+                f"{r.handler}: {metrics.pause_text(r.pause_cause, r.paused_for, r.pause_reason)}"
+            )
+    for r in rows:
         for alert in r.alerts:
             click.echo(f"alert: {r.handler} ({r.urgency}): {alert}")
+
+
+def _paused(row: metrics.HandlerStatus) -> str:
+    if not row.paused:
+        return "no"
+    return "until resumed" if row.paused_for is None else age_text(row.paused_for)
 
 
 @main.command()

@@ -184,6 +184,7 @@ def _report_stopped(worker: Worker, clean: bool) -> None:
         f"worker {worker.id} stopped: {stats.groups_succeeded} groups succeeded, "
         f"{stats.groups_retried} retried, {stats.groups_dead} dead, "
         f"{stats.events_succeeded} events handled"
+        + (f", {stats.groups_deferred} deferred" if stats.groups_deferred else "")
         + (f", {stats.groups_refused} groups refused" if stats.groups_refused else "")
     )
     if not clean:

@@ -1,0 +1,77 @@
+"""Flow control: handler states and deferred attempts
+
+Revision ID: 0003
+Revises: 0002
+Create Date: 2026-11-26 14:40:00.000000
+
+``outbox_handlers`` holds what the whole fleet must agree on about a handler: whether it is
+paused (by an operator, a downstream's Retry-After or its circuit breaker), until when, and its
+breaker's counts. ``outbox_jobs.deferrals`` counts the attempts put off for a Retry-After,
+which do not use up ``attempts``.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+
+from outbox._db.dialects import timestamp
+
+revision = "0003"
+down_revision = "0002"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "outbox_handlers",
+        sa.Column("name", sa.String(200), nullable=False),
+        sa.Column(
+            "paused_at", timestamp(), nullable=True, comment="set while the handler is paused"
+        ),
+        sa.Column(
+            "paused_until",
+            timestamp(),
+            nullable=True,
+            comment="when the pause ends by itself; NULL while paused: until resumed",
+        ),
+        sa.Column(
+            "pause_cause",
+            sa.String(16),
+            nullable=True,
+            comment="operator, retry_after or breaker",
+        ),
+        sa.Column("pause_reason", sa.Text(), nullable=True),
+        sa.Column(
+            "failures",
+            sa.Integer(),
+            nullable=False,
+            server_default=sa.text("0"),
+            comment="consecutive failed groups (circuit breaker)",
+        ),
+        sa.Column(
+            "trips",
+            sa.Integer(),
+            nullable=False,
+            server_default=sa.text("0"),
+            comment="consecutive openings of the circuit breaker; > 0 while it probes",
+        ),
+        sa.PrimaryKeyConstraint("name", name="pk_outbox_handlers"),
+    )
+    op.add_column(
+        "outbox_jobs",
+        sa.Column(
+            "deferrals",
+            sa.Integer(),
+            nullable=False,
+            server_default=sa.text("0"),
+            comment="attempts put off for the downstream's Retry-After, not counted in attempts",
+        ),
+    )
+
+
+def downgrade() -> None:
+    with op.batch_alter_table("outbox_jobs") as batch:
+        batch.drop_column("deferrals")
+    op.drop_table("outbox_handlers")

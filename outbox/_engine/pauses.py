@@ -1,0 +1,57 @@
+"""What one worker knows of its handlers' pauses.
+
+The database decides: no worker leases a paused handler's jobs (``queries.not_paused``). A
+worker also holds jobs it leased before a pause began, and claims groups that come back leased
+to it; before handing such a group to its handler it asks here, and gives the job back
+unattempted while the handler is paused. What it knows is read again at most every
+``refresh_every`` seconds, and a pause it writes itself (a Retry-After) counts at once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from outbox._db import queries
+from outbox.app import Outbox
+
+
+class Pauses:
+    """Handler name -> when its pause ends (``time.monotonic()``; ``inf``: until resumed)."""
+
+    def __init__(self, app: Outbox, *, refresh_every: float) -> None:
+        self._app = app
+        self._refresh_every = refresh_every
+        self._ends: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._next_refresh = 0.0
+
+    def refresh_if_due(self) -> None:
+        """Read the pauses again when ``refresh_every`` has passed since the last time."""
+        if time.monotonic() >= self._next_refresh:
+            self.refresh()
+
+    def refresh(self) -> None:
+        with self._app.engine.connect() as conn:
+            states = queries.handler_states(conn)
+        now = time.monotonic()
+        ends = {
+            name: now + (float("inf") if state.paused_for is None else state.paused_for)
+            for name, state in states.items()
+            if state.paused
+        }
+        with self._lock:
+            self._ends = ends
+            self._next_refresh = now + self._refresh_every
+
+    def note(self, handler: str, seconds: float) -> None:
+        """A pause this worker wrote: it counts here at once, not at the next refresh."""
+        end = time.monotonic() + seconds
+        with self._lock:
+            self._ends[handler] = max(self._ends.get(handler, 0.0), end)
+
+    def paused(self, handler: str) -> bool:
+        """Whether ``handler`` is paused, as far as this worker knows."""
+        with self._lock:
+            end = self._ends.get(handler)
+        return end is not None and time.monotonic() < end

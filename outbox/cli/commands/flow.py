@@ -1,0 +1,86 @@
+"""``outbox pause`` and ``outbox resume``: hold a handler's work across the fleet, and let it go."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import click
+
+from outbox.cli._context import Context
+from outbox.cli._errors import command, ready
+from outbox.cli._main import main
+from outbox.cli._options import Duration
+
+# A pause longer than a year is a typo: without an end, it lasts until resumed anyway.
+MAX_PAUSE_SECONDS = 366 * 86_400.0
+
+
+class _Moment(click.ParamType[dt.datetime]):
+    """An ISO 8601 time (``2026-11-26T18:00:00+01:00``); UTC when it names no offset."""
+
+    name = "time"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dt.datetime:
+        if isinstance(value, dt.datetime):
+            return value
+        try:
+            moment = dt.datetime.fromisoformat(str(value))
+        except ValueError:
+            self.fail(f"{value!r} is not an ISO 8601 time (2026-11-26T18:00:00Z)", param, ctx)
+        return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+@main.command()
+@click.argument("handler")
+@click.option(
+    "--for",
+    "for_",
+    type=Duration(MAX_PAUSE_SECONDS),
+    default=None,
+    metavar="DURATION",
+    help="End the pause by itself after this long (90s, 15m, 12h, 2d).",
+)
+@click.option(
+    "--until",
+    type=_Moment(),
+    default=None,
+    help="End the pause by itself at this ISO 8601 time (UTC unless it has an offset).",
+)
+@click.option("--reason", default=None, help="Why, for status and check.")
+@command
+def pause(
+    ctx: Context,
+    handler: str,
+    for_: float | None,
+    until: dt.datetime | None,
+    reason: str | None,
+) -> None:
+    """Pause HANDLER on every worker: its events wait, nothing is lost (until resumed, or
+    --for / --until)."""
+    from outbox import flow
+
+    if for_ is not None and until is not None:
+        raise click.UsageError("give --for or --until, not both")
+    app = ready(ctx.app())
+    flow.pause(app, handler, until=for_ if until is None else until, reason=reason)
+    state = flow.paused(app).get(handler)
+    if state is None:
+        click.echo(f"{handler}: the pause asked for has ended already")
+    elif state.seconds_left is None:
+        click.echo(f"paused {handler} until resumed (outbox resume {handler})")
+    else:
+        click.echo(f"paused {handler} for {state.seconds_left:.0f} s")
+
+
+@main.command()
+@click.argument("handler")
+@command
+def resume(ctx: Context, handler: str) -> None:
+    """End HANDLER's pause now, whoever paused it, and close its circuit breaker."""
+    from outbox import flow
+
+    app = ready(ctx.app())
+    was_paused = flow.resume(app, handler)
+    click.echo(f"resumed {handler}" if was_paused else f"{handler} was not paused")

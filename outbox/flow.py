@@ -1,0 +1,76 @@
+"""Flow control: a handler says when the downstream wants it back (:class:`RetryAfter`), and
+handlers are paused and resumed across the whole fleet (:func:`pause`, :func:`resume`).
+
+A pause lives in the database (``outbox_handlers``): no worker anywhere leases a paused
+handler's jobs, and a worker that already holds one gives it back unattempted. The handler's
+events keep arriving and waiting; ``outbox status`` and ``outbox check`` keep reporting their
+backlog and age, and say why they are late.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from outbox._db import queries, run_in_transaction
+from outbox.app import Outbox
+from outbox.exceptions import ConfigurationError
+from outbox.retry import RetryAfter, When, seconds_until
+from outbox.schema import PauseCause
+
+__all__ = ["Pause", "PauseCause", "RetryAfter", "pause", "paused", "resume", "seconds_until"]
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """A handler's pause, as the fleet sees it."""
+
+    handler: str
+    cause: PauseCause
+    reason: str | None
+    seconds_left: float | None
+    """Until the pause ends by itself; None: until resumed."""
+
+
+def pause(
+    app: Outbox, handler: str, *, until: When | None = None, reason: str | None = None
+) -> None:
+    """Pause ``handler`` across the fleet: until ``until`` (seconds, a ``timedelta`` or an aware
+    ``datetime``), or until :func:`resume` when None. Replaces any pause it has."""
+    app.get_handler(handler)
+    seconds = None if until is None else _operator_seconds(until)
+    run_in_transaction(
+        app.engine,
+        lambda conn: queries.pause_handler(
+            conn,
+            app.dialect,
+            handler,
+            seconds=seconds,
+            cause=PauseCause.OPERATOR,
+            reason=reason,
+        ),
+    )
+
+
+def resume(app: Outbox, handler: str) -> bool:
+    """End ``handler``'s pause now (whoever paused it) and close its circuit breaker; False
+    when it was not paused."""
+    app.get_handler(handler)
+    return run_in_transaction(app.engine, lambda conn: queries.resume_handler(conn, handler))
+
+
+def paused(app: Outbox) -> dict[str, Pause]:
+    """The handlers paused now, by name."""
+    with app.engine.connect() as conn:
+        states = queries.handler_states(conn)
+    return {
+        name: Pause(name, PauseCause(state.cause), state.reason, state.paused_for)
+        for name, state in sorted(states.items())
+        if state.paused and state.cause is not None
+    }
+
+
+def _operator_seconds(until: When) -> float:
+    try:
+        return seconds_until(until)
+    except ValueError as error:
+        raise ConfigurationError(f"pause until: {error}") from None

@@ -1,0 +1,317 @@
+"""Flow control: RetryAfter defers a group without using an attempt and pauses its handler;
+pauses hold a handler's work across the fleet; partial deferrals with ``batch.retry(after=)``.
+On SQLite, PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+import datetime as dt
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from outbox import Batch, Outbox, RetryAfter, RetryPolicy, flow, schema
+from outbox._db import queries
+from outbox.testing import drain
+from outbox.worker import Worker
+from tests._support import wait_for
+from tests.models import ActivityEvent
+
+NO_WAIT = RetryPolicy(max_attempts=2, scale=0.0, base_delay=0.0, jitter=0.0)
+
+Commit = Callable[..., list[int]]
+
+
+def _jobs(app: Outbox) -> list[dict[str, Any]]:
+    """Every job, with its ``run_at`` as seconds from the database's now."""
+    with app.engine.connect() as conn:
+        now = queries.database_now(conn)
+        rows = conn.execute(select(schema.jobs).order_by(schema.jobs.c.id)).mappings().all()
+    return [{**row, "due_in": _seconds(row["run_at"], now)} for row in rows]
+
+
+def _seconds(moment: dt.datetime, now: dt.datetime) -> float:
+    return (_utc(moment) - _utc(now)).total_seconds()
+
+
+def _utc(moment: dt.datetime) -> dt.datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+
+
+def _buffered(app: Outbox) -> int:
+    with app.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one())
+
+
+def _archived(app: Outbox) -> list[tuple[str, str | None]]:
+    with app.engine.connect() as conn:
+        rows = conn.execute(select(schema.archive.c.status, schema.archive.c.error))
+        return [(status, error) for status, error in rows]
+
+
+def test_retry_after_defers_the_group_without_using_an_attempt(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """The group waits at least the Retry-After (and at most a tenth more), its attempt is
+    not counted but its deferral is, and the handler is paused fleet-wide until then."""
+    app = make_app(database_url)
+
+    @app.handler(ActivityEvent, batch_size=10, retry=NO_WAIT)
+    def limited(batch: Batch[ActivityEvent]) -> None:
+        raise RetryAfter("30", reason="429 Too Many Requests")
+
+    commit_events(app.engine, 3)
+    stats = drain(app).stats
+    (job,) = _jobs(app)
+    pause = flow.paused(app)["limited"]
+    assert (stats.groups_deferred, job["attempts"], job["deferrals"]) == (1, 0, 1)
+    assert 29 < job["due_in"] <= 33.1
+    assert job["last_error"].startswith("RetryAfter: retry after 30 s: 429 Too Many Requests")
+    assert (pause.cause, pause.seconds_left is not None and 29 < pause.seconds_left <= 30) == (
+        flow.PauseCause.RETRY_AFTER,
+        True,
+    )
+    assert 3 == _buffered(app)
+
+
+def test_a_deferred_group_is_handled_once_its_wait_is_over(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """After the wait, the group comes back as attempt 1: the deferral used no attempt."""
+    app = make_app(database_url)
+    attempts: list[int] = []
+
+    @app.handler(ActivityEvent, batch_size=10, retry=NO_WAIT)
+    def limited(batch: Batch[ActivityEvent]) -> None:
+        attempts.append(batch.attempt)
+        if len(attempts) == 1:
+            raise RetryAfter(0.3)
+
+    commit_events(app.engine, 3)
+    drain(app)
+    wait_for(lambda: not flow.paused(app) and drain(app).stats.groups_succeeded, "the retry")
+    assert ([1, 1], 0) == (attempts, _buffered(app))
+
+
+def test_deferrals_past_max_deferrals_count_as_failed_attempts(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """A group cannot be deferred forever: past ``max_deferrals`` each Retry-After is a failed
+    attempt, and the group ends dead once its attempts are spent."""
+    app = make_app(database_url)
+    calls: list[int] = []
+    policy = RetryPolicy(max_attempts=2, scale=0.0, base_delay=0.0, jitter=0.0, max_deferrals=2)
+
+    @app.handler(ActivityEvent, batch_size=10, retry=policy)
+    def limited(batch: Batch[ActivityEvent]) -> None:
+        calls.append(batch.attempt)
+        raise RetryAfter(0)
+
+    commit_events(app.engine, 2)
+    drain(app)
+    (status, error), *_ = _archived(app)
+    # Two deferrals (attempt 1 twice, uncounted), then attempts 1 and 2 counted.
+    assert ([1, 1, 1, 2], "dead", 0) == (calls, status, _buffered(app))
+    assert "its 2 deferrals are spent" in (error or "")
+
+
+def test_a_paused_handlers_jobs_are_not_leased_until_it_is_resumed(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    app = make_app(database_url)
+    handled: list[int] = []
+
+    @app.handler(ActivityEvent, batch_size=10)
+    def sink(batch: Batch[ActivityEvent]) -> None:
+        handled.extend(batch.ids)
+
+    flow.pause(app, "sink", reason="maintenance window")
+    ids = commit_events(app.engine, 4)
+    first = drain(app)
+    paused = flow.paused(app)["sink"]
+    assert ([], 4) == (handled, _buffered(app))
+    assert (paused.cause, paused.reason, paused.seconds_left) == (
+        flow.PauseCause.OPERATOR,
+        "maintenance window",
+        None,
+    )
+    assert first.stats.groups_succeeded == 0
+    assert flow.resume(app, "sink") is True
+    drain(app)
+    assert (ids, 0, {}) == (handled, _buffered(app), flow.paused(app))
+
+
+def test_a_pause_with_an_end_ends_by_itself(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    app = make_app(database_url)
+    handled: list[int] = []
+
+    @app.handler(ActivityEvent, batch_size=10)
+    def sink(batch: Batch[ActivityEvent]) -> None:
+        handled.extend(batch.ids)
+
+    flow.pause(app, "sink", until=dt.timedelta(seconds=0.5))
+    commit_events(app.engine, 2)
+    drain(app)
+    assert [] == handled
+    wait_for(lambda: drain(app).stats.groups_succeeded, "the pause to end")
+    assert (2, {}) == (len(handled), flow.paused(app))
+
+
+def test_a_retry_after_never_shortens_an_operators_pause(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    app = make_app(database_url)
+    app.handler(ActivityEvent, name="sink")(lambda batch: None)
+    flow.pause(app, "sink", reason="by hand")
+    with app.engine.begin() as conn:
+        written = queries.pause_handler(
+            conn,
+            app.dialect,
+            "sink",
+            seconds=5,
+            cause=schema.PauseCause.RETRY_AFTER,
+            reason="429",
+            only_to_extend=True,
+        )
+    pause = flow.paused(app)["sink"]
+    assert (False, flow.PauseCause.OPERATOR, None) == (written, pause.cause, pause.seconds_left)
+
+
+def test_a_later_retry_after_extends_an_automatic_pause_an_earlier_one_does_not(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    app = make_app(database_url)
+    app.handler(ActivityEvent, name="sink")(lambda batch: None)
+
+    def retry_after(seconds: float) -> bool:
+        with app.engine.begin() as conn:
+            return queries.pause_handler(
+                conn,
+                app.dialect,
+                "sink",
+                seconds=seconds,
+                cause=schema.PauseCause.RETRY_AFTER,
+                reason=f"{seconds}",
+                only_to_extend=True,
+            )
+
+    assert (True, False, True) == (retry_after(60), retry_after(10), retry_after(120))
+    left = flow.paused(app)["sink"].seconds_left
+    assert 110 < (left or 0) <= 120
+
+
+def test_a_group_claimed_for_a_paused_handler_goes_back_unattempted(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """A worker that claims a group of a handler paused meanwhile (a direct claim, or a claim
+    job leased before the pause) hands it to no handler: the job goes back, uncounted."""
+    app = make_app(database_url)
+    handled: list[int] = []
+
+    @app.handler(ActivityEvent, batch_size=10)
+    def sink(batch: Batch[ActivityEvent]) -> None:
+        handled.extend(batch.ids)
+
+    commit_events(app.engine, 3)
+    flow.pause(app, "sink")
+    worker = Worker(app, concurrency=1)
+    worker._pauses.refresh()
+    worker._claim_directly("sink")
+    (job,) = _jobs(app)
+    assert ([], 0, None, schema.JobKind.BATCH) == (
+        handled,
+        job["attempts"],
+        job["lease_token"],
+        job["kind"],
+    )
+
+
+def test_retry_with_after_defers_those_events_and_retries_the_others(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """``batch.retry(events, reason, after=)``: those events wait at least ``after`` in a group
+    of their own, uncounted; events retried without it follow the backoff, counted."""
+    app = make_app(database_url)
+    policy = RetryPolicy(max_attempts=5, scale=0.0, base_delay=1.0, jitter=0.0)
+
+    @app.handler(ActivityEvent, batch_size=10, retry=policy)
+    def partial(batch: Batch[ActivityEvent]) -> None:
+        first, second, *_ = batch.events
+        batch.retry([first], "429 for this account", after=40)
+        batch.retry([second], "500")
+
+    ids = commit_events(app.engine, 4)
+    stats = drain(app).stats
+    jobs = sorted(_jobs(app), key=lambda job: job["due_in"])
+    with app.engine.connect() as conn:
+        rows = conn.execute(select(ActivityEvent.group_id, ActivityEvent.id)).all()
+    groups: dict[uuid.UUID, list[int]] = {}
+    for group_id, event_id in rows:
+        groups.setdefault(group_id, []).append(event_id)
+    retried, deferred = jobs
+    assert (stats.events_succeeded, stats.events_retried, stats.events_deferred) == (2, 1, 1)
+    assert (retried["attempts"], retried["deferrals"], groups[retried["group_id"]]) == (
+        1,
+        0,
+        [ids[1]],
+    )
+    assert (deferred["attempts"], deferred["deferrals"], groups[deferred["group_id"]]) == (
+        0,
+        1,
+        [ids[0]],
+    )
+    assert (True, True) == (0.9 < retried["due_in"] <= 1.1, 39 < deferred["due_in"] <= 44.1)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (7, 7.0),
+        (2.5, 2.5),
+        ("7", 7.0),
+        (" 120 ", 120.0),
+        (dt.timedelta(minutes=2), 120.0),
+        (-3, 0.0),
+    ],
+)
+def test_retry_after_takes_seconds_a_timedelta_or_the_header(value: Any, expected: float) -> None:
+    assert expected == RetryAfter(value).seconds
+
+
+def test_retry_after_takes_an_http_date_and_an_aware_datetime() -> None:
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=90)
+    header = later.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    assert 85 < RetryAfter(header).seconds <= 90
+    assert 85 < RetryAfter(later).seconds <= 90
+
+
+@pytest.mark.parametrize(
+    "value", ["soon", dt.datetime(2030, 1, 1), float("nan"), float("inf"), None, True]
+)
+def test_retry_after_refuses_what_is_not_a_time(value: Any) -> None:
+    with pytest.raises(ValueError, match=r"seconds|time zone"):
+        RetryAfter(value)
+
+
+def test_pause_and_resume_refuse_an_unknown_handler(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    app = make_app(database_url)
+    app.handler(ActivityEvent, name="sink")(lambda batch: None)
+    with pytest.raises(Exception, match="unknown handler 'nope'; known handlers: sink"):
+        flow.pause(app, "nope")
+    with pytest.raises(Exception, match="unknown handler 'nope'"):
+        flow.resume(app, "nope")
+    assert flow.resume(app, "sink") is False
+
+
+def test_resume_of_a_handler_never_paused_writes_nothing_it_needs(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    app = make_app(database_url)
+    app.handler(ActivityEvent, name="sink")(lambda batch: None)
+    assert (False, {}) == (flow.resume(app, "sink"), flow.paused(app))
