@@ -8,6 +8,7 @@ archive. See the README for a tour.
 from outbox._db.dialects import db_now
 from outbox.app import Delivery, Handler, Outbox, Settings
 from outbox.batch import Batch
+from outbox.breaker import CircuitBreaker
 from outbox.buffer import BufferMixin, add_events, add_events_async
 from outbox.exceptions import (
     BufferTableMissingError,
@@ -26,6 +27,7 @@ __all__ = [
     "Batch",
     "BufferMixin",
     "BufferTableMissingError",
+    "CircuitBreaker",
     "ConfigurationError",
     "DatabaseUnavailableError",
     "Delivery",

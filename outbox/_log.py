@@ -32,6 +32,8 @@ LISTENER_RECONNECTING = "outbox.listener.reconnecting"
 LISTENER_OFF = "outbox.listener.off"  # a pooler is in front: wake-ups are by polling
 SCRAPE_FAILED = "outbox.metrics.scrape_failed"
 SCRAPE_RECOVERED = "outbox.metrics.scrape_recovered"
+BREAKER_OPENED = "outbox.breaker.opened"  # a handler paused after failed groups in a row
+BREAKER_CLOSED = "outbox.breaker.closed"  # a probe succeeded: the handler runs as before
 ARCHIVE_REPLAYED = "outbox.archive.replayed"
 ARCHIVE_PRUNED = "outbox.archive.pruned"
 

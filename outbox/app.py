@@ -16,6 +16,7 @@ from outbox import _db, _log
 from outbox._db import dialects
 from outbox._engine import invoke as _invoke
 from outbox.batch import Batch
+from outbox.breaker import CircuitBreaker
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError
 from outbox.retry import RetryPolicy
@@ -104,6 +105,7 @@ class Handler(Generic[EventT]):
     delivery: Delivery = Delivery.AT_LEAST_ONCE
     max_wait: float | None = None
     concurrency: int | None = None
+    circuit_breaker: CircuitBreaker | None = None
     is_async: bool = field(init=False, repr=False, compare=False)
     """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
 
@@ -235,6 +237,7 @@ class Outbox:
         delivery: Delivery | str = Delivery.AT_LEAST_ONCE,
         max_wait: float | None = None,
         concurrency: int | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
     ) -> Callable[[Callable[[Batch[EventT]], _ReturnT]], Callable[[Batch[EventT]], _ReturnT]]:
         """Register a batch handler for the buffer model ``model``: a function, or an
         ``async def`` one, that takes the batch (see the guide, "Async handlers").
@@ -251,7 +254,9 @@ class Outbox:
         a group only when a full batch is waiting or the oldest unclaimed event has waited this
         long (default: claim at once).
         ``concurrency``: the most groups of this handler in flight at once across all workers,
-        enforced by the database (default: no cap).
+        enforced by the database (default: no cap). ``circuit_breaker``: pause the handler
+        after consecutive failed groups, then probe one group at a time
+        (:class:`outbox.CircuitBreaker`; default: none).
         """
 
         def register(
@@ -272,6 +277,7 @@ class Outbox:
                     delivery=_delivery(delivery),
                     max_wait=max_wait,
                     concurrency=concurrency,
+                    circuit_breaker=circuit_breaker,
                 )
             )
             return func

@@ -51,6 +51,11 @@ class HandlerStatus:
     pause_cause: str | None = None
     """Who paused it: ``operator``, ``retry_after`` or ``breaker``."""
     pause_reason: str | None = None
+    breaker: str | None = None
+    """The circuit breaker's state, for a handler that has one: ``closed``, ``open`` (the
+    handler is paused by it) or ``probing`` (one group at a time until one succeeds)."""
+    consecutive_failures: int = 0
+    """Groups failed in a row, counted for the circuit breaker."""
     archived: dict[str, int] = field(default_factory=dict)
     """Archived events by status: succeeded, dead, expired, discarded."""
     alerts: list[str] = field(default_factory=list)
@@ -136,6 +141,8 @@ def _handler_status(
         paused_for=state.paused_for if paused and state else None,
         pause_cause=state.cause if paused and state else None,
         pause_reason=state.reason if paused and state else None,
+        breaker=_breaker_state(h, state),
+        consecutive_failures=state.failures if state else 0,
         archived={
             status: archived[(h.name, status)]
             for status in schema.ArchiveStatus
@@ -150,6 +157,14 @@ def _handler_status(
             state if paused else None,
         ),
     )
+
+
+def _breaker_state(h: Handler[Any], state: queries.HandlerState | None) -> str | None:
+    if h.circuit_breaker is None:
+        return None
+    if state is None or not state.trips:
+        return "closed"
+    return "open" if state.paused and state.cause == schema.PauseCause.BREAKER else "probing"
 
 
 def pause_text(cause: str | None, paused_for: float | None, reason: str | None) -> str:

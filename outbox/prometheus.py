@@ -107,6 +107,8 @@ class OutboxCollector:
                 "outbox_dead_events": row.dead,
                 "outbox_alerts": len(row.alerts),
                 "outbox_paused": int(row.paused),
+                "outbox_breaker_probing": int(row.breaker == "probing"),
+                "outbox_consecutive_failures": row.consecutive_failures,
             }
             for name, value in values.items():
                 families[name].add_metric(labels, value)
@@ -160,6 +162,12 @@ def _families() -> dict[str, GaugeMetricFamily]:
         "outbox_paused": (
             "1 while the handler is paused (by an operator, a Retry-After or its circuit "
             "breaker): no worker runs its groups."
+        ),
+        "outbox_breaker_probing": (
+            "1 while the handler's circuit breaker probes: one group at a time, fleet-wide."
+        ),
+        "outbox_consecutive_failures": (
+            "Groups failed in a row, as the circuit breaker counts them (0 after a success)."
         ),
     }
     return {

@@ -37,11 +37,12 @@ from outbox._db import (
     run_in_transaction,
 )
 from outbox._db.dialects import behind_pooler, error_summary
+from outbox._engine import breaker as _breaker
 from outbox._engine import claimer, distributor
 from outbox._engine import invoke as _invoke
 from outbox._engine.batch_job import run_batch_job
 from outbox._engine.completion import FinishRefused
-from outbox._engine.pauses import Pauses
+from outbox._engine.flow_state import FlowState
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox._services.heartbeat import Heartbeat
 from outbox._services.listener import Listener
@@ -77,8 +78,8 @@ CLAIM_LOOP_SECONDS = 1.0
 # the last one commits. `outbox work --processes N` gives each process its share, and at least
 # one. Slow handlers never meet this limit: their threads spend their time in the handler.
 CLAIMS_IN_FLIGHT_PER_HANDLER = 2
-# How often a worker reads the handlers' pauses again (a pause of its own counts at once).
-PAUSES_REFRESH_SECONDS = 1.0
+# How often a worker reads the handlers' pauses and breakers again (its own count at once).
+FLOW_STATE_REFRESH_SECONDS = 1.0
 
 
 @dataclass
@@ -198,7 +199,6 @@ class Worker:
         self._capped = {
             h.name: h.concurrency for h in self.handlers.values() if h.concurrency is not None
         }
-        self._uncapped = [h.name for h in self.handlers.values() if h.concurrency is None]
         self._notified: set[str] = set()
         self._notified_lock = threading.Lock()
         self._set_aside_lock = threading.Lock()
@@ -208,7 +208,7 @@ class Worker:
         """The handlers served: all but those set aside."""
         self._listener: Listener | None = None
         self._rescuer = Rescuer(app, self.id)
-        self._pauses = Pauses(app, refresh_every=PAUSES_REFRESH_SECONDS)
+        self._flow = FlowState(app, refresh_every=FLOW_STATE_REFRESH_SECONDS)
         self._heartbeat_service = Heartbeat(
             app,
             self.id,
@@ -248,7 +248,7 @@ class Worker:
         have run, BufferTableMissingError names the tables.
         """
         known = set(self.missing_tables)
-        self._pauses.refresh_if_due()
+        self._flow.refresh_if_due()
         jobs = self._acquire(self.concurrency)
         for job in jobs:
             self._run_job(job)
@@ -323,7 +323,7 @@ class Worker:
         backoff = 0.0
         while not self._stopping.is_set():
             try:
-                self._pauses.refresh_if_due()
+                self._flow.refresh_if_due()
                 self._react_to_notifications()
                 acquired = self._fill()
                 idle_burst = not acquired and self.in_flight == 0 and self.burst
@@ -367,9 +367,9 @@ class Worker:
         with self._notified_lock:
             names, self._notified = sorted(self._notified), set()
         for name in names:
-            if self._pauses.paused(name):
+            if self._flow.paused(name):
                 continue
-            if self.handlers[name].concurrency is None and self._take_slot():
+            if self._cap(name) is None and self._take_slot():
                 self._tasks.put(functools.partial(self._claim_directly, name))
             else:
                 self._distribute([name])
@@ -420,9 +420,11 @@ class Worker:
         settings = self.app.settings
         serving = self._serving
         jobs: list[queries.JobRow] = []
-        for name, cap in self._capped.items():
-            if len(jobs) < limit and name in serving:
+        caps = {name: cap for name in serving if (cap := self._cap(name)) is not None}
+        for name, cap in caps.items():
+            if len(jobs) < limit:
                 jobs += self._acquire_capped(name, cap, token, limit - len(jobs))
+        uncapped = [name for name in self.handlers if name not in caps]
         room = limit - len(jobs)
         if room > 0 and serving:
             jobs += run_in_transaction(
@@ -431,7 +433,7 @@ class Worker:
                     conn,
                     self.app.dialect,
                     handlers=serving,
-                    batch_handlers=self._uncapped if self._capped else None,
+                    batch_handlers=uncapped if caps else None,
                     worker_id=self.id,
                     token=token,
                     limit=room,
@@ -442,6 +444,13 @@ class Worker:
             self._hold(job.id for job in jobs)
             crash_point(AFTER_ACQUIRE)
         return jobs
+
+    def _cap(self, name: str) -> int | None:
+        """The most groups of a handler in flight fleet-wide: its ``concurrency``, or one while
+        its circuit breaker probes; None when uncapped."""
+        if self._flow.probing(name):
+            return 1
+        return self._capped.get(name)
 
     def _running_now(self) -> list[int]:
         with self._in_flight_lock:
@@ -501,7 +510,7 @@ class Worker:
     def _run_batch_job(
         self, handler: Handler[Any], job: queries.JobRow, preloaded: list[Any] | None = None
     ) -> None:
-        if self._pauses.paused(handler.name):
+        if self._flow.paused(handler.name):
             # Leased before the pause began, or claimed since: not attempted while it lasts.
             self._give_back(job, counted=False)
             return
@@ -531,10 +540,10 @@ class Worker:
         back through acquisition, so a long backlog cannot keep this thread from more urgent
         work. A capped handler's groups wait for a capped acquisition instead.
         """
-        capped = handler.concurrency is not None
+        capped = self._cap(handler.name) is not None
         deadline = time.monotonic() + CLAIM_LOOP_SECONDS
         while True:
-            if self._pauses.paused(handler.name):
+            if self._flow.paused(handler.name):
                 self._give_back(job, counted=False)
                 return
             with self._claim_gates[handler.name]:
@@ -583,8 +592,16 @@ class Worker:
 
     def _record(self, result: BatchResult) -> None:
         if result.retry_after is not None:
-            self._pauses.note(result.handler, result.retry_after)
+            self._flow.note(result.handler, result.retry_after)
         self.stats.record(result)
+        handler = self.handlers[result.handler]
+        if handler.circuit_breaker is not None:
+            try:
+                if _breaker.record(self.app, handler, handler.circuit_breaker, result):
+                    self._flow.refresh()  # it opened or closed: known here at once
+            except DBAPIError as error:
+                # The outcome is written; only the breaker's count missed it.
+                self._report_database_error(error)
         if self.on_result is not None:
             self.on_result(result)
 

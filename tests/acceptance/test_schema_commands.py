@@ -33,8 +33,9 @@ def test_migrate_twice_reports_up_to_date(cli: Cli, empty_database_url: str) -> 
 
 
 def test_schema_sql_prints_create_table_for_every_outbox_table(cli: Cli) -> None:
-    """``outbox schema sql`` prints a CREATE TABLE statement for each of the three tables."""
+    """``outbox schema sql`` prints a CREATE TABLE statement for each of outbox's tables."""
     result = cli.run("schema", "sql")
 
     created = set(re.findall(r"^CREATE TABLE (\w+) \(", result.stdout, flags=re.MULTILINE))
-    assert (0, {"outbox_jobs", "outbox_archive", "outbox_workers"}) == (result.code, created)
+    expected = {"outbox_jobs", "outbox_archive", "outbox_workers", "outbox_handlers"}
+    assert (0, expected) == (result.code, created)

@@ -219,7 +219,7 @@ def test_a_group_claimed_for_a_paused_handler_goes_back_unattempted(
     commit_events(app.engine, 3)
     flow.pause(app, "sink")
     worker = Worker(app, concurrency=1)
-    worker._pauses.refresh()
+    worker._flow.refresh()
     worker._claim_directly("sink")
     (job,) = _jobs(app)
     assert ([], 0, None, schema.JobKind.BATCH) == (

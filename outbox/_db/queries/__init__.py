@@ -32,10 +32,13 @@ from outbox._db.queries.buffers import (
 )
 from outbox._db.queries.handlers import (
     handler_states,
+    lock_handler_state,
     not_paused,
     pause_handler,
     paused_now,
+    reset_breaker,
     resume_handler,
+    set_breaker_counts,
 )
 from outbox._db.queries.indexes import (
     analyze,
@@ -150,6 +153,7 @@ __all__ = [
     "insert_worker",
     "job_counts",
     "leader_worker_id",
+    "lock_handler_state",
     "max_failed_attempts",
     "move_rows_to_group",
     "not_paused",
@@ -165,11 +169,13 @@ __all__ = [
     "release_job",
     "release_refused_jobs",
     "rescue_expired_jobs",
+    "reset_breaker",
     "resume_handler",
     "return_job",
     "select_archived",
     "select_claimed_rows",
     "select_group_rows",
+    "set_breaker_counts",
     "table_indexes",
     "touch_worker",
     "unclaimed_after",

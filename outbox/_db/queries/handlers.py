@@ -88,28 +88,58 @@ def resume_handler(conn: Connection, name: str) -> bool:
 
 def handler_states(conn: Connection) -> dict[str, HandlerState]:
     """Every handler's row, by name: whether it is paused now, and for how long yet."""
-    rows = conn.execute(
-        select(
-            _handlers.c.name,
-            paused_now(),
-            _handlers.c.paused_until.is_(None),
-            -age_seconds(_handlers.c.paused_until),
-            _handlers.c.pause_cause,
-            _handlers.c.pause_reason,
-            _handlers.c.failures,
-            _handlers.c.trips,
-        )
+    return {state.name: state for state in map(_state, conn.execute(select(*_state_columns())))}
+
+
+def lock_handler_state(conn: Connection, dialect: str, name: str) -> HandlerState:
+    """A handler's row, created if need be, locked until the transaction ends: a second
+    session locking it waits (on SQLite the transaction holds the database's write lock)."""
+    _ensure_row(conn, dialect, name)
+    stmt = select(*_state_columns()).where(_handlers.c.name == name).with_for_update()
+    return _state(conn.execute(stmt).one())
+
+
+def set_breaker_counts(conn: Connection, name: str, *, failures: int, trips: int) -> None:
+    """Write a handler's circuit-breaker counts (its row exists: :func:`lock_handler_state`)."""
+    conn.execute(
+        update(_handlers).where(_handlers.c.name == name).values(failures=failures, trips=trips)
     )
-    states: dict[str, HandlerState] = {}
-    for name, paused, endless, left, cause, reason, failures, trips in rows:
-        paused = bool(paused)
-        states[name] = HandlerState(
-            name=name,
-            paused=paused,
-            paused_for=None if not paused or endless else max(float(left), 0.0),
-            cause=cause if paused else None,
-            reason=reason if paused else None,
-            failures=int(failures),
-            trips=int(trips),
-        )
-    return states
+
+
+def reset_breaker(conn: Connection, name: str) -> bool:
+    """A group of the handler succeeded: no failure in a row any more, and a probing breaker
+    closes. Returns whether it was probing. Writes only when there is something to reset."""
+    counts = conn.execute(
+        select(_handlers.c.failures, _handlers.c.trips).where(_handlers.c.name == name)
+    ).first()
+    if counts is None or not (counts.failures or counts.trips):
+        return False
+    set_breaker_counts(conn, name, failures=0, trips=0)
+    return bool(counts.trips)
+
+
+def _state_columns() -> tuple[ColumnElement[Any], ...]:
+    return (
+        _handlers.c.name,
+        paused_now().label("paused"),
+        _handlers.c.paused_until.is_(None).label("endless"),
+        (-age_seconds(_handlers.c.paused_until)).label("left"),
+        _handlers.c.pause_cause,
+        _handlers.c.pause_reason,
+        _handlers.c.failures,
+        _handlers.c.trips,
+    )
+
+
+def _state(row: Any) -> HandlerState:
+    name, paused, endless, left, cause, reason, failures, trips = row
+    paused = bool(paused)
+    return HandlerState(
+        name=name,
+        paused=paused,
+        paused_for=None if not paused or endless else max(float(left), 0.0),
+        cause=cause if paused else None,
+        reason=reason if paused else None,
+        failures=int(failures),
+        trips=int(trips),
+    )

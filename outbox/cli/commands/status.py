@@ -83,7 +83,7 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
 
 def _paused(row: metrics.HandlerStatus) -> str:
     if not row.paused:
-        return "no"
+        return "probing" if row.breaker == "probing" else "no"
     return "until resumed" if row.paused_for is None else age_text(row.paused_for)
 
 

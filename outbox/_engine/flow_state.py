@@ -1,4 +1,4 @@
-"""What one worker knows of its handlers' pauses.
+"""What one worker knows of its handlers' pauses and circuit breakers.
 
 The database decides: no worker leases a paused handler's jobs (``queries.not_paused``). A
 worker also holds jobs it leased before a pause began, and claims groups that come back leased
@@ -16,13 +16,15 @@ from outbox._db import queries
 from outbox.app import Outbox
 
 
-class Pauses:
-    """Handler name -> when its pause ends (``time.monotonic()``; ``inf``: until resumed)."""
+class FlowState:
+    """Handler name -> when its pause ends (``time.monotonic()``; ``inf``: until resumed), and
+    the handlers whose circuit breaker probes (one group at a time, fleet-wide)."""
 
     def __init__(self, app: Outbox, *, refresh_every: float) -> None:
         self._app = app
         self._refresh_every = refresh_every
         self._ends: dict[str, float] = {}
+        self._probing: frozenset[str] = frozenset()
         self._lock = threading.Lock()
         self._next_refresh = 0.0
 
@@ -40,8 +42,9 @@ class Pauses:
             for name, state in states.items()
             if state.paused
         }
+        probing = frozenset(name for name, state in states.items() if state.trips > 0)
         with self._lock:
-            self._ends = ends
+            self._ends, self._probing = ends, probing
             self._next_refresh = now + self._refresh_every
 
     def note(self, handler: str, seconds: float) -> None:
@@ -49,6 +52,11 @@ class Pauses:
         end = time.monotonic() + seconds
         with self._lock:
             self._ends[handler] = max(self._ends.get(handler, 0.0), end)
+
+    def probing(self, handler: str) -> bool:
+        """Whether ``handler``'s circuit breaker has opened and not closed again: once its pause
+        is over, it runs one group at a time until one succeeds."""
+        return handler in self._probing
 
     def paused(self, handler: str) -> bool:
         """Whether ``handler`` is paused, as far as this worker knows."""
