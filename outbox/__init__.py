@@ -20,6 +20,7 @@ from outbox.exceptions import (
     SchemaMissingError,
     UnsupportedDatabaseError,
 )
+from outbox.ratelimit import RateLimit
 from outbox.retry import RetryAfter, RetryPolicy
 from outbox.urgency import Urgency
 
@@ -35,6 +36,7 @@ __all__ = [
     "HandlerTimeoutError",
     "Outbox",
     "OutboxError",
+    "RateLimit",
     "ReplayError",
     "RetryAfter",
     "RetryPolicy",

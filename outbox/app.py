@@ -19,6 +19,7 @@ from outbox.batch import Batch
 from outbox.breaker import CircuitBreaker
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError
+from outbox.ratelimit import RateLimit
 from outbox.retry import RetryPolicy
 from outbox.urgency import Urgency
 
@@ -106,6 +107,7 @@ class Handler(Generic[EventT]):
     max_wait: float | None = None
     concurrency: int | None = None
     circuit_breaker: CircuitBreaker | None = None
+    rate_limit: RateLimit | None = None
     is_async: bool = field(init=False, repr=False, compare=False)
     """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
 
@@ -238,6 +240,7 @@ class Outbox:
         max_wait: float | None = None,
         concurrency: int | None = None,
         circuit_breaker: CircuitBreaker | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> Callable[[Callable[[Batch[EventT]], _ReturnT]], Callable[[Batch[EventT]], _ReturnT]]:
         """Register a batch handler for the buffer model ``model``: a function, or an
         ``async def`` one, that takes the batch (see the guide, "Async handlers").
@@ -256,7 +259,9 @@ class Outbox:
         ``concurrency``: the most groups of this handler in flight at once across all workers,
         enforced by the database (default: no cap). ``circuit_breaker``: pause the handler
         after consecutive failed groups, then probe one group at a time
-        (:class:`outbox.CircuitBreaker`; default: none).
+        (:class:`outbox.CircuitBreaker`; default: none). ``rate_limit``: calls and/or events
+        per second the whole fleet may send, enforced in the database
+        (:class:`outbox.RateLimit`; default: none).
         """
 
         def register(
@@ -278,6 +283,7 @@ class Outbox:
                     max_wait=max_wait,
                     concurrency=concurrency,
                     circuit_breaker=circuit_breaker,
+                    rate_limit=rate_limit,
                 )
             )
             return func

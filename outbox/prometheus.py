@@ -35,7 +35,15 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from outbox import _log, metrics
 from outbox.app import Outbox
 from outbox.exceptions import OutboxError
-from outbox.results import DEAD, DEFERRED, LEASE_LOST, RETRYING, SUCCEEDED, BatchResult
+from outbox.results import (
+    DEAD,
+    DEFERRED,
+    LEASE_LOST,
+    RETRYING,
+    SUCCEEDED,
+    THROTTLED,
+    BatchResult,
+)
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -47,7 +55,7 @@ log = _log.get_logger(__name__)
 DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from another host
 EVENT_OUTCOMES = ("succeeded", "retried", "deferred", "discarded", "dead", "expired")
 """The ``outcome`` values of ``outbox_events_total``: the :class:`BatchResult` counts."""
-GROUP_OUTCOMES = (SUCCEEDED, RETRYING, DEFERRED, DEAD, LEASE_LOST)
+GROUP_OUTCOMES = (SUCCEEDED, RETRYING, DEFERRED, THROTTLED, DEAD, LEASE_LOST)
 """The ``outcome`` values of ``outbox_groups_total``: :attr:`BatchResult.outcome`."""
 
 BATCH_SIZE_BUCKETS = (1, 5, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10_000, 50_000, 100_000)
@@ -211,8 +219,8 @@ class WorkerMetrics:
         )
         self.groups = Counter(
             "outbox_groups_total",
-            "Batch jobs finished, by outcome: succeeded, retrying, deferred, dead, lease_lost, "
-            "refused.",
+            "Batch jobs finished, by outcome: succeeded, retrying, deferred, throttled, dead, "
+            "lease_lost, refused.",
             (*_LABELS, "outcome"),
             registry=registry,
         )

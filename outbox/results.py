@@ -18,6 +18,9 @@ class Outcome(StrEnum):
     DEFERRED = "deferred"
     """The downstream said when to come back (:class:`outbox.RetryAfter`): the next attempt
     is scheduled then, and this one is not counted."""
+    THROTTLED = "throttled"
+    """The handler's rate limit had no turn for the group soon enough: it was not handed over,
+    and waits for its turn (no attempt counted)."""
     DEAD = "dead"
     LEASE_LOST = "lease_lost"
     """Another worker had taken the job: nothing was changed."""
@@ -26,7 +29,7 @@ class Outcome(StrEnum):
 
 
 SUCCEEDED, RETRYING, DEAD = Outcome.SUCCEEDED, Outcome.RETRYING, Outcome.DEAD
-DEFERRED = Outcome.DEFERRED
+DEFERRED, THROTTLED = Outcome.DEFERRED, Outcome.THROTTLED
 LEASE_LOST, REFUSED = Outcome.LEASE_LOST, Outcome.REFUSED
 
 

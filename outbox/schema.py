@@ -172,6 +172,19 @@ handlers = Table(
     ),
 )
 
+rate_limits = Table(
+    "outbox_rate_limits",
+    metadata,
+    Column("handler", _NAME, primary_key=True),
+    Column("key", _NAME, primary_key=True, comment="'calls' or 'events'"),
+    Column(
+        "tat",
+        timestamp(),
+        nullable=True,
+        comment="the theoretical arrival time of the next call (GCRA); NULL: now",
+    ),
+)
+
 workers = Table(
     "outbox_workers",
     metadata,

@@ -56,6 +56,7 @@ from outbox.results import (
     REFUSED,
     RETRYING,
     SUCCEEDED,
+    THROTTLED,
     BatchResult,
 )
 
@@ -90,6 +91,7 @@ class WorkerStats:
     groups_succeeded: int = 0
     groups_retried: int = 0
     groups_deferred: int = 0
+    groups_throttled: int = 0
     groups_dead: int = 0
     groups_refused: int = 0
     leases_lost: int = 0
@@ -115,6 +117,8 @@ class WorkerStats:
                 self.groups_retried += 1
             elif result.outcome == DEFERRED:
                 self.groups_deferred += 1
+            elif result.outcome == THROTTLED:
+                self.groups_throttled += 1
             elif result.outcome == DEAD:
                 self.groups_dead += 1
             elif result.outcome == REFUSED:

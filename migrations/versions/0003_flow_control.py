@@ -6,8 +6,9 @@ Create Date: 2026-11-26 14:40:00.000000
 
 ``outbox_handlers`` holds what the whole fleet must agree on about a handler: whether it is
 paused (by an operator, a downstream's Retry-After or its circuit breaker), until when, and its
-breaker's counts. ``outbox_jobs.deferrals`` counts the attempts put off for a Retry-After,
-which do not use up ``attempts``.
+breaker's counts. ``outbox_rate_limits`` holds the state of each handler's shared rate limits.
+``outbox_jobs.deferrals`` counts the attempts put off for a Retry-After, which do not use up
+``attempts``.
 """
 
 from __future__ import annotations
@@ -59,6 +60,18 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("name", name="pk_outbox_handlers"),
     )
+    op.create_table(
+        "outbox_rate_limits",
+        sa.Column("handler", sa.String(200), nullable=False),
+        sa.Column("key", sa.String(200), nullable=False, comment="'calls' or 'events'"),
+        sa.Column(
+            "tat",
+            timestamp(),
+            nullable=True,
+            comment="the theoretical arrival time of the next call (GCRA); NULL: now",
+        ),
+        sa.PrimaryKeyConstraint("handler", "key", name="pk_outbox_rate_limits"),
+    )
     op.add_column(
         "outbox_jobs",
         sa.Column(
@@ -74,4 +87,5 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("outbox_jobs") as batch:
         batch.drop_column("deferrals")
+    op.drop_table("outbox_rate_limits")
     op.drop_table("outbox_handlers")

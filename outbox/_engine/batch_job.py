@@ -20,6 +20,7 @@ from outbox import _log
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary, is_missing_table
 from outbox._engine import invoke as _invoke
+from outbox._engine import limiter as _limiter
 from outbox._engine.claimer import LeaseLost
 from outbox._engine.completion import (
     ERROR_TEXT_LIMIT,
@@ -28,6 +29,7 @@ from outbox._engine.completion import (
     finish_deferred,
     finish_failed,
     finish_succeeded,
+    finish_throttled,
     hold_refused,
     lease_lost,
 )
@@ -40,6 +42,7 @@ from outbox._faults import (
 from outbox.app import Delivery, Handler, Outbox
 from outbox.batch import Batch, column_values
 from outbox.exceptions import HandlerTimeoutError
+from outbox.ratelimit import RateLimit
 from outbox.results import DEAD, DEFERRED, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
 from outbox.retry import RetryAfter
 from outbox.schema import ArchiveStatus
@@ -118,6 +121,8 @@ def run_batch_job(
                 handler=handler.name,
             )
             if rows:
+                if handler.rate_limit is not None:
+                    _wait_for_turn(app, handler, handler.rate_limit, len(rows))
                 crash_point(BEFORE_HANDLER)
                 handed_over = True
                 _call(handler, batch)
@@ -126,6 +131,8 @@ def run_batch_job(
             result = lease_lost(handler, job)
         except RetryAfter as retry_after:
             result = finish_deferred(app, handler, job, retry_after)
+        except Throttled as throttled:
+            result = finish_throttled(app, handler, job, throttled.seconds)
         except HandlerAbandoned:
             # Its stopping worker cancelled it: no outcome is written; the lease expires and the
             # group is rescued, as is every job a stopping worker abandons.
@@ -167,6 +174,24 @@ def run_batch_job(
     )
     _log_result(result)
     return result
+
+
+class Throttled(Exception):  # noqa: N818 - an outcome, as LeaseLost is
+    """The handler's rate limit has no turn for the group within the wait a worker allows."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"no turn for {seconds:.3f} s")
+        self.seconds = seconds
+
+
+def _wait_for_turn(app: Outbox, handler: Handler[Any], limit: RateLimit, events: int) -> None:
+    """Reserve the group's call under the handler's rate limit and wait for its turn; raise
+    :class:`Throttled` when the turn is further off than a worker waits."""
+    wait = _limiter.reserve(app, handler, limit, events)
+    if wait > _limiter.max_wait(app):
+        raise Throttled(wait)
+    if wait > 0:
+        time.sleep(wait)
 
 
 def _interrupted(job: queries.JobRow) -> bool:

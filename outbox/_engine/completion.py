@@ -32,6 +32,7 @@ from outbox.results import (
     REFUSED,
     RETRYING,
     SUCCEEDED,
+    THROTTLED,
     BatchResult,
 )
 from outbox.retry import RetryAfter
@@ -247,6 +248,22 @@ def finish_deferred(
         return BatchResult(
             handler.name, group_id, job.attempts, DEFERRED, error=error, retry_after=seconds
         )
+
+    return fenced(app, handler, job, work)
+
+
+def finish_throttled(
+    app: Outbox, handler: Handler[Any], job: queries.JobRow, seconds: float
+) -> BatchResult:
+    """The handler's rate limit had no turn for the group soon enough: it goes back, not
+    attempted, due again when its turn may have come."""
+    assert job.group_id is not None
+    group_id = job.group_id
+
+    def work(conn: Connection) -> BatchResult:
+        if not queries.return_job(conn, job.id, job.lease_token, delay_seconds=seconds):
+            raise LeaseLost
+        return BatchResult(handler.name, group_id, job.attempts - 1, THROTTLED)
 
     return fenced(app, handler, job, work)
 

@@ -11,6 +11,7 @@ when the module is imported (batch size, attempts) or when a batch runs (the res
 - ``OUTBOX_TEST_FAIL``: ``1`` makes every batch raise.
 - ``OUTBOX_TEST_BATCH_SIZE``: the handlers' batch size (default 10).
 - ``OUTBOX_TEST_MAX_ATTEMPTS``: the handlers' ``RetryPolicy.max_attempts`` (default 8).
+- ``OUTBOX_TEST_CALLS_PER_SECOND``: a ``RateLimit`` of ``record_activity`` (default none).
 
 Lines are ``<handler> <group_id> <attempt> <pid>`` followed, in ``started.log``, by the Unix time
 the batch started and, in ``handled.log``, by the event id.
@@ -24,7 +25,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Settings
+from outbox import Batch, BufferMixin, Outbox, RateLimit, RetryPolicy, Settings
 from tests.models import ActivityEvent, EmailEvent
 
 OUTPUT_DIR_ENV = "OUTBOX_TEST_OUTPUT_DIR"
@@ -32,6 +33,7 @@ SLEEP_ENV = "OUTBOX_TEST_SLEEP_SECONDS"
 FAIL_ENV = "OUTBOX_TEST_FAIL"
 BATCH_SIZE_ENV = "OUTBOX_TEST_BATCH_SIZE"
 MAX_ATTEMPTS_ENV = "OUTBOX_TEST_MAX_ATTEMPTS"
+CALLS_PER_SECOND_ENV = "OUTBOX_TEST_CALLS_PER_SECOND"
 
 STARTED_LOG = "started.log"
 HANDLED_LOG = "handled.log"
@@ -41,6 +43,9 @@ BATCH_SIZE = int(os.environ.get(BATCH_SIZE_ENV, "10"))
 RETRY = RetryPolicy(
     max_attempts=int(os.environ.get(MAX_ATTEMPTS_ENV, "8")), scale=0.0, base_delay=0.5, jitter=0.0
 )
+
+_calls_per_second = os.environ.get(CALLS_PER_SECOND_ENV)
+RATE_LIMIT = None if not _calls_per_second else RateLimit(calls_per_second=float(_calls_per_second))
 
 # Rescue expired leases every half second (default 5 s), so that killed workers' groups come
 # back within the tests' time budget; lease and poll interval come from the command line.
@@ -68,7 +73,7 @@ def _handle(batch: Batch[BufferMixin]) -> None:
     _append(HANDLED_LOG, [f"{prefix} {event.id}" for event in batch.events])
 
 
-@app.handler(ActivityEvent, batch_size=BATCH_SIZE, retry=RETRY)
+@app.handler(ActivityEvent, batch_size=BATCH_SIZE, retry=RETRY, rate_limit=RATE_LIMIT)
 def record_activity(batch: Batch[ActivityEvent]) -> None:
     """Record the batch's event ids, as a bulk API call would deliver them."""
     _handle(batch)  # type: ignore[arg-type]

@@ -37,5 +37,11 @@ def test_schema_sql_prints_create_table_for_every_outbox_table(cli: Cli) -> None
     result = cli.run("schema", "sql")
 
     created = set(re.findall(r"^CREATE TABLE (\w+) \(", result.stdout, flags=re.MULTILINE))
-    expected = {"outbox_jobs", "outbox_archive", "outbox_workers", "outbox_handlers"}
+    expected = {
+        "outbox_jobs",
+        "outbox_archive",
+        "outbox_workers",
+        "outbox_handlers",
+        "outbox_rate_limits",
+    }
     assert (0, expected) == (result.code, created)

@@ -71,6 +71,7 @@ from outbox._db.queries.jobs import (
     rescue_expired_jobs,
     return_job,
 )
+from outbox._db.queries.limits import Spend, reserve
 from outbox._db.queries.notify import (
     JOBS_NOTIFICATION,
     NOTIFY_CHANNEL,
@@ -109,6 +110,7 @@ __all__ = [
     "JobRow",
     "LeasedClaim",
     "RefusedGroup",
+    "Spend",
     "UnreadableRowsError",
     "acquire_capped_batch_jobs",
     "acquire_jobs",
@@ -169,6 +171,7 @@ __all__ = [
     "release_job",
     "release_refused_jobs",
     "rescue_expired_jobs",
+    "reserve",
     "reset_breaker",
     "resume_handler",
     "return_job",

@@ -1,0 +1,63 @@
+"""Statements on ``outbox_rate_limits``: the fleet's shared rate limits (GCRA)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection, and_, select, update
+
+from outbox import schema
+from outbox._db import dialects
+from outbox._db.dialects.clock import age_seconds, db_now_plus
+
+_limits = schema.rate_limits
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """What one call spends of one limit: ``cost`` units (1 per call, or the events it
+    carries) at ``interval`` seconds each, with ``tolerance`` seconds of burst."""
+
+    key: str
+    cost: float
+    interval: float
+    tolerance: float
+
+
+def reserve(
+    conn: Connection, dialect: str, handler: str, spends: Sequence[Spend], *, max_wait: float
+) -> float:
+    """Reserve a call against a handler's limits: the seconds from now at which it may start
+    (0: at once). Nothing is reserved, and the wait is returned as it is, when it is longer
+    than ``max_wait``.
+
+    The generic cell rate algorithm: each limit keeps a theoretical arrival time (``tat``); a
+    call may start once ``tat - tolerance`` has come, and moves ``tat`` on by its cost. The
+    limits' rows are locked (``FOR UPDATE``, in key order; SQLite's transaction holds the write
+    lock) until the transaction ends, so that sessions reserving at once are served one after
+    the other, each after the other's reservation.
+    """
+    rows = [{"handler": handler, "key": spend.key} for spend in spends]
+    dialects.statements(dialect).insert_ignoring_duplicates(conn, _limits, rows)
+    keys = sorted(spend.key for spend in spends)
+    locked = conn.execute(
+        select(_limits.c.key, age_seconds(_limits.c.tat))
+        .where(_limits.c.handler == handler, _limits.c.key.in_(keys))
+        .order_by(_limits.c.key)
+        .with_for_update()
+    ).all()
+    # Seconds from now to each limit's theoretical arrival time (negative: past).
+    ahead = {key: 0.0 if age is None else -float(age) for key, age in locked}
+    wait = max(max(ahead[s.key] - s.tolerance, 0.0) for s in spends)
+    if wait > max_wait:
+        return wait
+    for spend in spends:
+        # From when the call starts: a limit that allowed it sooner is charged from then.
+        arrival = max(ahead[spend.key], wait) + spend.cost * spend.interval
+        conn.execute(
+            update(_limits)
+            .where(and_(_limits.c.handler == handler, _limits.c.key == spend.key))
+            .values(tat=db_now_plus(arrival))
+        )
+    return wait

@@ -1,0 +1,93 @@
+"""outbox_rate_limits: reserving calls under a shared rate limit (GCRA).
+
+A reservation returns the seconds until the call may start: calls are spaced by the interval
+(cost x seconds per unit), a tolerance lets that many seconds of calls go early, and a wait
+longer than the caller's ``max_wait`` reserves nothing. Two sessions reserving at once are
+served one after the other: the second waits for the first's lock and is charged after it.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Connection
+
+from outbox._db import queries
+from tests.conformance._database import THREAD_SECONDS, Database
+from tests.conformance._factories import HANDLER, OTHER_HANDLER
+
+CALLS = queries.Spend("calls", 1, 0.5, 0.0)
+# How far two reservations of the same test may be apart in the database clock.
+SLACK = 0.25
+# SQLite keeps times to the millisecond, and its julianday() arithmetic in floating point.
+CLOCK_GRAIN = 0.002
+
+
+def _reserve(conn: Connection, db: Database, *spends: queries.Spend, handler: str = HANDLER,
+             max_wait: float = 60.0) -> float:  # fmt: skip
+    return queries.reserve(conn, db.dialect, handler, list(spends or [CALLS]), max_wait=max_wait)
+
+
+def _waits(db: Database, count: int, *spends: queries.Spend, max_wait: float = 60.0) -> list[float]:
+    return [
+        db.run(lambda conn: _reserve(conn, db, *spends, max_wait=max_wait)) for _ in range(count)
+    ]
+
+
+def _near(actual: list[float], expected: list[float]) -> bool:
+    return all(e - SLACK <= a <= e + CLOCK_GRAIN for a, e in zip(actual, expected, strict=True))
+
+
+def test_calls_are_spaced_by_the_interval(db: Database) -> None:
+    waits = _waits(db, 3)
+    assert _near(waits, [0.0, 0.5, 1.0]), waits
+
+
+def test_a_tolerance_lets_that_many_seconds_of_calls_go_at_once(db: Database) -> None:
+    """A burst of three calls (a tolerance of two intervals): three at once, then spaced."""
+    burst = queries.Spend("calls", 1, 0.5, 1.0)
+    waits = _waits(db, 4, burst)
+    assert _near(waits, [0.0, 0.0, 0.0, 0.5]), waits
+
+
+def test_a_call_is_charged_its_cost(db: Database) -> None:
+    """Ten events at a tenth of a second each: the next call waits a second."""
+    events = queries.Spend("events", 10, 0.1, 0.0)
+    waits = _waits(db, 2, events)
+    assert _near(waits, [0.0, 1.0]), waits
+
+
+def test_a_wait_past_max_wait_reserves_nothing(db: Database) -> None:
+    """Asked with a max_wait shorter than its turn, a call is told the wait and charged
+    nothing: the next call is told the same."""
+    first = _waits(db, 1)
+    refused = _waits(db, 2, max_wait=0.1)
+    assert _near(first + refused, [0.0, 0.5, 0.5]), (first, refused)
+
+
+def test_the_strictest_limit_decides_and_charges_every_limit_from_then(db: Database) -> None:
+    """Calls allowed at once, events not: the call waits for the events, and the calls limit
+    is charged from when it starts."""
+    calls = queries.Spend("calls", 1, 0.1, 0.0)
+    events = queries.Spend("events", 10, 0.1, 0.0)
+    waits = _waits(db, 2, calls, events)
+    only_calls = db.run(lambda conn: _reserve(conn, db, calls))
+    assert _near([*waits, only_calls], [0.0, 1.0, 1.1]), (waits, only_calls)
+
+
+def test_limits_are_per_handler(db: Database) -> None:
+    first = db.run(lambda conn: _reserve(conn, db))
+    other = db.run(lambda conn: _reserve(conn, db, handler=OTHER_HANDLER))
+    assert _near([first, other], [0.0, 0.0])
+
+
+def test_a_second_session_waits_for_the_first_and_is_charged_after_it(
+    row_locks: Database,
+) -> None:
+    db = row_locks
+    with db.other_engine().connect() as first:
+        head = _reserve(first, db)
+        second = db.in_thread(lambda: db.run(lambda conn: _reserve(conn, db)))
+        db.wait_for_lock_waiter()
+        waiting = not second.done()
+        first.commit()
+        after = second.result(THREAD_SECONDS)
+    assert (True, True) == (waiting, _near([head, after], [0.0, 0.5])), (head, after)

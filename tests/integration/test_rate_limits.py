@@ -1,0 +1,110 @@
+"""Shared rate limits: a worker's threads together never call faster than the limit, in calls
+and in events, and a group whose turn is far off goes back unattempted. On SQLite, PostgreSQL
+and MariaDB."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import select
+
+from outbox import Batch, ConfigurationError, Outbox, RateLimit, RetryPolicy, schema
+from outbox._db import queries
+from outbox._engine import claimer
+from outbox.worker import Worker
+from tests.models import ActivityEvent
+
+Commit = Callable[..., list[int]]
+NO_WAIT = RetryPolicy(max_attempts=3, scale=0.0, base_delay=0.0, jitter=0.0)
+
+
+def most_in_any_window(starts: list[float], weights: list[int], window: float = 1.0) -> int:
+    """The largest total weight of the calls that started within any ``window`` seconds."""
+    calls = sorted(zip(starts, weights, strict=True))
+    most = 0
+    for i, (start, _) in enumerate(calls):
+        most = max(most, sum(w for t, w in calls[i:] if t < start + window))
+    return most
+
+
+def _recording(app: Outbox, **options: object) -> tuple[list[float], list[int]]:
+    starts: list[float] = []
+    sizes: list[int] = []
+    lock = threading.Lock()
+
+    @app.handler(ActivityEvent, retry=NO_WAIT, **options)  # type: ignore[arg-type]
+    def limited(batch: Batch[ActivityEvent]) -> None:
+        with lock:
+            starts.append(time.monotonic())
+            sizes.append(len(batch))
+
+    return starts, sizes
+
+
+def test_threads_together_keep_to_the_calls_limit(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """Eight threads, thirty groups, a limit of 18 calls a second: a downstream that allows 20
+    in any second never sees more, and the drain cannot take less than 29 intervals."""
+    app = make_app(database_url)
+    starts, _ = _recording(app, batch_size=1, rate_limit=RateLimit(calls_per_second=18))
+    commit_events(app.engine, 30)
+    began = time.monotonic()
+    Worker(app, concurrency=8, burst=True).run()
+    took = time.monotonic() - began
+    assert (30, True) == (len(starts), most_in_any_window(starts, [1] * 30) <= 20)
+    assert took >= 29 / 18
+
+
+def test_threads_together_keep_to_the_events_limit(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """Groups of ten, 90 events a second: never more than 100 events in any second."""
+    app = make_app(database_url)
+    starts, sizes = _recording(app, batch_size=10, rate_limit=RateLimit(events_per_second=90))
+    commit_events(app.engine, 200)
+    Worker(app, concurrency=8, burst=True).run()
+    assert (200, True) == (sum(sizes), most_in_any_window(starts, sizes) <= 100)
+
+
+def test_a_group_whose_turn_is_far_off_goes_back_unattempted(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """A turn further off than a worker waits (a third of the lease, at most 10 s): the group's
+    job goes back, due when its turn comes, its attempt not counted."""
+    app = make_app(database_url)
+    starts, _ = _recording(app, batch_size=1, rate_limit=RateLimit(calls_per_second=0.05))
+    commit_events(app.engine, 2)
+    for _ in range(2):
+        claimer.run_once(app, app.get_handler("limited"))
+    worker = Worker(app, concurrency=2)
+    worker.run_once()
+    with app.engine.connect() as conn:
+        now = queries.database_now(conn)
+        jobs = conn.execute(select(schema.jobs)).mappings().all()
+    (waiting,) = [job for job in jobs if job["lease_token"] is None]
+    due_in = (waiting["run_at"] - now).total_seconds()
+    assert (1, 1, 0, True) == (
+        len(starts),
+        worker.stats.groups_throttled,
+        waiting["attempts"],
+        15 < due_in <= 20.5,
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {},
+        {"calls_per_second": 0},
+        {"events_per_second": float("inf")},
+        {"calls_per_second": 1, "burst": 0},
+        {"events_per_second": 1, "event_burst": 1.5},
+    ],
+)
+def test_rate_limit_refuses_bad_settings(options: dict[str, float]) -> None:
+    with pytest.raises(ConfigurationError, match="RateLimit"):
+        RateLimit(**options)  # type: ignore[arg-type]
