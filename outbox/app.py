@@ -108,6 +108,7 @@ class Handler(Generic[EventT]):
     concurrency: int | None = None
     circuit_breaker: CircuitBreaker | None = None
     rate_limit: RateLimit | None = None
+    bisect: bool = False
     is_async: bool = field(init=False, repr=False, compare=False)
     """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
 
@@ -241,6 +242,7 @@ class Outbox:
         concurrency: int | None = None,
         circuit_breaker: CircuitBreaker | None = None,
         rate_limit: RateLimit | None = None,
+        bisect: bool = False,
     ) -> Callable[[Callable[[Batch[EventT]], _ReturnT]], Callable[[Batch[EventT]], _ReturnT]]:
         """Register a batch handler for the buffer model ``model``: a function, or an
         ``async def`` one, that takes the batch (see the guide, "Async handlers").
@@ -261,7 +263,9 @@ class Outbox:
         after consecutive failed groups, then probe one group at a time
         (:class:`outbox.CircuitBreaker`; default: none). ``rate_limit``: calls and/or events
         per second the whole fleet may send, enforced in the database
-        (:class:`outbox.RateLimit`; default: none).
+        (:class:`outbox.RateLimit`; default: none). ``bisect``: a group that fails as a whole
+        is split in halves for its next attempt, until a poison event is alone (and ends dead
+        on its own) and the others are delivered.
         """
 
         def register(
@@ -284,6 +288,7 @@ class Outbox:
                     concurrency=concurrency,
                     circuit_breaker=circuit_breaker,
                     rate_limit=rate_limit,
+                    bisect=bisect,
                 )
             )
             return func

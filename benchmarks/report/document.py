@@ -35,6 +35,7 @@ from benchmarks.report.drain import (
     typed,
 )
 from benchmarks.report.enqueue import enqueue_cost
+from benchmarks.report.flow import drain_rate_limited
 from benchmarks.report.generic import generic
 from benchmarks.report.latency import latency_rate, wakeup_latency, wakeup_latency_group
 from benchmarks.report.memory import autovacuum, gc_settle, memory_bloat
@@ -45,6 +46,7 @@ from benchmarks.report.targets import LATENCY_RATE
 RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "drain_throughput": drain_throughput,
     "drain_mariadb": drain_mariadb,
+    "drain_rate_limited": drain_rate_limited,
     "peers": peers,
     "enqueue_cost": enqueue_cost,
     "scale": scale,

@@ -6,6 +6,7 @@ from __future__ import annotations
 ORDER = (
     "drain_throughput",
     "drain_mariadb",
+    "drain_rate_limited",
     "peers",
     "enqueue_cost",
     "scale",
@@ -21,6 +22,7 @@ ORDER = (
 TITLES = {
     "drain_throughput": "Drain throughput",
     "drain_mariadb": "Drain throughput on MariaDB",
+    "drain_rate_limited": "Draining through a rate-limited API",
     "peers": "Against the peers",
     "enqueue_cost": "Cost of enqueue",
     "scale": "Scale",

@@ -43,3 +43,6 @@ LATENCY_RATE = 1000.0  # events/s: the rate the latency target is measured at
 
 
 LATENCY_MODES = ("notify", "polling")  # with LISTEN/NOTIFY, and with polling only
+
+
+RATE_LIMITED_RATIO = 0.9  # a rate-limited drain: theoretical minimum / measured seconds

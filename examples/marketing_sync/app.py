@@ -23,7 +23,7 @@ import httpx
 from sqlalchemy import DateTime, ForeignKey, String, func, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Urgency
+from outbox import Batch, BufferMixin, Outbox, RateLimit, RetryAfter, RetryPolicy, Urgency
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATABASE_URL = f"sqlite:///{HERE / 'marketing_sync.sqlite3'}"
@@ -35,6 +35,9 @@ BULK_PATH = "/v1/activities/bulk"
 # The platform accepts at most 1,000 records per call: the handler's batch_size matches it.
 API_MAX_RECORDS = 1000
 API_TIMEOUT_SECONDS = 30.0
+# The platform's documented limit is 5 calls a second; the fleet keeps a little under it.
+API_CALLS_PER_SECOND = 5
+FLEET_CALLS_PER_SECOND = 4.5
 
 
 class Base(DeclarativeBase):
@@ -112,6 +115,11 @@ def marketing_api_url() -> str:
     batch_size=API_MAX_RECORDS,
     urgency=Urgency.HOUR,  # marketing can wait an hour; signups and payments go first
     retry=RetryPolicy(max_attempts=8),  # 6 s, 21 s, 86 s, ... about 1.3 h before giving up
+    # Every worker of every process together: no more calls than the platform allows.
+    rate_limit=RateLimit(calls_per_second=FLEET_CALLS_PER_SECOND),
+    # A call the platform refuses whole (one record it cannot read) is retried in halves,
+    # until the bad record is alone and the others are delivered.
+    bisect=True,
 )
 def sync_marketing(batch: Batch[ContactActivityEvent]) -> None:
     """Send one group of activities to the marketing platform in one bulk call.
@@ -141,9 +149,15 @@ def sync_marketing(batch: Batch[ContactActivityEvent]) -> None:
         headers={"Idempotency-Key": str(batch.group_id)},
         timeout=API_TIMEOUT_SECONDS,
     )
-    # 429 (rate limited) and 5xx: the platform took nothing, so fail the attempt and let outbox
-    # retry the group with backoff. Any other 4xx is a bug on our side (413: a batch larger than
-    # the platform allows): failing loudly ends, after the last attempt, in the archive as dead.
+    if response.status_code == 429:
+        # Rate limited anyway (the platform's limit is shared with other clients): the group
+        # waits as long as the platform says, without using an attempt, and the handler pauses
+        # on every worker until then.
+        raise RetryAfter(response.headers.get("Retry-After", "1"), reason="429 from the platform")
+    # 5xx: the platform took nothing, so fail the attempt and let outbox retry the group with
+    # backoff. A 400 refuses the whole call for one record it cannot read: the group is retried
+    # in halves (bisect=True). Any other 4xx is a bug on our side (413: a batch larger than the
+    # platform allows): failing loudly ends, after the last attempt, in the archive as dead.
     response.raise_for_status()
 
     reasons: dict[str, list[ContactActivityEvent]] = defaultdict(list)

@@ -3,14 +3,19 @@
 ``POST /v1/activities/bulk`` with ``{"records": [{"id": ..., "email": ..., ...}, ...]}``:
 
 - more than ``max_records`` records in one call: ``413``, nothing is taken;
-- more than ``rate_limit`` calls in the last second: ``429`` with ``Retry-After``, nothing taken;
+- more than ``rate_limit`` calls in the last second: ``429`` with ``Retry-After`` (the seconds
+  until a call would be taken again, rounded up), nothing taken;
+- a call carrying a poison record (``"kind": "poison"``): ``400`` for the whole call, nothing
+  taken, and no word of which record it was (as many bulk APIs answer a record they cannot
+  parse);
 - a call whose ``Idempotency-Key`` was already answered: the same answer again, nothing taken
   twice;
 - otherwise ``200`` with ``{"accepted": n, "rejected": [{"id": ..., "reason": ...}, ...]}``:
   every record is taken, except those without an email, which are rejected one by one.
 
-It records every call and every record it took, so that a test can check that each activity
-arrived exactly once. Use it from Python::
+It records every call (with the time it arrived) and every record it took, so that a test can
+check that each activity arrived exactly once and that no second saw more calls than the
+limit. Use it from Python::
 
     with FakeMarketingAPI(rate_limit=3) as api:
         ...  # api.url, api.calls, api.received
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import threading
 import time
@@ -36,6 +42,7 @@ BULK_PATH = "/v1/activities/bulk"
 DEFAULT_MAX_RECORDS = 1000
 RATE_WINDOW_SECONDS = 1.0
 SHUTDOWN_POLL_SECONDS = 0.05  # how soon stop() is noticed
+POISON_KIND = "poison"
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +52,8 @@ class Call:
     idempotency_key: str | None
     records: int
     status: int
+    at: float
+    """When it arrived (``time.monotonic()`` of the API's process)."""
 
 
 class FakeMarketingAPI:
@@ -139,24 +148,42 @@ class FakeMarketingAPI:
 
     # --- the endpoint ------------------------------------------------------------------------
 
-    def handle_bulk(self, key: str | None, records: list[dict[str, Any]]) -> tuple[int, Any]:
-        """Decide one call: ``(status, body)``. Thread-safe."""
-        with self._lock:
-            status, body = self._decide(key, records)
-            self._calls.append(Call(key, len(records), status))
-            return status, body
+    def most_calls_in_a_second(self) -> int:
+        """The most calls (answered or refused) that arrived within any one second."""
+        arrivals = sorted(call.at for call in self.calls)
+        most, first = 0, 0
+        for last, at in enumerate(arrivals):
+            while at - arrivals[first] >= RATE_WINDOW_SECONDS:
+                first += 1
+            most = max(most, last - first + 1)
+        return most
 
-    def _decide(self, key: str | None, records: list[dict[str, Any]]) -> tuple[int, Any]:
+    def handle_bulk(
+        self, key: str | None, records: list[dict[str, Any]]
+    ) -> tuple[int, Any, dict[str, str]]:
+        """Decide one call: ``(status, body, headers)``. Thread-safe."""
+        with self._lock:
+            now = time.monotonic()
+            status, body, headers = self._decide(key, records, now)
+            self._calls.append(Call(key, len(records), status, now))
+            return status, body, headers
+
+    def _decide(
+        self, key: str | None, records: list[dict[str, Any]], now: float
+    ) -> tuple[int, Any, dict[str, str]]:
         if key is not None and key in self._answers:
-            return 200, self._answers[key]
-        now = time.monotonic()
+            return 200, self._answers[key], {}
         while self._recent and now - self._recent[0] >= RATE_WINDOW_SECONDS:
             self._recent.popleft()
         if self.rate_limit is not None and len(self._recent) >= self.rate_limit:
-            return 429, {"error": f"more than {self.rate_limit} calls per second"}
+            free_in = RATE_WINDOW_SECONDS - (now - self._recent[0])
+            error = {"error": f"more than {self.rate_limit} calls per second"}
+            return 429, error, {"Retry-After": str(max(math.ceil(free_in), 1))}
         self._recent.append(now)
         if len(records) > self.max_records:
-            return 413, {"error": f"at most {self.max_records} records per call"}
+            return 413, {"error": f"at most {self.max_records} records per call"}, {}
+        if any(record.get("kind") == POISON_KIND for record in records):
+            return 400, {"error": "a record of this call could not be read"}, {}
         rejected = []
         for record in records:
             if not record.get("email"):
@@ -167,7 +194,7 @@ class FakeMarketingAPI:
         answer = {"accepted": len(records) - len(rejected), "rejected": rejected}
         if key is not None:
             self._answers[key] = answer
-        return 200, answer
+        return 200, answer, {}
 
 
 class _BulkRequestHandler(BaseHTTPRequestHandler):
@@ -183,16 +210,17 @@ class _BulkRequestHandler(BaseHTTPRequestHandler):
         except (ValueError, KeyError, TypeError):
             self._reply(400, {"error": 'expected {"records": [...]}'})
             return
-        status, body = self.owner.handle_bulk(self.headers.get("Idempotency-Key"), records)
-        self._reply(status, body)
+        key = self.headers.get("Idempotency-Key")
+        status, body, headers = self.owner.handle_bulk(key, records)
+        self._reply(status, body, headers)
 
-    def _reply(self, status: int, body: Any) -> None:
+    def _reply(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
         data = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if status == 429:
-            self.send_header("Retry-After", str(int(RATE_WINDOW_SECONDS)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 

@@ -151,6 +151,7 @@ def deliver_all(api: FakeMarketingAPI) -> dict[str, int | float]:
     return {
         "api_calls": len(calls),
         "api_calls_rate_limited": sum(call.status == 429 for call in calls),
+        "most_calls_in_a_second": api.most_calls_in_a_second(),
         "largest_call": max((call.records for call in calls), default=0),
         "records_received": sum(api.received.values()),
         "records_rejected": len(api.rejected),

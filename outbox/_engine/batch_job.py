@@ -149,7 +149,10 @@ def run_batch_job(
             give_up = handler.retry.exhausted(attempt) or (
                 handler.delivery is Delivery.AT_MOST_ONCE and isinstance(error, HandlerTimeoutError)
             )
-            result = finish_failed(app, handler, job, text, give_up=give_up)
+            # Bisection: the later half of the group's events goes on in a group of its own.
+            half = column_values(rows[len(rows) // 2 :], "id") if handler.bisect else []
+            split = half if handed_over and len(rows) > 1 and not give_up else None
+            result = finish_failed(app, handler, job, text, give_up=give_up, split_off=split)
         else:
             try:
                 result = finish_succeeded(app, handler, job, batch)

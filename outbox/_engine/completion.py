@@ -183,7 +183,12 @@ def finish_failed(
     *,
     give_up: bool,
     at_least: float = 0.0,
+    split_off: list[int] | None = None,
 ) -> BatchResult:
+    """Record a failed attempt: the group waits for its next attempt with the handler's backoff
+    (``at_least`` seconds at least), or is dead-lettered when ``give_up``. ``split_off``: ids
+    of events that go on in a group of their own (bisection), with the same attempts and wait.
+    """
     assert job.group_id is not None
     group_id = job.group_id
     attempt = job.attempts
@@ -206,6 +211,19 @@ def finish_failed(
             queries.delete_group_rows(conn, handler.table, group_id)
             return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)
         delay = max(handler.retry.delay(attempt), at_least)
+        if split_off:
+            new_group = uuid.uuid4()
+            queries.move_rows_to_group(conn, handler.table, group_id, new_group, split_off)
+            queries.insert_batch_job(
+                conn,
+                handler=handler.name,
+                group_id=new_group,
+                priority=handler.urgency.priority,
+                attempts=attempt,
+                deferrals=job.deferrals,
+                delay_seconds=delay,
+                error=error,
+            )
         if not queries.release_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
             raise LeaseLost
         return BatchResult(handler.name, group_id, attempt, RETRYING, error=error)

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from outbox import Batch, Outbox, RetryAfter, RetryPolicy, flow, schema
 from outbox._db import queries
@@ -315,3 +315,54 @@ def test_resume_of_a_handler_never_paused_writes_nothing_it_needs(
     app = make_app(database_url)
     app.handler(ActivityEvent, name="sink")(lambda batch: None)
     assert (False, {}) == (flow.resume(app, "sink"), flow.paused(app))
+
+
+# --- bisection ---------------------------------------------------------------------------------
+
+
+def test_bisect_isolates_a_poison_event_and_delivers_the_rest(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """A group of 16 with one event the downstream refuses whole calls for: halved on each
+    failed attempt (16, 8, 4, 2, 1), the 15 others are delivered and the poison event ends dead
+    alone once its attempts are spent."""
+    app = make_app(database_url)
+    delivered: list[int] = []
+    policy = RetryPolicy(max_attempts=6, scale=0.0, base_delay=0.0, jitter=0.0)
+
+    @app.handler(ActivityEvent, batch_size=16, retry=policy, bisect=True)
+    def picky(batch: Batch[ActivityEvent]) -> None:
+        if any(event.kind == "poison" for event in batch.events):
+            raise RuntimeError("400: a record of this call could not be read")
+        delivered.extend(batch.ids)
+
+    ids = commit_events(app.engine, 16)
+    poison = ids[5]
+    with app.engine.begin() as conn:
+        conn.execute(update(ActivityEvent).where(ActivityEvent.id == poison).values(kind="poison"))
+    drain(app)
+    with app.engine.connect() as conn:
+        dead = (
+            conn.execute(select(schema.archive.c.event_id).where(schema.archive.c.status == "dead"))
+            .scalars()
+            .all()
+        )
+    assert (sorted(set(ids) - {poison}), [poison], 0) == (sorted(delivered), dead, _buffered(app))
+
+
+def test_without_bisect_a_poison_event_takes_its_group_down(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    app = make_app(database_url)
+    policy = RetryPolicy(max_attempts=2, scale=0.0, base_delay=0.0, jitter=0.0)
+
+    @app.handler(ActivityEvent, batch_size=16, retry=policy)
+    def picky(batch: Batch[ActivityEvent]) -> None:
+        if any(event.kind == "poison" for event in batch.events):
+            raise RuntimeError("400")
+
+    ids = commit_events(app.engine, 4)
+    with app.engine.begin() as conn:
+        conn.execute(update(ActivityEvent).where(ActivityEvent.id == ids[0]).values(kind="poison"))
+    drain(app)
+    assert [("dead", None)] * 4 == [(status, None) for status, _ in _archived(app)]

@@ -1,0 +1,143 @@
+"""Draining through a rate-limited bulk API, against the theoretical minimum.
+
+``--events`` events wait in a buffer on PostgreSQL; ``outbox work --processes P`` sends them,
+``--batch-size`` per call, to the fake bulk API of the marketing example, which allows
+``--api-calls-per-second`` calls in any second and answers more with 429 and Retry-After. The
+handler keeps a fleet-wide ``RateLimit`` of ``--limit-fraction`` of the API's rate. Timed from
+starting the command until the buffer is empty (process start-up included), against the
+theoretical minimum ``events / batch size / rate``; the ratio is minimum / measured (1: as fast
+as the API allows).
+
+    python -m benchmarks.drain_rate_limited --events 100000 --batch-size 500 \\
+        --api-calls-per-second 10 --processes 4 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from sqlalchemy import create_engine, func, insert, select
+
+from benchmarks._common import command_line, machine, scratch_database, write
+from benchmarks.bulk_app import Base, BulkEvent
+from examples.marketing_sync.fake_api import FakeMarketingAPI
+from outbox import schema
+
+ROOT = Path(__file__).resolve().parents[1]
+OUTBOX = Path(sys.executable).parent / "outbox"
+DATABASE = "outbox_bench_rate_limited"
+LOAD_CHUNK = 10_000
+POLL_SECONDS = 0.05
+
+
+def prepare(url: str, events: int) -> None:
+    """Fresh framework tables and a buffer of ``events`` events."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        Base.metadata.drop_all(conn)
+        schema.metadata.drop_all(conn)
+        schema.metadata.create_all(conn)
+        Base.metadata.create_all(conn)
+        for start in range(0, events, LOAD_CHUNK):
+            rows = [
+                {"email": f"user{n}@example.com"}
+                for n in range(start, min(start + LOAD_CHUNK, events))
+            ]
+            conn.execute(insert(BulkEvent), rows)
+    engine.dispose()
+
+
+def drain(url: str, api: FakeMarketingAPI, args: argparse.Namespace) -> float:
+    """Seconds from starting ``outbox work`` until the buffer is empty."""
+    env = {
+        **os.environ,
+        "BULK_API_URL": api.url,
+        "BULK_BATCH_SIZE": str(args.batch_size),
+        "BULK_CALLS_PER_SECOND": str(args.api_calls_per_second * args.limit_fraction),
+    }
+    command = [
+        str(OUTBOX), "--app", "benchmarks.bulk_app:app", "--database-url", url,
+        "--log-level", "warning", "work", "--processes", str(args.processes),
+        "--distribute-every", "0.2", "--no-listen",
+    ]  # fmt: skip
+    engine = create_engine(url)
+    started = time.perf_counter()
+    worker = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
+    try:
+        while True:
+            with engine.connect() as conn:
+                if not conn.execute(select(func.count()).select_from(BulkEvent)).scalar():
+                    return time.perf_counter() - started
+            if worker.poll() is not None:
+                raise RuntimeError(f"outbox work exited with {worker.returncode}")
+            time.sleep(POLL_SECONDS)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(60)
+        engine.dispose()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--batch-size", type=int, default=500)
+    parser.add_argument("--api-calls-per-second", type=float, default=10.0)
+    parser.add_argument("--limit-fraction", type=float, default=0.97)
+    parser.add_argument("--processes", type=int, default=4)
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+    url = scratch_database(DATABASE)
+    calls = math.ceil(args.events / args.batch_size)
+    minimum = calls / args.api_calls_per_second
+    runs = []
+    for run in range(1, args.runs + 1):
+        prepare(url, args.events)
+        with FakeMarketingAPI(
+            rate_limit=int(args.api_calls_per_second), max_records=args.batch_size
+        ) as api:
+            seconds = drain(url, api, args)
+            seen = api.calls
+            most = api.most_calls_in_a_second()
+            received = len(api.received)
+        refused = sum(call.status == 429 for call in seen)
+        runs.append(
+            {
+                "seconds": round(seconds, 2),
+                "ratio": round(minimum / seconds, 3),
+                "calls": len(seen),
+                "refused_429": refused,
+                "most_calls_in_a_second": most,
+                "records_received": received,
+            }
+        )
+        print(f"run {run}: {seconds:.2f} s, {minimum / seconds:.3f} of the minimum, "
+              f"{refused} calls refused, at most {most} calls in a second")  # fmt: skip
+        if received != args.events:
+            raise RuntimeError(f"the API received {received} of {args.events} records")
+    result = {
+        "benchmark": "drain_rate_limited",
+        "command": command_line("benchmarks.drain_rate_limited", args),
+        "machine": machine(),
+        "events": args.events,
+        "batch_size": args.batch_size,
+        "api_calls_per_second": args.api_calls_per_second,
+        "limit_fraction": args.limit_fraction,
+        "processes": args.processes,
+        "minimum_seconds": round(minimum, 2),
+        "runs": runs,
+        "median_ratio": statistics.median(r["ratio"] for r in runs),
+    }
+    print(result)
+    print(f"results in {write('drain_rate_limited', result)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""100,000 events through a rate-limited bulk API by four worker processes: every good event
+delivered once, rejected records discarded, poison records dead alone, no dead letter from a
+429, and no second in which the API saw more calls than its limit. Real ``outbox work``
+processes, on PostgreSQL."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import Callable
+
+from sqlalchemy import Engine, func, select
+
+from examples.marketing_sync.fake_api import FakeMarketingAPI
+from outbox import add_events, schema
+from tests._support import wait_for
+from tests.acceptance._cli import LEASE, Cli
+from tests.acceptance.bulk_app import CALLS_PER_SECOND_ENV, URL_ENV
+from tests.models import ActivityEvent
+
+EVENTS = 100_000
+API_CALLS_PER_SECOND = 20
+NO_EMAIL_EVERY = 97
+POISON = {12_345, 55_555, 98_765}
+DRAIN_SECONDS = 240.0
+
+
+def _kind(n: int) -> str:
+    if n in POISON:
+        return "poison"
+    return "no_email" if n % NO_EMAIL_EVERY == 0 else "viewed"
+
+
+def test_a_hundred_thousand_events_through_a_rate_limited_bulk_api(
+    cli: Cli, postgres_database: str, connect: Callable[[str], Engine]
+) -> None:
+    engine = connect(postgres_database)
+    with engine.begin() as conn:
+        add_events(
+            conn, ActivityEvent, [{"activity_id": n, "kind": _kind(n)} for n in range(EVENTS)]
+        )
+        kinds = dict(conn.execute(select(ActivityEvent.id, ActivityEvent.kind)).all())
+    with FakeMarketingAPI(rate_limit=API_CALLS_PER_SECOND, max_records=1000) as api:
+        env = {URL_ENV: api.url, CALLS_PER_SECOND_ENV: str(API_CALLS_PER_SECOND * 0.9)}
+        app = "tests.acceptance.bulk_app:app"
+        base = ("--app", app, "--database-url", postgres_database)
+        work = cli.start(*base, "work", *LEASE, "--processes", "4", "--distribute-every", "0.5",
+                         env=env)  # fmt: skip
+
+        def drained() -> bool:
+            with engine.connect() as conn:
+                return not conn.execute(select(func.count()).select_from(ActivityEvent)).scalar()
+
+        wait_for(drained, "the buffer to drain", timeout=DRAIN_SECONDS)
+        work.send(signal.SIGTERM)
+        stopped = work.wait(60)
+        received, rejected, calls = api.received, api.rejected, api.calls
+        most = api.most_calls_in_a_second()
+    with engine.connect() as conn:
+        archived = Counter(
+            (status, kinds[event_id])
+            for status, event_id in conn.execute(
+                select(schema.archive.c.status, schema.archive.c.event_id)
+            )
+        )
+    good = {str(i) for i, kind in kinds.items() if kind == "viewed"}
+    no_email = sum(1 for kind in kinds.values() if kind == "no_email")
+    assert (0, good, []) == (stopped, set(received), [i for i, n in received.items() if n > 1])
+    assert {("dead", "poison"): len(POISON), ("discarded", "no_email"): no_email} == dict(archived)
+    assert (no_email, True) == (len(rejected), most <= API_CALLS_PER_SECOND), (most, len(calls))
