@@ -109,6 +109,7 @@ class Handler(Generic[EventT]):
     circuit_breaker: CircuitBreaker | None = None
     rate_limit: RateLimit | None = None
     bisect: bool = False
+    max_batch_bytes: int | None = None
     is_async: bool = field(init=False, repr=False, compare=False)
     """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
 
@@ -243,6 +244,7 @@ class Outbox:
         circuit_breaker: CircuitBreaker | None = None,
         rate_limit: RateLimit | None = None,
         bisect: bool = False,
+        max_batch_bytes: int | None = None,
     ) -> Callable[[Callable[[Batch[EventT]], _ReturnT]], Callable[[Batch[EventT]], _ReturnT]]:
         """Register a batch handler for the buffer model ``model``: a function, or an
         ``async def`` one, that takes the batch (see the guide, "Async handlers").
@@ -265,7 +267,9 @@ class Outbox:
         per second the whole fleet may send, enforced in the database
         (:class:`outbox.RateLimit`; default: none). ``bisect``: a group that fails as a whole
         is split in halves for its next attempt, until a poison event is alone (and ends dead
-        on its own) and the others are delivered.
+        on its own) and the others are delivered. ``max_batch_bytes``: a group also closes
+        before its events' own columns, as text, pass this many bytes (bulk APIs cap request
+        bodies); an event larger than that goes alone.
         """
 
         def register(
@@ -289,6 +293,7 @@ class Outbox:
                     circuit_breaker=circuit_breaker,
                     rate_limit=rate_limit,
                     bisect=bisect,
+                    max_batch_bytes=max_batch_bytes,
                 )
             )
             return func
@@ -376,6 +381,11 @@ def _validate(handler: Handler[Any]) -> None:
         raise ConfigurationError(
             f"handler {handler.name!r}: concurrency must be >= 1 or None, "
             f"got {handler.concurrency!r}"
+        )
+    if handler.max_batch_bytes is not None and handler.max_batch_bytes < 1:
+        raise ConfigurationError(
+            f"handler {handler.name!r}: max_batch_bytes must be >= 1 or None, "
+            f"got {handler.max_batch_bytes!r}"
         )
     if handler.max_wait is not None and handler.max_wait < 0:
         raise ConfigurationError(

@@ -75,11 +75,17 @@ def _claim(
     if handler.max_wait is not None and not _batch_due(conn, handler):
         return None
     group_id = uuid.uuid4()
-    if lease is not None and app.supports.one_statement_claim:
+    sized = handler.max_batch_bytes
+    if lease is not None and app.supports.one_statement_claim and sized is None:
         return _claim_leased_in_one_statement(conn, app, handler, group_id, lease, held)
-    if lease is None:
+    cut = False  # the group was closed by its size in bytes, not by its count
+    rows: list[Any] | None = None
+    if sized is not None:
+        size, cut = queries.claim_rows_sized(
+            conn, app.dialect, handler.table, group_id, handler.batch_size, sized
+        )
+    elif lease is None:
         size = queries.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
-        rows: list[Any] | None = None
     else:
         rows, size = _claim_returning(conn, app, handler, group_id)
     if not size:
@@ -91,7 +97,7 @@ def _claim(
         priority=handler.urgency.priority,
         lease=None if lease is None else (lease.worker_id, lease.token, lease.seconds),
     )
-    full = size == handler.batch_size
+    full = size == handler.batch_size or cut
     more = full and held is not None and queries.any_unclaimed(conn, handler.table)
     job = None if lease is None else _leased_job(handler, group_id, job_id, lease)
     return Claim(handler.name, group_id, size, rows, job, more)

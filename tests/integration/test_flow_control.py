@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select, update
 
-from outbox import Batch, Outbox, RetryAfter, RetryPolicy, flow, schema
+from outbox import Batch, ConfigurationError, Outbox, RetryAfter, RetryPolicy, flow, schema
 from outbox._db import queries
 from outbox.testing import drain
 from outbox.worker import Worker
@@ -366,3 +366,41 @@ def test_without_bisect_a_poison_event_takes_its_group_down(
         conn.execute(update(ActivityEvent).where(ActivityEvent.id == ids[0]).values(kind="poison"))
     drain(app)
     assert [("dead", None)] * 4 == [(status, None) for status, _ in _archived(app)]
+
+
+# --- groups closed by their size in bytes ------------------------------------------------------
+
+
+def _group_sizes(app: Outbox, name: str, **columns: Any) -> list[int]:
+    sizes: list[int] = []
+
+    @app.handler(ActivityEvent, name=name, batch_size=50, **columns)
+    def sized(batch: Batch[ActivityEvent]) -> None:
+        sizes.append(len(batch))
+
+    drain(app)
+    return sizes
+
+
+def test_max_batch_bytes_closes_a_group_before_it_passes_the_size(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """Events of 31 bytes (a one-digit activity id, a kind of 15 two-byte characters), at most
+    100 bytes a group: three per group, counted in bytes, not characters."""
+    app = make_app(database_url)
+    commit_events(app.engine, 10, kind="é" * 15)
+    assert [3, 3, 3, 1] == _group_sizes(app, "sized", max_batch_bytes=100)
+
+
+def test_an_event_larger_than_max_batch_bytes_goes_alone(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    app = make_app(database_url)
+    commit_events(app.engine, 3, kind="x" * 32)
+    assert [1, 1, 1] == _group_sizes(app, "sized", max_batch_bytes=10)
+
+
+def test_max_batch_bytes_refuses_a_size_below_one() -> None:
+    app = Outbox("sqlite://")
+    with pytest.raises(ConfigurationError, match="max_batch_bytes must be >= 1"):
+        app.handler(ActivityEvent, name="sized", max_batch_bytes=0)(lambda batch: None)

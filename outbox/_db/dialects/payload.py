@@ -6,7 +6,9 @@ from typing import Any
 
 from sqlalchemy import case, func, literal, literal_column, null
 from sqlalchemy import cast as sql_cast
+from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
+from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import NamedFromClause
 from sqlalchemy.types import (
     JSON,
@@ -115,3 +117,23 @@ def _exact_real(column: Any) -> Any:
         (column == -MAX_DOUBLE, func.json(literal(repr(-MAX_DOUBLE)))),
         else_=func.json(func.printf("%!.17g", column)),
     )
+
+
+class byte_length(FunctionElement[int]):  # noqa: N801 - named like the SQL function it renders
+    """The bytes of a text value in UTF-8: ``octet_length`` on PostgreSQL, MariaDB and MySQL,
+    the length of it as a BLOB on SQLite (whose ``length`` of a text counts characters)."""
+
+    type = Integer()
+    inherit_cache = True
+
+
+@compiles(byte_length)
+def _octet_length(element: byte_length, compiler: Any, **kw: Any) -> str:
+    (value,) = element.clauses
+    return f"octet_length({compiler.process(value, **kw)})"
+
+
+@compiles(byte_length, SQLITE)
+def _blob_length(element: byte_length, compiler: Any, **kw: Any) -> str:
+    (value,) = element.clauses
+    return f"length(CAST({compiler.process(value, **kw)} AS BLOB))"

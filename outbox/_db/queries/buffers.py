@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import operator
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from operator import itemgetter
@@ -15,6 +16,7 @@ from sqlalchemy import (
     Integer,
     String,
     Table,
+    Text,
     bindparam,
     case,
     delete,
@@ -29,6 +31,7 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.engine import Result
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
@@ -37,6 +40,7 @@ from outbox import schema
 from outbox._db import dialects
 from outbox._db.dialects import postgresql
 from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
+from outbox._db.dialects.payload import byte_length
 from outbox._db.queries.archive import ARCHIVE_COLUMNS, archive_source
 from outbox._db.queries.jobs import batch_job_values
 from outbox._db.types import LeasedClaim, UnreadableRowsError
@@ -113,6 +117,50 @@ def claim_rows_returning(
     if rows:
         rows.sort(key=itemgetter(rows[0]._fields.index("id")))
     return rows
+
+
+def claim_rows_sized(
+    conn: Connection,
+    dialect: str,
+    table: Table,
+    group_id: uuid.UUID,
+    limit: int,
+    max_bytes: int,
+) -> tuple[int, bool]:
+    """Claim up to ``limit`` unclaimed rows, oldest first, no more of them than fit in
+    ``max_bytes`` (:func:`event_bytes` each; the first row always goes, however large).
+    Returns (rows claimed, whether the size cut the group short).
+
+    The rows are picked with their sizes ``FOR UPDATE SKIP LOCKED`` (SQLite: under the write
+    lock), the group cut where the running total would pass ``max_bytes``, and only those
+    stamped; the rest stay unclaimed, their locks gone with the transaction.
+    """
+    pick = (
+        select(table.c.id, event_bytes(table))
+        .where(table.c.group_id.is_(None))
+        .order_by(table.c.id)
+        .limit(limit)
+        .with_for_update(skip_locked=True)
+    )
+    picked = conn.execute(pick).all()
+    taken: list[int] = []
+    total = 0
+    for event_id, size in picked:
+        total += int(size or 0)
+        if taken and total > max_bytes:
+            break
+        taken.append(event_id)
+    if taken:
+        conn.execute(update(table).where(table.c.id.in_(taken)).values(group_id=group_id))
+    return len(taken), len(taken) < len(picked)
+
+
+def event_bytes(table: Table) -> ColumnElement[int]:
+    """An event's size: the bytes of its own columns' values as text (all but ``id``,
+    ``group_id`` and ``created_at``), NULLs as nothing."""
+    own = [c for c in table.c if c.name not in ("id", "group_id", "created_at")]
+    sizes = [func.coalesce(byte_length(sql_cast(c, Text)), 0) for c in own]
+    return functools.reduce(operator.add, sizes) if sizes else literal(0)
 
 
 def fetch_claimed(result: Result[Any]) -> list[Any]:
