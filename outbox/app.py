@@ -45,6 +45,8 @@ DEFAULT_WORKER_STALE_SECONDS = 60.0
 MAX_BATCH_SIZE = 100_000
 MAX_MAX_BATCHES = 10_000
 
+# The buffer's own columns, which no option may name as an event's.
+_BOOKKEEPING = ("id", "group_id", "created_at")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]{0,199}$")
 
 
@@ -110,6 +112,8 @@ class Handler(Generic[EventT]):
     rate_limit: RateLimit | None = None
     bisect: bool = False
     max_batch_bytes: int | None = None
+    group_by: str | None = None
+    ordering_key: str | None = None
     is_async: bool = field(init=False, repr=False, compare=False)
     """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
 
@@ -245,6 +249,8 @@ class Outbox:
         rate_limit: RateLimit | None = None,
         bisect: bool = False,
         max_batch_bytes: int | None = None,
+        group_by: str | None = None,
+        ordering_key: str | None = None,
     ) -> Callable[[Callable[[Batch[EventT]], _ReturnT]], Callable[[Batch[EventT]], _ReturnT]]:
         """Register a batch handler for the buffer model ``model``: a function, or an
         ``async def`` one, that takes the batch (see the guide, "Async handlers").
@@ -269,7 +275,12 @@ class Outbox:
         is split in halves for its next attempt, until a poison event is alone (and ends dead
         on its own) and the others are delivered. ``max_batch_bytes``: a group also closes
         before its events' own columns, as text, pass this many bytes (bulk APIs cap request
-        bodies); an event larger than that goes alone.
+        bodies); an event larger than that goes alone. ``group_by``: a column of the buffer;
+        each group holds events of one value of it, and claims take the keys in turn, so that
+        one key's backlog cannot hold up the others. ``ordering_key``: a column of the buffer;
+        the events of one key are handled in id order, one group of the key at a time, and a
+        group that fails holds the key's later events until it succeeds (or, dead, until it
+        is replayed or its key released: ``outbox held``).
         """
 
         def register(
@@ -294,6 +305,8 @@ class Outbox:
                     rate_limit=rate_limit,
                     bisect=bisect,
                     max_batch_bytes=max_batch_bytes,
+                    group_by=group_by,
+                    ordering_key=ordering_key,
                 )
             )
             return func
@@ -382,6 +395,13 @@ def _validate(handler: Handler[Any]) -> None:
             f"handler {handler.name!r}: concurrency must be >= 1 or None, "
             f"got {handler.concurrency!r}"
         )
+    for option in ("group_by", "ordering_key"):
+        column = getattr(handler, option)
+        if column is not None and (column not in handler.table.c or column in _BOOKKEEPING):
+            raise ConfigurationError(
+                f"handler {handler.name!r}: {option} must name a column of "
+                f"{handler.table.name!r} other than {', '.join(_BOOKKEEPING)}, got {column!r}"
+            )
     if handler.max_batch_bytes is not None and handler.max_batch_bytes < 1:
         raise ConfigurationError(
             f"handler {handler.name!r}: max_batch_bytes must be >= 1 or None, "

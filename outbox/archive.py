@@ -46,9 +46,11 @@ def replay(
 ) -> ReplayResult:
     """Put archived events back into their buffers as new events, and remove them from the archive.
 
-    Each replayed event gets a new id and ``created_at``; its own columns come from the
-    archived payload. Runs in chunks of ``REPLAY_CHUNK`` events, one transaction each, so a
-    replay interrupted half way leaves every event either archived or back in its buffer.
+    Each replayed event gets a new id and ``created_at`` (an ordered handler's keeps its id, to
+    be handled before the events its key held back, and its group's keys are released); its
+    own columns come from the archived payload. Runs in chunks of ``REPLAY_CHUNK`` events, one
+    transaction each, so a replay interrupted half way leaves every event either archived or
+    back in its buffer.
     """
     if handler is not None:
         app.get_handler(handler)
@@ -151,22 +153,29 @@ def _handler_of(app: Outbox, name: str) -> Table:
 
 def _put_back(conn: Connection, app: Outbox, rows: list[Any]) -> None:
     by_table: dict[str, tuple[Table, list[dict[str, Any]]]] = {}
+    held: set[tuple[str, uuid.UUID]] = set()
     for row in rows:
         table = _handler_of(app, row["handler"])
         payload = dict(row["payload"])
         json_as_text = bool(payload.pop(JSON_AS_TEXT_MARKER, False))
-        by_table.setdefault(table.name, (table, []))[1].append(
-            {
-                column.name: _coerce(
-                    column, payload[column.name], conn.dialect, json_as_text=json_as_text
-                )
-                for column in table.columns
-                if column.name not in BufferMixin.OWN_COLUMNS and column.name in payload
-            }
-        )
+        event = {
+            column.name: _coerce(
+                column, payload[column.name], conn.dialect, json_as_text=json_as_text
+            )
+            for column in table.columns
+            if column.name not in BufferMixin.OWN_COLUMNS and column.name in payload
+        }
+        if app.handlers[row["handler"]].ordering_key is not None:
+            # Back where it was in its key's order, ahead of the events its key held back.
+            event["id"] = int(row["event_id"])
+            if row["group_id"] is not None:
+                held.add((row["handler"], row["group_id"]))
+        by_table.setdefault(table.name, (table, []))[1].append(event)
     for table, events in by_table.values():
         queries.insert_stored_rows(conn, table, events)
     queries.delete_archived(conn, [int(row["id"]) for row in rows])
+    for handler, group_id in held:
+        queries.release_held_keys(conn, handler, group_id=group_id)
 
 
 def _coerce(

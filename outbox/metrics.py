@@ -56,6 +56,8 @@ class HandlerStatus:
     handler is paused by it) or ``probing`` (one group at a time until one succeeds)."""
     consecutive_failures: int = 0
     """Groups failed in a row, counted for the circuit breaker."""
+    held_keys: list[str] = field(default_factory=list)
+    """Ordering keys dead groups hold back (``outbox held``): their later events wait."""
     archived: dict[str, int] = field(default_factory=dict)
     """Archived events by status: succeeded, dead, expired, discarded."""
     alerts: list[str] = field(default_factory=list)
@@ -100,8 +102,12 @@ def collect(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[Han
         archived = queries.archive_counts(conn)
         failed = queries.max_failed_attempts(conn)
         states = queries.handler_states(conn)
+        held: dict[str, list[str]] = {}
+        for key in queries.held_keys(conn):
+            held.setdefault(key.handler, []).append(key.key)
         return [
-            _handler_status(conn, h, jobs, archived, failed, states.get(h.name)) for h in selected
+            _handler_status(conn, h, jobs, archived, failed, states.get(h.name), held)
+            for h in selected
         ]
 
 
@@ -112,6 +118,7 @@ def _handler_status(
     archived: dict[tuple[str, str], int],
     failed: dict[str, int],
     state: queries.HandlerState | None,
+    held: dict[str, list[str]],
 ) -> HandlerStatus:
     def count(kind: str, state: str) -> int:
         return jobs.get((h.name, kind, state), 0)
@@ -143,6 +150,7 @@ def _handler_status(
         pause_reason=state.reason if paused and state else None,
         breaker=_breaker_state(h, state),
         consecutive_failures=state.failures if state else 0,
+        held_keys=held.get(h.name, []),
         archived={
             status: archived[(h.name, status)]
             for status in schema.ArchiveStatus
@@ -155,6 +163,7 @@ def _handler_status(
             max_failed,
             count(schema.JobKind.BATCH, schema.JobState.REFUSED),
             state if paused else None,
+            len(held.get(h.name, [])),
         ),
     )
 
@@ -185,9 +194,16 @@ def _alerts(
     failed: int,
     refused: int,
     pause: queries.HandlerState | None,
+    held: int = 0,
 ) -> list[str]:
     band = h.urgency
     alerts = []
+    if held:
+        # Whatever the band: the keys' later events wait for an operator.
+        alerts.append(
+            f"{held} ordering key{'s' * (held > 1)} held by dead groups: their later events "
+            "wait (outbox held list)"
+        )
     if refused:
         # Whatever the band: such a group waits for an operator, however long it takes.
         alerts.append(

@@ -117,6 +117,7 @@ class OutboxCollector:
                 "outbox_paused": int(row.paused),
                 "outbox_breaker_probing": int(row.breaker == "probing"),
                 "outbox_consecutive_failures": row.consecutive_failures,
+                "outbox_held_keys": len(row.held_keys),
             }
             for name, value in values.items():
                 families[name].add_metric(labels, value)
@@ -176,6 +177,9 @@ def _families() -> dict[str, GaugeMetricFamily]:
         ),
         "outbox_consecutive_failures": (
             "Groups failed in a row, as the circuit breaker counts them (0 after a success)."
+        ),
+        "outbox_held_keys": (
+            "Ordering keys dead groups hold back: their later events wait (outbox held)."
         ),
     }
     return {

@@ -172,6 +172,16 @@ handlers = Table(
     ),
 )
 
+held_keys = Table(
+    "outbox_held_keys",
+    metadata,
+    Column("handler", _NAME, primary_key=True),
+    Column("key", String(400), primary_key=True, comment="the ordering key's value, as text"),
+    Column("group_id", Uuid, nullable=False, comment="the dead group that holds the key"),
+    Column("error", Text, nullable=True),
+    Column("held_at", timestamp(), nullable=False, server_default=db_now()),
+)
+
 rate_limits = Table(
     "outbox_rate_limits",
     metadata,

@@ -7,6 +7,7 @@ Create Date: 2026-11-26 14:40:00.000000
 ``outbox_handlers`` holds what the whole fleet must agree on about a handler: whether it is
 paused (by an operator, a downstream's Retry-After or its circuit breaker), until when, and its
 breaker's counts. ``outbox_rate_limits`` holds the state of each handler's shared rate limits.
+``outbox_held_keys`` holds the ordering keys a dead group holds back.
 ``outbox_jobs.deferrals`` counts the attempts put off for a Retry-After, which do not use up
 ``attempts``.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from outbox._db.dialects import timestamp
+from outbox._db.dialects import db_now, timestamp
 
 revision = "0003"
 down_revision = "0002"
@@ -72,6 +73,19 @@ def upgrade() -> None:
         ),
         sa.PrimaryKeyConstraint("handler", "key", name="pk_outbox_rate_limits"),
     )
+    op.create_table(
+        "outbox_held_keys",
+        sa.Column("handler", sa.String(200), nullable=False),
+        sa.Column(
+            "key", sa.String(400), nullable=False, comment="the ordering key's value, as text"
+        ),
+        sa.Column(
+            "group_id", sa.Uuid(), nullable=False, comment="the dead group that holds the key"
+        ),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("held_at", timestamp(), server_default=db_now(), nullable=False),
+        sa.PrimaryKeyConstraint("handler", "key", name="pk_outbox_held_keys"),
+    )
     op.add_column(
         "outbox_jobs",
         sa.Column(
@@ -87,5 +101,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     with op.batch_alter_table("outbox_jobs") as batch:
         batch.drop_column("deferrals")
+    op.drop_table("outbox_held_keys")
     op.drop_table("outbox_rate_limits")
     op.drop_table("outbox_handlers")

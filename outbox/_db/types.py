@@ -41,6 +41,16 @@ class HandlerState:
     """Consecutive openings of the circuit breaker."""
 
 
+@dataclass(frozen=True, slots=True)
+class HeldKey:
+    """An ordering key a dead group holds back: its later events wait until it is released."""
+
+    handler: str
+    key: str
+    group_id: uuid.UUID
+    error: str | None
+
+
 @dataclass(frozen=True)
 class RefusedGroup:
     """A group whose finishing write the database refused."""

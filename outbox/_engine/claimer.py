@@ -6,11 +6,13 @@ never exists without the job that will handle it. Finding nothing is a normal, c
 
 from __future__ import annotations
 
+import threading
 import uuid
+import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import Connection
+from sqlalchemy import ColumnElement, Connection
 
 from outbox import _log, schema
 from outbox._db import queries, run_in_transaction
@@ -75,19 +77,30 @@ def _claim(
     if handler.max_wait is not None and not _batch_due(conn, handler):
         return None
     group_id = uuid.uuid4()
-    sized = handler.max_batch_bytes
-    if lease is not None and app.supports.one_statement_claim and sized is None:
+    sized, keyed = handler.max_batch_bytes, handler.group_by is not None
+    ordered = handler.ordering_key is not None
+    plain = sized is None and not keyed and not ordered
+    if lease is not None and app.supports.one_statement_claim and plain:
         return _claim_leased_in_one_statement(conn, app, handler, group_id, lease, held)
+    only = claimable(handler)
+    if ordered:
+        # One claim of an ordered handler at a time, fleet-wide: two at once would each take
+        # rows of the same key, the second past the first one's locked rows.
+        queries.lock_handler_state(conn, app.dialect, handler.name)
+    if keyed:
+        key = _next_key(conn, app, handler)
+        if key is None:
+            return None
+        only = queries.all_of(only, key)
     cut = False  # the group was closed by its size in bytes, not by its count
     rows: list[Any] | None = None
+    table, limit = handler.table, handler.batch_size
     if sized is not None:
-        size, cut = queries.claim_rows_sized(
-            conn, app.dialect, handler.table, group_id, handler.batch_size, sized
-        )
+        size, cut = queries.claim_rows_sized(conn, app.dialect, table, group_id, limit, sized, only)
     elif lease is None:
-        size = queries.claim_rows(conn, app.dialect, handler.table, group_id, handler.batch_size)
+        size = queries.claim_rows(conn, app.dialect, table, group_id, limit, only)
     else:
-        rows, size = _claim_returning(conn, app, handler, group_id)
+        rows, size = _claim_returning(conn, app, handler, group_id, only)
     if not size:
         return None
     job_id = queries.insert_batch_job(
@@ -97,8 +110,9 @@ def _claim(
         priority=handler.urgency.priority,
         lease=None if lease is None else (lease.worker_id, lease.token, lease.seconds),
     )
-    full = size == handler.batch_size or cut
-    more = full and held is not None and queries.any_unclaimed(conn, handler.table)
+    # Keyed groups are as large as their key's backlog: rows of other keys may wait.
+    full = size == handler.batch_size or cut or keyed
+    more = full and held is not None and queries.any_unclaimed(conn, handler.table, only)
     job = None if lease is None else _leased_job(handler, group_id, job_id, lease)
     return Claim(handler.name, group_id, size, rows, job, more)
 
@@ -159,7 +173,11 @@ def _leased_job(
 
 
 def _claim_returning(
-    conn: Connection, app: Outbox, handler: Handler[Any], group_id: uuid.UUID
+    conn: Connection,
+    app: Outbox,
+    handler: Handler[Any],
+    group_id: uuid.UUID,
+    only: ColumnElement[bool] | None = None,
 ) -> tuple[list[Any] | None, int]:
     """Claim and get the rows back from the claim's own UPDATE ... RETURNING where the
     database has it: the group is not selected a second time. Returns (rows, size).
@@ -171,15 +189,43 @@ def _claim_returning(
     """
     table, limit = handler.table, handler.batch_size
     try:
-        rows = queries.claim_rows_returning(conn, app.dialect, table, group_id, limit)
+        rows = queries.claim_rows_returning(conn, app.dialect, table, group_id, limit, only)
     except UNREADABLE_ROW_ERRORS:
         return None, queries.count_group_rows(conn, table, group_id)
     return rows, len(rows)
 
 
+# Keyed groups: the key each process's claims of a handler took last. Claims take the keys
+# with unclaimed rows in turn (in the key's order, the rows with no key after the highest), so
+# that one key's backlog cannot hold up the others.
+_last_keys: weakref.WeakKeyDictionary[Outbox, dict[str, Any]] = weakref.WeakKeyDictionary()
+_last_keys_lock = threading.Lock()
+
+
+def _next_key(conn: Connection, app: Outbox, handler: Handler[Any]) -> ColumnElement[bool] | None:
+    """The condition of the next key's rows, in turn; None when no row waits."""
+    assert handler.group_by is not None
+    with _last_keys_lock:
+        last_keys = _last_keys.setdefault(app, {})
+        turn = queries.next_key(conn, handler.table, handler.group_by, last_keys.get(handler.name))
+        if turn is None:
+            return None
+        last_keys[handler.name], condition = turn
+        return condition
+
+
+def claimable(handler: Handler[Any]) -> ColumnElement[bool] | None:
+    """Which unclaimed rows a claim of ``handler`` may take now: an ordered handler's rows in
+    order (:func:`outbox._db.queries.in_order`); None: every one."""
+    if handler.ordering_key is None:
+        return None
+    return queries.in_order(handler.table, handler.ordering_key, handler.name)
+
+
 def _batch_due(conn: Connection, handler: Handler[Any]) -> bool:
     """A full batch waits, or a partial one is due."""
-    full = queries.count_unclaimed(conn, handler.table, handler.batch_size) >= handler.batch_size
+    waiting = queries.count_unclaimed(conn, handler.table, handler.batch_size, claimable(handler))
+    full = waiting >= handler.batch_size
     return full or partial_batch_due(conn, handler)
 
 

@@ -80,6 +80,7 @@ def finish_succeeded(
             )
         dead = 0
         if retried and give_up_retried:
+            hold_keys(conn, app, handler, group_id, list(retried), "retried events dead")
             for reason, ids in _by_reason(retried).items():
                 dead += archive_events(
                     conn,
@@ -197,6 +198,7 @@ def finish_failed(
         if give_up:
             if not queries.delete_job(conn, job.id, job.lease_token):
                 raise LeaseLost
+            hold_keys(conn, app, handler, group_id, None, error)
             dead = archive_events(
                 conn,
                 app,
@@ -307,6 +309,23 @@ def _pause(conn: Connection, app: Outbox, handler: Handler[Any], seconds: float,
         reason=why,
         only_to_extend=True,
     )
+
+
+def hold_keys(
+    conn: Connection,
+    app: Outbox,
+    handler: Handler[Any],
+    group_id: uuid.UUID,
+    ids: list[int] | None,
+    error: str | None,
+) -> None:
+    """An ordered handler's events are about to be dead-lettered (all of the group, or
+    ``ids``): hold their keys, so that the keys' later events wait for an operator instead of
+    overtaking them."""
+    if handler.ordering_key is None:
+        return
+    keys = queries.group_keys(conn, handler.table, handler.ordering_key, group_id, ids)
+    queries.hold_keys(conn, app.dialect, handler.name, keys, group_id, error)
 
 
 def hold_refused(

@@ -21,7 +21,7 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox import _log
 from outbox._db import buffer_table_missing, queries, run_in_transaction
-from outbox._engine.claimer import partial_batch_due
+from outbox._engine.claimer import claimable, partial_batch_due
 from outbox.app import Handler, Outbox
 
 log = _log.get_logger(__name__)
@@ -63,7 +63,8 @@ def distribute_handler(
     cap = handler.batch_size * min(handler.max_batches, COUNTED_BATCHES)
 
     def work(conn: Connection) -> Distribution:
-        unclaimed = queries.count_unclaimed(conn, handler.table, cap)
+        # Rows a claim may not take now (an ordered handler's held back) need no claim job.
+        unclaimed = queries.count_unclaimed(conn, handler.table, cap, claimable(handler))
         full, partial = divmod(unclaimed, handler.batch_size)
         if partial and not partial_batch_due(conn, handler):
             partial = 0

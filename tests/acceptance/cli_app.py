@@ -12,6 +12,7 @@ when the module is imported (batch size, attempts) or when a batch runs (the res
 - ``OUTBOX_TEST_BATCH_SIZE``: the handlers' batch size (default 10).
 - ``OUTBOX_TEST_MAX_ATTEMPTS``: the handlers' ``RetryPolicy.max_attempts`` (default 8).
 - ``OUTBOX_TEST_CALLS_PER_SECOND``: a ``RateLimit`` of ``record_activity`` (default none).
+- ``OUTBOX_TEST_ORDERED``: ``1`` gives ``record_activity`` the ordering key ``activity_id``.
 
 Lines are ``<handler> <group_id> <attempt> <pid>`` followed, in ``started.log``, by the Unix time
 the batch started and, in ``handled.log``, by the event id.
@@ -34,6 +35,7 @@ FAIL_ENV = "OUTBOX_TEST_FAIL"
 BATCH_SIZE_ENV = "OUTBOX_TEST_BATCH_SIZE"
 MAX_ATTEMPTS_ENV = "OUTBOX_TEST_MAX_ATTEMPTS"
 CALLS_PER_SECOND_ENV = "OUTBOX_TEST_CALLS_PER_SECOND"
+ORDERED_ENV = "OUTBOX_TEST_ORDERED"
 
 STARTED_LOG = "started.log"
 HANDLED_LOG = "handled.log"
@@ -73,7 +75,13 @@ def _handle(batch: Batch[BufferMixin]) -> None:
     _append(HANDLED_LOG, [f"{prefix} {event.id}" for event in batch.events])
 
 
-@app.handler(ActivityEvent, batch_size=BATCH_SIZE, retry=RETRY, rate_limit=RATE_LIMIT)
+@app.handler(
+    ActivityEvent,
+    batch_size=BATCH_SIZE,
+    retry=RETRY,
+    rate_limit=RATE_LIMIT,
+    ordering_key="activity_id" if os.environ.get(ORDERED_ENV) == "1" else None,
+)
 def record_activity(batch: Batch[ActivityEvent]) -> None:
     """Record the batch's event ids, as a bulk API call would deliver them."""
     _handle(batch)  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, update
 
 from outbox._db.dialects import db_now_plus
 from tests.acceptance._cli import APP, Cli, handled_ids
+from tests.acceptance.cli_app import FAIL_ENV, MAX_ATTEMPTS_ENV, ORDERED_ENV
 from tests.models import ActivityEvent
 
 
@@ -78,3 +79,37 @@ def test_pause_refuses_an_unknown_handler_and_a_bad_time(cli: Cli, database_url:
     assert (2, True) == (unknown.code, "unknown handler 'nope'" in unknown.stderr)
     assert (2, True) == (both.code, "give --for or --until, not both" in both.stderr)
     assert (2, True) == (bad.code, "is not an ISO 8601 time" in bad.stderr)
+
+
+def test_held_keys_are_listed_shown_by_status_and_released(
+    cli: Cli,
+    database_url: str,
+    connect: Callable[[str], Engine],
+    commit_events: Any,
+    output_dir: Path,
+) -> None:
+    """An ordered handler's dead group holds its key: ``held list`` and ``status`` name it,
+    ``check`` alerts, and once released the key's later events are handled."""
+    engine = connect(database_url)
+    commit_events(engine, 1, activity_id=7)
+    ordered = {ORDERED_ENV: "1", MAX_ATTEMPTS_ENV: "1"}
+    dying = _outbox_env(cli, database_url, {**ordered, FAIL_ENV: "1"}, "work", "--burst")
+    later = commit_events(engine, 2, activity_id=7)
+    _outbox_env(cli, database_url, ordered, "work", "--burst")
+    listed = _outbox_env(cli, database_url, ordered, "held", "list")
+    status = _outbox_env(cli, database_url, ordered, "status")
+    check = _outbox_env(cli, database_url, ordered, "check")
+    assert (0, [], "1 held key") == (
+        dying.code,
+        handled_ids(output_dir),
+        listed.stdout.splitlines()[-1],
+    )
+    assert "record_activity: key 7 held by a dead group (outbox held list)" in status.stdout
+    assert (1, True) == (check.code, "1 ordering key held by dead groups" in check.stdout)
+    released = _outbox_env(cli, database_url, ordered, "held", "release", "--key", "7")
+    _outbox_env(cli, database_url, ordered, "work", "--burst")
+    assert ("released 1 held key", later) == (released.stdout.strip(), handled_ids(output_dir))
+
+
+def _outbox_env(cli: Cli, url: str, env: dict[str, str], *args: str) -> Any:
+    return cli.run("--app", APP, "--database-url", url, *args, env=env)

@@ -43,5 +43,6 @@ def test_schema_sql_prints_create_table_for_every_outbox_table(cli: Cli) -> None
         "outbox_workers",
         "outbox_handlers",
         "outbox_rate_limits",
+        "outbox_held_keys",
     }
     assert (0, expected) == (result.code, created)

@@ -306,3 +306,39 @@ def test_concurrent_claims_with_jobs_take_disjoint_rows(db: Database) -> None:
         first.commit()
     claimed = ([r.id for r in first_claim.rows], [r.id for r in second_claim.rows])
     assert (ids[:BATCH], ids[BATCH:]) == claimed
+
+
+# --- keyed claims --------------------------------------------------------------------------
+
+
+def test_a_claim_with_a_condition_takes_only_the_rows_that_meet_it(db: Database) -> None:
+    """Activity ids 0..5; only the odd ones, the oldest two of them."""
+    ids = add_events(db.engine, 6)
+    odd = ACTIVITY.c.activity_id.in_([1, 3, 5])
+    group_id = uuid.uuid4()
+    claimed = db.run(lambda conn: queries.claim_rows(conn, db.dialect, ACTIVITY, group_id, 2, odd))
+    returned = db.run(
+        lambda conn: queries.claim_rows_returning(conn, db.dialect, ACTIVITY, uuid.uuid4(), 5, odd)
+    )
+    assert (2, [ids[1], ids[3]], [ids[5]]) == (
+        claimed,
+        group_ids(db.engine, group_id),
+        [row.id for row in returned],
+    )
+
+
+def test_next_key_takes_the_keys_in_turn_then_starts_again(db: Database) -> None:
+    add_events(db.engine, 3)  # activity ids 0, 1, 2
+
+    def turns(count: int) -> list[Any]:
+        last, seen = None, []
+        for _ in range(count):
+            turn = db.run(
+                lambda conn, after=last: queries.next_key(conn, ACTIVITY, "activity_id", after)
+            )
+            assert turn is not None
+            last = turn[0]
+            seen.append(last)
+        return seen
+
+    assert [0, 1, 2, 0] == turns(4)

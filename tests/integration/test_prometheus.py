@@ -238,6 +238,7 @@ def test_http_server_serves_every_metric_name(
         "outbox_paused",
         "outbox_breaker_probing",
         "outbox_consecutive_failures",
+        "outbox_held_keys",
         "outbox_scrape_error",
         "outbox_scrape_duration_seconds",
         "outbox_events_total",

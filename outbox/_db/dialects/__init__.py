@@ -77,10 +77,12 @@ class Statements(Protocol):
         self, conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
     ) -> int: ...
 
-    def claim(self, conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> int: ...
+    def claim(
+        self, conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None
+    ) -> int: ...
 
     def claim_returning(
-        self, conn: Connection, table: Table, group_id: uuid.UUID, limit: int
+        self, conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None
     ) -> Result[Any]: ...
 
     def count_exclusively(

@@ -101,18 +101,22 @@ def _update_picked_ids(
     return ids
 
 
-def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> int:
-    """Stamp ``group_id`` on up to ``limit`` unclaimed rows of a buffer, oldest first; returns
-    how many. No ``LIMIT`` inside ``IN``: the ids are selected ``FOR UPDATE SKIP LOCKED``,
-    then updated by id."""
+def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None) -> int:
+    """Stamp ``group_id`` on up to ``limit`` unclaimed rows of a buffer (``only``: those that
+    meet this condition too), oldest first; returns how many. No ``LIMIT`` inside ``IN``: the
+    ids are selected ``FOR UPDATE SKIP LOCKED``, then updated by id."""
     pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
+    if only is not None:
+        pick = pick.where(only)
     return len(_update_picked_ids(conn, table, pick, {"group_id": group_id}))
 
 
-def claim_returning(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> Result[Any]:
+def claim_returning(
+    conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None
+) -> Result[Any]:
     """:func:`claim`, then every column of the rows it stamped: no ``UPDATE ... RETURNING``,
     so the group is selected after it is stamped."""
-    claim(conn, table, group_id, limit)
+    claim(conn, table, group_id, limit, only)
     return conn.execute(select(*table.c).where(table.c.group_id == group_id))
 
 

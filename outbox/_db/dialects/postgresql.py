@@ -198,21 +198,25 @@ def insert_ignoring_duplicates(
     return len(conn.execute(returning).all())
 
 
-def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> int:
-    """Stamp ``group_id`` on up to ``limit`` unclaimed rows of a buffer, oldest first; returns
-    how many (see :func:`claimable`)."""
-    return conn.execute(_claim_update(conn, table, group_id, limit)).rowcount
+def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None) -> int:
+    """Stamp ``group_id`` on up to ``limit`` unclaimed rows of a buffer (``only``: those that
+    meet this condition too), oldest first; returns how many (see :func:`claimable`)."""
+    return conn.execute(_claim_update(conn, table, group_id, limit, only)).rowcount
 
 
-def claim_returning(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> Result[Any]:
+def claim_returning(
+    conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None
+) -> Result[Any]:
     """:func:`claim`, returning every column of the rows it stamped from the same statement."""
-    return conn.execute(_claim_update(conn, table, group_id, limit).returning(*table.c))
+    return conn.execute(_claim_update(conn, table, group_id, limit, only).returning(*table.c))
 
 
-def _claim_update(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> Update:
+def _claim_update(
+    conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any
+) -> Update:
     """The claim as one UPDATE (:func:`claimable`), addressing rows as :func:`addressable`
     says of the table."""
-    where = claimable(table, limit, by_address=addressable(conn, table))
+    where = claimable(table, limit, by_address=addressable(conn, table), only_if=only)
     return update(table).where(where).values(group_id=group_id)
 
 

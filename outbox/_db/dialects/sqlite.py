@@ -94,14 +94,16 @@ def insert_ignoring_duplicates(
     return sum(max(conn.execute(statement, dict(row)).rowcount, 0) for row in rows)
 
 
-def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> int:
+def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None) -> int:
     """Stamp ``group_id`` on up to ``limit`` unclaimed rows of a buffer, oldest first; returns
     how many. The transaction holds the write lock (``BEGIN IMMEDIATE``), so a plain ``IN
     (SELECT ... LIMIT n)`` is safe."""
-    return conn.execute(_claim_update(table, group_id, limit)).rowcount
+    return conn.execute(_claim_update(table, group_id, limit, only)).rowcount
 
 
-def claim_returning(conn: Connection, table: Table, group_id: uuid.UUID, limit: int) -> Result[Any]:
+def claim_returning(
+    conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None
+) -> Result[Any]:
     """:func:`claim`, returning every column of the rows it stamped from the same statement.
 
     SQLite stores a whole number in a column of REAL affinity (FLOAT, REAL, DOUBLE) as an
@@ -110,11 +112,13 @@ def claim_returning(conn: Connection, table: Table, group_id: uuid.UUID, limit: 
     stay as stored, as a SELECT returns them).
     """
     returning = _claimed_columns(table)
-    return conn.execute(_claim_update(table, group_id, limit).returning(*returning))
+    return conn.execute(_claim_update(table, group_id, limit, only).returning(*returning))
 
 
-def _claim_update(table: Table, group_id: uuid.UUID, limit: int) -> Update:
+def _claim_update(table: Table, group_id: uuid.UUID, limit: int, only: Any) -> Update:
     pick = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
+    if only is not None:
+        pick = pick.where(only)
     return update(table).where(table.c.id.in_(pick.scalar_subquery())).values(group_id=group_id)
 
 

@@ -11,6 +11,7 @@ from outbox._db.queries.archive import (
     select_archived,
 )
 from outbox._db.queries.buffers import (
+    all_of,
     any_unclaimed,
     claim_group_with_job,
     claim_rows,
@@ -25,7 +26,9 @@ from outbox._db.queries.buffers import (
     finish_succeeded_group,
     insert_events,
     insert_stored_rows,
+    lowest_unclaimed_key,
     move_rows_to_group,
+    next_key,
     oldest_event_age,
     oldest_unclaimed_age,
     select_claimed_rows,
@@ -41,6 +44,13 @@ from outbox._db.queries.handlers import (
     reset_breaker,
     resume_handler,
     set_breaker_counts,
+)
+from outbox._db.queries.held import (
+    group_keys,
+    held_keys,
+    hold_keys,
+    in_order,
+    release_held_keys,
 )
 from outbox._db.queries.indexes import (
     analyze,
@@ -94,6 +104,7 @@ from outbox._db.queries.workers import (
 )
 from outbox._db.types import (
     HandlerState,
+    HeldKey,
     IndexInfo,
     JobRow,
     LeasedClaim,
@@ -108,6 +119,7 @@ __all__ = [
     "NOTIFY_FUNCTION",
     "RESCUED_ERROR",
     "HandlerState",
+    "HeldKey",
     "IndexInfo",
     "JobRow",
     "LeasedClaim",
@@ -116,6 +128,7 @@ __all__ = [
     "UnreadableRowsError",
     "acquire_capped_batch_jobs",
     "acquire_jobs",
+    "all_of",
     "analyze",
     "any_unclaimed",
     "archive_counts",
@@ -149,8 +162,12 @@ __all__ = [
     "extend_leases",
     "fetch_claimed",
     "finish_succeeded_group",
+    "group_keys",
     "handler_states",
+    "held_keys",
+    "hold_keys",
     "hold_refused_job",
+    "in_order",
     "index_bytes",
     "insert_batch_job",
     "insert_claim_jobs",
@@ -160,8 +177,10 @@ __all__ = [
     "job_counts",
     "leader_worker_id",
     "lock_handler_state",
+    "lowest_unclaimed_key",
     "max_failed_attempts",
     "move_rows_to_group",
+    "next_key",
     "not_paused",
     "notify_function_ddl",
     "notify_jobs",
@@ -172,6 +191,7 @@ __all__ = [
     "paused_now",
     "refused_groups",
     "reindex_concurrently",
+    "release_held_keys",
     "release_job",
     "release_refused_jobs",
     "rescue_expired_jobs",

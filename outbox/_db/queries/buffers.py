@@ -17,6 +17,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
     bindparam,
     case,
     delete,
@@ -49,17 +50,20 @@ _jobs = schema.jobs
 _archive = schema.archive
 
 
-def count_unclaimed(conn: Connection, table: Table, cap: int) -> int:
+def count_unclaimed(
+    conn: Connection, table: Table, cap: int, only: ColumnElement[bool] | None = None
+) -> int:
     """Unclaimed rows of a buffer, counting no further than ``cap``.
 
     A capped count: the subquery stops after ``cap`` rows of the partial index
-    ``ix_<table>_unclaimed``, so a backlog of millions costs no more than the cap.
+    ``ix_<table>_unclaimed``, so a backlog of millions costs no more than the cap. ``only``:
+    count only the rows that meet this condition too (those an ordered handler may claim).
     """
     # ORDER BY id keeps the planner on the partial index: a plain LIMIT lets it prefer a
     # sequential scan, which must step over every dead and claimed row at the heap's start.
     capped = (
         select(literal(1))
-        .where(table.c.group_id.is_(None))
+        .where(table.c.group_id.is_(None), true() if only is None else only)
         .order_by(table.c.id)
         .limit(cap)
         .subquery()
@@ -82,15 +86,68 @@ def oldest_unclaimed_age(conn: Connection, table: Table) -> float | None:
     return None if age is None else float(age)
 
 
-def any_unclaimed(conn: Connection, table: Table) -> bool:
-    """Whether any row waits unclaimed: one probe of the partial index ``ix_<table>_unclaimed``
-    (ordered by id, so that the planner does not choose a sequential scan)."""
+def any_unclaimed(conn: Connection, table: Table, only: ColumnElement[bool] | None = None) -> bool:
+    """Whether any row waits unclaimed (``only``: that meets this condition too): one probe of
+    the partial index ``ix_<table>_unclaimed`` (ordered by id, so that the planner does not
+    choose a sequential scan)."""
     probe = select(table.c.id).where(table.c.group_id.is_(None)).order_by(table.c.id).limit(1)
+    if only is not None:
+        probe = probe.where(only)
     return conn.execute(probe).first() is not None
 
 
+def all_of(*conditions: ColumnElement[bool] | None) -> ColumnElement[bool] | None:
+    """The conditions given (None: no condition) together; None when there is none."""
+    present = [condition for condition in conditions if condition is not None]
+    if not present:
+        return None
+    return present[0] if len(present) == 1 else and_(*present)
+
+
+NO_KEY = object()
+"""The turn of the rows whose key is NULL, after the highest key (see :func:`next_key`)."""
+
+
+def next_key(
+    conn: Connection, table: Table, key_name: str, last: Any = None
+) -> tuple[Any, ColumnElement[bool]] | None:
+    """The key whose turn follows ``last`` among unclaimed rows, and the condition of its
+    rows: keys in their order, then the rows with no key (:data:`NO_KEY`), then from the
+    lowest key again. None when no row waits. ``last``: None before the first turn."""
+    key = table.c[key_name]
+    if last is not NO_KEY:
+        found, value = lowest_unclaimed_key(conn, table, key, above=last)
+        if found:
+            return value, key == value
+        if any_unclaimed(conn, table, key.is_(None)):
+            return NO_KEY, key.is_(None)
+    found, value = lowest_unclaimed_key(conn, table, key)
+    if found:
+        return value, key == value
+    if any_unclaimed(conn, table, key.is_(None)):
+        return NO_KEY, key.is_(None)
+    return None
+
+
+def lowest_unclaimed_key(
+    conn: Connection, table: Table, key: ColumnElement[Any], above: Any = None
+) -> tuple[bool, Any]:
+    """The lowest value of ``key`` among unclaimed rows (above ``above``, when given), NULL
+    keys aside: (found, value). Served by an index on the key where the buffer has one."""
+    stmt = select(key).where(table.c.group_id.is_(None), key.is_not(None)).order_by(key).limit(1)
+    if above is not None:
+        stmt = stmt.where(key > above)
+    row = conn.execute(stmt).first()
+    return (False, None) if row is None else (True, row[0])
+
+
 def claim_rows(
-    conn: Connection, dialect: str, table: Table, group_id: uuid.UUID, limit: int
+    conn: Connection,
+    dialect: str,
+    table: Table,
+    group_id: uuid.UUID,
+    limit: int,
+    only: ColumnElement[bool] | None = None,
 ) -> int:
     """Stamp ``group_id`` on up to ``limit`` unclaimed rows, oldest first; returns how many.
 
@@ -98,13 +155,19 @@ def claim_rows(
     one UPDATE whose locking CTE picks the rows ``FOR UPDATE SKIP LOCKED``; SQLite in one
     UPDATE under the write lock its transaction holds; MariaDB selects the ids ``FOR UPDATE
     SKIP LOCKED``, then updates them. Concurrent claimers take disjoint rows without waiting,
-    and rows of uncommitted application transactions are never claimed.
+    and rows of uncommitted application transactions are never claimed. ``only``: claim only
+    rows that meet this condition too (one key's, for keyed groups).
     """
-    return dialects.statements(dialect).claim(conn, table, group_id, limit)
+    return dialects.statements(dialect).claim(conn, table, group_id, limit, only)
 
 
 def claim_rows_returning(
-    conn: Connection, dialect: str, table: Table, group_id: uuid.UUID, limit: int
+    conn: Connection,
+    dialect: str,
+    table: Table,
+    group_id: uuid.UUID,
+    limit: int,
+    only: ColumnElement[bool] | None = None,
 ) -> list[Any]:
     """:func:`claim_rows`, and the rows claimed, ordered by id, every column read as the table
     declares it: from the claim's own ``UPDATE ... RETURNING`` where the database has one, so
@@ -113,7 +176,8 @@ def claim_rows_returning(
     A value that cannot be read raises :class:`UnreadableRowsError` (see
     :func:`fetch_claimed`); the claim stands.
     """
-    rows = fetch_claimed(dialects.statements(dialect).claim_returning(conn, table, group_id, limit))
+    statements = dialects.statements(dialect)
+    rows = fetch_claimed(statements.claim_returning(conn, table, group_id, limit, only))
     if rows:
         rows.sort(key=itemgetter(rows[0]._fields.index("id")))
     return rows
@@ -126,6 +190,7 @@ def claim_rows_sized(
     group_id: uuid.UUID,
     limit: int,
     max_bytes: int,
+    only: ColumnElement[bool] | None = None,
 ) -> tuple[int, bool]:
     """Claim up to ``limit`` unclaimed rows, oldest first, no more of them than fit in
     ``max_bytes`` (:func:`event_bytes` each; the first row always goes, however large).
@@ -137,7 +202,7 @@ def claim_rows_sized(
     """
     pick = (
         select(table.c.id, event_bytes(table))
-        .where(table.c.group_id.is_(None))
+        .where(table.c.group_id.is_(None), true() if only is None else only)
         .order_by(table.c.id)
         .limit(limit)
         .with_for_update(skip_locked=True)

@@ -1,8 +1,10 @@
-"""``outbox pause`` and ``outbox resume``: hold a handler's work across the fleet, and let it go."""
+"""``outbox pause`` / ``resume`` (a handler's work across the fleet) and ``outbox held`` (the
+ordering keys dead groups hold back)."""
 
 from __future__ import annotations
 
 import datetime as dt
+import uuid
 
 import click
 
@@ -10,6 +12,7 @@ from outbox.cli._context import Context
 from outbox.cli._errors import command, ready
 from outbox.cli._main import main
 from outbox.cli._options import Duration
+from outbox.cli._output import print_table
 
 # A pause longer than a year is a typo: without an end, it lasts until resumed anyway.
 MAX_PAUSE_SECONDS = 366 * 86_400.0
@@ -84,3 +87,41 @@ def resume(ctx: Context, handler: str) -> None:
     app = ready(ctx.app())
     was_paused = flow.resume(app, handler)
     click.echo(f"resumed {handler}" if was_paused else f"{handler} was not paused")
+
+
+@main.group("held")
+def held_group() -> None:
+    """Ordering keys that dead groups hold back: their later events wait until released."""
+
+
+@held_group.command("list")
+@click.option("--handler", default=None, help="Only keys of this handler.")
+@command
+def held_list(ctx: Context, handler: str | None) -> None:
+    """Each held key: handler, key, the dead group holding it, and its error."""
+    from outbox import held
+
+    app = ready(ctx.app())
+    keys = held.keys(app, handler)
+    print_table(
+        ("handler", "key", "group", "error"),
+        [(k.handler, k.key, str(k.group_id), (k.error or "")[:200]) for k in keys],
+    )
+    click.echo(f"{len(keys)} held key{'s' * (len(keys) != 1)}")
+
+
+@held_group.command("release")
+@click.option("--handler", default=None, help="Only keys of this handler.")
+@click.option("--key", default=None, help="Only this key (as text).")
+@click.option("--group", "group_id", type=click.UUID, default=None, help="Only this group's keys.")
+@command
+def held_release(
+    ctx: Context, handler: str | None, key: str | None, group_id: uuid.UUID | None
+) -> None:
+    """Let held keys' later events go without their dead events (replay them instead to have
+    them handled first)."""
+    from outbox import held
+
+    app = ready(ctx.app())
+    count = held.release(app, handler, key, group_id)
+    click.echo(f"released {count} held key{'s' * (count != 1)}")

@@ -13,6 +13,9 @@ from outbox.cli._errors import EXIT_FAILURE, command, ready
 from outbox.cli._main import main
 from outbox.cli._output import age_text, bytes_text, print_table, ratio_text
 
+# Held ordering keys listed by `outbox status`; `outbox held list` lists them all.
+HELD_KEYS_SHOWN = 10
+
 
 @main.command()
 @click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
@@ -76,6 +79,11 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
             click.echo(
                 f"{r.handler}: {metrics.pause_text(r.pause_cause, r.paused_for, r.pause_reason)}"
             )
+    for r in rows:
+        for key in r.held_keys[:HELD_KEYS_SHOWN]:
+            click.echo(f"{r.handler}: key {key} held by a dead group (outbox held list)")
+        if len(r.held_keys) > HELD_KEYS_SHOWN:
+            click.echo(f"{r.handler}: {len(r.held_keys) - HELD_KEYS_SHOWN} more held keys")
     for r in rows:
         for alert in r.alerts:
             click.echo(f"alert: {r.handler} ({r.urgency}): {alert}")

@@ -1,0 +1,94 @@
+"""Keyed groups (``group_by``): each group holds the events of one key, and claims take the
+keys in turn, so that one key's backlog cannot hold up the others. On SQLite, PostgreSQL and
+MariaDB."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+from sqlalchemy import Engine, Index, String, insert, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from outbox import Batch, BufferMixin, ConfigurationError, Outbox
+from outbox._engine import claimer
+from outbox.testing import drain
+from tests.models import ActivityEvent
+
+
+class Base(DeclarativeBase):
+    """This test's own buffer."""
+
+
+class AccountEvent(BufferMixin, Base):
+    __tablename__ = "test_account_events"
+    account: Mapped[str | None] = mapped_column(String(40))
+    # What a keyed buffer wants: the unclaimed rows by key.
+    __table_args__ = (
+        Index(
+            "ix_test_account_events_unclaimed_account",
+            "account",
+            "id",
+            postgresql_where=text("group_id IS NULL"),
+            sqlite_where=text("group_id IS NULL"),
+        ),
+    )
+
+
+@pytest.fixture
+def accounts(database_url: str, make_app: Callable[[str], Outbox]) -> Iterator[Outbox]:
+    app = make_app(database_url)
+    Base.metadata.create_all(app.engine)
+    try:
+        yield app
+    finally:
+        Base.metadata.drop_all(app.engine)
+
+
+def _write(engine: Engine, accounts: list[str | None]) -> None:
+    with engine.begin() as conn:
+        conn.execute(insert(AccountEvent), [{"account": a} for a in accounts])
+
+
+def _keyed(app: Outbox, batch_size: int = 10) -> list[list[str | None]]:
+    groups: list[list[str | None]] = []
+
+    @app.handler(AccountEvent, name="per_account", batch_size=batch_size, group_by="account")
+    def per_account(batch: Batch[AccountEvent]) -> None:
+        groups.append([event.account for event in batch.events])
+
+    return groups
+
+
+def test_each_group_holds_the_events_of_one_key(accounts: Outbox) -> None:
+    app = accounts
+    groups = _keyed(app, batch_size=4)
+    _write(app.engine, ["a", "b", "c"] * 5 + [None, None])
+    drain(app)
+    expected = [("", 2), ("a", 1), ("a", 4), ("b", 1), ("b", 4), ("c", 1), ("c", 4)]
+    assert (True, expected) == (
+        all(len(set(group)) == 1 for group in groups),
+        sorted((group[0] or "", len(group)) for group in groups),
+    )
+
+
+def test_claims_take_the_keys_in_turn(accounts: Outbox) -> None:
+    """Account a's backlog of 50 was written first; b, c and the events with no account
+    still have their turn within the first four claims."""
+    app = accounts
+    _keyed(app)
+    _write(app.engine, ["a"] * 50 + ["b"] * 3 + ["c"] * 3 + [None] * 2)
+    handler = app.get_handler("per_account")
+    claimed = []
+    for _ in range(8):
+        claim = claimer.run_once(app, handler)
+        assert claim is not None
+        claimed.append(claim.size)
+    assert [10, 3, 3, 2, 10, 10, 10, 10] == claimed
+
+
+def test_group_by_must_name_an_events_own_column() -> None:
+    app = Outbox("sqlite://")
+    for column in ("nope", "group_id"):
+        with pytest.raises(ConfigurationError, match="group_by must name a column"):
+            app.handler(ActivityEvent, name=f"by_{column}", group_by=column)(lambda batch: None)
