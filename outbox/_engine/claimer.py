@@ -112,7 +112,8 @@ def _claim(
     )
     # Keyed groups are as large as their key's backlog: rows of other keys may wait.
     full = size == handler.batch_size or cut or keyed
-    more = full and held is not None and queries.any_unclaimed(conn, handler.table, only)
+    # More of any key: a keyed claim's condition names only the key it took.
+    more = full and held is not None and queries.any_unclaimed(conn, table, claimable(handler))
     job = None if lease is None else _leased_job(handler, group_id, job_id, lease)
     return Claim(handler.name, group_id, size, rows, job, more)
 

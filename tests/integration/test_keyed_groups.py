@@ -11,8 +11,9 @@ from sqlalchemy import Engine, Index, String, insert, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from outbox import Batch, BufferMixin, ConfigurationError, Outbox
-from outbox._engine import claimer
+from outbox._engine import claimer, distributor
 from outbox.testing import drain
+from outbox.worker import Worker
 from tests.models import ActivityEvent
 
 
@@ -92,3 +93,19 @@ def test_group_by_must_name_an_events_own_column() -> None:
     for column in ("nope", "group_id"):
         with pytest.raises(ConfigurationError, match="group_by must name a column"):
             app.handler(ActivityEvent, name=f"by_{column}", group_by=column)(lambda batch: None)
+
+
+def test_one_claim_job_goes_on_to_the_next_keys(accounts: Outbox) -> None:
+    """A claim job whose key is done goes on claiming while other keys' events wait: one
+    distribution and one acquisition handle every key."""
+    app = accounts
+    groups: list[list[str | None]] = []
+
+    @app.handler(AccountEvent, name="per_account", max_batches=1, group_by="account")
+    def per_account(batch: Batch[AccountEvent]) -> None:
+        groups.append([event.account for event in batch.events])
+
+    _write(app.engine, ["a", "b", "c"] * 3)
+    distributor.run_once(app)
+    Worker(app, concurrency=1).run_once()
+    assert [["a"] * 3, ["b"] * 3, ["c"] * 3] == groups
