@@ -114,6 +114,7 @@ class Handler(Generic[EventT]):
     max_batch_bytes: int | None = None
     group_by: str | None = None
     ordering_key: str | None = None
+    rate_limit_key: str | None = None
     is_async: bool = field(init=False, repr=False, compare=False)
     """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
 
@@ -251,6 +252,7 @@ class Outbox:
         max_batch_bytes: int | None = None,
         group_by: str | None = None,
         ordering_key: str | None = None,
+        rate_limit_key: str | None = None,
     ) -> Callable[[Callable[[Batch[EventT]], _ReturnT]], Callable[[Batch[EventT]], _ReturnT]]:
         """Register a batch handler for the buffer model ``model``: a function, or an
         ``async def`` one, that takes the batch (see the guide, "Async handlers").
@@ -280,7 +282,8 @@ class Outbox:
         one key's backlog cannot hold up the others. ``ordering_key``: a column of the buffer;
         the events of one key are handled in id order, one group of the key at a time, and a
         group that fails holds the key's later events until it succeeds (or, dead, until it
-        is replayed or its key released: ``outbox held``).
+        is replayed or its key released: ``outbox held``). ``rate_limit_key``: a column of the
+        buffer; ``rate_limit`` applies to each of its values on its own (a limit per tenant).
         """
 
         def register(
@@ -307,6 +310,7 @@ class Outbox:
                     max_batch_bytes=max_batch_bytes,
                     group_by=group_by,
                     ordering_key=ordering_key,
+                    rate_limit_key=rate_limit_key,
                 )
             )
             return func
@@ -395,7 +399,11 @@ def _validate(handler: Handler[Any]) -> None:
             f"handler {handler.name!r}: concurrency must be >= 1 or None, "
             f"got {handler.concurrency!r}"
         )
-    for option in ("group_by", "ordering_key"):
+    if handler.rate_limit_key is not None and handler.rate_limit is None:
+        raise ConfigurationError(
+            f"handler {handler.name!r}: rate_limit_key needs a rate_limit to apply per key"
+        )
+    for option in ("group_by", "ordering_key", "rate_limit_key"):
         column = getattr(handler, option)
         if column is not None and (column not in handler.table.c or column in _BOOKKEEPING):
             raise ConfigurationError(

@@ -58,6 +58,8 @@ class HandlerStatus:
     """Groups failed in a row, counted for the circuit breaker."""
     held_keys: list[str] = field(default_factory=list)
     """Ordering keys dead groups hold back (``outbox held``): their later events wait."""
+    rate_limit: str | None = None
+    """The handler's shared rate limit in words (per key when it has ``rate_limit_key``)."""
     archived: dict[str, int] = field(default_factory=dict)
     """Archived events by status: succeeded, dead, expired, discarded."""
     alerts: list[str] = field(default_factory=list)
@@ -151,6 +153,7 @@ def _handler_status(
         breaker=_breaker_state(h, state),
         consecutive_failures=state.failures if state else 0,
         held_keys=held.get(h.name, []),
+        rate_limit=_rate_limit(h),
         archived={
             status: archived[(h.name, status)]
             for status in schema.ArchiveStatus
@@ -166,6 +169,13 @@ def _handler_status(
             len(held.get(h.name, [])),
         ),
     )
+
+
+def _rate_limit(h: Handler[Any]) -> str | None:
+    if h.rate_limit is None:
+        return None
+    per_key = "" if h.rate_limit_key is None else f" per {h.rate_limit_key}"
+    return h.rate_limit.describe() + per_key
 
 
 def _breaker_state(h: Handler[Any], state: queries.HandlerState | None) -> str | None:

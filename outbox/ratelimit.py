@@ -43,3 +43,14 @@ class RateLimit:
                 raise ConfigurationError(
                     f"RateLimit.{name} must be a whole number >= 1, got {value!r}"
                 )
+
+    def describe(self) -> str:
+        """The limit in words (``10 calls/s, burst 5; 4000 events/s``)."""
+        parts = []
+        if self.calls_per_second is not None:
+            burst = f", burst {self.burst}" if self.burst > 1 else ""
+            parts.append(f"{self.calls_per_second:g} calls/s{burst}")
+        if self.events_per_second is not None:
+            burst = f", burst {self.event_burst}" if self.event_burst > 1 else ""
+            parts.append(f"{self.events_per_second:g} events/s{burst}")
+        return "; ".join(parts)

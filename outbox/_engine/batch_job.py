@@ -10,6 +10,7 @@ import datetime as dt
 import time
 import traceback
 import uuid
+from collections import Counter
 from dataclasses import replace
 from typing import Any
 
@@ -122,7 +123,7 @@ def run_batch_job(
             )
             if rows:
                 if handler.rate_limit is not None:
-                    _wait_for_turn(app, handler, handler.rate_limit, len(rows))
+                    _wait_for_turn(app, handler, handler.rate_limit, rows)
                 crash_point(BEFORE_HANDLER)
                 handed_over = True
                 _call(handler, batch)
@@ -187,9 +188,14 @@ class Throttled(Exception):  # noqa: N818 - an outcome, as LeaseLost is
         self.seconds = seconds
 
 
-def _wait_for_turn(app: Outbox, handler: Handler[Any], limit: RateLimit, events: int) -> None:
-    """Reserve the group's call under the handler's rate limit and wait for its turn; raise
-    :class:`Throttled` when the turn is further off than a worker waits."""
+def _wait_for_turn(app: Outbox, handler: Handler[Any], limit: RateLimit, rows: list[Any]) -> None:
+    """Reserve the group's call under the handler's rate limit (each of its keys' limit, with
+    ``rate_limit_key``) and wait for its turn; raise :class:`Throttled` when the turn is
+    further off than a worker waits."""
+    if handler.rate_limit_key is None:
+        events = {None: len(rows)}
+    else:
+        events = dict(Counter(column_values(rows, handler.rate_limit_key)))
     wait = _limiter.reserve(app, handler, limit, events)
     if wait > _limiter.max_wait(app):
         raise Throttled(wait)

@@ -9,6 +9,7 @@ group goes back to wait that long.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from outbox._db import queries, run_in_transaction
@@ -16,6 +17,8 @@ from outbox.app import Handler, Outbox
 from outbox.ratelimit import RateLimit
 
 CALLS, EVENTS = "calls", "events"
+# A key's value, as text, in the name of its limit (``outbox_rate_limits.key``).
+KEY_TEXT_LIMIT = 180
 # The longest a worker holds a group waiting for its turn: its lease is renewed every third of
 # it, and a thread waiting longer is better spent on other handlers' work.
 MAX_WAIT_SECONDS = 10.0
@@ -26,10 +29,13 @@ def max_wait(app: Outbox) -> float:
     return min(app.settings.lease_seconds / 3, MAX_WAIT_SECONDS)
 
 
-def reserve(app: Outbox, handler: Handler[Any], limit: RateLimit, events: int) -> float:
-    """Reserve the handler's next call, of ``events`` events: seconds until it may start
-    (reserved when at most :func:`max_wait`; otherwise nothing is reserved)."""
-    spends = spends_of(limit, events)
+def reserve(
+    app: Outbox, handler: Handler[Any], limit: RateLimit, events: Mapping[Any, int]
+) -> float:
+    """Reserve the handler's next call: seconds until it may start (reserved when at most
+    :func:`max_wait`; otherwise nothing is reserved). ``events``: the call's events by key
+    (``rate_limit_key``'s values: each key has a limit of its own), or ``{None: n}``."""
+    spends = [spend for key, n in events.items() for spend in spends_of(limit, n, key)]
     return run_in_transaction(
         app.engine,
         lambda conn: queries.reserve(
@@ -38,13 +44,16 @@ def reserve(app: Outbox, handler: Handler[Any], limit: RateLimit, events: int) -
     )
 
 
-def spends_of(limit: RateLimit, events: int) -> list[queries.Spend]:
-    """What a call of ``events`` events spends of each of the limit's rates."""
+def spends_of(limit: RateLimit, events: int, key: Any = None) -> list[queries.Spend]:
+    """What a call of ``events`` events spends of each of the limit's rates (of one key's
+    limit, when ``key`` is not None)."""
+    suffix = "" if key is None else ":" + str(key)[:KEY_TEXT_LIMIT]
     spends = []
     if limit.calls_per_second is not None:
         interval = 1 / limit.calls_per_second
-        spends.append(queries.Spend(CALLS, 1, interval, (limit.burst - 1) * interval))
+        spends.append(queries.Spend(CALLS + suffix, 1, interval, (limit.burst - 1) * interval))
     if limit.events_per_second is not None:
         interval = 1 / limit.events_per_second
-        spends.append(queries.Spend(EVENTS, events, interval, (limit.event_burst - 1) * interval))
+        tolerance = (limit.event_burst - 1) * interval
+        spends.append(queries.Spend(EVENTS + suffix, events, interval, tolerance))
     return spends

@@ -11,17 +11,19 @@ from __future__ import annotations
 import time
 import uuid
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, update
 
 from outbox import schema
 from outbox._db import queries
-from tests.conformance._database import Database
+from tests.conformance._database import THREAD_SECONDS, Database
 from tests.conformance._factories import (
+    ACTIVITY,
     HANDLER,
     OTHER_HANDLER,
     WORKER,
     add_batch_job,
     add_claim_job,
+    add_events,
     existing_job,
     lease,
 )
@@ -189,3 +191,48 @@ def _acquire_one(conn: Connection, db: Database) -> list[int]:
         lease_seconds=30.0,
     )
     return [job.id for job in jobs]
+
+
+# --- the handler row's lock: the breaker's count, an ordered handler's claims -----------------
+
+
+def test_a_second_session_locking_a_handler_waits_for_the_first(row_locks: Database) -> None:
+    """What the circuit breaker's count and an ordered handler's claims stand on: a second
+    session locking the handler's row waits until the first one commits, then sees its
+    writes."""
+    db = row_locks
+    with db.other_engine().connect() as first:
+        queries.lock_handler_state(first, db.dialect, HANDLER)
+        queries.set_breaker_counts(first, HANDLER, failures=3, trips=0)
+        second = db.in_thread(
+            lambda: db.run(lambda conn: queries.lock_handler_state(conn, db.dialect, HANDLER))
+        )
+        db.wait_for_lock_waiter()
+        waiting = not second.done()
+        first.commit()
+        seen = second.result(THREAD_SECONDS)
+    assert (True, 3) == (waiting, seen.failures)
+
+
+def test_two_ordered_claims_at_once_never_take_one_keys_events_side_by_side(
+    row_locks: Database,
+) -> None:
+    """Both sessions claim in order (the handler's lock, then the claim): the second waits for
+    the first, then finds the key's events in a group, and takes nothing of that key."""
+    db = row_locks
+    add_events(db.engine, 4)  # activity ids 0..3
+    with db.engine.begin() as conn:
+        conn.execute(update(ACTIVITY).values(activity_id=7))  # one key for all four
+    in_order = queries.in_order(ACTIVITY, "activity_id", HANDLER)
+
+    def ordered_claim(conn: Connection) -> int:
+        queries.lock_handler_state(conn, db.dialect, HANDLER)
+        return queries.claim_rows(conn, db.dialect, ACTIVITY, uuid.uuid4(), 2, in_order)
+
+    with db.other_engine().connect() as first:
+        took_first = ordered_claim(first)
+        second = db.in_thread(lambda: db.run(ordered_claim))
+        db.wait_for_lock_waiter()
+        first.commit()
+        took_second = second.result(THREAD_SECONDS)
+    assert (2, 0) == (took_first, took_second)

@@ -4,6 +4,7 @@ and MariaDB."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -11,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import select
 
-from outbox import Batch, ConfigurationError, Outbox, RateLimit, RetryPolicy, schema
+from outbox import Batch, ConfigurationError, Outbox, RateLimit, RetryPolicy, metrics, schema
 from outbox._db import queries
 from outbox._engine import claimer
 from outbox.worker import Worker
@@ -108,3 +109,54 @@ def test_a_group_whose_turn_is_far_off_goes_back_unattempted(
 def test_rate_limit_refuses_bad_settings(options: dict[str, float]) -> None:
     with pytest.raises(ConfigurationError, match="RateLimit"):
         RateLimit(**options)  # type: ignore[arg-type]
+
+
+def test_a_rate_limit_key_gives_each_key_a_limit_of_its_own(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """Five calls a second per account, two accounts, groups of one: each account's calls are
+    a fifth of a second apart, while the two accounts' calls go side by side."""
+    app = make_app(database_url)
+    starts: dict[int, list[float]] = {}
+    lock = threading.Lock()
+
+    @app.handler(
+        ActivityEvent,
+        batch_size=1,
+        retry=NO_WAIT,
+        rate_limit=RateLimit(calls_per_second=5),
+        rate_limit_key="activity_id",
+    )
+    def per_account(batch: Batch[ActivityEvent]) -> None:
+        with lock:
+            starts.setdefault(batch.events[0].activity_id, []).append(time.monotonic())
+
+    for _ in range(5):
+        commit_events(app.engine, 1, activity_id=1)
+        commit_events(app.engine, 1, activity_id=2)
+    Worker(app, concurrency=8, burst=True).run()
+    gaps = [b - a for calls in starts.values() for a, b in itertools.pairwise(sorted(calls))]
+    apart = min(abs(a - b) for a in starts[1] for b in starts[2])
+    assert ([5, 5], True, True) == (
+        [len(starts[1]), len(starts[2])],
+        min(gaps) >= 0.18,
+        apart < 0.1,
+    )
+
+
+def test_rate_limit_key_needs_a_rate_limit() -> None:
+    app = Outbox("sqlite://")
+    with pytest.raises(ConfigurationError, match="rate_limit_key needs a rate_limit"):
+        app.handler(ActivityEvent, name="keyed", rate_limit_key="activity_id")(lambda b: None)
+
+
+def test_status_says_each_handlers_limit(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    app = make_app(database_url)
+    limit = RateLimit(calls_per_second=9, events_per_second=4000, event_burst=500)
+    app.handler(ActivityEvent, name="limited", rate_limit=limit, rate_limit_key="activity_id")(
+        lambda batch: None
+    )
+    (status,) = metrics.collect(app)
+    assert "9 calls/s; 4000 events/s, burst 500 per activity_id" == status.rate_limit
