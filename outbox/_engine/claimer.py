@@ -88,7 +88,7 @@ def _claim(
         # rows of the same key, the second past the first one's locked rows.
         queries.lock_handler_state(conn, app.dialect, handler.name)
     if keyed:
-        key = _next_key(conn, app, handler)
+        key = _next_key(conn, app, handler, only)
         if key is None:
             return None
         only = queries.all_of(only, key)
@@ -203,12 +203,16 @@ _last_keys: weakref.WeakKeyDictionary[Outbox, dict[str, Any]] = weakref.WeakKeyD
 _last_keys_lock = threading.Lock()
 
 
-def _next_key(conn: Connection, app: Outbox, handler: Handler[Any]) -> ColumnElement[bool] | None:
-    """The condition of the next key's rows, in turn; None when no row waits."""
+def _next_key(
+    conn: Connection, app: Outbox, handler: Handler[Any], only: ColumnElement[bool] | None
+) -> ColumnElement[bool] | None:
+    """The condition of the next key's rows, in turn, among the rows ``only`` allows (an
+    ordered handler's in order); None when no row waits."""
     assert handler.group_by is not None
     with _last_keys_lock:
         last_keys = _last_keys.setdefault(app, {})
-        turn = queries.next_key(conn, handler.table, handler.group_by, last_keys.get(handler.name))
+        last = last_keys.get(handler.name)
+        turn = queries.next_key(conn, handler.table, handler.group_by, last, only)
         if turn is None:
             return None
         last_keys[handler.name], condition = turn

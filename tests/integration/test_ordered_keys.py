@@ -12,6 +12,7 @@ from collections.abc import Callable
 from sqlalchemy import func, select
 
 from outbox import Batch, Outbox, RetryPolicy, archive, held, metrics
+from outbox._engine import claimer
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent
@@ -124,3 +125,34 @@ def test_replaying_a_dead_group_puts_it_back_ahead_of_its_keys_later_events(
     replayed = archive.replay(app, handler="ordered", status="dead")
     drain(app)
     assert (2, dead + later, []) == (replayed.events, handled, held.keys(app))
+
+
+def test_keyed_and_ordered_turns_pass_over_a_held_key(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """Keyed groups of ordered keys: a turn skips a key that is held and goes to one whose
+    events may go."""
+    app = make_app(database_url)
+    handled: list[int] = []
+
+    @app.handler(
+        ActivityEvent,
+        batch_size=10,
+        retry=RetryPolicy(max_attempts=1),
+        group_by="activity_id",
+        ordering_key="activity_id",
+    )
+    def both(batch: Batch[ActivityEvent]) -> None:
+        if batch.events[0].activity_id == 1:
+            raise RuntimeError("refused")
+        handled.extend(batch.ids)
+
+    commit_events(app.engine, 1, activity_id=1)
+    commit_events(app.engine, 1, activity_id=2)
+    drain(app)  # key 1 dies and is held; key 2 is handled, and had the last turn
+    commit_events(app.engine, 1, activity_id=1)  # waits behind the dead group
+    (waiting,) = commit_events(app.engine, 1, activity_id=2)
+    claim = claimer.run_once(app, app.get_handler("both"))
+    assert (1, ["1"]) == (claim.size if claim else 0, [k.key for k in held.keys(app)])
+    drain(app)
+    assert waiting in handled

@@ -109,34 +109,46 @@ NO_KEY = object()
 
 
 def next_key(
-    conn: Connection, table: Table, key_name: str, last: Any = None
+    conn: Connection,
+    table: Table,
+    key_name: str,
+    last: Any = None,
+    only: ColumnElement[bool] | None = None,
 ) -> tuple[Any, ColumnElement[bool]] | None:
-    """The key whose turn follows ``last`` among unclaimed rows, and the condition of its
-    rows: keys in their order, then the rows with no key (:data:`NO_KEY`), then from the
-    lowest key again. None when no row waits. ``last``: None before the first turn."""
+    """The key whose turn follows ``last`` among unclaimed rows (``only``: among those that
+    meet this condition too), and the condition of its rows: keys in their order, then the
+    rows with no key (:data:`NO_KEY`), then from the lowest key again. None when no row waits.
+    ``last``: None before the first turn."""
     key = table.c[key_name]
+    keyless = all_of(key.is_(None), only)
     if last is not NO_KEY:
-        found, value = lowest_unclaimed_key(conn, table, key, above=last)
+        found, value = lowest_unclaimed_key(conn, table, key, above=last, only=only)
         if found:
             return value, key == value
-        if any_unclaimed(conn, table, key.is_(None)):
+        if any_unclaimed(conn, table, keyless):
             return NO_KEY, key.is_(None)
-    found, value = lowest_unclaimed_key(conn, table, key)
+    found, value = lowest_unclaimed_key(conn, table, key, only=only)
     if found:
         return value, key == value
-    if any_unclaimed(conn, table, key.is_(None)):
+    if any_unclaimed(conn, table, keyless):
         return NO_KEY, key.is_(None)
     return None
 
 
 def lowest_unclaimed_key(
-    conn: Connection, table: Table, key: ColumnElement[Any], above: Any = None
+    conn: Connection,
+    table: Table,
+    key: ColumnElement[Any],
+    above: Any = None,
+    only: ColumnElement[bool] | None = None,
 ) -> tuple[bool, Any]:
     """The lowest value of ``key`` among unclaimed rows (above ``above``, when given), NULL
     keys aside: (found, value). Served by an index on the key where the buffer has one."""
     stmt = select(key).where(table.c.group_id.is_(None), key.is_not(None)).order_by(key).limit(1)
     if above is not None:
         stmt = stmt.where(key > above)
+    if only is not None:
+        stmt = stmt.where(only)
     row = conn.execute(stmt).first()
     return (False, None) if row is None else (True, row[0])
 
