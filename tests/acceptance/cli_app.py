@@ -8,7 +8,8 @@ when the module is imported (batch size, attempts) or when a batch runs (the res
   it starts) and ``handled.log`` (one line per event, once the batch is done). Both are
   flushed and fsynced per batch, so they survive the process being killed.
 - ``OUTBOX_TEST_SLEEP_SECONDS``: how long each batch takes (default 0).
-- ``OUTBOX_TEST_FAIL``: ``1`` makes every batch raise.
+- ``OUTBOX_TEST_FAIL``: ``1`` makes every batch raise; a fraction (``0.3``) makes that share
+  of the batches raise, at random.
 - ``OUTBOX_TEST_BATCH_SIZE``: the handlers' batch size (default 10).
 - ``OUTBOX_TEST_MAX_ATTEMPTS``: the handlers' ``RetryPolicy.max_attempts`` (default 8).
 - ``OUTBOX_TEST_CALLS_PER_SECOND``: a ``RateLimit`` of ``record_activity`` (default none).
@@ -21,6 +22,7 @@ the batch started and, in ``handled.log``, by the event id.
 from __future__ import annotations
 
 import os
+import random
 import threading
 import time
 from collections.abc import Sequence
@@ -70,7 +72,8 @@ def _handle(batch: Batch[BufferMixin]) -> None:
     prefix = f"{batch.handler} {batch.group_id} {batch.attempt} {os.getpid()}"
     _append(STARTED_LOG, [f"{prefix} {time.time():.6f}"])
     time.sleep(float(os.environ.get(SLEEP_ENV, "0")))
-    if os.environ.get(FAIL_ENV) == "1":
+    fail = float(os.environ.get(FAIL_ENV) or 0)
+    if fail >= 1 or (fail > 0 and random.random() < fail):
         raise RuntimeError("the downstream API refused the batch (on purpose)")
     _append(HANDLED_LOG, [f"{prefix} {event.id}" for event in batch.events])
 
