@@ -17,7 +17,20 @@ from outbox.exceptions import ConfigurationError
 from outbox.retry import RetryAfter, When, seconds_until
 from outbox.schema import PauseCause
 
-__all__ = ["Pause", "PauseCause", "RetryAfter", "pause", "paused", "resume", "seconds_until"]
+__all__ = [
+    "IDLE_LIMIT_SECONDS",
+    "Pause",
+    "PauseCause",
+    "RetryAfter",
+    "forget_idle_limits",
+    "pause",
+    "paused",
+    "resume",
+    "seconds_until",
+]
+
+IDLE_LIMIT_SECONDS = 3600.0
+"""A rate limit's row is forgotten once its last call's turn is this far past."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +80,15 @@ def paused(app: Outbox) -> dict[str, Pause]:
         for name, state in sorted(states.items())
         if state.paused and state.cause is not None
     }
+
+
+def forget_idle_limits(app: Outbox, idle_seconds: float = IDLE_LIMIT_SECONDS) -> int:
+    """Delete the rate-limit rows of keys (tenants, with ``rate_limit_key``) that have been
+    quiet for ``idle_seconds``: they hold no state, and one row per key ever seen would grow
+    without end. ``outbox prune`` runs it. Returns how many were deleted."""
+    return run_in_transaction(
+        app.engine, lambda conn: queries.delete_idle_limits(conn, idle_seconds)
+    )
 
 
 def _operator_seconds(until: When) -> float:

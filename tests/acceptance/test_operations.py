@@ -103,7 +103,7 @@ def test_prune_older_than_zero_deletes_every_archive_row(
     """``outbox prune --older-than 0s`` deletes the archive rows (it needs no --app)."""
     result = cli.run("--database-url", database_url, "prune", "--older-than", "0s")
 
-    assert (0, "pruned 10 archive rows", []) == (
+    assert (0, "pruned 10 archive rows, 0 idle rate limits", []) == (
         result.code,
         result.stdout.strip(),
         _tables.archive(dead_letters),

@@ -8,9 +8,11 @@ served one after the other: the second waits for the first's lock and is charged
 
 from __future__ import annotations
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, select, update
 
+from outbox import schema
 from outbox._db import queries
+from outbox._db.dialects import db_now_plus
 from tests.conformance._database import THREAD_SECONDS, Database
 from tests.conformance._factories import HANDLER, OTHER_HANDLER
 
@@ -91,3 +93,21 @@ def test_a_second_session_waits_for_the_first_and_is_charged_after_it(
         first.commit()
         after = second.result(THREAD_SECONDS)
     assert (True, True) == (waiting, _near([head, after], [0.0, 0.5])), (head, after)
+
+
+def test_idle_limits_are_forgotten_and_made_again(db: Database) -> None:
+    """A limit whose turn passed long ago is deleted; a recent one stays; a reservation after
+    the deletion starts from a full budget."""
+    db.run(lambda conn: _reserve(conn, db))
+    db.run(lambda conn: _reserve(conn, db, handler=OTHER_HANDLER))
+    with db.engine.begin() as conn:
+        conn.execute(
+            update(schema.rate_limits)
+            .where(schema.rate_limits.c.handler == HANDLER)
+            .values(tat=db_now_plus(-7200))
+        )
+    deleted = db.run(lambda conn: queries.delete_idle_limits(conn, 3600))
+    with db.engine.connect() as conn:
+        left = conn.execute(select(schema.rate_limits.c.handler)).scalars().all()
+    again = db.run(lambda conn: _reserve(conn, db))
+    assert (1, [OTHER_HANDLER], 0.0) == (deleted, left, again)

@@ -83,7 +83,7 @@ from outbox._db.queries.jobs import (
     rescue_expired_jobs,
     return_job,
 )
-from outbox._db.queries.limits import Spend, reserve
+from outbox._db.queries.limits import Spend, delete_idle_limits, reserve
 from outbox._db.queries.notify import (
     JOBS_NOTIFICATION,
     NOTIFY_CHANNEL,
@@ -149,6 +149,7 @@ __all__ = [
     "defer_job",
     "delete_archived",
     "delete_group_rows",
+    "delete_idle_limits",
     "delete_job",
     "delete_old_archived",
     "delete_pending_claim_jobs",

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, and_, select, update
+from sqlalchemy import Connection, and_, delete, select, update
 
 from outbox import schema
 from outbox._db import dialects
@@ -39,14 +40,20 @@ def reserve(
     the other, each after the other's reservation.
     """
     rows = [{"handler": handler, "key": spend.key} for spend in spends]
-    dialects.statements(dialect).insert_ignoring_duplicates(conn, _limits, rows)
     keys = sorted(spend.key for spend in spends)
-    locked = conn.execute(
-        select(_limits.c.key, age_seconds(_limits.c.tat))
-        .where(_limits.c.handler == handler, _limits.c.key.in_(keys))
-        .order_by(_limits.c.key)
-        .with_for_update()
-    ).all()
+    locked: Sequence[Any] = ()
+    # Twice at most: a row :func:`delete_idle_limits` removed between the insert and the lock
+    # is inserted again (a removed row held no state: its arrival time had passed).
+    for _ in range(2):
+        dialects.statements(dialect).insert_ignoring_duplicates(conn, _limits, rows)
+        locked = conn.execute(
+            select(_limits.c.key, age_seconds(_limits.c.tat))
+            .where(_limits.c.handler == handler, _limits.c.key.in_(keys))
+            .order_by(_limits.c.key)
+            .with_for_update()
+        ).all()
+        if len(locked) == len(set(keys)):
+            break
     # Seconds from now to each limit's theoretical arrival time (negative: past).
     ahead = {key: 0.0 if age is None else -float(age) for key, age in locked}
     wait = max(max(ahead[s.key] - s.tolerance, 0.0) for s in spends)
@@ -61,3 +68,10 @@ def reserve(
             .values(tat=db_now_plus(arrival))
         )
     return wait
+
+
+def delete_idle_limits(conn: Connection, idle_seconds: float) -> int:
+    """Forget the limits whose theoretical arrival time passed more than ``idle_seconds``
+    ago (a tenant gone quiet): such a row holds no state, a reservation makes it again.
+    Returns how many were deleted."""
+    return conn.execute(delete(_limits).where(_limits.c.tat < db_now_plus(-idle_seconds))).rowcount

@@ -97,6 +97,10 @@ def refused_release(ctx: Context, handler: str | None, group_id: uuid.UUID | Non
 )
 @command
 def prune(ctx: Context, older_than: float, chunk: int) -> None:
-    """Delete old archive rows in bounded batches."""
+    """Delete old archive rows in bounded batches, and the rate limits of keys gone quiet."""
+    from outbox import flow
+
     app = ready(ctx.bare_app())
-    click.echo(f"pruned {archive.prune(app, older_than=older_than, chunk=chunk)} archive rows")
+    pruned = archive.prune(app, older_than=older_than, chunk=chunk)
+    forgotten = flow.forget_idle_limits(app)
+    click.echo(f"pruned {pruned} archive rows, {forgotten} idle rate limits")
