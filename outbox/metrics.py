@@ -221,10 +221,13 @@ def _alerts(
             "their outcome (outbox refused list)"
         )
     if staleness is not None and age is not None and staleness > band.alert_staleness:
-        # A paused handler is late for a reason the alert names: no worker runs it.
+        # A paused handler is late for a reason the alert names: no worker runs it. A rate
+        # limit may be why too: the backlog cannot drain faster than it allows.
         why = (
             "" if pause is None else f" ({pause_text(pause.cause, pause.paused_for, pause.reason)})"
         )
+        if h.rate_limit is not None:
+            why += f" (rate limit {_rate_limit(h)})"
         alerts.append(
             f"oldest event is {age:.0f} s old: staleness {staleness:.2f} is above "
             f"{band.alert_staleness:g} for the {band.name} promise of {band.promise:g} s{why}"

@@ -111,3 +111,23 @@ def test_idle_limits_are_forgotten_and_made_again(db: Database) -> None:
         left = conn.execute(select(schema.rate_limits.c.handler)).scalars().all()
     again = db.run(lambda conn: _reserve(conn, db))
     assert (1, [OTHER_HANDLER], 0.0) == (deleted, left, again)
+
+
+def test_a_reservation_outlasts_a_prune_of_its_row_at_the_same_time(
+    row_locks: Database,
+) -> None:
+    """A prune deletes an idle limit's row and has not committed; a reservation of the same
+    limit waits for it, then makes the row again and reserves from a full budget."""
+    db = row_locks
+    db.run(lambda conn: _reserve(conn, db))
+    with db.engine.begin() as conn:
+        conn.execute(update(schema.rate_limits).values(tat=db_now_plus(-7200)))
+    with db.other_engine().connect() as prune:
+        deleted = queries.delete_idle_limits(prune, 3600)
+        reservation = db.in_thread(lambda: db.run(lambda conn: _reserve(conn, db)))
+        db.wait_for_lock_waiter()
+        prune.commit()
+        wait = reservation.result(THREAD_SECONDS)
+    with db.engine.connect() as conn:
+        rows = conn.execute(select(schema.rate_limits.c.key)).scalars().all()
+    assert (1, 0.0, ["calls"]) == (deleted, wait, rows)

@@ -10,10 +10,11 @@ import time
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from outbox import Batch, ConfigurationError, Outbox, RateLimit, RetryPolicy, metrics, schema
 from outbox._db import queries
+from outbox._db.dialects import db_now_plus
 from outbox._engine import claimer
 from outbox.worker import Worker
 from tests.models import ActivityEvent
@@ -160,3 +161,17 @@ def test_status_says_each_handlers_limit(
     )
     (status,) = metrics.collect(app)
     assert "9 calls/s; 4000 events/s, burst 500 per activity_id" == status.rate_limit
+
+
+def test_check_names_the_rate_limit_of_a_late_handler(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    app = make_app(database_url)
+    app.handler(ActivityEvent, name="limited", rate_limit=RateLimit(calls_per_second=2))(
+        lambda batch: None
+    )
+    commit_events(app.engine, 1)
+    with app.engine.begin() as conn:
+        conn.execute(update(ActivityEvent).values(created_at=db_now_plus(-7200)))
+    (status,) = metrics.collect(app)
+    assert [True] == [alert.endswith("(rate limit 2 calls/s)") for alert in status.alerts]
