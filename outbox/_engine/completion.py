@@ -94,13 +94,14 @@ def finish_succeeded(
                     lenient=lenient,
                 )
         elif retried:
-            split_off(
-                conn, retried, attempts=attempt, delay=max(handler.retry.delay(attempt), after)
-            )
+            delay = max(handler.retry.delay(attempt), after)
+            split_group(conn, handler, group_id, retried, attempts=attempt, delay=delay)
         if deferred:
             # Put off, not failed: the attempt is not counted for them (see RetryAfter).
-            split_off(
+            split_group(
                 conn,
+                handler,
+                group_id,
                 {i: batch.retried_ids[i] for i in deferred},
                 attempts=attempt - 1,
                 delay=deferral_delay(max(deferred.values())),
@@ -129,27 +130,6 @@ def finish_succeeded(
             deferred=len(deferred),
             discarded=len(discarded),
             dead=dead,
-        )
-
-    def split_off(
-        conn: Connection,
-        events: dict[int, str],
-        *,
-        attempts: int,
-        delay: float,
-        deferrals: int = 0,
-    ) -> None:
-        new_group = uuid.uuid4()
-        queries.move_rows_to_group(conn, handler.table, group_id, new_group, events)
-        queries.insert_batch_job(
-            conn,
-            handler=handler.name,
-            group_id=new_group,
-            priority=handler.urgency.priority,
-            attempts=attempts,
-            deferrals=deferrals,
-            delay_seconds=delay,
-            error="; ".join(sorted(set(events.values())))[:ERROR_TEXT_LIMIT],
         )
 
     def finish_whole_group(conn: Connection, lenient: bool) -> BatchResult:
@@ -214,18 +194,11 @@ def finish_failed(
             return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)
         delay = max(handler.retry.delay(attempt), at_least)
         if split_off:
-            new_group = uuid.uuid4()
-            queries.move_rows_to_group(conn, handler.table, group_id, new_group, split_off)
-            queries.insert_batch_job(
-                conn,
-                handler=handler.name,
-                group_id=new_group,
-                priority=handler.urgency.priority,
-                attempts=attempt,
+            events = dict.fromkeys(split_off, error)
+            split_group(
+                conn, handler, group_id, events, attempts=attempt, delay=delay,
                 deferrals=job.deferrals,
-                delay_seconds=delay,
-                error=error,
-            )
+            )  # fmt: skip
         if not queries.release_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
             raise LeaseLost
         return BatchResult(handler.name, group_id, attempt, RETRYING, error=error)
@@ -308,6 +281,33 @@ def _pause(conn: Connection, app: Outbox, handler: Handler[Any], seconds: float,
         cause=PauseCause.RETRY_AFTER,
         reason=why,
         only_to_extend=True,
+    )
+
+
+def split_group(
+    conn: Connection,
+    handler: Handler[Any],
+    group_id: uuid.UUID,
+    events: dict[int, str],
+    *,
+    attempts: int,
+    delay: float,
+    deferrals: int = 0,
+) -> None:
+    """Move ``events`` (id -> why) of a group into a new group with a batch job of its own,
+    due after ``delay`` seconds: events a handler retried or deferred, or half a group being
+    bisected."""
+    new_group = uuid.uuid4()
+    queries.move_rows_to_group(conn, handler.table, group_id, new_group, events)
+    queries.insert_batch_job(
+        conn,
+        handler=handler.name,
+        group_id=new_group,
+        priority=handler.urgency.priority,
+        attempts=attempts,
+        deferrals=deferrals,
+        delay_seconds=delay,
+        error="; ".join(sorted(set(events.values())))[:ERROR_TEXT_LIMIT],
     )
 
 

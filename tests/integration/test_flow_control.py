@@ -404,3 +404,23 @@ def test_max_batch_bytes_refuses_a_size_below_one() -> None:
     app = Outbox("sqlite://")
     with pytest.raises(ConfigurationError, match="max_batch_bytes must be >= 1"):
         app.handler(ActivityEvent, name="sized", max_batch_bytes=0)(lambda batch: None)
+
+
+def test_an_async_handlers_retry_after_defers_and_pauses_as_a_sync_ones_does(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    app = make_app(database_url)
+
+    @app.handler(ActivityEvent, batch_size=10, retry=NO_WAIT)
+    async def limited(batch: Batch[ActivityEvent]) -> None:
+        raise RetryAfter(30, reason="429")
+
+    commit_events(app.engine, 2)
+    stats = drain(app).stats
+    (job,) = _jobs(app)
+    assert (1, 0, 1, ["limited"]) == (
+        stats.groups_deferred,
+        job["attempts"],
+        job["deferrals"],
+        list(flow.paused(app)),
+    )
