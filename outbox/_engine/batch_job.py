@@ -131,7 +131,8 @@ def run_batch_job(
         except LeaseLost:
             result = lease_lost(handler, job)
         except RetryAfter as retry_after:
-            result = finish_deferred(app, handler, job, retry_after)
+            keys = _limited_keys(handler, rows)
+            result = finish_deferred(app, handler, job, retry_after, keys)
         except Throttled as throttled:
             result = finish_throttled(app, handler, job, throttled.seconds)
         except HandlerAbandoned:
@@ -192,15 +193,17 @@ def _wait_for_turn(app: Outbox, handler: Handler[Any], limit: RateLimit, rows: l
     """Reserve the group's call under the handler's rate limit (each of its keys' limit, with
     ``rate_limit_key``) and wait for its turn; raise :class:`Throttled` when the turn is
     further off than a worker waits."""
-    if handler.rate_limit_key is None:
-        events = {None: len(rows)}
-    else:
-        events = dict(Counter(column_values(rows, handler.rate_limit_key)))
+    events = dict(Counter(_limited_keys(handler, rows))) or {None: len(rows)}
     wait = _limiter.reserve(app, handler, limit, events)
     if wait > _limiter.max_wait(app):
         raise Throttled(wait)
     if wait > 0:
         time.sleep(wait)
+
+
+def _limited_keys(handler: Handler[Any], rows: list[Any]) -> list[Any]:
+    """The group's events' keys under per-key rate limits (``rate_limit_key``); none without."""
+    return [] if handler.rate_limit_key is None else column_values(rows, handler.rate_limit_key)
 
 
 def _interrupted(job: queries.JobRow) -> bool:

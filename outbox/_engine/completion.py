@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -17,6 +18,7 @@ from sqlalchemy.exc import DBAPIError
 from outbox import _log
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary, is_missing_table, is_transient
+from outbox._engine import limiter as _limiter
 from outbox._engine.claimer import LeaseLost
 from outbox._faults import (
     AFTER_COMMIT,
@@ -218,11 +220,16 @@ def finish_failed(
 
 
 def finish_deferred(
-    app: Outbox, handler: Handler[Any], job: queries.JobRow, retry_after: RetryAfter
+    app: Outbox,
+    handler: Handler[Any],
+    job: queries.JobRow,
+    retry_after: RetryAfter,
+    keys: Sequence[Any] = (),
 ) -> BatchResult:
     """The downstream refused the whole group for now and said when to come back: the group
-    waits that long, its attempt not counted, and the handler is paused fleet-wide until
-    then. Past ``max_deferrals``, the attempt counts as a failed one, after the same wait."""
+    waits that long, its attempt not counted, and so does the handler (see :func:`_hold`;
+    ``keys``: the group's ``rate_limit_key`` values). Past ``max_deferrals``, the attempt
+    counts as a failed one, after the same wait."""
     assert job.group_id is not None
     group_id, seconds = job.group_id, retry_after.seconds
     error = f"{RetryAfter.__name__}: {retry_after}"[:ERROR_TEXT_LIMIT]
@@ -230,14 +237,14 @@ def finish_deferred(
         error = f"{error} (its {handler.retry.max_deferrals} deferrals are spent)"
         give_up = handler.retry.exhausted(job.attempts)
         result = finish_failed(app, handler, job, error, give_up=give_up, at_least=seconds)
-        pause_for_retry_after(app, handler, seconds, error)
+        run_in_transaction(app.engine, lambda conn: _hold(conn, app, handler, keys, seconds, error))
         return replace(result, retry_after=seconds)
 
     def work(conn: Connection) -> BatchResult:
         delay = deferral_delay(seconds)
         if not queries.defer_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
             raise LeaseLost
-        _pause(conn, app, handler, seconds, error)
+        _hold(conn, app, handler, keys, seconds, error)
         return BatchResult(
             handler.name, group_id, job.attempts, DEFERRED, error=error, retry_after=seconds
         )
@@ -267,12 +274,21 @@ def deferral_delay(seconds: float) -> float:
     return seconds * (1 + DEFERRAL_JITTER * random.random())
 
 
-def pause_for_retry_after(app: Outbox, handler: Handler[Any], seconds: float, error: str) -> None:
-    """Pause ``handler`` fleet-wide for ``seconds`` (a whole group's Retry-After)."""
-    run_in_transaction(app.engine, lambda conn: _pause(conn, app, handler, seconds, error))
-
-
-def _pause(conn: Connection, app: Outbox, handler: Handler[Any], seconds: float, why: str) -> None:
+def _hold(
+    conn: Connection,
+    app: Outbox,
+    handler: Handler[Any],
+    keys: Sequence[Any],
+    seconds: float,
+    why: str,
+) -> None:
+    """A whole group's Retry-After holds back what the downstream limits. With per-key limits
+    (``rate_limit_key``) that is the group's keys, for ``seconds``: one tenant's 429 does not
+    stop the others. Otherwise it is the handler, paused fleet-wide: every other group would get
+    the same answer. An automatic pause only ever extends a pause."""
+    if handler.rate_limit_key is not None:
+        _limiter.hold_back(conn, app, handler, keys, seconds)
+        return
     queries.pause_handler(
         conn,
         app.dialect,

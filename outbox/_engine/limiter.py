@@ -9,8 +9,10 @@ group goes back to wait that long.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from sqlalchemy import Connection
 
 from outbox._db import queries, run_in_transaction
 from outbox.app import Handler, Outbox
@@ -42,6 +44,16 @@ def reserve(
             conn, app.dialect, handler.name, spends, max_wait=max_wait(app)
         ),
     )
+
+
+def hold_back(
+    conn: Connection, app: Outbox, handler: Handler[Any], keys: Iterable[Any], seconds: float
+) -> None:
+    """Let no call of these keys (``rate_limit_key``'s values) start for ``seconds``: their
+    limits are pushed back, while other keys' calls go on."""
+    assert handler.rate_limit is not None
+    spends = [spend for key in set(keys) for spend in spends_of(handler.rate_limit, 0, key)]
+    queries.hold_back(conn, app.dialect, handler.name, spends, seconds)
 
 
 def spends_of(limit: RateLimit, events: int, key: Any = None) -> list[queries.Spend]:

@@ -95,6 +95,25 @@ def test_a_second_session_waits_for_the_first_and_is_charged_after_it(
     assert (True, True) == (waiting, _near([head, after], [0.0, 0.5])), (head, after)
 
 
+def test_holding_a_limit_back_delays_its_next_call_and_no_other(db: Database) -> None:
+    """A key's Retry-After of 5 s: that key's next call may start in 5 s (a burst's tolerance
+    does not shorten it), another key's at once."""
+    burst = queries.Spend("calls:1", 1, 0.5, 1.0)
+    other = queries.Spend("calls:2", 1, 0.5, 1.0)
+    db.run(lambda conn: _reserve(conn, db, burst))
+    db.run(lambda conn: queries.hold_back(conn, db.dialect, HANDLER, [burst], 5.0))
+    held, free = (db.run(lambda conn: _reserve(conn, db, spend)) for spend in (burst, other))
+    assert _near([held, free], [5.0, 0.0]), (held, free)
+
+
+def test_holding_a_limit_back_never_brings_its_turn_forward(db: Database) -> None:
+    """Twenty calls reserved: the limit's turn is 10 s off, and a hold of 2 s leaves it there."""
+    _waits(db, 20)
+    db.run(lambda conn: queries.hold_back(conn, db.dialect, HANDLER, [CALLS], 2.0))
+    waits = _waits(db, 1)
+    assert _near(waits, [10.0]), waits
+
+
 def test_idle_limits_are_forgotten_and_made_again(db: Database) -> None:
     """A limit whose turn passed long ago is deleted; a recent one stays; a reservation after
     the deletion starts from a full budget."""

@@ -12,10 +12,21 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import select, update
 
-from outbox import Batch, ConfigurationError, Outbox, RateLimit, RetryPolicy, metrics, schema
+from outbox import (
+    Batch,
+    ConfigurationError,
+    Outbox,
+    RateLimit,
+    RetryAfter,
+    RetryPolicy,
+    flow,
+    metrics,
+    schema,
+)
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox._engine import claimer
+from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent
 
@@ -175,3 +186,47 @@ def test_check_names_the_rate_limit_of_a_late_handler(
         conn.execute(update(ActivityEvent).values(created_at=db_now_plus(-7200)))
     (status,) = metrics.collect(app)
     assert [True] == [alert.endswith("(rate limit 2 calls/s)") for alert in status.alerts]
+
+
+def test_a_keys_retry_after_holds_that_key_back_and_pauses_nothing(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """Per-key limits: account 1's group is answered 429 with Retry-After 30. That group is
+    deferred, and account 1's next group goes back unattempted; account 2 goes on, and the
+    handler is not paused."""
+    app = make_app(database_url)
+    calls: list[int] = []
+
+    @app.handler(
+        ActivityEvent,
+        batch_size=5,
+        retry=NO_WAIT,
+        group_by="activity_id",
+        rate_limit=RateLimit(calls_per_second=100),
+        rate_limit_key="activity_id",
+    )
+    def per_account(batch: Batch[ActivityEvent]) -> None:
+        account = batch.events[0].activity_id
+        calls.append(account)
+        if account == 1:
+            raise RetryAfter(30, reason="429: account 1 is over its quota")
+
+    for account in (1, 2):
+        commit_events(app.engine, 3, activity_id=account)
+    first = drain(app).stats
+    for account in (1, 2):
+        commit_events(app.engine, 1, activity_id=account)
+    second = drain(app).stats
+    with app.engine.connect() as conn:
+        now = queries.database_now(conn)
+        jobs = conn.execute(select(schema.jobs)).mappings().all()
+    due_in = sorted((job["run_at"].replace(tzinfo=None) - now.replace(tzinfo=None)).total_seconds()
+                    for job in jobs)  # fmt: skip
+    assert ([1, 2, 2], 1, 1, {}) == (
+        sorted(calls),
+        first.groups_deferred,
+        second.groups_throttled,
+        flow.paused(app),
+    )
+    # Both wait out the Retry-After, counted from the 429 (the drains take a second or so).
+    assert [True, True] == [25 < due <= 33.1 for due in due_in], due_in

@@ -39,23 +39,7 @@ def reserve(
     lock) until the transaction ends, so that sessions reserving at once are served one after
     the other, each after the other's reservation.
     """
-    rows = [{"handler": handler, "key": spend.key} for spend in spends]
-    keys = sorted(spend.key for spend in spends)
-    locked: Sequence[Any] = ()
-    # Twice at most: a row :func:`delete_idle_limits` removed between the insert and the lock
-    # is inserted again (a removed row held no state: its arrival time had passed).
-    for _ in range(2):
-        dialects.statements(dialect).insert_ignoring_duplicates(conn, _limits, rows)
-        locked = conn.execute(
-            select(_limits.c.key, age_seconds(_limits.c.tat))
-            .where(_limits.c.handler == handler, _limits.c.key.in_(keys))
-            .order_by(_limits.c.key)
-            .with_for_update()
-        ).all()
-        if len(locked) == len(set(keys)):
-            break
-    # Seconds from now to each limit's theoretical arrival time (negative: past).
-    ahead = {key: 0.0 if age is None else -float(age) for key, age in locked}
+    ahead = _locked(conn, dialect, handler, spends)
     wait = max(max(ahead[s.key] - s.tolerance, 0.0) for s in spends)
     if wait > max_wait:
         return wait
@@ -68,6 +52,45 @@ def reserve(
             .values(tat=db_now_plus(arrival))
         )
     return wait
+
+
+def hold_back(
+    conn: Connection, dialect: str, handler: str, spends: Sequence[Spend], seconds: float
+) -> None:
+    """Push a handler's limits back so that no call may start for ``seconds`` (a key's
+    ``Retry-After``): each limit's theoretical arrival time becomes at least ``seconds`` plus
+    its tolerance from now. Locked as :func:`reserve` locks them."""
+    ahead = _locked(conn, dialect, handler, spends)
+    for spend in spends:
+        if ahead[spend.key] < seconds + spend.tolerance:
+            conn.execute(
+                update(_limits)
+                .where(and_(_limits.c.handler == handler, _limits.c.key == spend.key))
+                .values(tat=db_now_plus(seconds + spend.tolerance))
+            )
+
+
+def _locked(
+    conn: Connection, dialect: str, handler: str, spends: Sequence[Spend]
+) -> dict[str, float]:
+    """Lock the limits' rows, made first where missing: the seconds from now to each limit's
+    theoretical arrival time (negative: past)."""
+    rows = [{"handler": handler, "key": spend.key} for spend in spends]
+    keys = sorted({spend.key for spend in spends})
+    locked: Sequence[Any] = ()
+    # Twice at most: a row :func:`delete_idle_limits` removed between the insert and the lock
+    # is inserted again (a removed row held no state: its arrival time had passed).
+    for _ in range(2):
+        dialects.statements(dialect).insert_ignoring_duplicates(conn, _limits, rows)
+        locked = conn.execute(
+            select(_limits.c.key, age_seconds(_limits.c.tat))
+            .where(_limits.c.handler == handler, _limits.c.key.in_(keys))
+            .order_by(_limits.c.key)
+            .with_for_update()
+        ).all()
+        if len(locked) == len(keys):
+            break
+    return {key: 0.0 if age is None else -float(age) for key, age in locked}
 
 
 def delete_idle_limits(conn: Connection, idle_seconds: float) -> int:
