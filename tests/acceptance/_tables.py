@@ -11,6 +11,12 @@ from outbox import db_now, schema
 from tests.models import ActivityEvent
 
 
+def buffer_is_empty(engine: Engine, model: type[Any] = ActivityEvent) -> bool:
+    """True when no event is left in the buffer."""
+    with engine.connect() as conn:
+        return not conn.execute(select(func.count()).select_from(model)).scalar()
+
+
 def buffer_rows(
     engine: Engine, model: type[Any] = ActivityEvent
 ) -> list[tuple[int, uuid.UUID | None]]:

@@ -9,11 +9,12 @@ import signal
 from collections import Counter
 from collections.abc import Callable
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, select
 
 from examples.marketing_sync.fake_api import FakeMarketingAPI
 from outbox import add_events, schema
 from tests._support import wait_for
+from tests.acceptance import _tables
 from tests.acceptance._cli import LEASE, Cli
 from tests.acceptance.bulk_app import CALLS_PER_SECOND_ENV, URL_ENV
 from tests.models import ActivityEvent
@@ -47,11 +48,9 @@ def test_a_hundred_thousand_events_through_a_rate_limited_bulk_api(
         work = cli.start(*base, "work", *LEASE, "--processes", "4", "--distribute-every", "0.5",
                          env=env)  # fmt: skip
 
-        def drained() -> bool:
-            with engine.connect() as conn:
-                return not conn.execute(select(func.count()).select_from(ActivityEvent)).scalar()
-
-        wait_for(drained, "the buffer to drain", timeout=DRAIN_SECONDS)
+        wait_for(
+            lambda: _tables.buffer_is_empty(engine), "the buffer to drain", timeout=DRAIN_SECONDS
+        )
         work.send(signal.SIGTERM)
         stopped = work.wait(60)
         received, rejected, calls = api.received, api.rejected, api.calls

@@ -9,12 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine
 
 from tests._support import wait_for
+from tests.acceptance import _tables
 from tests.acceptance._cli import Cli, handled, start_work
 from tests.acceptance.cli_app import BATCH_SIZE_ENV, FAIL_ENV, MAX_ATTEMPTS_ENV, ORDERED_ENV
-from tests.models import ActivityEvent
 
 KEYS = 8
 EVENTS = 160
@@ -38,11 +38,7 @@ def test_four_processes_keep_every_keys_order_through_failures(
         "--handler", "record_activity", "--distribute-every", "0.2", env=env,
     )  # fmt: skip
 
-    def drained() -> bool:
-        with engine.connect() as conn:
-            return not conn.execute(select(func.count()).select_from(ActivityEvent)).scalar()
-
-    wait_for(drained, "the buffer to drain", timeout=180)
+    wait_for(lambda: _tables.buffer_is_empty(engine), "the buffer to drain", timeout=180)
     work.send(signal.SIGTERM)
     stopped = work.wait(60)
     key_of = {event_id: key for key, ids in ids_by_key.items() for event_id in ids}
