@@ -1,7 +1,7 @@
 """100,000 events through a rate-limited bulk API by four worker processes: every good event
 delivered once, rejected records discarded, poison records dead alone, no dead letter from a
 429, and no second in which the API saw more calls than its limit. Real ``outbox work``
-processes, on PostgreSQL."""
+processes, on PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
@@ -33,9 +33,9 @@ def _kind(n: int) -> str:
 
 
 def test_a_hundred_thousand_events_through_a_rate_limited_bulk_api(
-    cli: Cli, postgres_database: str, connect: Callable[[str], Engine]
+    cli: Cli, server_database: str, connect: Callable[[str], Engine]
 ) -> None:
-    engine = connect(postgres_database)
+    engine = connect(server_database)
     with engine.begin() as conn:
         add_events(
             conn, ActivityEvent, [{"activity_id": n, "kind": _kind(n)} for n in range(EVENTS)]
@@ -44,7 +44,7 @@ def test_a_hundred_thousand_events_through_a_rate_limited_bulk_api(
     with FakeMarketingAPI(rate_limit=API_CALLS_PER_SECOND, max_records=1000) as api:
         env = {URL_ENV: api.url, CALLS_PER_SECOND_ENV: str(API_CALLS_PER_SECOND * 0.9)}
         app = "tests.acceptance.bulk_app:app"
-        base = ("--app", app, "--database-url", postgres_database)
+        base = ("--app", app, "--database-url", server_database)
         work = cli.start(*base, "work", *LEASE, "--processes", "4", "--distribute-every", "0.5",
                          env=env)  # fmt: skip
 

@@ -3,9 +3,10 @@
 Every flow-control test that takes a database runs here once more, its database the session's
 PostgreSQL reached through the PgBouncer that refuses startup options: deferrals and automatic
 pauses, the circuit breaker, shared rate limits (eight threads, and per key), keyed and ordered
-groups, and the ``pause``, ``held`` and ``work --processes`` commands. Pauses, breaker counts,
-rate-limit reservations and held keys live in row locks and rows, never in session state, so
-that a pooler handing each transaction its own server connection changes nothing.
+groups, the ``pause``, ``held`` and ``work --processes`` commands, and 100,000 events through
+the rate-limited bulk API. Pauses, breaker counts, rate-limit reservations and held keys live
+in row locks and rows, never in session state, so that a pooler handing each transaction its
+own server connection changes nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +19,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine
 
-from tests.acceptance import test_ordered_processes, test_pause, test_rate_limit_processes
+from tests.acceptance import (
+    test_bulk_api,
+    test_ordered_processes,
+    test_pause,
+    test_rate_limit_processes,
+)
 from tests.integration import (
     test_circuit_breaker,
     test_flow_control,
@@ -40,6 +46,7 @@ MODULES: list[ModuleType] = [
     test_pause,
     test_rate_limit_processes,
     test_ordered_processes,
+    test_bulk_api,
 ]
 
 
