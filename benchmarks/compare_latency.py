@@ -1,12 +1,14 @@
 """Before and after: the wake-up latency of two revisions of outbox, taking turns round by round.
 
 Each revision is checked out in a temporary git worktree and runs ``benchmarks.wakeup_latency``
-from it (one run of ``--seconds`` at ``--rate`` events per second, ``notify`` mode: triggers and
-LISTEN) with the project's virtual environment and that worktree first on ``PYTHONPATH``; the
-revisions alternate within each round, so the machine's drift hits both alike. Each round keeps
-both revisions' p50 and p99 (milliseconds, commit to handler start).
+from it (one run of ``--seconds`` at ``--rate`` events per second, in ``--mode``: ``notify``,
+triggers and LISTEN, or ``polling``, no LISTEN and distribution every second) with the project's
+virtual environment and that worktree first on ``PYTHONPATH``; the revisions alternate within
+each round, so the machine's drift hits both alike. Each round keeps both revisions' p50 and
+p99 (milliseconds, commit to handler start).
 
     python -m benchmarks.compare_latency --base 07b9e80 --head 8ce6ac2 --rounds 3
+    python -m benchmarks.compare_latency --base 4234bf5 --head HEAD --mode polling --rounds 3
 """
 
 from __future__ import annotations
@@ -25,18 +27,18 @@ from benchmarks._common import command_line, machine, write
 from benchmarks.drain_throughput import ROOT
 
 
-def run_once(tree: Path, rate: float, seconds: float) -> dict[str, float]:
+def run_once(tree: Path, rate: float, seconds: float, mode: str) -> dict[str, float]:
     """One wake-up latency run of the revision checked out at ``tree``: p50 and p99, ms."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     command = [
         sys.executable, "-m", "benchmarks.wakeup_latency", "--rate", str(rate),
-        "--seconds", str(seconds), "--runs", "1", "--modes", "notify",
+        "--seconds", str(seconds), "--runs", "1", "--modes", mode,
     ]  # fmt: skip
     subprocess.run(command, cwd=tree, env=env, check=True, stdout=subprocess.DEVNULL)
     results = json.loads(
         (tree / "benchmarks/results" / f"wakeup_latency_{int(rate)}.json").read_text()
     )
-    (run,) = results["runs"]["notify"]
+    (run,) = results["runs"][mode]
     return {"p50_ms": float(run["p50_ms"]), "p99_ms": float(run["p99_ms"])}
 
 
@@ -47,6 +49,7 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="events per second")
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--mode", choices=["notify", "polling"], default="notify")
     args = parser.parse_args()
     if args.rounds < 1 or args.seconds <= 0 or args.rate <= 0:
         parser.error("--rounds, --seconds and --rate must be above 0")
@@ -62,7 +65,7 @@ def main() -> None:
         try:
             for number in range(args.rounds):
                 for side in rounds:
-                    figures = run_once(trees[side], args.rate, args.seconds)
+                    figures = run_once(trees[side], args.rate, args.seconds, args.mode)
                     rounds[side].append(figures)
                     print(f"round {number + 1} {side}: {figures}", flush=True)
         finally:
@@ -82,10 +85,12 @@ def main() -> None:
         "machine": machine(),
         "rate_per_second": args.rate,
         "seconds": args.seconds,
+        "mode": args.mode,
         **summary,
     }
     print(results, flush=True)
-    print(f"results in {write(f'compare_latency_{args.base}_{args.head}', results)}")
+    name = f"compare_latency_{args.base}_{args.head}" + ("_polling" * (args.mode == "polling"))
+    print(f"results in {write(name, results)}")
 
 
 if __name__ == "__main__":

@@ -694,8 +694,10 @@ class Worker:
                     and now >= next_distribution
                     and not self._stopping.is_set()
                 ):
-                    if self.leading:
-                        self._distribute(self._serving)
+                    if self.leading and self._distribute(self._serving):
+                        # Its claim jobs are due now: start on them rather than at the next
+                        # poll, seconds away in a fleet that is not notified (no LISTEN).
+                        self._wake.set()
                     next_distribution = now + self.distribute_every
             except DBAPIError as error:
                 self._report_database_error(error)

@@ -396,6 +396,22 @@ def test_running_worker_handles_new_events(
     assert ids == recorder.handled
 
 
+def test_the_leader_starts_on_what_it_distributed_without_waiting_to_poll(
+    app: Outbox,
+    commit_events: Callable[..., list[int]],
+    running: Callable[[Worker], threading.Thread],
+) -> None:
+    """No notifications and a poll a minute away: the claim jobs the leader enqueues wake it,
+    and the events are handled at once rather than at its next poll."""
+    app.settings = Settings(poll_interval=60.0, listen=False)
+    recorder = Recorder()
+    app.handler(ActivityEvent, batch_size=5, name="sync")(recorder)
+    running(Worker(app, distribute_every=0.05))
+    ids = commit_events(app.engine, 12)
+    wait_for(lambda: len(recorder.handled) >= len(ids), what="every event", timeout=10)
+    assert ids == recorder.handled
+
+
 # --- outbox.testing.drain --------------------------------------------------------------------
 
 
