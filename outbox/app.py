@@ -10,6 +10,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy import Engine, Table
+from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import URL
 
 from outbox import _db, _log
@@ -319,7 +320,7 @@ class Outbox:
 
     def add_handler(self, handler: Handler[Any]) -> None:
         """Register a handler built by hand (``@app.handler`` is the usual way)."""
-        _validate(handler)
+        handler = _validated(handler)
         if handler.name in self._handlers:
             raise ConfigurationError(f"a handler named {handler.name!r} is already registered")
         for other in self._handlers.values():
@@ -370,7 +371,58 @@ def _delivery(value: Delivery | str) -> Delivery:
         raise ConfigurationError(f"delivery must be one of {choices}, got {value!r}") from None
 
 
-def _validate(handler: Handler[Any]) -> None:
+# What each option of a handler must be (or None, but for those in _REQUIRED), checked before
+# its value, so that a wrong kind of value is refused here rather than failing every group.
+_OPTION_KINDS: dict[str, tuple[type, ...]] = {
+    "batch_size": (int,),
+    "max_batches": (int,),
+    "urgency": (Urgency,),
+    "retry": (RetryPolicy,),
+    "archive": (bool,),
+    "bisect": (bool,),
+    "concurrency": (int,),
+    "max_batch_bytes": (int,),
+    "timeout": (int, float),
+    "expires_after": (int, float),
+    "max_wait": (int, float),
+    "circuit_breaker": (CircuitBreaker,),
+    "rate_limit": (RateLimit,),
+    "group_by": (str,),
+    "ordering_key": (str,),
+    "rate_limit_key": (str,),
+}
+_REQUIRED = ("batch_size", "max_batches", "urgency", "retry", "archive", "bisect")
+
+
+def _check_kinds(handler: Handler[Any]) -> None:
+    for option, kinds in _OPTION_KINDS.items():
+        value = getattr(handler, option)
+        if value is None and option not in _REQUIRED:
+            continue
+        # A bool is an int to isinstance, but True as a batch size is a mistake.
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            names = " or ".join(kind.__name__ for kind in kinds)
+            optional = "" if option in _REQUIRED else " or None"
+            raise ConfigurationError(
+                f"handler {handler.name!r}: {option} must be {names}{optional}, got {value!r}"
+            )
+
+
+def _column_key(model: type[Any], name: str | None) -> str | None:
+    """A column named by the model's attribute (``page``) or the table's column
+    (``page_path``): the table's name for it, which the rows outbox reads carry."""
+    if name is None or name in model.__table__.c:
+        return name
+    attribute = sa_inspect(model).attrs.get(name)
+    columns: list[Any] = list(getattr(attribute, "columns", ()))
+    if len(columns) == 1 and columns[0].table is model.__table__:
+        return str(columns[0].key)
+    return name
+
+
+def _validated(handler: Handler[Any]) -> Handler[Any]:
+    """The handler, its options checked, its key columns named as the table names them."""
+    _check_kinds(handler)
     model = handler.model
     if not (isinstance(model, type) and issubclass(model, BufferMixin)):
         raise ConfigurationError(
@@ -404,11 +456,12 @@ def _validate(handler: Handler[Any]) -> None:
             f"handler {handler.name!r}: rate_limit_key needs a rate_limit to apply per key"
         )
     for option in ("group_by", "ordering_key", "rate_limit_key"):
-        column = getattr(handler, option)
+        column = _column_key(model, getattr(handler, option))
         if column is not None and (column not in handler.table.c or column in _BOOKKEEPING):
             raise ConfigurationError(
                 f"handler {handler.name!r}: {option} must name a column of "
-                f"{handler.table.name!r} other than {', '.join(_BOOKKEEPING)}, got {column!r}"
+                f"{handler.table.name!r} other than {', '.join(_BOOKKEEPING)} (its attribute "
+                f"on {model.__name__}, or its name in the table), got {column!r}"
             )
     if handler.max_batch_bytes is not None and handler.max_batch_bytes < 1:
         raise ConfigurationError(
@@ -429,3 +482,9 @@ def _validate(handler: Handler[Any]) -> None:
     refused = _invoke.refusal(handler.name, handler.func)
     if refused is not None:
         raise ConfigurationError(refused)
+    return replace(
+        handler,
+        group_by=_column_key(model, handler.group_by),
+        ordering_key=_column_key(model, handler.ordering_key),
+        rate_limit_key=_column_key(model, handler.rate_limit_key),
+    )

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from outbox._checks import MAX_WAIT_SECONDS, is_number, is_whole
 from outbox.exceptions import ConfigurationError
 
 DEFAULT_FAILURES = 5
@@ -29,13 +29,16 @@ class CircuitBreaker:
     max_probe_after: float = DEFAULT_MAX_PROBE_AFTER_SECONDS
 
     def __post_init__(self) -> None:
-        if self.failures < 1:
-            raise ConfigurationError(f"CircuitBreaker.failures must be >= 1, got {self.failures}")
+        if not (is_whole(self.failures) and self.failures >= 1):
+            raise ConfigurationError(
+                f"CircuitBreaker.failures must be a whole number >= 1, got {self.failures!r}"
+            )
         for name in ("probe_after", "max_probe_after"):
             value = getattr(self, name)
-            if not (value > 0 and math.isfinite(value)):
+            if not (is_number(value) and 0 < value <= MAX_WAIT_SECONDS):
                 raise ConfigurationError(
-                    f"CircuitBreaker.{name} must be > 0 seconds, got {value!r}"
+                    f"CircuitBreaker.{name} must be > 0 seconds and at most a year "
+                    f"({MAX_WAIT_SECONDS:.0f}), got {value!r}"
                 )
         if self.max_probe_after < self.probe_after:
             raise ConfigurationError(

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
+from outbox._checks import is_number, is_whole
 from outbox.exceptions import ConfigurationError
 
 
@@ -35,11 +35,11 @@ class RateLimit:
             raise ConfigurationError("RateLimit needs calls_per_second, events_per_second, or both")
         for name in ("calls_per_second", "events_per_second"):
             value = getattr(self, name)
-            if value is not None and not (value > 0 and math.isfinite(value)):
-                raise ConfigurationError(f"RateLimit.{name} must be > 0, got {value!r}")
+            if value is not None and not (is_number(value) and value > 0):
+                raise ConfigurationError(f"RateLimit.{name} must be a number > 0, got {value!r}")
         for name in ("burst", "event_burst"):
             value = getattr(self, name)
-            if not (isinstance(value, int) and value >= 1):
+            if not (is_whole(value) and value >= 1):
                 raise ConfigurationError(
                     f"RateLimit.{name} must be a whole number >= 1, got {value!r}"
                 )

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import datetime as dt
 import email.utils
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from outbox._checks import MAX_WAIT_SECONDS, is_number, is_whole
 from outbox.exceptions import ConfigurationError, OutboxError
 
 DEFAULT_MAX_ATTEMPTS = 8
@@ -47,27 +47,33 @@ class RetryPolicy:
     max_deferrals: int = DEFAULT_MAX_DEFERRALS
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
+        if not (is_whole(self.max_attempts) and self.max_attempts >= 1):
             raise ConfigurationError(
-                f"RetryPolicy.max_attempts must be >= 1, got {self.max_attempts}"
+                f"RetryPolicy.max_attempts must be a whole number >= 1, got {self.max_attempts!r}"
             )
         for field in ("exponent", "scale", "base_delay"):
-            if getattr(self, field) < 0:
-                raise ConfigurationError(f"RetryPolicy.{field} must be >= 0")
-        if not 0 <= self.jitter < 1:
-            raise ConfigurationError(f"RetryPolicy.jitter must be in [0, 1), got {self.jitter}")
-        if self.max_deferrals < 0:
+            value = getattr(self, field)
+            if not (is_number(value) and value >= 0):
+                raise ConfigurationError(
+                    f"RetryPolicy.{field} must be a number >= 0, got {value!r}"
+                )
+        if not (is_number(self.jitter) and 0 <= self.jitter < 1):
+            raise ConfigurationError(f"RetryPolicy.jitter must be in [0, 1), got {self.jitter!r}")
+        if not (is_whole(self.max_deferrals) and self.max_deferrals >= 0):
             raise ConfigurationError(
-                f"RetryPolicy.max_deferrals must be >= 0, got {self.max_deferrals}"
+                f"RetryPolicy.max_deferrals must be a whole number >= 0, got {self.max_deferrals!r}"
             )
-        if self.max_delay is not None and self.max_delay < 0:
-            raise ConfigurationError("RetryPolicy.max_delay must be >= 0 seconds")
+        if self.max_delay is not None and not (is_number(self.max_delay) and self.max_delay >= 0):
+            raise ConfigurationError(
+                f"RetryPolicy.max_delay must be >= 0 seconds or None, got {self.max_delay!r}"
+            )
 
     def base(self, attempt: int) -> float:
         """The wait in seconds after failed attempt ``attempt`` (1-based), before jitter."""
         if attempt < 1:
             raise ValueError(f"attempt must be >= 1, got {attempt}")
-        delay = float(self.scale * attempt**self.exponent + self.base_delay)
+        # Capped at a year, however steep the curve: past it no database stores the time.
+        delay = min(float(self.scale * attempt**self.exponent + self.base_delay), MAX_WAIT_SECONDS)
         return delay if self.max_delay is None else min(delay, self.max_delay)
 
     def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
@@ -106,21 +112,31 @@ def seconds_until(when: When) -> float:
     if isinstance(when, str):
         text = when.strip()
         try:
-            return seconds_until(float(text))
+            number = float(text)
         except ValueError:
             pass
+        else:
+            return seconds_until(number)
         try:
             moment = email.utils.parsedate_to_datetime(text)
         except (TypeError, ValueError):
             message = f"not a Retry-After value (seconds or an HTTP date): {when!r}"
             raise ValueError(message) from None
-        return seconds_until(moment)
+        # An HTTP date is in GMT; "-0000" (no zone said) parses without one.
+        return seconds_until(moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC))
     if isinstance(when, dt.datetime):
         if when.tzinfo is None:
             raise ValueError(f"a datetime given to outbox needs a time zone: {when!r}")
-        return max((when - dt.datetime.now(dt.UTC)).total_seconds(), 0.0)
-    if isinstance(when, dt.timedelta):
-        return max(when.total_seconds(), 0.0)
-    if isinstance(when, bool) or not isinstance(when, int | float) or not math.isfinite(when):
+        seconds = (when - dt.datetime.now(dt.UTC)).total_seconds()
+    elif isinstance(when, dt.timedelta):
+        seconds = when.total_seconds()
+    elif is_number(when):
+        seconds = float(when)
+    else:
         raise ValueError(f"not a number of seconds: {when!r}")
-    return max(float(when), 0.0)
+    if seconds > MAX_WAIT_SECONDS:
+        raise ValueError(
+            f"{when!r} is {seconds:.0f} s away, more than outbox waits for anything "
+            f"({MAX_WAIT_SECONDS:.0f} s, 366 days)"
+        )
+    return max(seconds, 0.0)

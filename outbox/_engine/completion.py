@@ -55,11 +55,16 @@ def finish_succeeded(
     attempt = job.attempts
     discarded = batch.discarded_ids
     spent = job.deferrals >= handler.retry.max_deferrals
-    deferred = {} if spent else batch.deferred_ids
+    # An ordered handler keeps one group of a key at a time: events it retries and defers in
+    # one call go on together, as a failed attempt.
+    together = handler.ordering_key is not None and len(batch.deferred_ids) < len(batch.retried_ids)
+    deferred = {} if spent or together else batch.deferred_ids
     retried = {i: r for i, r in batch.retried_ids.items() if i not in deferred}
-    # Past the group's deferrals, its deferred events are retried as a failed attempt, still
-    # no sooner than they were asked to wait.
-    after = max(batch.deferred_ids.values(), default=0.0) if spent else 0.0
+    if spent:
+        spent_note = f" (its {handler.retry.max_deferrals} deferrals are spent)"
+        retried.update({i: retried[i] + spent_note for i in batch.deferred_ids})
+    # Deferred events retried as a failed attempt still wait no less than they were asked to.
+    after = max(batch.deferred_ids.values(), default=0.0) if not deferred else 0.0
     give_up_retried = handler.retry.exhausted(attempt)
 
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
@@ -97,7 +102,10 @@ def finish_succeeded(
                 )
         elif retried:
             delay = max(handler.retry.delay(attempt), after)
-            split_group(conn, handler, group_id, retried, attempts=attempt, delay=delay)
+            split_group(
+                conn, handler, group_id, retried, attempts=attempt, delay=delay,
+                deferrals=job.deferrals,
+            )  # fmt: skip
         if deferred:
             # Put off, not failed: the attempt is not counted for them (see RetryAfter).
             split_group(
@@ -195,7 +203,11 @@ def finish_failed(
             queries.delete_group_rows(conn, handler.table, group_id)
             return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)
         delay = max(handler.retry.delay(attempt), at_least)
-        if split_off:
+        if split_off and handler.ordering_key is not None:
+            # Back to the buffer, behind the earlier half: a group of their own would be a
+            # second group of their keys, free to run before the first.
+            queries.unclaim_rows(conn, handler.table, group_id, split_off)
+        elif split_off:
             events = dict.fromkeys(split_off, error)
             split_group(
                 conn, handler, group_id, events, attempts=attempt, delay=delay,

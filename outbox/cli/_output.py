@@ -12,6 +12,13 @@ def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
+def error_text(error: str | None, limit: int = 200) -> str:
+    """An error in a table cell: its first line (outbox keeps the type and message there,
+    the traceback after), shortened."""
+    lines = (error or "").strip().splitlines()
+    return lines[0][:limit] if lines else ""
+
+
 def bytes_text(size: int) -> str:
     value, unit = float(size), "B"
     for larger in ("KiB", "MiB", "GiB"):

@@ -221,6 +221,10 @@ def test_the_breaker_stays_open_no_longer_than_max_probe_after() -> None:
         {"probe_after": float("nan")},
         {"max_probe_after": float("inf")},
         {"probe_after": 60, "max_probe_after": 30},
+        {"failures": 2.5},
+        {"failures": True},
+        {"probe_after": "30"},
+        {"max_probe_after": 1e12},
     ],
 )
 def test_circuit_breaker_refuses_bad_settings(options: dict[str, float]) -> None:

@@ -95,11 +95,13 @@ def test_a_deferred_group_is_handled_once_its_wait_is_over(
     assert ([1, 1], 0) == (attempts, _buffered(app))
 
 
+@pytest.mark.parametrize("how", ["raise", "retry"])
 def test_deferrals_past_max_deferrals_count_as_failed_attempts(
-    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+    how: str, database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
 ) -> None:
-    """A group cannot be deferred forever: past ``max_deferrals`` each Retry-After is a failed
-    attempt, and the group ends dead once its attempts are spent."""
+    """A group cannot be deferred forever, whether the handler defers it whole (``raise
+    RetryAfter``) or event by event (``batch.retry(after=)``): past ``max_deferrals`` each
+    deferral is a failed attempt, and the group ends dead once its attempts are spent."""
     app = make_app(database_url)
     calls: list[int] = []
     policy = RetryPolicy(max_attempts=2, scale=0.0, base_delay=0.0, jitter=0.0, max_deferrals=2)
@@ -107,7 +109,9 @@ def test_deferrals_past_max_deferrals_count_as_failed_attempts(
     @app.handler(ActivityEvent, batch_size=10, retry=policy)
     def limited(batch: Batch[ActivityEvent]) -> None:
         calls.append(batch.attempt)
-        raise RetryAfter(0)
+        if how == "raise":
+            raise RetryAfter(0)
+        batch.retry(batch.events, "rate limited", after=0)
 
     commit_events(app.engine, 2)
     drain(app)
@@ -282,11 +286,36 @@ def test_retry_after_takes_seconds_a_timedelta_or_the_header(value: Any, expecte
     assert expected == RetryAfter(value).seconds
 
 
-def test_retry_after_takes_an_http_date_and_an_aware_datetime() -> None:
+@pytest.mark.parametrize("zone", ["GMT", "+0000", "-0000"])
+def test_retry_after_takes_an_http_date_and_an_aware_datetime(zone: str) -> None:
+    """An HTTP date is in GMT, whichever way it says so (``-0000``: no zone given)."""
     later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=90)
-    header = later.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    header = later.strftime(f"%a, %d %b %Y %H:%M:%S {zone}")
     assert 85 < RetryAfter(header).seconds <= 90
     assert 85 < RetryAfter(later).seconds <= 90
+
+
+@pytest.mark.parametrize(
+    "value", [1e12, dt.timedelta(days=400), "Fri, 31 Dec 9999 23:59:59 GMT", "40000000"]
+)
+def test_retry_after_refuses_more_than_a_year(value: Any) -> None:
+    """Past a year a Retry-After is a broken header, and past the year 9999 no database can
+    keep its end: raised in a handler, the refusal fails the attempt with this message."""
+    with pytest.raises(ValueError, match="more than outbox waits for anything"):
+        RetryAfter(value)
+
+
+def test_a_pause_longer_than_a_year_is_refused(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Asked of the database, a pause into the year 33658 would be stored without an end on
+    SQLite and refused by the others: it is refused before, the same everywhere."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, name="sink")(lambda batch: None)
+    for until in (1e12, dt.datetime(9999, 12, 31, tzinfo=dt.UTC)):
+        with pytest.raises(ConfigurationError, match="more than outbox waits"):
+            flow.pause(app, "sink", until=until)
+    assert {} == flow.paused(app)
 
 
 @pytest.mark.parametrize(

@@ -7,10 +7,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import Engine, Index, String, insert, text
+from sqlalchemy import Engine, Index, String, insert, select, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from outbox import Batch, BufferMixin, ConfigurationError, Outbox
+from outbox import (
+    Batch,
+    BufferMixin,
+    ConfigurationError,
+    Outbox,
+    RateLimit,
+    RetryPolicy,
+    held,
+)
 from outbox._engine import claimer, distributor
 from outbox.testing import drain
 from outbox.worker import Worker
@@ -34,6 +42,13 @@ class AccountEvent(BufferMixin, Base):
             sqlite_where=text("group_id IS NULL"),
         ),
     )
+
+
+class RenamedEvent(BufferMixin, Base):
+    """A key whose attribute and column are named differently."""
+
+    __tablename__ = "test_renamed_events"
+    tenant: Mapped[str | None] = mapped_column("tenant_name", String(40))
 
 
 @pytest.fixture
@@ -93,6 +108,60 @@ def test_group_by_must_name_an_events_own_column() -> None:
     for column in ("nope", "group_id"):
         with pytest.raises(ConfigurationError, match="group_by must name a column"):
             app.handler(ActivityEvent, name=f"by_{column}", group_by=column)(lambda batch: None)
+
+
+def test_keys_may_be_named_by_attribute_or_by_column(accounts: Outbox) -> None:
+    """``tenant = mapped_column("tenant_name")``: the attribute's name and the column's both
+    name the key, for keyed groups, ordered keys and per-key limits alike."""
+    app = accounts
+    groups: list[list[str | None]] = []
+
+    @app.handler(
+        RenamedEvent,
+        batch_size=10,
+        group_by="tenant",
+        ordering_key="tenant_name",
+        rate_limit=RateLimit(calls_per_second=1000),
+        rate_limit_key="tenant",
+    )
+    def per_tenant(batch: Batch[RenamedEvent]) -> None:
+        groups.append([event.tenant for event in batch.events])
+
+    with app.engine.begin() as conn:
+        rows = [{"tenant_name": t} for t in ["a", "b"] * 3]
+        conn.execute(insert(RenamedEvent.__table__), rows)
+    drain(app)
+    handler = app.get_handler("per_tenant")
+    keys = (handler.group_by, handler.ordering_key, handler.rate_limit_key)
+    assert (["tenant_name"] * 3, [["a"] * 3, ["b"] * 3]) == (list(keys), sorted(groups))
+
+
+def test_events_with_no_ordering_key_are_not_ordered_nor_held(accounts: Outbox) -> None:
+    """A NULL ordering key is no key: such events are not held behind one another, while a
+    key's dead event holds that key's later events."""
+    app = accounts
+    delivered: list[int] = []
+
+    @app.handler(
+        AccountEvent, batch_size=1, retry=RetryPolicy(max_attempts=1), ordering_key="account"
+    )
+    def ordered(batch: Batch[AccountEvent]) -> None:
+        if batch.ids[0] in dying:
+            raise RuntimeError("refused")
+        delivered.extend(batch.ids)
+
+    _write(app.engine, [None, None, "a", "a"])
+    with app.engine.connect() as conn:
+        ids = list(conn.execute(select(AccountEvent.id).order_by(AccountEvent.id)).scalars())
+    dying = {ids[0], ids[2]}
+    drain(app)
+    with app.engine.connect() as conn:
+        waiting = list(conn.execute(select(AccountEvent.id)).scalars())
+    assert ([ids[1]], [ids[3]], ["a"]) == (
+        delivered,
+        waiting,
+        [key.key for key in held.keys(app)],
+    )
 
 
 def test_one_claim_job_goes_on_to_the_next_keys(accounts: Outbox) -> None:

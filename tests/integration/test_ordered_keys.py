@@ -9,6 +9,7 @@ import random
 import threading
 from collections.abc import Callable
 
+import pytest
 from sqlalchemy import func, select
 
 from outbox import Batch, Outbox, RetryPolicy, archive, held, metrics
@@ -26,12 +27,33 @@ def _buffered(app: Outbox) -> int:
         return int(conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one())
 
 
+FAILURES = ["raise", "bisect", "retry", "defer", "retry_and_defer"]
+
+
+def _refuse(batch: Batch[ActivityEvent], how: str, rng: random.Random) -> set[int]:
+    """A call that fails the ``how`` way; the ids it did not deliver. A partial failure refuses
+    an event and its key's later events in the call, as an ordered handler must: those that
+    it retries, defers, or (``retry_and_defer``) retries the first and defers the others."""
+    if how in ("raise", "bisect"):
+        raise RuntimeError("the downstream failed this call")
+    first = rng.choice(batch.events)
+    later = [e for e in batch.events if e.activity_id == first.activity_id and e.id >= first.id]
+    for event in later:
+        if how == "retry" or (how == "retry_and_defer" and event is first):
+            batch.retry([event], "this record failed")
+        else:
+            batch.retry([event], "rate limited for this record", after=0)
+    return {event.id for event in later}
+
+
+@pytest.mark.parametrize("how", FAILURES)
 def test_keys_are_handled_in_order_through_random_failures(
-    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+    how: str, database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
 ) -> None:
-    """Five keys interleaved, groups of four, a third of the calls failing at random, four
-    threads: every key's events arrive in id order, each once, and no call ever carries an
-    event of a key while an earlier event of that key is undelivered."""
+    """Five keys interleaved, groups of four, a third of the calls failing at random (whole
+    calls, whole calls bisected, or some events retried, deferred or both), four threads:
+    every key's events arrive in id order, each once, and no call ever carries an event of a
+    key while an earlier event of that key is undelivered."""
     app = make_app(database_url)
     rng = random.Random(7)
     keys = [rng.randrange(5) for _ in range(60)]
@@ -39,17 +61,23 @@ def test_keys_are_handled_in_order_through_random_failures(
     overtaking: list[tuple[int, int]] = []
     lock = threading.Lock()
 
-    @app.handler(ActivityEvent, batch_size=4, retry=NO_WAIT, ordering_key="activity_id")
+    @app.handler(
+        ActivityEvent,
+        batch_size=4,
+        retry=NO_WAIT,
+        ordering_key="activity_id",
+        bisect=how == "bisect",
+    )
     def ordered(batch: Batch[ActivityEvent]) -> None:
         with lock:
             for event in batch.events:
                 earlier = [i for i in ids_by_key[event.activity_id] if i < event.id]
                 done = set(delivered.get(event.activity_id, [])) | set(batch.ids)
                 overtaking.extend((event.id, i) for i in earlier if i not in done)
-            if rng.random() < 1 / 3:
-                raise RuntimeError("the downstream failed this call")
+            refused = _refuse(batch, how, rng) if rng.random() < 1 / 3 else set()
             for event in batch.events:
-                delivered.setdefault(event.activity_id, []).append(event.id)
+                if event.id not in refused:
+                    delivered.setdefault(event.activity_id, []).append(event.id)
 
     ids_by_key: dict[int, list[int]] = {}
     for key in keys:

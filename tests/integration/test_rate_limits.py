@@ -116,6 +116,9 @@ def test_a_group_whose_turn_is_far_off_goes_back_unattempted(
         {"events_per_second": float("inf")},
         {"calls_per_second": 1, "burst": 0},
         {"events_per_second": 1, "event_burst": 1.5},
+        {"calls_per_second": "10"},
+        {"calls_per_second": True},
+        {"calls_per_second": 1, "burst": True},
     ],
 )
 def test_rate_limit_refuses_bad_settings(options: dict[str, float]) -> None:

@@ -89,6 +89,39 @@ def test_out_of_range_batch_size_is_refused(app: Outbox, batch_size: int) -> Non
         app.handler(ActivityEvent, batch_size=batch_size)(noop)
 
 
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("batch_size", True),
+        ("batch_size", "10"),
+        ("max_batches", 2.0),
+        ("urgency", "hour"),
+        ("retry", 3),
+        ("archive", "yes"),
+        ("bisect", "yes"),
+        ("bisect", 1),
+        ("concurrency", "2"),
+        ("max_batch_bytes", 1.5),
+        ("max_batch_bytes", True),
+        ("timeout", "30"),
+        ("expires_after", True),
+        ("max_wait", "1m"),
+        ("circuit_breaker", 5),
+        ("rate_limit", 10),
+        ("rate_limit", {"calls_per_second": 1}),
+        ("group_by", ActivityEvent.activity_id),
+        ("ordering_key", 1),
+    ],
+)
+def test_a_wrong_kind_of_option_is_refused_at_registration(
+    app: Outbox, option: str, value: object
+) -> None:
+    """A value of the wrong kind fails at registration, naming the option and what it must be,
+    not later in every group the handler is given."""
+    with pytest.raises(ConfigurationError, match=rf"handler 'noop': {option} must be \w+"):
+        app.handler(ActivityEvent, **{option: value})(noop)  # type: ignore[arg-type]
+
+
 def test_out_of_range_max_batches_is_refused(app: Outbox) -> None:
     """max_batches must be at least 1; the error names the field."""
     with pytest.raises(ConfigurationError, match="max_batches must be"):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from outbox import ConfigurationError, RetryPolicy
+from outbox._checks import MAX_WAIT_SECONDS
 
 
 @pytest.mark.parametrize(("attempt", "expected"), [(1, 6.0), (2, 21.0), (3, 86.0), (4, 261.0)])
@@ -74,12 +75,26 @@ def test_attempt_below_one_is_refused() -> None:
         ({"jitter": 1.0}, "jitter"),
         ({"jitter": -0.1}, "jitter"),
         ({"max_delay": -1.0}, "max_delay"),
+        ({"max_attempts": "3"}, "max_attempts"),
+        ({"max_attempts": 2.5}, "max_attempts"),
+        ({"max_deferrals": None}, "max_deferrals"),
+        ({"max_deferrals": 2.5}, "max_deferrals"),
+        ({"max_deferrals": True}, "max_deferrals"),
+        ({"scale": "1"}, "scale"),
+        ({"jitter": float("nan")}, "jitter"),
     ],
 )
 def test_invalid_value_error_names_the_field(changes: dict[str, float], field: str) -> None:
     """An invalid RetryPolicy raises ConfigurationError naming the offending field."""
     with pytest.raises(ConfigurationError, match=rf"RetryPolicy\.{field}\b"):
         RetryPolicy(**changes)  # type: ignore[arg-type]
+
+
+def test_no_wait_is_longer_than_a_year_however_steep_the_curve() -> None:
+    """Attempt 100 of the default curve would wait 1.6 years; no database stores a time past
+    the year 9999, so waits stop at a year."""
+    assert MAX_WAIT_SECONDS == RetryPolicy(max_attempts=100).base(100)
+    assert MAX_WAIT_SECONDS == RetryPolicy(exponent=40.0).base(8)
 
 
 def test_exhausted_is_false_before_the_last_attempt() -> None:

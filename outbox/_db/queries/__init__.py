@@ -31,6 +31,7 @@ from outbox._db.queries.buffers import (
     oldest_unclaimed_age,
     select_claimed_rows,
     select_group_rows,
+    unclaim_rows,
     unclaimed_after,
 )
 from outbox._db.queries.handlers import (
@@ -201,5 +202,6 @@ __all__ = [
     "set_breaker_counts",
     "table_indexes",
     "touch_worker",
+    "unclaim_rows",
     "unclaimed_after",
 ]

@@ -275,6 +275,18 @@ def count_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> int
     return int(conn.execute(select(func.count()).where(table.c.group_id == group_id)).scalar_one())
 
 
+def unclaim_rows(
+    conn: Connection, table: Table, group_id: uuid.UUID, event_ids: Iterable[int]
+) -> int:
+    """Take some rows out of their group, back to unclaimed (half of an ordered group being
+    bisected)."""
+    return conn.execute(
+        update(table)
+        .where(table.c.group_id == group_id, table.c.id.in_(list(event_ids)))
+        .values(group_id=None)
+    ).rowcount
+
+
 def move_rows_to_group(
     conn: Connection,
     table: Table,

@@ -12,7 +12,7 @@ from outbox.cli._context import Context
 from outbox.cli._errors import command, ready
 from outbox.cli._main import main
 from outbox.cli._options import MAX_PRUNE_AGE_SECONDS, Duration
-from outbox.cli._output import print_table
+from outbox.cli._output import error_text, print_table
 
 
 @main.command()
@@ -60,7 +60,7 @@ def refused_list(ctx: Context, handler: str | None) -> None:
     held = refused.groups(app, handler)
     print_table(
         ("handler", "group", "attempts", "error"),
-        [(g.handler, str(g.group_id), str(g.attempts), (g.error or "")[:200]) for g in held],
+        [(g.handler, str(g.group_id), str(g.attempts), error_text(g.error)) for g in held],
     )
     click.echo(f"{len(held)} refused group{'s' * (len(held) != 1)}")
 

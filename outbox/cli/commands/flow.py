@@ -8,14 +8,12 @@ import uuid
 
 import click
 
+from outbox._checks import MAX_WAIT_SECONDS
 from outbox.cli._context import Context
 from outbox.cli._errors import command, ready
 from outbox.cli._main import main
 from outbox.cli._options import Duration
-from outbox.cli._output import print_table
-
-# A pause longer than a year is a typo: without an end, it lasts until resumed anyway.
-MAX_PAUSE_SECONDS = 366 * 86_400.0
+from outbox.cli._output import error_text, print_table
 
 
 class _Moment(click.ParamType[dt.datetime]):
@@ -40,7 +38,7 @@ class _Moment(click.ParamType[dt.datetime]):
 @click.option(
     "--for",
     "for_",
-    type=Duration(MAX_PAUSE_SECONDS),
+    type=Duration(MAX_WAIT_SECONDS),
     default=None,
     metavar="DURATION",
     help="End the pause by itself after this long (90s, 15m, 12h, 2d).",
@@ -105,7 +103,7 @@ def held_list(ctx: Context, handler: str | None) -> None:
     keys = held.keys(app, handler)
     print_table(
         ("handler", "key", "group", "error"),
-        [(k.handler, k.key, str(k.group_id), (k.error or "")[:200]) for k in keys],
+        [(k.handler, k.key, str(k.group_id), error_text(k.error)) for k in keys],
     )
     click.echo(f"{len(keys)} held key{'s' * (len(keys) != 1)}")
 
