@@ -14,6 +14,7 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import URL
 
 from outbox import _db, _log
+from outbox._checks import MAX_WAIT_SECONDS, is_number
 from outbox._db import dialects
 from outbox._engine import invoke as _invoke
 from outbox.batch import Batch
@@ -377,6 +378,7 @@ _OPTION_KINDS: dict[str, tuple[type, ...]] = {
     "batch_size": (int,),
     "max_batches": (int,),
     "urgency": (Urgency,),
+    "delivery": (Delivery,),
     "retry": (RetryPolicy,),
     "archive": (bool,),
     "bisect": (bool,),
@@ -391,7 +393,7 @@ _OPTION_KINDS: dict[str, tuple[type, ...]] = {
     "ordering_key": (str,),
     "rate_limit_key": (str,),
 }
-_REQUIRED = ("batch_size", "max_batches", "urgency", "retry", "archive", "bisect")
+_REQUIRED = ("batch_size", "max_batches", "urgency", "delivery", "retry", "archive", "bisect")
 
 
 def _check_kinds(handler: Handler[Any]) -> None:
@@ -413,7 +415,8 @@ def _column_key(model: type[Any], name: str | None) -> str | None:
     (``page_path``): the table's name for it, which the rows outbox reads carry."""
     if name is None or name in model.__table__.c:
         return name
-    attribute = sa_inspect(model).attrs.get(name)
+    mapper = sa_inspect(model, raiseerr=False)
+    attribute = None if mapper is None else mapper.attrs.get(name)
     columns: list[Any] = list(getattr(attribute, "columns", ()))
     if len(columns) == 1 and columns[0].table is model.__table__:
         return str(columns[0].key)
@@ -468,16 +471,17 @@ def _validated(handler: Handler[Any]) -> Handler[Any]:
             f"handler {handler.name!r}: max_batch_bytes must be >= 1 or None, "
             f"got {handler.max_batch_bytes!r}"
         )
-    if handler.max_wait is not None and handler.max_wait < 0:
-        raise ConfigurationError(
-            f"handler {handler.name!r}: max_wait must be >= 0 seconds or None, "
-            f"got {handler.max_wait!r}"
-        )
-    for option in ("timeout", "expires_after"):
+    for option, zero_allowed in (("max_wait", True), ("timeout", False), ("expires_after", False)):
         value = getattr(handler, option)
-        if value is not None and not value > 0:
+        if value is not None and not (
+            is_number(value)
+            and (value > 0 or (zero_allowed and value == 0))
+            and value <= MAX_WAIT_SECONDS
+        ):
+            lowest = ">= 0" if zero_allowed else "> 0"
             raise ConfigurationError(
-                f"handler {handler.name!r}: {option} must be > 0 seconds or None, got {value!r}"
+                f"handler {handler.name!r}: {option} must be {lowest} seconds and at most a "
+                f"year ({MAX_WAIT_SECONDS:.0f}), or None, got {value!r}"
             )
     refused = _invoke.refusal(handler.name, handler.func)
     if refused is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from outbox._checks import is_number, is_whole
+from outbox._checks import MAX_WAIT_SECONDS, is_number, is_whole
 from outbox.exceptions import ConfigurationError
 
 
@@ -35,8 +35,11 @@ class RateLimit:
             raise ConfigurationError("RateLimit needs calls_per_second, events_per_second, or both")
         for name in ("calls_per_second", "events_per_second"):
             value = getattr(self, name)
-            if value is not None and not (is_number(value) and value > 0):
-                raise ConfigurationError(f"RateLimit.{name} must be a number > 0, got {value!r}")
+            if value is not None and not (is_number(value) and value >= 1 / MAX_WAIT_SECONDS):
+                raise ConfigurationError(
+                    f"RateLimit.{name} must be a number, at least one a year "
+                    f"({1 / MAX_WAIT_SECONDS:.3g}), got {value!r}"
+                )
         for name in ("burst", "event_burst"):
             value = getattr(self, name)
             if not (is_whole(value) and value >= 1):

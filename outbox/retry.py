@@ -72,18 +72,25 @@ class RetryPolicy:
         """The wait in seconds after failed attempt ``attempt`` (1-based), before jitter."""
         if attempt < 1:
             raise ValueError(f"attempt must be >= 1, got {attempt}")
-        # Capped at a year, however steep the curve: past it no database stores the time.
-        delay = min(float(self.scale * attempt**self.exponent + self.base_delay), MAX_WAIT_SECONDS)
-        return delay if self.max_delay is None else min(delay, self.max_delay)
+        try:
+            delay = float(self.scale) * float(attempt) ** float(self.exponent) + self.base_delay
+        except OverflowError:  # a curve steep enough to leave the floats: far past the cap
+            delay = MAX_WAIT_SECONDS
+        return _capped(delay if self.max_delay is None else min(delay, self.max_delay))
 
     def delay(self, attempt: int, rand: Callable[[], float] = random.random) -> float:
         """The wait in seconds after failed attempt ``attempt``, jittered by ``rand()``."""
         base = self.base(attempt)
-        return max(0.0, base * (1 + self.jitter * (2 * rand() - 1)))
+        return _capped(max(0.0, base * (1 + self.jitter * (2 * rand() - 1))))
 
     def exhausted(self, attempt: int) -> bool:
         """True when attempt ``attempt`` was the last one allowed."""
         return attempt >= self.max_attempts
+
+
+def _capped(seconds: float) -> float:
+    # A year at most, however steep the curve: past the year 9999 no database stores the time.
+    return min(seconds, MAX_WAIT_SECONDS)
 
 
 When = float | int | str | dt.timedelta | dt.datetime

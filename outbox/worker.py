@@ -41,7 +41,7 @@ from outbox._engine import breaker as _breaker
 from outbox._engine import claimer, distributor
 from outbox._engine import invoke as _invoke
 from outbox._engine.batch_job import run_batch_job
-from outbox._engine.completion import FinishRefused
+from outbox._engine.completion import FinishRefused, pauses_on_retry_after
 from outbox._engine.flow_state import FlowState
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox._services.heartbeat import Heartbeat
@@ -595,10 +595,10 @@ class Worker:
             self._let_go(claim.job.id)
 
     def _record(self, result: BatchResult) -> None:
-        if result.retry_after is not None:
+        handler = self.handlers[result.handler]
+        if result.retry_after is not None and pauses_on_retry_after(handler):
             self._flow.note(result.handler, result.retry_after)
         self.stats.record(result)
-        handler = self.handlers[result.handler]
         if handler.circuit_breaker is not None:
             try:
                 if _breaker.record(self.app, handler, handler.circuit_breaker, result):

@@ -151,10 +151,11 @@ def run_batch_job(
             give_up = handler.retry.exhausted(attempt) or (
                 handler.delivery is Delivery.AT_MOST_ONCE and isinstance(error, HandlerTimeoutError)
             )
-            # Bisection: the later half of the group's events goes on in a group of its own.
-            half = column_values(rows[len(rows) // 2 :], "id") if handler.bisect else []
-            split = half if handed_over and len(rows) > 1 and not give_up else None
-            result = finish_failed(app, handler, job, text, give_up=give_up, split_off=split)
+            bisecting = handler.bisect and handed_over and len(rows) > 1 and not give_up
+            apart, behind = _bisected(handler, rows) if bisecting else ([], [])
+            result = finish_failed(
+                app, handler, job, text, give_up=give_up, split_off=apart, unclaim=behind
+            )
         else:
             try:
                 result = finish_succeeded(app, handler, job, batch)
@@ -199,6 +200,21 @@ def _wait_for_turn(app: Outbox, handler: Handler[Any], limit: RateLimit, rows: l
         raise Throttled(wait)
     if wait > 0:
         time.sleep(wait)
+
+
+def _bisected(handler: Handler[Any], rows: list[Any]) -> tuple[list[int], list[int]]:
+    """Bisection: the ids of the later half of a failing group, as two lists: those that go on
+    in a group of their own, and those that go back to the buffer. An ordered handler keeps one
+    group of a key at a time, so the later events of a key the earlier half holds go back,
+    behind it; the other keys' later events may form a group of their own."""
+    earlier, later = rows[: len(rows) // 2], rows[len(rows) // 2 :]
+    ids = column_values(later, "id")
+    if handler.ordering_key is None:
+        return ids, []
+    kept = set(column_values(earlier, handler.ordering_key)) - {None}
+    keys = column_values(later, handler.ordering_key)
+    behind = {i for i, key in zip(ids, keys, strict=True) if key in kept}
+    return [i for i in ids if i not in behind], [i for i in ids if i in behind]
 
 
 def _limited_keys(handler: Handler[Any], rows: list[Any]) -> list[Any]:

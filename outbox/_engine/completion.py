@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from outbox import _log
+from outbox._checks import MAX_WAIT_SECONDS
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary, is_missing_table, is_transient
 from outbox._engine import limiter as _limiter
@@ -175,11 +176,13 @@ def finish_failed(
     give_up: bool,
     at_least: float = 0.0,
     split_off: list[int] | None = None,
+    unclaim: list[int] | None = None,
 ) -> BatchResult:
     """Record a failed attempt: the group waits for its next attempt with the handler's backoff
-    (``at_least`` seconds at least), or is dead-lettered when ``give_up``. ``split_off``: ids
-    of events that go on in a group of their own (bisection), with the same attempts and wait.
-    """
+    (``at_least`` seconds at least), or is dead-lettered when ``give_up``. Bisection:
+    ``split_off``, ids of events that go on in a group of their own, with the same attempts
+    and wait; ``unclaim``, ids of events that go back to the buffer (an ordered handler's,
+    behind the earlier events of their keys)."""
     assert job.group_id is not None
     group_id = job.group_id
     attempt = job.attempts
@@ -203,11 +206,9 @@ def finish_failed(
             queries.delete_group_rows(conn, handler.table, group_id)
             return BatchResult(handler.name, group_id, attempt, DEAD, dead=dead, error=error)
         delay = max(handler.retry.delay(attempt), at_least)
-        if split_off and handler.ordering_key is not None:
-            # Back to the buffer, behind the earlier half: a group of their own would be a
-            # second group of their keys, free to run before the first.
-            queries.unclaim_rows(conn, handler.table, group_id, split_off)
-        elif split_off:
+        if unclaim:
+            queries.unclaim_rows(conn, handler.table, group_id, unclaim)
+        if split_off:
             events = dict.fromkeys(split_off, error)
             split_group(
                 conn, handler, group_id, events, attempts=attempt, delay=delay,
@@ -283,7 +284,12 @@ def finish_throttled(
 def deferral_delay(seconds: float) -> float:
     """The wait of a deferred group: what the downstream asked, and up to a tenth more, so that
     groups deferred together do not all come back at the same moment (never less)."""
-    return seconds * (1 + DEFERRAL_JITTER * random.random())
+    return min(seconds * (1 + DEFERRAL_JITTER * random.random()), max(seconds, MAX_WAIT_SECONDS))
+
+
+def pauses_on_retry_after(handler: Handler[Any]) -> bool:
+    """Whether a whole group's Retry-After pauses ``handler`` (see :func:`_hold`)."""
+    return handler.rate_limit_key is None
 
 
 def _hold(
@@ -298,7 +304,7 @@ def _hold(
     (``rate_limit_key``) that is the group's keys, for ``seconds``: one tenant's 429 does not
     stop the others. Otherwise it is the handler, paused fleet-wide: every other group would get
     the same answer. An automatic pause only ever extends a pause."""
-    if handler.rate_limit_key is not None:
+    if not pauses_on_retry_after(handler):
         _limiter.hold_back(conn, app, handler, keys, seconds)
         return
     queries.pause_handler(

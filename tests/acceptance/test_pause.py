@@ -81,9 +81,8 @@ def test_pause_refuses_an_unknown_handler_and_a_bad_time(cli: Cli, database_url:
     assert (2, True) == (unknown.code, "unknown handler 'nope'" in unknown.stderr)
     assert (2, True) == (both.code, "give --for or --until, not both" in both.stderr)
     assert (2, True) == (bad.code, "is not an ISO 8601 time" in bad.stderr)
-    assert (2, 1) == (far.code, len(far.stderr.strip().splitlines())), far.stderr
-    assert "more than outbox waits for anything" in far.stderr
-    assert (2, 1) == (long.code, len(long.stderr.strip().splitlines())), long.stderr
+    assert (2, True) == (far.code, "more than outbox waits for anything" in far.stderr)
+    assert (2, True) == (long.code, "'400d' is longer than 366 days" in long.stderr)
     status = json.loads(_outbox(cli, database_url, "status", "--json").stdout)
     assert not any(handler["paused"] for handler in status["handlers"])
 

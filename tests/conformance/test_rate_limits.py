@@ -11,6 +11,7 @@ from __future__ import annotations
 from sqlalchemy import Connection, select, update
 
 from outbox import schema
+from outbox._checks import MAX_WAIT_SECONDS
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from tests.conformance._database import THREAD_SECONDS, Database
@@ -113,6 +114,19 @@ def test_holding_a_limit_back_never_brings_its_turn_forward(db: Database) -> Non
     db.run(lambda conn: queries.hold_back(conn, db.dialect, HANDLER, [CALLS], 2.0))
     waits = _waits(db, 1)
     assert _near(waits, [10.0]), waits
+
+
+def test_a_limits_turn_is_never_put_more_than_a_year_off(db: Database) -> None:
+    """A call charged ten years (a huge group under a slow limit) moves the turn a year on at
+    most, which every database stores: the next call waits that year, not nothing."""
+    costly = queries.Spend("events", 10 * 366 * 86_400, 1.0, 0.0)
+    db.run(lambda conn: _reserve(conn, db, costly))
+    db.run(lambda conn: queries.hold_back(conn, db.dialect, HANDLER, [CALLS], 1e12))
+    waits = [
+        db.run(lambda conn: _reserve(conn, db, costly)),
+        db.run(lambda conn: _reserve(conn, db, CALLS)),
+    ]
+    assert [True, True] == [MAX_WAIT_SECONDS - 5 < wait <= MAX_WAIT_SECONDS for wait in waits]
 
 
 def test_idle_limits_are_forgotten_and_made_again(db: Database) -> None:

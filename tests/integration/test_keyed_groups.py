@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import pytest
-from sqlalchemy import Engine, Index, String, insert, select, text
+from sqlalchemy import Engine, Index, String, insert, select, text, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from outbox import (
@@ -18,7 +18,9 @@ from outbox import (
     RateLimit,
     RetryPolicy,
     held,
+    schema,
 )
+from outbox._db.dialects import db_now_plus
 from outbox._engine import claimer, distributor
 from outbox.testing import drain
 from outbox.worker import Worker
@@ -137,27 +139,32 @@ def test_keys_may_be_named_by_attribute_or_by_column(accounts: Outbox) -> None:
 
 
 def test_events_with_no_ordering_key_are_not_ordered_nor_held(accounts: Outbox) -> None:
-    """A NULL ordering key is no key: such events are not held behind one another, while a
-    key's dead event holds that key's later events."""
+    """A NULL ordering key is no key. While the first event without a key waits for its retry,
+    the second is delivered; while the first of key ``a`` does, the second of ``a`` waits.
+    Dead, the first without a key holds nothing; the first of ``a`` holds ``a``."""
     app = accounts
     delivered: list[int] = []
+    policy = RetryPolicy(max_attempts=2, scale=0.0, base_delay=3600.0, jitter=0.0)
 
-    @app.handler(
-        AccountEvent, batch_size=1, retry=RetryPolicy(max_attempts=1), ordering_key="account"
-    )
+    @app.handler(AccountEvent, batch_size=1, retry=policy, ordering_key="account")
     def ordered(batch: Batch[AccountEvent]) -> None:
-        if batch.ids[0] in dying:
+        if batch.ids[0] in failing:
             raise RuntimeError("refused")
         delivered.extend(batch.ids)
 
     _write(app.engine, [None, None, "a", "a"])
     with app.engine.connect() as conn:
         ids = list(conn.execute(select(AccountEvent.id).order_by(AccountEvent.id)).scalars())
-    dying = {ids[0], ids[2]}
-    drain(app)
+    failing = {ids[0], ids[2]}
+    drain(app)  # the first of each waits an hour for its second attempt
+    while_retrying = list(delivered)
+    with app.engine.begin() as conn:
+        conn.execute(update(schema.jobs).values(run_at=db_now_plus(-1)))
+    drain(app)  # their second attempt fails: dead
     with app.engine.connect() as conn:
         waiting = list(conn.execute(select(AccountEvent.id)).scalars())
-    assert ([ids[1]], [ids[3]], ["a"]) == (
+    assert ([ids[1]], [ids[1]], [ids[3]], ["a"]) == (
+        while_retrying,
         delivered,
         waiting,
         [key.key for key in held.keys(app)],

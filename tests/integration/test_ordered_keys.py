@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import func, select
 
-from outbox import Batch, Outbox, RetryPolicy, archive, held, metrics
+from outbox import Batch, Outbox, RetryPolicy, archive, held, metrics, schema
 from outbox._engine import claimer
 from outbox.testing import drain
 from outbox.worker import Worker
@@ -88,6 +88,39 @@ def test_keys_are_handled_in_order_through_random_failures(
         if not _buffered(app):
             break
     assert ([], ids_by_key) == (overtaking, {k: v for k, v in sorted(delivered.items())})
+
+
+@pytest.mark.parametrize(
+    ("keys", "groups", "unclaimed"),
+    [(["a", "b", "c", "d"], 2, 0), (["a", "b", "a", "b"], 1, 2), (["a", "b", "c", "a"], 2, 1)],
+)
+def test_bisecting_an_ordered_group_keeps_one_group_per_key(
+    keys: list[str],
+    groups: int,
+    unclaimed: int,
+    database_url: str,
+    make_app: Callable[[str], Outbox],
+    commit_events: Commit,
+) -> None:
+    """A failing group of four, bisected: the later events of keys the earlier half holds go
+    back to the buffer behind them; the later events of other keys go on in a group of their
+    own, with the group's attempts and backoff."""
+    app = make_app(database_url)
+    retry = RetryPolicy(max_attempts=5, scale=0.0, base_delay=3600.0, jitter=0.0)
+
+    @app.handler(ActivityEvent, batch_size=4, retry=retry, ordering_key="kind", bisect=True)
+    def ordered(batch: Batch[ActivityEvent]) -> None:
+        raise RuntimeError("refused whole")
+
+    for key in keys:
+        commit_events(app.engine, 1, kind=key)
+    drain(app)
+    with app.engine.connect() as conn:
+        jobs = conn.execute(select(schema.jobs.c.attempts)).scalars().all()
+        left = conn.execute(
+            select(func.count()).select_from(ActivityEvent).where(ActivityEvent.group_id.is_(None))
+        ).scalar_one()
+    assert ([1] * groups, unclaimed) == (sorted(jobs), left)
 
 
 def _dying(app: Outbox, failing: set[int]) -> list[int]:

@@ -117,6 +117,7 @@ def test_a_group_whose_turn_is_far_off_goes_back_unattempted(
         {"calls_per_second": 1, "burst": 0},
         {"events_per_second": 1, "event_burst": 1.5},
         {"calls_per_second": "10"},
+        {"events_per_second": 1e-9},
         {"calls_per_second": True},
         {"calls_per_second": 1, "burst": True},
     ],
@@ -189,6 +190,37 @@ def test_check_names_the_rate_limit_of_a_late_handler(
         conn.execute(update(ActivityEvent).values(created_at=db_now_plus(-7200)))
     (status,) = metrics.collect(app)
     assert [True] == [alert.endswith("(rate limit 2 calls/s)") for alert in status.alerts]
+
+
+def test_a_keys_retry_after_does_not_stop_its_worker_for_other_keys(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """The worker that saw account 1's 429 goes straight on to account 2's group: it does not
+    take the Retry-After for a pause of the handler either."""
+    app = make_app(database_url)
+    calls: list[int] = []
+
+    @app.handler(
+        ActivityEvent,
+        batch_size=5,
+        retry=NO_WAIT,
+        group_by="activity_id",
+        rate_limit=RateLimit(calls_per_second=100),
+        rate_limit_key="activity_id",
+    )
+    def per_account(batch: Batch[ActivityEvent]) -> None:
+        calls.append(batch.events[0].activity_id)
+        if calls[-1] == 1:
+            raise RetryAfter(30)
+
+    for account in (1, 2):
+        commit_events(app.engine, 2, activity_id=account)
+    handler = app.get_handler("per_account")
+    for _ in range(2):
+        claimer.run_once(app, handler)
+    worker = Worker(app, concurrency=1)
+    ran = [worker.run_once(), worker.run_once()]
+    assert ([1, 1], [1, 2]) == (ran, calls)
 
 
 def test_a_keys_retry_after_holds_that_key_back_and_pauses_nothing(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy import String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from outbox import Batch, ConfigurationError, Outbox, OutboxError, RetryPolicy, Settings, Urgency
-from outbox.app import DATABASE_URL_ENV, DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE
+from outbox.app import DATABASE_URL_ENV, DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, Handler
 from tests.models import ActivityEvent, EmailEvent, Order
 
 
@@ -96,6 +98,7 @@ def test_out_of_range_batch_size_is_refused(app: Outbox, batch_size: int) -> Non
         ("batch_size", "10"),
         ("max_batches", 2.0),
         ("urgency", "hour"),
+        ("delivery", "at_most_once"),
         ("retry", 3),
         ("archive", "yes"),
         ("bisect", "yes"),
@@ -119,7 +122,41 @@ def test_a_wrong_kind_of_option_is_refused_at_registration(
     """A value of the wrong kind fails at registration, naming the option and what it must be,
     not later in every group the handler is given."""
     with pytest.raises(ConfigurationError, match=rf"handler 'noop': {option} must be \w+"):
-        app.handler(ActivityEvent, **{option: value})(noop)  # type: ignore[arg-type]
+        app.add_handler(Handler(**{**_noop_handler(), option: value}))
+
+
+def _noop_handler() -> dict[str, Any]:
+    """What a handler built by hand takes (``Outbox.add_handler``), with the defaults."""
+    return {
+        "name": "noop",
+        "model": ActivityEvent,
+        "func": noop,
+        "batch_size": DEFAULT_BATCH_SIZE,
+        "urgency": Urgency.HOUR,
+        "retry": RetryPolicy(),
+        "archive": False,
+        "max_batches": 4,
+    }
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("timeout", 0),
+        ("timeout", float("inf")),
+        ("timeout", 400 * 86_400),
+        ("expires_after", -1),
+        ("expires_after", float("nan")),
+        ("max_wait", float("nan")),
+        ("max_wait", -0.5),
+    ],
+)
+def test_a_wait_out_of_bounds_is_refused_at_registration(
+    app: Outbox, option: str, value: float
+) -> None:
+    """A handler's waits are seconds, above 0 (``max_wait``: 0 or more) and at most a year."""
+    with pytest.raises(ConfigurationError, match=rf"{option} must be >=? 0 seconds"):
+        app.handler(ActivityEvent, **{option: value})(noop)
 
 
 def test_out_of_range_max_batches_is_refused(app: Outbox) -> None:

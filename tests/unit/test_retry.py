@@ -90,11 +90,24 @@ def test_invalid_value_error_names_the_field(changes: dict[str, float], field: s
         RetryPolicy(**changes)  # type: ignore[arg-type]
 
 
-def test_no_wait_is_longer_than_a_year_however_steep_the_curve() -> None:
-    """Attempt 100 of the default curve would wait 1.6 years; no database stores a time past
-    the year 9999, so waits stop at a year."""
-    assert MAX_WAIT_SECONDS == RetryPolicy(max_attempts=100).base(100)
-    assert MAX_WAIT_SECONDS == RetryPolicy(exponent=40.0).base(8)
+@pytest.mark.parametrize(
+    "policy",
+    [
+        RetryPolicy(max_attempts=100),  # attempt 100 of the default curve: 3.2 years
+        RetryPolicy(exponent=40.0),
+        RetryPolicy(exponent=400.0),  # past what a float holds
+        RetryPolicy(exponent=400),
+        RetryPolicy(max_attempts=100, jitter=0.5),
+    ],
+)
+def test_no_wait_is_longer_than_a_year_however_steep_the_curve(policy: RetryPolicy) -> None:
+    """No database stores a time past the year 9999: a wait stops at a year, jitter included."""
+    attempt = policy.max_attempts
+    assert [MAX_WAIT_SECONDS] * 3 == [
+        policy.base(attempt),
+        policy.delay(attempt, lambda: 0.5),
+        policy.delay(attempt, lambda: 0.999),
+    ]
 
 
 def test_exhausted_is_false_before_the_last_attempt() -> None:

@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, select, update
 
 from outbox import schema
+from outbox._checks import MAX_WAIT_SECONDS
 from outbox._db import dialects
 from outbox._db.dialects.clock import age_seconds, db_now_plus
 
@@ -45,7 +46,7 @@ def reserve(
         return wait
     for spend in spends:
         # From when the call starts: a limit that allowed it sooner is charged from then.
-        arrival = max(ahead[spend.key], wait) + spend.cost * spend.interval
+        arrival = min(max(ahead[spend.key], wait) + spend.cost * spend.interval, MAX_WAIT_SECONDS)
         conn.execute(
             update(_limits)
             .where(and_(_limits.c.handler == handler, _limits.c.key == spend.key))
@@ -62,11 +63,12 @@ def hold_back(
     its tolerance from now. Locked as :func:`reserve` locks them."""
     ahead = _locked(conn, dialect, handler, spends)
     for spend in spends:
-        if ahead[spend.key] < seconds + spend.tolerance:
+        until = min(seconds + spend.tolerance, MAX_WAIT_SECONDS)
+        if ahead[spend.key] < until:
             conn.execute(
                 update(_limits)
                 .where(and_(_limits.c.handler == handler, _limits.c.key == spend.key))
-                .values(tat=db_now_plus(seconds + spend.tolerance))
+                .values(tat=db_now_plus(until))
             )
 
 
