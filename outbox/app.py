@@ -9,9 +9,10 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from sqlalchemy import Engine, Table
+from sqlalchemy import JSON, Engine, Float, Table, TypeDecorator
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import URL
+from sqlalchemy.types import TypeEngine
 
 from outbox import _db, _log
 from outbox._checks import MAX_WAIT_SECONDS, is_number
@@ -410,6 +411,27 @@ def _check_kinds(handler: Handler[Any]) -> None:
             )
 
 
+# Column types a key option cannot have. group_by finds each key's rows by the value it read
+# back, which a float may not equal once read (MariaDB's FLOAT is single precision) and a JSON
+# document may not equal as stored; ordering_key compares a column with itself, which JSON
+# cannot on PostgreSQL. rate_limit_key is read in Python only: any type will do.
+_UNFIT_KEY_TYPES: dict[str, tuple[type[TypeEngine[Any]], ...]] = {
+    "group_by": (Float, JSON),
+    "ordering_key": (JSON,),
+}
+_WHY_UNFIT = {
+    "group_by": "a float or JSON value read back may not compare equal to the stored one",
+    "ordering_key": "JSON has no equality on every database",
+}
+
+
+def _underlying(column_type: TypeEngine[Any]) -> TypeEngine[Any]:
+    """The type a TypeDecorator stores its values as (the type itself for any other)."""
+    while isinstance(column_type, TypeDecorator):
+        column_type = column_type.impl_instance
+    return column_type
+
+
 def _column_key(model: type[Any], name: str | None) -> str | None:
     """A column named by the model's attribute (``page``) or the table's column
     (``page_path``): the table's name for it, which the rows outbox reads carry."""
@@ -465,6 +487,17 @@ def _validated(handler: Handler[Any]) -> Handler[Any]:
                 f"handler {handler.name!r}: {option} must name a column of "
                 f"{handler.table.name!r} other than {', '.join(_BOOKKEEPING)} (its attribute "
                 f"on {model.__name__}, or its name in the table), got {column!r}"
+            )
+    for option, unfit in _UNFIT_KEY_TYPES.items():
+        column = _column_key(model, getattr(handler, option))
+        if column is None:
+            continue
+        column_type = _underlying(handler.table.c[column].type)
+        if isinstance(column_type, unfit):
+            raise ConfigurationError(
+                f"handler {handler.name!r}: {option} cannot be {column!r}, a "
+                f"{type(column_type).__name__} column: a key is compared in SQL, and "
+                f"{_WHY_UNFIT[option]} (use an integer, string, enum, UUID or date column)"
             )
     if handler.max_batch_bytes is not None and handler.max_batch_bytes < 1:
         raise ConfigurationError(

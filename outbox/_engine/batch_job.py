@@ -211,15 +211,23 @@ def _bisected(handler: Handler[Any], rows: list[Any]) -> tuple[list[int], list[i
     ids = column_values(later, "id")
     if handler.ordering_key is None:
         return ids, []
-    kept = set(column_values(earlier, handler.ordering_key)) - {None}
-    keys = column_values(later, handler.ordering_key)
+    kept = set(_keys(handler, earlier, handler.ordering_key)) - {None}
+    keys = _keys(handler, later, handler.ordering_key)
     behind = {i for i, key in zip(ids, keys, strict=True) if key in kept}
     return [i for i in ids if i not in behind], [i for i in ids if i in behind]
 
 
-def _limited_keys(handler: Handler[Any], rows: list[Any]) -> list[Any]:
+def _limited_keys(handler: Handler[Any], rows: list[Any]) -> list[str | None]:
     """The group's events' keys under per-key rate limits (``rate_limit_key``); none without."""
-    return [] if handler.rate_limit_key is None else column_values(rows, handler.rate_limit_key)
+    return [] if handler.rate_limit_key is None else _keys(handler, rows, handler.rate_limit_key)
+
+
+def _keys(handler: Handler[Any], rows: list[Any], key: str) -> list[str | None]:
+    """A key column of rows of the handler's table, as text (a JSON or pickled value is not
+    hashable): read by position, since a row names a column by its name in the table, which
+    may differ from the key the table and the handler know it by."""
+    position = list(handler.table.c.keys()).index(key)
+    return [None if row[position] is None else str(row[position]) for row in rows]
 
 
 def _interrupted(job: queries.JobRow) -> bool:

@@ -8,7 +8,7 @@ one path and reports every column that differs, with both values and their types
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -125,23 +125,6 @@ PATHS = {
         calls=lambda rows: [(1, rows), (1, rows)],
     ),
 }
-
-
-@pytest.fixture
-def dialect(database_url: str) -> str:
-    """The name of the database ``database_url`` points at."""
-    return types.dialect_of(database_url)
-
-
-@pytest.fixture
-def model(database_url: str, dialect: str, make_app: Callable[[str], Outbox]) -> Iterator[Any]:
-    """The dialect's typed buffer model, its table created empty for the test."""
-    model = types.buffer_model(dialect)
-    engine = make_app(database_url).engine
-    types.UsersBase.metadata.drop_all(engine, tables=[model.__table__])
-    types.UsersBase.metadata.create_all(engine, tables=[model.__table__])
-    yield model
-    types.UsersBase.metadata.drop_all(engine, tables=[model.__table__])
 
 
 def write_events(engine: Engine, model: type[Any], dialect: str) -> dict[int, dict[str, Any]]:

@@ -124,12 +124,12 @@ def next_key(
     if last is not NO_KEY:
         found, value = lowest_unclaimed_key(conn, table, key, above=last, only=only)
         if found:
-            return value, key == value
+            return value, key == _bound(key, value)
         if any_unclaimed(conn, table, keyless):
             return NO_KEY, key.is_(None)
     found, value = lowest_unclaimed_key(conn, table, key, only=only)
     if found:
-        return value, key == value
+        return value, key == _bound(key, value)
     if any_unclaimed(conn, table, keyless):
         return NO_KEY, key.is_(None)
     return None
@@ -146,11 +146,17 @@ def lowest_unclaimed_key(
     keys aside: (found, value). Served by an index on the key where the buffer has one."""
     stmt = select(key).where(table.c.group_id.is_(None), key.is_not(None)).order_by(key).limit(1)
     if above is not None:
-        stmt = stmt.where(key > above)
+        stmt = stmt.where(key > _bound(key, above))
     if only is not None:
         stmt = stmt.where(only)
     row = conn.execute(stmt).first()
     return (False, None) if row is None else (True, row[0])
+
+
+def _bound(key: ColumnElement[Any], value: Any) -> ColumnElement[Any]:
+    # A bound parameter of the key's type: SQLAlchemy would take a bare True or False for the
+    # SQL constant, which a Boolean key compares with only by = and !=.
+    return literal(value, key.type)
 
 
 def claim_rows(
