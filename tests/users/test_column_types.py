@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import Engine, String, literal, select, update
 from sqlalchemy.orm import Session
 
-from outbox import Batch, Outbox, RetryPolicy, archive, schema
+from outbox import Batch, Outbox, RateLimit, RetryAfter, RetryPolicy, archive, schema
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.users import _column_types as types
@@ -67,6 +67,18 @@ def retry_every_other(batch: Batch[Any], recorder: Recorder) -> None:
         batch.retry(batch.events[::2], "later")
 
 
+def defer_first_call(batch: Batch[Any], recorder: Recorder) -> None:
+    """The first call is answered "later" for the whole group (a deferral, not an attempt)."""
+    if len(recorder.calls) == 1:
+        raise RetryAfter(0)
+
+
+def defer_every_other(batch: Batch[Any], recorder: Recorder) -> None:
+    """The first call defers every other event (``batch.retry(after=)``)."""
+    if len(recorder.calls) == 1:
+        batch.retry(batch.events[::2], "rate limited", after=0)
+
+
 def fail_until_replayed(batch: Batch[Any], recorder: Recorder) -> None:
     """Every attempt fails until the archive has been replayed."""
     if not recorder.replayed:
@@ -109,6 +121,22 @@ PATHS = {
         {"retry": NO_WAIT},
         _drain,
         calls=lambda rows: [(1, rows), (2, (rows + 1) // 2)],
+    ),
+    # Flow control: deferred whole and in part (the attempt not counted), and the claims of
+    # sized, keyed and ordered handlers, and of per-key rate limits.
+    "deferred": Path(defer_first_call, {}, _drain, calls=lambda rows: [(1, rows), (1, rows)]),
+    "partial_deferral": Path(
+        defer_every_other, {}, _drain, calls=lambda rows: [(1, rows), (1, (rows + 1) // 2)]
+    ),
+    "sized_claim": Path(succeed, {"max_batch_bytes": 1_000_000}, _drain),
+    "keyed_claim": Path(
+        succeed, {"group_by": "position"}, _drain, calls=lambda rows: [(1, 1)] * rows
+    ),
+    "ordered_claim": Path(succeed, {"ordering_key": "position"}, _drain),
+    "per_key_rate_limit": Path(
+        succeed,
+        {"rate_limit": RateLimit(calls_per_second=10_000), "rate_limit_key": "position"},
+        _drain,
     ),
     "replay_dead": Path(
         fail_until_replayed,
