@@ -87,15 +87,21 @@ class _Api:
             self.records += len(batch.events) - len(rejected) - len(poison)
 
 
-def run_demo(*, events: int = 5000, database_url: str | None = None) -> dict[str, float]:
-    """Run the demo and print its summary; returns the figures."""
+def run_demo(
+    *,
+    events: int = 5000,
+    database_url: str | None = None,
+    interrupted: threading.Event | None = None,
+) -> dict[str, float]:
+    """Run the demo and print its summary; returns the figures. ``interrupted``: once set
+    (Ctrl-C), the demo stops at its next step with KeyboardInterrupt."""
     folder = None
     if database_url is None:
         folder = tempfile.mkdtemp(prefix="outbox-demo-")
         database_url = f"sqlite:///{Path(folder) / 'demo.sqlite3'}"
     app = Outbox(database_url, settings=Settings(poll_interval=0.05, rescue_interval=1.0))
     try:
-        return _run(app, events)
+        return _run(app, events, interrupted or threading.Event())
     finally:
         # Interrupted too (Ctrl-C): the throwaway database goes with the demo.
         if folder is not None:
@@ -103,7 +109,7 @@ def run_demo(*, events: int = 5000, database_url: str | None = None) -> dict[str
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _run(app: Outbox, events: int) -> dict[str, float]:
+def _run(app: Outbox, events: int, interrupted: threading.Event) -> dict[str, float]:
     api = _Api()
     app.handler(DemoOrderEvent, batch_size=BATCH_SIZE, urgency=Urgency.MINUTES, retry=DEMO_RETRY)(
         api.bulk_send
@@ -116,7 +122,7 @@ def _run(app: Outbox, events: int) -> dict[str, float]:
         DemoBase.metadata.drop_all(conn)
         DemoBase.metadata.create_all(conn)
 
-    committed, rolled_back = _write_events(app, events)
+    committed, rolled_back = _write_events(app, events, interrupted)
     click.echo(
         f"wrote {committed} events in application transactions "
         f"({rolled_back} more were rolled back with their orders and never exist)"
@@ -140,6 +146,7 @@ def _run(app: Outbox, events: int) -> dict[str, float]:
         deadline = time.monotonic() + DEMO_TIMEOUT_SECONDS
         try:
             while _remaining(app) and time.monotonic() < deadline:
+                _stop_if(interrupted)
                 time.sleep(0.05)
         finally:
             worker.stop()
@@ -148,10 +155,16 @@ def _run(app: Outbox, events: int) -> dict[str, float]:
     return _summarise(app, api, worker, committed, rolled_back, elapsed)
 
 
-def _write_events(app: Outbox, events: int) -> tuple[int, int]:
+def _stop_if(interrupted: threading.Event) -> None:
+    if interrupted.is_set():
+        raise KeyboardInterrupt
+
+
+def _write_events(app: Outbox, events: int, interrupted: threading.Event) -> tuple[int, int]:
     committed = rolled_back = 0
     rng = random.Random(7)
     while committed < events:
+        _stop_if(interrupted)
         size = min(EVENTS_PER_TRANSACTION, events - committed)
         with Session(app.engine) as session:
             order = DemoOrder(customer=f"customer-{rng.randrange(1000)}")

@@ -1,5 +1,6 @@
-"""Every signal the ``outbox`` command handles, in one place: a worker's two-stage stop, and
-several worker processes from one ``outbox work`` command (``--processes N``, POSIX).
+"""Every signal the ``outbox`` command handles, in one place: a worker's two-stage stop,
+several worker processes from one ``outbox work`` command (``--processes N``, POSIX), and a
+Ctrl-C the demo checks for between steps (:func:`interrupt_flag`).
 
 The parent loads the application once (imports, mappers, the schema check) and then forks the
 workers: N processes pay for one start-up, and share the loaded code's memory pages. It stays
@@ -39,6 +40,29 @@ STEADY_SECONDS = 60.0
 """A worker that ran this long before dying is restarted after the shortest delay again."""
 ORPHAN_CHECK_SECONDS = 1.0
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
+
+
+@contextmanager
+def interrupt_flag() -> Iterator[threading.Event]:
+    """Ctrl-C as a flag the caller checks between steps: the first SIGINT sets it, a second
+    raises KeyboardInterrupt at once.
+
+    Python's own handler raises KeyboardInterrupt wherever the main thread is, and drops it
+    ("Exception ignored") when that is a finalizer or a weakref callback, of which SQLAlchemy's
+    ORM runs many: the Ctrl-C is lost, and the command goes on as if none had come.
+    """
+    interrupted = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if interrupted.is_set():
+            raise KeyboardInterrupt
+        interrupted.set()
+
+    previous = signal.signal(signal.SIGINT, handle)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_processes(

@@ -9,6 +9,7 @@ from outbox.cli._context import Context, load_driver, parse_url
 from outbox.cli._errors import command
 from outbox.cli._logging import configure_logging
 from outbox.cli._main import main
+from outbox.cli._signals import interrupt_flag
 
 
 @main.command()
@@ -34,4 +35,5 @@ def demo(ctx: Context, click_ctx: click.Context, events: int, demo_url: str | No
         raise click.BadParameter("must be >= 1", param_hint="--events")
     if demo_url is not None:
         load_driver(parse_url(demo_url, "--database-url"), "--database-url")
-    run_demo(events=events, database_url=demo_url)
+    with interrupt_flag() as interrupted:
+        run_demo(events=events, database_url=demo_url, interrupted=interrupted)
