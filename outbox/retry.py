@@ -104,7 +104,8 @@ class RetryAfter(OutboxError):  # noqa: N818 - named for the HTTP header it carr
     own text (seconds, or an HTTP date). The group is attempted again no sooner than that, and
     the attempt is not counted: it becomes a *deferral*, of which a group gets
     ``RetryPolicy.max_deferrals`` before further ones count as failed attempts. The handler is
-    paused until then across the fleet, since every other group would get the same answer.
+    paused until then across the fleet, since every other group would get the same answer;
+    with per-key limits (``rate_limit_key``), only the group's keys wait. At most a year.
     ``expires_after`` still applies to the events of a deferred group.
     """
 
