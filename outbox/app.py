@@ -434,7 +434,7 @@ def _underlying(column_type: TypeEngine[Any]) -> TypeEngine[Any]:
 
 def _column_key(model: type[Any], name: str | None) -> str | None:
     """A column named by the model's attribute (``page``) or the table's column
-    (``page_path``): the table's name for it, which the rows outbox reads carry."""
+    (``page_path``): the key the table knows it by (``table.c``), which its SQL uses."""
     if name is None or name in model.__table__.c:
         return name
     mapper = sa_inspect(model, raiseerr=False)
