@@ -192,12 +192,9 @@ def test_check_names_the_rate_limit_of_a_late_handler(
     assert [True] == [alert.endswith("(rate limit 2 calls/s)") for alert in status.alerts]
 
 
-def test_a_keys_retry_after_does_not_stop_its_worker_for_other_keys(
-    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
-) -> None:
-    """The worker that saw account 1's 429 goes straight on to account 2's group: it does not
-    take the Retry-After for a pause of the handler either."""
-    app = make_app(database_url)
+def _per_account_429(app: Outbox) -> list[int]:
+    """A handler with a limit per account, whose downstream answers account 1 with a 429 and
+    Retry-After 30; the accounts of its calls, in order."""
     calls: list[int] = []
 
     @app.handler(
@@ -211,7 +208,18 @@ def test_a_keys_retry_after_does_not_stop_its_worker_for_other_keys(
     def per_account(batch: Batch[ActivityEvent]) -> None:
         calls.append(batch.events[0].activity_id)
         if calls[-1] == 1:
-            raise RetryAfter(30)
+            raise RetryAfter(30, reason="429: account 1 is over its quota")
+
+    return calls
+
+
+def test_a_keys_retry_after_does_not_stop_its_worker_for_other_keys(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """The worker that saw account 1's 429 goes straight on to account 2's group: it does not
+    take the Retry-After for a pause of the handler either."""
+    app = make_app(database_url)
+    calls = _per_account_429(app)
 
     for account in (1, 2):
         commit_events(app.engine, 2, activity_id=account)
@@ -230,21 +238,7 @@ def test_a_keys_retry_after_holds_that_key_back_and_pauses_nothing(
     deferred, and account 1's next group goes back unattempted; account 2 goes on, and the
     handler is not paused."""
     app = make_app(database_url)
-    calls: list[int] = []
-
-    @app.handler(
-        ActivityEvent,
-        batch_size=5,
-        retry=NO_WAIT,
-        group_by="activity_id",
-        rate_limit=RateLimit(calls_per_second=100),
-        rate_limit_key="activity_id",
-    )
-    def per_account(batch: Batch[ActivityEvent]) -> None:
-        account = batch.events[0].activity_id
-        calls.append(account)
-        if account == 1:
-            raise RetryAfter(30, reason="429: account 1 is over its quota")
+    calls = _per_account_429(app)
 
     for account in (1, 2):
         commit_events(app.engine, 3, activity_id=account)

@@ -324,29 +324,43 @@ def test_every_committed_event_reaches_the_handler_intact(
     async_url = (where.async_url, where.async_options)
     for events, roll_back in ((committed, False), (types.new_events(model, where.dialect), True)):
         write(engine, async_url, model, events, roll_back)
+    recorder = Recorder(model)
+
+    expected, found, left = _drain_into(recorder, case.handler, where, engine, model)
+
+    assert len(committed) == len(expected)
+    assert sorted(expected) == sorted(recorder.received)
+    assert {} == found.summary(), found.report()
+    assert [] == left
+
+
+def _drain_into(
+    recorder: Recorder,
+    kind: HandlerKind,
+    where: Target,
+    engine: Engine,
+    model: type[Any],
+    **options: Any,
+) -> tuple[dict[int, dict[str, Any]], types.Mismatches, list[Any]]:
+    """Drain the buffer into a handler of ``kind`` around ``recorder``: what ``session.get``
+    loaded of the buffer before, every received value that differs from it, the rows left."""
     with Session(engine) as session:
         ids = list(session.scalars(select(model.id).order_by(model.id)))
         expected = types.loaded(session, model, ids)
-    recorder = Recorder(model)
     app = Outbox(where.url)
-    app.handler(model, name="matrix", batch_size=BATCH_SIZE, retry=NO_WAIT)(
-        case.handler.build(recorder)
+    app.handler(model, name="matrix", batch_size=BATCH_SIZE, retry=NO_WAIT, **options)(
+        kind.build(recorder)
     )
-
     try:
         drain(app)
     finally:
         app.engine.dispose()
-
     found = types.Mismatches(where.dialect)
     for id_, values in recorder.received.items():
         found.compare(expected[id_], values, f"id {id_}")
     with engine.connect() as conn:
-        left = conn.execute(select(model.id)).all()
-    assert len(committed) == len(ids)
-    assert sorted(expected) == sorted(recorder.received)
-    assert {} == found.summary(), found.report()
-    assert [] == left
+        left = list(conn.execute(select(model.id)).all())
+    return expected, found, left
 
 
 # --- flow control over handler kinds -----------------------------------------------------------
@@ -402,27 +416,11 @@ def test_flow_control_delivers_every_event_intact_to_any_kind_of_handler(
     its values as ``session.get`` loads them."""
     where, engine = target
     model = types.buffer_model(where.dialect)
-    committed = types.new_events(model, where.dialect)
-    _orm_session(engine, ("", {}), model, committed, False)
-    with Session(engine) as session:
-        ids = list(session.scalars(select(model.id).order_by(model.id)))
-        expected = types.loaded(session, model, ids)
+    _orm_session(engine, ("", {}), model, types.new_events(model, where.dialect), False)
     options, first = FLOW_OPTIONS[case.flow]
     recorder = Recorder(model, first)
-    app = Outbox(where.url)
-    app.handler(model, name="matrix", batch_size=BATCH_SIZE, retry=NO_WAIT, **options)(
-        case.handler.build(recorder)
-    )
 
-    try:
-        drain(app)
-    finally:
-        app.engine.dispose()
+    expected, found, left = _drain_into(recorder, case.handler, where, engine, model, **options)
 
-    found = types.Mismatches(where.dialect)
-    for id_, values in recorder.received.items():
-        found.compare(expected[id_], values, f"id {id_}")
-    with engine.connect() as conn:
-        left = conn.execute(select(model.id)).all()
     assert (sorted(expected), [], True) == (sorted(recorder.received), left, recorder.calls > 1)
     assert {} == found.summary(), found.report()
