@@ -480,8 +480,11 @@ def _validated(handler: Handler[Any]) -> Handler[Any]:
         raise ConfigurationError(
             f"handler {handler.name!r}: rate_limit_key needs a rate_limit to apply per key"
         )
-    for option in ("group_by", "ordering_key", "rate_limit_key"):
-        column = _column_key(model, getattr(handler, option))
+    keys = {
+        option: _column_key(model, getattr(handler, option))
+        for option in ("group_by", "ordering_key", "rate_limit_key")
+    }
+    for option, column in keys.items():
         if column is not None and (column not in handler.table.c or column in _BOOKKEEPING):
             raise ConfigurationError(
                 f"handler {handler.name!r}: {option} must name a column of "
@@ -489,7 +492,7 @@ def _validated(handler: Handler[Any]) -> Handler[Any]:
                 f"on {model.__name__}, or its name in the table), got {column!r}"
             )
     for option, unfit in _UNFIT_KEY_TYPES.items():
-        column = _column_key(model, getattr(handler, option))
+        column = keys[option]
         if column is None:
             continue
         column_type = _underlying(handler.table.c[column].type)
@@ -521,7 +524,7 @@ def _validated(handler: Handler[Any]) -> Handler[Any]:
         raise ConfigurationError(refused)
     return replace(
         handler,
-        group_by=_column_key(model, handler.group_by),
-        ordering_key=_column_key(model, handler.ordering_key),
-        rate_limit_key=_column_key(model, handler.rate_limit_key),
+        group_by=keys["group_by"],
+        ordering_key=keys["ordering_key"],
+        rate_limit_key=keys["rate_limit_key"],
     )

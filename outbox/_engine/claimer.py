@@ -82,7 +82,8 @@ def _claim(
     plain = sized is None and not keyed and not ordered
     if lease is not None and app.supports.one_statement_claim and plain:
         return _claim_leased_in_one_statement(conn, app, handler, group_id, lease, held)
-    only = claimable(handler)
+    in_order = claimable(handler)
+    only = in_order
     if ordered:
         # One claim of an ordered handler at a time, fleet-wide: two at once would each take
         # rows of the same key, the second past the first one's locked rows.
@@ -113,7 +114,7 @@ def _claim(
     # Keyed groups are as large as their key's backlog: rows of other keys may wait.
     full = size == handler.batch_size or cut or keyed
     # More of any key: a keyed claim's condition names only the key it took.
-    more = full and held is not None and queries.any_unclaimed(conn, table, claimable(handler))
+    more = full and held is not None and queries.any_unclaimed(conn, table, in_order)
     job = None if lease is None else _leased_job(handler, group_id, job_id, lease)
     return Claim(handler.name, group_id, size, rows, job, more)
 
