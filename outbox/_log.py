@@ -34,6 +34,8 @@ SCRAPE_FAILED = "outbox.metrics.scrape_failed"
 SCRAPE_RECOVERED = "outbox.metrics.scrape_recovered"
 BREAKER_OPENED = "outbox.breaker.opened"  # a handler paused after failed groups in a row
 BREAKER_CLOSED = "outbox.breaker.closed"  # a probe succeeded: the handler runs as before
+RETRY_AFTER_UNREADABLE = "outbox.retry_after.unreadable"  # a header neither seconds nor a date
+COMPLETION_FAILED = "outbox.batch.completion_failed"  # outbox could not record an outcome
 ARCHIVE_REPLAYED = "outbox.archive.replayed"
 ARCHIVE_PRUNED = "outbox.archive.pruned"
 

@@ -23,7 +23,7 @@ from outbox.breaker import CircuitBreaker
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError
 from outbox.ratelimit import RateLimit
-from outbox.retry import RetryPolicy
+from outbox.retry import MIN_RETRY_AFTER_SECONDS, RetryPolicy
 from outbox.urgency import Urgency
 
 if TYPE_CHECKING:
@@ -64,6 +64,10 @@ class Settings:
     ``listen``: on PostgreSQL, idle workers LISTEN for new events and wake at once. Workers
     whose connections go through a pooler (PgBouncer), where LISTEN hears nothing, find work by
     polling instead without being told; ``False`` turns listening off everywhere.
+    ``min_retry_after``: the shortest a deferral waits (:class:`outbox.RetryAfter`,
+    ``batch.retry(after=)``), whatever the downstream said (1 s; at most an hour): a
+    ``Retry-After: 0`` must not turn into a hundred calls a second. Tests of an application's
+    handlers may lower it to run deferrals at once.
     """
 
     lease_seconds: float = DEFAULT_LEASE_SECONDS
@@ -71,12 +75,18 @@ class Settings:
     rescue_interval: float = DEFAULT_RESCUE_INTERVAL_SECONDS
     worker_stale_after: float = DEFAULT_WORKER_STALE_SECONDS
     listen: bool = True
+    min_retry_after: float = MIN_RETRY_AFTER_SECONDS
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "poll_interval", "rescue_interval", "worker_stale_after"):
             value = getattr(self, name)
             if not value > 0:
                 raise ConfigurationError(f"Settings.{name} must be > 0 seconds, got {value!r}")
+        if not (is_number(self.min_retry_after) and 0 <= self.min_retry_after <= 3600):
+            raise ConfigurationError(
+                "Settings.min_retry_after must be a number of seconds from 0 to 3600, "
+                f"got {self.min_retry_after!r}"
+            )
 
 
 class Delivery(StrEnum):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 from typing import Any, Generic, TypeVar
@@ -12,7 +12,7 @@ from sqlalchemy import inspect
 from sqlalchemy.orm import ClassManager, attributes, configure_mappers
 
 from outbox.buffer import BufferMixin
-from outbox.retry import seconds_until
+from outbox.retry import When, wait_seconds
 
 EventT = TypeVar("EventT", bound=BufferMixin)
 
@@ -61,6 +61,7 @@ class Batch(Generic[EventT]):
         self._model = model
         self._retried: list[Outcome] = []
         self._discarded: list[Outcome] = []
+        self._id_set: frozenset[int] | None = None
 
     def __repr__(self) -> str:
         return (
@@ -95,43 +96,56 @@ class Batch(Generic[EventT]):
     def __iter__(self) -> Iterator[EventT]:
         return iter(self.events)
 
-    def retry(self, events: Iterable[EventT], reason: str, *, after: float | None = None) -> None:
+    def retry(self, events: Iterable[EventT], reason: str, *, after: When | None = None) -> None:
         """Take ``events`` out of this group: they are retried later in a group of their own.
 
         The new group continues this group's attempt count and follows the same backoff; once
         the attempts are spent, the events are dead-lettered.
 
-        ``after``: seconds the downstream asked to wait for these events (a per-record rate
-        limit, a Retry-After). They wait at least that long, and, as with
-        :class:`outbox.RetryAfter`, the attempt is not counted for them but deferred, up to
-        ``RetryPolicy.max_deferrals``.
+        ``after``: how long the downstream asked to wait for these events (a per-record rate
+        limit, a Retry-After): seconds, a ``timedelta``, an aware ``datetime`` or the header's
+        text, as :class:`outbox.RetryAfter` takes it, with the same floor (1 s) and default
+        for unreadable text (30 s). They wait at least that long, and the attempt is not
+        counted for them but deferred, up to ``RetryPolicy.max_deferrals``.
+
+        Checked here: ``events`` must be events of this batch, ``reason`` a ``str``, and no
+        event may also be discarded in this call (a ``TypeError`` or ``ValueError`` naming the
+        argument; raised out of the handler, it fails the attempt). The same event retried
+        twice is retried once, with the longest ``after``.
         """
-        if after is not None:
-            after = seconds_until(after)
-        self._retried.append(Outcome(self._ids_of(events), reason, after))
+        ids = self._ids_of(events, "retry")
+        _check_reason(reason, "retry")
+        wait = None if after is None else wait_seconds(after, "batch.retry: after")
+        self._refuse_both(ids, self.discarded_ids, "retry", "discarded")
+        self._retried.append(Outcome(ids, reason, wait))
 
     def discard(self, events: Iterable[EventT], reason: str) -> None:
-        """Take ``events`` out of this group: they are archived as ``discarded`` now."""
-        self._discarded.append(Outcome(self._ids_of(events), reason))
+        """Take ``events`` out of this group: they are archived as ``discarded`` now, with
+        ``reason`` (a ``str``) as their error. Checked as :meth:`retry` checks its arguments;
+        an event retried in this call cannot be discarded too."""
+        ids = self._ids_of(events, "discard")
+        _check_reason(reason, "discard")
+        self._refuse_both(
+            ids, {i for o in self._retried for i in o.event_ids}, "discard", "retried"
+        )
+        self._discarded.append(Outcome(ids, reason))
 
     @property
     def retried_ids(self) -> dict[int, str]:
-        """Ids passed to :meth:`retry`, with their reason (an id discarded too is discarded)."""
-        discarded = self.discarded_ids
-        return {i: o.reason for o in self._retried for i in o.event_ids if i not in discarded}
+        """Ids passed to :meth:`retry`, with their reason."""
+        return {i: o.reason for o in self._retried for i in o.event_ids}
 
     @property
     def deferred_ids(self) -> dict[int, float]:
         """Ids passed to :meth:`retry` with ``after``, with the longest wait asked for each
-        (an id also retried without ``after``, or discarded, is not deferred)."""
+        (an id also retried without ``after`` is not deferred)."""
         plain = {i for o in self._retried if o.after is None for i in o.event_ids}
-        retried = self.retried_ids
         deferred: dict[int, float] = {}
         for outcome in self._retried:
             if outcome.after is None:
                 continue
             for i in outcome.event_ids:
-                if i in retried and i not in plain:
+                if i not in plain:
                     deferred[i] = max(deferred.get(i, 0.0), outcome.after)
         return deferred
 
@@ -140,13 +154,44 @@ class Batch(Generic[EventT]):
         """Ids passed to :meth:`discard`, with their reason."""
         return {i: o.reason for o in self._discarded for i in o.event_ids}
 
-    def _ids_of(self, events: Iterable[EventT]) -> tuple[int, ...]:
-        mine = set(self.ids)
-        ids = tuple(e.id for e in events)
+    def _ids_of(self, events: Iterable[EventT], method: str) -> tuple[int, ...]:
+        if isinstance(events, str | bytes | Mapping) or not isinstance(events, Iterable):
+            raise TypeError(
+                f"batch.{method}: events must be an iterable of this batch's events, "
+                f"got {type(events).__qualname__}"
+            )
+        if self._id_set is None:
+            self._id_set = frozenset(self.ids)
+        mine = self._id_set
+        try:
+            ids = tuple(e.id for e in events)
+        except AttributeError:
+            raise TypeError(
+                f"batch.{method}: events must be this batch's events (with an id), "
+                "not ids or other values"
+            ) from None
         strangers = [i for i in ids if i not in mine]
         if strangers:
-            raise ValueError(f"events {strangers[:5]} are not in group {self.group_id}")
+            raise ValueError(
+                f"batch.{method}: events {strangers[:5]} are not in group {self.group_id}"
+            )
         return ids
+
+    def _refuse_both(
+        self, ids: tuple[int, ...], taken: Iterable[int], method: str, as_: str
+    ) -> None:
+        # One event, two outcomes: neither is what the handler meant, so neither is guessed.
+        both = sorted(set(ids).intersection(taken))
+        if both:
+            raise ValueError(
+                f"batch.{method}: events {both[:5]} were already {as_} in this call; "
+                "an event is either retried or discarded"
+            )
+
+
+def _check_reason(reason: object, method: str) -> None:
+    if not isinstance(reason, str):
+        raise TypeError(f"batch.{method}: reason must be a str, got {type(reason).__qualname__}")
 
 
 def column_values(rows: Sequence[Any], name: str) -> list[Any]:

@@ -11,6 +11,9 @@ Every exception derives from :class:`OutboxError`::
     ├── UnsupportedDatabaseError  a dialect or server version outbox does not run on
     ├── ReplayError             archived rows that cannot be put back into their buffer
     ├── HandlerTimeoutError     a handler call ran longer than its ``timeout`` (a failed attempt)
+    ├── DataError               raised by a handler: the events caused this failure (the
+    │                           downstream refused them), not the downstream
+    ├── DownstreamError         raised by a handler: the downstream failed (down, 5xx, timeout)
     └── RetryAfter              raised by a handler: the downstream said when to come back
                                 (in ``outbox.retry``; a deferral, not a failed attempt)
 """
@@ -70,3 +73,21 @@ class ReplayError(OutboxError):
 
 class HandlerTimeoutError(OutboxError, TimeoutError):
     """A handler call ran longer than the handler's ``timeout``: the attempt failed."""
+
+
+class DataError(OutboxError):
+    """Raised by a handler: the events caused this failure, not the downstream (it answered,
+    and refused what it was sent: a whole-call 400 or 422, a record it cannot read).
+
+    The attempt fails as any failure does (backoff, bisection with ``bisect=True``, dead
+    letters when the attempts run out), but a circuit breaker does not count it: a poison
+    event says nothing about the downstream's health. ``raise outbox.DataError("...") from
+    error`` keeps the original error as the cause.
+    """
+
+
+class DownstreamError(OutboxError):
+    """Raised by a handler: the downstream failed (unreachable, a timeout, a 5xx). The attempt
+    fails, and a circuit breaker counts it. An exception the handler does not mark is taken
+    as the downstream's too, except while bisection isolates a poison event (see
+    ``docs/flow-control.md``, "Failures have a cause")."""

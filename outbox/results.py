@@ -28,6 +28,16 @@ class Outcome(StrEnum):
     """The database refused to record the outcome for good: the group is held."""
 
 
+class FailureCause(StrEnum):
+    """What caused a failed attempt: what a circuit breaker counts, and what it does not."""
+
+    DOWNSTREAM = "downstream"
+    """The downstream failed (or the handler did not say): counted by a circuit breaker."""
+    DATA = "data"
+    """The events caused it (:class:`outbox.DataError`, or a group bisection is isolating a
+    poison event in): not counted by a circuit breaker."""
+
+
 SUCCEEDED, RETRYING, DEAD = Outcome.SUCCEEDED, Outcome.RETRYING, Outcome.DEAD
 DEFERRED, THROTTLED = Outcome.DEFERRED, Outcome.THROTTLED
 LEASE_LOST, REFUSED = Outcome.LEASE_LOST, Outcome.REFUSED
@@ -60,6 +70,10 @@ class BatchResult:
     """The promise of the handler's urgency band, in seconds."""
     retry_after: float | None = None
     """Seconds the downstream asked the handler to wait (:class:`outbox.RetryAfter`)."""
+    due_in: float | None = None
+    """Seconds until the group (or the part of it that goes on) is due again, when it waits."""
+    cause: FailureCause | None = None
+    """What caused a failed attempt (``retrying`` or ``dead`` after the handler raised)."""
 
     @property
     def event_ages(self) -> tuple[float, ...]:

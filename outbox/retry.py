@@ -9,6 +9,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from outbox import _log
 from outbox._checks import MAX_WAIT_SECONDS, is_number, is_whole
 from outbox.exceptions import ConfigurationError, OutboxError
 
@@ -18,6 +19,8 @@ DEFAULT_SCALE_SECONDS = 1.0
 DEFAULT_BASE_DELAY_SECONDS = 5.0
 DEFAULT_JITTER = 0.1
 DEFAULT_MAX_DEFERRALS = 100
+
+log = _log.get_logger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,6 +98,15 @@ def _capped(seconds: float) -> float:
 
 When = float | int | str | dt.timedelta | dt.datetime
 
+MIN_RETRY_AFTER_SECONDS = 1.0
+"""The shortest wait a deferral gets by default (``Settings.min_retry_after``): a
+``Retry-After`` of 0, a negative one or an HTTP date already past waits this long (jittered as
+every deferral is), so that a downstream answering "now" to every call is not called a hundred
+times a second."""
+DEFAULT_RETRY_AFTER_SECONDS = 30.0
+"""The wait of a deferral whose ``Retry-After`` text cannot be read (neither seconds nor an HTTP
+date, or more than a year away): a downstream's broken header, logged as a warning."""
+
 
 class RetryAfter(OutboxError):  # noqa: N818 - named for the HTTP header it carries
     """Raised by a handler: the downstream refused the whole group for now (HTTP 429 or 503)
@@ -105,14 +117,49 @@ class RetryAfter(OutboxError):  # noqa: N818 - named for the HTTP header it carr
     the attempt is not counted: it becomes a *deferral*, of which a group gets
     ``RetryPolicy.max_deferrals`` before further ones count as failed attempts. The handler is
     paused until then across the fleet, since every other group would get the same answer;
-    with per-key limits (``rate_limit_key``), only the group's keys wait. At most a year.
-    ``expires_after`` still applies to the events of a deferred group.
+    with per-key limits (``rate_limit_key``), only the group's keys wait.
+
+    Waits have a floor and a ceiling: an ``after`` of 0, negative or in the past waits
+    ``Settings.min_retry_after`` (1 s by default); header text that cannot be read waits
+    ``DEFAULT_RETRY_AFTER_SECONDS`` (30 s) and logs a warning; a number, ``timedelta`` or
+    ``datetime`` more than a year away, another type, a naive ``datetime`` or a ``reason``
+    that is not a string are refused here (``ValueError``/``TypeError``), which fails the
+    attempt with that error. ``expires_after`` still applies to the events of a deferred group.
     """
 
     def __init__(self, after: When, reason: str | None = None) -> None:
-        self.seconds = seconds_until(after)
+        if reason is not None and not isinstance(reason, str):
+            raise TypeError(f"RetryAfter: reason must be a str or None, got {_kind(reason)}")
+        self.seconds = wait_seconds(after, "RetryAfter: after")
         self.reason = reason
         super().__init__(f"retry after {self.seconds:g} s" + (f": {reason}" if reason else ""))
+
+
+def wait_seconds(after: When, argument: str) -> float:
+    """The seconds a downstream's ``after`` asks to wait (see :class:`RetryAfter`), 0 for
+    "now" or a time past (the worker applies ``Settings.min_retry_after``); unreadable header
+    text asks ``DEFAULT_RETRY_AFTER_SECONDS``. ``argument`` names ``after`` in the errors."""
+    if isinstance(after, str):
+        try:
+            seconds = seconds_until(after)
+        except ValueError:
+            log.warning(
+                _log.RETRY_AFTER_UNREADABLE,
+                value=after[:80],
+                seconds=DEFAULT_RETRY_AFTER_SECONDS,
+            )
+            return DEFAULT_RETRY_AFTER_SECONDS
+    elif isinstance(after, bool) or not isinstance(after, int | float | dt.timedelta | dt.datetime):
+        raise TypeError(
+            f"{argument} must be seconds, a timedelta, an aware datetime or Retry-After text, "
+            f"got {_kind(after)}"
+        )
+    else:
+        try:
+            seconds = seconds_until(after)
+        except ValueError as error:
+            raise ValueError(f"{argument}: {error}") from None
+    return seconds
 
 
 def seconds_until(when: When) -> float:
@@ -148,3 +195,8 @@ def seconds_until(when: When) -> float:
             f"({MAX_WAIT_SECONDS:.0f} s, 366 days)"
         )
     return max(seconds, 0.0)
+
+
+def _kind(value: object) -> str:
+    """A value's type, for an error message (its text may be long, or fail to print)."""
+    return type(value).__qualname__

@@ -14,6 +14,7 @@ place, the CLI.
 from __future__ import annotations
 
 import functools
+import heapq
 import math
 import os
 import queue
@@ -81,6 +82,11 @@ CLAIM_LOOP_SECONDS = 1.0
 CLAIMS_IN_FLIGHT_PER_HANDLER = 2
 # How often a worker reads the handlers' pauses and breakers again (its own count at once).
 FLOW_STATE_REFRESH_SECONDS = 1.0
+# A worker wakes this long after a group it put off is due (the database's clock, not its own,
+# decides when the group is due; the commit came a little after the delay was set).
+DUE_MARGIN_SECONDS = 0.02
+# The most due times a worker remembers to wake at.
+MAX_DUE_NOTED = 1024
 
 
 @dataclass
@@ -190,6 +196,9 @@ class Worker:
             name: threading.BoundedSemaphore(claims_in_flight) for name in self.handlers
         }
         self._wake = threading.Event()
+        self._due: list[float] = []
+        """Monotonic times at which groups this worker put off are due again (a heap)."""
+        self._due_lock = threading.Lock()
         self._stopping = threading.Event()
         self._aborted = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -408,10 +417,29 @@ class Worker:
 
         Each idle worker waits the interval times the number of live workers, jittered by
         ±50%, so that the database sees the same polling load from 2 workers as from 200.
-        Work finishing in this worker, and notifications, wake it sooner.
+        Work finishing in this worker, notifications, and the moment a group this worker put
+        off is due again (see :meth:`_note_due`) wake it sooner.
         """
         interval = self.app.settings.poll_interval * self.live_workers
-        return interval * (0.5 + random.random())
+        timeout = interval * (0.5 + random.random())
+        now = time.monotonic()
+        with self._due_lock:
+            while self._due and self._due[0] <= now:
+                heapq.heappop(self._due)
+                timeout = DUE_MARGIN_SECONDS  # due since the last look: look again now
+            if self._due:
+                timeout = min(timeout, self._due[0] - now + DUE_MARGIN_SECONDS)
+        return timeout
+
+    def _note_due(self, seconds: float) -> None:
+        """A group this worker deferred, retried or gave back is due in ``seconds``: wake then,
+        rather than at the next poll, so that a ``RetryAfter(5)`` is back in about 5 s (and a
+        tenth), not 5 s plus a poll interval per live worker."""
+        with self._due_lock:
+            heapq.heappush(self._due, time.monotonic() + seconds)
+            if len(self._due) > MAX_DUE_NOTED:
+                # The soonest are what matters; a backlog of retries needs no more wake-ups.
+                self._due = heapq.nsmallest(MAX_DUE_NOTED // 2, self._due)
 
     def _acquire(self, limit: int) -> list[queries.JobRow]:
         """Lease up to ``limit`` due jobs.
@@ -482,6 +510,8 @@ class Worker:
                 token=token,
                 limit=limit,
                 lease_seconds=self.app.settings.lease_seconds,
+                # A probe is a group not known to be poison: one never attempted, if any.
+                fresh_first=self._flow.probing(name),
             ),
         )
 
@@ -596,6 +626,8 @@ class Worker:
 
     def _record(self, result: BatchResult) -> None:
         handler = self.handlers[result.handler]
+        if result.due_in is not None:
+            self._note_due(result.due_in)
         if result.retry_after is not None and pauses_on_retry_after(handler):
             self._flow.note(result.handler, result.retry_after)
         self.stats.record(result)

@@ -10,7 +10,13 @@ from typing import TypeVar
 from sqlalchemy import Engine, text
 from sqlalchemy.exc import DBAPIError
 
+from outbox import Settings
+
 T = TypeVar("T")
+
+# Deferrals come back at once (the floor of a second is tested on its own): for tests of what a
+# deferral does, run with outbox.testing.drain, which handles only what is due now.
+NO_RETRY_AFTER_FLOOR = Settings(min_retry_after=0.0)
 
 WAIT_SECONDS = 20.0
 """How long a wait lasts before it fails: only a broken run waits that long."""

@@ -16,7 +16,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
-from outbox import Outbox, add_events, schema
+from outbox import Outbox, Settings, add_events, schema
 from tests.models import ActivityEvent, Base, EmailEvent
 from tests.poolers._pgbouncer import PgBouncer, executable
 
@@ -147,12 +147,12 @@ def postgres_database(postgres_url: str) -> str:
 
 
 @pytest.fixture
-def make_app() -> Iterator[Callable[[str], Outbox]]:
+def make_app() -> Iterator[Callable[..., Outbox]]:
     """Build Outbox applications on a URL; their engines are disposed after the test."""
     apps: list[Outbox] = []
 
-    def make(url: str) -> Outbox:
-        app = Outbox(url)
+    def make(url: str, settings: Settings | None = None) -> Outbox:
+        app = Outbox(url) if settings is None else Outbox(url, settings=settings)
         apps.append(app)
         return app
 

@@ -7,10 +7,12 @@ then have the completion write what became of the group (``completion``).
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import time
 import traceback
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +24,7 @@ from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary, is_missing_table
 from outbox._engine import invoke as _invoke
 from outbox._engine import limiter as _limiter
+from outbox._engine.causes import failure_cause
 from outbox._engine.claimer import LeaseLost
 from outbox._engine.completion import (
     ERROR_TEXT_LIMIT,
@@ -31,6 +34,7 @@ from outbox._engine.completion import (
     finish_failed,
     finish_succeeded,
     finish_throttled,
+    hold_group,
     hold_refused,
     lease_lost,
 )
@@ -132,7 +136,8 @@ def run_batch_job(
             result = lease_lost(handler, job)
         except RetryAfter as retry_after:
             keys = _limited_keys(handler, rows)
-            result = finish_deferred(app, handler, job, retry_after, keys)
+            finish = functools.partial(finish_deferred, app, handler, job, retry_after, keys)
+            result = _recorded(app, handler, job, finish)
         except Throttled as throttled:
             result = finish_throttled(app, handler, job, throttled.seconds)
         except HandlerAbandoned:
@@ -153,22 +158,20 @@ def run_batch_job(
             )
             bisecting = handler.bisect and handed_over and len(rows) > 1 and not give_up
             apart, behind = _bisected(handler, rows) if bisecting else ([], [])
-            result = finish_failed(
-                app, handler, job, text, give_up=give_up, split_off=apart, unclaim=behind
+            cause = failure_cause(error, handler, job) if handed_over else None
+            result = _recorded(
+                app,
+                handler,
+                job,
+                lambda: finish_failed(
+                    app, handler, job, text, give_up=give_up, split_off=apart, unclaim=behind
+                ),
             )
+            result = replace(result, cause=cause) if result.outcome in (RETRYING, DEAD) else result
         else:
-            try:
-                result = finish_succeeded(app, handler, job, batch)
-            except FinishRefused as refused:
-                if not is_missing_table(refused.error):
-                    # The handler succeeded but the database will not record it: the group is
-                    # held, never handed over again by itself (its events were delivered).
-                    result = hold_refused(app, handler, job, SUCCEEDED, refused)
-                else:
-                    # Its table went away under it: the failed way, as for any attempt whose
-                    # table is missing (see Worker).
-                    give_up = handler.retry.exhausted(attempt)
-                    result = finish_failed(app, handler, job, str(refused), give_up=give_up)
+            result = _recorded(
+                app, handler, job, lambda: _finish_returned(app, handler, job, batch)
+            )
     result = replace(
         result,
         size=len(rows) + expired,
@@ -180,6 +183,50 @@ def run_batch_job(
     )
     _log_result(result)
     return result
+
+
+def _finish_returned(
+    app: Outbox, handler: Handler[Any], job: queries.JobRow, batch: Batch[Any]
+) -> BatchResult:
+    """Record what a handler that returned did: its events succeeded but those it retried,
+    deferred or discarded."""
+    try:
+        return finish_succeeded(app, handler, job, batch)
+    except FinishRefused as refused:
+        if not is_missing_table(refused.error):
+            # The handler succeeded but the database will not record it: the group is held,
+            # never handed over again by itself (its events were delivered).
+            return hold_refused(app, handler, job, SUCCEEDED, refused)
+        # Its table went away under it: the failed way, as for any attempt whose table is
+        # missing (see Worker).
+        give_up = handler.retry.exhausted(job.attempts)
+        return finish_failed(app, handler, job, str(refused), give_up=give_up)
+
+
+def _recorded(
+    app: Outbox, handler: Handler[Any], job: queries.JobRow, finish: Callable[[], BatchResult]
+) -> BatchResult:
+    """Run ``finish``, the completion of an attempt the handler made. Should outbox's own
+    bookkeeping fail there (not the database: that is retried, or held as refused, by the
+    completion), the attempt's outcome is not known to the database; the group must then not
+    be handed to the handler again by itself (it may have delivered: run again, it would
+    deliver twice), nor pass for a lease expiry. It is held as refused, with the error and its
+    traceback on the job, where ``outbox refused list``, ``status`` and ``check`` show it."""
+    try:
+        return finish()
+    except (DBAPIError, FinishRefused, LeaseLost):
+        raise
+    except Exception as error:
+        text = format_error(error)
+        log.error(
+            _log.COMPLETION_FAILED,
+            handler=handler.name,
+            group_id=str(job.group_id),
+            error=text.splitlines()[0][:500],
+        )
+        return hold_group(
+            app, handler, job, f"outbox could not record what the handler did: {text}"
+        )
 
 
 class Throttled(Exception):  # noqa: N818 - an outcome, as LeaseLost is
@@ -274,6 +321,8 @@ def _log_result(result: BatchResult) -> None:
         fields["lateness"] = round(result.lateness, 3)
     if result.retry_after is not None:
         fields["retry_after"] = round(result.retry_after, 3)
+    if result.cause is not None:
+        fields["cause"] = result.cause
     if result.retried or result.deferred or result.discarded or result.dead or result.expired:
         fields.update(
             retried=result.retried,

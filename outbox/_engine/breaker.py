@@ -1,12 +1,14 @@
 """A handler's circuit breaker, counted in the database across the fleet.
 
-Each failed group (an attempt that raised, or ran out of attempts) adds one to the handler's
-``failures``; the ``failures``-th in a row opens the breaker: the handler is paused (cause
+Each group that failed because of the downstream (an attempt that raised, or ran out of
+attempts, with the cause ``downstream``: see ``outbox._engine.causes``) adds one to the
+handler's ``failures``; the ``failures``-th in a row opens the breaker: the handler is paused (cause
 ``breaker``) for ``CircuitBreaker.open_for(trips)``. Once that pause is over the breaker
 probes: workers run the handler one group at a time, fleet-wide (a cap of one, enforced as
 ``concurrency`` caps are). A group that succeeds closes it (``failures`` and ``trips`` back to
-0); a probe that fails opens it again, for twice as long. Deferrals, lost leases and refused
-writes are not failures of the downstream and count for nothing.
+0); a probe that fails opens it again, for twice as long. Deferrals, failures the data
+caused, lost leases and refused writes are not failures of the downstream and count for
+nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from outbox import _log
 from outbox._db import queries, run_in_transaction
 from outbox.app import Handler, Outbox
 from outbox.breaker import CircuitBreaker
-from outbox.results import DEAD, RETRYING, SUCCEEDED, BatchResult
+from outbox.results import DEAD, RETRYING, SUCCEEDED, BatchResult, FailureCause
 from outbox.schema import PauseCause
 
 log = _log.get_logger(__name__)
@@ -36,7 +38,9 @@ def record(
         if closed:
             log.info(_log.BREAKER_CLOSED, handler=handler.name, group_id=str(result.group_id))
         return closed
-    if result.outcome not in (RETRYING, DEAD):
+    if result.outcome not in (RETRYING, DEAD) or result.cause != FailureCause.DOWNSTREAM:
+        # Only the downstream's failures: a poison event (DataError, or a group bisection is
+        # isolating it in) says nothing about the downstream's health.
         return False
     opened = run_in_transaction(
         app.engine, lambda conn: _count_failure(conn, app, handler, breaker, result.error)

@@ -59,13 +59,15 @@ def finish_succeeded(
     # An ordered handler keeps one group of a key at a time: events it retries and defers in
     # one call go on together, as a failed attempt.
     together = handler.ordering_key is not None and len(batch.deferred_ids) < len(batch.retried_ids)
-    deferred = {} if spent or together else batch.deferred_ids
+    floor = app.settings.min_retry_after
+    asked = {i: max(after, floor) for i, after in batch.deferred_ids.items()}
+    deferred = {} if spent or together else asked
     retried = {i: r for i, r in batch.retried_ids.items() if i not in deferred}
     if spent:
         spent_note = f" (its {handler.retry.max_deferrals} deferrals are spent)"
-        retried.update({i: retried[i] + spent_note for i in batch.deferred_ids})
+        retried.update({i: retried[i] + spent_note for i in asked})
     # Deferred events retried as a failed attempt still wait no less than they were asked to.
-    after = max(batch.deferred_ids.values(), default=0.0) if not deferred else 0.0
+    after = max(asked.values(), default=0.0) if not deferred else 0.0
     give_up_retried = handler.retry.exhausted(attempt)
 
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
@@ -87,6 +89,7 @@ def finish_succeeded(
                 lenient=lenient,
             )
         dead = 0
+        delays: list[float] = []
         if retried and give_up_retried:
             hold_keys(conn, app, handler, group_id, list(retried), "retried events dead")
             for reason, ids in _by_reason(retried).items():
@@ -103,19 +106,21 @@ def finish_succeeded(
                 )
         elif retried:
             delay = max(handler.retry.delay(attempt), after)
+            delays.append(delay)
             split_group(
                 conn, handler, group_id, retried, attempts=attempt, delay=delay,
                 deferrals=job.deferrals,
             )  # fmt: skip
         if deferred:
             # Put off, not failed: the attempt is not counted for them (see RetryAfter).
+            delays.append(deferral_delay(max(deferred.values())))
             split_group(
                 conn,
                 handler,
                 group_id,
                 {i: batch.retried_ids[i] for i in deferred},
                 attempts=attempt - 1,
-                delay=deferral_delay(max(deferred.values())),
+                delay=delays[-1],
                 deferrals=job.deferrals + 1,
             )
         if handler.archive:
@@ -141,6 +146,7 @@ def finish_succeeded(
             deferred=len(deferred),
             discarded=len(discarded),
             dead=dead,
+            due_in=min(delays, default=None),
         )
 
     def finish_whole_group(conn: Connection, lenient: bool) -> BatchResult:
@@ -216,7 +222,7 @@ def finish_failed(
             )  # fmt: skip
         if not queries.release_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
             raise LeaseLost
-        return BatchResult(handler.name, group_id, attempt, RETRYING, error=error)
+        return BatchResult(handler.name, group_id, attempt, RETRYING, error=error, due_in=delay)
 
     try:
         return fenced(app, handler, job, work)
@@ -244,7 +250,8 @@ def finish_deferred(
     ``keys``: the group's ``rate_limit_key`` values). Past ``max_deferrals``, the attempt
     counts as a failed one, after the same wait."""
     assert job.group_id is not None
-    group_id, seconds = job.group_id, retry_after.seconds
+    group_id = job.group_id
+    seconds = max(retry_after.seconds, app.settings.min_retry_after)
     error = f"{RetryAfter.__name__}: {retry_after}"[:ERROR_TEXT_LIMIT]
     if job.deferrals >= handler.retry.max_deferrals:
         error = f"{error} (its {handler.retry.max_deferrals} deferrals are spent)"
@@ -259,7 +266,13 @@ def finish_deferred(
             raise LeaseLost
         _hold(conn, app, handler, keys, seconds, error)
         return BatchResult(
-            handler.name, group_id, job.attempts, DEFERRED, error=error, retry_after=seconds
+            handler.name,
+            group_id,
+            job.attempts,
+            DEFERRED,
+            error=error,
+            retry_after=seconds,
+            due_in=delay,
         )
 
     return fenced(app, handler, job, work)
@@ -276,14 +289,15 @@ def finish_throttled(
     def work(conn: Connection) -> BatchResult:
         if not queries.return_job(conn, job.id, job.lease_token, delay_seconds=seconds):
             raise LeaseLost
-        return BatchResult(handler.name, group_id, job.attempts - 1, THROTTLED)
+        return BatchResult(handler.name, group_id, job.attempts - 1, THROTTLED, due_in=seconds)
 
     return fenced(app, handler, job, work)
 
 
 def deferral_delay(seconds: float) -> float:
-    """The wait of a deferred group: what the downstream asked, and up to a tenth more, so that
-    groups deferred together do not all come back at the same moment (never less)."""
+    """The wait of a deferred group: what the downstream asked (floored by the caller at
+    ``Settings.min_retry_after``), and up to a tenth more, so that groups deferred together do
+    not all come back at the same moment."""
     return min(seconds * (1 + DEFERRAL_JITTER * random.random()), max(seconds, MAX_WAIT_SECONDS))
 
 
@@ -368,12 +382,19 @@ def hold_refused(
     """Hold the job of a group whose finishing write the database refused for good (a value it
     will not take, a constraint, a trigger, a statement it cannot run): retried, the write
     would fail again, and a group that succeeded would be delivered again and again, a dead one
-    attempted past its last attempt. Held, it runs nowhere until an operator releases it
-    (``outbox refused release``) once the cause is fixed; ``outbox status`` and ``outbox
-    check`` show it. ``outcome``: what the write was to record, ``succeeded`` or ``dead``."""
+    attempted past its last attempt. ``outcome``: what the write was to record, ``succeeded``
+    or ``dead``. See :func:`hold_group`."""
+    return hold_group(
+        app, handler, job, f"the database refused to record this group as {outcome}: {refused}"
+    )
+
+
+def hold_group(app: Outbox, handler: Handler[Any], job: queries.JobRow, error: str) -> BatchResult:
+    """Hold a leased group as refused, with ``error``: it runs nowhere until an operator
+    releases it (``outbox refused release``) once the cause is fixed; ``outbox status`` and
+    ``outbox check`` show it."""
     assert job.group_id is not None
     group_id = job.group_id
-    error = f"the database refused to record this group as {outcome}: {refused}"
     error = error[:ERROR_TEXT_LIMIT]
 
     def work(conn: Connection) -> BatchResult:

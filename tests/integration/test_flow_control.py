@@ -10,13 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+import structlog
 from sqlalchemy import func, select, update
 
 from outbox import Batch, ConfigurationError, Outbox, RetryAfter, RetryPolicy, flow, schema
 from outbox._db import queries
+from outbox.retry import DEFAULT_RETRY_AFTER_SECONDS
 from outbox.testing import drain
 from outbox.worker import Worker
-from tests._support import wait_for
+from tests._support import NO_RETRY_AFTER_FLOOR, wait_for
 from tests.models import ActivityEvent
 
 NO_WAIT = RetryPolicy(max_attempts=2, scale=0.0, base_delay=0.0, jitter=0.0)
@@ -102,7 +104,7 @@ def test_deferrals_past_max_deferrals_count_as_failed_attempts(
     """A group cannot be deferred forever, whether the handler defers it whole (``raise
     RetryAfter``) or event by event (``batch.retry(after=)``): past ``max_deferrals`` each
     deferral is a failed attempt, and the group ends dead once its attempts are spent."""
-    app = make_app(database_url)
+    app = make_app(database_url, NO_RETRY_AFTER_FLOOR)
     calls: list[int] = []
     policy = RetryPolicy(max_attempts=2, scale=0.0, base_delay=0.0, jitter=0.0, max_deferrals=2)
 
@@ -280,9 +282,15 @@ def test_retry_with_after_defers_those_events_and_retries_the_others(
         (" 120 ", 120.0),
         (dt.timedelta(minutes=2), 120.0),
         (-3, 0.0),
+        (0, 0.0),
+        ("0", 0.0),
+        (dt.timedelta(0), 0.0),
+        ("Wed, 21 Oct 2015 07:28:00 GMT", 0.0),
     ],
 )
 def test_retry_after_takes_seconds_a_timedelta_or_the_header(value: Any, expected: float) -> None:
+    """What the downstream asked; zero, negative and past values ask for nothing, and the
+    worker's floor applies (``Settings.min_retry_after``)."""
     assert expected == RetryAfter(value).seconds
 
 
@@ -296,13 +304,24 @@ def test_retry_after_takes_an_http_date_and_an_aware_datetime(zone: str) -> None
 
 
 @pytest.mark.parametrize(
-    "value", [1e12, dt.timedelta(days=400), "Fri, 31 Dec 9999 23:59:59 GMT", "40000000"]
+    "value", [1e12, dt.timedelta(days=400), dt.datetime(9999, 12, 31, tzinfo=dt.UTC)]
 )
 def test_retry_after_refuses_more_than_a_year(value: Any) -> None:
-    """Past a year a Retry-After is a broken header, and past the year 9999 no database can
-    keep its end: raised in a handler, the refusal fails the attempt with this message."""
-    with pytest.raises(ValueError, match="more than outbox waits for anything"):
+    """Past a year a wait is a typo, and past the year 9999 no database can keep its end:
+    raised in a handler, the refusal fails the attempt with this message."""
+    with pytest.raises(ValueError, match=r"RetryAfter: after: .*more than outbox waits for"):
         RetryAfter(value)
+
+
+@pytest.mark.parametrize(
+    "header", ["soon", "", "12 s", "Fri, 31 Dec 9999 23:59:59 GMT", "40000000", "nan", "inf"]
+)
+def test_an_unreadable_retry_after_header_waits_the_default_with_a_warning(header: str) -> None:
+    """A downstream's broken header is not the handler's error: the deferral waits the stated
+    default, and a warning names the value."""
+    with structlog.testing.capture_logs() as logs:
+        assert RetryAfter(header).seconds == DEFAULT_RETRY_AFTER_SECONDS == 30.0
+    assert [(e["event"], e["value"]) for e in logs] == [("outbox.retry_after.unreadable", header)]
 
 
 def test_a_pause_longer_than_a_year_is_refused(
@@ -319,11 +338,26 @@ def test_a_pause_longer_than_a_year_is_refused(
 
 
 @pytest.mark.parametrize(
-    "value", ["soon", dt.datetime(2030, 1, 1), float("nan"), float("inf"), None, True]
+    ("value", "error"),
+    [
+        (dt.datetime(2030, 1, 1), ValueError),
+        (float("nan"), ValueError),
+        (float("inf"), ValueError),
+        (None, TypeError),
+        (True, TypeError),
+        ({"retry_after": 5}, TypeError),
+        (b"5", TypeError),
+    ],
 )
-def test_retry_after_refuses_what_is_not_a_time(value: Any) -> None:
-    with pytest.raises(ValueError, match=r"seconds|time zone"):
+def test_retry_after_refuses_what_is_not_a_time(value: Any, error: type[Exception]) -> None:
+    with pytest.raises(error, match=r"RetryAfter: after"):
         RetryAfter(value)
+
+
+@pytest.mark.parametrize("reason", [{"code": 429}, 429, b"busy"])
+def test_retry_after_refuses_a_reason_that_is_not_text(reason: Any) -> None:
+    with pytest.raises(TypeError, match="RetryAfter: reason must be a str or None, got"):
+        RetryAfter(5, reason=reason)
 
 
 def test_pause_and_resume_refuse_an_unknown_handler(

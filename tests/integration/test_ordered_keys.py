@@ -16,6 +16,7 @@ from outbox import Batch, Outbox, RetryPolicy, archive, held, metrics, schema
 from outbox._engine import claimer
 from outbox.testing import drain
 from outbox.worker import Worker
+from tests._support import NO_RETRY_AFTER_FLOOR
 from tests.models import ActivityEvent
 
 Commit = Callable[..., list[int]]
@@ -54,7 +55,7 @@ def test_keys_are_handled_in_order_through_random_failures(
     calls, whole calls bisected, or some events retried, deferred or both), four threads:
     every key's events arrive in id order, each once, and no call ever carries an event of a
     key while an earlier event of that key is undelivered."""
-    app = make_app(database_url)
+    app = make_app(database_url, NO_RETRY_AFTER_FLOOR)
     rng = random.Random(7)
     keys = [rng.randrange(5) for _ in range(60)]
     delivered: dict[int, list[int]] = {}

@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from outbox import Batch, Outbox, RateLimit, RetryAfter, RetryPolicy, archive, schema
 from outbox.testing import drain
 from outbox.worker import Worker
+from tests._support import NO_RETRY_AFTER_FLOOR
 from tests.users import _column_types as types
 
 HANDLER = "typed"
@@ -190,7 +191,7 @@ def test_a_handler_receives_each_column_as_session_get_loads_it(
 ) -> None:
     """What a handler receives equals what ``session.get`` loads, column by column."""
     how = PATHS[path]
-    app = make_app(database_url)
+    app = make_app(database_url, NO_RETRY_AFTER_FLOOR)
     recorder = Recorder(model, how.then)
     app.handler(model, name=HANDLER, batch_size=100, **how.options)(recorder)
     expected = write_events(app.engine, model, dialect)

@@ -40,6 +40,7 @@ from outbox import (
     schema,
 )
 from outbox.testing import drain
+from tests._support import NO_RETRY_AFTER_FLOOR
 from tests.handler_kinds import HANDLER_KINDS, HandlerKind
 from tests.users import _column_types as types
 
@@ -347,7 +348,7 @@ def _drain_into(
     with Session(engine) as session:
         ids = list(session.scalars(select(model.id).order_by(model.id)))
         expected = types.loaded(session, model, ids)
-    app = Outbox(where.url)
+    app = Outbox(where.url, settings=NO_RETRY_AFTER_FLOOR)
     app.handler(model, name="matrix", batch_size=BATCH_SIZE, retry=NO_WAIT, **options)(
         kind.build(recorder)
     )

@@ -64,9 +64,10 @@ def acquire_jobs(
     lease_seconds: float,
     batch_handlers: Sequence[str] | None = None,
     kind: str | None = None,
+    fresh_first: bool = False,
 ) -> list[JobRow]:
     """Lease up to ``limit`` due jobs of handlers not paused, most urgent band first, then the
-    longest due.
+    longest due (``fresh_first``: jobs never attempted before any other).
 
     Served by the partial index ``ix_outbox_jobs_ready (priority, run_at, id) WHERE lease_token
     IS NULL``, through which the pick is made; the database's own ``update_picked`` leases the
@@ -92,7 +93,15 @@ def acquire_jobs(
             kinds,
             not_paused(_jobs.c.handler),
         )
-        .order_by(_jobs.c.priority, _jobs.c.run_at, _jobs.c.id)
+        .order_by(
+            # A circuit breaker's probe: a group never attempted, rather than one that failed
+            # before and may hold a poison event. One handler's due jobs, sorted apart from the
+            # index's order: few while a breaker is open.
+            *([case((_jobs.c.attempts > 0, 1), else_=0)] if fresh_first else []),
+            _jobs.c.priority,
+            _jobs.c.run_at,
+            _jobs.c.id,
+        )
         .limit(limit)
     )
     values = {
@@ -130,8 +139,10 @@ def acquire_capped_batch_jobs(
     token: uuid.UUID,
     limit: int,
     lease_seconds: float,
+    fresh_first: bool = False,
 ) -> list[JobRow]:
-    """Lease batch jobs of a handler with a fleet-wide cap on groups in flight.
+    """Lease batch jobs of a handler with a fleet-wide cap on groups in flight (``fresh_first``:
+    see :func:`acquire_jobs`).
 
     Count-then-lease is only exact when no other worker does the same at once: the count is
     the database's ``count_exclusively`` (a per-handler advisory lock on PostgreSQL, the write
@@ -158,6 +169,7 @@ def acquire_capped_batch_jobs(
         limit=room,
         lease_seconds=lease_seconds,
         kind=schema.JobKind.BATCH,
+        fresh_first=fresh_first,
     )
 
 

@@ -13,7 +13,15 @@ import click
 from outbox._engine import distributor
 from outbox.app import Outbox
 from outbox.cli._context import Context
-from outbox.cli._errors import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, command, exits_on_errors, ready
+from outbox.cli._errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_USAGE,
+    command,
+    exits_on_errors,
+    fail,
+    ready,
+)
 from outbox.cli._main import main
 from outbox.cli._options import GRACE_PERIOD, INTERVAL, LEASE
 from outbox.cli._signals import MAX_PROCESSES, run_processes, stop_on_signals
@@ -61,7 +69,11 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
     help="Worker processes forked after one start-up, each with --concurrency threads (POSIX).",
 )
 @click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
-@click.option("--burst", is_flag=True, help="Handle everything due now, then exit.")
+@click.option(
+    "--burst",
+    is_flag=True,
+    help="Handle everything due now, then exit (1 if any group was held as refused).",
+)
 @click.option(
     "--distribute-every",
     type=INTERVAL,
@@ -152,6 +164,14 @@ def work(
         with stop_on_signals(worker, signals):
             clean = worker.run()
         _report_stopped(worker, clean)
+        if burst and worker.stats.groups_refused:
+            # Held groups wait for an operator: a burst run (a cron job, a CI step) that left
+            # some must not look like one that handled everything.
+            fail(
+                f"{worker.stats.groups_refused} groups held as refused: their outcome could not "
+                "be recorded (outbox refused list)",
+                EXIT_FAILURE,
+            )
         if worker.missing_tables:
             # The others' work is done; the handlers whose tables went missing could not run.
             raise BufferTableMissingError(worker.missing_tables)
