@@ -34,6 +34,7 @@ RECEIVED_PATH = "/v1/orders/received"
 MAX_RECORDS = 500
 UNDELIVERABLE_COUNTRIES = frozenset({"AQ"})
 HOST = "127.0.0.1"
+SHUTDOWN_POLL_SECONDS = 0.05  # how soon serve() notices that it is to stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,7 +120,12 @@ def create_app(ledger: Ledger | None = None) -> Flask:
 def serve(app: Flask) -> Iterator[str]:
     """Serve ``app`` on a free port of 127.0.0.1 in a thread; yields its base URL."""
     server = make_server(HOST, 0, app, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, name="fake-fulfilment", daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever,
+        kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
+        name="fake-fulfilment",
+        daemon=True,
+    )
     thread.start()
     try:
         yield f"http://{HOST}:{server.port}"

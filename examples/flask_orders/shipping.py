@@ -20,7 +20,8 @@ from outbox import Batch, Outbox, RetryPolicy, Urgency
 BULK_PATH = "/v1/orders/bulk"
 # The service takes at most 500 records per call: the handler's batch_size matches it.
 API_MAX_RECORDS = 500
-# 2 s, 17 s, 82 s, then every 5 minutes: a fulfilment service is down for minutes, not days.
+# 2 s, 17 s, 82 s, 257 s, then every 5 minutes (10 attempts in about half an hour): a
+# fulfilment service is down for minutes, not days.
 DEFAULT_RETRY = RetryPolicy(max_attempts=10, base_delay=1.0, max_delay=300.0)
 # Where `flask --app examples.flask_orders.fake_fulfilment run --port 8027` listens.
 DEFAULT_FULFILMENT_API_URL = "http://127.0.0.1:8027"
