@@ -159,7 +159,7 @@ def test_placed_orders_reach_the_service_exactly_once(
 def test_a_group_goes_in_one_bulk_call(
     app: Flask, client: FlaskClient, fulfilment: Fulfilment
 ) -> None:
-    """Five orders cost one call, keyed by the group it sent."""
+    """Five orders cost one call."""
     for n in range(5):
         _place(client, _order(n))
     _drain(app)
@@ -187,6 +187,15 @@ def test_an_undeliverable_order_is_archived_with_the_reason(
     assert (1, 1) == (result.stats.events_succeeded, result.stats.events_discarded)
     assert [deliverable] == fulfilment.ledger.received
     assert [("discarded", "no delivery to AQ")] == _archived(app)
+
+
+def test_the_handler_has_its_application_context_without_the_callers(
+    app: Flask, client: FlaskClient, fulfilment: Fulfilment
+) -> None:
+    """Drained with no context pushed, as a worker runs it, the handler reads ``current_app``."""
+    placed = _place(client, _order(1))
+    drain(outbox_of(app))
+    assert [placed] == fulfilment.ledger.received
 
 
 # --- failures ------------------------------------------------------------------------------------
@@ -245,7 +254,7 @@ def test_each_application_has_its_own_outbox_on_its_own_engine(tmp_path: Path) -
         with app.app_context():
             engines.append(db.engine)
     assert outboxes[0] is not outboxes[1]
-    assert [e.url for e in engines] == [o.engine.url for o in outboxes]
+    assert engines == [o.engine for o in outboxes]
     assert [["ship_orders"]] * 2 == [list(o.handlers) for o in outboxes]
 
 
