@@ -23,11 +23,12 @@ from outbox.app import Handler, Outbox
 log = _log.get_logger(__name__)
 
 # How long an event may wait with no claim job before the watch says that nothing distributes:
-# two minutes, twice the finest period of cron, so that `outbox distribute` run from cron every
-# minute never raises it, while a fleet that distributes nothing is told within a few minutes,
-# inside every band's promise but REALTIME's (whose staleness alert comes first anyway). A
-# handler's ``max_wait`` comes on top: its partial batches are not distributed before it.
-UNDISTRIBUTED_ALERT_SECONDS = 120.0
+# three minutes, so that `outbox distribute` run from cron every minute (cron's finest period)
+# never raises it, even with a run late or skipped, while a fleet that distributes nothing is
+# told within a few minutes, inside the promise of every band but REALTIME (whose staleness
+# alert, at 60 s, comes first). A handler's ``max_wait`` comes on top: its partial batches are
+# not distributed before it.
+UNDISTRIBUTED_ALERT_SECONDS = 180.0
 
 WHAT_TO_DO = "run `outbox distribute` from cron or start workers without --no-distribute"
 

@@ -26,7 +26,7 @@ class Rescuer:
     ``judge_heartbeats``: whether this worker may take a silent worker for gone and rescue its
     jobs before their leases run out (its own heartbeats have been steady: see
     :meth:`outbox._services.heartbeat.Heartbeat.may_judge_others`); by default it may not, and
-    frees expired leases only.
+    frees expired leases only, and forgets no worker.
     """
 
     app: Outbox
@@ -34,19 +34,21 @@ class Rescuer:
     judge_heartbeats: Callable[[], bool] = _never
 
     def run_once(self) -> int:
-        """Free the jobs of gone workers and expired leases, then delete stale worker rows, in
-        one transaction; returns how many jobs were freed (their attempt stays counted)."""
+        """Free the jobs of gone workers and delete their rows (when this worker may judge),
+        and free expired leases, in one transaction; returns how many jobs were freed (their
+        attempt stays counted)."""
         stale = self.app.settings.worker_stale_after
         judge = self.judge_heartbeats()
 
         def work(conn: Any) -> tuple[int, int]:
-            # Before their rows go: a gone worker is known by its row's last heartbeat.
-            gone = (
-                queries.rescue_jobs_of_gone_workers(conn, self.app.dialect, stale) if judge else 0
-            )
-            expired = queries.rescue_expired_jobs(conn, self.app.dialect)
-            queries.delete_stale_workers(conn, stale)
-            return gone, expired
+            gone = 0
+            if judge:
+                # Before their rows go: a gone worker is known by its row's last heartbeat.
+                gone = queries.rescue_jobs_of_gone_workers(conn, self.app.dialect, stale)
+                # Forgetting a worker is judging it gone too: a worker that may not judge
+                # leaves the row, so that one that may still finds the jobs it held.
+                queries.delete_stale_workers(conn, stale)
+            return gone, queries.rescue_expired_jobs(conn, self.app.dialect)
 
         gone, expired = run_in_transaction(self.app.engine, work)
         if gone or expired:
