@@ -285,9 +285,8 @@ class Worker:
             return dict(self._set_aside)
 
     def rescue(self) -> int:
-        """Free the jobs of workers gone silent (once this worker's own heartbeats have been
-        steady for ``worker_stale_after``) and of expired leases, and forget workers that
-        stopped heartbeating."""
+        """Free the jobs of expired leases; once this worker's own heartbeats have been steady
+        for ``worker_stale_after``, free the jobs of workers gone silent too, and forget them."""
         return self._rescuer.run_once()
 
     # --- the loop ------------------------------------------------------------------------
