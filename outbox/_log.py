@@ -12,6 +12,8 @@ BATCH_HANDLED = "outbox.batch.handled"  # one line per batch: handler, group, si
 LEASE_LOST = "outbox.lease.lost"
 GROUP_CLAIMED = "outbox.group.claimed"
 CLAIMS_ENQUEUED = "outbox.distribute.enqueued"
+# Events wait with no claim job and nothing distributes (no cron, workers with --no-distribute).
+DISTRIBUTION_MISSING = "outbox.distribute.missing"
 JOBS_RESCUED = "outbox.jobs.rescued"
 WORKER_STARTED = "outbox.worker.started"
 WORKER_STOPPING = "outbox.worker.stopping"

@@ -44,7 +44,7 @@ DEFAULT_MAX_BATCHES = 50
 DEFAULT_LEASE_SECONDS = 60.0
 DEFAULT_POLL_INTERVAL_SECONDS = 1.0
 DEFAULT_RESCUE_INTERVAL_SECONDS = 5.0
-DEFAULT_WORKER_STALE_SECONDS = 60.0
+DEFAULT_WORKER_STALE_SECONDS = 20.0
 MAX_BATCH_SIZE = 100_000
 MAX_MAX_BATCHES = 10_000
 
@@ -60,7 +60,9 @@ class Settings:
     ``lease_seconds``: how long a worker holds a job before others may rescue it; workers
     extend the leases of running jobs every third of it. ``poll_interval``: how long an idle
     worker waits before looking for work again. ``rescue_interval``: how often workers look for
-    expired leases. ``worker_stale_after``: a worker silent this long is considered dead.
+    expired leases. ``worker_stale_after``: a worker silent this long is gone: its jobs are
+    rescued then, before their leases end, and workers heartbeat every third of it (or of the
+    lease, when shorter).
     ``listen``: on PostgreSQL, idle workers LISTEN for new events and wake at once. Workers
     whose connections go through a pooler (PgBouncer), where LISTEN hears nothing, find work by
     polling instead without being told; ``False`` turns listening off everywhere.

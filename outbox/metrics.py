@@ -2,19 +2,50 @@
 
 Staleness is the age of the oldest unhandled event divided by the band's promise: above 1, the
 fleet is behind its promise. A handler raises an alert when its staleness passes its band's
-``alert_staleness`` or one of its groups has failed ``alert_attempts`` times.
+``alert_staleness`` or one of its groups has failed ``alert_attempts`` times, and when its events
+wait with nothing distributing them (:mod:`outbox._services.distribution_watch`). Jobs whose
+holder stopped heartbeating are listed with when they will be rescued.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Connection
 
 from outbox import schema
 from outbox._db import queries
-from outbox.app import Handler, Outbox
+from outbox._services import distribution_watch
+from outbox._services.heartbeat import silent_after
+from outbox.app import Handler, Outbox, Settings
+
+
+@dataclass(frozen=True, slots=True)
+class SilentHolding:
+    """A job of a handler held by a worker that stopped heartbeating. Float seconds, by the
+    database clock."""
+
+    kind: str
+    """``batch`` (a group) or ``claim``."""
+    group_id: str | None
+    holder: str
+    """The silent worker's id (host:pid:random)."""
+    heartbeat_age: float
+    """Seconds since the holder's last heartbeat."""
+    rescue_in: float
+    """Seconds until the job is due to be rescued (0: now): when the holder counts as gone
+    (``Settings.worker_stale_after``) or its lease runs out, whichever comes first; the next
+    rescue, every ``rescue_interval``, frees it."""
+
+    def text(self) -> str:
+        """One line's worth: what, who, since when, and when it comes back."""
+        what = f"group {self.group_id}" if self.group_id else f"a {self.kind} job"
+        when = "now" if self.rescue_in <= 0 else f"in {self.rescue_in:.0f} s"
+        return (
+            f"{what} held by {self.holder}, whose heartbeat stopped {self.heartbeat_age:.0f} s "
+            f"ago: rescued {when}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +93,12 @@ class HandlerStatus:
     """The handler's shared rate limit in words (per key when it has ``rate_limit_key``)."""
     archived: dict[str, int] = field(default_factory=dict)
     """Archived events by status: succeeded, dead, expired, discarded."""
+    undistributed_age: float | None = None
+    """Seconds the oldest claimable event has waited while the handler had no claim job (it
+    was not distributed yet); None when none waits so."""
+    silent_holdings: list[SilentHolding] = field(default_factory=list)
+    """The handler's jobs held by workers that stopped heartbeating, and when each is
+    rescued."""
     alerts: list[str] = field(default_factory=list)
     """Broken promises, in words; empty when all hold."""
 
@@ -100,6 +137,7 @@ def collect(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[Han
     """The status of every handler (or the named ones), read on one connection."""
     selected = app.select_handlers(handlers)
     with app.engine.connect() as conn:
+        silent = _silent_holdings(conn, app.settings)
         jobs = queries.job_counts(conn)
         archived = queries.archive_counts(conn)
         failed = queries.max_failed_attempts(conn)
@@ -107,10 +145,41 @@ def collect(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[Han
         held: dict[str, list[str]] = {}
         for key in queries.held_keys(conn):
             held.setdefault(key.handler, []).append(key.key)
-        return [
+        statuses = [
             _handler_status(conn, h, jobs, archived, failed, states.get(h.name), held)
             for h in selected
         ]
+        return [
+            _with_distribution(conn, h, s, silent.get(h.name, []))
+            for h, s in zip(selected, statuses, strict=True)
+        ]
+
+
+def _silent_holdings(conn: Connection, settings: Settings) -> dict[str, list[SilentHolding]]:
+    by_handler: dict[str, list[SilentHolding]] = {}
+    for job in queries.silent_holders(conn, silent_after(settings)):
+        rescue_in = max(min(settings.worker_stale_after - job.heartbeat_age, job.lease_left), 0.0)
+        by_handler.setdefault(job.handler, []).append(
+            SilentHolding(
+                kind=job.kind,
+                group_id=None if job.group_id is None else str(job.group_id),
+                holder=job.holder,
+                heartbeat_age=job.heartbeat_age,
+                rescue_in=rescue_in,
+            )
+        )
+    return by_handler
+
+
+def _with_distribution(
+    conn: Connection, h: Handler[Any], status: HandlerStatus, silent: list[SilentHolding]
+) -> HandlerStatus:
+    """The status with its silent holders, and whether anything distributes its events."""
+    age = distribution_watch.undistributed_age(conn, h)
+    alerts = list(status.alerts)
+    if age is not None and age > distribution_watch.alert_after(h):
+        alerts.append(distribution_watch.alert_text(age))
+    return replace(status, undistributed_age=age, silent_holdings=silent, alerts=alerts)
 
 
 def _handler_status(

@@ -45,7 +45,8 @@ from outbox._engine.batch_job import run_batch_job
 from outbox._engine.completion import FinishRefused, pauses_on_retry_after
 from outbox._engine.flow_state import FlowState
 from outbox._faults import AFTER_ACQUIRE, crash_point
-from outbox._services.heartbeat import Heartbeat
+from outbox._services.distribution_watch import DistributionWatch
+from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.listener import Listener
 from outbox._services.rescuer import Rescuer
 from outbox.app import Handler, Outbox
@@ -87,6 +88,12 @@ FLOW_STATE_REFRESH_SECONDS = 1.0
 DUE_MARGIN_SECONDS = 0.02
 # The most due times a worker remembers to wake at.
 MAX_DUE_NOTED = 1024
+# How often the fleet's leader distributes, unless told otherwise: events wait at most about
+# this long for a claim job when no notification wakes a worker, the same as the default poll
+# interval, so that a fleet without LISTEN (MariaDB, SQLite, a pooler) starts on new events
+# within a second or two. One distribution is a capped count and an insert per handler, a few
+# milliseconds, and only the leader runs it, however many workers there are.
+DEFAULT_DISTRIBUTE_EVERY_SECONDS = 1.0
 
 
 @dataclass
@@ -144,8 +151,10 @@ class Worker:
 
     ``concurrency``: jobs run at once (at most ``MAX_CONCURRENCY``). ``handlers``: names to
     serve (all when empty). ``burst``: distribute whenever idle, and return once nothing is due now.
-    ``distribute_every``: seconds between distributions by the fleet's leader (None: never;
-    run ``outbox distribute`` from cron instead). ``on_result``: called from a worker thread
+    ``distribute_every``: seconds between distributions by the fleet's leader (default
+    ``DEFAULT_DISTRIBUTE_EVERY_SECONDS``; None: never, run ``outbox distribute`` from cron
+    instead; the leader then logs ``outbox.distribute.missing`` when events wait with nothing
+    distributing them). ``on_result``: called from a worker thread
     with each :class:`BatchResult`. ``claims_in_flight``: claims of one handler run at once
     (see ``CLAIMS_IN_FLIGHT_PER_HANDLER``).
     """
@@ -157,7 +166,7 @@ class Worker:
         concurrency: int = DEFAULT_CONCURRENCY,
         handlers: tuple[str, ...] | list[str] = (),
         burst: bool = False,
-        distribute_every: float | None = None,
+        distribute_every: float | None = DEFAULT_DISTRIBUTE_EVERY_SECONDS,
         shutdown_grace_period: float = DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
         on_result: Callable[[BatchResult], None] | None = None,
         claims_in_flight: int = CLAIMS_IN_FLIGHT_PER_HANDLER,
@@ -220,7 +229,6 @@ class Worker:
         self._serving = list(self.handlers)
         """The handlers served: all but those set aside."""
         self._listener: Listener | None = None
-        self._rescuer = Rescuer(app, self.id)
         self._flow = FlowState(app, refresh_every=FLOW_STATE_REFRESH_SECONDS)
         self._heartbeat_service = Heartbeat(
             app,
@@ -229,6 +237,10 @@ class Worker:
             running=self._running_now,
             stopping=self._stopping.is_set,
         )
+        self._rescuer = Rescuer(
+            app, self.id, judge_heartbeats=self._heartbeat_service.may_judge_others
+        )
+        self._distribution_watch = DistributionWatch(app, self.id)
 
     # --- control -------------------------------------------------------------------------
 
@@ -282,7 +294,8 @@ class Worker:
             return dict(self._set_aside)
 
     def rescue(self) -> int:
-        """Free jobs whose lease expired and forget workers that stopped heartbeating."""
+        """Free the jobs of expired leases; once this worker's own heartbeats have been steady
+        for ``worker_stale_after``, free the jobs of workers gone silent too, and forget them."""
         return self._rescuer.run_once()
 
     # --- the loop ------------------------------------------------------------------------
@@ -307,6 +320,7 @@ class Worker:
             claims_in_flight=self.claims_in_flight,
             handlers=sorted(self.handlers),
             burst=self.burst,
+            distribute_every=self.distribute_every,
         )
         for n in range(self.concurrency):
             thread = threading.Thread(
@@ -709,7 +723,7 @@ class Worker:
 
     def _maintenance_main(self) -> None:
         settings = self.app.settings
-        heartbeat_every = settings.lease_seconds / 3
+        heartbeat_every = heartbeat_interval(settings)
         next_heartbeat = next_rescue = next_distribution = time.monotonic()
         while not self._aborted.is_set():
             now = time.monotonic()
@@ -720,6 +734,9 @@ class Worker:
                 if now >= next_rescue and not self._stopping.is_set():
                     self.rescue()
                     self._look_for_missing_tables()
+                    if self.distribute_every is None and self.leading:
+                        # Distribution is left to cron: say so if nothing runs it.
+                        self._distribution_watch.run_once(self._serving)
                     next_rescue = now + settings.rescue_interval * (0.75 + random.random() / 2)
                 if (
                     self.distribute_every is not None

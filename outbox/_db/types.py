@@ -61,6 +61,22 @@ class RefusedGroup:
     error: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class SilentHolder:
+    """A leased job whose holder has stopped heartbeating. Seconds, by the database clock."""
+
+    handler: str
+    kind: str
+    group_id: uuid.UUID | None
+    """The group of a batch job; None for a claim job."""
+    holder: str
+    """The holding worker's id."""
+    heartbeat_age: float
+    """Seconds since the holder's last heartbeat."""
+    lease_left: float
+    """Seconds until the job's lease runs out (negative: it has)."""
+
+
 class UnreadableRowsError(Exception):
     """Rows were claimed, but one of their stored values could not be turned into Python: by
     the driver, or by its column's type (an Enum member since removed, a TypeDecorator's

@@ -1,16 +1,46 @@
 """The heartbeat: a worker tells the fleet it lives, keeps the leases of the jobs it runs, and
-learns how many workers there are and whether it leads them."""
+learns how many workers there are and whether it leads them.
+
+A worker is *gone* once its heartbeat is older than ``Settings.worker_stale_after``. Workers
+heartbeat every third of the shorter of that and the lease (:func:`heartbeat_interval`), so a
+gone worker has missed two heartbeats and a third is due: one late heartbeat (a slow commit, a
+pause of the process) is not taken for a death. Its jobs are then rescued at once
+(:mod:`outbox._services.rescuer`), rather than when their leases run out.
+"""
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from outbox._db import queries, run_in_transaction
-from outbox.app import Outbox
+from outbox.app import Outbox, Settings
+
+# Heartbeats per stale age (and per lease): the heartbeats a worker may miss, less one, before
+# the fleet takes it for gone.
+HEARTBEATS_PER_STALE_AGE = 3
+# A gap between two of a worker's own heartbeats longer than this many intervals means that it
+# too was cut off (a database outage, a stalled connection): until its heartbeats have been
+# steady for a whole stale age again, it judges no other worker gone, since they were most
+# likely cut off with it.
+STEADY_GAP_INTERVALS = 1.5
+
+
+def heartbeat_interval(settings: Settings) -> float:
+    """Seconds between a worker's heartbeats: a third of the shorter of the lease and the stale
+    age, so that leases are renewed twice before they could run out, and a gone worker is known
+    within three intervals."""
+    return min(settings.lease_seconds, settings.worker_stale_after) / HEARTBEATS_PER_STALE_AGE
+
+
+def silent_after(settings: Settings) -> float:
+    """Seconds without a heartbeat after which a holder is shown as silent (``outbox status``):
+    two intervals, a heartbeat missed."""
+    return 2 * heartbeat_interval(settings)
 
 
 @dataclass(frozen=True)
@@ -27,13 +57,17 @@ class Beat:
 class Heartbeat:
     """One worker's heartbeat. ``running``: the ids of the jobs it runs now, whose leases are
     extended; only those, so that a job whose finishing write failed runs out its lease and is
-    rescued. ``stopping``: a stopping worker does not put back a row it deleted."""
+    rescued. ``stopping``: a stopping worker does not put back a row it deleted. ``clock``:
+    monotonic seconds (injected by tests)."""
 
     app: Outbox
     worker_id: str
     concurrency: int
     running: Callable[[], Sequence[int]]
     stopping: Callable[[], bool]
+    clock: Callable[[], float] = time.monotonic
+    _last_beat: float | None = field(default=None, init=False, repr=False)
+    _steady_since: float | None = field(default=None, init=False, repr=False)
 
     def run_once(self) -> Beat:
         """Touch (or insert) the worker's row, extend its leases, count the fleet and find its
@@ -51,4 +85,23 @@ class Heartbeat:
             leader = queries.leader_worker_id(conn, settings.worker_stale_after)
             return Beat(max(live, 1), leader == self.worker_id)
 
-        return run_in_transaction(self.app.engine, work)
+        beat = run_in_transaction(self.app.engine, work)
+        self._note_beat()
+        return beat
+
+    def _note_beat(self) -> None:
+        now = self.clock()
+        gap = STEADY_GAP_INTERVALS * heartbeat_interval(self.app.settings)
+        if self._last_beat is None or now - self._last_beat > gap:
+            self._steady_since = now
+        self._last_beat = now
+
+    def may_judge_others(self) -> bool:
+        """Whether this worker's own heartbeats have been steady for a whole stale age, so that
+        another worker silent that long is gone rather than cut off with it."""
+        if self._steady_since is None or self._last_beat is None:
+            return False
+        now = self.clock()
+        gap = STEADY_GAP_INTERVALS * heartbeat_interval(self.app.settings)
+        steady_for = now - self._steady_since
+        return now - self._last_beat <= gap and steady_for >= self.app.settings.worker_stale_after

@@ -14,6 +14,8 @@ when the module is imported (batch size, attempts) or when a batch runs (the res
 - ``OUTBOX_TEST_MAX_ATTEMPTS``: the handlers' ``RetryPolicy.max_attempts`` (default 8).
 - ``OUTBOX_TEST_CALLS_PER_SECOND``: a ``RateLimit`` of ``record_activity`` (default none).
 - ``OUTBOX_TEST_ORDERED``: ``1`` gives ``record_activity`` the ordering key ``activity_id``.
+- ``OUTBOX_TEST_WORKER_STALE_AFTER``: ``Settings.worker_stale_after`` in seconds (default: the
+  library's).
 
 Lines are ``<handler> <group_id> <attempt> <pid>`` followed, in ``started.log``, by the Unix time
 the batch started and, in ``handled.log``, by the event id.
@@ -38,6 +40,7 @@ BATCH_SIZE_ENV = "OUTBOX_TEST_BATCH_SIZE"
 MAX_ATTEMPTS_ENV = "OUTBOX_TEST_MAX_ATTEMPTS"
 CALLS_PER_SECOND_ENV = "OUTBOX_TEST_CALLS_PER_SECOND"
 ORDERED_ENV = "OUTBOX_TEST_ORDERED"
+WORKER_STALE_AFTER_ENV = "OUTBOX_TEST_WORKER_STALE_AFTER"
 
 STARTED_LOG = "started.log"
 HANDLED_LOG = "handled.log"
@@ -53,7 +56,12 @@ RATE_LIMIT = None if not _calls_per_second else RateLimit(calls_per_second=float
 
 # Rescue expired leases every half second (default 5 s), so that killed workers' groups come
 # back within the tests' time budget; lease and poll interval come from the command line.
-app = Outbox(settings=Settings(rescue_interval=0.5))
+_stale_after = os.environ.get(WORKER_STALE_AFTER_ENV)
+app = Outbox(
+    settings=Settings(rescue_interval=0.5)
+    if not _stale_after
+    else Settings(rescue_interval=0.5, worker_stale_after=float(_stale_after))
+)
 
 _write_lock = threading.Lock()
 

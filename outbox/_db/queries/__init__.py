@@ -79,7 +79,10 @@ from outbox._db.queries.jobs import (
     release_job,
     release_refused_jobs,
     rescue_expired_jobs,
+    rescue_jobs_of_gone_workers,
     return_job,
+    silent_holders,
+    undistributed_age,
 )
 from outbox._db.queries.limits import Spend, delete_idle_limits, hold_back, reserve
 from outbox._db.queries.notify import (
@@ -107,6 +110,7 @@ from outbox._db.types import (
     JobRow,
     LeasedClaim,
     RefusedGroup,
+    SilentHolder,
     UnreadableRowsError,
 )
 
@@ -122,6 +126,7 @@ __all__ = [
     "JobRow",
     "LeasedClaim",
     "RefusedGroup",
+    "SilentHolder",
     "Spend",
     "UnreadableRowsError",
     "acquire_capped_batch_jobs",
@@ -192,6 +197,7 @@ __all__ = [
     "release_job",
     "release_refused_jobs",
     "rescue_expired_jobs",
+    "rescue_jobs_of_gone_workers",
     "reserve",
     "reset_breaker",
     "resume_handler",
@@ -200,8 +206,10 @@ __all__ = [
     "select_claimed_rows",
     "select_group_rows",
     "set_breaker_counts",
+    "silent_holders",
     "table_indexes",
     "touch_worker",
     "unclaim_rows",
     "unclaimed_after",
+    "undistributed_age",
 ]

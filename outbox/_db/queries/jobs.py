@@ -21,11 +21,12 @@ from sqlalchemy import (
 
 from outbox import schema
 from outbox._db import dialects
-from outbox._db.dialects.clock import db_now, db_now_plus
+from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
 from outbox._db.queries.handlers import not_paused
-from outbox._db.types import JobRow, RefusedGroup
+from outbox._db.types import JobRow, RefusedGroup, SilentHolder
 
 _jobs = schema.jobs
+_workers = schema.workers
 
 
 def claim_job_slots(conn: Connection, handler: str) -> set[int]:
@@ -227,6 +228,92 @@ def rescue_expired_jobs(conn: Connection, dialect: str) -> int:
     }
     rescued = dialects.statements(dialect).update_picked(conn, _jobs, expired, values, [_jobs.c.id])
     return len(rescued)
+
+
+def rescue_jobs_of_gone_workers(conn: Connection, dialect: str, stale_seconds: float) -> int:
+    """Free the jobs held by workers whose heartbeat is older than ``stale_seconds``, before
+    their lease runs out: their holder is gone, and waiting out the lease only delays them.
+
+    Like :func:`rescue_expired_jobs`, it takes the lease token away, so that each finishing
+    write of a holder that was only slow changes nothing (the fence), and skips rows locked by
+    a completion in progress (``FOR UPDATE SKIP LOCKED``; the workers subquery reads without
+    locking). Only holders with a row are judged: a job leased by code that never registered
+    a worker (``outbox.testing.drain``) keeps its lease to its end. Refused jobs (no expiry)
+    are left alone. Served by the primary key of ``outbox_workers`` and the
+    ``lease_expires_at`` index of ``outbox_jobs``.
+    """
+    gone = select(_workers.c.id).where(_workers.c.heartbeat_at < db_now_plus(-stale_seconds))
+    held = select(_jobs.c.id).where(
+        _jobs.c.lease_token.is_not(None),
+        _jobs.c.lease_expires_at.is_not(None),
+        _jobs.c.lease_owner.in_(gone),
+    )
+    values = {
+        "lease_owner": None,
+        "lease_token": None,
+        "lease_expires_at": None,
+        "run_at": db_now(),
+        "last_error": RESCUED_ERROR,
+    }
+    rescued = dialects.statements(dialect).update_picked(conn, _jobs, held, values, [_jobs.c.id])
+    return len(rescued)
+
+
+def silent_holders(conn: Connection, silent_seconds: float) -> list[SilentHolder]:
+    """The leased jobs whose holder has not heartbeated for ``silent_seconds``, oldest
+    heartbeat first: what ``outbox status`` shows as held by a worker that seems gone.
+
+    A join on the workers' primary key; reads only, locks nothing. Refused jobs (no expiry)
+    are not held by anyone and are left out.
+    """
+    rows = conn.execute(
+        select(
+            _jobs.c.handler,
+            _jobs.c.kind,
+            _jobs.c.group_id,
+            _workers.c.id,
+            age_seconds(_workers.c.heartbeat_at),
+            -age_seconds(_jobs.c.lease_expires_at),
+        )
+        .join(_workers, _workers.c.id == _jobs.c.lease_owner)
+        .where(
+            _jobs.c.lease_token.is_not(None),
+            _jobs.c.lease_expires_at.is_not(None),
+            _workers.c.heartbeat_at < db_now_plus(-silent_seconds),
+        )
+        .order_by(_workers.c.heartbeat_at, _jobs.c.id)
+    )
+    return [
+        SilentHolder(handler, kind, group_id, holder, float(age), float(left))
+        for handler, kind, group_id, holder, age, left in rows
+    ]
+
+
+def undistributed_age(
+    conn: Connection, table: Any, handler: str, only: ColumnElement[bool] | None = None
+) -> float | None:
+    """Seconds the oldest unclaimed event of a buffer has waited while its handler has no
+    claim job at all; None when nothing waits or a claim job exists.
+
+    Why: a distribution leaves a claim job for waiting events, and a claim job lives until a
+    claim finds the buffer drained, so events that wait long with none mean nothing
+    distributes. ``only``: the rows a claim may take now (an ordered handler's), as the
+    distributor counts them. One step into the partial index ``ix_<table>_unclaimed`` and one
+    into ``uq_outbox_jobs_claim_slot`` (whose leading column is ``handler``).
+    """
+    claim_job = select(_jobs.c.id).where(
+        _jobs.c.handler == handler, _jobs.c.kind == schema.JobKind.CLAIM
+    )
+    stmt = (
+        select(age_seconds(table.c.created_at))
+        .where(table.c.group_id.is_(None), ~claim_job.exists())
+        .order_by(table.c.id)
+        .limit(1)
+    )
+    if only is not None:
+        stmt = stmt.where(only)
+    age = conn.execute(stmt).scalar_one_or_none()
+    return None if age is None else max(float(age), 0.0)
 
 
 def delete_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:

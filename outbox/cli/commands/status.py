@@ -87,6 +87,9 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
         if len(r.held_keys) > HELD_KEYS_SHOWN:
             click.echo(f"{r.handler}: {len(r.held_keys) - HELD_KEYS_SHOWN} more held keys")
     for r in rows:
+        for holding in r.silent_holdings:
+            click.echo(f"{r.handler}: {holding.text()}")
+    for r in rows:
         for alert in r.alerts:
             click.echo(f"alert: {r.handler} ({r.urgency}): {alert}")
 

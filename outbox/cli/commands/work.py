@@ -31,6 +31,7 @@ from outbox.exceptions import (
 from outbox.worker import (
     CLAIMS_IN_FLIGHT_PER_HANDLER,
     DEFAULT_CONCURRENCY,
+    DEFAULT_DISTRIBUTE_EVERY_SECONDS,
     DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
     MAX_CONCURRENCY,
     Worker,
@@ -79,7 +80,13 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
     type=INTERVAL,
     default=None,
     metavar="SECONDS",
-    help=f"Also distribute every SECONDS (one leader across all workers; {INTERVAL.allowed}).",
+    help=f"Distribute every SECONDS (the fleet's leader only; default "
+    f"{DEFAULT_DISTRIBUTE_EVERY_SECONDS:g}; {INTERVAL.allowed}).",
+)
+@click.option(
+    "--no-distribute",
+    is_flag=True,
+    help="Leave distribution to `outbox distribute` from cron.",
 )
 @click.option(
     "--shutdown-grace-period",
@@ -127,13 +134,22 @@ def work(
     handlers: tuple[str, ...],
     burst: bool,
     distribute_every: float | None,
+    no_distribute: bool,
     shutdown_grace_period: float,
     lease: float | None,
     poll_interval: float | None,
     metrics_port: int | None,
     listen: bool | None,
 ) -> None:
-    """Run claim and batch jobs until stopped (SIGTERM/SIGINT: graceful; twice: at once)."""
+    """Run claim and batch jobs until stopped (SIGTERM/SIGINT: graceful; twice: at once).
+
+    The fleet's leader also distributes, every second unless told otherwise.
+    """
+    if no_distribute and distribute_every is not None:
+        raise click.BadParameter(
+            "cannot be given with --distribute-every", param_hint="--no-distribute"
+        )
+    every = None if no_distribute else (distribute_every or DEFAULT_DISTRIBUTE_EVERY_SECONDS)
     if processes > 1 and not hasattr(os, "fork"):
         raise click.BadParameter("needs fork(), missing here", param_hint="--processes")
     if metrics_port is not None and not 0 < metrics_port <= MAX_PORT - processes + 1:
@@ -156,7 +172,7 @@ def work(
             concurrency=concurrency,
             handlers=handlers,
             burst=burst,
-            distribute_every=distribute_every,
+            distribute_every=every,
             shutdown_grace_period=shutdown_grace_period,
             on_result=None if metrics_port is None else _serve_metrics(app, metrics_port + index),
             claims_in_flight=max(1, CLAIMS_IN_FLIGHT_PER_HANDLER // processes),
