@@ -94,7 +94,7 @@ class Case:
 # --- values -------------------------------------------------------------------------------
 
 
-class Boom(Exception):
+class Boom(Exception):  # noqa: N818 - the model expects its errors by this name
     """A plain failure of the downstream."""
 
 
@@ -193,7 +193,9 @@ def _error_of(kind: CallKind) -> BaseException:
 class Script:
     """Hands out the case's calls in order (then plain returns) and keeps the records."""
 
-    def __init__(self, calls: tuple[Call, ...], sink: Callable[[Record], None] | None = None) -> None:
+    def __init__(
+        self, calls: tuple[Call, ...], sink: Callable[[Record], None] | None = None
+    ) -> None:
         self.calls = calls
         self.records: list[Record] = []
         self._sink = sink
@@ -239,10 +241,11 @@ def _play(batch: Batch[Any], record: Record) -> float | None:
     if call.kind is CallKind.RETRY_AFTER:
         assert call.after is not None
         value, given = after_value(call.after)
-        record.wait_given_at = given
+        record.given = [given]
         raise RetryAfter(value, reason=reason_value(call.reason))
     if call.kind is not CallKind.RETURN:
         raise _error_of(call.kind)
+    record.given = [None] * len(call.ops)
     for n, op in enumerate(call.ops):
         try:
             events = events_for(op.pick, batch)
@@ -252,8 +255,7 @@ def _play(batch: Batch[Any], record: Record) -> float | None:
             elif op.after is None:
                 batch.retry(events, reason)
             else:
-                value, given = after_value(op.after)
-                record.wait_given_at = given
+                value, record.given[n] = after_value(op.after)
                 batch.retry(events, reason, after=value)
         except BaseException:
             record.op_raised = n

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -28,7 +28,14 @@ DEFERRAL_LAG_SECONDS = 0.5
 """A deferred group is back within ``after * 1.1 + 0.5 s`` on a fleet with default settings."""
 
 
-class CallKind(StrEnum):
+class _Word(StrEnum):
+    """A word of a case; its repr is the code that names it."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}.{self.name}"
+
+
+class CallKind(_Word):
     """What one handler call does."""
 
     RETURN = "return"  # after its ops (retry / discard), if any
@@ -41,12 +48,12 @@ class CallKind(StrEnum):
     SLOW = "slow"  # overruns the handler's timeout
 
 
-class OpKind(StrEnum):
+class OpKind(_Word):
     RETRY = "retry"
     DISCARD = "discard"
 
 
-class Pick(StrEnum):
+class Pick(_Word):
     """Which events an op passes."""
 
     FIRST = "first"
@@ -56,7 +63,7 @@ class Pick(StrEnum):
     TEXT = "text"  # a str instead of events
 
 
-class ReasonKind(StrEnum):
+class ReasonKind(_Word):
     STR = "str"
     NONE = "none"
     DICT = "dict"
@@ -64,7 +71,7 @@ class ReasonKind(StrEnum):
     BAD_STR = "bad_str"  # an object whose __str__ raises
 
 
-class AfterKind(StrEnum):
+class AfterKind(_Word):
     SECONDS = "seconds"  # value: the number given
     TIMEDELTA = "timedelta"  # value: its seconds
     AWARE = "aware"  # value: seconds from now of an aware datetime
@@ -176,8 +183,23 @@ class Expectation:
 REASON_TEXT = "rejected by the downstream"
 
 
-def expect(call: Call, ids: Sequence[int], *, ordered: bool, timed_out: bool) -> Expectation:
-    """What ``call`` must do to a group of ``ids`` (deferral budgets are the checker's)."""
+def expect(
+    call: Call,
+    ids: Sequence[int],
+    *,
+    ordered: bool,
+    timed_out: bool,
+    offsets: Sequence[float | None] = (),
+) -> Expectation:
+    """What ``call`` must do to a group of ``ids`` (deferral budgets are the checker's).
+
+    ``offsets``: for each ``after`` the call gave (its ops', or its ``RetryAfter``'s), the
+    seconds from the call's start to the moment its wait counts from; waits are returned in
+    seconds from the call's start."""
+
+    def offset(n: int) -> float:
+        return (offsets[n] if n < len(offsets) else None) or 0.0
+
     if timed_out or call.kind is CallKind.SLOW:
         return _failed("HandlerTimeoutError", prefix="HandlerTimeoutError")
     if call.kind is CallKind.RAISE:
@@ -198,9 +220,11 @@ def expect(call: Call, ids: Sequence[int], *, ordered: bool, timed_out: bool) ->
         if reason_refused(call.reason, optional=True):
             return _failed("TypeError")
         return Expectation(
-            deferred_whole=wait, events=dict.fromkeys(ids, Effect.DEFERRED), error_prefix="RetryAfter"
+            deferred_whole=Wait(wait.seconds + offset(0)),
+            events=dict.fromkeys(ids, Effect.DEFERRED),
+            error_prefix="RetryAfter",
         )
-    return _returned(call, ids, ordered=ordered)
+    return _returned(call, ids, ordered=ordered, offset=offset)
 
 
 def _failed(
@@ -215,7 +239,9 @@ def _failed(
     )
 
 
-def _returned(call: Call, ids: Sequence[int], *, ordered: bool) -> Expectation:
+def _returned(
+    call: Call, ids: Sequence[int], *, ordered: bool, offset: Callable[[int], float]
+) -> Expectation:
     discarded: dict[int, str] = {}
     retried: dict[int, str] = {}
     plain: set[int] = set()
@@ -234,7 +260,7 @@ def _returned(call: Call, ids: Sequence[int], *, ordered: bool) -> Expectation:
             if isinstance(reading, Refused):
                 refused |= reading.types
             else:
-                wait = reading
+                wait = Wait(reading.seconds + offset(n))
         chosen = [] if refused else picked(op.pick, ids)
         clash = discarded if op.kind is OpKind.RETRY else retried
         if any(i in clash for i in chosen):
@@ -294,7 +320,11 @@ class Record:
     end_wall: float | None = None
     raised: str | None = None  # the first line of what the handler raised, if it raised
     op_raised: int | None = None  # which op raised, if one did
-    wait_given_at: float | None = None  # wall time the after values were built
+    given: list[float | None] = field(default_factory=list)
+    """For each op (or the RetryAfter), the wall time its ``after`` counts from."""
+
+    def offsets(self) -> list[float | None]:
+        return [None if g is None else g - self.start_wall for g in self.given]
 
     def start(self, wall: bool) -> float:
         return self.start_wall if wall else self.start_mono
@@ -343,7 +373,7 @@ class Final:
     settled: bool  # the run ended because nothing more was due, not at its deadline
 
 
-class Violation(AssertionError):
+class Violation(AssertionError):  # noqa: N818 - an assertion that failed, by its name
     pass
 
 
@@ -418,7 +448,10 @@ class Checker:
     def _check_call(self, record: Record) -> None:
         o = self.options
         start = record.start(self.wall)
-        what = f"call {record.index} (group {record.group[:8]}, attempt {record.attempt}, ids {record.ids})"
+        what = (
+            f"call {record.index} (group {record.group[:8]}, attempt {record.attempt}, "
+            f"ids {record.ids})"
+        )
         if o.grouped and len({repr(k) for k in record.keys}) > 1:
             self.problem(f"{what}: group_by, but its events have the keys {record.keys}")
         if o.expires_after is not None:
@@ -426,7 +459,9 @@ class Checker:
             for i in record.ids:
                 age = record.start_wall - self.created[i]
                 if age > o.expires_after + slack:
-                    self.problem(f"{what}: event {i} handed over {age:.2f} s old, past expires_after")
+                    self.problem(
+                        f"{what}: event {i} handed over {age:.2f} s old, past expires_after"
+                    )
         for i in record.ids:
             e = self.events.get(i)
             if e is None:
@@ -444,7 +479,8 @@ class Checker:
                 self.problem(f"{what}: event {i} back {start - e.latest:.2f} s after its latest")
             reset = o.ordered and o.bisect  # an ordered half put back unclaimed starts anew
             if record.attempt != e.next_attempt and not (
-                (reset and record.attempt == 1) or ((o.killed or e.uncertain) and record.attempt > e.next_attempt)
+                (reset and record.attempt == 1)
+                or ((o.killed or e.uncertain) and record.attempt > e.next_attempt)
             ):
                 self.problem(f"{what}: event {i} should be on attempt {e.next_attempt}")
         self._apply(record, what)
@@ -452,7 +488,13 @@ class Checker:
     def _apply(self, record: Record, what: str) -> None:
         o = self.options
         timed_out = _timed_out(record)
-        x = expect(record.call, record.ids, ordered=o.ordered, timed_out=timed_out)
+        x = expect(
+            record.call,
+            record.ids,
+            ordered=o.ordered,
+            timed_out=timed_out,
+            offsets=record.offsets(),
+        )
         end = record.end(self.wall)
         uncertain = self._killed_during(record)
         if end is None:
@@ -463,18 +505,27 @@ class Checker:
                     ev.next_attempt = record.attempt + 1
             return
         if x.refused_op is not None and record.op_raised != x.refused_op:
+            instead = (
+                "it was accepted" if record.op_raised is None else f"op {record.op_raised} raised"
+            )
             self.problem(
                 f"{what}: op {x.refused_op} {record.call.ops[x.refused_op]} must raise one of "
-                f"{sorted(x.error_types)}, but {'op ' + str(record.op_raised) + ' raised' if record.op_raised is not None else 'it was accepted'}"
+                f"{sorted(x.error_types)}, but {instead}"
             )
-        if x.failed_whole and not timed_out and record.raised is None and record.call.kind is not CallKind.SLOW:
+        if (
+            x.failed_whole
+            and not timed_out
+            and record.raised is None
+            and record.call.kind is not CallKind.SLOW
+        ):
             self.problem(f"{what}: should have failed with {sorted(x.error_types)}")
         if x.failed_whole and record.raised is not None:
             head = record.raised.split(":")[0]
             if head not in x.error_types and not timed_out:
-                self.problem(f"{what}: raised {record.raised!r}, expected one of {sorted(x.error_types)}")
-        given = record.wait_given_at if record.wait_given_at is not None else record.start_wall
-        given_t = self._t(given, record)
+                self.problem(
+                    f"{what}: raised {record.raised!r}, expected one of {sorted(x.error_types)}"
+                )
+        given_t = record.start(self.wall)  # the expectation's waits count from the start
         limited = o.rate_limit is not None or o.breaker_failures is not None or o.ordered
         slack_up = DEFERRAL_LAG_SECONDS + 1.0 + (o.timeout or 0.0)
         for i in record.ids:
@@ -485,8 +536,16 @@ class Checker:
                 self._fail(e, record, x.error_line, x.error_prefix, x.error_types, end)
                 continue
             if x.deferred_whole is not None:
-                self._defer(e, record, x.deferred_whole.seconds, given_t, end, limited, slack_up,
-                            f"RetryAfter")
+                self._defer(
+                    e,
+                    record,
+                    x.deferred_whole.seconds,
+                    given_t,
+                    end,
+                    limited,
+                    slack_up,
+                    "RetryAfter",
+                )
                 continue
             effect = x.events[i]
             if effect is Effect.DELIVERED:
@@ -563,15 +622,22 @@ class Checker:
         done.sort(key=lambda r: (r.end(self.wall), r.index))
         for r in done:
             timed_out = _timed_out(r)
-            x = expect(r.call, r.ids, ordered=o.ordered, timed_out=timed_out)
+            x = expect(r.call, r.ids, ordered=o.ordered, timed_out=timed_out, offsets=r.offsets())
             end = r.end(self.wall)
             assert end is not None
             if x.deferred_whole is not None and r.raised and r.raised.startswith("RetryAfter"):
-                given = self._t(r.wait_given_at or r.start_wall, r)
+                given = r.start(self.wall)
                 keys = {repr(k) for k in r.keys} if o.per_key else None
                 spent = any(self.events[i].next_attempt > r.attempt for i in r.ids)
                 if not spent:
-                    windows.append((end + 0.1, given + x.deferred_whole.seconds - 0.1, keys, f"call {r.index}'s RetryAfter"))
+                    windows.append(
+                        (
+                            end + 0.1,
+                            given + x.deferred_whole.seconds - 0.1,
+                            keys,
+                            f"call {r.index}'s RetryAfter",
+                        )
+                    )
             if o.breaker_failures is None or self._killed_during(r):
                 run = 0
                 continue
@@ -581,14 +647,23 @@ class Checker:
             downstream = x.failed_whole and not (x.cause == "data" or half)
             run = run + 1 if downstream else 0
             if run >= o.breaker_failures and o.probe_after is not None:
-                windows.append((end + 0.1, end + o.probe_after - 0.1, None, f"the breaker opened by call {r.index}"))
+                windows.append(
+                    (
+                        end + 0.1,
+                        end + o.probe_after - 0.1,
+                        None,
+                        f"the breaker opened by call {r.index}",
+                    )
+                )
                 run = 0
         for r in self.records:
             start = r.start(self.wall)
             keys = {repr(k) for k in r.keys}
             for begin, until, held, why in windows:
                 if begin < start < until and (held is None or held & keys):
-                    self.problem(f"call {r.index} started {start - begin + 0.1:.2f} s into {why}'s pause")
+                    self.problem(
+                        f"call {r.index} started {start - begin + 0.1:.2f} s into {why}'s pause"
+                    )
 
     def _check_order(self) -> None:
         """An ordered key's events are handed over as a prefix of what the key has waiting, and
@@ -616,14 +691,23 @@ class Checker:
                     if i in mine or i > top:
                         continue
                     done = finished.get(i)
-                    if done is None or done > start:
-                        if not self.events[i].uncertain:
-                            self.problem(f"call {r.index}: key {k}'s event {top} handed over before event {i} was done")
+                    if (done is None or done > start) and not self.events[i].uncertain:
+                        self.problem(
+                            f"call {r.index}: key {k}'s event {top} handed over before "
+                            f"event {i} was done"
+                        )
                 for i in by_key[k]:
                     if i < min(mine) and i in dead and dead[i] <= start:
-                        self.problem(f"call {r.index}: key {k} handed over after its event {i} died")
+                        self.problem(
+                            f"call {r.index}: key {k} handed over after its event {i} died"
+                        )
                 other = open_calls.get(k)
-                if other is not None and other.end(self.wall) is not None and start < (other.end(self.wall) or 0) - 0.05 and not self._killed_during(other):
+                if (
+                    other is not None
+                    and other.end(self.wall) is not None
+                    and start < (other.end(self.wall) or 0) - 0.05
+                    and not self._killed_during(other)
+                ):
                     self.problem(f"calls {other.index} and {r.index} hold key {k} at once")
                 open_calls[k] = r
 
@@ -636,30 +720,43 @@ class Checker:
             buffered = i in final.buffered
             where = f"event {i}: "
             if len(rows) > 1 or (rows and buffered):
-                self.problem(where + f"ended more than once: {statuses}{' and buffered' if buffered else ''}")
+                self.problem(
+                    where + f"ended more than once: {statuses}{' and buffered' if buffered else ''}"
+                )
                 continue
             row = rows[0] if rows else None
             if row is not None and row.status == "expired":
                 if o.expires_after is None or row.age < o.expires_after - 0.2:
-                    self.problem(where + f"expired {row.age:.2f} s old (expires_after {o.expires_after})")
+                    self.problem(
+                        where + f"expired {row.age:.2f} s old (expires_after {o.expires_after})"
+                    )
                 elif e.state in ("delivered", "discarded", "dead") and not e.uncertain:
                     self.problem(where + f"expired, but it was {e.state} before")
                 continue
             if e.state == "delivered":
-                if buffered or (row is not None and row.status != "succeeded") or (row and not o.archive):
+                if (
+                    buffered
+                    or (row is not None and row.status != "succeeded")
+                    or (row and not o.archive)
+                ):
                     if not e.uncertain:
-                        self.problem(where + f"delivered, but {'buffered' if buffered else statuses}")
+                        self.problem(
+                            where + f"delivered, but {'buffered' if buffered else statuses}"
+                        )
                 elif o.archive and row is None and not e.uncertain:
                     self.problem(where + "delivered by an archiving handler, but not archived")
             elif e.state == "discarded":
-                if row is None or row.status != "discarded" or row.error != e.reason:
-                    if not e.uncertain:
-                        got = (row.status, row.error) if row else ("buffered" if buffered else "gone")
-                        self.problem(where + f"discarded with {e.reason!r}, but ended {got}")
+                wrong = row is None or row.status != "discarded" or row.error != e.reason
+                if wrong and not e.uncertain:
+                    got = (row.status, row.error) if row else ("buffered" if buffered else "gone")
+                    self.problem(where + f"discarded with {e.reason!r}, but ended {got}")
             elif e.state == "dead":
                 if row is None or row.status != "dead":
                     if not e.uncertain:
-                        self.problem(where + f"dead, but ended {statuses or ('buffered' if buffered else 'gone')}")
+                        self.problem(
+                            where
+                            + f"dead, but ended {statuses or ('buffered' if buffered else 'gone')}"
+                        )
                 else:
                     self._check_error(where, e, row.error)
             elif row is not None and row.status == "dead" and e.uncertain:
@@ -667,21 +764,30 @@ class Checker:
             elif row is not None and e.uncertain and row.status in ("succeeded", "discarded"):
                 pass
             elif row is not None:
-                self.problem(where + f"should still be waiting, but ended {row.status} ({row.error!r})")
+                self.problem(
+                    where + f"should still be waiting, but ended {row.status} ({row.error!r})"
+                )
             elif not buffered:
-                if not (e.uncertain or o.archive is False and e.next_attempt > 1 and o.killed):
+                if not (e.uncertain or (o.archive is False and e.next_attempt > 1 and o.killed)):
                     self.problem(where + "lost: neither buffered nor archived, and never delivered")
             elif final.settled:
                 key = self.keys.get(i)
-                if not (o.ordered and key is not None and str(key) in final.held_keys) and i not in final.due_in:
+                if (
+                    not (o.ordered and key is not None and str(key) in final.held_keys)
+                    and i not in final.due_in
+                ):
                     self.problem(where + "still buffered, in no group, though nothing more was due")
             elif e.earliest > now and i in final.due_in and not o.killed:
                 due = final.due_in[i]
                 soonest = e.earliest - now
                 if due < soonest - 0.5:
-                    self.problem(where + f"due in {due:.2f} s, but its wait has {soonest:.2f} s left")
+                    self.problem(
+                        where + f"due in {due:.2f} s, but its wait has {soonest:.2f} s left"
+                    )
 
-    def _check_error(self, where: str, e: _Event, error: str | None, *, lenient: bool = False) -> None:
+    def _check_error(
+        self, where: str, e: _Event, error: str | None, *, lenient: bool = False
+    ) -> None:
         line = (error or "").split("\n", 1)[0]
         if e.error_line is not None and line != e.error_line:
             self.problem(where + f"dead with {line!r}, expected {e.error_line!r}")

@@ -126,9 +126,7 @@ def read_final(engine: Engine, *, settled: bool) -> Final:
     for event_id, status, error, attempts, created_at, archived_at in rows:
         age = _seconds(archived_at, created_at) if created_at is not None else 0.0
         archived[int(event_id)].append(Archived(str(status), error, int(attempts), age))
-    due_in = {
-        int(i): _seconds(due[g], now) for i, g in buffered if g is not None and g in due
-    }
+    due_in = {int(i): _seconds(due[g], now) for i, g in buffered if g is not None and g in due}
     return Final(
         buffered={int(i) for i, _ in buffered},
         archived=dict(archived),

@@ -31,7 +31,7 @@ CONTRACT_PENDING = pytest.mark.xfail(
 
 
 def _run(target: Target, case: Case, *, window_slack: int) -> None:
-    note(f"seed {SEED} (OUTBOX_MODEL_SEED), on {target.name}")
+    note(f"seed {SEED} (OUTBOX_MODEL_SEED), on {target.name}; the case:\n{case!r}")
     _, checker, final = run_case(
         target.url, case, budget=budget(case), admin_url=target.admin_url, window_slack=window_slack
     )
