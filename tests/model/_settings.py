@@ -1,6 +1,6 @@
 """How many cases the tier runs, and from which seed.
 
-``OUTBOX_MODEL_EXAMPLES``: cases per profile and database (default 5, what ``.ci/run`` runs);
+``OUTBOX_MODEL_EXAMPLES``: cases per profile and database (default 4, what ``.ci/run`` runs);
 ``OUTBOX_MODEL_SEED``: the seed of the generator (default: a random one, printed in the test
 session's header and in every failure); ``OUTBOX_MODEL_SHRINK=1``: let Hypothesis shrink a
 failing case (minutes of real runs; the nox session ``model`` turns it on).
@@ -13,7 +13,7 @@ import random
 
 from hypothesis import HealthCheck, Phase, settings
 
-DEFAULT_EXAMPLES = 5
+DEFAULT_EXAMPLES = 4
 EXAMPLES = int(os.environ.get("OUTBOX_MODEL_EXAMPLES", DEFAULT_EXAMPLES))
 SEED = int(os.environ.get("OUTBOX_MODEL_SEED") or random.SystemRandom().randrange(1 << 32))
 SHRINK = os.environ.get("OUTBOX_MODEL_SHRINK") == "1"
