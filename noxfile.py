@@ -48,6 +48,18 @@ def chaos(session: nox.Session) -> None:
     session.run("python", "-m", "tests.faults.chaos", *CHAOS_ARGS, *session.posargs)
 
 
+@nox.session(python=PYTHON)
+def model(session: nox.Session) -> None:
+    """The long run of the model tier (docs/reliability.md): 200 generated cases per profile and
+    database (20 with killed processes), shrinking any failing case. A random seed, printed in
+    the header; `OUTBOX_MODEL_SEED=7 nox -s model` replays one, and pytest options go after --."""
+    session.install("-e", ".[dev]")
+    env = {"OUTBOX_MODEL_EXAMPLES": "200", "OUTBOX_MODEL_SHRINK": "1"}
+    session.run(
+        "python", "-m", "pytest", "tests/model", "-p", "no:logging", *session.posargs, env=env
+    )
+
+
 # The benchmarks (benchmarks/README.md): figures for the docs, never timing assertions in tests.
 DRAIN = ("benchmarks.drain_throughput", "--events", "200000", "--processes", "1,2", "--runs", "3")
 BENCHMARKS = (
