@@ -129,10 +129,10 @@ def after_value(after: After) -> tuple[Any, float]:
         return dt.datetime.fromtimestamp(now + v, dt.UTC).replace(tzinfo=None), now
     if kind is AfterKind.HTTP_DATE:
         # An HTTP date has whole seconds: the next whole second after now + v, counted from
-        # v seconds before it.
+        # v seconds before it. A date already past asks for nothing: the floor counts from now.
         target = math.ceil(now + v)
         text = email.utils.formatdate(target, usegmt=True)
-        return text, target - v
+        return text, (target - v) if target > now else now
     if kind is AfterKind.TEXT_SECONDS:
         return f"{v:g}", now
     if kind is AfterKind.GARBAGE:
