@@ -132,7 +132,7 @@ def test_replay_without_status_says_what_it_would_include_and_changes_nothing(
     assert (
         2,
         "Error: replay needs --status (one or several of succeeded, dead, expired, discarded) "
-        "or --all; the archive holds dead: 10, discarded: 3",
+        "or --all; the archive holds 10 dead, 3 discarded",
         {"dead": DEAD, "discarded": 3},
         [],
     ) == (

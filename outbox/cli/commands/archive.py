@@ -24,7 +24,7 @@ _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
     "statuses",
     type=ARCHIVE_STATUS,
     multiple=True,
-    help=f"Only events archived with this status ({_STATUSES}; repeatable).",
+    help="Only events archived with this status (repeatable).",
 )
 @click.option(
     "--all",
@@ -56,10 +56,10 @@ def replay(
     app = ready(ctx.app(), () if handler is None else (handler,))
     if not statuses and not all_statuses and group_id is None:
         found = _by_status(archive.counts(app, handler=handler))
-        holds = ", ".join(f"{s}: {n}" for s, n in found.items()) or "no events"
+        holds = ", ".join(f"{n} {s}" for s, n in found.items()) or "no events"
         fail(
-            f"replay needs --status (one or several of {_STATUSES}) or --all; "
-            f"the archive holds{'' if handler is None else ' for ' + handler} {holds}",
+            f"replay needs --status (one or several of {_STATUSES}) or --all; the archive "
+            f"holds {holds}{'' if handler is None else f' (handler {handler})'}",
             EXIT_USAGE,
         )
     result = archive.replay(
@@ -139,7 +139,7 @@ def refused_release(ctx: Context, handler: str | None, group_id: uuid.UUID | Non
     type=ARCHIVE_STATUS,
     multiple=True,
     help=(
-        f"Only rows of this status ({_STATUSES}; repeatable). Default: "
+        "Only rows of this status (repeatable). Default: "
         f"{', '.join(archive.PRUNE_STATUSES)}; dead letters stay unless named (--status dead)."
     ),
 )
