@@ -2,9 +2,11 @@
 
 Staleness is the age of the oldest unhandled event divided by the band's promise: above 1, the
 fleet is behind its promise. A handler raises an alert when its staleness passes its band's
-``alert_staleness`` or one of its groups has failed ``alert_attempts`` times, and when its events
-wait with nothing distributing them (:mod:`outbox._services.distribution_watch`). Jobs whose
-holder stopped heartbeating are listed with when they will be rescued.
+``alert_staleness`` or one of its groups has failed ``alert_attempts`` times; when its events
+wait with nothing distributing them (:mod:`outbox._services.distribution_watch`); and, whatever
+its band, while events it dead-lettered in the last ``dead_since`` seconds (``DEAD_SINCE``: a
+day) wait in the archive for an operator. Jobs whose holder stopped heartbeating are listed with
+when they will be rescued.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ class SilentHolding:
             f"{what} held by {self.holder}, whose heartbeat stopped {self.heartbeat_age:.0f} s "
             f"ago: rescued {when}"
         )
+
+# How far back `outbox check` looks for dead letters to alert on: a day, so that a daily check
+# sees each one at least once, and a dead letter an operator has seen (and left archived) stops
+# paging by the next day. 0 or None: no dead-letter alert.
+DEAD_SINCE = 86_400.0
+# The newest dead letter's error in an alert: its first line, cut to this many characters.
+ERROR_SHOWN = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +102,8 @@ class HandlerStatus:
     """The handler's shared rate limit in words (per key when it has ``rate_limit_key``)."""
     archived: dict[str, int] = field(default_factory=dict)
     """Archived events by status: succeeded, dead, expired, discarded."""
+    recent_dead: int = 0
+    """Events dead-lettered within the alert window (``dead_since``)."""
     undistributed_age: float | None = None
     """Seconds the oldest claimable event has waited while the handler had no claim job (it
     was not distributed yet); None when none waits so."""
@@ -133,11 +144,27 @@ class BandStatus:
         return asdict(self)
 
 
-def collect(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[HandlerStatus]:
-    """The status of every handler (or the named ones), read on one connection."""
+def collect(
+    app: Outbox,
+    handlers: tuple[str, ...] | list[str] = (),
+    *,
+    dead_since: float | None = DEAD_SINCE,
+) -> list[HandlerStatus]:
+    """The status of every handler (or the named ones), read on one connection.
+
+    ``dead_since``: a handler alerts while it has dead letters archived less than this many
+    seconds ago; 0 or None: no dead-letter alert.
+    """
+    if dead_since is not None and not dead_since >= 0:
+        raise ValueError("dead_since must be >= 0 seconds (0 or None: no dead-letter alert)")
     selected = app.select_handlers(handlers)
     with app.engine.connect() as conn:
         silent = _silent_holdings(conn, app.settings)
+        recent_dead = (
+            {d.handler: d for d in queries.recent_dead_letters(conn, dead_since)}
+            if dead_since
+            else {}
+        )
         jobs = queries.job_counts(conn)
         archived = queries.archive_counts(conn)
         failed = queries.max_failed_attempts(conn)
@@ -146,7 +173,9 @@ def collect(app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> list[Han
         for key in queries.held_keys(conn):
             held.setdefault(key.handler, []).append(key.key)
         statuses = [
-            _handler_status(conn, h, jobs, archived, failed, states.get(h.name), held)
+            _handler_status(
+                conn, h, jobs, archived, failed, states.get(h.name), held, recent_dead.get(h.name)
+            )
             for h in selected
         ]
         return [
@@ -190,6 +219,7 @@ def _handler_status(
     failed: dict[str, int],
     state: queries.HandlerState | None,
     held: dict[str, list[str]],
+    dead: queries.RecentDeadLetters | None = None,
 ) -> HandlerStatus:
     def count(kind: str, state: str) -> int:
         return jobs.get((h.name, kind, state), 0)
@@ -228,6 +258,7 @@ def _handler_status(
             for status in schema.ArchiveStatus
             if (h.name, status) in archived
         },
+        recent_dead=0 if dead is None else dead.count,
         alerts=_alerts(
             h,
             age,
@@ -236,7 +267,8 @@ def _handler_status(
             count(schema.JobKind.BATCH, schema.JobState.REFUSED),
             state if paused else None,
             len(held.get(h.name, [])),
-        ),
+        )
+        + _dead_alerts(dead),
     )
 
 
@@ -306,6 +338,18 @@ def _alerts(
             f"a group has failed {failed} attempts: {band.name} alerts at {band.alert_attempts}"
         )
     return alerts
+
+
+def _dead_alerts(dead: queries.RecentDeadLetters | None) -> list[str]:
+    # Whatever the band: a dead letter waits for an operator to replay or prune it.
+    if dead is None or not dead.count:
+        return []
+    error = (dead.newest_error or "no error recorded").strip().splitlines() or [""]
+    return [
+        f"{dead.count} event{'s' * (dead.count > 1)} dead-lettered in the last "
+        f"{dead.since:g} s, the newest {dead.newest_age:.0f} s ago: {error[0][:ERROR_SHOWN]} "
+        "(outbox replay --status dead)"
+    ]
 
 
 def bands(statuses: list[HandlerStatus]) -> list[BandStatus]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -49,6 +50,28 @@ class HeldKey:
     key: str
     group_id: uuid.UUID
     error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RecentDeadLetters:
+    """A handler's dead letters archived within a window, and the newest one's error."""
+
+    handler: str
+    since: float
+    """The window, in seconds back from now."""
+    count: int
+    newest_age: float
+    """Seconds since the newest was archived, by the database clock."""
+    newest_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PrunedChunk:
+    """What one chunk of a prune deleted, and where the next chunk's pick starts."""
+
+    deleted: int
+    last_archived_at: dt.datetime | None
+    """The latest ``archived_at`` of the rows deleted; None when none were."""
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The option types of the ``outbox`` command: durations and bounded seconds.
+"""The option types of the ``outbox`` command: durations, bounded seconds, archive statuses.
 
 click's FloatRange lets NaN through (NaN compares false with any bound) and knows no units;
 these refuse NaN, infinity and values out of range, naming the option and what it takes.
@@ -12,6 +12,8 @@ from typing import Any
 
 import click
 
+from outbox import schema
+
 # The longest value any seconds option of `outbox work` takes. No interval of a running worker
 # needs to be longer; a larger number is a typo (milliseconds given as seconds). The lease also
 # becomes PostgreSQL's idle_in_transaction_session_timeout, which stops at about 24.8 days.
@@ -23,6 +25,11 @@ MIN_LEASE_SECONDS = 1.0
 # The oldest `prune --older-than` takes: a retention beyond a century is a typo, and far older
 # cut-offs overflow PostgreSQL's date arithmetic.
 MAX_PRUNE_AGE_SECONDS = 100 * 365 * 86_400.0
+
+# The longest `check --dead-since` takes, for the same reason.
+MAX_DEAD_SINCE_SECONDS = MAX_PRUNE_AGE_SECONDS
+# Words `--dead-since` takes for "no dead-letter alert", besides 0.
+_OFF = frozenset({"off", "none", "no"})
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -58,6 +65,32 @@ class Duration(click.types.FloatParamType):
         if seconds > self.maximum:
             self.fail(f"{value!r} is longer than {self.maximum / 86_400:g} days", param, ctx)
         return seconds
+
+
+class DurationOrOff(Duration):
+    """A duration, or ``off`` (also ``0``) -> 0.0: the feature it sets is off."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        """``off`` -> 0.0; otherwise as :class:`Duration`, with ``off`` named in the error."""
+        if isinstance(value, float):
+            return value
+        if str(value).strip().lower() in _OFF:
+            return 0.0
+        try:
+            parse_duration(str(value))
+        except click.BadParameter as error:
+            self.fail(f"{error.message}, or off", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+# `--status` of `replay` and `prune`: the words outbox.schema.ArchiveStatus spells, which the
+# docs, the logs and `outbox status` use, in any case (click's Choice of the enum itself would
+# take the members' names, DEAD, and refuse dead).
+ARCHIVE_STATUS = click.Choice([s.value for s in schema.ArchiveStatus], case_sensitive=False)
 
 
 class Seconds(click.types.FloatParamType):

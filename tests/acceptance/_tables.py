@@ -5,9 +5,10 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, insert, select
 
 from outbox import db_now, schema
+from outbox._db.dialects import db_now_plus
 from tests.models import ActivityEvent
 
 
@@ -38,6 +39,44 @@ def archive(engine: Engine) -> list[dict[str, Any]]:
     with engine.connect() as conn:
         rows = conn.execute(select(schema.archive).order_by(schema.archive.c.id))
         return [dict(row._mapping) for row in rows]
+
+
+def add_archived(
+    engine: Engine,
+    status: str,
+    count: int = 1,
+    *,
+    age: float = 0.0,
+    handler: str = "record_activity",
+    error: str | None = None,
+) -> None:
+    """``count`` archive rows of ``status``, archived ``age`` seconds ago (each one group)."""
+    rows = [
+        {
+            "handler": handler,
+            "buffer": ActivityEvent.__table__.name,
+            "event_id": n + 1,
+            "group_id": uuid.uuid4(),
+            "status": status,
+            "attempts": 1,
+            "error": error,
+            "payload": {"activity_id": n, "kind": "viewed"},
+            "archived_at": db_now_plus(-age),
+        }
+        for n in range(count)
+    ]
+    with engine.begin() as conn:
+        for row in rows:
+            conn.execute(insert(schema.archive).values(row))
+
+
+def archive_statuses(engine: Engine) -> dict[str, int]:
+    """Archive rows by status."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(schema.archive.c.status, func.count()).group_by(schema.archive.c.status)
+        )
+        return {str(status): int(n) for status, n in rows}
 
 
 def count(engine: Engine, table: Any) -> int:

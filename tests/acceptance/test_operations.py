@@ -61,27 +61,33 @@ def test_status_json_reports_the_unclaimed_events_of_each_handler(
     assert (0, {"record_activity": 7, "record_email": 3}) == (result.code, unclaimed)
 
 
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_replay_dry_run_reports_dead_letters_and_changes_nothing(
+def test_replay_dry_run_reports_dead_letters_and_their_groups_and_changes_nothing(
     cli: Cli, database_url: str, dead_letters: Engine
 ) -> None:
-    """``outbox replay --dry-run`` says how many events it would replay and leaves them archived."""
-    result = cli.run("--app", APP, "--database-url", database_url, "replay", "--dry-run")
+    """``outbox replay --status dead --dry-run`` says how many events it would replay, names
+    their groups, and leaves them archived."""
+    groups = {str(row["group_id"]) for row in _tables.archive(dead_letters)}
+    result = cli.run(
+        "--app", APP, "--database-url", database_url, "replay", "--status", "dead", "--dry-run"
+    )  # fmt: skip
 
-    assert (0, "would replay 10 events (record_activity: 10)", DEAD, []) == (
+    lines = result.stdout.strip().splitlines()
+    named = {line.split()[1] for line in lines[2:]}
+    assert (0, "would replay 10 events (record_activity: 10)", groups, DEAD, []) == (
         result.code,
-        result.stdout.strip(),
+        lines[0],
+        named,
         len(_tables.archive(dead_letters)),
         _tables.buffer_rows(dead_letters),
     )
 
 
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_replay_puts_dead_letters_back_into_their_buffer_unclaimed(
+def test_replay_status_dead_puts_dead_letters_back_into_their_buffer_unclaimed(
     cli: Cli, database_url: str, dead_letters: Engine
 ) -> None:
-    """``outbox replay`` moves dead-lettered events out of the archive, back into the buffer."""
-    result = cli.run("--app", APP, "--database-url", database_url, "replay")
+    """``outbox replay --status dead`` (the README's spelling) moves dead-lettered events out
+    of the archive, back into the buffer."""
+    result = cli.run("--app", APP, "--database-url", database_url, "replay", "--status", "dead")
 
     assert (
         0,
@@ -97,17 +103,189 @@ def test_replay_puts_dead_letters_back_into_their_buffer_unclaimed(
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_prune_older_than_zero_deletes_every_archive_row(
+@pytest.mark.parametrize("status", ["DEAD", "Dead", "discarded"])
+def test_replay_status_takes_the_statuses_words_in_any_case(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine], status: str
+) -> None:
+    """``--status`` takes the words ``outbox status`` and the docs use, in any case."""
+    engine = connect(database_url)
+    _tables.add_archived(engine, status.lower(), 2)
+    result = cli.run(
+        "--app", APP, "--database-url", database_url, "replay", "--status", status, "--dry-run"
+    )  # fmt: skip
+
+    assert (0, "would replay 2 events (record_activity: 2)") == (
+        result.code,
+        result.stdout.splitlines()[0],
+    )
+
+
+def test_replay_without_status_says_what_it_would_include_and_changes_nothing(
     cli: Cli, database_url: str, dead_letters: Engine
 ) -> None:
-    """``outbox prune --older-than 0s`` deletes the archive rows (it needs no --app)."""
+    """``outbox replay`` with no --status, --all or --group exits 2, asks for one, counts what
+    the archive holds per status, and replays nothing: not the dead letters, not the
+    discarded events."""
+    _tables.add_archived(dead_letters, "discarded", 3)
+    result = cli.run("--app", APP, "--database-url", database_url, "replay")
+
+    assert (
+        2,
+        "Error: replay needs --status (one or several of succeeded, dead, expired, discarded) "
+        "or --all; the archive holds 10 dead, 3 discarded",
+        {"dead": DEAD, "discarded": 3},
+        [],
+    ) == (
+        result.code,
+        result.stderr.strip(),
+        _tables.archive_statuses(dead_letters),
+        _tables.buffer_rows(dead_letters),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_replay_status_dead_leaves_discarded_events_archived(
+    cli: Cli, database_url: str, dead_letters: Engine
+) -> None:
+    """Only the statuses named are replayed: discarded events stay in the archive."""
+    _tables.add_archived(dead_letters, "discarded", 3)
+    result = cli.run("--app", APP, "--database-url", database_url, "replay", "--status", "dead")
+
+    assert (0, {"discarded": 3}, DEAD) == (
+        result.code,
+        _tables.archive_statuses(dead_letters),
+        len(_activity_ids(dead_letters)),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_replay_of_one_group_needs_no_status(
+    cli: Cli, database_url: str, dead_letters: Engine
+) -> None:
+    """``outbox replay --group G``: a group named is explicit, its events are replayed."""
+    group_id = _tables.archive(dead_letters)[0]["group_id"]
+    in_group = sum(row["group_id"] == group_id for row in _tables.archive(dead_letters))
+    result = cli.run(
+        "--app", APP, "--database-url", database_url, "replay", "--group", str(group_id)
+    )  # fmt: skip
+
+    assert (0, in_group, DEAD - in_group) == (
+        result.code,
+        len(_activity_ids(dead_letters)),
+        len(_tables.archive(dead_letters)),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        (
+            ("--status", "DEADD"),
+            "Invalid value for '--status': 'DEADD' is not one of 'succeeded', 'dead', "
+            "'expired', 'discarded'.",
+        ),
+        (("--status", "dead", "--all"), "Error: --status and --all: give one or the other"),
+    ],
+    ids=["unknown", "both"],
+)
+def test_replay_with_a_bad_status_exits_2_naming_the_option(
+    cli: Cli, database_url: str, options: tuple[str, ...], message: str
+) -> None:
+    """An unknown --status, or --status with --all: exit 2, one line naming the option (and
+    the accepted values)."""
+    result = cli.run("--app", APP, "--database-url", database_url, "replay", *options)
+
+    assert (2, True) == (result.code, result.stderr.strip().splitlines()[-1].endswith(message))
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_prune_older_than_zero_keeps_dead_letters(
+    cli: Cli, database_url: str, dead_letters: Engine
+) -> None:
+    """``outbox prune --older-than 0s`` deletes the rows that are history and keeps the dead
+    letters, saying so (it needs no --app)."""
+    _tables.add_archived(dead_letters, "succeeded", 2)
+    _tables.add_archived(dead_letters, "discarded", 1)
+    _tables.add_archived(dead_letters, "expired", 1)
     result = cli.run("--database-url", database_url, "prune", "--older-than", "0s")
 
-    assert (0, "pruned 10 archive rows, 0 idle rate limits", []) == (
+    assert (
+        0,
+        [
+            "pruned 4 archive rows, 0 idle rate limits",
+            "kept 10 dead letters as old: replay them (outbox replay --status dead) or prune "
+            "them by name (--status dead)",
+        ],
+        {"dead": DEAD},
+    ) == (
         result.code,
-        result.stdout.strip(),
-        _tables.archive(dead_letters),
+        result.stdout.strip().splitlines(),
+        _tables.archive_statuses(dead_letters),
     )
+
+
+def test_prune_dry_run_counts_per_handler_and_status_and_deletes_nothing(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """``outbox prune --dry-run`` counts the rows old enough, per handler and status, of the
+    default statuses (not dead letters, which it says it keeps), and deletes none."""
+    engine = connect(database_url)
+    _tables.add_archived(engine, "succeeded", 3, age=7200.0)
+    _tables.add_archived(engine, "discarded", 2, age=7200.0, handler="record_email")
+    _tables.add_archived(engine, "dead", 4, age=7200.0)
+    _tables.add_archived(engine, "succeeded", 5)
+    result = cli.run(
+        "--database-url", database_url, "prune", "--older-than", "1h", "--dry-run"
+    )  # fmt: skip
+
+    rows = [line.split() for line in result.stdout.strip().splitlines()]
+    assert (
+        0,
+        [
+            ["handler", "status", "rows"],
+            ["record_activity", "succeeded", "3"],
+            ["record_email", "discarded", "2"],
+            ["would", "prune", "5", "archive", "rows"],
+        ],
+        True,
+        {"succeeded": 8, "discarded": 2, "dead": 4},
+    ) == (
+        result.code,
+        rows[:4],
+        result.stdout.strip().endswith(
+            "kept 4 dead letters as old: replay them (outbox replay "
+            "--status dead) or prune them by name (--status dead)"
+        ),
+        _tables.archive_statuses(engine),
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "left"),
+    [
+        (("--status", "dead"), {"succeeded": 3, "discarded": 2}),
+        (("--status", "DEAD", "--status", "discarded"), {"succeeded": 3}),
+        (("--all",), {}),
+    ],
+    ids=["dead", "dead-and-discarded", "all"],
+)
+def test_prune_status_selects_what_is_deleted(
+    cli: Cli,
+    database_url: str,
+    connect: Callable[[str], Engine],
+    options: tuple[str, ...],
+    left: dict[str, int],
+) -> None:
+    """``--status`` (repeatable, any case) prunes only the statuses named; ``--all`` every
+    status, dead letters too."""
+    engine = connect(database_url)
+    _tables.add_archived(engine, "succeeded", 3, age=7200.0)
+    _tables.add_archived(engine, "discarded", 2, age=7200.0)
+    _tables.add_archived(engine, "dead", 4, age=7200.0)
+    result = cli.run("--database-url", database_url, "prune", "--older-than", "1h", *options)
+
+    assert (0, left) == (result.code, _tables.archive_statuses(engine))
 
 
 def test_reindex_lists_each_buffer_index_with_what_it_did(

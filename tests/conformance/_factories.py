@@ -260,6 +260,7 @@ def add_archived(
     status: str = schema.ArchiveStatus.SUCCEEDED,
     group_id: uuid.UUID | None = None,
     age: float = 0.0,
+    error: str | None = None,
 ) -> int:
     """One archive row, archived ``age`` seconds ago."""
     values = {
@@ -269,6 +270,7 @@ def add_archived(
         "group_id": group_id or uuid.uuid4(),
         "status": status,
         "attempts": 1,
+        "error": error,
         "payload": {"activity_id": 1, "kind": "viewed"},
         "archived_at": db_now_plus(-age),
     }

@@ -2,8 +2,9 @@
 
 Archiving copies rows with one ``INSERT ... SELECT``, the payload built by the database; the
 payload, read back as JSON text, replays to the values the buffer stored. Archived rows are
-read by filter with keyset pagination, deleted by id, and pruned by age, a bounded number at a
-time.
+read by filter with keyset pagination, counted by handler and status, deleted by id, and
+pruned by age and status, a bounded number at a time from where the last chunk stopped; recent
+dead letters are counted per handler for the alert.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from tests.conformance._factories import (
 
 SUCCEEDED = schema.ArchiveStatus.SUCCEEDED
 DEAD = schema.ArchiveStatus.DEAD
+DISCARDED = schema.ArchiveStatus.DISCARDED
 
 
 def _archive(
@@ -167,7 +169,7 @@ def _own_values(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _select(db: Database, *, after_id: int = 0, limit: int = 100, **filters: Any) -> list[Any]:
-    options: dict[str, Any] = {"handler": None, "status": None, "group_id": None, **filters}
+    options: dict[str, Any] = {"handler": None, "statuses": None, "group_id": None, **filters}
     return db.run(
         lambda conn: queries.select_archived(conn, after_id=after_id, limit=limit, **options)
     )
@@ -195,7 +197,7 @@ def test_select_archived_of_one_status(db: Database) -> None:
     """Filtered by status, rows of other statuses are left out."""
     add_archived(db.engine)
     dead = add_archived(db.engine, status=DEAD)
-    assert [dead] == _selected_ids(db, status=DEAD)
+    assert [dead] == _selected_ids(db, statuses={DEAD})
 
 
 def test_select_archived_of_one_group(db: Database) -> None:
@@ -228,17 +230,117 @@ def test_delete_archived_of_no_ids_deletes_nothing(db: Database) -> None:
     )
 
 
+def _prune(db: Database, older_than: float, limit: int, *args: Any) -> int:
+    return db.run(lambda conn: queries.delete_old_archived(conn, older_than, limit, *args)).deleted
+
+
 def test_delete_old_archived_deletes_only_rows_archived_longer_ago(db: Database) -> None:
     """Rows archived more than the age ago go; younger ones stay."""
     add_archived(db.engine, age=3600.0)
     young = add_archived(db.engine, age=10.0)
-    deleted = db.run(lambda conn: queries.delete_old_archived(conn, 60.0, 100))
-    assert (1, [young]) == (deleted, archive_ids(db.engine))
+    assert (1, [young]) == (_prune(db, 60.0, 100), archive_ids(db.engine))
 
 
 def test_delete_old_archived_deletes_at_most_the_limit_oldest_first(db: Database) -> None:
     """No more than ``limit`` rows go at a time, the longest archived first."""
     ages = (7200.0, 3600.0, 10800.0, 5400.0)
     ids = [add_archived(db.engine, age=age) for age in ages]
-    deleted = db.run(lambda conn: queries.delete_old_archived(conn, 60.0, 2))
-    assert (2, [ids[1], ids[3]]) == (deleted, archive_ids(db.engine))
+    assert (2, [ids[1], ids[3]]) == (_prune(db, 60.0, 2), archive_ids(db.engine))
+
+
+def test_delete_old_archived_deletes_only_the_statuses_named(db: Database) -> None:
+    """Given statuses, old rows of other statuses stay."""
+    add_archived(db.engine, age=3600.0)
+    add_archived(db.engine, status=DISCARDED, age=3600.0)
+    dead = add_archived(db.engine, status=DEAD, age=3600.0)
+    assert (2, [dead]) == (_prune(db, 60.0, 100, {SUCCEEDED, DISCARDED}), archive_ids(db.engine))
+
+
+def test_delete_old_archived_says_where_the_next_chunk_starts(db: Database) -> None:
+    """The chunk says the latest ``archived_at`` it deleted; a pick from there leaves the rows
+    archived before it, and the kept rows in between are not picked."""
+    first = add_archived(db.engine, age=7200.0)
+    kept = add_archived(db.engine, status=DEAD, age=5400.0)
+    add_archived(db.engine, age=3600.0)
+    ages = {row["id"]: row["archived_at"] for row in archived(db.engine)}
+    chunk = db.run(lambda conn: queries.delete_old_archived(conn, 60.0, 1, {SUCCEEDED}))
+    later = db.run(
+        lambda conn: queries.delete_old_archived(
+            conn, 60.0, 100, {SUCCEEDED}, from_archived_at=chunk.last_archived_at
+        )
+    )
+    assert ((1, ages[first]), 1, [kept]) == (
+        (chunk.deleted, chunk.last_archived_at),
+        later.deleted,
+        archive_ids(db.engine),
+    )
+
+
+def test_delete_old_archived_skips_rows_archived_before_the_start(db: Database) -> None:
+    """Rows archived before ``from_archived_at`` stay, however old."""
+    oldest = add_archived(db.engine, age=7200.0)
+    add_archived(db.engine, age=3600.0)
+    start = archived(db.engine)[1]["archived_at"]
+    pruned = db.run(
+        lambda conn: queries.delete_old_archived(conn, 60.0, 100, from_archived_at=start)
+    )
+    assert (1, [oldest]) == (pruned.deleted, archive_ids(db.engine))
+
+
+def test_delete_old_archived_of_nothing_old_says_so(db: Database) -> None:
+    """No row old enough: nothing deleted, and no place to start from."""
+    add_archived(db.engine, age=10.0)
+    pruned = db.run(lambda conn: queries.delete_old_archived(conn, 60.0, 100))
+    assert queries.PrunedChunk(0, None) == pruned
+
+
+def test_count_archived_counts_by_handler_and_status(db: Database) -> None:
+    """Every row counted once, under its handler and status."""
+    add_archived(db.engine)
+    add_archived(db.engine, status=DEAD)
+    add_archived(db.engine, status=DEAD)
+    add_archived(db.engine, handler=OTHER_HANDLER, status=DISCARDED)
+    expected = {(HANDLER, SUCCEEDED): 1, (HANDLER, DEAD): 2, (OTHER_HANDLER, DISCARDED): 1}
+    assert expected == db.run(lambda conn: queries.count_archived(conn))
+
+
+def test_count_archived_counts_only_the_rows_the_filters_take(db: Database) -> None:
+    """Handler, statuses, group and age each narrow the count."""
+    group_id = uuid.uuid4()
+    add_archived(db.engine, status=DEAD, group_id=group_id, age=3600.0)
+    add_archived(db.engine, status=DEAD, group_id=group_id)
+    add_archived(db.engine, status=DEAD, age=3600.0)
+    add_archived(db.engine, status=DISCARDED, group_id=group_id, age=3600.0)
+    add_archived(db.engine, handler=OTHER_HANDLER, status=DEAD, group_id=group_id, age=3600.0)
+    counted = db.run(
+        lambda conn: queries.count_archived(
+            conn, handler=HANDLER, statuses={DEAD}, group_id=group_id, older_than_seconds=60.0
+        )
+    )
+    assert {(HANDLER, DEAD): 1} == counted
+
+
+def test_recent_dead_letters_counts_each_handlers_dead_letters_in_the_window(
+    db: Database,
+) -> None:
+    """Per handler, the dead letters archived within the window; older ones and other
+    statuses are not counted, and a handler with none is left out."""
+    add_archived(db.engine, status=DEAD, age=600.0, error="Timeout: old")
+    add_archived(db.engine, status=DEAD, age=60.0, error="ConnectionError: refused\ntrace")
+    add_archived(db.engine, status=DEAD, age=7200.0)
+    add_archived(db.engine, status=DISCARDED, age=10.0)
+    add_archived(db.engine, handler=OTHER_HANDLER, status=SUCCEEDED, age=10.0)
+    (found,) = db.run(lambda conn: queries.recent_dead_letters(conn, 3600.0))
+    assert (HANDLER, 3600.0, 2, "ConnectionError: refused\ntrace", True) == (
+        found.handler,
+        found.since,
+        found.count,
+        found.newest_error,
+        50.0 <= found.newest_age < 120.0,
+    )
+
+
+def test_recent_dead_letters_of_an_older_archive_is_empty(db: Database) -> None:
+    """Dead letters all older than the window: nothing to alert on."""
+    add_archived(db.engine, status=DEAD, age=7200.0)
+    assert [] == db.run(lambda conn: queries.recent_dead_letters(conn, 3600.0))

@@ -331,7 +331,7 @@ def _round_trip(
             add_events(conn, model, rows)
     stored = _buffered(app, columns)
     drain(app)
-    replay(app)
+    replay(app, all_statuses=True)
     replayed = _buffered(app, columns)
     return (
         {key: tuple(map(compare, row)) for key, row in stored.items()},
@@ -703,7 +703,7 @@ def test_dead_letter_too_deep_to_load_does_not_stop_replay_of_others(
             )
         )
     with contextlib.suppress(ReplayError):  # refusing the unloadable one, clearly, is fine
-        replay(app)
+        replay(app, all_statuses=True)
     with app.engine.connect() as conn:
         replayed = sorted(conn.execute(select(DeadValueEvent.seq)).scalars())
         deep_kept = (

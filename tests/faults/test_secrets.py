@@ -361,7 +361,7 @@ def test_oddly_named_buffer_runs_a_full_cycle(
     with app.engine.begin() as conn:
         conn.execute(insert(OddlyNamedEvent.__table__), [{ODD_COLUMN: v} for v in values])
     drain(app)
-    replayed = replay(app).events
+    replayed = replay(app, all_statuses=True).events
     drain(app)
     with app.engine.connect() as conn:
         archived = [
@@ -408,7 +408,7 @@ def test_buffer_column_named_like_the_archive_row_alias_round_trips(
     with app.engine.begin() as conn:
         conn.execute(insert(AliasNamedEvent.__table__), [{"outbox_row": "shadow", "note": "kept"}])
     drain(app)
-    replay(app)
+    replay(app, all_statuses=True)
     with app.engine.connect() as conn:
         rows = conn.execute(select(AliasNamedEvent.outbox_row, AliasNamedEvent.note)).all()
 
@@ -449,9 +449,9 @@ def test_archive_and_replay_never_unpickle_or_evaluate_row_data(
     with app.engine.begin() as conn:
         conn.execute(insert(TrapEvent.__table__), [trap])
     drain(app)
-    replay(app)
+    replay(app, all_statuses=True)
     drain(app)
-    replay(app)
+    replay(app, all_statuses=True)
     with app.engine.connect() as conn:
         row = conn.execute(select(TrapEvent.blob, TrapEvent.source, TrapEvent.data)).one()
 

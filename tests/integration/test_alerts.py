@@ -10,6 +10,7 @@ from outbox import Batch, Outbox, RetryPolicy, Urgency
 from outbox._db.dialects import db_now_plus
 from outbox._engine import distributor
 from outbox.metrics import bands, collect
+from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent, EmailEvent
 
@@ -110,4 +111,48 @@ def test_bands_sum_up_their_handlers(
         hour.handlers,
         hour.unclaimed,
         hour.staleness is not None and hour.staleness >= 2.0,
+    )
+
+
+def _dead_letter_everything(app: Outbox) -> None:
+    def fail(batch: Batch[ActivityEvent]) -> None:
+        raise RuntimeError("the downstream refused the batch")
+
+    app.handler(ActivityEvent, urgency=Urgency.DAY, retry=RetryPolicy(max_attempts=1), name="h")(
+        fail
+    )
+
+
+def test_a_recent_dead_letter_raises_an_alert_whatever_the_band(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """Events dead-lettered within the window alert even in the DAY band, naming how many and
+    the newest error; the count is in the status."""
+    app = make_app(database_url)
+    _dead_letter_everything(app)
+    commit_events(app.engine, 3)
+    drain(app)
+    (status,) = collect(app)
+    (alert,) = status.alerts
+    assert (3, True, True) == (
+        status.recent_dead,
+        alert.startswith("3 events dead-lettered in the last 86400 s, the newest "),
+        alert.endswith(
+            "RuntimeError: the downstream refused the batch (outbox replay --status dead)"
+        ),
+    )
+
+
+def test_no_dead_letter_alert_when_the_window_is_off(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """``dead_since=0`` (or None): dead letters, however recent, raise no alert."""
+    app = make_app(database_url)
+    _dead_letter_everything(app)
+    commit_events(app.engine, 3)
+    drain(app)
+    assert ([], [], 0) == (
+        collect(app, dead_since=0)[0].alerts,
+        collect(app, dead_since=None)[0].alerts,
+        collect(app, dead_since=0)[0].recent_dead,
     )

@@ -7,12 +7,26 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import JSON, DateTime, LargeBinary, Numeric, String, Uuid, func, select, update
+import pytest
+from sqlalchemy import (
+    JSON,
+    DateTime,
+    LargeBinary,
+    Numeric,
+    String,
+    Uuid,
+    func,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Urgency, schema
 from outbox._db import queries
+from outbox._db.dialects import db_now_plus
 from outbox.archive import prune, replay
+from outbox.exceptions import ConfigurationError
 from outbox.metrics import collect
 from outbox.testing import drain
 from outbox.worker import Worker
@@ -137,7 +151,7 @@ def test_archive_round_trips_column_types(
         session.commit()
     stored = _rich_values(app.engine)
     drain(app)
-    replay(app, handler="rich")
+    replay(app, handler="rich", all_statuses=True)
     assert stored == _rich_values(app.engine)
 
 
@@ -160,10 +174,110 @@ def test_prune_deletes_only_old_archive_rows(
             .where(schema.archive.c.id.in_(old_ids))
             .values(archived_at=dt.datetime(2020, 1, 1, tzinfo=dt.UTC))
         )
-    deleted = prune(app, older_than=86400.0, chunk=2)
+    deleted = prune(app, older_than=86400.0, chunk=2, status="dead")
     with app.engine.connect() as conn:
         left = conn.execute(select(func.count()).select_from(schema.archive)).scalar_one()
     assert (5, 2) == (deleted, left)
+
+
+def _add_archived(app: Outbox, status: str, count: int, *, age: float = 0.0) -> None:
+    """``count`` archive rows of the "fails" handler with ``status``, archived ``age`` s ago."""
+    with app.engine.begin() as conn:
+        for n in range(count):
+            conn.execute(
+                insert(schema.archive).values(
+                    handler="fails",
+                    buffer=ActivityEvent.__table__.name,
+                    event_id=n + 1,
+                    group_id=uuid.uuid4(),
+                    status=status,
+                    attempts=1,
+                    payload={"activity_id": 100 + n, "kind": "viewed"},
+                    archived_at=db_now_plus(-age),
+                )
+            )
+
+
+def _archived_statuses(app: Outbox) -> dict[str, int]:
+    with app.engine.connect() as conn:
+        return {
+            str(s): int(n)
+            for s, n in conn.execute(
+                select(schema.archive.c.status, func.count()).group_by(schema.archive.c.status)
+            )
+        }
+
+
+def test_replay_without_a_status_replays_dead_letters_only(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
+) -> None:
+    """Told no status, replay puts back the dead letters and leaves discarded and succeeded
+    events archived."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=10, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 3)
+    drain(app)
+    _add_archived(app, "discarded", 2)
+    _add_archived(app, "succeeded", 1)
+    result = replay(app)
+    assert (3, {"dead": 3}, {"discarded": 2, "succeeded": 1}) == (
+        result.events,
+        result.by_status,
+        _archived_statuses(app),
+    )
+
+
+def test_replay_takes_several_statuses_in_any_case(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """``status`` takes several statuses, spelled in any case; the others stay archived."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=10, name="fails")(_always_fail)
+    _add_archived(app, "dead", 1)
+    _add_archived(app, "discarded", 2)
+    _add_archived(app, "succeeded", 1)
+    result = replay(app, status=["DEAD", "discarded"], dry_run=True)
+    everything = replay(app, all_statuses=True, dry_run=True)
+    assert ({"dead": 1, "discarded": 2}, 4) == (result.by_status, everything.events)
+
+
+def test_replay_refuses_a_status_it_does_not_know(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """An unknown status: a ConfigurationError naming the argument and the statuses."""
+    app = make_app(database_url)
+    with pytest.raises(ConfigurationError) as raised:
+        replay(app, status="deadd")
+    assert (
+        "status: 'deadd' is not an archive status; expected one of succeeded, dead, expired, "
+        "discarded"
+    ) == str(raised.value)
+
+
+def test_prune_keeps_dead_letters_unless_told(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Told no status, prune deletes succeeded, discarded and expired rows and keeps dead
+    letters; ``status="dead"`` prunes them."""
+    app = make_app(database_url)
+    for status in ("succeeded", "discarded", "expired", "dead"):
+        _add_archived(app, status, 2, age=7200.0)
+    history = prune(app, older_than=3600.0)
+    left = _archived_statuses(app)
+    dead = prune(app, older_than=3600.0, status="dead")
+    assert (6, {"dead": 2}, 2, {}) == (history, left, dead, _archived_statuses(app))
+
+
+def test_prune_steps_past_kept_dead_letters_chunk_by_chunk(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Dead letters older than the rows pruned do not stop a prune in chunks: every old row of
+    the statuses named goes, however many chunks it takes."""
+    app = make_app(database_url)
+    _add_archived(app, "dead", 3, age=9000.0)
+    _add_archived(app, "succeeded", 5, age=7200.0)
+    pruned = prune(app, older_than=3600.0, chunk=2)
+    assert (5, {"dead": 3}) == (pruned, _archived_statuses(app))
 
 
 def test_leader_is_the_oldest_live_worker(

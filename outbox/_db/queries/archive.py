@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Collection, Iterable, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
     Integer,
+    Select,
     String,
     Table,
     Text,
@@ -22,9 +24,11 @@ from sqlalchemy import cast as sql_cast
 
 from outbox import schema
 from outbox._db import dialects
-from outbox._db.dialects.clock import db_now_plus
+from outbox._db.dialects.clock import age_seconds, db_now_plus
+from outbox._db.types import PrunedChunk, RecentDeadLetters
 
 _archive = schema.archive
+_S = TypeVar("_S", bound=Select[Any])
 
 
 # What an archive row is made of, in the order :func:`archive_source` selects it.
@@ -118,16 +122,55 @@ def archive_counts(conn: Connection) -> dict[tuple[str, str], int]:
     return {(h, s): int(n) for h, s, n in rows}
 
 
+def count_archived(
+    conn: Connection,
+    *,
+    handler: str | None = None,
+    statuses: Collection[str] | None = None,
+    group_id: uuid.UUID | None = None,
+    older_than_seconds: float | None = None,
+) -> dict[tuple[str, str], int]:
+    """Archived rows matching the filters (``None``: any), by (handler, status): what a replay
+    or a prune would take, before it takes it.
+
+    ``ix_outbox_archive_handler_status`` serves the grouping (and the handler's rows), the
+    group's or the age's own index the other filters; an operator's question, not a hot path.
+    """
+    stmt = select(_archive.c.handler, _archive.c.status, func.count()).group_by(
+        _archive.c.handler, _archive.c.status
+    )
+    stmt = _filtered(stmt, handler, statuses, group_id)
+    if older_than_seconds is not None:
+        stmt = stmt.where(_archive.c.archived_at < db_now_plus(-older_than_seconds))
+    return {(h, s): int(n) for h, s, n in conn.execute(stmt)}
+
+
+def _filtered(
+    stmt: _S,
+    handler: str | None,
+    statuses: Collection[str] | None,
+    group_id: uuid.UUID | None,
+) -> _S:
+    if handler is not None:
+        stmt = stmt.where(_archive.c.handler == handler)
+    if statuses is not None:
+        stmt = stmt.where(_archive.c.status.in_(sorted(statuses)))
+    if group_id is not None:
+        stmt = stmt.where(_archive.c.group_id == group_id)
+    return stmt
+
+
 def select_archived(
     conn: Connection,
     *,
     handler: str | None,
-    status: str | None,
+    statuses: Collection[str] | None,
     group_id: uuid.UUID | None,
     after_id: int,
     limit: int,
 ) -> list[dict[str, Any]]:
-    """Archived rows matching the filters, by id, after ``after_id`` (keyset pagination).
+    """Archived rows matching the filters (``None``: any), by id, after ``after_id`` (keyset
+    pagination).
 
     The payload comes back as JSON *text*: parsed by the caller, one row at a time, with exact
     decimals, rather than by the driver with floats (and all or nothing).
@@ -139,13 +182,39 @@ def select_archived(
         .order_by(_archive.c.id)
         .limit(limit)
     )
-    if handler is not None:
-        stmt = stmt.where(_archive.c.handler == handler)
-    if status is not None:
-        stmt = stmt.where(_archive.c.status == status)
-    if group_id is not None:
-        stmt = stmt.where(_archive.c.group_id == group_id)
+    stmt = _filtered(stmt, handler, statuses, group_id)
     return [dict(row._mapping) for row in conn.execute(stmt)]
+
+
+def recent_dead_letters(conn: Connection, since_seconds: float) -> list[RecentDeadLetters]:
+    """Per handler, the events dead-lettered in the last ``since_seconds``: how many, and the
+    newest one's age and error (the alert ``outbox check`` raises).
+
+    ``ix_outbox_archive_handler_status`` serves both statements (the planner may take
+    ``ix_outbox_archive_archived_at`` for a short window instead): dead letters are few next to
+    the succeeded rows an archive mostly holds, and the second statement runs once per handler
+    that has any.
+    """
+    dead = _archive.c.status == schema.ArchiveStatus.DEAD
+    recent = _archive.c.archived_at >= db_now_plus(-since_seconds)
+    counts = conn.execute(
+        select(_archive.c.handler, func.count())
+        .where(dead, recent)
+        .group_by(_archive.c.handler)
+        .order_by(_archive.c.handler)
+    ).all()
+    found = []
+    for handler, count in counts:
+        age, error = conn.execute(
+            select(age_seconds(_archive.c.archived_at), _archive.c.error)
+            .where(_archive.c.handler == handler, dead, recent)
+            .order_by(_archive.c.archived_at.desc(), _archive.c.id.desc())
+            .limit(1)
+        ).one()
+        found.append(
+            RecentDeadLetters(handler, since_seconds, int(count), max(float(age), 0.0), error)
+        )
+    return found
 
 
 def delete_archived(conn: Connection, ids: Sequence[int]) -> int:
@@ -153,18 +222,36 @@ def delete_archived(conn: Connection, ids: Sequence[int]) -> int:
     return conn.execute(delete(_archive).where(_archive.c.id.in_(list(ids)))).rowcount
 
 
-def delete_old_archived(conn: Connection, older_than_seconds: float, limit: int) -> int:
-    """Delete up to ``limit`` archive rows archived more than ``older_than_seconds`` ago.
+def delete_old_archived(
+    conn: Connection,
+    older_than_seconds: float,
+    limit: int,
+    statuses: Collection[str] | None = None,
+    from_archived_at: dt.datetime | None = None,
+) -> PrunedChunk:
+    """Delete up to ``limit`` archive rows of ``statuses`` (``None``: any) archived more than
+    ``older_than_seconds`` ago, the longest archived first, none archived before
+    ``from_archived_at``.
 
     Two statements rather than ``DELETE ... WHERE id IN (SELECT ... LIMIT n)``, which MariaDB
-    refuses; ``ix_outbox_archive_archived_at`` serves the pick.
+    refuses; ``ix_outbox_archive_archived_at`` serves the pick. The rows of other statuses stay
+    in that index's path: the caller passes the previous chunk's ``last_archived_at`` as
+    ``from_archived_at`` so that each pick starts where the last one stopped rather than
+    stepping over every kept row again.
     """
-    ids = list(
-        conn.execute(
-            select(_archive.c.id)
-            .where(_archive.c.archived_at < db_now_plus(-older_than_seconds))
-            .order_by(_archive.c.archived_at)
-            .limit(limit)
-        ).scalars()
+    stmt = (
+        select(_archive.c.id, _archive.c.archived_at)
+        .where(_archive.c.archived_at < db_now_plus(-older_than_seconds))
+        .order_by(_archive.c.archived_at)
+        .limit(limit)
     )
-    return delete_archived(conn, ids) if ids else 0
+    stmt = _filtered(stmt, None, statuses, None)
+    if from_archived_at is not None:
+        # Not "after": rows archived at the same instant may not all have been deleted yet.
+        stmt = stmt.where(_archive.c.archived_at >= from_archived_at)
+    picked = conn.execute(stmt).all()
+    if not picked:
+        return PrunedChunk(0, None)
+    return PrunedChunk(
+        delete_archived(conn, [int(row.id) for row in picked]), picked[-1].archived_at
+    )

@@ -9,39 +9,86 @@ import click
 from outbox import archive, schema
 from outbox.app import MAX_BATCH_SIZE
 from outbox.cli._context import Context
-from outbox.cli._errors import command, ready
+from outbox.cli._errors import EXIT_USAGE, command, fail, ready
 from outbox.cli._main import main
-from outbox.cli._options import MAX_PRUNE_AGE_SECONDS, Duration
+from outbox.cli._options import ARCHIVE_STATUS, MAX_PRUNE_AGE_SECONDS, Duration
 from outbox.cli._output import error_text, print_table
+
+_STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
 
 
 @main.command()
 @click.option("--handler", default=None, help="Only events of this handler.")
 @click.option(
     "--status",
-    "status_",
-    type=click.Choice(list(schema.ArchiveStatus)),
-    default=None,
-    help="Only events archived with this status.",
+    "statuses",
+    type=ARCHIVE_STATUS,
+    multiple=True,
+    help="Only events archived with this status (repeatable).",
 )
-@click.option("--group", "group_id", type=click.UUID, default=None, help="Only this group.")
+@click.option(
+    "--all",
+    "all_statuses",
+    is_flag=True,
+    help="Events of every status: discarded and succeeded ones are sent again too.",
+)
+@click.option(
+    "--group", "group_id", type=click.UUID, default=None, help="Only this group (all its events)."
+)
 @click.option("--dry-run", is_flag=True, help="Show what would be replayed, change nothing.")
 @command
 def replay(
     ctx: Context,
     handler: str | None,
-    status_: str | None,
+    statuses: tuple[str, ...],
+    all_statuses: bool,
     group_id: uuid.UUID | None,
     dry_run: bool,
 ) -> None:
-    """Put archived events back into their buffers to be handled again."""
+    """Put archived events back into their buffers to be handled again.
+
+    Say which: --status dead for the dead letters (repeat --status for several), --all for
+    every status, or --group for one group's events. Given none of them, it says what the
+    archive holds and changes nothing.
+    """
+    if statuses and all_statuses:
+        fail("--status and --all: give one or the other", EXIT_USAGE)
     app = ready(ctx.app(), () if handler is None else (handler,))
+    if not statuses and not all_statuses and group_id is None:
+        found = _by_status(archive.counts(app, handler=handler))
+        holds = ", ".join(f"{n} {s}" for s, n in found.items()) or "no events"
+        fail(
+            f"replay needs --status (one or several of {_STATUSES}) or --all; the archive "
+            f"holds {holds}{'' if handler is None else f' (handler {handler})'}",
+            EXIT_USAGE,
+        )
     result = archive.replay(
-        app, handler=handler, status=status_, group_id=group_id, dry_run=dry_run
+        app,
+        handler=handler,
+        status=statuses or None,
+        group_id=group_id,
+        dry_run=dry_run,
+        all_statuses=all_statuses,
     )
     verb = "would replay" if dry_run else "replayed"
     detail = ", ".join(f"{h}: {n}" for h, n in sorted(result.by_handler.items()))
     click.echo(f"{verb} {result.events} events" + (f" ({detail})" if detail else ""))
+    if dry_run and result.groups:
+        print_table(
+            ("handler", "group", "events"),
+            [
+                (h, "-" if g is None else str(g), str(n))
+                for (h, g), n in sorted(result.groups.items(), key=lambda item: str(item[0]))
+            ],
+        )
+
+
+def _by_status(counts: dict[tuple[str, str], int]) -> dict[str, int]:
+    """Archived events per status, in the order ArchiveStatus spells them."""
+    totals = {s.value: 0 for s in schema.ArchiveStatus}
+    for (_, status), count in counts.items():
+        totals[status] = totals.get(status, 0) + count
+    return {s: n for s, n in totals.items() if n}
 
 
 @main.group("refused")
@@ -86,6 +133,20 @@ def refused_release(ctx: Context, handler: str | None, group_id: uuid.UUID | Non
     metavar="DURATION",
     help="Delete archive rows archived longer ago than this (90s, 15m, 12h, 30d, 2w).",
 )
+@click.option(
+    "--status",
+    "statuses",
+    type=ARCHIVE_STATUS,
+    multiple=True,
+    help=(
+        "Only rows of this status (repeatable). Default: "
+        f"{', '.join(archive.PRUNE_STATUSES)}; dead letters stay unless named (--status dead)."
+    ),
+)
+@click.option("--all", "all_statuses", is_flag=True, help="Rows of every status, dead letters too.")
+@click.option(
+    "--dry-run", is_flag=True, help="Count the rows it would delete, per handler and status."
+)
 # A chunk is deleted in one transaction: at most as many rows as the largest group a handler
 # may take in one (a larger number only overflows the database's integers).
 @click.option(
@@ -96,11 +157,43 @@ def refused_release(ctx: Context, handler: str | None, group_id: uuid.UUID | Non
     help="Rows deleted per transaction.",
 )
 @command
-def prune(ctx: Context, older_than: float, chunk: int) -> None:
-    """Delete old archive rows in bounded batches, and the rate limits of keys gone quiet."""
+def prune(
+    ctx: Context,
+    older_than: float,
+    statuses: tuple[str, ...],
+    all_statuses: bool,
+    dry_run: bool,
+    chunk: int,
+) -> None:
+    """Delete old archive rows in bounded batches, and the rate limits of keys gone quiet.
+
+    Dead letters are kept unless named: --status dead, or --all.
+    """
     from outbox import flow
 
+    if statuses and all_statuses:
+        fail("--status and --all: give one or the other", EXIT_USAGE)
     app = ready(ctx.bare_app())
-    pruned = archive.prune(app, older_than=older_than, chunk=chunk)
-    forgotten = flow.forget_idle_limits(app)
-    click.echo(f"pruned {pruned} archive rows, {forgotten} idle rate limits")
+    chosen = None if all_statuses else (statuses or archive.PRUNE_STATUSES)
+    if dry_run:
+        found = archive.counts(app, status=chosen, older_than=older_than)
+        print_table(
+            ("handler", "status", "rows"),
+            [(h, s, str(n)) for (h, s), n in sorted(found.items())],
+        )
+        click.echo(f"would prune {sum(found.values())} archive rows")
+    else:
+        pruned = archive.prune(
+            app, older_than=older_than, chunk=chunk, status=chosen, all_statuses=all_statuses
+        )
+        forgotten = flow.forget_idle_limits(app)
+        click.echo(f"pruned {pruned} archive rows, {forgotten} idle rate limits")
+    if chosen is not None and schema.ArchiveStatus.DEAD not in chosen:
+        kept = sum(
+            archive.counts(app, status=schema.ArchiveStatus.DEAD, older_than=older_than).values()
+        )
+        if kept:
+            click.echo(
+                f"kept {kept} dead letter{'s' * (kept != 1)} as old: replay them "
+                "(outbox replay --status dead) or prune them by name (--status dead)"
+            )

@@ -11,6 +11,7 @@ from outbox import metrics
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_FAILURE, command, ready
 from outbox.cli._main import main
+from outbox.cli._options import MAX_DEAD_SINCE_SECONDS, DurationOrOff
 from outbox.cli._output import age_text, bytes_text, print_table, ratio_text
 
 # Held ordering keys listed by `outbox status`; `outbox held list` lists them all.
@@ -37,14 +38,27 @@ def reindex(ctx: Context, handlers: tuple[str, ...], dry_run: bool) -> None:
     )  # fmt: skip
 
 
+# `--dead-since` of `status` and `check`: the window in which a dead letter raises an alert.
+dead_since_option = click.option(
+    "--dead-since",
+    type=DurationOrOff(MAX_DEAD_SINCE_SECONDS),
+    default="24h",
+    show_default=True,
+    metavar="DURATION",
+    help="Alert on events dead-lettered less than this long ago (90s, 15m, 12h, 30d, 2w; "
+    "0 or off: no dead-letter alert).",
+)
+
+
 @main.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
 @click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@dead_since_option
 @command
-def status(ctx: Context, as_json: bool, handlers: tuple[str, ...]) -> None:
+def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: float) -> None:
     """Per handler: backlog, oldest event age, staleness, groups by state, dead letters."""
     app = ready(ctx.app(), handlers)
-    rows = metrics.collect(app, handlers)
+    rows = metrics.collect(app, handlers, dead_since=dead_since)
     band_rows = metrics.bands(rows)
     if as_json:
         document = {
@@ -102,11 +116,14 @@ def _paused(row: metrics.HandlerStatus) -> str:
 
 @main.command()
 @click.option("--handler", "handlers", multiple=True, help="Only this handler (repeatable).")
+@dead_since_option
 @command
-def check(ctx: Context, handlers: tuple[str, ...]) -> None:
-    """Exit 1 when a handler breaks its band's promise (for cron, probes, monitoring)."""
+def check(ctx: Context, handlers: tuple[str, ...], dead_since: float) -> None:
+    """Exit 1 when a handler breaks its band's promise or dead-lettered events lately (for
+    cron, probes, monitoring)."""
     app = ready(ctx.app(), handlers)
-    broken = [(r, alert) for r in metrics.collect(app, handlers) for alert in r.alerts]
+    rows = metrics.collect(app, handlers, dead_since=dead_since)
+    broken = [(r, alert) for r in rows for alert in r.alerts]
     for r, alert in broken:
         click.echo(f"{r.handler} ({r.urgency}): {alert}")
     if broken:
