@@ -49,6 +49,7 @@ class SilentHolding:
             f"ago: rescued {when}"
         )
 
+
 # How far back `outbox check` looks for dead letters to alert on: a day, so that a daily check
 # sees each one at least once, and a dead letter an operator has seen (and left archived) stops
 # paging by the next day. 0 or None: no dead-letter alert.
