@@ -313,9 +313,9 @@ def test_reindex_lists_each_buffer_index_with_what_it_did(
 def test_refused_list_and_release_show_and_free_a_held_group(
     cli: Cli, database_url: str, connect: Callable[[str], Engine], commit_events: Any
 ) -> None:
-    """A group whose completion the database refuses is held: ``status`` counts it, ``check``
-    exits 1, ``refused list`` shows its error, and ``refused release`` (once the cause is
-    fixed) lets a worker finish it."""
+    """A group whose completion the database refuses is held: the burst run that held it exits
+    1 saying so, ``status`` counts it, ``check`` exits 1, ``refused list`` shows its error, and
+    ``refused release`` (once the cause is fixed) lets a worker finish it."""
     engine = connect(database_url)
     table = ActivityEvent.__table__.name
     refuse_deletes(engine, table)
@@ -330,8 +330,9 @@ def test_refused_list_and_release_show_and_free_a_held_group(
     again = cli.run(*base, "work", "--burst", "--handler", "record_activity")
 
     refused_counts = {h["handler"]: h["groups_refused"] for h in status}
+    assert "1 groups held as refused" in worked.stderr
     assert (
-        0,
+        1,
         {"record_activity": 1, "record_email": 0},
         1,
         True,
