@@ -1,6 +1,7 @@
 """The application ``benchmarks.drain_rate_limited`` drains: one bulk call per group to the fake
 bulk API at ``BULK_API_URL``, under a fleet-wide ``RateLimit`` of ``BULK_CALLS_PER_SECOND``,
-``RetryAfter`` on a 429. Groups of ``BULK_BATCH_SIZE`` events."""
+``RetryAfter`` on a 429. Groups of ``BULK_BATCH_SIZE`` events. With ``BULK_ACCOUNT_CALLS`` (calls
+a second), each account's groups (``group_by``) are also limited per account."""
 
 from __future__ import annotations
 
@@ -15,6 +16,10 @@ from outbox import Batch, BufferMixin, Outbox, RateLimit, RetryAfter
 
 BATCH_SIZE = int(os.environ.get("BULK_BATCH_SIZE", "500"))
 CALLS_PER_SECOND = float(os.environ.get("BULK_CALLS_PER_SECOND", "10"))
+ACCOUNT_CALLS = int(os.environ.get("BULK_ACCOUNT_CALLS") or 0)
+LIMITS = [RateLimit(calls_per_second=CALLS_PER_SECOND)]
+if ACCOUNT_CALLS:
+    LIMITS.append(RateLimit(calls=ACCOUNT_CALLS, key="account"))
 
 
 class Base(DeclarativeBase):
@@ -26,6 +31,7 @@ class BulkEvent(BufferMixin, Base):
 
     __tablename__ = "bench_bulk_events"
     email: Mapped[str] = mapped_column(String(100))
+    account: Mapped[int] = mapped_column(default=0)
 
 
 app = Outbox()
@@ -33,7 +39,10 @@ _client = httpx.Client(timeout=30)
 
 
 @app.handler(
-    BulkEvent, batch_size=BATCH_SIZE, rate_limit=RateLimit(calls_per_second=CALLS_PER_SECOND)
+    BulkEvent,
+    batch_size=BATCH_SIZE,
+    rate_limit=LIMITS,
+    group_by="account" if ACCOUNT_CALLS else None,
 )
 def send_bulk(batch: Batch[BulkEvent]) -> None:
     """One call per group; its group id is the idempotency key."""
