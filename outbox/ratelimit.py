@@ -9,7 +9,7 @@ from enum import StrEnum
 from outbox._checks import MAX_WAIT_SECONDS, is_number, is_whole
 from outbox.exceptions import ConfigurationError
 
-MARGIN_SECONDS = 0.05
+MARGIN_SECONDS = 0.03
 """How much longer than its period each window is kept, in seconds. A call's start is reserved
 on the database's clock; the worker calls the handler no earlier than that, but may be later by
 the reservation's commit, its wake-up and the interpreter's scheduling. A later call may then
