@@ -12,9 +12,13 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine
 
-from tests.acceptance._cli import APP, LEASE, Cli, handled, handled_ids, started
+from tests.acceptance._cli import APP, Cli, handled, handled_ids, started
 from tests.acceptance.cli_app import BATCH_SIZE_ENV, CALLS_PER_SECOND_ENV, RATE_LIMIT_ENV
 from tests.integration.test_rate_limits import most_in_any_window
+
+# A worker holds a group for its turn up to a third of the lease: with 6 s, a turn a window
+# away is waited for rather than put back, which a burst worker would leave behind.
+HOLDING_LEASE = ("--lease", "6", "--poll-interval", "0.2")
 
 
 def test_eight_processes_together_keep_to_the_limit(
@@ -26,7 +30,7 @@ def test_eight_processes_together_keep_to_the_limit(
 ) -> None:
     ids = commit_events(connect(server_database), 60)
     result = cli.run(
-        "--app", APP, "--database-url", server_database, "work", *LEASE,
+        "--app", APP, "--database-url", server_database, "work", *HOLDING_LEASE,
         "--burst", "--processes", "8", "--concurrency", "2", "--handler", "record_activity",
         env={CALLS_PER_SECOND_ENV: "18", BATCH_SIZE_ENV: "1"},
     )  # fmt: skip
@@ -36,11 +40,6 @@ def test_eight_processes_together_keep_to_the_limit(
     assert most_in_any_window(starts, [1] * len(starts)) <= 18
     # Sixty calls need four windows: the last starts three periods after the first.
     assert max(starts) - min(starts) >= 3.0
-
-
-# A worker holds a group for its turn up to a third of the lease: with 6 s, a turn a window
-# away is waited for rather than put back, which a burst worker would leave behind.
-HOLDING_LEASE = ("--lease", "6", "--poll-interval", "0.2")
 
 
 @pytest.mark.parametrize(
