@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -22,7 +22,7 @@ from outbox.batch import Batch
 from outbox.breaker import CircuitBreaker
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError
-from outbox.ratelimit import RateLimit
+from outbox.ratelimit import RateLimit, Unit
 from outbox.retry import MIN_RETRY_AFTER_SECONDS, RetryPolicy
 from outbox.urgency import Urgency
 
@@ -124,7 +124,7 @@ class Handler(Generic[EventT]):
     max_wait: float | None = None
     concurrency: int | None = None
     circuit_breaker: CircuitBreaker | None = None
-    rate_limit: RateLimit | None = None
+    rate_limit: RateLimit | Sequence[RateLimit] | None = None
     bisect: bool = False
     max_batch_bytes: int | None = None
     group_by: str | None = None
@@ -132,9 +132,13 @@ class Handler(Generic[EventT]):
     rate_limit_key: str | None = None
     is_async: bool = field(init=False, repr=False, compare=False)
     """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
+    rate_limits: tuple[RateLimit, ...] = field(init=False, repr=False, compare=False)
+    """Every rate limit of the handler, each with the key it applies per (``rate_limit_key``
+    for those that name none), the key named as the table names its column."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "is_async", _invoke.is_async(self.func))
+        object.__setattr__(self, "rate_limits", _rate_limits(self))
 
     @property
     def table(self) -> Table:
@@ -262,7 +266,7 @@ class Outbox:
         max_wait: float | None = None,
         concurrency: int | None = None,
         circuit_breaker: CircuitBreaker | None = None,
-        rate_limit: RateLimit | None = None,
+        rate_limit: RateLimit | Sequence[RateLimit] | None = None,
         bisect: bool = False,
         max_batch_bytes: int | None = None,
         group_by: str | None = None,
@@ -287,18 +291,20 @@ class Outbox:
         enforced by the database (default: no cap). ``circuit_breaker``: pause the handler
         after consecutive failed groups, then probe one group at a time
         (:class:`outbox.CircuitBreaker`; default: none). ``rate_limit``: calls and/or events
-        per second the whole fleet may send, enforced in the database
-        (:class:`outbox.RateLimit`; default: none). ``bisect``: a group that fails as a whole
-        is split in halves for its next attempt, until a poison event is alone (and ends dead
-        on its own) and the others are delivered. ``max_batch_bytes``: a group also closes
-        before its events' own columns, as text, pass this many bytes (bulk APIs cap request
-        bodies); an event larger than that goes alone. ``group_by``: a column of the buffer;
-        each group holds events of one value of it, and claims take the keys in turn, so that
-        one key's backlog cannot hold up the others. ``ordering_key``: a column of the buffer;
+        the whole fleet, or each key, may send in any window, enforced in the database
+        (:class:`outbox.RateLimit`, or a sequence of them all kept at once; default: none).
+        ``bisect``: a group that fails as a whole is split in halves for its next attempt,
+        until a poison event is alone (and ends dead on its own) and the others are delivered.
+        ``max_batch_bytes``: a group also closes before its events' own columns, as text, pass
+        this many bytes (bulk APIs cap request bodies); an event larger than that goes alone.
+        ``group_by``: a column of the buffer; each group holds events of one value of it, and
+        claims take the keys in turn, so that one key's backlog cannot hold up the others.
+        ``ordering_key``: a column of the buffer;
         the events of one key are handled in id order, one group of the key at a time, and a
         group that fails holds the key's later events until it succeeds (or, dead, until it
         is replayed or its key released: ``outbox held``). ``rate_limit_key``: a column of the
-        buffer; ``rate_limit`` applies to each of its values on its own (a limit per tenant).
+        buffer; the limits of ``rate_limit`` that name no ``key`` apply to each of its values
+        on its own (a limit per tenant): the shorthand of ``RateLimit(..., key=...)``.
         """
 
         def register(
@@ -401,7 +407,6 @@ _OPTION_KINDS: dict[str, tuple[type, ...]] = {
     "expires_after": (int, float),
     "max_wait": (int, float),
     "circuit_breaker": (CircuitBreaker,),
-    "rate_limit": (RateLimit,),
     "group_by": (str,),
     "ordering_key": (str,),
     "rate_limit_key": (str,),
@@ -488,10 +493,6 @@ def _validated(handler: Handler[Any]) -> Handler[Any]:
             f"handler {handler.name!r}: concurrency must be >= 1 or None, "
             f"got {handler.concurrency!r}"
         )
-    if handler.rate_limit_key is not None and handler.rate_limit is None:
-        raise ConfigurationError(
-            f"handler {handler.name!r}: rate_limit_key needs a rate_limit to apply per key"
-        )
     keys = {
         option: _column_key(model, getattr(handler, option))
         for option in ("group_by", "ordering_key", "rate_limit_key")
@@ -503,6 +504,7 @@ def _validated(handler: Handler[Any]) -> Handler[Any]:
                 f"{handler.table.name!r} other than {', '.join(_BOOKKEEPING)} (its attribute "
                 f"on {model.__name__}, or its name in the table), got {column!r}"
             )
+    _check_rate_limits(handler)
     for option, unfit in _UNFIT_KEY_TYPES.items():
         column = keys[option]
         if column is None:
@@ -540,3 +542,60 @@ def _validated(handler: Handler[Any]) -> Handler[Any]:
         ordering_key=keys["ordering_key"],
         rate_limit_key=keys["rate_limit_key"],
     )
+
+
+def _given_limits(handler: Handler[Any]) -> tuple[RateLimit, ...] | None:
+    """The limits as given: None when ``rate_limit`` is not a limit or a sequence of them."""
+    given = handler.rate_limit
+    if given is None:
+        return ()
+    if isinstance(given, RateLimit):
+        return (given,)
+    if isinstance(given, Sequence) and not isinstance(given, str):
+        limits = tuple(given)
+        if all(isinstance(limit, RateLimit) for limit in limits):
+            return limits
+    return None
+
+
+def _rate_limits(handler: Handler[Any]) -> tuple[RateLimit, ...]:
+    """The handler's limits, each with its key resolved (see ``Handler.rate_limits``)."""
+    limits = _given_limits(handler) or ()
+    if getattr(handler.model, "__table__", None) is None:
+        return limits  # not a mapped model: refused at registration
+    return tuple(
+        replace(limit, key=_column_key(handler.model, limit.key or handler.rate_limit_key))
+        if limit.key or handler.rate_limit_key
+        else limit
+        for limit in limits
+    )
+
+
+def _check_rate_limits(handler: Handler[Any]) -> None:
+    """``rate_limit``: limits whose keys are columns of the buffer, and whose events windows
+    each hold a whole group (a group larger than one could never be sent within it)."""
+    if _given_limits(handler) is None:
+        raise ConfigurationError(
+            f"handler {handler.name!r}: rate_limit must be RateLimit, a sequence of RateLimit, "
+            f"or None, got {handler.rate_limit!r}"
+        )
+    if handler.rate_limit_key is not None and not handler.rate_limits:
+        raise ConfigurationError(
+            f"handler {handler.name!r}: rate_limit_key needs a rate_limit to apply per key"
+        )
+    for limit in handler.rate_limits:
+        if limit.key is not None and (
+            limit.key not in handler.table.c or limit.key in _BOOKKEEPING
+        ):
+            raise ConfigurationError(
+                f"handler {handler.name!r}: rate_limit's key must name a column of "
+                f"{handler.table.name!r} other than {', '.join(_BOOKKEEPING)} (its attribute "
+                f"on {handler.model.__name__}, or its name in the table), got {limit.key!r}"
+            )
+        for window in limit.windows():
+            if window.unit is Unit.EVENTS and window.exact and window.capacity < handler.batch_size:
+                raise ConfigurationError(
+                    f"handler {handler.name!r}: rate_limit allows {window.capacity} events "
+                    f"in {window.period:g} s, fewer than batch_size {handler.batch_size}: a "
+                    f"full group could never be sent within it (lower batch_size)"
+                )

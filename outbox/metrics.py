@@ -100,7 +100,11 @@ class HandlerStatus:
     held_keys: list[str] = field(default_factory=list)
     """Ordering keys dead groups hold back (``outbox held``): their later events wait."""
     rate_limit: str | None = None
-    """The handler's shared rate limit in words (per key when it has ``rate_limit_key``)."""
+    """The handler's shared rate limits in words, all of them (``10 calls/s and 2 calls/s per
+    account_id``); None without."""
+    rate_limits: list[str] = field(default_factory=list)
+    """Each of the handler's shared rate limits in words, saying whether it is fleet-wide or per
+    key (``10 calls/s, fleet-wide``, ``2 calls/s per account_id``)."""
     archived: dict[str, int] = field(default_factory=dict)
     """Archived events by status: succeeded, dead, expired, discarded."""
     recent_dead: int = 0
@@ -254,6 +258,9 @@ def _handler_status(
         consecutive_failures=state.failures if state else 0,
         held_keys=held.get(h.name, []),
         rate_limit=_rate_limit(h),
+        rate_limits=[
+            limit.describe() + ("" if limit.key else ", fleet-wide") for limit in h.rate_limits
+        ],
         archived={
             status: archived[(h.name, status)]
             for status in schema.ArchiveStatus
@@ -274,10 +281,9 @@ def _handler_status(
 
 
 def _rate_limit(h: Handler[Any]) -> str | None:
-    if h.rate_limit is None:
+    if not h.rate_limits:
         return None
-    per_key = "" if h.rate_limit_key is None else f" per {h.rate_limit_key}"
-    return h.rate_limit.describe() + per_key
+    return " and ".join(limit.describe() for limit in h.rate_limits)
 
 
 def _breaker_state(h: Handler[Any], state: queries.HandlerState | None) -> str | None:
@@ -328,7 +334,7 @@ def _alerts(
         why = (
             "" if pause is None else f" ({pause_text(pause.cause, pause.paused_for, pause.reason)})"
         )
-        if h.rate_limit is not None:
+        if h.rate_limits:
             why += f" (rate limit {_rate_limit(h)})"
         alerts.append(
             f"oldest event is {age:.0f} s old: staleness {staleness:.2f} is above "

@@ -193,6 +193,18 @@ rate_limits = Table(
         nullable=True,
         comment="the theoretical arrival time of the next call (GCRA); NULL: now",
     ),
+    Column(
+        "starts",
+        Text,
+        nullable=True,
+        comment="the recent starts the limit's window counts; NULL: none",
+    ),
+    Column(
+        "starts_until",
+        timestamp(),
+        nullable=True,
+        comment="when the last of the recent starts leaves the window",
+    ),
 )
 
 workers = Table(

@@ -11,7 +11,6 @@ import functools
 import time
 import traceback
 import uuid
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -47,7 +46,6 @@ from outbox._faults import (
 from outbox.app import Delivery, Handler, Outbox
 from outbox.batch import Batch, column_values
 from outbox.exceptions import HandlerTimeoutError
-from outbox.ratelimit import RateLimit
 from outbox.results import DEAD, DEFERRED, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
 from outbox.retry import RetryAfter
 from outbox.schema import ArchiveStatus
@@ -126,8 +124,8 @@ def run_batch_job(
                 handler=handler.name,
             )
             if rows:
-                if handler.rate_limit is not None:
-                    _wait_for_turn(app, handler, handler.rate_limit, rows)
+                if handler.rate_limits:
+                    _wait_for_turn(app, handler, rows)
                 crash_point(BEFORE_HANDLER)
                 handed_over = True
                 _call(handler, batch)
@@ -237,16 +235,14 @@ class Throttled(Exception):  # noqa: N818 - an outcome, as LeaseLost is
         self.seconds = seconds
 
 
-def _wait_for_turn(app: Outbox, handler: Handler[Any], limit: RateLimit, rows: list[Any]) -> None:
-    """Reserve the group's call under the handler's rate limit (each of its keys' limit, with
-    ``rate_limit_key``) and wait for its turn; raise :class:`Throttled` when the turn is
-    further off than a worker waits."""
-    events = dict(Counter(_limited_keys(handler, rows))) or {None: len(rows)}
-    wait = _limiter.reserve(app, handler, limit, events)
-    if wait > _limiter.max_wait(app):
-        raise Throttled(wait)
-    if wait > 0:
-        time.sleep(wait)
+def _wait_for_turn(app: Outbox, handler: Handler[Any], rows: list[Any]) -> None:
+    """Reserve the group's call under the handler's rate limits (each of its keys' limits, for
+    per-key ones) and wait for its turn; raise :class:`Throttled` when the turn is further
+    off than a worker waits."""
+    keys = {column: _keys(handler, rows, column) for column in _limiter.key_columns(handler)}
+    throttled = _limiter.take_turn(app, handler, len(rows), keys)
+    if throttled is not None:
+        raise Throttled(throttled)
 
 
 def _bisected(handler: Handler[Any], rows: list[Any]) -> tuple[list[int], list[int]]:
@@ -264,9 +260,11 @@ def _bisected(handler: Handler[Any], rows: list[Any]) -> tuple[list[int], list[i
     return [i for i in ids if i not in behind], [i for i in ids if i in behind]
 
 
-def _limited_keys(handler: Handler[Any], rows: list[Any]) -> list[str | None]:
-    """The group's events' keys under per-key rate limits (``rate_limit_key``); none without."""
-    return [] if handler.rate_limit_key is None else _keys(handler, rows, handler.rate_limit_key)
+def _limited_keys(handler: Handler[Any], rows: list[Any]) -> list[tuple[str, str | None]]:
+    """The group's events' keys under per-key rate limits, as ``(column, value)``; none
+    without."""
+    columns = _limiter.key_columns(handler)
+    return [(column, key) for column in columns for key in _keys(handler, rows, column)]
 
 
 def _keys(handler: Handler[Any], rows: list[Any], key: str) -> list[str | None]:

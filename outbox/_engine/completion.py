@@ -302,8 +302,10 @@ def deferral_delay(seconds: float) -> float:
 
 
 def pauses_on_retry_after(handler: Handler[Any]) -> bool:
-    """Whether a whole group's Retry-After pauses ``handler`` (see :func:`_hold`)."""
-    return handler.rate_limit_key is None
+    """Whether a whole group's Retry-After pauses ``handler`` (see :func:`_hold`): unless every
+    limit it has is per key, when it holds back only the group's keys."""
+    limits = handler.rate_limits
+    return not limits or any(limit.key is None for limit in limits)
 
 
 def _hold(

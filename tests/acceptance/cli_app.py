@@ -13,6 +13,8 @@ when the module is imported (batch size, attempts) or when a batch runs (the res
 - ``OUTBOX_TEST_BATCH_SIZE``: the handlers' batch size (default 10).
 - ``OUTBOX_TEST_MAX_ATTEMPTS``: the handlers' ``RetryPolicy.max_attempts`` (default 8).
 - ``OUTBOX_TEST_CALLS_PER_SECOND``: a ``RateLimit`` of ``record_activity`` (default none).
+- ``OUTBOX_TEST_RATE_LIMIT``: that ``RateLimit``'s options instead, ``name=number`` separated
+  by commas (``calls_per_second=10,burst=5``).
 - ``OUTBOX_TEST_ORDERED``: ``1`` gives ``record_activity`` the ordering key ``activity_id``.
 - ``OUTBOX_TEST_WORKER_STALE_AFTER``: ``Settings.worker_stale_after`` in seconds (default: the
   library's).
@@ -39,6 +41,7 @@ FAIL_ENV = "OUTBOX_TEST_FAIL"
 BATCH_SIZE_ENV = "OUTBOX_TEST_BATCH_SIZE"
 MAX_ATTEMPTS_ENV = "OUTBOX_TEST_MAX_ATTEMPTS"
 CALLS_PER_SECOND_ENV = "OUTBOX_TEST_CALLS_PER_SECOND"
+RATE_LIMIT_ENV = "OUTBOX_TEST_RATE_LIMIT"
 ORDERED_ENV = "OUTBOX_TEST_ORDERED"
 WORKER_STALE_AFTER_ENV = "OUTBOX_TEST_WORKER_STALE_AFTER"
 
@@ -53,6 +56,10 @@ RETRY = RetryPolicy(
 
 _calls_per_second = os.environ.get(CALLS_PER_SECOND_ENV)
 RATE_LIMIT = None if not _calls_per_second else RateLimit(calls_per_second=float(_calls_per_second))
+if os.environ.get(RATE_LIMIT_ENV):
+    _options = (option.split("=") for option in os.environ[RATE_LIMIT_ENV].split(","))
+    RATE_LIMIT = RateLimit(**{name: float(value) if "." in value else int(value)
+                              for name, value in _options})  # fmt: skip
 
 # Rescue expired leases every half second (default 5 s), so that killed workers' groups come
 # back within the tests' time budget; lease and poll interval come from the command line.

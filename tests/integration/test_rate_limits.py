@@ -4,7 +4,6 @@ and MariaDB."""
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from collections.abc import Callable
@@ -60,27 +59,25 @@ def _recording(app: Outbox, **options: object) -> tuple[list[float], list[int]]:
 def test_threads_together_keep_to_the_calls_limit(
     database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
 ) -> None:
-    """Eight threads, thirty groups, a limit of 18 calls a second: a downstream that allows 20
-    in any second never sees more, and the drain cannot take less than 29 intervals."""
+    """Eight threads, thirty groups, a limit of 18 calls a second: no second holds more than
+    18, so the thirty take more than a second."""
     app = make_app(database_url)
     starts, _ = _recording(app, batch_size=1, rate_limit=RateLimit(calls_per_second=18))
     commit_events(app.engine, 30)
-    began = time.monotonic()
     Worker(app, concurrency=8, burst=True).run()
-    took = time.monotonic() - began
-    assert (30, True) == (len(starts), most_in_any_window(starts, [1] * 30) <= 20)
-    assert took >= 29 / 18
+    assert (30, True) == (len(starts), most_in_any_window(starts, [1] * 30) <= 18)
+    assert max(starts) - min(starts) > 1.0
 
 
 def test_threads_together_keep_to_the_events_limit(
     database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
 ) -> None:
-    """Groups of ten, 90 events a second: never more than 100 events in any second."""
+    """Groups of ten, 90 events a second: never more than 90 events in any second."""
     app = make_app(database_url)
     starts, sizes = _recording(app, batch_size=10, rate_limit=RateLimit(events_per_second=90))
     commit_events(app.engine, 200)
     Worker(app, concurrency=8, burst=True).run()
-    assert (200, True) == (sum(sizes), most_in_any_window(starts, sizes) <= 100)
+    assert (200, True) == (sum(sizes), most_in_any_window(starts, sizes) <= 90)
 
 
 def test_a_group_whose_turn_is_far_off_goes_back_unattempted(
@@ -130,8 +127,8 @@ def test_rate_limit_refuses_bad_settings(options: dict[str, float]) -> None:
 def test_a_rate_limit_key_gives_each_key_a_limit_of_its_own(
     database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
 ) -> None:
-    """Five calls a second per account, two accounts, groups of one: each account's calls are
-    a fifth of a second apart, while the two accounts' calls go side by side."""
+    """Three calls a second per account, two accounts of five groups of one: no second holds
+    more than three calls of one account, while the two accounts' calls go side by side."""
     app = make_app(database_url)
     starts: dict[int, list[float]] = {}
     lock = threading.Lock()
@@ -140,7 +137,7 @@ def test_a_rate_limit_key_gives_each_key_a_limit_of_its_own(
         ActivityEvent,
         batch_size=1,
         retry=NO_WAIT,
-        rate_limit=RateLimit(calls_per_second=5),
+        rate_limit=RateLimit(calls_per_second=3),
         rate_limit_key="activity_id",
     )
     def per_account(batch: Batch[ActivityEvent]) -> None:
@@ -151,12 +148,12 @@ def test_a_rate_limit_key_gives_each_key_a_limit_of_its_own(
         commit_events(app.engine, 1, activity_id=1)
         commit_events(app.engine, 1, activity_id=2)
     Worker(app, concurrency=8, burst=True).run()
-    gaps = [b - a for calls in starts.values() for a, b in itertools.pairwise(sorted(calls))]
-    apart = min(abs(a - b) for a in starts[1] for b in starts[2])
-    assert ([5, 5], True, True) == (
+    most = [most_in_any_window(starts[a], [1] * len(starts[a])) for a in (1, 2)]
+    both = sorted(starts[1] + starts[2])
+    assert ([5, 5], [3, 3], 6) == (
         [len(starts[1]), len(starts[2])],
-        min(gaps) >= 0.18,
-        apart < 0.1,
+        most,
+        most_in_any_window(both, [1] * 10),
     )
 
 

@@ -1,102 +1,222 @@
-"""Statements on ``outbox_rate_limits``: the fleet's shared rate limits (GCRA)."""
+"""Statements on ``outbox_rate_limits``: the fleet's shared rate limits (sliding windows)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import datetime as dt
+import math
+import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, select, update
+from sqlalchemy import Connection, and_, delete, or_, select, update
 
 from outbox import schema
 from outbox._checks import MAX_WAIT_SECONDS
 from outbox._db import dialects
-from outbox._db.dialects.clock import age_seconds, db_now_plus
+from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
 
 _limits = schema.rate_limits
+
+# A window's recent starts are kept to a thousandth of the window, each rounded up (later: it
+# stays counted a little longer), so that a row holds about a thousand entries at most whatever
+# the limit: a few kilobytes, which every database's TEXT holds.
+GRAIN_PER_WINDOW = 1000
 
 
 @dataclass(frozen=True, slots=True)
 class Spend:
-    """What one call spends of one limit: ``cost`` units (1 per call, or the events it
-    carries) at ``interval`` seconds each, with ``tolerance`` seconds of burst."""
+    """What one call spends of one limit (one row): ``cost`` units (1 per call, or the events
+    it carries) of the ``capacity`` that any ``window`` seconds may hold."""
 
     key: str
-    cost: float
-    interval: float
-    tolerance: float
+    cost: int
+    capacity: int
+    window: float
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A reservation's answer: the call may start ``wait`` seconds after the database's clock
+    was read (reserved only when ``reserved``). ``asked_at`` and ``told_at``: the caller's
+    ``time.monotonic()`` just before and just after that read, so that it can start no earlier
+    than reserved (``told_at + wait``) and know how late it is (from ``asked_at + wait``)."""
+
+    wait: float
+    reserved: bool
+    asked_at: float
+    told_at: float
 
 
 def reserve(
     conn: Connection, dialect: str, handler: str, spends: Sequence[Spend], *, max_wait: float
-) -> float:
-    """Reserve a call against a handler's limits: the seconds from now at which it may start
-    (0: at once). Nothing is reserved, and the wait is returned as it is, when it is longer
-    than ``max_wait``.
+) -> Turn:
+    """Reserve a call against a handler's limits: when, from now, it may start (0: at once).
+    Nothing is reserved when that is further off than ``max_wait``.
 
-    The generic cell rate algorithm: each limit keeps a theoretical arrival time (``tat``); a
-    call may start once ``tat - tolerance`` has come, and moves ``tat`` on by its cost. The
-    limits' rows are locked (``FOR UPDATE``, in key order; SQLite's transaction holds the write
-    lock) until the transaction ends, so that sessions reserving at once are served one after
-    the other, each after the other's reservation.
+    Each limit's row keeps the recent starts it counted (``starts``) and the earliest the next
+    may start (``tat``: the last reserved start, or the end of a hold). A call may start at the
+    earliest ``t`` not before that where the starts in ``(t - window, t]`` and its own cost fit
+    the capacity; every limit then records it at the latest of its limits' ``t``. Reserved
+    starts only move forwards, so no later reservation lands in an earlier one's window
+    unseen. The rows are locked (``FOR UPDATE``, in key order; SQLite's transaction holds the
+    write lock) until the transaction ends: sessions reserving at once are served one after
+    the other, each after the other's reservation. The clock is read after the locks are held,
+    so a session that waited for them reserves from when it got them.
     """
-    ahead = _locked(conn, dialect, handler, spends)
-    wait = max(max(ahead[s.key] - s.tolerance, 0.0) for s in spends)
-    if wait > max_wait:
-        return wait
+    spends = _strictest(spends)
+    keys = sorted({spend.key for spend in spends})
+    _lock(conn, dialect, handler, keys)
+    asked_at = time.monotonic()
+    rows = conn.execute(
+        select(_limits.c.key, _limits.c.starts, age_seconds(_limits.c.tat), db_now()).where(
+            _limits.c.handler == handler, _limits.c.key.in_(keys)
+        )
+    ).all()
+    told_at = time.monotonic()
+    now = _epoch(rows[0][3])
+    floors = {key: now if age is None else now - float(age) for key, _, age, _ in rows}
+    logs = {key: _parse(text) for key, text, _, _ in rows}
+    start = now
     for spend in spends:
-        # From when the call starts: a limit that allowed it sooner is charged from then.
-        arrival = min(max(ahead[spend.key], wait) + spend.cost * spend.interval, MAX_WAIT_SECONDS)
+        start = max(start, floors[spend.key], _earliest(logs[spend.key], spend, now))
+    wait = start - now
+    if wait > max_wait:
+        return Turn(wait, False, asked_at, told_at)
+    for spend in spends:
+        entries = [(at, cost) for at, cost in logs[spend.key] if at > now - spend.window]
+        entries.append((start, spend.cost))
+        last = max(at for at, _ in entries)
         conn.execute(
             update(_limits)
             .where(and_(_limits.c.handler == handler, _limits.c.key == spend.key))
-            .values(tat=db_now_plus(arrival))
+            .values(
+                starts=_format(entries, spend.window / GRAIN_PER_WINDOW),
+                tat=db_now_plus(_capped(max(floors[spend.key], start) - now)),
+                starts_until=db_now_plus(_capped(last + spend.window - now)),
+            )
         )
-    return wait
+    return Turn(wait, True, asked_at, told_at)
 
 
 def hold_back(
-    conn: Connection, dialect: str, handler: str, spends: Sequence[Spend], seconds: float
+    conn: Connection, dialect: str, handler: str, keys: Iterable[str], seconds: float
 ) -> None:
-    """Push a handler's limits back so that no call may start for ``seconds`` (a key's
-    ``Retry-After``): each limit's theoretical arrival time becomes at least ``seconds`` plus
-    its tolerance from now. Locked as :func:`reserve` locks them."""
-    ahead = _locked(conn, dialect, handler, spends)
-    for spend in spends:
-        until = min(seconds + spend.tolerance, MAX_WAIT_SECONDS)
-        if ahead[spend.key] < until:
-            conn.execute(
-                update(_limits)
-                .where(and_(_limits.c.handler == handler, _limits.c.key == spend.key))
-                .values(tat=db_now_plus(until))
-            )
+    """Let no call of these limits (a key's, for its ``Retry-After``) start for ``seconds``:
+    each limit's next start (``tat``) becomes at least that far off; never brought forward.
+    Locked as :func:`reserve` locks them."""
+    keys = sorted(set(keys))
+    if not keys:
+        return
+    _lock(conn, dialect, handler, keys)
+    until = db_now_plus(_capped(seconds))
+    conn.execute(
+        update(_limits)
+        .where(
+            _limits.c.handler == handler,
+            _limits.c.key.in_(keys),
+            or_(_limits.c.tat.is_(None), _limits.c.tat < until),
+        )
+        .values(tat=until)
+    )
 
 
-def _locked(
-    conn: Connection, dialect: str, handler: str, spends: Sequence[Spend]
-) -> dict[str, float]:
-    """Lock the limits' rows, made first where missing: the seconds from now to each limit's
-    theoretical arrival time (negative: past)."""
-    rows = [{"handler": handler, "key": spend.key} for spend in spends]
-    keys = sorted({spend.key for spend in spends})
-    locked: Sequence[Any] = ()
+def _lock(conn: Connection, dialect: str, handler: str, keys: Sequence[str]) -> None:
+    """Lock the limits' rows, made first where missing."""
+    rows = [{"handler": handler, "key": key} for key in keys]
     # Twice at most: a row :func:`delete_idle_limits` removed between the insert and the lock
-    # is inserted again (a removed row held no state: its arrival time had passed).
+    # is inserted again (a removed row held no state: its window had passed).
     for _ in range(2):
         dialects.statements(dialect).insert_ignoring_duplicates(conn, _limits, rows)
         locked = conn.execute(
-            select(_limits.c.key, age_seconds(_limits.c.tat))
+            select(_limits.c.key)
             .where(_limits.c.handler == handler, _limits.c.key.in_(keys))
             .order_by(_limits.c.key)
             .with_for_update()
         ).all()
         if len(locked) == len(keys):
+            return
+
+
+def _strictest(spends: Sequence[Spend]) -> list[Spend]:
+    """One spend per row: two limits that share a row (the same unit, period and key) are kept
+    as the stricter of the two."""
+    kept: dict[str, Spend] = {}
+    for spend in spends:
+        other = kept.get(spend.key)
+        if other is not None:
+            spend = Spend(
+                spend.key,
+                max(spend.cost, other.cost),
+                min(spend.capacity, other.capacity),
+                max(spend.window, other.window),
+            )
+        kept[spend.key] = spend
+    return list(kept.values())
+
+
+def _earliest(entries: list[tuple[float, int]], spend: Spend, now: float) -> float:
+    """The earliest time at which ``spend`` fits its window, given the starts it holds
+    (oldest first): the oldest starts must leave the window until the rest and the call's cost
+    fit. A call costlier than the whole capacity waits for an empty window."""
+    recent = [(at, cost) for at, cost in entries if at > now - spend.window]
+    need = min(spend.cost, spend.capacity)
+    held = sum(cost for _, cost in recent)
+    earliest = now
+    for at, cost in recent:
+        if held + need <= spend.capacity:
             break
-    return {key: 0.0 if age is None else -float(age) for key, age in locked}
+        held -= cost
+        earliest = at + spend.window
+    return earliest
+
+
+def _format(entries: list[tuple[float, int]], grain: float) -> str:
+    """The starts as text: ``grain base offset[xcost] ...``, each start rounded up to a grain
+    (counted a little later than it was: never too early) and merged with its grain's."""
+    merged: dict[int, int] = {}
+    for at, cost in entries:
+        index = math.ceil(at / grain)
+        merged[index] = merged.get(index, 0) + cost
+    base = min(merged)
+    parts = [str(i - base) if c == 1 else f"{i - base}x{c}" for i, c in sorted(merged.items())]
+    return " ".join([repr(grain), str(base), *parts])
+
+
+def _parse(text: str | None) -> list[tuple[float, int]]:
+    """The starts :func:`_format` wrote (oldest first); none for a row without (new, or kept
+    by an older version, whose ``tat`` alone says when the next call may start)."""
+    if not text:
+        return []
+    grain_text, base_text, *parts = text.split()
+    grain, base = float(grain_text), int(base_text)
+    entries = []
+    for part in parts:
+        offset, _, cost = part.partition("x")
+        entries.append(((base + int(offset)) * grain, int(cost or 1)))
+    return entries
+
+
+def _epoch(now: Any) -> float:
+    """A time the database returned, as Unix seconds (MariaDB and SQLite return UTC with no
+    zone)."""
+    assert isinstance(now, dt.datetime)
+    return (now if now.tzinfo else now.replace(tzinfo=dt.UTC)).timestamp()
+
+
+def _capped(seconds: float) -> float:
+    """Seconds from now that every database stores an end for: a year at most."""
+    return min(seconds, MAX_WAIT_SECONDS)
 
 
 def delete_idle_limits(conn: Connection, idle_seconds: float) -> int:
-    """Forget the limits whose theoretical arrival time passed more than ``idle_seconds``
-    ago (a tenant gone quiet): such a row holds no state, a reservation makes it again.
-    Returns how many were deleted."""
-    return conn.execute(delete(_limits).where(_limits.c.tat < db_now_plus(-idle_seconds))).rowcount
+    """Forget the limits whose next start and whose recent starts' window both passed more than
+    ``idle_seconds`` ago (a tenant gone quiet): such a row holds no state, a reservation makes
+    it again. Returns how many were deleted."""
+    before = db_now_plus(-idle_seconds)
+    return conn.execute(
+        delete(_limits).where(
+            _limits.c.tat < before,
+            or_(_limits.c.starts_until.is_(None), _limits.c.starts_until < before),
+        )
+    ).rowcount

@@ -94,8 +94,8 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
                 f"{r.handler}: {metrics.pause_text(r.pause_cause, r.paused_for, r.pause_reason)}"
             )
     for r in rows:
-        if r.rate_limit is not None:
-            click.echo(f"{r.handler}: rate limit {r.rate_limit}, fleet-wide")
+        for limit in r.rate_limits:
+            click.echo(f"{r.handler}: rate limit {limit}")
         for key in r.held_keys[:HELD_KEYS_SHOWN]:
             click.echo(f"{r.handler}: key {key} held by a dead group (outbox held list)")
         if len(r.held_keys) > HELD_KEYS_SHOWN:
