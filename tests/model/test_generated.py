@@ -11,7 +11,6 @@ goes to ``test_regressions.py`` under a name.
 
 from __future__ import annotations
 
-import pytest
 from hypothesis import given, note, seed
 
 from tests.model._behaviour import Case
@@ -19,11 +18,6 @@ from tests.model._cases import Profile, budget, cases
 from tests.model._run import run_case
 from tests.model._settings import MODEL, SEED
 from tests.model.conftest import Target
-
-# Not on this version yet: exact rate-limit windows (a window may hold one call too many).
-CONTRACT_PENDING = pytest.mark.xfail(
-    strict=False, reason="handler-outcome contract: exact rate-limit windows"
-)
 
 
 def _run(target: Target, case: Case, *, window_slack: int) -> None:
@@ -43,7 +37,6 @@ def test_core_cases_keep_the_contract(target: Target, case: Case) -> None:
     _run(target, case, window_slack=1)
 
 
-@CONTRACT_PENDING
 @MODEL
 @seed(SEED)
 @given(case=cases(Profile.CONTRACT))

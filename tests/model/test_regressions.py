@@ -1,12 +1,9 @@
 """Cases the generated tier found, each under a name: the contract point it broke, run as it was
-generated. A case marked ``xfail`` needs a point of the handler-outcome contract that this
-version does not have yet; the mark names it."""
+generated."""
 
 from __future__ import annotations
 
 from pathlib import Path
-
-import pytest
 
 from tests.model._behaviour import Case, Setup
 from tests.model._cases import budget
@@ -18,10 +15,6 @@ def _holds(tmp_path: Path, case: Case, *, window_slack: int = 0) -> None:
     url = f"sqlite:///{tmp_path}/model.sqlite3"
     _, checker, final = run_case(url, case, budget=budget(case), window_slack=window_slack)
     checker.check(final)
-
-
-def _pending(point: str) -> pytest.MarkDecorator:
-    return pytest.mark.xfail(strict=False, reason=f"handler-outcome contract: {point}")
 
 
 def test_a_dict_reason_to_discard_fails_the_attempt_with_its_type_error(tmp_path: Path) -> None:
@@ -91,7 +84,6 @@ def test_a_data_error_never_opens_the_breaker(tmp_path: Path) -> None:
     assert second - first < 0.5
 
 
-@_pending("exact rate-limit windows: no second holds more calls than the limit")
 def test_a_rate_limit_window_never_holds_more_calls_than_the_limit(tmp_path: Path) -> None:
     """Issue 22, finding 5: calls spaced by the limit, give or take a few milliseconds, put one
     call more than the limit in some one-second window."""
