@@ -17,6 +17,9 @@ events ended.
 
     python -m benchmarks.handler_outcomes --groups 40 --afters 1,2,5 \\
         --events 4749 --poison 3 --batch-size 100 --rate 5 --seconds 30
+
+``--label L`` stores the results as ``results/handler_outcomes_L.json``: the same benchmark run
+from a checkout of an older revision, to compare.
 """
 
 from __future__ import annotations
@@ -208,6 +211,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--rate", type=float, default=5.0, help="good events written a second")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the writer writes")
+    parser.add_argument(
+        "--label", default=None, help="stored as results/handler_outcomes_LABEL.json (a revision)"
+    )
     args = parser.parse_args()
     url = scratch_database(DATABASE)
     deferrals = [deferral_return(url, args.groups, float(a)) for a in args.afters.split(",")]
@@ -223,9 +229,10 @@ def main() -> None:
         f"{len(bisection['breaker_openings'])}; dead {bisection['dead']}"
     )
     write(
-        "handler_outcomes",
+        "handler_outcomes" + (f"_{args.label}" if args.label else ""),
         {
             "benchmark": "handler_outcomes",
+            "label": args.label,
             "command": command_line("benchmarks.handler_outcomes", args),
             "machine": machine(),
             "deferrals": deferrals,

@@ -35,7 +35,7 @@ from benchmarks.report.drain import (
     typed,
 )
 from benchmarks.report.enqueue import enqueue_cost
-from benchmarks.report.flow import drain_rate_limited
+from benchmarks.report.flow import drain_rate_limited, handler_outcomes
 from benchmarks.report.generic import generic
 from benchmarks.report.latency import latency_rate, wakeup_latency, wakeup_latency_group
 from benchmarks.report.memory import autovacuum, gc_settle, memory_bloat
@@ -47,6 +47,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "drain_throughput": drain_throughput,
     "drain_mariadb": drain_mariadb,
     "drain_rate_limited": drain_rate_limited,
+    "handler_outcomes": handler_outcomes,
     "peers": peers,
     "enqueue_cost": enqueue_cost,
     "scale": scale,
