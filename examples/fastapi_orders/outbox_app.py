@@ -5,7 +5,7 @@ the fulfilment service in ONE bulk call, with ``httpx.AsyncClient``. Run the wor
 uvicorn::
 
     outbox --app examples.fastapi_orders.outbox_app:outbox migrate
-    outbox --app examples.fastapi_orders.outbox_app:outbox work --distribute-every 1
+    outbox --app examples.fastapi_orders.outbox_app:outbox work
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ until an application is made, so this module makes one, from the same configurat
 processes (``FLASK_*`` environment variables), and names its Outbox::
 
     outbox --app examples.flask_orders.worker:outbox migrate
-    outbox --app examples.flask_orders.worker:outbox work --distribute-every 1
+    outbox --app examples.flask_orders.worker:outbox work
 
 The worker then runs on the application's own Flask-SQLAlchemy engine, and each handler call
 runs inside this application's context.
