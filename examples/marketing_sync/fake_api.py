@@ -2,16 +2,28 @@
 
 ``POST /v1/activities/bulk`` with ``{"records": [{"id": ..., "email": ..., ...}, ...]}``:
 
+- during an outage (``api.outage(seconds)``): ``503`` with ``Retry-After`` (the seconds until
+  it is over, rounded up) for every call, nothing taken;
 - more than ``max_records`` records in one call: ``413``, nothing is taken;
-- more than ``rate_limit`` calls in the last second: ``429`` with ``Retry-After`` (the seconds
-  until a call would be taken again, rounded up), nothing taken;
+- more than ``rate_limit`` calls in the last second (the client's limit, all accounts
+  together): ``429`` with ``Retry-After`` (the seconds until a call would be taken again,
+  rounded up), nothing taken;
 - a call carrying a poison record (``"kind": "poison"``): ``400`` for the whole call, nothing
   taken, and no word of which record it was (as many bulk APIs answer a record they cannot
   parse);
 - a call whose ``Idempotency-Key`` was already answered: the same answer again, nothing taken
   twice;
-- otherwise ``200`` with ``{"accepted": n, "rejected": [{"id": ..., "reason": ...}, ...]}``:
-  every record is taken, except those without an email, which are rejected one by one.
+- otherwise ``200`` with ``{"accepted": n, "rejected": [{"id": ..., "reason": ...}, ...],
+  "results": [{"id": ..., "status": ...}, ...]}``: every record is taken (``"status": 200``),
+  except those without an email, which are rejected one by one (``"status": 422`` and a
+  ``"reason"``, for good);
+- with ``account_limit`` (calls per second of each account, records naming theirs in
+  ``"account_id"``; ``account_limits`` gives some accounts, on a smaller plan, a limit of their
+  own): a call counts against each account it carries records of, and the records of an account
+  that already had its calls in the last second are not taken but answered one by one,
+  ``"status": 429`` with ``"retry_after"`` (whole seconds until that account has room). The
+  call itself is ``200``: the other accounts' records are taken. A call of one account's
+  records is then all 429s, which a handler reads exactly as it reads a mixed call.
 
 It records every call (with the time it arrived) and every record it took, so that a test can
 check that each activity arrived exactly once and that no second saw more calls than the
@@ -19,6 +31,7 @@ limit. Use it from Python::
 
     with FakeMarketingAPI(rate_limit=3) as api:
         ...  # api.url, api.calls, api.received
+        api.outage(1.5)  # 503 for the next 1.5 s
 
 or from a terminal: ``python -m examples.marketing_sync.fake_api --port 8025``.
 """
@@ -26,12 +39,14 @@ or from a terminal: ``python -m examples.marketing_sync.fake_api --port 8025``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import signal
 import threading
 import time
-from collections import Counter, deque
+from collections import Counter, defaultdict, deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -54,6 +69,12 @@ class Call:
     status: int
     at: float
     """When it arrived (``time.monotonic()`` of the API's process)."""
+    taken: tuple[str, ...] = ()
+    """The ids of the records this call took (not a replay's: those were taken before)."""
+    throttled: tuple[str, ...] = ()
+    """The ids of the records answered ``429`` one by one (their account had no room)."""
+    accounts: tuple[str, ...] = ()
+    """The accounts this call counted against (with ``account_limit``)."""
 
 
 class FakeMarketingAPI:
@@ -64,10 +85,14 @@ class FakeMarketingAPI:
         *,
         max_records: int = DEFAULT_MAX_RECORDS,
         rate_limit: int | None = None,
+        account_limit: int | None = None,
+        account_limits: Mapping[str, int] | None = None,
         port: int = 0,
     ) -> None:
         self.max_records = max_records
         self.rate_limit = rate_limit
+        self.account_limit = account_limit
+        self.account_limits = dict(account_limits or {})
         self._port = port
         self._lock = threading.Lock()
         self._calls: list[Call] = []
@@ -75,6 +100,8 @@ class FakeMarketingAPI:
         self._rejected: dict[str, str] = {}
         self._answers: dict[str, dict[str, Any]] = {}
         self._recent: deque[float] = deque()
+        self._account_recent: defaultdict[str, deque[float]] = defaultdict(deque)
+        self._outage_until = 0.0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -126,6 +153,15 @@ class FakeMarketingAPI:
             raise RuntimeError("the fake API is not running: call start() first")
         return f"http://{HOST}:{self._server.server_port}"
 
+    def outage(self, seconds: float) -> None:
+        """Answer every call ``503`` with ``Retry-After`` for the next ``seconds``."""
+        with self._lock:
+            self._outage_until = time.monotonic() + seconds
+
+    def limit_of(self, account: str) -> int | None:
+        """The calls per second the API allows ``account`` (None: no per-account limit)."""
+        return self.account_limits.get(account, self.account_limit)
+
     # --- what it saw -------------------------------------------------------------------------
 
     @property
@@ -148,9 +184,13 @@ class FakeMarketingAPI:
 
     # --- the endpoint ------------------------------------------------------------------------
 
-    def most_calls_in_a_second(self) -> int:
-        """The most calls (answered or refused) that arrived within any one second."""
-        arrivals = sorted(call.at for call in self.calls)
+    def most_calls_in_a_second(self, account: str | None = None) -> int:
+        """The most calls (answered or refused) that arrived within any one second; with
+        ``account``, of the calls that counted against that account."""
+        calls = self.calls
+        if account is not None:
+            calls = [call for call in calls if account in call.accounts]
+        arrivals = sorted(call.at for call in calls)
         most, first = 0, 0
         for last, at in enumerate(arrivals):
             while at - arrivals[first] >= RATE_WINDOW_SECONDS:
@@ -164,13 +204,61 @@ class FakeMarketingAPI:
         """Decide one call: ``(status, body, headers)``. Thread-safe."""
         with self._lock:
             now = time.monotonic()
-            status, body, headers = self._decide(key, records, now)
-            self._calls.append(Call(key, len(records), status, now))
+            call = Call(key, len(records), 0, now)
+            status, body, headers, call = self._decide(key, records, call)
+            self._calls.append(call)
             return status, body, headers
 
     def _decide(
+        self, key: str | None, records: list[dict[str, Any]], call: Call
+    ) -> tuple[int, Any, dict[str, str], Call]:
+        status, body, headers = self._refusal(key, records, call.at)
+        if status:
+            return status, body, headers, dataclasses.replace(call, status=status)
+        accounts = self._accounts_with_room(records, call.at)
+        results: list[dict[str, Any]] = []
+        taken: list[str] = []
+        throttled: list[str] = []
+        for record in records:
+            account = _account_of(record)
+            if account is not None and account in accounts and accounts[account] > 0:
+                retry_after = accounts[account]
+                results.append({"id": record["id"], "status": 429, "retry_after": retry_after})
+                throttled.append(record["id"])
+            elif not record.get("email"):
+                results.append({"id": record["id"], "status": 422, "reason": "missing email"})
+                self._rejected[record["id"]] = "missing email"
+            else:
+                results.append({"id": record["id"], "status": 200})
+                self._received[record["id"]] += 1
+                taken.append(record["id"])
+        rejected = [
+            {"id": result["id"], "reason": result["reason"]}
+            for result in results
+            if result["status"] == 422
+        ]
+        answer = {"accepted": len(taken), "rejected": rejected, "results": results}
+        if key is not None:
+            self._answers[key] = answer
+        counted = tuple(account for account, wait in accounts.items() if wait == 0)
+        return (
+            200,
+            answer,
+            {},
+            dataclasses.replace(
+                call, status=200, taken=tuple(taken), throttled=tuple(throttled), accounts=counted
+            ),
+        )
+
+    def _refusal(
         self, key: str | None, records: list[dict[str, Any]], now: float
     ) -> tuple[int, Any, dict[str, str]]:
+        """A whole call's answer when it is not taken (status 0: it is), in the order a
+        platform checks: down, a repeat, the client's limit, the size, a record it cannot
+        read."""
+        if now < self._outage_until:
+            down_for = max(math.ceil(self._outage_until - now), 1)
+            return 503, {"error": "down for maintenance"}, {"Retry-After": str(down_for)}
         if key is not None and key in self._answers:
             return 200, self._answers[key], {}
         while self._recent and now - self._recent[0] >= RATE_WINDOW_SECONDS:
@@ -184,17 +272,31 @@ class FakeMarketingAPI:
             return 413, {"error": f"at most {self.max_records} records per call"}, {}
         if any(record.get("kind") == POISON_KIND for record in records):
             return 400, {"error": "a record of this call could not be read"}, {}
-        rejected = []
+        return 0, None, {}
+
+    def _accounts_with_room(self, records: list[dict[str, Any]], now: float) -> dict[str, int]:
+        """Each limited account of the call -> 0 when the call counts against it now (it had
+        room), else the whole seconds until it has room."""
+        waits: dict[str, int] = {}
         for record in records:
-            if not record.get("email"):
-                rejected.append({"id": record["id"], "reason": "missing email"})
-                self._rejected[record["id"]] = "missing email"
+            account = _account_of(record)
+            limit = None if account is None else self.limit_of(account)
+            if account is None or limit is None or account in waits:
+                continue
+            recent = self._account_recent[account]
+            while recent and now - recent[0] >= RATE_WINDOW_SECONDS:
+                recent.popleft()
+            if len(recent) >= limit:
+                waits[account] = max(math.ceil(RATE_WINDOW_SECONDS - (now - recent[0])), 1)
             else:
-                self._received[record["id"]] += 1
-        answer = {"accepted": len(records) - len(rejected), "rejected": rejected}
-        if key is not None:
-            self._answers[key] = answer
-        return 200, answer, {}
+                recent.append(now)
+                waits[account] = 0
+        return waits
+
+
+def _account_of(record: Mapping[str, Any]) -> str | None:
+    account = record.get("account_id")
+    return None if account is None else str(account)
 
 
 class _BulkRequestHandler(BaseHTTPRequestHandler):
@@ -233,10 +335,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=8025)
     parser.add_argument("--rate-limit", type=int, default=None, help="calls per second")
+    parser.add_argument(
+        "--account-limit", type=int, default=None, help="calls per second of each account"
+    )
     options = parser.parse_args()
     # Stop the same way on Ctrl-C and on `kill`: both raise KeyboardInterrupt here.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    api = FakeMarketingAPI(rate_limit=options.rate_limit, port=options.port).start()
+    api = FakeMarketingAPI(
+        rate_limit=options.rate_limit, account_limit=options.account_limit, port=options.port
+    ).start()
     print(f"fake marketing API on {api.url}{BULK_PATH} (Ctrl-C to stop)")
     try:
         while True:

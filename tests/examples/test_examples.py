@@ -292,3 +292,53 @@ def test_fake_api_refuses_more_than_max_records() -> None:
     with FakeMarketingAPI() as api:
         assert 413 == api.handle_bulk("k", records)[0]
         assert Counter() == api.received
+
+
+def test_fake_api_answers_an_account_over_its_limit_record_by_record() -> None:
+    """Per account: the records of an account with no room left are answered 429 one by one
+    with the seconds until it has room, the others are taken; a call counts against the
+    accounts it had room for; an account on a smaller plan has its own limit."""
+    records = [
+        {"id": "a1", "account_id": 1, "email": "a@example.com"},
+        {"id": "b1", "account_id": 2, "email": "b@example.com"},
+        {"id": "b2", "account_id": 2, "email": None},
+    ]
+    with FakeMarketingAPI(account_limit=2, account_limits={"2": 1}) as api:
+        api.handle_bulk("k1", records[:1])
+        api.handle_bulk("k2", records[1:2])
+        status, body, _ = api.handle_bulk("k3", records)
+        calls = api.calls
+        results = {result["id"]: result for result in body["results"]}
+        assert (200, 1) == (status, body["accepted"])
+        assert {"id": "a1", "status": 200} == results["a1"]
+        assert {"id": "b1", "status": 429, "retry_after": 1} == results["b1"]
+        assert (429, []) == (results["b2"]["status"], body["rejected"])
+        assert (("a1",), ("b1", "b2"), ("1",)) == (
+            calls[-1].taken,
+            calls[-1].throttled,
+            calls[-1].accounts,
+        )
+        assert (2, 1, 2) == (
+            api.most_calls_in_a_second("1"),
+            api.most_calls_in_a_second("2"),
+            api.limit_of("1"),
+        )
+
+
+def test_fake_api_rejects_invalid_records_with_422() -> None:
+    """A record without an email is rejected for good: 422 with the reason, in results and in
+    rejected; the call is 200."""
+    records = [{"id": "a1", "email": "a@example.com"}, {"id": "a2", "email": None}]
+    with FakeMarketingAPI() as api:
+        status, body, _ = api.handle_bulk("k", records)
+        assert (200, {"a2": "missing email"}) == (status, api.rejected)
+        assert [{"id": "a2", "reason": "missing email"}] == body["rejected"]
+        assert {"id": "a2", "status": 422, "reason": "missing email"} == body["results"][1]
+
+
+def test_fake_api_answers_503_with_retry_after_during_an_outage() -> None:
+    """During an outage every call is 503 with Retry-After in whole seconds, nothing taken."""
+    with FakeMarketingAPI() as api:
+        api.outage(1.5)
+        status, _, headers = api.handle_bulk("k", [{"id": "a1", "email": "a@example.com"}])
+        assert (503, {"Retry-After": "2"}, Counter()) == (status, headers, api.received)
