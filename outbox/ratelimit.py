@@ -63,8 +63,11 @@ class RateLimit:
     ``calls_per_second`` and ``events_per_second`` say the same per second: whole calls, so
     ``calls_per_second=4.5`` allows 4 calls in any second; under one a second, one call per
     ``1 / calls_per_second`` seconds. ``burst``: at most that many calls back to back, the
-    rest spaced out (``burst=1``: evenly spaced, ``per / calls`` apart); ``event_burst``: the
-    same in events. Default: none, a whole window's calls may start at once.
+    rest spaced out; by default calls are evenly spaced, ``per / calls`` apart (``burst=1``),
+    since a downstream counts arrivals, and a window's calls sent all at once arrive with
+    their own jitter, some in the downstream's next second. ``burst=calls`` lets a whole
+    window's calls start at once. ``event_burst``: the same in events (by default, none: a
+    window's events may start at once).
 
     A worker waits for its group's turn holding the group, up to a third of the lease; a group
     whose turn is further off goes back to wait in the job table, its attempt not counted.
@@ -144,11 +147,14 @@ class RateLimit:
     def windows(self) -> tuple[Window, ...]:
         """The rules this limit keeps: its calls and events windows, and a burst's spacing."""
         found = []
-        for unit, burst in ((Unit.CALLS, self.burst), (Unit.EVENTS, self.event_burst)):
+        for unit, given in ((Unit.CALLS, self.burst), (Unit.EVENTS, self.event_burst)):
             main = self._main(unit)
             if main is None:
                 continue
             found.append(main)
+            # Calls evenly spaced unless told; events in a call come together, so their window
+            # alone keeps them (a spacing of one event would not space calls of many).
+            burst = (1 if unit is Unit.CALLS else None) if given is None else given
             if burst is not None and burst < main.capacity:
                 period = burst * main.period / main.capacity
                 found.append(Window(unit, burst, period, exact=False))

@@ -11,15 +11,26 @@ from outbox.ratelimit import Unit, Window
 @pytest.mark.parametrize(
     ("limit", "windows"),
     [
-        (RateLimit(calls=100, per=60), (Window(Unit.CALLS, 100, 60.0),)),
+        # Calls evenly spaced by default: a spacing window of one call.
+        (
+            RateLimit(calls=100, per=60),
+            (Window(Unit.CALLS, 100, 60.0), Window(Unit.CALLS, 1, 0.6, exact=False)),
+        ),
         (RateLimit(events=4000), (Window(Unit.EVENTS, 4000, 1.0),)),
-        (RateLimit(calls_per_second=10), (Window(Unit.CALLS, 10, 1.0),)),
-        (RateLimit(calls_per_second=4.5), (Window(Unit.CALLS, 4, 1.0),)),
+        (
+            RateLimit(calls_per_second=10),
+            (Window(Unit.CALLS, 10, 1.0), Window(Unit.CALLS, 1, 0.1, exact=False)),
+        ),
+        (
+            RateLimit(calls_per_second=4.5),
+            (Window(Unit.CALLS, 4, 1.0), Window(Unit.CALLS, 1, 0.25, exact=False)),
+        ),
         (RateLimit(calls_per_second=0.05), (Window(Unit.CALLS, 1, 20.0),)),
         (
             RateLimit(calls=10, burst=2),
             (Window(Unit.CALLS, 10, 1.0), Window(Unit.CALLS, 2, 0.2, exact=False)),
         ),
+        (RateLimit(calls=10, burst=10), (Window(Unit.CALLS, 10, 1.0),)),
     ],
 )
 def test_a_limit_keeps_its_windows(limit: RateLimit, windows: tuple[Window, ...]) -> None:
