@@ -270,7 +270,8 @@ def test_retry_with_after_defers_those_events_and_retries_the_others(
         1,
         [ids[0]],
     )
-    assert (True, True) == (0.9 < retried["due_in"] <= 1.1, 39 < deferred["due_in"] <= 44.1)
+    # Read a moment after the drain: on a loaded machine, up to half a second later.
+    assert (True, True) == (0.5 < retried["due_in"] <= 1.1, 38.5 < deferred["due_in"] <= 44.1)
 
 
 @pytest.mark.parametrize(
