@@ -10,13 +10,13 @@ back, against the documented bound ``A * 1.1 + 0.5 s``.
 Good events during bisection: ``--events`` events wait, ``--poison`` of them poison (the
 handler raises a plain, unmarked ``ValueError`` for any call that carries one, as a bulk API's
 whole-call 400 does), in groups of ``--batch-size``, on a handler with ``bisect=True`` and a
-``CircuitBreaker(failures=5)``, as docs/flow-control.md pairs them; meanwhile a writer commits
+``CircuitBreaker(failures=--breaker-failures)``, as docs/flow-control.md pairs them; meanwhile a writer commits
 ``--rate`` good events a second for ``--seconds``. Measured: from each written event's commit
 to the call that delivers it (p50, p99, max), whether the breaker opened, and where the poison
 events ended.
 
     python -m benchmarks.handler_outcomes --groups 40 --afters 1,2,5 \\
-        --events 4749 --poison 3 --batch-size 100 --rate 5 --seconds 30
+        --events 4749 --poison 3 --batch-size 100 --rate 5 --seconds 30 --breaker-failures 2
 
 ``--label L`` stores the results as ``results/handler_outcomes_L.json``: the same benchmark run
 from a checkout of an older revision, to compare.
@@ -132,7 +132,9 @@ def bisection_latency(url: str, args: argparse.Namespace) -> dict[str, Any]:
         urgency=Urgency.MINUTES,
         retry=BISECT_POLICY,
         bisect=True,
-        circuit_breaker=CircuitBreaker(failures=5, probe_after=5.0, max_probe_after=60.0),
+        circuit_breaker=CircuitBreaker(
+            failures=args.breaker_failures, probe_after=5.0, max_probe_after=60.0
+        ),
         archive=True,
     )
     def bulk(batch: Batch[OutcomeEvent]) -> None:
@@ -197,6 +199,7 @@ def bisection_latency(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "p99_seconds": round(percentile(latencies, 0.99), 3),
         "max_seconds": round(max(latencies), 3),
         "promise_seconds": Urgency.MINUTES.promise,
+        "breaker_failures": args.breaker_failures,
         "breaker_openings": opened,
         "dead": dead_at_end,
     }
@@ -211,6 +214,9 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--rate", type=float, default=5.0, help="good events written a second")
     parser.add_argument("--seconds", type=float, default=30.0, help="how long the writer writes")
+    parser.add_argument(
+        "--breaker-failures", type=int, default=2, help="the circuit breaker's failures in a row"
+    )
     parser.add_argument(
         "--label", default=None, help="stored as results/handler_outcomes_LABEL.json (a revision)"
     )

@@ -90,7 +90,8 @@ def handler_outcomes(results: Results) -> Rendered:
     lines += [
         f"Good events during bisection: {b['events']:,} events waiting, {b['poison']} of them "
         f"poison (a whole-call 400 for any call that carries one, raised unmarked), groups of "
-        f"{b['batch_size']}, `bisect=True` and `CircuitBreaker(failures=5)`; "
+        f"{b['batch_size']}, `bisect=True` and `CircuitBreaker(failures="
+        f"{b.get('breaker_failures', 5)})`; "
         f"{b['written_during_run']} good events written meanwhile, from commit to delivery:",
         "",
     ]

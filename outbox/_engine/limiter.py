@@ -102,7 +102,9 @@ def spends_of(
                 cost = 1 if window.unit is Unit.CALLS else count
                 span = window.period + (MARGIN_SECONDS if window.exact else 0.0)
                 name = row_name(window, limit.key, value)
-                spends.append(queries.Spend(name, cost, window.capacity, span))
+                spends.append(
+                    queries.Spend(name, cost, window.capacity, span, limit.key is not None)
+                )
     return spends
 
 

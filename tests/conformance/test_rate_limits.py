@@ -245,3 +245,27 @@ def test_a_reservation_outlasts_a_prune_of_its_row_at_the_same_time(
     with db.engine.connect() as conn:
         rows = conn.execute(select(schema.rate_limits.c.key)).scalars().all()
     assert (1, 0.0, ["calls"]) == (deleted, wait, rows)
+
+
+def test_a_call_its_own_key_holds_back_is_not_reserved_and_holds_no_other_key(
+    db: Database,
+) -> None:
+    """A fleet-wide limit with room and an account's limit without: the account's call is not
+    reserved (it goes back for its key's wait), and the fleet-wide limit keeps no start of it,
+    so that another account's call goes at once. Before, the reserved start became the fleet's
+    latest, and every account queued behind one account's window."""
+    fleet = queries.Spend("calls", 1, 10, 1.0)
+
+    def account(name: str) -> queries.Spend:
+        return queries.Spend(f"calls@account:{name}", 1, 1, 1.0, per_key=True)
+
+    def turn(*spends: queries.Spend) -> queries.Turn:
+        return db.run(lambda conn: queries.reserve(conn, db.dialect, HANDLER, spends, max_wait=60))
+
+    first = turn(fleet, account("a"))
+    held = turn(fleet, account("a"))
+    other = turn(fleet, account("b"))
+    assert (first.reserved, first.wait) == (True, 0.0)
+    assert held.reserved is False
+    assert 1.0 - SLACK <= held.wait <= 1.0 + CLOCK_GRAIN, held.wait
+    assert (other.reserved, other.wait) == (True, 0.0)

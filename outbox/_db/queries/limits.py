@@ -22,6 +22,9 @@ _limits = schema.rate_limits
 # stays counted a little longer), so that a row holds about a thousand entries at most whatever
 # the limit: a few kilobytes, which every database's TEXT holds.
 GRAIN_PER_WINDOW = 1000
+# The longest a call's own keys' limits may hold it past the fleet-wide limits' turn and still
+# be reserved (see :func:`reserve`).
+KEY_WAIT_RESERVED_SECONDS = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,8 @@ class Spend:
     cost: int
     capacity: int
     window: float
+    per_key: bool = False
+    """A limit of one key (one tenant), not of the whole fleet."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +82,18 @@ def reserve(
     now = _epoch(rows[0][3])
     floors = {key: now if age is None else now - float(age) for key, _, age, _ in rows}
     logs = {key: _parse(text) for key, text, _, _ in rows}
-    start = now
+    start = fleet_start = now
     for spend in spends:
-        start = max(start, floors[spend.key], _earliest(logs[spend.key], spend, now))
+        earliest = max(floors[spend.key], _earliest(logs[spend.key], spend, now))
+        start = max(start, earliest)
+        if not spend.per_key:
+            fleet_start = max(fleet_start, earliest)
     wait = start - now
-    if wait > max_wait:
+    fleet_wide = any(not spend.per_key for spend in spends)
+    if wait > max_wait or (fleet_wide and start - fleet_start > KEY_WAIT_RESERVED_SECONDS):
+        # A call that its own keys' limits hold back, beside fleet-wide ones, is not reserved:
+        # its reserved start would become the fleet-wide limits' latest, and every other key's
+        # call would queue behind it. It goes back for that long, and other keys' calls go on.
         return Turn(wait, False, asked_at, told_at)
     for spend in spends:
         entries = [(at, cost) for at, cost in logs[spend.key] if at > now - spend.window]
@@ -150,6 +162,7 @@ def _strictest(spends: Sequence[Spend]) -> list[Spend]:
                 max(spend.cost, other.cost),
                 min(spend.capacity, other.capacity),
                 max(spend.window, other.window),
+                spend.per_key,
             )
         kept[spend.key] = spend
     return list(kept.values())
