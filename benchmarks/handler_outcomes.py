@@ -10,8 +10,9 @@ back, against the documented bound ``A * 1.1 + 0.5 s``.
 Good events during bisection: ``--events`` events wait, ``--poison`` of them poison (the
 handler raises a plain, unmarked ``ValueError`` for any call that carries one, as a bulk API's
 whole-call 400 does), in groups of ``--batch-size``, on a handler with ``bisect=True`` and a
-``CircuitBreaker(failures=--breaker-failures)``, as docs/flow-control.md pairs them; meanwhile a writer commits
-``--rate`` good events a second for ``--seconds``. Measured: from each written event's commit
+``CircuitBreaker`` opening after ``--breaker-failures`` failures in a row, as
+docs/flow-control.md pairs them; meanwhile a writer commits ``--rate`` good events a second for
+``--seconds``. Measured: from each written event's commit
 to the call that delivers it (p50, p99, max), whether the breaker opened, and where the poison
 events ended.
 
