@@ -36,6 +36,17 @@ def _archived(app: Outbox) -> list[tuple[str, str]]:
         return sorted((status, (error or "").splitlines()[0]) for status, error in rows)
 
 
+def _work_until(worker: Worker, done: Callable[[], bool]) -> None:
+    """Run ``worker`` in a thread until ``done()``, then stop it."""
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(done, "the handler's calls", timeout=15)
+    finally:
+        worker.stop()
+        thread.join(10)
+
+
 class _Unprintable:
     def __str__(self) -> str:
         raise RuntimeError("no text")
@@ -175,14 +186,7 @@ def test_a_retry_after_of_zero_waits_the_floor_instead_of_hammering(
         raise RetryAfter("0")
 
     commit_events(app.engine, 2)
-    worker = Worker(app, concurrency=2, distribute_every=0.05)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: len(starts) >= 3, "three calls", timeout=10)
-    finally:
-        worker.stop()
-        thread.join(10)
+    _work_until(Worker(app, concurrency=2, distribute_every=0.05), lambda: len(starts) >= 3)
     gaps = [b - a for a, b in itertools.pairwise(starts)]
     assert min(gaps) >= 0.95, gaps
 
@@ -202,12 +206,5 @@ def test_a_deferred_group_comes_back_when_due_not_at_the_next_poll(
             raise RetryAfter(1)
 
     commit_events(app.engine, 2)
-    worker = Worker(app, concurrency=1, distribute_every=0.05)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
-        wait_for(lambda: len(starts) >= 2, "the deferred group back", timeout=15)
-    finally:
-        worker.stop()
-        thread.join(10)
+    _work_until(Worker(app, concurrency=1, distribute_every=0.05), lambda: len(starts) >= 2)
     assert 1.0 <= starts[1] - starts[0] < 5, starts

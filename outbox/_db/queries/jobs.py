@@ -219,15 +219,7 @@ def rescue_expired_jobs(conn: Connection, dialect: str) -> int:
     expired = select(_jobs.c.id).where(
         _jobs.c.lease_token.is_not(None), _jobs.c.lease_expires_at < db_now()
     )
-    values = {
-        "lease_owner": None,
-        "lease_token": None,
-        "lease_expires_at": None,
-        "run_at": db_now(),
-        "last_error": RESCUED_ERROR,
-    }
-    rescued = dialects.statements(dialect).update_picked(conn, _jobs, expired, values, [_jobs.c.id])
-    return len(rescued)
+    return _rescue(conn, dialect, expired)
 
 
 def rescue_jobs_of_gone_workers(conn: Connection, dialect: str, stale_seconds: float) -> int:
@@ -248,6 +240,11 @@ def rescue_jobs_of_gone_workers(conn: Connection, dialect: str, stale_seconds: f
         _jobs.c.lease_expires_at.is_not(None),
         _jobs.c.lease_owner.in_(gone),
     )
+    return _rescue(conn, dialect, held)
+
+
+def _rescue(conn: Connection, dialect: str, pick: Any) -> int:
+    """Free the picked jobs, due now, their token taken away; how many."""
     values = {
         "lease_owner": None,
         "lease_token": None,
@@ -255,8 +252,7 @@ def rescue_jobs_of_gone_workers(conn: Connection, dialect: str, stale_seconds: f
         "run_at": db_now(),
         "last_error": RESCUED_ERROR,
     }
-    rescued = dialects.statements(dialect).update_picked(conn, _jobs, held, values, [_jobs.c.id])
-    return len(rescued)
+    return len(dialects.statements(dialect).update_picked(conn, _jobs, pick, values, [_jobs.c.id]))
 
 
 def silent_holders(conn: Connection, silent_seconds: float) -> list[SilentHolder]:
