@@ -41,6 +41,7 @@ from outbox._db.dialects import behind_pooler, error_summary
 from outbox._engine import breaker as _breaker
 from outbox._engine import claimer, distributor
 from outbox._engine import invoke as _invoke
+from outbox._engine import limiter as _limiter
 from outbox._engine.batch_job import run_batch_job
 from outbox._engine.completion import FinishRefused, pauses_on_retry_after
 from outbox._engine.flow_state import FlowState
@@ -150,7 +151,9 @@ class Worker:
     """Runs the jobs of an application's handlers until stopped (or, in burst mode, idle).
 
     ``concurrency``: jobs run at once (at most ``MAX_CONCURRENCY``). ``handlers``: names to
-    serve (all when empty). ``burst``: distribute whenever idle, and return once nothing is due now.
+    serve (all when empty). ``burst``: distribute whenever idle, and return once nothing is due
+    now (a group its rate limits gave back for a turn within the wait a worker holds a group
+    for is waited for).
     ``distribute_every``: seconds between distributions by the fleet's leader (default
     ``DEFAULT_DISTRIBUTE_EVERY_SECONDS``; None: never, run ``outbox distribute`` from cron
     instead; the leader then logs ``outbox.distribute.missing`` when events wait with nothing
@@ -208,6 +211,8 @@ class Worker:
         self._due: list[float] = []
         """Monotonic times at which groups this worker put off are due again (a heap)."""
         self._due_lock = threading.Lock()
+        self._turns: list[float] = []
+        """Monotonic times at which groups this worker's rate limits gave back are due."""
         self._stopping = threading.Event()
         self._aborted = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -355,7 +360,12 @@ class Worker:
                 acquired = self._fill()
                 idle_burst = not acquired and self.in_flight == 0 and self.burst
                 if idle_burst and not self._burst_has_more():
-                    return
+                    turn = self._next_turn()
+                    if turn is None:
+                        return
+                    # A group its rate limit gave back is the fleet's own pacing, due within
+                    # the wait a worker holds a group for: a burst run handles it too.
+                    self._stopping.wait(turn)
                 if self._database_down:
                     self._database_down = False
                     log.info(_log.WORKER_DATABASE_RECOVERED, worker=self.id)
@@ -444,6 +454,18 @@ class Worker:
             if self._due:
                 timeout = min(timeout, self._due[0] - now + DUE_MARGIN_SECONDS)
         return timeout
+
+    def _next_turn(self) -> float | None:
+        """Seconds until the next group this worker's rate limits gave back is due, when that is
+        within the wait a worker holds a group for its turn; None otherwise."""
+        now = time.monotonic()
+        with self._due_lock:
+            # Those past were due at the last look for work: taken, or given back again.
+            self._turns = [at for at in self._turns if at > now - DUE_MARGIN_SECONDS]
+            soonest = min(self._turns, default=None)
+        if soonest is None or soonest - now > _limiter.max_wait(self.app):
+            return None
+        return max(soonest - now, 0.0) + DUE_MARGIN_SECONDS
 
     def _note_due(self, seconds: float) -> None:
         """A group this worker deferred, retried or gave back is due in ``seconds``: wake then,
@@ -642,6 +664,9 @@ class Worker:
         handler = self.handlers[result.handler]
         if result.due_in is not None:
             self._note_due(result.due_in)
+            if result.outcome == THROTTLED:
+                with self._due_lock:
+                    self._turns.append(time.monotonic() + result.due_in)
         if result.retry_after is not None and pauses_on_retry_after(handler):
             self._flow.note(result.handler, result.retry_after)
         self.stats.record(result)

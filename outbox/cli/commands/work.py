@@ -73,7 +73,10 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
 @click.option(
     "--burst",
     is_flag=True,
-    help="Handle everything due now, then exit (1 if any group was held as refused).",
+    help=(
+        "Handle everything due now (and what rate limits give back for a turn soon), then exit "
+        "(1 if any group was held as refused)."
+    ),
 )
 @click.option(
     "--distribute-every",
