@@ -270,6 +270,8 @@ def test_sqlite_worker_processes_share_one_file_without_lock_errors(
     finally:
         for process in processes:
             process.kill()
+    missing = [n for n in range(3) if not (tmp_path / f"result-{n}.json").exists()]
+    assert not missing, [outputs[n] for n in missing]
     results = [json.loads((tmp_path / f"result-{n}.json").read_text()) for n in range(3)]
     handled = [i for r in results for i in r["handled"]]
     assert ([0, 0, 0], [], [True, True, True], ids, len(ids)) == (
