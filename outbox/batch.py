@@ -116,7 +116,7 @@ class Batch(Generic[EventT]):
         ids = self._ids_of(events, "retry")
         _check_reason(reason, "retry")
         wait = None if after is None else wait_seconds(after, "batch.retry: after")
-        self._refuse_both(ids, self.discarded_ids, "retry", "discarded")
+        _refuse_both(ids, self.discarded_ids, "retry", "discarded")
         self._retried.append(Outcome(ids, reason, wait))
 
     def discard(self, events: Iterable[EventT], reason: str) -> None:
@@ -125,9 +125,7 @@ class Batch(Generic[EventT]):
         an event retried in this call cannot be discarded too."""
         ids = self._ids_of(events, "discard")
         _check_reason(reason, "discard")
-        self._refuse_both(
-            ids, {i for o in self._retried for i in o.event_ids}, "discard", "retried"
-        )
+        _refuse_both(ids, {i for o in self._retried for i in o.event_ids}, "discard", "retried")
         self._discarded.append(Outcome(ids, reason))
 
     @property
@@ -177,16 +175,15 @@ class Batch(Generic[EventT]):
             )
         return ids
 
-    def _refuse_both(
-        self, ids: tuple[int, ...], taken: Iterable[int], method: str, as_: str
-    ) -> None:
-        # One event, two outcomes: neither is what the handler meant, so neither is guessed.
-        both = sorted(set(ids).intersection(taken))
-        if both:
-            raise ValueError(
-                f"batch.{method}: events {both[:5]} were already {as_} in this call; "
-                "an event is either retried or discarded"
-            )
+
+def _refuse_both(ids: tuple[int, ...], taken: Iterable[int], method: str, as_: str) -> None:
+    # One event, two outcomes: neither is what the handler meant, so neither is guessed.
+    both = sorted(set(ids).intersection(taken))
+    if both:
+        raise ValueError(
+            f"batch.{method}: events {both[:5]} were already {as_} in this call; "
+            "an event is either retried or discarded"
+        )
 
 
 def _check_reason(reason: object, method: str) -> None:
