@@ -33,7 +33,7 @@ from sqlalchemy import create_engine, func, insert, select
 
 from benchmarks._common import command_line, machine, scratch_database, write
 from benchmarks.bulk_app import Base, BulkEvent
-from examples.marketing_sync.fake_api import FakeMarketingAPI
+from examples.marketing_sync.fake_api import FakeMarketingAPIProcess, most_in_a_second
 from outbox import schema
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,18 +60,7 @@ def prepare(url: str, events: int, accounts: int) -> None:
     engine.dispose()
 
 
-def most_in_a_second(starts: list[float]) -> int:
-    """The most starts within any one second (``[t, t + 1)``)."""
-    starts = sorted(starts)
-    most, first = 0, 0
-    for last, at in enumerate(starts):
-        while at - starts[first] >= 1.0:
-            first += 1
-        most = max(most, last - first + 1)
-    return most
-
-
-def drain(url: str, api: FakeMarketingAPI, args: argparse.Namespace, starts: Path) -> float:
+def drain(url: str, api: FakeMarketingAPIProcess, args: argparse.Namespace, starts: Path) -> float:
     """Seconds from starting ``outbox work`` until the buffer is empty."""
     env = {
         **os.environ,
@@ -126,7 +115,7 @@ def main() -> None:
     runs = []
     for run in range(1, args.runs + 1):
         prepare(url, args.events, args.accounts)
-        with FakeMarketingAPI(
+        with FakeMarketingAPIProcess(
             rate_limit=int(args.api_calls_per_second), max_records=args.batch_size
         ) as api:
             starts = Path(tempfile.mkdtemp()) / "starts.log"

@@ -34,21 +34,30 @@ limit. Use it from Python::
         api.outage(1.5)  # 503 for the next 1.5 s
 
 or from a terminal: ``python -m examples.marketing_sync.fake_api --port 8025``.
+
+``FakeMarketingAPIProcess`` takes the same options and is read the same way, but serves from a
+process of its own, as a real API does: the arrivals it counts are not moved by what the
+process that started it does (a test process that has run many tests pauses every thread for
+up to a second when it collects garbage, and an API served from it would then take the calls
+that arrived meanwhile all at once, in one second).
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import dataclasses
 import json
 import math
+import multiprocessing
 import signal
 import threading
 import time
-from collections import Counter, defaultdict, deque
-from collections.abc import Mapping
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.connection import Connection
 from types import TracebackType
 from typing import Any
 
@@ -99,8 +108,8 @@ class FakeMarketingAPI:
         self._received: Counter[str] = Counter()
         self._rejected: dict[str, str] = {}
         self._answers: dict[str, dict[str, Any]] = {}
-        self._recent: deque[float] = deque()
-        self._account_recent: defaultdict[str, deque[float]] = defaultdict(deque)
+        self._recent: list[float] = []
+        self._account_recent: defaultdict[str, list[float]] = defaultdict(list)
         self._outage_until = 0.0
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -190,20 +199,15 @@ class FakeMarketingAPI:
         calls = self.calls
         if account is not None:
             calls = [call for call in calls if account in call.accounts]
-        arrivals = sorted(call.at for call in calls)
-        most, first = 0, 0
-        for last, at in enumerate(arrivals):
-            while at - arrivals[first] >= RATE_WINDOW_SECONDS:
-                first += 1
-            most = max(most, last - first + 1)
-        return most
+        return most_in_a_second(call.at for call in calls)
 
     def handle_bulk(
-        self, key: str | None, records: list[dict[str, Any]]
+        self, key: str | None, records: list[dict[str, Any]], arrived: float | None = None
     ) -> tuple[int, Any, dict[str, str]]:
-        """Decide one call: ``(status, body, headers)``. Thread-safe."""
+        """Decide one call: ``(status, body, headers)``. Thread-safe. ``arrived``: when the
+        request came in (``time.monotonic()``; default: now)."""
         with self._lock:
-            now = time.monotonic()
+            now = time.monotonic() if arrived is None else arrived
             call = Call(key, len(records), 0, now)
             status, body, headers, call = self._decide(key, records, call)
             self._calls.append(call)
@@ -261,13 +265,10 @@ class FakeMarketingAPI:
             return 503, {"error": "down for maintenance"}, {"Retry-After": str(down_for)}
         if key is not None and key in self._answers:
             return 200, self._answers[key], {}
-        while self._recent and now - self._recent[0] >= RATE_WINDOW_SECONDS:
-            self._recent.popleft()
-        if self.rate_limit is not None and len(self._recent) >= self.rate_limit:
-            free_in = RATE_WINDOW_SECONDS - (now - self._recent[0])
+        free_in = _take(self._recent, now, self.rate_limit)
+        if free_in:
             error = {"error": f"more than {self.rate_limit} calls per second"}
             return 429, error, {"Retry-After": str(max(math.ceil(free_in), 1))}
-        self._recent.append(now)
         if len(records) > self.max_records:
             return 413, {"error": f"at most {self.max_records} records per call"}, {}
         if any(record.get("kind") == POISON_KIND for record in records):
@@ -283,15 +284,147 @@ class FakeMarketingAPI:
             limit = None if account is None else self.limit_of(account)
             if account is None or limit is None or account in waits:
                 continue
-            recent = self._account_recent[account]
-            while recent and now - recent[0] >= RATE_WINDOW_SECONDS:
-                recent.popleft()
-            if len(recent) >= limit:
-                waits[account] = max(math.ceil(RATE_WINDOW_SECONDS - (now - recent[0])), 1)
-            else:
-                recent.append(now)
-                waits[account] = 0
+            free_in = _take(self._account_recent[account], now, limit)
+            waits[account] = max(math.ceil(free_in), 1) if free_in else 0
         return waits
+
+
+class FakeMarketingAPIProcess:
+    """A :class:`FakeMarketingAPI` (the same options) served from a process of its own, with
+    the same ways to read what it saw and to cause an outage."""
+
+    def __init__(self, **options: Any) -> None:
+        self._options = options
+        self._lock = threading.Lock()
+        self._conn: Connection | None = None
+        self._process: multiprocessing.process.BaseProcess | None = None
+        self._url = ""
+
+    def start(self) -> FakeMarketingAPIProcess:
+        """Start the process and wait until it listens."""
+        # "spawn": a fresh interpreter, not a copy of this process and its heap.
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(
+            target=_serve, args=(child, self._options), name="fake-marketing-api", daemon=True
+        )
+        self._process.start()
+        child.close()
+        self._url = self._ask("url")
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and end the process. Idempotent."""
+        if self._conn is not None:
+            self._ask("stop")
+            self._conn.close()
+            self._conn = None
+        if self._process is not None:
+            self._process.join()
+            self._process = None
+
+    def __enter__(self) -> FakeMarketingAPIProcess:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """The base URL, e.g. ``http://127.0.0.1:53127``."""
+        return self._url
+
+    @property
+    def calls(self) -> list[Call]:
+        """See :attr:`FakeMarketingAPI.calls`."""
+        calls: list[Call] = self._ask("calls")
+        return calls
+
+    @property
+    def received(self) -> Counter[str]:
+        """See :attr:`FakeMarketingAPI.received`."""
+        received: Counter[str] = self._ask("received")
+        return received
+
+    @property
+    def rejected(self) -> dict[str, str]:
+        """See :attr:`FakeMarketingAPI.rejected`."""
+        rejected: dict[str, str] = self._ask("rejected")
+        return rejected
+
+    def outage(self, seconds: float) -> None:
+        """See :meth:`FakeMarketingAPI.outage`."""
+        self._ask("outage", seconds)
+
+    def limit_of(self, account: str) -> int | None:
+        """See :meth:`FakeMarketingAPI.limit_of`."""
+        limit: int | None = self._ask("limit_of", account)
+        return limit
+
+    def most_calls_in_a_second(self, account: str | None = None) -> int:
+        """See :meth:`FakeMarketingAPI.most_calls_in_a_second`."""
+        most: int = self._ask("most_calls_in_a_second", account)
+        return most
+
+    def _ask(self, name: str, *args: Any) -> Any:
+        with self._lock:
+            if self._conn is None:
+                raise RuntimeError("the fake API is not running: call start() first")
+            self._conn.send((name, args))
+            failed, value = self._conn.recv()
+        if failed:
+            raise RuntimeError(f"the fake API's process failed to answer {name}: {value}")
+        return value
+
+
+def _serve(conn: Connection, options: dict[str, Any]) -> None:
+    """The fake API's own process: serve, and answer the questions its parent sends."""
+    api = FakeMarketingAPI(**options).start()
+    try:
+        while True:
+            try:
+                name, args = conn.recv()
+            except EOFError:  # the parent is gone
+                return
+            if name == "stop":
+                conn.send((False, None))
+                return
+            try:
+                value = getattr(api, name)
+                conn.send((False, value(*args) if callable(value) else value))
+            except Exception as error:  # sent to the parent, which raises it
+                conn.send((True, repr(error)))
+    finally:
+        api.stop()
+
+
+def most_in_a_second(times: Iterable[float]) -> int:
+    """The most of ``times`` (seconds) within any one second, ``[t, t + 1)``."""
+    ordered = sorted(times)
+    most, first = 0, 0
+    for last, at in enumerate(ordered):
+        while at - ordered[first] >= RATE_WINDOW_SECONDS:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def _take(recent: list[float], now: float, limit: int | None) -> float:
+    """Count a call that arrived at ``now`` against a window of ``limit`` calls in any second
+    (``recent``: the arrivals it counted, in order): 0 when it had room (it is counted), else
+    the seconds until it has. Calls are decided in the order they take the lock, which may
+    differ by a little from the order they arrived in: ``recent`` is kept sorted."""
+    del recent[: bisect.bisect_right(recent, now - 2 * RATE_WINDOW_SECONDS)]
+    window = recent[bisect.bisect_right(recent, now - RATE_WINDOW_SECONDS) :]
+    if limit is not None and len(window) >= limit:
+        return max(RATE_WINDOW_SECONDS - (now - window[0]), 1e-3)
+    bisect.insort(recent, now)
+    return 0.0
 
 
 def _account_of(record: Mapping[str, Any]) -> str | None:
@@ -303,6 +436,10 @@ class _BulkRequestHandler(BaseHTTPRequestHandler):
     owner: FakeMarketingAPI
 
     def do_POST(self) -> None:
+        # A real API counts a call when it comes in, not once this process, sharing one
+        # interpreter lock with the test that runs it, has read and parsed its body: that would
+        # move some arrivals later than others and crowd them into one second.
+        arrived = time.monotonic()
         if self.path != BULK_PATH:
             self._reply(404, {"error": f"no endpoint {self.path}"})
             return
@@ -313,7 +450,7 @@ class _BulkRequestHandler(BaseHTTPRequestHandler):
             self._reply(400, {"error": 'expected {"records": [...]}'})
             return
         key = self.headers.get("Idempotency-Key")
-        status, body, headers = self.owner.handle_bulk(key, records)
+        status, body, headers = self.owner.handle_bulk(key, records, arrived)
         self._reply(status, body, headers)
 
     def _reply(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:

@@ -3,13 +3,15 @@ group, ``RetryAfter`` on a 429, per-record rejections discarded, calls refused w
 and a fleet-wide ``RateLimit`` a little under the API's.
 
 ``BULK_API_URL``: the fake API (``examples.marketing_sync.fake_api``); ``BULK_CALLS_PER_SECOND``:
-the handler's limit. Events of kind ``no_email`` are records the API rejects one by one; kind
-``poison`` makes it refuse the whole call.
+the handler's limit; ``BULK_STARTS_FILE``: a file each call's start (Unix time) is appended to.
+Events of kind ``no_email`` are records the API rejects one by one; kind ``poison`` makes it
+refuse the whole call.
 """
 
 from __future__ import annotations
 
 import os
+import time
 
 import httpx
 
@@ -19,6 +21,7 @@ from tests.models import ActivityEvent
 
 URL_ENV = "BULK_API_URL"
 CALLS_PER_SECOND_ENV = "BULK_CALLS_PER_SECOND"
+STARTS_ENV = "BULK_STARTS_FILE"
 BATCH_SIZE = 500
 # Bisecting a group of 500 down to one event takes 9 halvings: room for them and a retry.
 RETRY = RetryPolicy(max_attempts=12, scale=0.0, base_delay=0.2, jitter=0.0)
@@ -36,6 +39,10 @@ _client = httpx.Client(timeout=30)
 )
 def sync_bulk(batch: Batch[ActivityEvent]) -> None:
     """One bulk call per group; the group id is the idempotency key."""
+    starts = os.environ.get(STARTS_ENV)
+    if starts:
+        with open(starts, "a", encoding="utf-8") as file:
+            file.write(f"{time.time():.6f}\n")
     records = [
         {
             "id": str(row.id),

@@ -25,7 +25,7 @@ import pytest
 from sqlalchemy import Engine, func, select
 
 import outbox
-from examples.marketing_sync.fake_api import FakeMarketingAPI
+from examples.marketing_sync.fake_api import FakeMarketingAPIProcess
 from outbox import add_events, schema
 from outbox._log import BREAKER_OPENED
 from tests._support import wait_for
@@ -143,7 +143,7 @@ def test_a_newcomers_bulk_api_with_every_kind_of_answer(
             bulk.AccountActivityEvent,
             [{"ref": ref, "account_id": a, "kind": k} for ref, (a, k) in initial.items()],
         )
-    api = FakeMarketingAPI(
+    api = FakeMarketingAPIProcess(
         max_records=bulk.BATCH_SIZE,
         rate_limit=bulk.API_CALLS_PER_SECOND,
         account_limit=bulk.API_ACCOUNT_CALLS_PER_SECOND,
