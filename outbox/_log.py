@@ -23,6 +23,8 @@ WORKER_DATABASE_ERROR = "outbox.worker.database_error"
 WORKER_DATABASE_RECOVERED = "outbox.worker.database_recovered"
 WORKER_LOOP_ERROR = "outbox.worker.loop_error"
 BUFFER_TABLE_MISSING = "outbox.worker.buffer_table_missing"  # its handler is set aside
+# MariaDB: a buffer's created_at defaults to the session's local clock (outbox migrate-buffers).
+BUFFER_CLOCK_LOCAL = "outbox.worker.buffer_clock_local"
 BUFFER_TABLE_FOUND = "outbox.worker.buffer_table_found"  # there again: served again
 WORKER_PROCESS_EXITED = "outbox.worker.process_exited"
 WORKER_PROCESS_RESTARTING = "outbox.worker.process_restarting"

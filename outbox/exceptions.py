@@ -9,6 +9,8 @@ Every exception derives from :class:`OutboxError`::
     │                           migrations create it
     ├── DatabaseUnavailableError  the database cannot be reached (driver error kept as __cause__)
     ├── UnsupportedDatabaseError  a dialect or server version outbox does not run on
+    ├── LocalClockError         MariaDB/MySQL: local time would be stored beside UTC (a buffer's
+    │                           ``created_at`` default, workers of an older release)
     ├── ReplayError             archived rows that cannot be put back into their buffer
     ├── HandlerTimeoutError     a handler call ran longer than its ``timeout`` (a failed attempt)
     ├── DataError               raised by a handler: the events caused this failure (the
@@ -65,6 +67,13 @@ class DatabaseUnavailableError(OutboxError):
 
 class UnsupportedDatabaseError(OutboxError):
     """The database is of a kind or version that outbox does not support."""
+
+
+class LocalClockError(OutboxError):
+    """MariaDB or MySQL would store a session's local time beside outbox's UTC: a buffer whose
+    ``created_at`` defaults to ``CURRENT_TIMESTAMP`` read by a session outside UTC (``outbox
+    migrate-buffers`` mends it), or workers of an older release, which write local time,
+    running while a migration converts outbox's times to UTC (stop them first)."""
 
 
 class ReplayError(OutboxError):

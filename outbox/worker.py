@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, schema
+from outbox import _buffer_clock, _log, schema
 from outbox._db import (
     buffer_table_missing,
     check_buffer_tables,
@@ -310,8 +310,11 @@ class Worker:
 
         Raises BufferTableMissingError, before doing anything, when a buffer table of its
         handlers does not exist; see :attr:`missing_tables` for one that goes missing later.
+        Raises LocalClockError when a buffer's ``created_at`` defaults to the session's local
+        clock and this session is not in UTC (MariaDB; ``outbox migrate-buffers``).
         """
         check_buffer_tables(self.app.engine, {name: h.table for name, h in self.handlers.items()})
+        _buffer_clock.enforce(self.app, [h.table for h in self.handlers.values()])
         run_in_transaction(
             self.app.engine,
             lambda conn: queries.insert_worker(

@@ -126,3 +126,53 @@ class IndexInfo:
     bytes: int
     leftover: bool
     """An invalid index left by an interrupted ``REINDEX ... CONCURRENTLY``."""
+
+
+# Spellings MariaDB and MySQL show for a default of the session's local clock (NOW() and
+# LOCALTIMESTAMP are shown as CURRENT_TIMESTAMP, in lower case by MariaDB).
+_LOCAL_DEFAULTS = ("current_timestamp", "now(", "localtime")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClock:
+    """A session's time zone: its name, its offset from UTC now, and whether it is UTC."""
+
+    time_zone: str
+    """``@@session.time_zone``: ``SYSTEM``, an offset such as ``-05:00``, or a zone's name."""
+    offset_seconds: int
+    """Local time minus UTC, now, in seconds."""
+    utc: bool
+    """The zone is UTC all year: no offset now, and none in January or July."""
+
+
+@dataclass(frozen=True, slots=True)
+class CreatedAtClock:
+    """A buffer table's ``created_at`` column as the database describes it."""
+
+    default: str | None
+    """The column's default as the database shows it (``current_timestamp()``,
+    ``utc_timestamp(6)``); None when it has none."""
+    column_type: str
+    """Its type as declared: ``datetime``, ``datetime(6)``, ``timestamp(6)`` ..."""
+
+    @property
+    def local(self) -> bool:
+        """The default is the session's local clock, not UTC."""
+        default = (self.default or "").lower()
+        return default.startswith(_LOCAL_DEFAULTS) and "utc" not in default
+
+    @property
+    def whole_seconds(self) -> bool:
+        """The column keeps whole seconds (a DATETIME with no fractional precision)."""
+        return "(" not in self.column_type
+
+
+@dataclass(frozen=True, slots=True)
+class Conversion:
+    """A buffer's rows with ids in (``converted_through``, ``last_local_id``] hold local time
+    of ``time_zone``."""
+
+    buffer: str
+    time_zone: str
+    last_local_id: int
+    converted_through: int

@@ -47,6 +47,11 @@ class Supports:
     """``LISTEN``/``NOTIFY``: triggers wake idle workers (``outbox notify``)."""
     concurrent_reindex: bool
     """``REINDEX ... CONCURRENTLY``: bloated indexes rebuilt without blocking writes."""
+    zone_free_clock: str | None
+    """Why no stored point in time depends on a session's time zone here (the reason, for
+    ``outbox migrate-buffers`` to say); None where it can: MariaDB's and MySQL's
+    ``CURRENT_TIMESTAMP`` is the session's local time, stored in a DATETIME with no zone, so a
+    column default of it (as older releases of outbox wrote) dates rows in each session's zone."""
 
 
 SUPPORTS = {
@@ -55,18 +60,22 @@ SUPPORTS = {
         one_statement_completion=True,
         listen_notify=True,
         concurrent_reindex=True,
+        zone_free_clock="PostgreSQL stores points in time with their zone (timestamptz): "
+        "a session's time zone changes how they are shown, not what is stored",
     ),
     SQLITE: Supports(
         one_statement_claim=False,
         one_statement_completion=False,
         listen_notify=False,
         concurrent_reindex=False,
+        zone_free_clock="SQLite's clock is UTC in every connection",
     ),
     MYSQL: Supports(
         one_statement_claim=False,
         one_statement_completion=False,
         listen_notify=False,
         concurrent_reindex=False,
+        zone_free_clock=None,
     ),
 }
 

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from outbox import metrics
+from outbox import _buffer_clock, metrics
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_FAILURE, command, ready
 from outbox.cli._main import main
@@ -126,6 +126,11 @@ def check(ctx: Context, handlers: tuple[str, ...], dead_since: float) -> None:
     broken = [(r, alert) for r in rows for alert in r.alerts]
     for r, alert in broken:
         click.echo(f"{r.handler} ({r.urgency}): {alert}")
-    if broken:
+    # A buffer whose times outbox would misread (a worker refuses to start) is an alert; one
+    # that only sessions in other zones would date wrongly is a warning.
+    clocks = _buffer_clock.check(app, [h.table for h in app.select_handlers(handlers)])
+    for finding in clocks:
+        click.echo(f"{'alert' if finding.refuse else 'warning'}: {finding.text}")
+    if broken or any(finding.refuse for finding in clocks):
         sys.exit(EXIT_FAILURE)
     click.echo("all promises hold")

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from outbox import _buffer_clock
 from outbox._engine import distributor
 from outbox.app import Outbox
 from outbox.cli._context import Context
@@ -168,6 +169,10 @@ def work(
     changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
     app.with_settings(**{k: v for k, v in changes.items() if v is not None})
     ready(app, handlers)
+    if processes > 1:
+        # Refused once here rather than by every forked worker, each restarted in turn; the
+        # workers log the warnings themselves.
+        _buffer_clock.enforce(app, [h.table for h in app.select_handlers(handlers)], warn=False)
 
     def run_worker(index: int, signals: tuple[signal.Signals, ...]) -> None:
         worker = Worker(
