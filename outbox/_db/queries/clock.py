@@ -95,20 +95,13 @@ def create_conversions(conn: Connection) -> None:
 
 def drop_conversions_if_done(conn: Connection) -> None:
     """Drop the table of conversions once none is under way."""
-    if conn.execute(select(conversions.c.buffer).limit(1)).first() is None:
-        conversions.drop(conn, checkfirst=True)
+    if _conversions_exist(conn) and conn.execute(select(conversions).limit(1)).first() is None:
+        conversions.drop(conn)
 
 
 def conversions_under_way(conn: Connection) -> dict[str, Conversion]:
     """The conversions under way, by buffer; none when the table is not there."""
-    exists = conn.execute(
-        text(
-            "SELECT 1 FROM information_schema.TABLES"
-            " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :name"
-        ),
-        {"name": conversions.name},
-    ).first()
-    if exists is None:
+    if not _conversions_exist(conn):
         return {}
     return {
         row.buffer: Conversion(
@@ -116,6 +109,17 @@ def conversions_under_way(conn: Connection) -> dict[str, Conversion]:
         )
         for row in conn.execute(select(conversions))
     }
+
+
+def _conversions_exist(conn: Connection) -> bool:
+    exists = conn.execute(
+        text(
+            "SELECT 1 FROM information_schema.TABLES"
+            " WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :name"
+        ),
+        {"name": conversions.name},
+    ).first()
+    return exists is not None
 
 
 def try_lock_conversions(conn: Connection, name: str) -> bool:
