@@ -139,7 +139,8 @@ class BufferMigration:
                 else f"{self.rows} rows converted from {self.time_zone} to UTC"
             )
         elif self.switch:
-            done.append(f"{self.rows} rows kept as they are (this session is in UTC)")
+            keep = "would keep" if self.dry_run else "kept"
+            done.append(f"{keep} its {self.rows} rows as they are (this session is in UTC)")
         line = f"{self.buffer}: {'; '.join(done)}"
         if self.switch and self.whole_seconds:
             line += (
@@ -226,16 +227,15 @@ def _migrate(
 
 def _switch(conn: Connection, table: Table, zone: str | None) -> None:
     """Switch ``table``'s default under a write lock, waiting a bounded time for writers."""
-    for attempt in range(1, LOCK_ATTEMPTS + 1):
+    for _ in range(LOCK_ATTEMPTS):
         try:
             queries.switch_default_to_utc(conn, table, zone, LOCK_WAIT_SECONDS)
             return
         except DBAPIError as error:
-            if not is_transient(error) or attempt == LOCK_ATTEMPTS:
-                if is_transient(error):
-                    raise OutboxError(
-                        f"{table.fullname}: transactions kept the table busy for "
-                        f"{LOCK_ATTEMPTS} x {LOCK_WAIT_SECONDS} s; nothing changed in it, run "
-                        "`outbox migrate-buffers` again"
-                    ) from error
+            if not is_transient(error):
                 raise
+            waited = error
+    raise OutboxError(
+        f"{table.fullname}: transactions kept the table busy for {LOCK_ATTEMPTS} x "
+        f"{LOCK_WAIT_SECONDS} s; nothing changed in it, run `outbox migrate-buffers` again"
+    ) from waited

@@ -157,9 +157,14 @@ class CreatedAtClock:
 
     @property
     def local(self) -> bool:
-        """The default is the session's local clock, not UTC."""
+        """A DATETIME whose default is the session's local clock, not UTC. (A TIMESTAMP's
+        CURRENT_TIMESTAMP is stored as UTC by the server itself.)"""
         default = (self.default or "").lower()
-        return default.startswith(_LOCAL_DEFAULTS) and "utc" not in default
+        return (
+            self.column_type.lower().startswith("datetime")
+            and default.startswith(_LOCAL_DEFAULTS)
+            and "utc" not in default
+        )
 
     @property
     def whole_seconds(self) -> bool:

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, create_engine, event, text
 
 from outbox import LocalClockError, Outbox, metrics, schema
 from outbox._buffer_clock import check, migrate_buffers
+from outbox._db import queries
 from outbox.migrate import VERSION_TABLE, current_revision, upgrade
 from outbox.worker import Worker
 from tests._support import wait_for
@@ -248,6 +249,29 @@ def test_a_second_run_changes_nothing(zoned: Engine) -> None:
         again.switch,
         _off_by_more_than_a_second(zoned, written),
     )
+
+
+def test_a_run_stopped_midway_is_finished_by_the_next(
+    zoned: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped after two batches, the next run converts the rest, and no row twice."""
+    app = _buffer_as_older_release(zoned)
+    written = _write_events(zoned, 20)
+    convert = queries.convert_next_rows
+    batches = iter(range(3))
+
+    def stopping(conn: Any, table: Any, size: int) -> int | None:
+        if next(batches) == 2:
+            raise KeyboardInterrupt
+        return convert(conn, table, size)
+
+    monkeypatch.setattr(queries, "convert_next_rows", stopping)
+    with pytest.raises(KeyboardInterrupt):
+        migrate_buffers(app, [ActivityEvent.__table__], batch_size=4)
+    monkeypatch.setattr(queries, "convert_next_rows", convert)
+    written += _write_events(zoned, 2)
+    (finished,) = migrate_buffers(app, [ActivityEvent.__table__], batch_size=4)
+    assert (12, []) == (finished.rows, _off_by_more_than_a_second(zoned, written))
 
 
 def test_a_dry_run_counts_and_changes_nothing(zoned: Engine) -> None:
