@@ -19,6 +19,7 @@ from outbox.exceptions import (
     HandlerTimeoutError,
     OutboxError,
     ReplayError,
+    SchemaIncompatibleError,
     SchemaMissingError,
     UnsupportedDatabaseError,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "ReplayError",
     "RetryAfter",
     "RetryPolicy",
+    "SchemaIncompatibleError",
     "SchemaMissingError",
     "Settings",
     "UnsupportedDatabaseError",

@@ -96,6 +96,7 @@ from outbox._db.queries.notify import (
     notify_jobs,
     notify_trigger_ddl,
 )
+from outbox._db.queries.schema_state import record_schema_generation, schema_generation
 from outbox._db.queries.workers import (
     count_live_workers,
     database_now,
@@ -103,6 +104,7 @@ from outbox._db.queries.workers import (
     delete_worker,
     insert_worker,
     leader_worker_id,
+    live_worker_versions,
     touch_worker,
 )
 from outbox._db.types import (
@@ -114,8 +116,10 @@ from outbox._db.types import (
     PrunedChunk,
     RecentDeadLetters,
     RefusedGroup,
+    SchemaGeneration,
     SilentHolder,
     UnreadableRowsError,
+    WorkerVersion,
 )
 
 __all__ = [
@@ -132,9 +136,11 @@ __all__ = [
     "PrunedChunk",
     "RecentDeadLetters",
     "RefusedGroup",
+    "SchemaGeneration",
     "SilentHolder",
     "Spend",
     "UnreadableRowsError",
+    "WorkerVersion",
     "acquire_capped_batch_jobs",
     "acquire_jobs",
     "all_of",
@@ -187,6 +193,7 @@ __all__ = [
     "insert_worker",
     "job_counts",
     "leader_worker_id",
+    "live_worker_versions",
     "lock_handler_state",
     "max_failed_attempts",
     "move_rows_to_group",
@@ -199,6 +206,7 @@ __all__ = [
     "oldest_unclaimed_age",
     "pause_handler",
     "recent_dead_letters",
+    "record_schema_generation",
     "refused_groups",
     "reindex_concurrently",
     "release_held_keys",
@@ -210,6 +218,7 @@ __all__ = [
     "reset_breaker",
     "resume_handler",
     "return_job",
+    "schema_generation",
     "select_archived",
     "select_claimed_rows",
     "select_group_rows",

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from outbox import generation
 from outbox._engine import distributor
 from outbox.app import Outbox
 from outbox.cli._context import Context
@@ -168,6 +169,7 @@ def work(
     changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
     app.with_settings(**{k: v for k, v in changes.items() if v is not None})
     ready(app, handlers)
+    generation.check(app.engine)
 
     def run_worker(index: int, signals: tuple[signal.Signals, ...]) -> None:
         worker = Worker(
@@ -183,6 +185,9 @@ def work(
         with stop_on_signals(worker, signals):
             clean = worker.run()
         _report_stopped(worker, clean)
+        if worker.schema_incompatible is not None:
+            # Stopped on its own: a restart would find the same schema.
+            raise worker.schema_incompatible
         if burst and worker.stats.groups_refused:
             # Held groups wait for an operator: a burst run (a cron job, a CI step) that left
             # some must not look like one that handled everything.
