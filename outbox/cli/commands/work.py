@@ -26,9 +26,7 @@ from outbox.cli._errors import (
 from outbox.cli._main import main
 from outbox.cli._options import GRACE_PERIOD, INTERVAL, LEASE
 from outbox.cli._signals import MAX_PROCESSES, run_processes, stop_on_signals
-from outbox.exceptions import (
-    BufferTableMissingError,
-)
+from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
 from outbox.worker import (
     CLAIMS_IN_FLIGHT_PER_HANDLER,
     DEFAULT_CONCURRENCY,
@@ -39,6 +37,9 @@ from outbox.worker import (
 )
 
 MAX_PORT = 65535
+# How a forked worker that stopped because the schema is one it may not work on tells its
+# parent not to start another in its place (the command itself then exits 1).
+_EXIT_SCHEMA_INCOMPATIBLE = 4
 # How long `outbox distribute` rides out a database restart before it gives up (exit 1).
 DISTRIBUTE_PATIENCE_SECONDS = 30.0
 
@@ -210,13 +211,23 @@ def work(
         # In a forked worker, click's own handling of usage errors is not on the stack.
         try:
             with exits_on_errors():
-                run_worker(index, (signal.SIGTERM,))
+                try:
+                    run_worker(index, (signal.SIGTERM,))
+                except SchemaIncompatibleError as error:
+                    click.echo(f"Error: {error}", err=True)
+                    return _EXIT_SCHEMA_INCOMPATIBLE
         except click.ClickException as error:
             error.show()
             return error.exit_code
         return EXIT_OK
 
-    code = run_processes(processes, run_forked, restart=not burst, usage_error=EXIT_USAGE)
+    code = run_processes(
+        processes,
+        run_forked,
+        restart=not burst,
+        usage_error=EXIT_USAGE,
+        final=_EXIT_SCHEMA_INCOMPATIBLE,
+    )
     if code != EXIT_OK:
         sys.exit(code)
 
