@@ -6,6 +6,7 @@ from alembic import context
 from sqlalchemy import Engine, create_engine
 
 from outbox import schema
+from outbox.generation import record_migration
 from outbox.migrate import VERSION_TABLE
 
 config = context.config
@@ -31,6 +32,8 @@ def run() -> None:
             version_table=VERSION_TABLE,
             include_object=_include,
             render_as_batch=connection.dialect.name == "sqlite",
+            # outbox_schema follows every step, up or down: workers read what it needs there.
+            on_version_apply=[record_migration],
         )
         with context.begin_transaction():
             context.run_migrations()

@@ -20,6 +20,7 @@ from outbox.exceptions import (
     LocalClockError,
     OutboxError,
     ReplayError,
+    SchemaIncompatibleError,
     SchemaMissingError,
     UnsupportedDatabaseError,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "ReplayError",
     "RetryAfter",
     "RetryPolicy",
+    "SchemaIncompatibleError",
     "SchemaMissingError",
     "Settings",
     "UnsupportedDatabaseError",

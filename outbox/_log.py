@@ -22,6 +22,8 @@ WORKER_ABANDONED = "outbox.worker.abandoned"
 WORKER_DATABASE_ERROR = "outbox.worker.database_error"
 WORKER_DATABASE_RECOVERED = "outbox.worker.database_recovered"
 WORKER_LOOP_ERROR = "outbox.worker.loop_error"
+# The database's schema asks for newer workers, or was downgraded under this one: it stops.
+WORKER_SCHEMA_INCOMPATIBLE = "outbox.worker.schema_incompatible"
 BUFFER_TABLE_MISSING = "outbox.worker.buffer_table_missing"  # its handler is set aside
 # MariaDB: a buffer's created_at defaults to the session's local clock (outbox migrate-buffers).
 BUFFER_CLOCK_LOCAL = "outbox.worker.buffer_clock_local"

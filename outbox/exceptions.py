@@ -5,6 +5,8 @@ Every exception derives from :class:`OutboxError`::
     OutboxError
     ├── ConfigurationError      bad settings, a bad handler registration, an unknown handler
     ├── SchemaMissingError      the framework's tables are not there: run ``outbox migrate``
+    ├── SchemaIncompatibleError  the database's schema generation is one this outbox's workers
+    │                           may not work on (too new for them, or downgraded under them)
     ├── BufferTableMissingError  a handler's buffer table is not there: the application's
     │                           migrations create it
     ├── DatabaseUnavailableError  the database cannot be reached (driver error kept as __cause__)
@@ -41,6 +43,29 @@ class SchemaMissingError(OutboxError):
         super().__init__(
             f"outbox tables missing: {', '.join(missing)}; run `outbox migrate` to create them"
         )
+
+
+class SchemaIncompatibleError(OutboxError):
+    """This outbox's workers may not work on the database's schema: it needs workers of a newer
+    generation, or it was downgraded below the generation they understand.
+
+    ``generation``: the database's schema generation (None: it records none, the tables were
+    downgraded below generation 5); ``workers_from``: the oldest worker generation it accepts;
+    ``worker_generation``: the generation this outbox understands.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        generation: int | None,
+        workers_from: int | None,
+        worker_generation: int,
+    ) -> None:
+        self.generation = generation
+        self.workers_from = workers_from
+        self.worker_generation = worker_generation
+        super().__init__(message)
 
 
 class BufferTableMissingError(OutboxError):

@@ -7,12 +7,15 @@ The alembic migrations in ``migrations/`` create exactly these (a test proves it
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Any
 
 from sqlalchemy import (
     JSON,
     BigInteger,
     Column,
+    Connection,
     Index,
+    Insert,
     Integer,
     MetaData,
     SmallInteger,
@@ -20,11 +23,22 @@ from sqlalchemy import (
     Table,
     Text,
     Uuid,
+    event,
+    insert,
     text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
 from outbox._db.dialects import db_now, timestamp
+from outbox._version import VERSION
+
+GENERATION = 5
+"""The schema generation of these tables: the number of the newest migration outbox ships.
+A worker records it as the generation it understands; ``outbox_schema`` records the generation
+the database is at (a test checks that the newest migration declares the same)."""
+WORKERS_FROM = 1
+"""The oldest worker generation that works correctly on these tables: every migration so far
+only added, so workers of every generation do (a test checks the newest migration says so)."""
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -37,6 +51,7 @@ metadata = MetaData(naming_convention=NAMING_CONVENTION)
 # SQLite only autoincrements a column declared exactly INTEGER PRIMARY KEY.
 _BIG_ID = BigInteger().with_variant(Integer(), "sqlite")
 _NAME = String(200)
+_VERSION = String(64)
 
 
 class JobKind(StrEnum):
@@ -216,7 +231,57 @@ workers = Table(
     Column("concurrency", Integer, nullable=False),
     Column("started_at", timestamp(), nullable=False, server_default=db_now()),
     Column("heartbeat_at", timestamp(), nullable=False, server_default=db_now()),
+    Column(
+        "version",
+        _VERSION,
+        nullable=True,
+        comment="the worker's outbox version; NULL: a worker older than outbox 0.2",
+    ),
+    Column(
+        "generation",
+        Integer,
+        nullable=True,
+        comment="the schema generation the worker understands; NULL: older than 5",
+    ),
     Index(None, "heartbeat_at"),
 )
+
+schema_state = Table(
+    "outbox_schema",
+    metadata,
+    Column("id", SmallInteger, primary_key=True, autoincrement=False, comment="1: one row"),
+    Column(
+        "generation",
+        Integer,
+        nullable=False,
+        comment="the schema generation the database is at: its newest migration's number",
+    ),
+    Column(
+        "workers_from",
+        Integer,
+        nullable=False,
+        comment="the oldest worker generation that may work on it; older ones stop",
+    ),
+    Column("migrated_at", timestamp(), nullable=False, server_default=db_now()),
+    Column("migrated_by", _VERSION, nullable=True, comment="the outbox version that migrated"),
+)
+
+
+def generation_row(
+    generation: int = GENERATION, workers_from: int = WORKERS_FROM, version: str = VERSION
+) -> Insert:
+    """The INSERT of ``outbox_schema``'s one row: the database is at ``generation``, and
+    workers of ``workers_from`` or newer may work on it."""
+    return insert(schema_state).values(
+        id=1, generation=generation, workers_from=workers_from, migrated_by=version
+    )
+
+
+@event.listens_for(schema_state, "after_create")
+def _record_generation(target: Table, connection: Connection, **kw: Any) -> None:
+    # Tables created without the migrations (``metadata.create_all``) are at this generation
+    # too; ``outbox schema sql`` prints the same row.
+    connection.execute(generation_row())
+
 
 TABLE_NAMES = tuple(metadata.tables)

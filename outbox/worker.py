@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _buffer_clock, _log, schema
+from outbox import _buffer_clock, _log, generation, schema
 from outbox._db import (
     buffer_table_missing,
     check_buffer_tables,
@@ -50,8 +50,9 @@ from outbox._services.distribution_watch import DistributionWatch
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.listener import Listener
 from outbox._services.rescuer import Rescuer
+from outbox._services.schema_watch import SchemaWatch
 from outbox.app import Handler, Outbox
-from outbox.exceptions import BufferTableMissingError
+from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
 from outbox.results import (
     DEAD,
     DEFERRED,
@@ -246,6 +247,10 @@ class Worker:
             app, self.id, judge_heartbeats=self._heartbeat_service.may_judge_others
         )
         self._distribution_watch = DistributionWatch(app, self.id)
+        self._schema_watch = SchemaWatch(app)
+        self.schema_incompatible: SchemaIncompatibleError | None = None
+        """Why this worker stopped on its own: the database's schema became one it may not
+        work on (too new for it, or downgraded under it); None otherwise."""
 
     # --- control -------------------------------------------------------------------------
 
@@ -309,11 +314,14 @@ class Worker:
         """Work until stopped (or idle, in burst mode). True when nothing was abandoned.
 
         Raises BufferTableMissingError, before doing anything, when a buffer table of its
-        handlers does not exist; see :attr:`missing_tables` for one that goes missing later.
+        handlers does not exist (see :attr:`missing_tables` for one that goes missing later),
+        and SchemaIncompatibleError when the database's schema is one it may not work on (see
+        :attr:`schema_incompatible` for a schema that becomes one while it runs).
         Raises LocalClockError when a buffer's ``created_at`` defaults to the session's local
         clock and this session is not in UTC (MariaDB; ``outbox migrate-buffers``).
         """
         check_buffer_tables(self.app.engine, {name: h.table for name, h in self.handlers.items()})
+        generation.check(self.app.engine)
         _buffer_clock.enforce(self.app, [h.table for h in self.handlers.values()])
         run_in_transaction(
             self.app.engine,
@@ -759,6 +767,8 @@ class Worker:
                 if now >= next_heartbeat:
                     self._heartbeat()
                     next_heartbeat = now + heartbeat_every
+                    if not self._stopping.is_set():
+                        self._watch_schema()
                 if now >= next_rescue and not self._stopping.is_set():
                     self.rescue()
                     self._look_for_missing_tables()
@@ -788,6 +798,23 @@ class Worker:
     def _heartbeat(self) -> None:
         beat = self._heartbeat_service.run_once()
         self.live_workers, self.leading = beat.live_workers, beat.leading
+
+    def _watch_schema(self) -> None:
+        """Stop taking work once the database's schema is one this worker may not work on:
+        what it holds finishes within the grace period, as on SIGTERM."""
+        problem = self._schema_watch.run_once()
+        if problem is None:
+            return
+        self.schema_incompatible = problem
+        log.error(
+            _log.WORKER_SCHEMA_INCOMPATIBLE,
+            worker=self.id,
+            schema_generation=problem.generation,
+            workers_from=problem.workers_from,
+            worker_generation=problem.worker_generation,
+            reason=str(problem),
+        )
+        self.stop()
 
     def _report_database_error(self, error: DBAPIError) -> None:
         # Once per outage, not once per poll.

@@ -181,3 +181,27 @@ class Conversion:
     time_zone: str
     last_local_id: int
     converted_through: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchemaGeneration:
+    """What the database says of its schema (the row of ``outbox_schema``)."""
+
+    generation: int
+    """The schema generation the database is at: its newest migration's number."""
+    workers_from: int
+    """The oldest worker generation that may work on it."""
+    migrated_at: dt.datetime
+    migrated_by: str | None
+    """The outbox version that migrated it (or created the tables)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerVersion:
+    """Live workers of one outbox version and schema generation."""
+
+    version: str | None
+    """None: workers that record no version (older than outbox 0.2)."""
+    generation: int | None
+    """The schema generation they understand; None: they record none (older than 5)."""
+    live: int

@@ -5,9 +5,11 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
+from outbox._version import VERSION
 from outbox.app import DATABASE_URL_ENV
 from outbox.cli._context import APP_ENV, Context
 from outbox.cli._logging import configure_logging
+from outbox.schema import GENERATION
 
 
 @click.group()
@@ -39,7 +41,9 @@ from outbox.cli._logging import configure_logging
     type=click.Choice(["auto", "console", "json"]),
     help="auto: readable on a terminal, JSON lines otherwise.",
 )
-@click.version_option(package_name="sqlalchemy-outbox")
+@click.version_option(
+    VERSION, message=f"%(prog)s, version %(version)s (schema generation {GENERATION})"
+)
 @click.pass_context
 def main(
     click_ctx: click.Context,

@@ -71,6 +71,7 @@ def run_processes(
     *,
     restart: bool,
     usage_error: int,
+    final: int | None = None,
 ) -> int:
     """Fork ``count`` workers, each running ``run_worker(index)`` and exiting with its result.
 
@@ -79,8 +80,10 @@ def run_processes(
     ``restart``: start a new worker in place of one that dies with a failure while no stop
     was asked (not in burst mode, where a failure is the outcome). A worker that exits with
     ``usage_error`` met a problem no restart can mend (its metrics port taken, say): the
-    others are stopped and that code is returned. Otherwise returns 0 when every worker
-    exited with 0, else 1.
+    others are stopped and that code is returned. A worker that exits with ``final`` stopped
+    for a reason a restart would meet again (the schema is one it may not work on): it is not
+    restarted, and counts as a failure. Otherwise returns 0 when every worker exited with 0,
+    else 1.
     """
     children: dict[int, tuple[int, float]] = {}  # pid -> (index, started at)
     stopping = False
@@ -123,7 +126,7 @@ def run_processes(
                 forward(signal.SIGTERM, None)
                 result = usage_error
                 continue
-            if stopping or not restart:
+            if stopping or not restart or code == final:
                 failed = True
                 continue
             delay = _restart_delay(delays, index, time.monotonic() - started)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import sqlite3
 from collections.abc import Callable
+from pathlib import Path
 
 from sqlalchemy import Engine, inspect
 
@@ -44,5 +46,17 @@ def test_schema_sql_prints_create_table_for_every_outbox_table(cli: Cli) -> None
         "outbox_handlers",
         "outbox_rate_limits",
         "outbox_held_keys",
+        "outbox_schema",
     }
     assert (0, expected) == (result.code, created)
+
+
+def test_schema_sql_records_the_generation_its_tables_are(cli: Cli, tmp_path: Path) -> None:
+    """Run by hand, the printed DDL leaves outbox_schema saying generation 5, as a migration
+    does."""
+    result = cli.run("schema", "sql", "--dialect", "sqlite")
+    database = tmp_path / "by_hand.sqlite3"
+    with sqlite3.connect(database) as conn:
+        conn.executescript(result.stdout)
+        row = conn.execute("SELECT generation, workers_from FROM outbox_schema").fetchall()
+    assert (0, [(schema.GENERATION, schema.WORKERS_FROM)]) == (result.code, row)

@@ -294,10 +294,16 @@ def archive_ids(engine: Engine) -> list[int]:
 
 
 def add_worker(
-    engine: Engine, worker_id: str, *, started_ago: float = 0.0, heartbeat_ago: float = 0.0
+    engine: Engine,
+    worker_id: str,
+    *,
+    started_ago: float = 0.0,
+    heartbeat_ago: float = 0.0,
+    version: str | None = None,
+    generation: int | None = None,
 ) -> None:
     """A worker row that started ``started_ago`` and last heartbeated ``heartbeat_ago``
-    seconds ago."""
+    seconds ago; with no ``version`` and ``generation``, as an older outbox writes it."""
     with engine.begin() as conn:
         conn.execute(
             insert(schema.workers).values(
@@ -307,6 +313,8 @@ def add_worker(
                 concurrency=1,
                 started_at=db_now_plus(-started_ago),
                 heartbeat_at=db_now_plus(-heartbeat_ago),
+                version=version,
+                generation=generation,
             )
         )
 

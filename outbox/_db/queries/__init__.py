@@ -108,6 +108,7 @@ from outbox._db.queries.notify import (
     notify_jobs,
     notify_trigger_ddl,
 )
+from outbox._db.queries.schema_state import record_schema_generation, schema_generation
 from outbox._db.queries.workers import (
     count_live_workers,
     database_now,
@@ -115,6 +116,7 @@ from outbox._db.queries.workers import (
     delete_worker,
     insert_worker,
     leader_worker_id,
+    live_worker_versions,
     touch_worker,
 )
 from outbox._db.types import (
@@ -128,9 +130,11 @@ from outbox._db.types import (
     PrunedChunk,
     RecentDeadLetters,
     RefusedGroup,
+    SchemaGeneration,
     SessionClock,
     SilentHolder,
     UnreadableRowsError,
+    WorkerVersion,
 )
 
 __all__ = [
@@ -149,10 +153,12 @@ __all__ = [
     "PrunedChunk",
     "RecentDeadLetters",
     "RefusedGroup",
+    "SchemaGeneration",
     "SessionClock",
     "SilentHolder",
     "Spend",
     "UnreadableRowsError",
+    "WorkerVersion",
     "acquire_capped_batch_jobs",
     "acquire_jobs",
     "all_of",
@@ -211,6 +217,7 @@ __all__ = [
     "insert_worker",
     "job_counts",
     "leader_worker_id",
+    "live_worker_versions",
     "lock_handler_state",
     "max_failed_attempts",
     "move_rows_to_group",
@@ -223,6 +230,7 @@ __all__ = [
     "oldest_unclaimed_age",
     "pause_handler",
     "recent_dead_letters",
+    "record_schema_generation",
     "refused_groups",
     "reindex_concurrently",
     "release_held_keys",
@@ -234,6 +242,7 @@ __all__ = [
     "reset_breaker",
     "resume_handler",
     "return_job",
+    "schema_generation",
     "select_archived",
     "select_claimed_rows",
     "select_group_rows",

@@ -15,6 +15,8 @@ from sqlalchemy import (
 
 from outbox import schema
 from outbox._db.dialects.clock import db_now, db_now_plus
+from outbox._db.types import WorkerVersion
+from outbox._version import VERSION
 
 _workers = schema.workers
 
@@ -22,9 +24,16 @@ _workers = schema.workers
 def insert_worker(
     conn: Connection, worker_id: str, hostname: str, pid: int, concurrency: int
 ) -> None:
-    """Register a live worker."""
+    """Register a live worker, with the outbox version and the schema generation it runs."""
     conn.execute(
-        insert(_workers).values(id=worker_id, hostname=hostname, pid=pid, concurrency=concurrency)
+        insert(_workers).values(
+            id=worker_id,
+            hostname=hostname,
+            pid=pid,
+            concurrency=concurrency,
+            version=VERSION,
+            generation=schema.GENERATION,
+        )
     )
 
 
@@ -65,6 +74,19 @@ def count_live_workers(conn: Connection, stale_seconds: float) -> int:
             select(func.count()).where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
         ).scalar_one()
     )
+
+
+def live_worker_versions(conn: Connection, stale_seconds: float) -> list[WorkerVersion]:
+    """Workers that heartbeated within ``stale_seconds``, counted by version and generation,
+    oldest generation first (those that record none first of all)."""
+    live = func.count().label("live")
+    rows = conn.execute(
+        select(_workers.c.version, _workers.c.generation, live)
+        .where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
+        .group_by(_workers.c.version, _workers.c.generation)
+    ).all()
+    versions = [WorkerVersion(r.version, r.generation, int(r.live)) for r in rows]
+    return sorted(versions, key=lambda v: (v.generation or 0, v.version or ""))
 
 
 def database_now(conn: Connection) -> Any:

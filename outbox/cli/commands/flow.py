@@ -8,7 +8,9 @@ import uuid
 
 import click
 
+from outbox import fleet
 from outbox._checks import MAX_WAIT_SECONDS
+from outbox.app import Outbox
 from outbox.cli._context import Context
 from outbox.cli._errors import command, ready
 from outbox.cli._main import main
@@ -73,6 +75,7 @@ def pause(
         click.echo(f"paused {handler} until resumed (outbox resume {handler})")
     else:
         click.echo(f"paused {handler} for {state.seconds_left:.0f} s")
+    _warn_of_workers_that_ignore(app, fleet.PAUSES)
 
 
 @main.command()
@@ -85,6 +88,14 @@ def resume(ctx: Context, handler: str) -> None:
     app = ready(ctx.app())
     was_paused = flow.resume(app, handler)
     click.echo(f"resumed {handler}" if was_paused else f"{handler} was not paused")
+    _warn_of_workers_that_ignore(app, fleet.PAUSES)
+
+
+def _warn_of_workers_that_ignore(app: Outbox, lever: str) -> None:
+    """A line on stderr for each group of live workers too old to honour ``lever``: the
+    command did its part, and those workers go on as if it had not."""
+    for line in fleet.lever_warnings(app, lever):
+        click.echo(f"warning: {line}", err=True)
 
 
 @main.group("held")

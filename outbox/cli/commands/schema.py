@@ -68,4 +68,10 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
         click.echo(str(CreateTable(table).compile(dialect=target)).strip() + ";\n")
         for index in sorted(table.indexes, key=lambda i: str(i.name)):
             click.echo(str(CreateIndex(index).compile(dialect=target)).strip() + ";")
+        if table is schema.schema_state:
+            # Its one row: the generation these tables are, which workers read at start.
+            row = schema.generation_row().compile(
+                dialect=target, compile_kwargs={"literal_binds": True}
+            )
+            click.echo(str(row).strip() + ";")
         click.echo()

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from outbox import _buffer_clock, metrics
+from outbox import _buffer_clock, fleet, metrics
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_FAILURE, command, ready
 from outbox.cli._main import main
@@ -60,10 +60,12 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
     app = ready(ctx.app(), handlers)
     rows = metrics.collect(app, handlers, dead_since=dead_since)
     band_rows = metrics.bands(rows)
+    versions = fleet.fleet(app)
     if as_json:
         document = {
             "handlers": [r.as_dict() for r in rows],
             "bands": [b.as_dict() for b in band_rows],
+            "fleet": versions.as_dict(),
         }
         click.echo(json.dumps(document, indent=2))
         return
@@ -88,6 +90,8 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
             for b in band_rows
         ],
     )  # fmt: skip
+    click.echo()
+    _print_fleet(versions)
     for r in rows:
         if r.paused:
             click.echo(
@@ -108,6 +112,28 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
             click.echo(f"alert: {r.handler} ({r.urgency}): {alert}")
 
 
+def _print_fleet(versions: fleet.Fleet) -> None:
+    """The schema generation, and the live workers by outbox version."""
+    if versions.generation is None:
+        click.echo("schema generation: none recorded")
+    else:
+        by = f", migrated by outbox {versions.migrated_by}" if versions.migrated_by else ""
+        click.echo(
+            f"schema generation {versions.generation} (workers from generation "
+            f"{versions.workers_from}){by}"
+        )
+    if not versions.workers:
+        click.echo("no live workers")
+        return
+    print_table(
+        ("outbox", "generation", "live workers"),
+        [
+            (w.text(), "-" if w.generation is None else str(w.generation), str(w.live))
+            for w in versions.workers
+        ],
+    )
+
+
 def _paused(row: metrics.HandlerStatus) -> str:
     if not row.paused:
         return "probing" if row.breaker == "probing" else "no"
@@ -120,7 +146,7 @@ def _paused(row: metrics.HandlerStatus) -> str:
 @command
 def check(ctx: Context, handlers: tuple[str, ...], dead_since: float) -> None:
     """Exit 1 when a handler breaks its band's promise or dead-lettered events lately (for
-    cron, probes, monitoring)."""
+    cron, probes, monitoring); warn of live workers older than the schema."""
     app = ready(ctx.app(), handlers)
     rows = metrics.collect(app, handlers, dead_since=dead_since)
     broken = [(r, alert) for r in rows for alert in r.alerts]
@@ -131,6 +157,9 @@ def check(ctx: Context, handlers: tuple[str, ...], dead_since: float) -> None:
     clocks = _buffer_clock.check(app, [h.table for h in app.select_handlers(handlers)])
     for finding in clocks:
         click.echo(f"{'alert' if finding.refuse else 'warning'}: {finding.text}")
+    # Old workers alive break no promise yet: a warning, not an alert.
+    for line in fleet.old_worker_warnings(app):
+        click.echo(f"warning: {line}")
     if broken or any(finding.refuse for finding in clocks):
         sys.exit(EXIT_FAILURE)
     click.echo("all promises hold")

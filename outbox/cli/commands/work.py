@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from outbox import _buffer_clock
+from outbox import _buffer_clock, generation
 from outbox._engine import distributor
 from outbox.app import Outbox
 from outbox.cli._context import Context
@@ -26,9 +26,7 @@ from outbox.cli._errors import (
 from outbox.cli._main import main
 from outbox.cli._options import GRACE_PERIOD, INTERVAL, LEASE
 from outbox.cli._signals import MAX_PROCESSES, run_processes, stop_on_signals
-from outbox.exceptions import (
-    BufferTableMissingError,
-)
+from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
 from outbox.worker import (
     CLAIMS_IN_FLIGHT_PER_HANDLER,
     DEFAULT_CONCURRENCY,
@@ -39,6 +37,9 @@ from outbox.worker import (
 )
 
 MAX_PORT = 65535
+# How a forked worker that stopped because the schema is one it may not work on tells its
+# parent not to start another in its place (the command itself then exits 1).
+_EXIT_SCHEMA_INCOMPATIBLE = 4
 # How long `outbox distribute` rides out a database restart before it gives up (exit 1).
 DISTRIBUTE_PATIENCE_SECONDS = 30.0
 
@@ -169,6 +170,7 @@ def work(
     changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
     app.with_settings(**{k: v for k, v in changes.items() if v is not None})
     ready(app, handlers)
+    generation.check(app.engine)
     if processes > 1:
         # Refused once here rather than by every forked worker, each restarted in turn; the
         # workers log the warnings themselves.
@@ -188,6 +190,9 @@ def work(
         with stop_on_signals(worker, signals):
             clean = worker.run()
         _report_stopped(worker, clean)
+        if worker.schema_incompatible is not None:
+            # Stopped on its own: a restart would find the same schema.
+            raise worker.schema_incompatible
         if burst and worker.stats.groups_refused:
             # Held groups wait for an operator: a burst run (a cron job, a CI step) that left
             # some must not look like one that handled everything.
@@ -210,13 +215,23 @@ def work(
         # In a forked worker, click's own handling of usage errors is not on the stack.
         try:
             with exits_on_errors():
-                run_worker(index, (signal.SIGTERM,))
+                try:
+                    run_worker(index, (signal.SIGTERM,))
+                except SchemaIncompatibleError as error:
+                    click.echo(f"Error: {error}", err=True)
+                    return _EXIT_SCHEMA_INCOMPATIBLE
         except click.ClickException as error:
             error.show()
             return error.exit_code
         return EXIT_OK
 
-    code = run_processes(processes, run_forked, restart=not burst, usage_error=EXIT_USAGE)
+    code = run_processes(
+        processes,
+        run_forked,
+        restart=not burst,
+        usage_error=EXIT_USAGE,
+        final=_EXIT_SCHEMA_INCOMPATIBLE,
+    )
     if code != EXIT_OK:
         sys.exit(code)
 

@@ -1,0 +1,37 @@
+"""The schema watch: a running worker looks, once per heartbeat, whether the database's schema
+is still one it may work on (one row of ``outbox_schema``, by its key).
+
+A migration that needs newer workers, or a downgrade below the generation the worker
+understands, makes :meth:`SchemaWatch.run_once` return why; the worker then stops taking work
+(:mod:`outbox.generation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy.exc import DBAPIError
+
+from outbox import generation
+from outbox._db import queries, run_in_transaction
+from outbox._db.dialects import is_missing_table
+from outbox.app import Outbox
+from outbox.exceptions import SchemaIncompatibleError
+
+
+@dataclass
+class SchemaWatch:
+    """Reads the database's schema generation for one worker."""
+
+    app: Outbox
+
+    def run_once(self) -> SchemaIncompatibleError | None:
+        """Why this worker may no longer work on the database's schema; None while it may."""
+        try:
+            state = run_in_transaction(self.app.engine, queries.schema_generation)
+        except DBAPIError as error:
+            if not is_missing_table(error):
+                raise
+            # It was there when the worker started: the tables were downgraded under it.
+            return generation.incompatibility(None, table_missing=True)
+        return generation.incompatibility(state)

@@ -1,0 +1,154 @@
+"""The fleet's versions: which outbox the live workers run, and which levers some ignore.
+
+Workers of outbox 0.2 and newer record their version and the schema generation they understand
+in their heartbeat row; older ones record neither. A lever the fleet shares through the database
+(a pause, a circuit breaker, ordering keys, rate limits) is ignored by workers older than the
+schema generation that brought it: they do not read the table or column it lives in. ``outbox
+pause`` and ``resume`` warn while such workers are alive, and ``outbox check`` reports them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from outbox._db import queries
+from outbox.app import Outbox
+from outbox.generation import GENERATION
+
+PAUSES = "pauses"
+CIRCUIT_BREAKERS = "circuit breakers"
+RETRY_AFTER_PAUSES = "Retry-After pauses"
+ORDERING_KEYS = "ordering keys"
+EXACT_RATE_LIMITS = "exact rate limits"
+
+LEVERS: dict[str, int] = {
+    PAUSES: 3,
+    CIRCUIT_BREAKERS: 3,
+    RETRY_AFTER_PAUSES: 3,
+    ORDERING_KEYS: 3,
+    EXACT_RATE_LIMITS: 4,
+}
+"""Each lever the fleet shares, and the schema generation that brought it: workers older than
+that ignore it."""
+
+NO_VERSION = "older than 0.2 (no version recorded)"
+"""Workers that record no version: outbox 0.1, of schema generation 4 or older."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerVersions:
+    """The live workers of one outbox version and schema generation."""
+
+    version: str | None
+    """None: they record none (older than outbox 0.2)."""
+    generation: int | None
+    """The schema generation they understand; None: they record none (4 or older)."""
+    live: int
+
+    def text(self) -> str:
+        """Which outbox, in words."""
+        return NO_VERSION if self.version is None else self.version
+
+    def ignores(self, since: int) -> bool:
+        """Whether these workers may ignore what schema generation ``since`` brought."""
+        return self.generation is None or self.generation < since
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (for ``outbox status --json``)."""
+        return {
+            "version": self.version,
+            "generation": self.generation,
+            "live": self.live,
+            "text": self.text(),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """The database's schema generation and the live workers by version."""
+
+    generation: int | None
+    """The schema generation the database is at; None when it records none."""
+    workers_from: int | None
+    """The oldest worker generation that may work on it."""
+    migrated_by: str | None
+    """The outbox version that migrated it."""
+    workers: list[WorkerVersions]
+    """Live workers by version, oldest generation first (those that record none first)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (for ``outbox status --json``)."""
+        return {
+            "generation": self.generation,
+            "workers_from": self.workers_from,
+            "migrated_by": self.migrated_by,
+            "workers": [w.as_dict() for w in self.workers],
+        }
+
+
+def fleet(app: Outbox) -> Fleet:
+    """The schema generation and the live workers by version, read on one connection."""
+    with app.engine.connect() as conn:
+        state = queries.schema_generation(conn)
+        versions = queries.live_worker_versions(conn, app.settings.worker_stale_after)
+    return Fleet(
+        generation=None if state is None else state.generation,
+        workers_from=None if state is None else state.workers_from,
+        migrated_by=None if state is None else state.migrated_by,
+        workers=[WorkerVersions(v.version, v.generation, v.live) for v in versions],
+    )
+
+
+def lever_warnings(app: Outbox, lever: str) -> list[str]:
+    """One line per group of live workers that ignore ``lever`` (one of :data:`LEVERS`)."""
+    since = LEVERS[lever]
+    return [
+        f"{_who(w)}: workers older than schema {since:04d} ignore {lever}; "
+        f"stop or upgrade {_them(w)}"
+        for w in fleet(app).workers
+        if w.ignores(since)
+    ]
+
+
+def old_worker_warnings(app: Outbox) -> list[str]:
+    """One line per group of live workers older than the schema (or this outbox), saying what
+    they ignore."""
+    found = fleet(app)
+    newest = max(found.generation or GENERATION, GENERATION)
+    lines = []
+    for w in found.workers:
+        if not w.ignores(newest):
+            continue
+        levers = _ignored_levers(w)
+        they = "it" if w.live == 1 else "they"
+        what = f"{they} may ignore {levers}" if levers else f"older than schema {newest:04d}"
+        lines.append(f"{_who(w)}: {what}; stop or upgrade {_them(w)}")
+    return lines
+
+
+def _ignored_levers(workers: WorkerVersions) -> str:
+    """The levers these workers may ignore, with the schema that brought them: ``pauses,
+    ordering keys (since schema 0003) and exact rate limits (since schema 0004)``."""
+    by_since: dict[int, list[str]] = {}
+    for lever, since in LEVERS.items():
+        if workers.ignores(since):
+            by_since.setdefault(since, []).append(lever)
+    parts = [
+        f"{', '.join(levers)} (since schema {since:04d})"
+        for since, levers in sorted(by_since.items())
+    ]
+    return " and ".join([", ".join(parts[:-1]), parts[-1]] if len(parts) > 1 else parts)
+
+
+def _who(workers: WorkerVersions) -> str:
+    one = workers.live == 1
+    count = f"{workers.live} live worker{'' if one else 's'}"
+    if workers.version is None:
+        return f"{count} record{'s' if one else ''} no version (older than outbox 0.2)"
+    runs = "runs" if one else "run"
+    return f"{count} {runs} outbox {workers.version} (generation {workers.generation})"
+
+
+def _them(workers: WorkerVersions) -> str:
+    return "it" if workers.live == 1 else "them"
