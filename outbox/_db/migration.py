@@ -273,12 +273,7 @@ def downgrade_losses(conn: Connection, revision: str) -> list[Loss]:
     return [loss for loss in losses if loss.count]
 
 
-_jobs, _handlers, _held, _limits = (
-    schema.jobs,
-    schema.handlers,
-    schema.held_keys,
-    schema.rate_limits,
-)  # noqa: E501
+_jobs, _handlers, _limits = schema.jobs, schema.handlers, schema.rate_limits
 _LOSSES: dict[str, tuple[tuple[str, str, Any], ...]] = {
     "0004": (
         (
