@@ -13,7 +13,8 @@ run gives up naming the table and who holds it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
@@ -142,21 +143,28 @@ def migrate(
     """
     target = _resolve(to)
     try:
-        with migration.run_lock(engine, RUN_LOCK_WAIT_SECONDS):
-            before = current_revision(engine)
+        with migration.run_lock(engine, RUN_LOCK_WAIT_SECONDS) as shared:
+            before = _read_revision(engine, shared)
             _check_known(before)
             steps = _steps(before, target)
             if steps and steps[0][0] == "down" and not accept_losses:
-                _refuse_losses(engine, before, target, steps)
+                _refuse_losses(engine if shared is None else shared, before, target, steps)
             for direction, script in steps:
-                _apply(engine, direction, script, lock_timeout, on_retry)
-            return before, current_revision(engine)
+                if shared is None:
+                    _apply(engine, direction, script, lock_timeout, on_retry)
+                else:
+                    _run_on(shared, direction, script)
+            return before, _read_revision(engine, shared)
     except migration.RunLockTimeoutError as error:
         holder = f" (session {error.holder})" if error.holder is not None else ""
         raise MigrationBusyError(
             f"another `outbox migrate`{holder} has held this database's migration lock for more "
             f"than {RUN_LOCK_WAIT_SECONDS:g} s; let it finish, then run `outbox migrate` again"
         ) from None
+
+
+def _read_revision(engine: Engine, shared: Connection | None) -> str | None:
+    return current_revision(engine) if shared is None else _revision_on(shared)
 
 
 def _resolve(to: str) -> str | None:
@@ -185,11 +193,14 @@ def _steps(current: str | None, target: str | None) -> list[tuple[str, Script]]:
 
 
 def _refuse_losses(
-    engine: Engine, current: str | None, target: str | None, steps: Sequence[tuple[str, Script]]
+    connectable: Engine | Connection,
+    current: str | None,
+    target: str | None,
+    steps: Sequence[tuple[str, Script]],
 ) -> None:
     """Raise DowngradeRefusedError naming what the downgrade would drop, if anything."""
     parts: list[str] = []
-    with engine.connect() as conn:
+    with _connection(connectable) as conn:
         for _, script in steps:
             losses = migration.downgrade_losses(conn, script.revision)
             by_place: dict[str, list[str]] = {}
@@ -235,16 +246,30 @@ def _apply(
 
 
 def _run_step(engine: Engine, direction: str, script: Script, lock_timeout: float) -> None:
-    config = alembic_config(engine)
     with engine.connect() as conn:
         migration.rerunnable_ddl(conn)
         with conn.begin(), migration.bounded_lock_waits(conn, lock_timeout):
-            config.attributes["connection"] = conn
-            if direction == "up":
-                command.upgrade(config, script.revision)
-            else:
-                down = script.down_revision
-                command.downgrade(config, down if isinstance(down, str) else BASE)
+            _run_on(conn, direction, script)
+
+
+def _run_on(conn: Connection, direction: str, script: Script) -> None:
+    """Apply ``script`` (or undo it) on ``conn``, in the transaction it is in."""
+    config = alembic_config(conn.engine)
+    config.attributes["connection"] = conn
+    if direction == "up":
+        command.upgrade(config, script.revision)
+    else:
+        down = script.down_revision
+        command.downgrade(config, down if isinstance(down, str) else BASE)
+
+
+@contextmanager
+def _connection(connectable: Engine | Connection) -> Iterator[Connection]:
+    if isinstance(connectable, Connection):
+        yield connectable
+        return
+    with connectable.connect() as conn:
+        yield conn
 
 
 def _gave_up(

@@ -155,25 +155,32 @@ class RunLockTimeoutError(Exception):
 
 
 @contextmanager
-def run_lock(engine: Engine, wait: float) -> Iterator[None]:
+def run_lock(engine: Engine, wait: float) -> Iterator[Connection | None]:
     """Hold the database's lock of ``outbox migrate`` while the block runs, waiting up to
     ``wait`` seconds for another run to release it (then :class:`RunLockTimeoutError`).
 
     PostgreSQL: a transaction-scoped advisory lock in a transaction of its own, held open on a
     dedicated connection (a pooler in transaction mode keeps one server connection for it).
     MariaDB: a named lock (``GET_LOCK``), named after the database, as its names are the
-    server's. SQLite: none needed, as each revision runs in a transaction that takes the
-    database's write lock first and reads the revision inside it.
+    server's. Both yield None: each revision runs on a connection of its own.
+
+    SQLite: the database's write lock is the run's lock. It yields the connection every
+    revision must run on, in one transaction that took the write lock before it read anything
+    (``BEGIN IMMEDIATE``, waiting up to the busy timeout), committed at the end.
     """
     dialect = name_of(engine.dialect)
     if dialect not in (POSTGRESQL, MYSQL):
-        yield
+        with engine.connect() as conn, conn.begin():
+            if not conn.connection.dbapi_connection.in_transaction:  # type: ignore[union-attr]
+                # An engine outbox did not set up: the driver begins no transaction by itself.
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            yield conn
         return
     with engine.connect() as conn:
         if dialect == POSTGRESQL:
             _pg_run_lock(conn, wait)
             try:
-                yield
+                yield None
             finally:
                 conn.rollback()
             return
@@ -185,7 +192,7 @@ def run_lock(engine: Engine, wait: float) -> Iterator[None]:
             holder = conn.exec_driver_sql("SELECT IS_USED_LOCK(%(n)s)", {"n": name}).scalar()
             raise RunLockTimeoutError(None if holder is None else int(holder))
         try:
-            yield
+            yield None
         finally:
             conn.exec_driver_sql("SELECT RELEASE_LOCK(%(name)s)", {"name": name})
             conn.commit()
