@@ -24,6 +24,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -163,7 +164,7 @@ def run_once(kind: str, code: Path, archive_rows: int, jobs: int) -> dict[str, A
     up = {revision: step(code, url, "up", revision) for revision in ships[1:]}
     down = {
         f"{revision}->{previous}": step(code, url, "down", previous)
-        for previous, revision in reversed(list(zip(ships, ships[1:], strict=False)))
+        for previous, revision in reversed(list(pairwise(ships)))
     }
     return {"up": up, "down": down}
 
