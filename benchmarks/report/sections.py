@@ -34,4 +34,5 @@ TITLES = {
     "memory_bloat": "Memory and bloat",
     "wakeup_latency": "Wake-up latency",
     "autovacuum": "Autovacuum",
+    "migrations": "outbox migrate with 1,000,000 archive rows, per revision, up and down",
 }

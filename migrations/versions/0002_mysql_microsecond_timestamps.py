@@ -43,17 +43,20 @@ TIMESTAMPS = (
 
 
 def _alter(precision: int) -> None:
-    if op.get_bind().dialect.name != "mysql":
+    bind = op.get_bind()
+    if bind.dialect.name not in ("mysql", "mariadb"):
         return
+    # One ALTER per table, all its columns in it: each ALTER that changes a column's type copies
+    # the whole table, so one per column would copy outbox_archive twice. MODIFY restates the
+    # whole column: its nullability and default are given again.
+    type_ = mysql.DATETIME(fsp=precision).compile(dialect=bind.dialect)
+    now = db_now().compile(dialect=bind.dialect)
+    columns: dict[str, list[str]] = {}
     for table, column, nullable, clocked in TIMESTAMPS:
-        # MODIFY restates the whole column: its nullability and default must be given again.
-        op.alter_column(
-            table,
-            column,
-            type_=mysql.DATETIME(fsp=precision),
-            existing_nullable=nullable,
-            existing_server_default=db_now() if clocked else None,
-        )
+        spec = f"MODIFY {column} {type_} {'NULL' if nullable else 'NOT NULL'}"
+        columns.setdefault(table, []).append(spec + (f" DEFAULT {now}" if clocked else ""))
+    for table, specs in columns.items():
+        op.execute(f"ALTER TABLE {table} {', '.join(specs)}")
 
 
 # The times the releases before this migration wrote in the session's local time.

@@ -58,9 +58,17 @@ def ready(app: Outbox, handlers: tuple[str, ...] | None = None) -> Outbox:
     ``handlers``: also check the buffer tables of these handlers (all when empty).
     """
     _db.check_schema(app.engine)
+    check_schema_revision(app)
     if handlers is not None:
         check_buffers(app, handlers)
     return app
+
+
+def check_schema_revision(app: Outbox) -> None:
+    """Refuse tables a newer outbox migrated past the revisions this one ships."""
+    from outbox.migrate import check_revision
+
+    check_revision(app.engine)
 
 
 def check_buffers(app: Outbox, handlers: tuple[str, ...]) -> None:

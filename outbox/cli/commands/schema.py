@@ -14,19 +14,50 @@ from outbox.cli._main import main
 
 
 @main.command()
+@click.option(
+    "--to",
+    "to",
+    default="head",
+    show_default=True,
+    metavar="REVISION",
+    help="The revision to migrate to, up or down: head, a revision (0003), or base (no tables).",
+)
+@click.option(
+    "--yes",
+    is_flag=True,
+    help="Downgrade even when the downgrade drops rows (pauses, held keys, jobs ...).",
+)
+@click.option(
+    "--lock-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="How long a statement waits for a lock (workers queue behind it meanwhile) before "
+    "its revision is rolled back and tried again; a few tries, then it gives up. Default: 5.",
+)
 @command
-def migrate(ctx: Context) -> None:
-    """Create or upgrade outbox's own tables (idempotent)."""
-    from outbox.migrate import upgrade
+def migrate(ctx: Context, to: str, yes: bool, lock_timeout: float | None) -> None:
+    """Create, upgrade or downgrade outbox's own tables (idempotent; one run at a time)."""
+    # Imported here: alembic is only needed by this command.
+    from outbox.migrate import DEFAULT_LOCK_TIMEOUT_SECONDS
+    from outbox.migrate import migrate as run_migrations
 
     app = ctx.bare_app()
     _db.check_connection(app.engine)
-    before, after = upgrade(app.engine)
+    before, after = run_migrations(
+        app.engine,
+        to,
+        lock_timeout=DEFAULT_LOCK_TIMEOUT_SECONDS if lock_timeout is None else lock_timeout,
+        accept_losses=yes,
+        on_retry=lambda line: click.echo(line, err=True),
+    )
     where = _db.describe(app.engine.url)
     if before == after:
-        click.echo(f"outbox tables are up to date (revision {after}) in {where}")
+        click.echo(f"outbox tables are up to date (revision {after or 'none'}) in {where}")
     else:
-        click.echo(f"outbox tables migrated from {before or 'nothing'} to {after} in {where}")
+        click.echo(
+            f"outbox tables migrated from {before or 'nothing'} to {after or 'nothing'} in {where}"
+        )
 
 
 @main.group("schema")
