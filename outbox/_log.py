@@ -24,6 +24,8 @@ WORKER_DATABASE_RECOVERED = "outbox.worker.database_recovered"
 WORKER_LOOP_ERROR = "outbox.worker.loop_error"
 # The database's schema asks for newer workers, or was downgraded under this one: it stops.
 WORKER_SCHEMA_INCOMPATIBLE = "outbox.worker.schema_incompatible"
+# Live workers of an older release ignore a lever this worker's handlers use (rate limits, ...).
+OLDER_WORKERS = "outbox.worker.older_workers"
 BUFFER_TABLE_MISSING = "outbox.worker.buffer_table_missing"  # its handler is set aside
 # MariaDB: a buffer's created_at defaults to the session's local clock (outbox migrate-buffers).
 BUFFER_CLOCK_LOCAL = "outbox.worker.buffer_clock_local"

@@ -9,11 +9,12 @@ pause`` and ``resume`` warn while such workers are alive, and ``outbox check`` r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from outbox._db import queries
-from outbox.app import Outbox
+from outbox.app import Handler, Outbox
 from outbox.generation import GENERATION
 
 PAUSES = "pauses"
@@ -152,3 +153,31 @@ def _who(workers: WorkerVersions) -> str:
 
 def _them(workers: WorkerVersions) -> str:
     return "it" if workers.live == 1 else "them"
+
+
+def levers_of(handlers: Iterable[Handler[Any]]) -> list[str]:
+    """The shared levers these handlers' options ask the whole fleet to keep (pauses and
+    Retry-After pauses every handler has; these are set in code)."""
+    handlers = list(handlers)
+    used = {
+        CIRCUIT_BREAKERS: any(h.circuit_breaker is not None for h in handlers),
+        ORDERING_KEYS: any(h.ordering_key is not None for h in handlers),
+        EXACT_RATE_LIMITS: any(h.rate_limits for h in handlers),
+    }
+    return [lever for lever, wanted in used.items() if wanted]
+
+
+def start_warnings(app: Outbox, handlers: Iterable[Handler[Any]]) -> list[str]:
+    """For a worker that starts: one line per lever its handlers use that live older workers
+    ignore (a rate limit the older workers do not count, a breaker they do not open)."""
+    levers = levers_of(handlers)
+    if not levers:
+        return []
+    workers = fleet(app).workers
+    return [
+        f"{_who(w)}: workers older than schema {LEVERS[lever]:04d} ignore {lever}, which "
+        f"handlers of this worker use; stop or upgrade {_them(w)}"
+        for lever in levers
+        for w in workers
+        if w.ignores(LEVERS[lever])
+    ]

@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _buffer_clock, _log, generation, schema
+from outbox import _buffer_clock, _log, fleet, generation, schema
 from outbox._db import (
     buffer_table_missing,
     check_buffer_tables,
@@ -338,6 +338,8 @@ class Worker:
             burst=self.burst,
             distribute_every=self.distribute_every,
         )
+        for line in fleet.start_warnings(self.app, self.handlers.values()):
+            log.warning(_log.OLDER_WORKERS, worker=self.id, message=line)
         for n in range(self.concurrency):
             thread = threading.Thread(
                 target=self._thread_main, name=f"outbox-worker-{n}", daemon=True

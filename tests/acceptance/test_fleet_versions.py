@@ -18,6 +18,7 @@ from outbox._version import VERSION
 from outbox.fleet import NO_VERSION
 from tests._support import wait_for
 from tests.acceptance._cli import APP, Cli, handled_ids, start_work
+from tests.acceptance.cli_app import CALLS_PER_SECOND_ENV
 
 OLD_WORKERS = (
     "warning: 2 live workers record no version (older than outbox 0.2): workers older than "
@@ -119,3 +120,33 @@ def test_check_warns_of_old_workers_without_failing(
         "all promises hold",
     ]
     assert (0, expected) == (checked.code, checked.stdout.splitlines())
+
+
+def _older_worker_warnings(stderr: str) -> list[str]:
+    lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+    return [line["message"] for line in lines if line["event"] == "outbox.worker.older_workers"]
+
+
+def test_a_worker_with_a_rate_limit_warns_at_start_of_older_workers(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """Its handlers keep a fleet-wide rate limit the older workers do not count: one line."""
+    _old_workers(connect(database_url), 2)
+    worked = cli.run(
+        "--app", APP, "--database-url", database_url, "work", "--burst",
+        env={CALLS_PER_SECOND_ENV: "100"},
+    )  # fmt: skip
+    expected = [
+        "2 live workers record no version (older than outbox 0.2): workers older than schema "
+        "0004 ignore exact rate limits, which handlers of this worker use; stop or upgrade them"
+    ]
+    assert (0, expected) == (worked.code, _older_worker_warnings(worked.stderr))
+
+
+def test_a_worker_without_shared_levers_says_nothing_of_older_workers(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """No rate limit, breaker or ordering key: the older workers change nothing it keeps."""
+    _old_workers(connect(database_url), 2)
+    worked = cli.run("--app", APP, "--database-url", database_url, "work", "--burst")
+    assert (0, []) == (worked.code, _older_worker_warnings(worked.stderr))
