@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -21,16 +22,17 @@ from tests.conftest import (
 )
 
 
-@pytest.fixture
-def make_empty_database(tmp_path: Path) -> Iterator[Callable[[str], str]]:
+@contextmanager
+def empty_databases(prefix: str, sqlite_dir: Callable[[], Path]) -> Iterator[Callable[[str], str]]:
     """Factory: the URL of a new database of a kind (sqlite, postgresql, mariadb) with no
-    table; the server databases are dropped after the test."""
+    table, named ``prefix`` and a random suffix; the server databases are dropped at the end.
+    A server that cannot be reached fails the test under CI, skips it elsewhere."""
     drops: list[Callable[[], None]] = []
 
     def make(kind: str) -> str:
-        name = f"outbox_mig_{uuid.uuid4().hex[:10]}"
+        name = f"{prefix}_{uuid.uuid4().hex[:10]}"
         if kind == "sqlite":
-            return f"sqlite:///{tmp_path}/{name}.sqlite3"
+            return f"sqlite:///{sqlite_dir()}/{name}.sqlite3"
         if kind == "postgresql":
             server = make_url(os.environ.get(POSTGRES_URL_ENV, DEFAULT_POSTGRES_URL))
             create = f'CREATE DATABASE "{name}"'
@@ -55,9 +57,19 @@ def make_empty_database(tmp_path: Path) -> Iterator[Callable[[str], str]]:
         drops.append(drop_database)
         return server.set(database=name).render_as_string(hide_password=False)
 
-    yield make
-    for drop_database in drops:
-        drop_database()
+    try:
+        yield make
+    finally:
+        for drop_database in drops:
+            drop_database()
+
+
+@pytest.fixture
+def make_empty_database(tmp_path: Path) -> Iterator[Callable[[str], str]]:
+    """Factory: the URL of a new database of a kind (sqlite, postgresql, mariadb) with no
+    table; the server databases are dropped after the test."""
+    with empty_databases("outbox_mig", lambda: tmp_path) as make:
+        yield make
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mariadb"])

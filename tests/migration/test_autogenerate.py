@@ -9,7 +9,6 @@ indexes and nothing of outbox's, and the migration it writes runs on every suppo
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shutil
 import subprocess
@@ -35,12 +34,11 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.engine import make_url
 
 import outbox.alembic
 from outbox import Outbox, db_now, notify, schema
 from outbox.migrate import upgrade
-from tests.conftest import DEFAULT_MARIADB_URL, MARIADB_URL_ENV, _unavailable
+from tests.migration.conftest import empty_databases
 
 # Every supported database: each generates a migration, and each runs every one generated.
 KINDS = ("postgresql", "sqlite", "mariadb")
@@ -152,48 +150,14 @@ def _migrate_outbox(url: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def make_database(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Callable[[str], str]]:
+def make_database(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], str]]:
     """Factory: a new, empty database of a kind (sqlite, postgresql, mariadb); returns its URL.
 
     The PostgreSQL and MariaDB databases are created on the test servers for this module alone
     and dropped at its end.
     """
-    drops: list[Callable[[], None]] = []
-
-    def make(kind: str) -> str:
-        name = f"outbox_autogen_{uuid.uuid4().hex[:10]}"
-        if kind == "sqlite":
-            return f"sqlite:///{tmp_path_factory.mktemp('sqlite')}/{name}.sqlite3"
-        if kind == "postgresql":
-            server = make_url(request.getfixturevalue("postgres_url"))
-            create, drop = (
-                f'CREATE DATABASE "{name}"',
-                f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)',
-            )
-        else:
-            server = make_url(os.environ.get(MARIADB_URL_ENV, DEFAULT_MARIADB_URL))
-            create, drop = f"CREATE DATABASE `{name}`", f"DROP DATABASE IF EXISTS `{name}`"
-        admin = create_engine(server, isolation_level="AUTOCOMMIT")
-        try:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(create)
-        except Exception as error:
-            admin.dispose()
-            _unavailable(f"{kind} at {server.host}:{server.port}", error)
-
-        def drop_database() -> None:
-            with admin.connect() as conn:
-                conn.exec_driver_sql(drop)
-            admin.dispose()
-
-        drops.append(drop_database)
-        return server.set(database=name).render_as_string(hide_password=False)
-
-    yield make
-    for drop_database in drops:
-        drop_database()
+    with empty_databases("outbox_autogen", lambda: tmp_path_factory.mktemp("sqlite")) as make:
+        yield make
 
 
 @pytest.fixture(scope="module")
