@@ -15,13 +15,16 @@ import os
 import shutil
 import signal
 import subprocess
+import threading
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, func, select
 
+from outbox import schema
 from tests._support import wait_for
 from tests.acceptance._cli import Result
 from tests.faults._checker import Report, check
@@ -61,6 +64,10 @@ class Size:
     """Groups the new workers complete while the old ones still run."""
     drain_timeout: float
     """Seconds the drain may take once the producers stop."""
+    reader_seconds: float
+    """How long a long reader holds its transaction open during a migration."""
+    lock_timeout: float
+    """The migration's ``--lock-timeout`` beside a long reader (shorter than the reader)."""
 
 
 SIZE_ENV = "OUTBOX_UPGRADE_SIZE"
@@ -75,6 +82,8 @@ SIZES = {
         groups_after=5,
         groups_mixed=5,
         drain_timeout=60.0,
+        reader_seconds=8.0,
+        lock_timeout=1.0,
     ),
     # `nox -s upgrade`: more events, longer mixed periods.
     "full": Size(
@@ -86,6 +95,8 @@ SIZES = {
         groups_after=300,
         groups_mixed=600,
         drain_timeout=300.0,
+        reader_seconds=20.0,
+        lock_timeout=5.0,
     ),
 }
 
@@ -143,6 +154,29 @@ def longest_gap(starts: Iterable[float], since: float, until: float) -> float:
     """The longest time between ``since`` and ``until`` in which no batch started."""
     times = sorted({since, until, *(s for s in starts if since < s < until)})
     return max(b - a for a, b in itertools.pairwise(times))
+
+
+class LongReader(threading.Thread):
+    """A transaction that has read ``outbox_jobs`` and stays open ``seconds`` (or until
+    :meth:`close`), as a report or a console session left open does."""
+
+    def __init__(self, engine: Engine, seconds: float) -> None:
+        super().__init__(name="long-reader", daemon=True)
+        self.engine = engine
+        self.seconds = seconds
+        self.reading = threading.Event()
+        self.closing = threading.Event()
+
+    def run(self) -> None:
+        with self.engine.connect() as conn, conn.begin():
+            conn.execute(select(func.count()).select_from(schema.jobs)).scalar_one()
+            self.reading.set()
+            self.closing.wait(self.seconds)  # the reader's own time, not a wait for the test
+
+    def close(self) -> None:
+        """End the transaction now, if it is still open."""
+        self.closing.set()
+        self.join(timeout=STOP_TIMEOUT_SECONDS)
 
 
 def session_time_zone(engine: Engine, zone: str) -> None:
@@ -248,14 +282,47 @@ class Upgrade:
         return started
 
     def stop_workers(self, which: Which) -> list[int]:
-        """SIGTERM the workers of one release and wait for them; their exit codes."""
-        for process in self.workers[which]:
+        """SIGTERM the running workers of one release and wait for them; their exit codes."""
+        running = [process for process in self.workers[which] if process.alive()]
+        for process in running:
             process.signal(signal.SIGTERM)
-        return [process.stop(STOP_TIMEOUT_SECONDS) for process in self.workers[which]]
+        return [process.stop(STOP_TIMEOUT_SECONDS) for process in running]
 
     def pids(self, which: Which) -> set[int]:
         """The process ids of the workers of one release."""
         return {process.pid for process in self.workers[which]}
+
+    def old_deliveries(self, since: float = 0.0) -> Callable[[Delivery], bool]:
+        """Accepts the deliveries of the old release's workers that started after ``since``."""
+        return lambda d: d.release == self.release.name and d.started > since
+
+    def new_deliveries(self, since: float = 0.0) -> Callable[[Delivery], bool]:
+        """Accepts the deliveries of the current release's workers that started after
+        ``since``."""
+        return lambda d: d.release == CURRENT and d.started > since
+
+    def mixed_period(self) -> tuple[Result, float]:
+        """Up to a fleet of both releases, the database migrated under load: the old release's
+        schema and workers, producers, the current ``outbox migrate``, the old workers' groups on
+        the migrated schema, then the current workers' groups beside theirs.
+
+        Returns how the migration ended and the Unix time it did.
+        """
+        self.prepare()
+        self.start_producers()
+        self.start_workers("old")
+        self.wait_groups(self.size.groups_before, "the old workers' groups", self.old_deliveries())
+        migrated = self.run("new", "migrate", "migrate")
+        migrated_at = time.time()
+        assert 0 == migrated.code, migrated.output
+        self.wait_groups(
+            self.size.groups_after,
+            "the old workers' groups on the migrated schema",
+            self.old_deliveries(migrated_at),
+        )
+        self.start_workers("new")
+        self.wait_groups(self.size.groups_mixed, "the new workers' groups", self.new_deliveries())
+        return migrated, migrated_at
 
     # --- producers ----------------------------------------------------------------------
 

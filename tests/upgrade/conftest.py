@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,9 @@ from tests.conftest import (
 )
 from tests.upgrade._harness import Size, Upgrade, size_from_environment
 from tests.upgrade._releases import PREVIOUS, Release, ReleaseUnavailableError, install
+
+# A session time zone west of UTC: the older release's local times look hours old to UTC.
+ZONE = "-05:00"
 
 
 def _unavailable(message: str) -> None:
@@ -56,10 +60,10 @@ _ADMIN = {
 }
 
 
-@pytest.fixture(params=["postgresql", "mariadb"])
-def empty_database(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A database with no tables at all on each server, dropped after the test."""
-    env, default, quoted, charset, force = _ADMIN[request.param]
+@contextmanager
+def _empty_database(kind: str) -> Iterator[str]:
+    """A database with no tables at all on the server of ``kind``, dropped at the end."""
+    env, default, quoted, charset, force = _ADMIN[kind]
     admin_url = make_url(os.environ.get(env, default))
     name = quoted.format(f"outbox_upgrade_{uuid.uuid4().hex[:10]}")
     admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
@@ -68,7 +72,7 @@ def empty_database(request: pytest.FixtureRequest) -> Iterator[str]:
             conn.execute(text(f"CREATE DATABASE {name}{charset}"))
     except Exception as error:
         admin.dispose()
-        _unavailable(f"{request.param} at {admin_url.host}:{admin_url.port}: {error}")
+        _unavailable(f"{kind} at {admin_url.host}:{admin_url.port}: {error}")
     try:
         yield admin_url.set(database=name.strip('"')).render_as_string(hide_password=False)
     finally:
@@ -77,12 +81,39 @@ def empty_database(request: pytest.FixtureRequest) -> Iterator[str]:
         admin.dispose()
 
 
+@pytest.fixture(params=["postgresql", "mariadb"])
+def empty_database(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A database with no tables at all on each server, dropped after the test."""
+    with _empty_database(request.param) as url:
+        yield url
+
+
+@pytest.fixture
+def empty_mariadb_database() -> Iterator[str]:
+    """A database with no tables at all on the MariaDB server, dropped after the test."""
+    with _empty_database("mariadb") as url:
+        yield url
+
+
 @pytest.fixture
 def upgrade(
     empty_database: str, previous_release: Release, upgrade_size: Size, tmp_path: Path
 ) -> Iterator[Upgrade]:
     """An empty database to upgrade from the previous release, in UTC; stopped after."""
     run = Upgrade(empty_database, previous_release, tmp_path, upgrade_size)
+    try:
+        yield run
+    finally:
+        run.close()
+
+
+@pytest.fixture
+def zoned_upgrade(
+    empty_mariadb_database: str, previous_release: Release, upgrade_size: Size, tmp_path: Path
+) -> Iterator[Upgrade]:
+    """An empty MariaDB database to upgrade from the previous release, every connection of
+    every process (old and new) in the session time zone ``ZONE``; stopped after."""
+    run = Upgrade(empty_mariadb_database, previous_release, tmp_path, upgrade_size, zone=ZONE)
     try:
         yield run
     finally:

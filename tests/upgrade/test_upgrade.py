@@ -12,37 +12,62 @@ from pathlib import Path
 
 import outbox
 from outbox.migrate import head_revision
+from outbox.worker import FLOW_STATE_REFRESH_SECONDS
+from tests._support import wait_for
 from tests.upgrade._harness import CURRENT, Upgrade
+
+# A worker reads the handlers' pauses every FLOW_STATE_REFRESH_SECONDS; this much more allows
+# for a loaded machine.
+PAUSE_MARGIN_SECONDS = 1.0
+# How long, in the producers' events at their rate, the pause is watched once the old workers
+# are gone.
+HELD_SECONDS = 2.0
 
 
 def test_an_upgrade_under_load_loses_and_duplicates_nothing(upgrade: Upgrade) -> None:
     """Old workers run through the migration and new ones take over: 0 lost, 0 duplicated."""
-    size, old = upgrade.size, upgrade.release.name
-    upgrade.prepare()
-    upgrade.start_producers()
-    upgrade.start_workers("old")
-    upgrade.wait_groups(size.groups_before, "the old workers' groups", lambda d: d.release == old)
-    migrated = upgrade.run("new", "migrate", "migrate")
-    migrated_at = time.time()
-    upgrade.wait_groups(
-        size.groups_after,
-        "the old workers' groups on the migrated schema",
-        lambda d: d.release == old and d.started > migrated_at,
-    )
-    upgrade.start_workers("new")
-    upgrade.wait_groups(
-        size.groups_mixed, "the new workers' groups", lambda d: d.release == CURRENT
-    )
+    upgrade.mixed_period()
     stopped_old = upgrade.stop_workers("old")
     upgrade.drain()
     stopped_new = upgrade.stop_workers("new")
     report = upgrade.check()
-    assert (0, [0] * size.workers, [0] * size.workers, {}, 0) == (
-        migrated.code,
+    workers = upgrade.size.workers
+    assert ([0] * workers, [0] * workers, {}, 0, report.committed) == (
         stopped_old,
         stopped_new,
         report.violations,
         report.duplicated,
+        report.delivered,
+    ), report.summary()
+
+
+def test_no_new_worker_handles_a_paused_handler_during_the_upgrade(upgrade: Upgrade) -> None:
+    """Paused in the mixed period: once the pause is seen, no new worker starts a group of it,
+    and once the old workers (which ignore it) stop, nobody does."""
+    upgrade.mixed_period()
+    paused = upgrade.run("new", "pause", "pause", "deliver")
+    seen = time.time() + FLOW_STATE_REFRESH_SECONDS + PAUSE_MARGIN_SECONDS
+    stopped_old = upgrade.stop_workers("old")
+    old_stopped_at = time.time()
+    committed = len(upgrade.ledger.committed)
+    wait_for(
+        lambda: len(upgrade.ledger.committed) >= committed + upgrade.size.rate * HELD_SECONDS,
+        "the producers to write while the handler is paused",
+    )
+    late = (
+        upgrade.log.groups(upgrade.new_deliveries(seen)),
+        upgrade.log.groups(lambda d: d.started > max(seen, old_stopped_at)),
+    )
+    resumed = upgrade.run("new", "resume", "resume", "deliver")
+    upgrade.drain()
+    upgrade.stop_workers("new")
+    report = upgrade.check()
+    assert (0, [0] * upgrade.size.workers, (set(), set()), 0, {}) == (
+        paused.code,
+        stopped_old,
+        late,
+        resumed.code,
+        report.violations,
     ), report.summary()
 
 

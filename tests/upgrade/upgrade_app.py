@@ -41,6 +41,9 @@ BATCH_SIZE = 50
 HANDLER_SECONDS = float(os.environ.get(HANDLER_SECONDS_ENV, "0.02"))
 # Failed groups come back half a second later, and never die: the tier proves delivery.
 RETRY = RetryPolicy(max_attempts=100, scale=0.0, base_delay=0.5, jitter=0.0)
+# Events older than an hour are archived as expired, not delivered: an event dated in local time
+# west of UTC looks hours old to a UTC clock: the tests count delivered against committed.
+EXPIRES_AFTER_SECONDS = 3600.0
 
 
 class Base(DeclarativeBase):
@@ -112,7 +115,13 @@ def _record_process() -> None:
 _record_process()
 
 
-@app.handler(UpgradeEvent, batch_size=BATCH_SIZE, retry=RETRY, archive=True)
+@app.handler(
+    UpgradeEvent,
+    batch_size=BATCH_SIZE,
+    retry=RETRY,
+    archive=True,
+    expires_after=EXPIRES_AFTER_SECONDS,
+)
 def deliver(batch: Batch[UpgradeEvent]) -> None:
     """Deliver the batch downstream (one durable line per event) halfway through its time."""
     started = time.time()
