@@ -40,6 +40,8 @@ CURRENT = "head"
 # Workers poll often and distribute often, so that the tier's small size moves quickly; the
 # lease and the rest are each release's defaults, as users run them.
 WORKER_ARGS = ("work", "--distribute-every", "0.5", "--poll-interval", "0.2")
+# What every release's worker logs once it works (its signal handlers are in place).
+WORKER_STARTED = '"event": "outbox.worker.started"'
 COMMAND_TIMEOUT_SECONDS = 120.0
 STOP_TIMEOUT_SECONDS = 30.0
 
@@ -273,20 +275,27 @@ class Upgrade:
         assert 0 == created.returncode, created.stderr
 
     def start_workers(self, which: Which, count: int | None = None) -> list[OutboxProcess]:
-        """Start ``count`` (the size's) ``outbox work`` processes of one release."""
+        """Start ``count`` (the size's) ``outbox work`` processes of one release, and wait until
+        each has started working (before that, a SIGTERM ends it without its shutdown)."""
         started = [
             self.start(which, f"{which}-worker-{len(self.workers[which]) + i}", *WORKER_ARGS)
             for i in range(self.size.workers if count is None else count)
         ]
         self.workers[which].extend(started)
+        for process in started:
+            wait_for(
+                lambda p=process: WORKER_STARTED in p.stderr() or not p.alive(),
+                f"{process.name} to start",
+            )
+            assert process.alive(), f"{process.name} exited: {process.stderr()}"
         return started
 
     def stop_workers(self, which: Which) -> list[int]:
         """SIGTERM the running workers of one release and wait for them; their exit codes."""
         running = [process for process in self.workers[which] if process.alive()]
-        for process in running:
+        for process in running:  # all at once; a second SIGTERM would abandon their work
             process.signal(signal.SIGTERM)
-        return [process.stop(STOP_TIMEOUT_SECONDS) for process in running]
+        return [process.wait(STOP_TIMEOUT_SECONDS) for process in running]
 
     def pids(self, which: Which) -> set[int]:
         """The process ids of the workers of one release."""

@@ -136,8 +136,9 @@ def test_a_long_reader_never_freezes_the_fleet_beyond_the_lock_timeout(upgrade: 
     upgrade.stop_workers("new")
     report = upgrade.check()
     head = head_revision(upgrade.engine)
-    assert (True, False, 0, True, {}, 0) == (
+    assert (True, True, False, 0, True, {}, 0) == (
         gap <= size.lock_timeout + GAP_SLACK_SECONDS,
+        first.code in (0, 1),  # through, or given up in one line; not refused as usage
         "Traceback" in first.output,
         second.code,
         f"revision {head}" in second.stdout or f"to {head}" in second.stdout,
