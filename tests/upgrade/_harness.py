@@ -11,6 +11,7 @@ can import.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -42,6 +43,7 @@ CURRENT = "head"
 WORKER_ARGS = ("work", "--distribute-every", "0.5", "--poll-interval", "0.2")
 # What every release's worker logs once it works (its signal handlers are in place).
 WORKER_STARTED = '"event": "outbox.worker.started"'
+WORKER_STOPPED = "outbox.worker.stopped"
 COMMAND_TIMEOUT_SECONDS = 120.0
 STOP_TIMEOUT_SECONDS = 30.0
 
@@ -65,7 +67,7 @@ class Size:
     groups_mixed: int
     """Groups the new workers complete while the old ones still run."""
     drain_timeout: float
-    """Seconds the drain may take once the producers stop."""
+    """Seconds the drain may take once the producers stop, and a wait for groups."""
     reader_seconds: float
     """How long a long reader holds its transaction open during a migration."""
     lock_timeout: float
@@ -80,9 +82,9 @@ SIZES = {
         rate=200.0,
         producers=2,
         workers=2,
-        groups_before=5,
-        groups_after=5,
-        groups_mixed=5,
+        groups_before=3,
+        groups_after=3,
+        groups_mixed=3,
         drain_timeout=60.0,
         reader_seconds=8.0,
         lock_timeout=1.0,
@@ -274,12 +276,15 @@ class Upgrade:
         )
         assert 0 == created.returncode, created.stderr
 
-    def start_workers(self, which: Which, count: int | None = None) -> list[OutboxProcess]:
-        """Start ``count`` (the size's) ``outbox work`` processes of one release, and wait until
-        each has started working (before that, a SIGTERM ends it without its shutdown)."""
+    def start_workers(self, which: Which, *options: str) -> list[OutboxProcess]:
+        """Start the size's number of ``outbox work`` processes of one release, with
+        ``options``, and wait until each has started working (before that, a SIGTERM ends it
+        without its shutdown)."""
         started = [
-            self.start(which, f"{which}-worker-{len(self.workers[which]) + i}", *WORKER_ARGS)
-            for i in range(self.size.workers if count is None else count)
+            self.start(
+                which, f"{which}-worker-{len(self.workers[which]) + i}", *WORKER_ARGS, *options
+            )
+            for i in range(self.size.workers)
         ]
         self.workers[which].extend(started)
         for process in started:
@@ -296,6 +301,21 @@ class Upgrade:
         for process in running:  # all at once; a second SIGTERM would abandon their work
             process.signal(signal.SIGTERM)
         return [process.wait(STOP_TIMEOUT_SECONDS) for process in running]
+
+    def leases_lost(self, which: Which) -> list[int]:
+        """The leases each stopped worker of one release says it lost (its last log line)."""
+        lost = []
+        for process in self.workers[which]:
+            for line in process.stderr().splitlines():
+                record = json.loads(line) if line.startswith("{") else {}
+                if record.get("event") == WORKER_STOPPED:
+                    lost.append(int(record["leases_lost"]))
+        return lost
+
+    def registered_pids(self) -> set[int]:
+        """The process ids of the workers ``outbox_workers`` holds: the fleet as it knows it."""
+        with self.engine.connect() as conn:
+            return set(conn.execute(select(schema.workers.c.pid)).scalars())
 
     def pids(self, which: Which) -> set[int]:
         """The process ids of the workers of one release."""
@@ -362,11 +382,12 @@ class Upgrade:
 
     # --- progress and the outcome -------------------------------------------------------
 
-    def wait_groups(
-        self, count: int, what: str, accept: Callable[[Delivery], bool], timeout: float = 60.0
-    ) -> None:
-        """Wait until ``count`` groups have a delivery ``accept`` accepts."""
-        wait_for(lambda: len(self.log.groups(accept)) >= count, what, timeout=timeout)
+    def wait_groups(self, count: int, what: str, accept: Callable[[Delivery], bool]) -> None:
+        """Wait until ``count`` groups have a delivery ``accept`` accepts (as long as a drain
+        may take, at most)."""
+        wait_for(
+            lambda: len(self.log.groups(accept)) >= count, what, timeout=self.size.drain_timeout
+        )
 
     def drain(self) -> None:
         """Stop the producers and wait until the buffer and the job table are empty."""

@@ -8,9 +8,10 @@ and fails loudly when ``CI=true``, like every database test.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import pytest
@@ -81,40 +82,33 @@ def _empty_database(kind: str) -> Iterator[str]:
         admin.dispose()
 
 
+@pytest.fixture
+def start_upgrade(
+    previous_release: Release, upgrade_size: Size, tmp_path: Path
+) -> Iterator[Callable[..., Upgrade]]:
+    """Start upgrades from the previous release: ``start_upgrade(kind, zone=None)`` on an empty
+    database of ``kind`` (``postgresql`` or ``mariadb``), every connection of every process in
+    the session time zone ``zone`` when given; stopped and dropped after the test."""
+    with ExitStack() as stack:
+
+        def start(kind: str, zone: str | None = None) -> Upgrade:
+            url = stack.enter_context(_empty_database(kind))
+            workdir = Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=tmp_path))
+            run = Upgrade(url, previous_release, workdir, upgrade_size, zone=zone)
+            stack.callback(run.close)
+            return run
+
+        yield start
+
+
 @pytest.fixture(params=["postgresql", "mariadb"])
-def empty_database(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A database with no tables at all on each server, dropped after the test."""
-    with _empty_database(request.param) as url:
-        yield url
+def upgrade(request: pytest.FixtureRequest, start_upgrade: Callable[..., Upgrade]) -> Upgrade:
+    """An empty database on each server to upgrade from the previous release, in UTC."""
+    return start_upgrade(request.param)
 
 
 @pytest.fixture
-def empty_mariadb_database() -> Iterator[str]:
-    """A database with no tables at all on the MariaDB server, dropped after the test."""
-    with _empty_database("mariadb") as url:
-        yield url
-
-
-@pytest.fixture
-def upgrade(
-    empty_database: str, previous_release: Release, upgrade_size: Size, tmp_path: Path
-) -> Iterator[Upgrade]:
-    """An empty database to upgrade from the previous release, in UTC; stopped after."""
-    run = Upgrade(empty_database, previous_release, tmp_path, upgrade_size)
-    try:
-        yield run
-    finally:
-        run.close()
-
-
-@pytest.fixture
-def zoned_upgrade(
-    empty_mariadb_database: str, previous_release: Release, upgrade_size: Size, tmp_path: Path
-) -> Iterator[Upgrade]:
+def zoned_upgrade(start_upgrade: Callable[..., Upgrade]) -> Upgrade:
     """An empty MariaDB database to upgrade from the previous release, every connection of
-    every process (old and new) in the session time zone ``ZONE``; stopped after."""
-    run = Upgrade(empty_mariadb_database, previous_release, tmp_path, upgrade_size, zone=ZONE)
-    try:
-        yield run
-    finally:
-        run.close()
+    every process (old and new) in the session time zone ``ZONE``."""
+    return start_upgrade("mariadb", ZONE)

@@ -10,13 +10,17 @@ Not collected by a plain ``python -m pytest`` (the file's name does not match ``
 - ``outbox pause`` in the mixed period warns that older workers are alive;
 - a long reader during the migration never freezes the fleet much longer than the lock timeout;
 - a rollback: ``outbox migrate --to 0001 --yes`` with the new workers stopped, then the old
-  workers drain what is left.
+  workers drain what is left;
+- new workers leave a live older worker in the fleet (its row, its leases), whose heartbeats
+  come at its own release's pace.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
+from outbox.app import DEFAULT_RESCUE_INTERVAL_SECONDS, DEFAULT_WORKER_STALE_SECONDS
 from outbox.migrate import head_revision
 from tests.upgrade._harness import LongReader, Upgrade, longest_gap
 
@@ -36,6 +40,9 @@ NEEDS = {
     "test_a_rollback_lets_the_old_workers_drain_what_is_left": (
         "`outbox migrate --to REVISION [--yes]`"
     ),
+    "test_new_workers_leave_a_live_older_worker_in_the_fleet": (
+        "current workers judging an older release's worker by its own heartbeat cadence"
+    ),
 }
 """Each test here, and what it needs."""
 
@@ -43,6 +50,18 @@ NEEDS = {
 # migration waits behind a long reader: start-up of the statements queued behind it, a loaded
 # machine. A freeze for the reader's whole time is longer still (the size keeps it so).
 GAP_SLACK_SECONDS = 3.0
+# The previous release heartbeats every third of its lease, whatever worker_stale_after says;
+# the current one every third of the shorter of the two, and it takes a worker silent for
+# worker_stale_after (20 s by default) for gone once its own heartbeats have been steady that
+# long. With both defaults (a 60 s lease) an old worker's heartbeat is 20 s old just before the
+# next one, and the full size caught new workers taking live old workers' leases there (27
+# events delivered twice in 96,000); with a longer lease, shared by both releases as an
+# application's setting is, the first rescue that judges takes the old workers for gone: it
+# frees the jobs they hold and deletes their rows.
+LONG_LEASE_SECONDS = 300
+JUDGING_SECONDS = DEFAULT_WORKER_STALE_SECONDS + 2 * DEFAULT_RESCUE_INTERVAL_SECONDS * 1.25
+"""Long enough for the new workers to judge others gone (their own heartbeats steady for a
+stale age), then rescue twice (the rescue interval with its jitter)."""
 
 
 def test_the_migration_refuses_while_old_workers_write_local_time(zoned_upgrade: Upgrade) -> None:
@@ -174,3 +193,36 @@ def test_a_rollback_lets_the_old_workers_drain_what_is_left(upgrade: Upgrade) ->
         report.duplicated,
         report.delivered,
     ), (report.summary(), down.output)
+
+
+def test_new_workers_leave_a_live_older_worker_in_the_fleet(
+    start_upgrade: Callable[..., Upgrade],
+) -> None:
+    """New workers do not take a live older worker for gone for want of heartbeats its release
+    never sent that often: it stays in the fleet, loses no lease, delivers nothing twice."""
+    upgrade = start_upgrade("postgresql")  # the rescue is one statement on every database
+    lease = ("--lease", str(LONG_LEASE_SECONDS))
+    upgrade.prepare()
+    upgrade.start_producers()
+    upgrade.start_workers("old", *lease)
+    upgrade.run("new", "migrate", "migrate")
+    upgrade.start_workers("new", *lease)
+    new_started = time.time()
+    upgrade.wait_groups(
+        1,
+        "the old workers' groups once the new ones judge others",
+        upgrade.old_deliveries(new_started + JUDGING_SECONDS),
+    )
+    forgotten = upgrade.pids("old") - upgrade.registered_pids()
+    stopped_old = upgrade.stop_workers("old")
+    upgrade.drain()
+    upgrade.stop_workers("new")
+    report = upgrade.check()
+    workers = upgrade.size.workers
+    assert (set(), [0] * workers, [0] * workers, {}, 0) == (
+        forgotten,
+        stopped_old,
+        upgrade.leases_lost("old"),
+        report.violations,
+        report.duplicated,
+    ), report.summary()

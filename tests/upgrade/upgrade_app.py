@@ -12,8 +12,9 @@ its checker reads them): ``<event_key> <group_id> <attempt> <pid> <release> <sta
 the batch started. Each process that imports it writes ``process-<pid>.txt`` there: its release
 and the file its ``outbox`` came from, so a test can see which code each worker ran.
 
-``UPGRADE_SESSION_TIME_ZONE`` (``-05:00``): every MariaDB connection of the process sets its
-session time zone to it, as an application whose connections are in local time does.
+Each release runs with its own default settings. ``UPGRADE_SESSION_TIME_ZONE`` (``-05:00``):
+every MariaDB connection of the process sets its session time zone to it, as an application
+whose connections are in local time does.
 ``python upgrade_app.py create-tables URL`` creates the buffer and proof tables with the
 release that runs it, as the application created them before the upgrade.
 """
