@@ -76,7 +76,7 @@ class Size:
 
 SIZE_ENV = "OUTBOX_UPGRADE_SIZE"
 SIZES = {
-    # The default test run (README's command): both databases in about a minute.
+    # The default test run (README's command).
     "small": Size(
         "small",
         rate=200.0,
@@ -227,7 +227,11 @@ class Upgrade:
         env = {upgrade_app.RELEASE_ENV: self.release.name if which == "old" else CURRENT}
         if self.zone is not None:
             env[upgrade_app.SESSION_TIME_ZONE_ENV] = self.zone
-        old = which == "old"
+        release = (
+            {"program": (str(self.release.outbox),), "base_env": self.release.environment()}
+            if which == "old"
+            else {}
+        )
         process = OutboxProcess(
             name,
             self.url,
@@ -237,11 +241,7 @@ class Upgrade:
             env=env,
             app=APP,
             cwd=self.app_dir,
-            **(
-                {"program": (str(self.release.outbox),), "base_env": self.release.environment()}
-                if old
-                else {}
-            ),
+            **release,
         )
         self.processes.append(process)
         return process
@@ -330,13 +330,10 @@ class Upgrade:
         ``since``."""
         return lambda d: d.release == CURRENT and d.started > since
 
-    def mixed_period(self) -> tuple[Result, float]:
+    def mixed_period(self) -> None:
         """Up to a fleet of both releases, the database migrated under load: the old release's
         schema and workers, producers, the current ``outbox migrate``, the old workers' groups on
-        the migrated schema, then the current workers' groups beside theirs.
-
-        Returns how the migration ended and the Unix time it did.
-        """
+        the migrated schema, then the current workers' groups beside theirs."""
         self.prepare()
         self.start_producers()
         self.start_workers("old")
@@ -351,7 +348,6 @@ class Upgrade:
         )
         self.start_workers("new")
         self.wait_groups(self.size.groups_mixed, "the new workers' groups", self.new_deliveries())
-        return migrated, migrated_at
 
     # --- producers ----------------------------------------------------------------------
 
