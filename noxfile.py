@@ -60,6 +60,16 @@ def model(session: nox.Session) -> None:
     )
 
 
+@nox.session(python=PYTHON)
+def upgrade(session: nox.Session) -> None:
+    """The upgrade tier in full (docs/reliability.md): the previous release's workers and
+    producers upgraded under load to this checkout, on PostgreSQL and MariaDB, with more events
+    and longer mixed periods than the test run's small size; pytest options go after --."""
+    session.install("-e", ".[dev]")
+    env = {"OUTBOX_UPGRADE_SIZE": "full"}
+    session.run("python", "-m", "pytest", "tests/upgrade", *session.posargs, env=env)
+
+
 # The benchmarks (benchmarks/README.md): figures for the docs, never timing assertions in tests.
 DRAIN = ("benchmarks.drain_throughput", "--events", "200000", "--processes", "1,2", "--runs", "3")
 BENCHMARKS = (

@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, func, select
 
@@ -133,13 +134,23 @@ def read_deliveries(handled_dir: Path) -> Counter[int]:
     return deliveries
 
 
-def observe(engine: Engine, handled_dir: Path, rolled_back: Iterable[int]) -> Observations:
-    """Gather the observations from the database and the delivery files."""
-    events = FaultEvent.__table__
+def observe(
+    engine: Engine,
+    handled_dir: Path,
+    rolled_back: Iterable[int],
+    *,
+    event_model: type[Any] = FaultEvent,
+    proof_model: type[Any] = FaultProof,
+) -> Observations:
+    """Gather the observations from the database and the delivery files.
+
+    ``event_model`` and ``proof_model``: any models with the fault application's columns.
+    """
+    events = event_model.__table__
     archive = schema.archive
     key = archive.c.payload["event_key"].as_integer()
     with engine.connect() as conn:
-        proven = frozenset(conn.execute(select(FaultProof.event_key)).scalars())
+        proven = frozenset(conn.execute(select(proof_model.event_key)).scalars())
         archived: Counter[int] = Counter()
         dead: set[int] = set()
         for event_key, status in conn.execute(select(key, archive.c.status)):
@@ -167,6 +178,16 @@ def observe(engine: Engine, handled_dir: Path, rolled_back: Iterable[int]) -> Ob
     )
 
 
-def check(engine: Engine, handled_dir: Path, rolled_back: Iterable[int]) -> Report:
+def check(
+    engine: Engine,
+    handled_dir: Path,
+    rolled_back: Iterable[int],
+    *,
+    event_model: type[Any] = FaultEvent,
+    proof_model: type[Any] = FaultProof,
+) -> Report:
     """Observe and analyse in one go."""
-    return analyse(observe(engine, handled_dir, rolled_back))
+    seen = observe(
+        engine, handled_dir, rolled_back, event_model=event_model, proof_model=proof_model
+    )
+    return analyse(seen)

@@ -6,7 +6,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Engine, func, select
 
@@ -15,11 +17,20 @@ from tests.faults.fault_app import HANDLED_DIR_ENV, FaultEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = "tests.faults.fault_app:app"
+# This checkout's ``outbox``, run by the interpreter running the tests.
+PROGRAM = (sys.executable, "-m", "outbox")
 
 
-def environment(handled_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The environment of an ``outbox`` command: this one's, minus any OUTBOX_* setting."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+def environment(
+    handled_dir: Path,
+    extra: dict[str, str] | None = None,
+    *,
+    base: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of an ``outbox`` command: ``base`` (by default this one's), minus any
+    OUTBOX_* setting."""
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if not k.startswith("OUTBOX_")}
     env.update(PYTHONUNBUFFERED="1", **{HANDLED_DIR_ENV: str(handled_dir)})
     env.update(extra or {})
     return env
@@ -28,7 +39,9 @@ def environment(handled_dir: Path, extra: dict[str, str] | None = None) -> dict[
 class OutboxProcess:
     """One ``outbox --app tests.faults.fault_app:app ...`` command in the background.
 
-    Its stdout and stderr go to ``<log_dir>/<name>.stdout`` / ``.stderr``.
+    Its stdout and stderr go to ``<log_dir>/<name>.stdout`` / ``.stderr``. ``program``, ``app``,
+    ``cwd`` and ``base_env`` run another installation of outbox on another application (the
+    upgrade tier runs an older release from its own virtual environment).
     """
 
     def __init__(
@@ -40,16 +53,20 @@ class OutboxProcess:
         handled_dir: Path,
         log_dir: Path,
         env: dict[str, str] | None = None,
+        program: Sequence[str] = PROGRAM,
+        app: str = APP,
+        cwd: Path = ROOT,
+        base_env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
         self.stdout_path = log_dir / f"{name}.stdout"
         self.stderr_path = log_dir / f"{name}.stderr"
-        command = [sys.executable, "-m", "outbox", "--app", APP, "--database-url", url]
+        command = [*program, "--app", app, "--database-url", url]
         with self.stdout_path.open("ab") as out, self.stderr_path.open("ab") as err:
             self.popen = subprocess.Popen(
                 [*command, "--log-format", "json", *args],
-                cwd=ROOT,
-                env=environment(handled_dir, env),
+                cwd=cwd,
+                env=environment(handled_dir, env, base=base_env),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
@@ -99,6 +116,10 @@ class OutboxProcess:
         """What it wrote to stderr so far."""
         return self.stderr_path.read_text(encoding="utf-8", errors="replace")
 
+    def stdout(self) -> str:
+        """What it wrote to stdout so far."""
+        return self.stdout_path.read_text(encoding="utf-8", errors="replace")
+
 
 def run_outbox(
     url: str, args: list[str], *, handled_dir: Path, log_dir: Path, name: str, timeout: float
@@ -125,9 +146,9 @@ def live_leases(engine: Engine) -> int:
         )
 
 
-def drained(engine: Engine) -> bool:
-    """True when the buffer and the job table are both empty."""
+def drained(engine: Engine, event_model: type[Any] = FaultEvent) -> bool:
+    """True when the buffer (of ``event_model``) and the job table are both empty."""
     with engine.connect() as conn:
-        rows = conn.execute(select(func.count()).select_from(FaultEvent.__table__)).scalar_one()
+        rows = conn.execute(select(func.count()).select_from(event_model.__table__)).scalar_one()
         jobs = conn.execute(select(func.count()).select_from(schema.jobs)).scalar_one()
     return rows == 0 and jobs == 0

@@ -15,6 +15,7 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy import Engine, create_engine, insert
 from sqlalchemy.exc import DBAPIError
@@ -71,19 +72,27 @@ class Ledger:
 
 
 def write_transaction(
-    engine: Engine, ledger: Ledger, keys: list[int], producer: str, *, rollback: bool
+    engine: Engine,
+    ledger: Ledger,
+    keys: list[int],
+    producer: str,
+    *,
+    rollback: bool,
+    event_model: type[Any] = FaultEvent,
+    proof_model: type[Any] = FaultProof,
 ) -> str:
     """One application transaction: events plus their proof rows, committed or rolled back.
 
     Returns the outcome (see :meth:`Ledger.record`). Database errors are outcomes here, not
-    exceptions: producers keep going through faults.
+    exceptions: producers keep going through faults. ``event_model`` and ``proof_model`` are
+    any models with the fault application's columns (``event_key``, ``producer``).
     """
     committing = False
     try:
         with engine.connect() as conn:
             transaction = conn.begin()
-            add_events(conn, FaultEvent, [{"event_key": k, "producer": producer} for k in keys])
-            conn.execute(insert(FaultProof), [{"event_key": k} for k in keys])
+            add_events(conn, event_model, [{"event_key": k, "producer": producer} for k in keys])
+            conn.execute(insert(proof_model), [{"event_key": k} for k in keys])
             if rollback:
                 transaction.rollback()
                 outcome = "rolled_back"
@@ -133,8 +142,12 @@ class Producer(threading.Thread):
         target: int,
         seed: int,
         rollback_ratio: float = ROLLBACK_RATIO,
+        event_model: type[Any] = FaultEvent,
+        proof_model: type[Any] = FaultProof,
     ) -> None:
         super().__init__(name=name, daemon=True)
+        self.event_model = event_model
+        self.proof_model = proof_model
         self.engine = create_engine(url, pool_pre_ping=True, pool_size=1)
         self.ledger = ledger
         self.rate = rate
@@ -153,7 +166,13 @@ class Producer(threading.Thread):
                 rollback = self.rng.random() < self.rollback_ratio
                 keys = self.ledger.next_keys(size)
                 outcome = write_transaction(
-                    self.engine, self.ledger, keys, self.name, rollback=rollback
+                    self.engine,
+                    self.ledger,
+                    keys,
+                    self.name,
+                    rollback=rollback,
+                    event_model=self.event_model,
+                    proof_model=self.proof_model,
                 )
                 written += size
                 if outcome in ("failed", "indeterminate"):
