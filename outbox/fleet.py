@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from outbox._db import queries
+from outbox._services.heartbeat import older_release_stale_after
 from outbox.app import Handler, Outbox
 from outbox.generation import GENERATION
 
@@ -92,7 +93,9 @@ def fleet(app: Outbox) -> Fleet:
     """The schema generation and the live workers by version, read on one connection."""
     with app.engine.connect() as conn:
         state = queries.schema_generation(conn)
-        versions = queries.live_worker_versions(conn, app.settings.worker_stale_after)
+        versions = queries.live_worker_versions(
+            conn, app.settings.worker_stale_after, older_release_stale_after(app.settings)
+        )
     return Fleet(
         generation=None if state is None else state.generation,
         workers_from=None if state is None else state.workers_from,

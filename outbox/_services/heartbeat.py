@@ -37,6 +37,15 @@ def heartbeat_interval(settings: Settings) -> float:
     return min(settings.lease_seconds, settings.worker_stale_after) / HEARTBEATS_PER_STALE_AGE
 
 
+def older_release_stale_after(settings: Settings) -> float:
+    """Seconds without a heartbeat after which a worker of a release before 0.2 (it records no
+    generation) is forgotten: it heartbeats every third of its own lease, whatever
+    ``worker_stale_after`` says, so it is judged by the lease (fleets share their lease
+    setting), never by less than the stale age. Its jobs are never rescued before their leases
+    run out (see ``queries.gone_workers``)."""
+    return max(settings.worker_stale_after, settings.lease_seconds)
+
+
 def silent_after(settings: Settings) -> float:
     """Seconds without a heartbeat after which a holder is shown as silent (``outbox status``):
     two intervals, a heartbeat missed."""

@@ -10,6 +10,7 @@ from typing import Any
 
 from outbox import _log
 from outbox._db import queries, run_in_transaction
+from outbox._services.heartbeat import older_release_stale_after
 from outbox.app import Outbox
 
 log = _log.get_logger(__name__)
@@ -47,7 +48,9 @@ class Rescuer:
                 gone = queries.rescue_jobs_of_gone_workers(conn, self.app.dialect, stale)
                 # Forgetting a worker is judging it gone too: a worker that may not judge
                 # leaves the row, so that one that may still finds the jobs it held.
-                queries.delete_stale_workers(conn, stale)
+                queries.delete_stale_workers(
+                    conn, stale, older_release_stale_after(self.app.settings)
+                )
             return gone, queries.rescue_expired_jobs(conn, self.app.dialect)
 
         gone, expired = run_in_transaction(self.app.engine, work)

@@ -29,6 +29,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from outbox import BufferMixin, schema
 from outbox._db.dialects import db_now_plus
+from outbox._version import VERSION
 from tests.models import ActivityEvent
 
 HANDLER = "conformance"
@@ -299,11 +300,15 @@ def add_worker(
     *,
     started_ago: float = 0.0,
     heartbeat_ago: float = 0.0,
-    version: str | None = None,
-    generation: int | None = None,
+    version: str | None = VERSION,
+    generation: int | None = schema.GENERATION,
+    older_release: bool = False,
 ) -> None:
     """A worker row that started ``started_ago`` and last heartbeated ``heartbeat_ago``
-    seconds ago; with no ``version`` and ``generation``, as an older outbox writes it."""
+    seconds ago, as this outbox writes it; ``older_release``: with no version and generation,
+    as a release before 0.2 writes it."""
+    if older_release:
+        version, generation = None, None
     with engine.begin() as conn:
         conn.execute(
             insert(schema.workers).values(

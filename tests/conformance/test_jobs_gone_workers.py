@@ -164,3 +164,14 @@ def test_silent_holders_lists_the_jobs_of_silent_workers_with_ages(db: Database)
         ],
         [(True, True), (True, True)],
     ) == (shape, ages)
+
+
+def test_an_older_release_worker_keeps_its_jobs_until_their_leases_run_out(db: Database) -> None:
+    """A worker of a release before 0.2 (no generation) heartbeats at its own pace: silent past
+    the stale age, its live leases are neither freed nor shown as silent."""
+    add_worker(db.engine, WORKER, heartbeat_ago=STALE + 5, older_release=True)
+    job_id = add_batch_job(db.engine, attempts=1)
+    lease(db.engine, job_id, expires_in=300.0)
+    rescued = _rescue(db)
+    silent = db.run(lambda conn: queries.silent_holders(conn, STALE))
+    assert (0, WORKER, []) == (rescued, existing_job(db.engine, job_id)["lease_owner"], silent)

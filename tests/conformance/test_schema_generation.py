@@ -53,12 +53,12 @@ def test_schema_generation_without_its_row_is_none(db: Database) -> None:
 def test_live_worker_versions_counts_live_workers_by_version_oldest_first(db: Database) -> None:
     """Live workers by version and generation, those that record none first; the gone ones
     are not counted."""
-    add_worker(db.engine, "old-1")
-    add_worker(db.engine, "old-2")
+    add_worker(db.engine, "old-1", older_release=True)
+    add_worker(db.engine, "old-2", older_release=True)
     add_worker(db.engine, "new-1", version="0.2.0", generation=5)
     add_worker(db.engine, "newer-1", version="0.3.0", generation=6)
     add_worker(db.engine, "newer-2", version="0.3.0", generation=6)
     add_worker(db.engine, "gone", version="0.2.0", generation=5, heartbeat_ago=STALE + 30)
-    versions = db.run(lambda conn: queries.live_worker_versions(conn, STALE))
+    versions = db.run(lambda conn: queries.live_worker_versions(conn, STALE, STALE))
     expected = [(None, None, 2), ("0.2.0", 5, 1), ("0.3.0", 6, 2)]
     assert expected == [(v.version, v.generation, v.live) for v in versions]

@@ -55,7 +55,7 @@ def test_delete_stale_workers_forgets_only_workers_without_a_fresh_heartbeat(
     """Workers silent longer than the stale age go; the count says how many."""
     add_worker(db.engine, "dead", heartbeat_ago=STALE + 30)
     add_worker(db.engine, "live", started_ago=STALE + 30, heartbeat_ago=STALE - 30)
-    deleted = db.run(lambda conn: queries.delete_stale_workers(conn, STALE))
+    deleted = db.run(lambda conn: queries.delete_stale_workers(conn, STALE, STALE))
     assert (1, ["live"]) == (deleted, worker_ids(db.engine))
 
 
@@ -85,3 +85,12 @@ def test_count_live_workers_counts_fresh_heartbeats_only(db: Database) -> None:
     add_worker(db.engine, "w2", heartbeat_ago=STALE - 30)
     add_worker(db.engine, "w3", heartbeat_ago=STALE + 30)
     assert 2 == db.run(lambda conn: queries.count_live_workers(conn, STALE))
+
+
+def test_an_older_release_worker_is_forgotten_only_past_its_own_age(db: Database) -> None:
+    """A worker of a release before 0.2 (no generation) silent past the stale age stays while
+    its silence is within the older releases' age; past it, it goes."""
+    add_worker(db.engine, "older-live", heartbeat_ago=STALE + 30, older_release=True)
+    add_worker(db.engine, "older-gone", heartbeat_ago=3 * STALE + 30, older_release=True)
+    deleted = db.run(lambda conn: queries.delete_stale_workers(conn, STALE, 3 * STALE))
+    assert (1, ["older-live"]) == (deleted, worker_ids(db.engine))

@@ -23,6 +23,7 @@ from outbox import schema
 from outbox._db import dialects
 from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
 from outbox._db.queries.handlers import not_paused
+from outbox._db.queries.workers import gone_workers
 from outbox._db.types import JobRow, RefusedGroup, SilentHolder
 
 _jobs = schema.jobs
@@ -234,7 +235,7 @@ def rescue_jobs_of_gone_workers(conn: Connection, dialect: str, stale_seconds: f
     are left alone. Served by the primary key of ``outbox_workers`` and the
     ``lease_expires_at`` index of ``outbox_jobs``.
     """
-    gone = select(_workers.c.id).where(_workers.c.heartbeat_at < db_now_plus(-stale_seconds))
+    gone = gone_workers(stale_seconds)
     held = select(_jobs.c.id).where(
         _jobs.c.lease_token.is_not(None),
         _jobs.c.lease_expires_at.is_not(None),
@@ -275,6 +276,8 @@ def silent_holders(conn: Connection, silent_seconds: float) -> list[SilentHolder
         .where(
             _jobs.c.lease_token.is_not(None),
             _jobs.c.lease_expires_at.is_not(None),
+            # As judged gone (see gone_workers): older releases' workers wait for their leases.
+            _workers.c.generation.is_not(None),
             _workers.c.heartbeat_at < db_now_plus(-silent_seconds),
         )
         .order_by(_workers.c.heartbeat_at, _jobs.c.id)

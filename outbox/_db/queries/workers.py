@@ -5,10 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
+    Select,
+    and_,
     delete,
     func,
     insert,
+    or_,
     select,
     update,
 )
@@ -50,11 +54,36 @@ def delete_worker(conn: Connection, worker_id: str) -> None:
     conn.execute(delete(_workers).where(_workers.c.id == worker_id))
 
 
-def delete_stale_workers(conn: Connection, stale_seconds: float) -> int:
-    """Forget workers whose last heartbeat is older than ``stale_seconds``."""
-    return conn.execute(
-        delete(_workers).where(_workers.c.heartbeat_at < db_now_plus(-stale_seconds))
-    ).rowcount
+def delete_stale_workers(conn: Connection, stale_seconds: float, older_seconds: float) -> int:
+    """Forget workers whose last heartbeat is older than ``stale_seconds``; those of releases
+    before 0.2 (they record no generation) once it is older than ``older_seconds``."""
+    return conn.execute(delete(_workers).where(~_live(stale_seconds, older_seconds))).rowcount
+
+
+def gone_workers(stale_seconds: float) -> Select[tuple[str]]:
+    """The ids of workers judged gone: silent for ``stale_seconds``. Only workers that record
+    a generation (0.2 and newer) are judged so: they heartbeat at least three times in that
+    time. A worker of an older release heartbeats at its own pace (every third of its lease,
+    whatever ``stale_seconds`` says here): its jobs wait for their leases to end, as its own
+    release expects."""
+    return select(_workers.c.id).where(
+        _workers.c.generation.is_not(None), _workers.c.heartbeat_at < db_now_plus(-stale_seconds)
+    )
+
+
+def _live(stale_seconds: float, older_seconds: float) -> ColumnElement[bool]:
+    """Heartbeated within ``stale_seconds``, or within ``older_seconds`` for a worker of a
+    release before 0.2 (no generation), which heartbeats at its own, slower, pace."""
+    return or_(
+        and_(
+            _workers.c.generation.is_not(None),
+            _workers.c.heartbeat_at >= db_now_plus(-stale_seconds),
+        ),
+        and_(
+            _workers.c.generation.is_(None),
+            _workers.c.heartbeat_at >= db_now_plus(-older_seconds),
+        ),
+    )
 
 
 def leader_worker_id(conn: Connection, stale_seconds: float) -> str | None:
@@ -76,13 +105,15 @@ def count_live_workers(conn: Connection, stale_seconds: float) -> int:
     )
 
 
-def live_worker_versions(conn: Connection, stale_seconds: float) -> list[WorkerVersion]:
-    """Workers that heartbeated within ``stale_seconds``, counted by version and generation,
-    oldest generation first (those that record none first of all)."""
+def live_worker_versions(
+    conn: Connection, stale_seconds: float, older_seconds: float
+) -> list[WorkerVersion]:
+    """Live workers (see :func:`delete_stale_workers` for the two ages), counted by version and
+    generation, oldest generation first (those that record none first of all)."""
     live = func.count().label("live")
     rows = conn.execute(
         select(_workers.c.version, _workers.c.generation, live)
-        .where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
+        .where(_live(stale_seconds, older_seconds))
         .group_by(_workers.c.version, _workers.c.generation)
     ).all()
     versions = [WorkerVersion(r.version, r.generation, int(r.live)) for r in rows]
