@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import Connection, select, update
+from sqlalchemy import Connection, event, select, update
 
 from outbox import schema
 from outbox._checks import MAX_WAIT_SECONDS
@@ -188,6 +188,23 @@ def test_starts_only_move_forwards(db: Database) -> None:
     events = queries.Spend("events", 1, 1, 2.0)
     turns = [*_turns(db, 2, calls, events), *_turns(db, 1, calls)]
     assert _on_time(turns, [0.0, 2.0, _After(1, 0.0)]), _timeline(turns)
+
+
+def test_a_reservation_records_its_start_however_long_it_takes_to_write_it(
+    db: Database,
+) -> None:
+    """Calls of a limit held for 3 s may start together when the hold ends: the second is told
+    the first's start, though the first took 0.3 s between reading the clock and writing."""
+
+    def slow_write(conn: Connection, cursor: object, statement: str, *_: object) -> None:
+        if statement.lstrip().upper().startswith("UPDATE OUTBOX_RATE_LIMITS"):
+            time.sleep(0.3)  # a process held up between the reservation's statements
+
+    calls = queries.Spend("calls", 1, 10, 1.0)
+    hold = _timed(db, lambda conn: queries.hold_back(conn, db.dialect, HANDLER, [calls.key], 3.0))
+    event.listen(db.engine, "before_cursor_execute", slow_write)
+    turns = _turns(db, 2, calls)
+    assert _on_time(turns, [3.0, _After(0, 0.0)], since=hold), _timeline(turns, hold)
 
 
 def test_limits_are_per_handler(db: Database) -> None:
