@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from typing import Any
 
+from sqlalchemy import literal
 from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import FunctionElement
@@ -44,6 +46,18 @@ class db_now_plus(FunctionElement[Any]):  # noqa: N801
 
     type = DateTime(timezone=True)
     inherit_cache = True
+
+
+class time_plus(FunctionElement[Any]):  # noqa: N801
+    """A time the database's clock gave plus a number of seconds: the statements of a
+    transaction that must agree on one instant write times from one reading of the clock, not
+    each from its own."""
+
+    type = DateTime(timezone=True)
+    inherit_cache = True
+
+    def __init__(self, at: dt.datetime, seconds: float) -> None:
+        super().__init__(literal(at, timestamp()), literal(seconds, Float()))
 
 
 class age_seconds(FunctionElement[Any]):  # noqa: N801
@@ -99,6 +113,25 @@ def _now_plus_mysql(element: db_now_plus, compiler: Any, **kw: Any) -> str:
     (seconds,) = element.clauses
     micros = f"CAST(ROUND({compiler.process(seconds, **kw)} * 1000000) AS SIGNED)"
     return f"({_MYSQL_NOW} + INTERVAL {micros} MICROSECOND)"
+
+
+@compiles(time_plus, POSTGRESQL)
+def _time_plus_pg(element: time_plus, compiler: Any, **kw: Any) -> str:
+    at, seconds = (compiler.process(clause, **kw) for clause in element.clauses)
+    return f"(CAST({at} AS TIMESTAMP WITH TIME ZONE) + make_interval(secs => {seconds}))"
+
+
+@compiles(time_plus, SQLITE)
+def _time_plus_sqlite(element: time_plus, compiler: Any, **kw: Any) -> str:
+    at, seconds = (compiler.process(clause, **kw) for clause in element.clauses)
+    return f"(strftime('%Y-%m-%d %H:%M:%f', {at}, printf('%+.6f seconds', {seconds})) || '000')"
+
+
+@compiles(time_plus, MYSQL)
+def _time_plus_mysql(element: time_plus, compiler: Any, **kw: Any) -> str:
+    at, seconds = (compiler.process(clause, **kw) for clause in element.clauses)
+    micros = f"CAST(ROUND({seconds} * 1000000) AS SIGNED)"
+    return f"(CAST({at} AS DATETIME(6)) + INTERVAL {micros} MICROSECOND)"
 
 
 @compiles(age_seconds, POSTGRESQL)

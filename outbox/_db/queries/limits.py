@@ -14,7 +14,7 @@ from sqlalchemy import Connection, and_, delete, or_, select, update
 from outbox import schema
 from outbox._checks import MAX_WAIT_SECONDS
 from outbox._db import dialects
-from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
+from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus, time_plus
 
 _limits = schema.rate_limits
 
@@ -79,7 +79,8 @@ def reserve(
         )
     ).all()
     told_at = time.monotonic()
-    now = _epoch(rows[0][3])
+    read_at = rows[0][3]
+    now = _epoch(read_at)
     floors = {key: now if age is None else now - float(age) for key, _, age, _ in rows}
     logs = {key: _parse(text) for key, text, _, _ in rows}
     start = fleet_start = now
@@ -95,6 +96,8 @@ def reserve(
         # its reserved start would become the fleet-wide limits' latest, and every other key's
         # call would queue behind it. It goes back for that long, and other keys' calls go on.
         return Turn(wait, False, asked_at, told_at)
+    # The times are written from the clock read above, not from the update's: a process held
+    # up between the two would otherwise put the next start that much later, every time.
     for spend in spends:
         entries = [(at, cost) for at, cost in logs[spend.key] if at > now - spend.window]
         entries.append((start, spend.cost))
@@ -104,8 +107,8 @@ def reserve(
             .where(and_(_limits.c.handler == handler, _limits.c.key == spend.key))
             .values(
                 starts=_format(entries, spend.window / GRAIN_PER_WINDOW),
-                tat=db_now_plus(_capped(max(floors[spend.key], start) - now)),
-                starts_until=db_now_plus(_capped(last + spend.window - now)),
+                tat=time_plus(read_at, _capped(max(floors[spend.key], start) - now)),
+                starts_until=time_plus(read_at, _capped(last + spend.window - now)),
             )
         )
     return Turn(wait, True, asked_at, told_at)
