@@ -215,10 +215,12 @@ def expect(
     if call.kind is CallKind.RETRY_AFTER:
         assert call.after is not None
         wait = wait_for(call.after)
-        if isinstance(wait, Refused):
-            return _failed(*sorted(wait.types))
+        # Either refusal may come first when both arguments are wrong.
+        refused = set(wait.types) if isinstance(wait, Refused) else set()
         if reason_refused(call.reason, optional=True):
-            return _failed("TypeError")
+            refused.add("TypeError")
+        if refused or isinstance(wait, Refused):
+            return _failed(*sorted(refused))
         return Expectation(
             deferred_whole=Wait(wait.seconds + offset(0)),
             events=dict.fromkeys(ids, Effect.DEFERRED),

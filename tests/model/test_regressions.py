@@ -114,3 +114,13 @@ def test_deferrals_of_events_past_max_deferrals_are_failed_attempts(tmp_path: Pa
     )
     setup = Setup(events=6, batch_size=4, max_attempts=3, max_deferrals=1, rate_limit=3.0)
     _holds(tmp_path, Case(setup, (Call(), Call(ops=ops), Call(ops=ops))), window_slack=1)
+
+
+def test_retry_after_with_a_naive_date_and_an_unprintable_reason_fails_with_either_error(
+    tmp_path: Path,
+) -> None:
+    """Two wrong arguments: the attempt fails with the refusal of one of them (the reason's
+    TypeError came first; the model expected only the date's ValueError)."""
+    call = Call(CallKind.RETRY_AFTER, after=After(AfterKind.NAIVE, 1.0), reason=ReasonKind.BAD_STR)
+    setup = Setup(events=1, batch_size=4, max_attempts=2, bisect=True, expires_after=3.0)
+    _holds(tmp_path, Case(setup, (call,)))
