@@ -59,7 +59,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from multiprocessing.connection import Connection
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 HOST = "127.0.0.1"
 BULK_PATH = "/v1/activities/bulk"
@@ -86,7 +86,28 @@ class Call:
     """The accounts this call counted against (with ``account_limit``)."""
 
 
-class FakeMarketingAPI:
+class _Served:
+    """A server started by ``start()`` and stopped by ``stop()``; ``with`` does both."""
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+
+class FakeMarketingAPI(_Served):
     """A threaded HTTP server on 127.0.0.1 that plays a bulk API. ``port=0``: a free port."""
 
     def __init__(
@@ -143,17 +164,6 @@ class FakeMarketingAPI:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-
-    def __enter__(self) -> FakeMarketingAPI:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def url(self) -> str:
@@ -289,7 +299,7 @@ class FakeMarketingAPI:
         return waits
 
 
-class FakeMarketingAPIProcess:
+class FakeMarketingAPIProcess(_Served):
     """A :class:`FakeMarketingAPI` (the same options) served from a process of its own, with
     the same ways to read what it saw and to cause an outage."""
 
@@ -322,17 +332,6 @@ class FakeMarketingAPIProcess:
         if self._process is not None:
             self._process.join()
             self._process = None
-
-    def __enter__(self) -> FakeMarketingAPIProcess:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     @property
     def url(self) -> str:
