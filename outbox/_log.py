@@ -30,6 +30,7 @@ BUFFER_TABLE_MISSING = "outbox.worker.buffer_table_missing"  # its handler is se
 # MariaDB: a buffer's created_at defaults to the session's local clock (outbox migrate-buffers).
 BUFFER_CLOCK_LOCAL = "outbox.worker.buffer_clock_local"
 BUFFER_TABLE_FOUND = "outbox.worker.buffer_table_found"  # there again: served again
+HANDLER_STOP_FAILED = "outbox.worker.handler_stop_failed"  # a handler's outbox_stop raised
 WORKER_PROCESS_EXITED = "outbox.worker.process_exited"
 WORKER_PROCESS_RESTARTING = "outbox.worker.process_restarting"
 WORKER_PROCESS_FAILED = "outbox.worker.process_failed"

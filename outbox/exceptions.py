@@ -10,6 +10,8 @@ Every exception derives from :class:`OutboxError`::
     ├── BufferTableMissingError  a handler's buffer table is not there: the application's
     │                           migrations create it
     ├── DatabaseUnavailableError  the database cannot be reached (driver error kept as __cause__)
+    ├── DownstreamUnavailableError  a handler's downstream (a broker, an API) cannot be reached
+    │                           or refuses its configuration when a worker starts
     ├── UnsupportedDatabaseError  a dialect or server version outbox does not run on
     ├── LocalClockError         MariaDB/MySQL: local time would be stored beside UTC (a buffer's
     │                           ``created_at`` default, workers of an older release)
@@ -88,6 +90,12 @@ class BufferTableMissingError(OutboxError):
 
 class DatabaseUnavailableError(OutboxError):
     """The database cannot be reached; the driver's error is the ``__cause__``."""
+
+
+class DownstreamUnavailableError(OutboxError):
+    """A handler's downstream cannot be reached, or refuses what it is configured with (wrong
+    credentials, an unknown stream or exchange), when a worker starts (``outbox_start``, see
+    :mod:`outbox.lifecycle`): the worker does not start, rather than fail every group."""
 
 
 class UnsupportedDatabaseError(OutboxError):

@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from outbox import schema
+from outbox import lifecycle, schema
 from outbox._db import queries
 from outbox._services import distribution_watch
 from outbox._services.heartbeat import silent_after
@@ -105,6 +105,9 @@ class HandlerStatus:
     rate_limits: list[str] = field(default_factory=list)
     """Each of the handler's shared rate limits in words, saying whether it is fleet-wide or per
     key (``10 calls/s, fleet-wide``, ``2 calls/s per account_id``)."""
+    guarantee: str | None = None
+    """The delivery guarantee the handler's object states (a ready-made sink, see
+    :mod:`outbox.lifecycle`), in words; None for a plain function."""
     archived: dict[str, int] = field(default_factory=dict)
     """Archived events by status: succeeded, dead, expired, discarded."""
     recent_dead: int = 0
@@ -261,6 +264,7 @@ def _handler_status(
         rate_limits=[
             limit.describe() + ("" if limit.key else ", fleet-wide") for limit in h.rate_limits
         ],
+        guarantee=lifecycle.guarantee(h),
         archived={
             status: archived[(h.name, status)]
             for status in schema.ArchiveStatus

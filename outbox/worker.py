@@ -29,7 +29,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _buffer_clock, _log, fleet, generation, schema
+from outbox import _buffer_clock, _log, fleet, generation, lifecycle, schema
 from outbox._db import (
     buffer_table_missing,
     check_buffer_tables,
@@ -323,6 +323,7 @@ class Worker:
         check_buffer_tables(self.app.engine, {name: h.table for name, h in self.handlers.items()})
         generation.check(self.app.engine)
         _buffer_clock.enforce(self.app, [h.table for h in self.handlers.values()])
+        self._start_handlers()
         run_in_transaction(
             self.app.engine,
             lambda conn: queries.insert_worker(
@@ -857,8 +858,40 @@ class Worker:
                 )
             except DBAPIError as error:
                 self._report_database_error(error)
+        self._stop_handlers()
         log.info(_log.WORKER_STOPPED, worker=self.id, **self._stats_fields())
         return abandoned == 0
+
+    def _start_handlers(self) -> None:
+        """Each handler object's ``outbox_start`` (:mod:`outbox.lifecycle`): what it raises (a
+        downstream that cannot be reached, a configuration it refuses) stops the worker here,
+        before it runs any group, rather than failing every group."""
+        started: list[Handler[Any]] = []
+        try:
+            for handler in self.handlers.values():
+                func = handler.func
+                if isinstance(func, lifecycle.Starts):
+                    start = functools.partial(func.outbox_start, self.app, handler)
+                    _invoke.call_hook(handler, start)
+                started.append(handler)
+        except BaseException:
+            self._stop_handlers(started)
+            raise
+
+    def _stop_handlers(self, handlers: Iterable[Handler[Any]] | None = None) -> None:
+        """Each handler object's ``outbox_stop``, once; what one raises is logged."""
+        for handler in self.handlers.values() if handlers is None else handlers:
+            func = handler.func
+            if isinstance(func, lifecycle.Stops):
+                try:
+                    _invoke.call_hook(handler, func.outbox_stop)
+                except Exception as error:
+                    log.warning(
+                        _log.HANDLER_STOP_FAILED,
+                        worker=self.id,
+                        handler=handler.name,
+                        error=f"{type(error).__name__}: {error}",
+                    )
 
     def _stats_fields(self) -> dict[str, int]:
         s = self.stats

@@ -141,6 +141,15 @@ def call(handler: Handler[Any], batch: Batch[Any]) -> None:
         _run_on_loop(handler, lambda: result, deadline)
 
 
+def call_hook(handler: Handler[Any], hook: Callable[[], object]) -> None:
+    """Call one of a handler object's hooks (``outbox_start``, ``outbox_stop``: see
+    :mod:`outbox.lifecycle`) and wait for it; what it returns, when awaitable, runs on the
+    process's event loop, where the handler's own coroutines run and its clients live."""
+    result = hook()
+    if result is not None and inspect.isawaitable(result):
+        _run_on_loop(handler, lambda: result, None)
+
+
 def _call_sync(handler: Handler[Any], batch: Batch[Any]) -> object:
     """Call a sync handler; with a ``timeout``, in a thread of its own that may be left behind.
 

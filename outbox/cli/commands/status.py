@@ -100,6 +100,8 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
     for r in rows:
         for limit in r.rate_limits:
             click.echo(f"{r.handler}: rate limit {limit}")
+        if r.guarantee is not None:
+            click.echo(f"{r.handler}: delivery {r.guarantee}")
         for key in r.held_keys[:HELD_KEYS_SHOWN]:
             click.echo(f"{r.handler}: key {key} held by a dead group (outbox held list)")
         if len(r.held_keys) > HELD_KEYS_SHOWN:

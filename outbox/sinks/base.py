@@ -1,0 +1,427 @@
+"""What every sink shares: the one seam a sink implements (``send``), and the mapping every sink
+would otherwise repeat from what the downstream answered to outbox's outcomes.
+
+A sink's ``send`` hands the group to the downstream and returns the events it did not take, as
+:class:`Rejection` values: to retry later (not acknowledged, a per-record 5xx or 429) or to
+discard (refused for good, with the downstream's reason). What refuses the whole group it
+raises: :class:`outbox.RetryAfter` (the downstream said when to come back),
+:class:`outbox.DataError` (it refused what it was sent) or :class:`outbox.DownstreamError` (it
+failed: unreachable, a timeout, a 5xx). :func:`settle` turns the rejections into
+``batch.retry`` and ``batch.discard``, and a group of which nothing was taken into a failed
+attempt, so that an outage reaches the circuit breaker rather than retrying event by event.
+
+A sink depends only on outbox's public API: a new one is a module with a class that
+implements ``connect``, ``send``, ``close`` and ``outbox_guarantee`` (see docs/design.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import decimal
+import enum
+import json
+import os
+import threading
+import uuid
+from abc import ABC, abstractmethod
+from collections import defaultdict
+from collections.abc import Callable, Coroutine, Iterable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
+
+from sqlalchemy import inspect as sa_inspect
+
+from outbox.app import Handler, Outbox
+from outbox.batch import Batch
+from outbox.buffer import BufferMixin
+from outbox.exceptions import ConfigurationError, DownstreamError
+from outbox.retry import RetryAfter
+
+EventT = TypeVar("EventT", bound=BufferMixin)
+P = ParamSpec("P")
+T = TypeVar("T")
+
+MASK = "***"
+
+PerEvent: TypeAlias = T | Callable[[Any], T]
+"""A sink option given once for every event, or a function of the event (its columns)."""
+
+
+def per_event(option: PerEvent[T], event: Any) -> T:
+    """The option's value for ``event``: the value, or what the function returns for it."""
+    if callable(option):
+        return option(event)
+    return option
+
+
+# Columns that are outbox's bookkeeping, not the event's: a message does not carry them.
+_BOOKKEEPING = frozenset({"group_id"})
+
+
+def event_values(event: Any) -> dict[str, Any]:
+    """An event's columns, by attribute name, but ``group_id`` (which changes between
+    attempts, so that the same event would not be the same message)."""
+    mapper = sa_inspect(type(event))
+    return {
+        attribute.key: getattr(event, attribute.key)
+        for attribute in mapper.column_attrs
+        if attribute.key not in _BOOKKEEPING
+    }
+
+
+def json_default(value: Any) -> Any:
+    """How the default payload writes what JSON has no type for: times in ISO 8601, UUIDs and
+    decimals as text (a decimal keeps its digits), bytes in base64, enums by value."""
+    if isinstance(value, dt.datetime | dt.date | dt.time):
+        return value.isoformat()
+    if isinstance(value, uuid.UUID | decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, enum.Enum):
+        return value.value
+    raise TypeError(f"a {type(value).__qualname__} value cannot be written as JSON")
+
+
+def json_payload(event: Any) -> bytes:
+    """The default message body: the event's columns (:func:`event_values`) as a JSON
+    object, UTF-8."""
+    return json.dumps(event_values(event), default=json_default, separators=(",", ":")).encode()
+
+
+def message_id(event: Any) -> str:
+    """The default message id: the buffer table's name and the event's id (``orders-42``),
+    the same on every attempt, so that a consumer (or a broker's window) drops a repeat."""
+    return f"{type(event).__table__.name}-{event.id}"
+
+
+def payload_bytes(value: bytes | str | Any) -> bytes:
+    """A payload function's result as bytes: bytes as they are, text in UTF-8, anything else
+    as JSON."""
+    if isinstance(value, bytes):
+        return value
+    if isinstance(value, str):
+        return value.encode()
+    return json.dumps(value, default=json_default, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Rejection(Generic[EventT]):
+    """An event the downstream did not take, and what becomes of it.
+
+    ``retry``: True when it may be taken later (not acknowledged, a per-record 5xx or 429): it
+    is retried in a group of its own, with the handler's backoff; False when it never will be
+    (a per-record 4xx): it is discarded, archived with ``reason``. ``after``: seconds the
+    downstream asked to wait for it (a per-record 429): the retry is a deferral.
+    """
+
+    event: EventT
+    reason: str
+    retry: bool = True
+    after: float | None = None
+
+
+def settle(batch: Batch[EventT], rejections: Iterable[Rejection[EventT]], downstream: str) -> None:
+    """Hand what the downstream did not take back to outbox.
+
+    Rejected events are retried or discarded, grouped by reason. When the downstream took none
+    of the group and refused none of it for good, the group fails as a whole instead: with
+    :class:`outbox.RetryAfter` when every event was asked to wait (the longest wait), else with
+    :class:`outbox.DownstreamError`, which a circuit breaker counts.
+    """
+    rejected = list(rejections)
+    if not rejected:
+        return
+    retried = [r for r in rejected if r.retry]
+    if len(batch) > 0 and len({id(r.event) for r in retried}) >= len(batch):
+        first = retried[0].reason
+        waits = [r.after for r in retried]
+        if all(wait is not None for wait in waits):
+            raise RetryAfter(max(w for w in waits if w is not None), reason=first)
+        raise DownstreamError(f"{downstream} took none of the {len(batch)} events: {first}")
+    retry: dict[tuple[str, float | None], list[EventT]] = defaultdict(list)
+    discard: dict[str, list[EventT]] = defaultdict(list)
+    seen: set[int] = set()
+    for r in rejected:
+        if id(r.event) in seen:
+            continue  # the first word on an event is the one taken
+        seen.add(id(r.event))
+        if r.retry:
+            retry[(r.reason, r.after)].append(r.event)
+        else:
+            discard[r.reason].append(r.event)
+    for (reason, after), events in retry.items():
+        batch.retry(events, reason, after=after)
+    for reason, events in discard.items():
+        batch.discard(events, reason)
+
+
+class Secrets:
+    """The secret strings a sink holds (passwords, tokens, header values), masked out of every
+    message it raises or logs: a downstream's error often quotes the URL it was given."""
+
+    def __init__(self, values: Iterable[str | None] = ()) -> None:
+        self._values: set[str] = set()
+        for value in values:
+            self.add(value)
+
+    def add(self, value: str | bytes | None) -> None:
+        """Mask ``value`` from now on (values of fewer than 3 characters are not masked: they
+        would mask ordinary text too)."""
+        text = value.decode(errors="replace") if isinstance(value, bytes) else value
+        if text and len(text) >= 3:
+            self._values.add(text)
+
+    def redact(self, text: str) -> str:
+        """``text`` with every secret replaced by ``***``, the longest first."""
+        for value in sorted(self._values, key=len, reverse=True):
+            text = text.replace(value, MASK)
+        return text
+
+
+def describe_error(error: BaseException, secrets: Secrets) -> str:
+    """``Type: message`` of a client's error, secrets masked, on one line."""
+    message = " ".join(str(error).split())
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return secrets.redact(text)
+
+
+def resend_horizon(app: Outbox, handler: Handler[Any]) -> float:
+    """The longest time, in seconds, between two sends of one event by ``handler``.
+
+    A message sent whose acknowledgement was lost (a worker killed, a connection cut) is sent
+    again by a later attempt: after the longest wait between two attempts (the last backoff,
+    jitter included, or the circuit breaker's longest pause when longer), and after the lease
+    of the attempt that was cut off, and the handler's ``timeout`` it may have run for. A
+    broker that drops a re-sent message within a window catches every re-send when the window
+    is at least this long.
+    """
+    policy = handler.retry
+    backoff = 0.0
+    if policy.max_attempts > 1:
+        backoff = policy.base(policy.max_attempts - 1) * (1 + policy.jitter)
+    if handler.circuit_breaker is not None:
+        backoff = max(backoff, handler.circuit_breaker.max_probe_after)
+    return backoff + app.settings.lease_seconds + (handler.timeout or 0.0)
+
+
+def check_dedup_window(
+    app: Outbox, handler: Handler[Any], window: float, where: str, lower: str
+) -> None:
+    """Refuse, in one line, a handler whose events may be re-sent after ``window`` seconds,
+    the time ``where`` drops a re-sent message within; ``lower`` says how to lower the
+    horizon."""
+    horizon = resend_horizon(app, handler)
+    if horizon > window:
+        raise ConfigurationError(
+            f"handler {handler.name!r}: {where} drops a re-sent message within {window:g} s, but "
+            f"an event may be re-sent up to {horizon:.0f} s after it was first sent (the "
+            f"longest retry wait, the lease and the timeout): raise the window to at least "
+            f"{horizon:.0f} s, or {lower}"
+        )
+
+
+class AsyncSink(ABC):
+    """A ready-made async batch handler: register it (``app.handler(Model, ...)(sink)``), or
+    ``await sink(batch)`` inside a handler of your own.
+
+    It connects on first use; registered as a handler, it connects and checks its downstream
+    when the worker starts (``outbox_start``), so that a wrong configuration stops the worker
+    with one line instead of failing every group. ``sink.blocking()`` is its sync face.
+    """
+
+    def __init__(self) -> None:
+        self._connected_in: int | None = None
+        self._connecting: asyncio.Lock | None = None
+
+    @property
+    @abstractmethod
+    def downstream(self) -> str:
+        """Where the sink sends, in words, with no secret (``RabbitMQ at amqp://host:5672/``)."""
+
+    @property
+    @abstractmethod
+    def outbox_guarantee(self) -> str:
+        """The delivery guarantee, in words (``outbox status`` shows it)."""
+
+    @abstractmethod
+    async def connect(self) -> None:
+        """Open the client and check the downstream's configuration (raise
+        :class:`outbox.DownstreamUnavailableError` or :class:`outbox.ConfigurationError`)."""
+
+    @abstractmethod
+    async def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:
+        """Send the group; return the events the downstream did not take."""
+
+    @abstractmethod
+    async def close(self) -> None:
+        """Close the client."""
+
+    async def check(self, app: Outbox, handler: Handler[Any]) -> None:  # noqa: B027
+        """What a sink checks against the handler it is registered as (a dedup window against
+        the retry schedule); nothing by default."""
+
+    async def __call__(self, batch: Batch[Any]) -> None:
+        """Send ``batch`` and settle what was not taken (see :func:`settle`)."""
+        await self._connected()
+        settle(batch, await self.send(batch), self.downstream)
+
+    async def outbox_start(self, app: Outbox, handler: Handler[Any]) -> None:
+        """Connect and check, when a worker starts (see :mod:`outbox.lifecycle`)."""
+        await self._connected()
+        await self.check(app, handler)
+
+    async def outbox_stop(self) -> None:
+        """Close the client, when the worker stops."""
+        if self._connected_in == os.getpid():
+            self._connected_in = None
+            await self.close()
+
+    async def _connected(self) -> None:
+        # A forked child has its parent's object but not its connections or their loop.
+        if self._connected_in == os.getpid():
+            return
+        if self._connecting is None or self._connected_in is not None:
+            self._connecting = asyncio.Lock()
+            self._connected_in = None
+        async with self._connecting:
+            if self._connected_in != os.getpid():
+                await self.connect()
+                self._connected_in = os.getpid()
+
+    def blocking(self) -> BlockingSink:
+        """This sink's sync face: a sync handler, or ``sink(batch)`` inside a sync one."""
+        return BlockingSink(self)
+
+
+class Sink(ABC):
+    """A ready-made sync batch handler: register it (``app.handler(Model, ...)(sink)``), or call
+    ``sink(batch)`` inside a handler of your own. See :class:`AsyncSink`."""
+
+    def __init__(self) -> None:
+        self._connected_in: int | None = None
+        self._lock = threading.Lock()
+
+    @property
+    @abstractmethod
+    def downstream(self) -> str:
+        """Where the sink sends, in words, with no secret."""
+
+    @property
+    @abstractmethod
+    def outbox_guarantee(self) -> str:
+        """The delivery guarantee, in words (``outbox status`` shows it)."""
+
+    @abstractmethod
+    def connect(self) -> None:
+        """Open the client and check the downstream's configuration."""
+
+    @abstractmethod
+    def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:
+        """Send the group; return the events the downstream did not take."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Close the client."""
+
+    def check(self, app: Outbox, handler: Handler[Any]) -> None:  # noqa: B027
+        """What a sink checks against the handler it is registered as; nothing by default."""
+
+    def __call__(self, batch: Batch[Any]) -> None:
+        """Send ``batch`` and settle what was not taken (see :func:`settle`)."""
+        self._connected()
+        settle(batch, self.send(batch), self.downstream)
+
+    def outbox_start(self, app: Outbox, handler: Handler[Any]) -> None:
+        """Connect and check, when a worker starts (see :mod:`outbox.lifecycle`)."""
+        self._connected()
+        self.check(app, handler)
+
+    def outbox_stop(self) -> None:
+        """Close the client, when the worker stops."""
+        with self._lock:
+            if self._connected_in == os.getpid():
+                self._connected_in = None
+                self.close()
+
+    def _connected(self) -> None:
+        if self._connected_in == os.getpid():
+            return
+        with self._lock:
+            if self._connected_in != os.getpid():
+                self.connect()
+                self._connected_in = os.getpid()
+
+
+class BlockingSink(Sink):
+    """The sync face of an :class:`AsyncSink` (``AsyncSink.blocking()``): each call runs the
+    async sink on an event loop of its own, in a daemon thread started on first use (the async
+    sink's connections live on that loop)."""
+
+    def __init__(self, sink: AsyncSink) -> None:
+        super().__init__()
+        self.sink = sink
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_in: int | None = None
+        self._loop_lock = threading.Lock()
+
+    @property
+    def downstream(self) -> str:
+        """The async sink's downstream."""
+        return self.sink.downstream
+
+    @property
+    def outbox_guarantee(self) -> str:
+        """The async sink's guarantee."""
+        return self.sink.outbox_guarantee
+
+    def connect(self) -> None:
+        """Connect the async sink, on this sink's loop."""
+        self._run(self.sink._connected())
+
+    def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:
+        """The async sink's ``send``, on this sink's loop."""
+        return self._run(self.sink.send(batch))
+
+    def close(self) -> None:
+        """Close the async sink's client."""
+        self._run(self.sink.outbox_stop())
+
+    def check(self, app: Outbox, handler: Handler[Any]) -> None:
+        """The async sink's checks."""
+        self._run(self.sink.check(app, handler))
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        loop = self._running_loop()
+        future: Future[T] = asyncio.run_coroutine_threadsafe(coroutine, loop)
+        return future.result()
+
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._loop_lock:
+            if self._loop is None or self._loop_in != os.getpid():
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=_run_forever, args=(loop,), name="outbox-sink-loop", daemon=True
+                )
+                thread.start()
+                self._loop, self._loop_in = loop, os.getpid()
+            return self._loop
+
+
+def _run_forever(loop: asyncio.AbstractEventLoop) -> None:
+    asyncio.set_event_loop(loop)
+    loop.run_forever()
+
+
+def blocking_sink(cls: Callable[P, AsyncSink]) -> Callable[P, BlockingSink]:
+    """The sync class of an async sink class: same arguments, a :class:`BlockingSink`."""
+
+    def make(*args: P.args, **kwargs: P.kwargs) -> BlockingSink:
+        return cls(*args, **kwargs).blocking()
+
+    make.__name__ = make.__qualname__ = cls.__name__.removeprefix("Async")
+    make.__doc__ = f"The sync face of :class:`{cls.__name__}`: the same arguments."
+    return make
