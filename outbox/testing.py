@@ -36,12 +36,22 @@ def drain(
     """Distribute, claim and handle until nothing is due now; returns what was done.
 
     Retries scheduled for later are left for later: a test that wants them sooner gives the
-    handler a ``RetryPolicy`` with short delays. Raises ``RuntimeError`` after ``max_rounds``
-    rounds, which means a handler keeps producing work, and ``BufferTableMissingError`` when a
-    handler's buffer table does not exist.
+    handler a ``RetryPolicy`` with short delays. Handler objects are started and stopped around
+    the drain as a worker starts and stops them (:mod:`outbox.lifecycle`): a ready-made sink
+    connects and checks its downstream first, and closes its connections at the end. Raises
+    ``RuntimeError`` after ``max_rounds`` rounds, which means a handler keeps producing work,
+    and ``BufferTableMissingError`` when a handler's buffer table does not exist.
     """
     worker = Worker(app, concurrency=1, handlers=handlers)
     check_buffer_tables(app.engine, {name: h.table for name, h in worker.handlers.items()})
+    worker._start_handlers()
+    try:
+        return _drain(app, worker, max_rounds)
+    finally:
+        worker._stop_handlers()
+
+
+def _drain(app: Outbox, worker: Worker, max_rounds: int) -> DrainResult:
     jobs = 0
     for _ in range(max_rounds):
         ran = worker.run_once()

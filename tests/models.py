@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from sqlalchemy import JSON, String
+import uuid
+from decimal import Decimal
+
+from sqlalchemy import JSON, Numeric, String, Uuid
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from outbox import BufferMixin
@@ -30,3 +33,14 @@ class EmailEvent(BufferMixin, Base):
     __tablename__ = "test_email_events"
     address: Mapped[str] = mapped_column(String(200))
     data: Mapped[dict[str, object] | None] = mapped_column(JSON, nullable=True)
+
+
+class SinkEvent(BufferMixin, Base):
+    """What the sinks send: columns of several types, whose values must arrive intact."""
+
+    __tablename__ = "test_sink_events"
+    account: Mapped[str] = mapped_column(String(40))
+    amount: Mapped[Decimal] = mapped_column(Numeric(12, 2))
+    note: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    data: Mapped[dict[str, object] | None] = mapped_column(JSON, nullable=True)
+    ref: Mapped[uuid.UUID] = mapped_column(Uuid())

@@ -37,7 +37,12 @@ from sqlalchemy import inspect as sa_inspect
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
 from outbox.buffer import BufferMixin
-from outbox.exceptions import ConfigurationError, DownstreamError
+from outbox.exceptions import (
+    ConfigurationError,
+    DownstreamError,
+    DownstreamUnavailableError,
+    OutboxError,
+)
 from outbox.retry import RetryAfter
 
 EventT = TypeVar("EventT", bound=BufferMixin)
@@ -189,6 +194,21 @@ def describe_error(error: BaseException, secrets: Secrets) -> str:
     return secrets.redact(text)
 
 
+def unavailable(
+    downstream: str, error: BaseException, secrets: Secrets
+) -> DownstreamUnavailableError:
+    """The error a sink's ``connect`` raises for a downstream it cannot reach or that refuses
+    it: one line, naming the downstream and what the client said, secrets masked."""
+    return DownstreamUnavailableError(f"{downstream}: {describe_error(error, secrets)}")
+
+
+def _for_handler(error: OutboxError, handler: Handler[Any]) -> OutboxError:
+    """``error`` again, its message starting with the handler it stops."""
+    named = type(error)(f"handler {handler.name!r}: {error}")
+    named.__cause__ = error.__cause__
+    return named
+
+
 def resend_horizon(app: Outbox, handler: Handler[Any]) -> float:
     """The longest time, in seconds, between two sends of one event by ``handler``.
 
@@ -271,7 +291,10 @@ class AsyncSink(ABC):
 
     async def outbox_start(self, app: Outbox, handler: Handler[Any]) -> None:
         """Connect and check, when a worker starts (see :mod:`outbox.lifecycle`)."""
-        await self._connected()
+        try:
+            await self._connected()
+        except (DownstreamUnavailableError, ConfigurationError) as error:
+            raise _for_handler(error, handler) from None
         await self.check(app, handler)
 
     async def outbox_stop(self) -> None:
@@ -337,7 +360,10 @@ class Sink(ABC):
 
     def outbox_start(self, app: Outbox, handler: Handler[Any]) -> None:
         """Connect and check, when a worker starts (see :mod:`outbox.lifecycle`)."""
-        self._connected()
+        try:
+            self._connected()
+        except (DownstreamUnavailableError, ConfigurationError) as error:
+            raise _for_handler(error, handler) from None
         self.check(app, handler)
 
     def outbox_stop(self) -> None:

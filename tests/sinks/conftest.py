@@ -1,0 +1,24 @@
+"""The sink kinds, as fixtures: each module of ``tests/sinks/kinds`` makes a destination of its
+own per test on a real server (or a fake bulk API served from a process of its own)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.sinks._contract import Downstream
+
+# The kinds the shared contract runs against; each is the fixture ``<kind>_downstream``.
+KINDS: list[str] = []
+
+
+@pytest.fixture(params=KINDS)
+def downstream(request: pytest.FixtureRequest) -> Downstream:
+    """Each sink kind's destination, made for one test."""
+    made: Downstream = request.getfixturevalue(f"{request.param}_downstream")
+    return made
+
+
+@pytest.fixture(params=["sync", "async"])
+def sync(request: pytest.FixtureRequest) -> bool:
+    """The sync class of a sink, then the async one."""
+    return bool(request.param == "sync")

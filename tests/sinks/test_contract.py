@@ -1,0 +1,74 @@
+"""The contract of every sink, sync and async, on SQLite, PostgreSQL and MariaDB: every
+committed event arrives with its values intact and in id order per key, a rolled-back one
+never; a downstream that cannot be reached stops the worker at start with one line."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+
+import pytest
+
+from outbox import DownstreamUnavailableError, Outbox, RetryPolicy, Settings
+from outbox.worker import Worker
+from tests.models import SinkEvent
+from tests.sinks._contract import (
+    SECRET,
+    Downstream,
+    commit_events,
+    event_id,
+    event_rows,
+    expected_messages,
+    roll_back_events,
+)
+
+BATCH_SIZE = 40
+
+
+def test_every_committed_event_arrives_once_intact_and_in_order_per_key(
+    downstream: Downstream, sync: bool, database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """Committed events arrive once each, values intact, in id order per key; rolled-back
+    ones never."""
+    app = make_app(database_url, Settings(poll_interval=0.05))
+    app.handler(SinkEvent, name="to_sink", batch_size=BATCH_SIZE, ordering_key="account")(
+        downstream.sink(sync=sync)
+    )
+    committed: list[int] = []
+    for start in (0, 90, 180):
+        committed += commit_events(app.engine, event_rows(90, start))
+        roll_back_events(app.engine, event_rows(10, 1000 + start))
+    expected = expected_messages(app.engine, committed)
+
+    assert Worker(app, burst=True, concurrency=3).run()
+
+    stored = downstream.stored()
+    assert sorted(committed) == sorted(event_id(m.message_id) for m in stored)
+    assert expected == {m.message_id: m.values for m in stored}
+    by_key: dict[str | None, list[int]] = defaultdict(list)
+    for message in stored:
+        assert message.key == message.values["account"]
+        by_key[message.key].append(event_id(message.message_id))
+    assert {key: sorted(ids) for key, ids in by_key.items()} == dict(by_key)
+
+
+def test_an_unreachable_downstream_stops_the_worker_at_start_with_one_line(
+    downstream: Downstream, sync: bool, sqlite_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """A worker whose sink cannot reach its downstream does not start: one line, no secret."""
+    from tests.conftest import reset_schema
+
+    reset_schema(sqlite_url)
+    app = make_app(sqlite_url)
+    app.handler(SinkEvent, name="to_sink", retry=RetryPolicy(max_attempts=2))(
+        downstream.unreachable_sink(sync=sync)
+    )
+    commit_events(app.engine, event_rows(3))
+
+    with pytest.raises(DownstreamUnavailableError) as raised:
+        Worker(app, burst=True).run()
+
+    message = str(raised.value)
+    assert "\n" not in message
+    assert SECRET not in message
+    assert "to_sink" in message
