@@ -77,6 +77,22 @@ def event_values(event: Any) -> dict[str, Any]:
     }
 
 
+def ordering_key(handler: Handler[Any]) -> Callable[[Any], str | None] | None:
+    """Reads the value of ``handler``'s ``ordering_key`` column from an event, as text (the
+    message key a sink gives each message by default, so that a consumer can keep per-key
+    order too); None when the handler has no ordering key."""
+    if handler.ordering_key is None:
+        return None
+    column = handler.table.c[handler.ordering_key]
+    attribute = sa_inspect(handler.model).get_property_by_column(column).key
+
+    def read(event: Any) -> str | None:
+        value = getattr(event, attribute)
+        return None if value is None else str(value)
+
+    return read
+
+
 def json_default(value: Any) -> Any:
     """How the default payload writes what JSON has no type for: times in ISO 8601, UUIDs and
     decimals as text (a decimal keeps its digits), bytes in base64, enums by value."""
