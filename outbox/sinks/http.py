@@ -1,0 +1,571 @@
+"""The bulk HTTP sink: each group in one request (or a few, when the body would be too big),
+with the group id as the idempotency key, and the answer mapped onto outbox's outcomes.
+
+``pip install 'sqlalchemy-outbox[http]'`` (httpx). :class:`BulkHTTPSink` is sync (an
+``httpx.Client``), :class:`AsyncBulkHTTPSink` async (an ``httpx.AsyncClient``); both take the
+same arguments::
+
+    sink = AsyncBulkHTTPSink(
+        "https://api.example.com/v1/contacts/bulk",
+        body=lambda events: {"contacts": [{"email": e.email} for e in events]},
+        result=ErrorsById(items="errors", record_id=lambda e: e.email),
+        headers={"Authorization": f"Bearer {token}"},
+    )
+    app.handler(ContactEvent, batch_size=1000, bisect=True)(sink)
+
+What the API answers becomes (docs/sinks/http.md has the whole table):
+
+- 2xx: the ``result`` mapper reads which records were taken (:class:`AllOrNothing`,
+  :class:`StatusList`, :class:`ErrorsById`, or a function of your own); a record refused for
+  good (4xx) is discarded with the API's reason, one it may take later (429, 5xx) is retried,
+  a per-record 429 deferred by its ``retry_after``;
+- 429, or 503 with ``Retry-After``: :class:`outbox.RetryAfter` (the handler waits, fleet-wide;
+  ``Settings.min_retry_after`` is the floor);
+- 400, 413, 422 for the whole call: :class:`outbox.DataError` (with ``bisect=True``, the group
+  is split until the record the API cannot read is alone);
+- a timeout, a connection error, a redirect, 401, 403, 404, another 4xx or a 5xx:
+  :class:`outbox.DownstreamError`, which a circuit breaker counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+
+from outbox.batch import Batch
+from outbox.exceptions import ConfigurationError, DataError, DownstreamError
+from outbox.retry import DEFAULT_RETRY_AFTER_SECONDS, RetryAfter, wait_seconds
+from outbox.sinks.base import (
+    AsyncSink,
+    Rejection,
+    Secrets,
+    Sink,
+    describe_error,
+    event_values,
+    json_default,
+    unavailable,
+)
+
+__all__ = [
+    "AllOrNothing",
+    "AsyncBulkHTTPSink",
+    "BulkHTTPSink",
+    "ErrorsById",
+    "ResultMapper",
+    "StatusList",
+    "records_body",
+]
+
+DEFAULT_TIMEOUT_SECONDS = 30.0
+DEFAULT_IDEMPOTENCY_HEADER = "Idempotency-Key"
+# How much of a refusing answer's body a failure's message quotes.
+BODY_QUOTED = 200
+# Whole-call answers that refuse what was sent (the events' fault): bisected with bisect=True.
+_DATA_STATUSES = frozenset({400, 413, 422})
+# Per-record answers that may succeed later.
+_RETRY_STATUSES = frozenset({408, 409, 425, 429})
+
+
+def records_body(events: Sequence[Any]) -> dict[str, Any]:
+    """The default request body: ``{"records": [...]}``, each event's columns (its ``id``
+    included, ``group_id`` not) as a JSON object."""
+    return {"records": [event_values(event) for event in events]}
+
+
+class ResultMapper(Protocol):
+    """Reads a 2xx answer: the events of the request the API did not take, and why."""
+
+    def __call__(
+        self, response: httpx.Response, events: Sequence[Any]
+    ) -> Sequence[Rejection[Any]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class AllOrNothing:
+    """A 2xx answer means every record was taken (an API that refuses a call as a whole)."""
+
+    def __call__(self, response: httpx.Response, events: Sequence[Any]) -> list[Rejection[Any]]:
+        """No rejection: the call was taken whole."""
+        return []
+
+
+def record_rejection(
+    event: Any, status: object, reason: object, retry_after: object
+) -> Rejection[Any] | None:
+    """What one record's status says: None when taken (2xx); retried when it may be taken later
+    (408, 409, 425, 429 (deferred by ``retry_after``), 5xx); discarded otherwise (a 4xx, with
+    the API's ``reason``)."""
+    if isinstance(status, bool) or not isinstance(status, int):
+        raise DownstreamError(f"a record's status is not a number: {status!r:.80}")
+    if 200 <= status < 300:
+        return None
+    why = f"{status}" + (f": {reason}" if reason not in (None, "") else "")
+    if status == 429:
+        after = 0.0 if retry_after is None else wait_seconds(_when(retry_after), "retry_after")
+        return Rejection(event, why, retry=True, after=after)
+    if status in _RETRY_STATUSES or status >= 500:
+        return Rejection(event, why, retry=True)
+    return Rejection(event, why, retry=False)
+
+
+def _when(value: object) -> float | str:
+    if isinstance(value, int | float | str) and not isinstance(value, bool):
+        return value
+    return str(value)
+
+
+def _json(response: httpx.Response) -> Any:
+    try:
+        return response.json()
+    except ValueError:
+        raise DownstreamError(
+            f"{response.status_code} answer is not JSON: {response.text[:BODY_QUOTED]!r}"
+        ) from None
+
+
+def _items(document: Any, name: str) -> list[Any]:
+    items = document.get(name) if isinstance(document, dict) else None
+    if not isinstance(items, list):
+        raise DownstreamError(f"the answer has no list {name!r}: {str(document)[:BODY_QUOTED]}")
+    return items
+
+
+@dataclass(frozen=True, slots=True)
+class StatusList:
+    """A 2xx answer lists one result per record, in the request's order:
+    ``{"results": [{"status": 200}, {"status": 422, "reason": "no email"}, ...]}``.
+
+    ``items``, ``status``, ``reason`` and ``retry_after`` name the list and each item's keys.
+    """
+
+    items: str = "results"
+    status: str = "status"
+    reason: str = "reason"
+    retry_after: str = "retry_after"
+
+    def __call__(self, response: httpx.Response, events: Sequence[Any]) -> list[Rejection[Any]]:
+        """One rejection per result that is not a 2xx."""
+        items = _items(_json(response), self.items)
+        if len(items) != len(events):
+            raise DownstreamError(
+                f"the answer lists {len(items)} results for the {len(events)} records sent"
+            )
+        rejections = []
+        for event, item in zip(events, items, strict=True):
+            if not isinstance(item, dict):
+                raise DownstreamError(f"a result is not an object: {item!r:.80}")
+            rejection = record_rejection(
+                event, item.get(self.status), item.get(self.reason), item.get(self.retry_after)
+            )
+            if rejection is not None:
+                rejections.append(rejection)
+        return rejections
+
+
+def _event_id(event: Any) -> object:
+    return event.id
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorsById:
+    """A 2xx answer lists only the records it refused, by an id the request gave them:
+    ``{"errors": [{"id": "a1", "status": 422, "reason": "no email"}, ...]}``; the others were
+    taken.
+
+    ``record_id``: the id a record carries in the request, read from its event (default: the
+    event's ``id``, as :func:`records_body` sends it), compared as text. ``status``: the key of
+    each error's status; an error without one is refused for good (``default_status``, 422).
+    """
+
+    items: str = "errors"
+    id: str = "id"
+    record_id: Callable[[Any], object] = _event_id
+    status: str = "status"
+    reason: str = "reason"
+    retry_after: str = "retry_after"
+    default_status: int = 422
+
+    def __call__(self, response: httpx.Response, events: Sequence[Any]) -> list[Rejection[Any]]:
+        """One rejection per listed error."""
+        by_id = {str(self.record_id(event)): event for event in events}
+        rejections = []
+        for item in _items(_json(response), self.items):
+            if not isinstance(item, dict) or str(item.get(self.id)) not in by_id:
+                raise DownstreamError(
+                    f"the answer names a record the request did not carry: {item!r:.80}"
+                )
+            rejection = record_rejection(
+                by_id[str(item[self.id])],
+                item.get(self.status, self.default_status),
+                item.get(self.reason),
+                item.get(self.retry_after),
+            )
+            if rejection is not None:
+                rejections.append(rejection)
+        return rejections
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One request of a group: its events, its body, its idempotency key."""
+
+    events: Sequence[Any]
+    content: bytes
+    key: str
+
+
+@dataclass
+class _Requests:
+    """What the sync and the async sink share: building requests, reading answers."""
+
+    url: str | Callable[[Sequence[Any]], str]
+    body: Callable[[Sequence[Any]], Any]
+    result: ResultMapper
+    method: str
+    idempotency_header: str | None
+    headers: Mapping[str, str]
+    timeout: httpx.Timeout
+    allowed_hosts: frozenset[str]
+    max_body_bytes: int | None
+    content_type: str
+    secrets: Secrets = field(default_factory=Secrets)
+
+    def __post_init__(self) -> None:
+        for value in self.headers.values():
+            self.secrets.add(value)
+        if isinstance(self.url, str):
+            url = httpx.URL(self.url)
+            self.secrets.add(url.password)
+            for _, value in url.params.multi_items():
+                self.secrets.add(value)
+
+    def downstream(self) -> str:
+        if callable(self.url):
+            return f"bulk HTTP API at {', '.join(sorted(self.allowed_hosts))}"
+        return f"bulk HTTP API at {_shown(httpx.URL(self.url))}"
+
+    def parts(self, batch: Batch[Any]) -> tuple[list[_Part], list[Rejection[Any]]]:
+        """The group's requests, and its events too big to send alone (discarded)."""
+        events = list(batch.events)
+        parts: list[tuple[Sequence[Any], bytes]] = []
+        too_big: list[Rejection[Any]] = []
+        pending: list[Sequence[Any]] = [events]
+        while pending:
+            chunk = pending.pop(0)
+            content = self.encode(chunk)
+            if self.max_body_bytes is None or len(content) <= self.max_body_bytes:
+                parts.append((chunk, content))
+            elif len(chunk) == 1:
+                too_big.append(
+                    Rejection(
+                        chunk[0],
+                        f"its request body alone is {len(content)} bytes, more than "
+                        f"max_body_bytes {self.max_body_bytes}",
+                        retry=False,
+                    )
+                )
+            else:  # halves, in order: the same group is always split the same way
+                middle = len(chunk) // 2
+                pending[:0] = [chunk[:middle], chunk[middle:]]
+        key = str(batch.group_id)
+        if len(parts) > 1:
+            keyed = [
+                _Part(chunk, content, f"{key}.{n}-of-{len(parts)}")
+                for n, (chunk, content) in enumerate(parts, 1)
+            ]
+        else:
+            keyed = [_Part(chunk, content, key) for chunk, content in parts]
+        return keyed, too_big
+
+    def encode(self, events: Sequence[Any]) -> bytes:
+        body = self.body(events)
+        if isinstance(body, bytes):
+            return body
+        if isinstance(body, str):
+            return body.encode()
+        return json.dumps(body, default=json_default, separators=(",", ":")).encode()
+
+    def request(self, client: httpx.Client | httpx.AsyncClient, part: _Part) -> httpx.Request:
+        url = httpx.URL(self.url(part.events) if callable(self.url) else self.url)
+        if url.scheme not in ("http", "https") or url.host not in self.allowed_hosts:
+            raise ConfigurationError(
+                f"{_shown(url)} is not an allowed host of this sink "
+                f"(allowed_hosts: {', '.join(sorted(self.allowed_hosts))})"
+            )
+        headers = {"Content-Type": self.content_type}
+        if self.idempotency_header:
+            headers[self.idempotency_header] = part.key
+        return client.build_request(
+            self.method, url, content=part.content, headers=headers, timeout=self.timeout
+        )
+
+    def read(self, response: httpx.Response, part: _Part) -> Sequence[Rejection[Any]]:
+        """The answer's rejections, or what it says of the whole call, raised."""
+        status = response.status_code
+        where = _shown(response.request.url)
+        if 200 <= status < 300:
+            return self.result(response, part.events)
+        text = f"{status} {response.reason_phrase} from {where}"
+        retry_after = response.headers.get("Retry-After")
+        if status == 429:
+            raise RetryAfter(retry_after or DEFAULT_RETRY_AFTER_SECONDS, reason=text)
+        if status == 503 and retry_after is not None:
+            raise RetryAfter(retry_after, reason=text)
+        quoted = self.secrets.redact(" ".join(response.text[:BODY_QUOTED].split()))
+        if status in _DATA_STATUSES:
+            raise DataError(f"{text}: {quoted}" if quoted else text)
+        if 300 <= status < 400:
+            raise DownstreamError(
+                f"{text}: a redirect (to {response.headers.get('Location', '?')!r}), not "
+                "followed: point the sink at the URL that answers"
+            )
+        raise DownstreamError(f"{text}: {quoted}" if quoted else text)
+
+    def failed(self, error: httpx.HTTPError, part: _Part) -> DownstreamError:
+        return DownstreamError(
+            f"{self.downstream()}: {describe_error(error, self.secrets)} (request "
+            f"{self.idempotency_header or 'key'} {part.key})"
+        )
+
+    def address(self) -> tuple[str, int] | None:
+        """Host and port a constant URL connects to (checked at start)."""
+        if callable(self.url):
+            return None
+        url = httpx.URL(self.url)
+        return url.host, url.port or (443 if url.scheme == "https" else 80)
+
+
+def _shown(url: httpx.URL) -> str:
+    """A URL as messages show it: no user, password or query (they may hold secrets)."""
+    port = f":{url.port}" if url.port else ""
+    return f"{url.scheme}://{url.host}{port}{url.path}"
+
+
+def _requests(
+    url: str | Callable[[Sequence[Any]], str],
+    body: Callable[[Sequence[Any]], Any],
+    result: ResultMapper,
+    method: str,
+    idempotency_header: str | None,
+    headers: Mapping[str, str] | None,
+    timeout: float | httpx.Timeout,
+    allowed_hosts: Collection[str] | None,
+    max_body_bytes: int | None,
+    content_type: str,
+) -> _Requests:
+    if isinstance(url, str):
+        parsed = httpx.URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ConfigurationError(f"the sink's url must be http(s)://host/..., got {url!r:.80}")
+        hosts = frozenset(allowed_hosts) if allowed_hosts is not None else {parsed.host}
+    elif callable(url):
+        if not allowed_hosts:
+            raise ConfigurationError(
+                "a sink whose url is a function needs allowed_hosts: the hosts it may call"
+            )
+        hosts = frozenset(allowed_hosts)
+    else:
+        raise ConfigurationError(f"url must be a str or a function, got {type(url).__name__}")
+    if max_body_bytes is not None and not (
+        isinstance(max_body_bytes, int)
+        and not isinstance(max_body_bytes, bool)
+        and max_body_bytes > 0
+    ):
+        raise ConfigurationError(
+            f"max_body_bytes must be an int > 0 or None, got {max_body_bytes!r}"
+        )
+    return _Requests(
+        url=url,
+        body=body,
+        result=result,
+        method=method,
+        idempotency_header=idempotency_header,
+        headers=dict(headers or {}),
+        timeout=timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout),
+        allowed_hosts=frozenset(hosts),
+        max_body_bytes=max_body_bytes,
+        content_type=content_type,
+    )
+
+
+def _guarantee(requests: _Requests) -> str:
+    header = requests.idempotency_header
+    if header is None:
+        return (
+            "at least once: a group is posted again after a kill, a timeout or a 5xx, with "
+            "no idempotency key (idempotency_header=None): the API must de-duplicate the records"
+        )
+    return (
+        f"at least once: a group is posted again after a kill, a timeout or a 5xx with the "
+        f"same {header} header (the group id; a split group's parts: the group id and the "
+        f"part), by which the API de-duplicates"
+    )
+
+
+class BulkHTTPSink(Sink):
+    """Posts each group to a bulk HTTP API with an ``httpx.Client`` (see the module's doc).
+
+    ``url``: the endpoint, or a function of the group's events giving it (then
+    ``allowed_hosts`` is required). ``body``: the events to the request body (JSON-able, or
+    ``bytes``/``str`` sent as they are; default :func:`records_body`). ``result``: reads a 2xx
+    answer (default :class:`AllOrNothing`). ``idempotency_header``: the header that carries the
+    group id (None: none). ``headers``: sent with every request (``Authorization``...; their
+    values never appear in a message). ``auth``: an ``httpx.Auth``. ``timeout``: seconds, or an
+    ``httpx.Timeout``. ``allowed_hosts``: the only hosts requests may go to (default: the
+    url's). ``max_body_bytes``: a body larger than this is split into halves, each its own
+    request, until each fits; an event too big alone is discarded. ``client``: an
+    ``httpx.Client`` of your own (its settings, but redirects are never followed).
+    ``check_at_start``: connect to the url's host and port when a worker starts, so that an
+    unreachable API stops it with one line.
+    """
+
+    def __init__(
+        self,
+        url: str | Callable[[Sequence[Any]], str],
+        *,
+        body: Callable[[Sequence[Any]], Any] = records_body,
+        result: ResultMapper | None = None,
+        method: str = "POST",
+        idempotency_header: str | None = DEFAULT_IDEMPOTENCY_HEADER,
+        headers: Mapping[str, str] | None = None,
+        auth: httpx.Auth | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_SECONDS,
+        allowed_hosts: Collection[str] | None = None,
+        max_body_bytes: int | None = None,
+        content_type: str = "application/json",
+        client: httpx.Client | None = None,
+        check_at_start: bool = True,
+    ) -> None:
+        super().__init__()
+        self._requests = _requests(
+            url, body, result or AllOrNothing(), method, idempotency_header, headers, timeout,
+            allowed_hosts, max_body_bytes, content_type,
+        )  # fmt: skip
+        self._auth = auth
+        self._given = client
+        self._client: httpx.Client | None = None
+        self._check_at_start = check_at_start
+
+    @property
+    def downstream(self) -> str:
+        """The API, in words (no secret)."""
+        return self._requests.downstream()
+
+    @property
+    def outbox_guarantee(self) -> str:
+        """At least once, de-duplicated by the idempotency key."""
+        return _guarantee(self._requests)
+
+    def connect(self) -> None:
+        """Open the client; with ``check_at_start``, reach the url's host and port."""
+        address = self._requests.address()
+        if self._check_at_start and address is not None:
+            try:
+                socket.create_connection(address, timeout=self._requests.timeout.connect).close()
+            except OSError as error:
+                raise unavailable(self.downstream, error, self._requests.secrets) from error
+        self._client = self._given or httpx.Client(
+            headers=self._requests.headers, auth=self._auth, follow_redirects=False
+        )
+
+    def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:
+        """Post the group (one request per part); the records the API did not take."""
+        assert self._client is not None
+        parts, rejections = self._requests.parts(batch)
+        for part in parts:
+            request = self._requests.request(self._client, part)
+            try:
+                response = self._client.send(request, auth=self._auth, follow_redirects=False)
+            except httpx.HTTPError as error:
+                raise self._requests.failed(error, part) from error
+            rejections += self._requests.read(response, part)
+        return rejections
+
+    def close(self) -> None:
+        """Close the client (not one given)."""
+        if self._client is not None and self._given is None:
+            self._client.close()
+        self._client = None
+
+
+class AsyncBulkHTTPSink(AsyncSink):
+    """Posts each group to a bulk HTTP API with an ``httpx.AsyncClient``: the arguments of
+    :class:`BulkHTTPSink` (``client``: an ``httpx.AsyncClient``). A group split into parts
+    posts them one after another, in order."""
+
+    def __init__(
+        self,
+        url: str | Callable[[Sequence[Any]], str],
+        *,
+        body: Callable[[Sequence[Any]], Any] = records_body,
+        result: ResultMapper | None = None,
+        method: str = "POST",
+        idempotency_header: str | None = DEFAULT_IDEMPOTENCY_HEADER,
+        headers: Mapping[str, str] | None = None,
+        auth: httpx.Auth | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT_SECONDS,
+        allowed_hosts: Collection[str] | None = None,
+        max_body_bytes: int | None = None,
+        content_type: str = "application/json",
+        client: httpx.AsyncClient | None = None,
+        check_at_start: bool = True,
+    ) -> None:
+        super().__init__()
+        self._requests = _requests(
+            url, body, result or AllOrNothing(), method, idempotency_header, headers, timeout,
+            allowed_hosts, max_body_bytes, content_type,
+        )  # fmt: skip
+        self._auth = auth
+        self._given = client
+        self._client: httpx.AsyncClient | None = None
+        self._check_at_start = check_at_start
+
+    @property
+    def downstream(self) -> str:
+        """The API, in words (no secret)."""
+        return self._requests.downstream()
+
+    @property
+    def outbox_guarantee(self) -> str:
+        """At least once, de-duplicated by the idempotency key."""
+        return _guarantee(self._requests)
+
+    async def connect(self) -> None:
+        """Open the client; with ``check_at_start``, reach the url's host and port."""
+        address = self._requests.address()
+        if self._check_at_start and address is not None:
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(*address), self._requests.timeout.connect
+                )
+                writer.close()
+            except (OSError, TimeoutError) as error:
+                raise unavailable(self.downstream, error, self._requests.secrets) from error
+        self._client = self._given or httpx.AsyncClient(
+            headers=self._requests.headers, auth=self._auth, follow_redirects=False
+        )
+
+    async def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:
+        """Post the group (one request per part); the records the API did not take."""
+        assert self._client is not None
+        parts, rejections = self._requests.parts(batch)
+        for part in parts:
+            request = self._requests.request(self._client, part)
+            try:
+                response = await self._client.send(request, auth=self._auth, follow_redirects=False)
+            except httpx.HTTPError as error:
+                raise self._requests.failed(error, part) from error
+            rejections += self._requests.read(response, part)
+        return rejections
+
+    async def close(self) -> None:
+        """Close the client (not one given)."""
+        if self._client is not None and self._given is None:
+            await self._client.aclose()
+        self._client = None

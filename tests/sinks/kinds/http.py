@@ -1,0 +1,121 @@
+"""The bulk HTTP kind: a recording bulk API served from a thread of this process.
+
+``POST /bulk`` with ``{"records": [...]}`` stores the records in the order they arrive and
+answers ``{"results": [{"status": 200}, ...]}``; a request whose ``Idempotency-Key`` was
+answered before gets the same answer again, and nothing is stored twice (as a real bulk API
+with idempotency keys does). ``answer_next(status, ...)`` makes the next calls answer otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from outbox.sinks.http import AsyncBulkHTTPSink, BulkHTTPSink, StatusList
+from tests.models import SinkEvent
+from tests.sinks._contract import SECRET, Stored, closed_port
+
+PATH = "/bulk"
+
+
+class RecordingAPI:
+    """A bulk API that records what it took."""
+
+    def __init__(self) -> None:
+        self.records: list[dict[str, Any]] = []
+        self.keys: list[str | None] = []
+        self.answers: dict[str, tuple[int, bytes, dict[str, str]]] = {}
+        self.scripted: list[tuple[int, Any, dict[str, str]]] = []
+        self.lock = threading.Lock()
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                status, content, headers = api.take(self.headers.get("Idempotency-Key"), body)
+                self.send_response(status)
+                for name, value in {**headers, "Content-Type": "application/json"}.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}{PATH}"
+
+    def answer_next(
+        self, status: int, body: Any = None, headers: dict[str, str] | None = None, times: int = 1
+    ) -> None:
+        """The next ``times`` calls answer ``status`` with ``body`` (JSON) and store nothing."""
+        with self.lock:
+            self.scripted += [(status, body, headers or {})] * times
+
+    def take(self, key: str | None, body: bytes) -> tuple[int, bytes, dict[str, str]]:
+        with self.lock:
+            self.keys.append(key)
+            if key is not None and key in self.answers:
+                return self.answers[key]
+            if self.scripted:
+                status, document, headers = self.scripted.pop(0)
+                return status, json.dumps(document).encode(), headers
+            records = json.loads(body)["records"]
+            self.records += records
+            answer = (200, json.dumps({"results": [{"status": 200}] * len(records)}).encode(), {})
+            if key is not None:
+                self.answers[key] = answer
+            return answer
+
+
+@pytest.fixture
+def recording_api() -> Iterator[RecordingAPI]:
+    """A recording bulk API for one test."""
+    api = RecordingAPI()
+    api.thread.start()
+    try:
+        yield api
+    finally:
+        api.server.shutdown()
+        api.server.server_close()
+
+
+class HTTPDownstream:
+    """The contract's view of the recording API."""
+
+    name = "http"
+
+    def __init__(self, api: RecordingAPI) -> None:
+        self.api = api
+
+    def sink(self, *, sync: bool) -> Any:
+        kind = BulkHTTPSink if sync else AsyncBulkHTTPSink
+        return kind(self.api.url, result=StatusList())
+
+    def unreachable_sink(self, *, sync: bool) -> Any:
+        kind = BulkHTTPSink if sync else AsyncBulkHTTPSink
+        url = f"http://127.0.0.1:{closed_port()}{PATH}?api_key={SECRET}"
+        return kind(url, headers={"Authorization": f"Bearer {SECRET}"}, timeout=2.0)
+
+    def stored(self) -> list[Stored]:
+        with self.api.lock:
+            records = list(self.api.records)
+        return [
+            Stored(f"{SinkEvent.__tablename__}-{r['id']}", r["account"], r) for r in records
+        ]
+
+
+@pytest.fixture
+def http_downstream(recording_api: RecordingAPI) -> HTTPDownstream:
+    """The bulk HTTP kind's destination for one test."""
+    return HTTPDownstream(recording_api)
