@@ -43,7 +43,6 @@ from outbox.exceptions import (
     DownstreamUnavailableError,
     OutboxError,
 )
-from outbox.retry import RetryAfter
 
 EventT = TypeVar("EventT", bound=BufferMixin)
 P = ParamSpec("P")
@@ -148,20 +147,18 @@ class Rejection(Generic[EventT]):
 def settle(batch: Batch[EventT], rejections: Iterable[Rejection[EventT]], downstream: str) -> None:
     """Hand what the downstream did not take back to outbox.
 
-    Rejected events are retried or discarded, grouped by reason. When the downstream took none
-    of the group and refused none of it for good, the group fails as a whole instead: with
-    :class:`outbox.RetryAfter` when every event was asked to wait (the longest wait), else with
-    :class:`outbox.DownstreamError`, which a circuit breaker counts.
+    Rejected events are retried (deferred, with ``after``) or discarded, grouped by reason.
+    When the downstream took none of the group and refused none of it for good or for a while
+    (every event to retry, none with ``after``: nothing was acknowledged), the group fails as
+    a whole instead, with :class:`outbox.DownstreamError`: an outage then reaches the circuit
+    breaker and the group's backoff, rather than being retried event by event.
     """
     rejected = list(rejections)
     if not rejected:
         return
-    retried = [r for r in rejected if r.retry]
-    if len(batch) > 0 and len({id(r.event) for r in retried}) >= len(batch):
-        first = retried[0].reason
-        waits = [r.after for r in retried]
-        if all(wait is not None for wait in waits):
-            raise RetryAfter(max(w for w in waits if w is not None), reason=first)
+    plain = {id(r.event) for r in rejected if r.retry and r.after is None}
+    if len(batch) > 0 and len(plain) >= len(batch):
+        first = next(r.reason for r in rejected if r.retry and r.after is None)
         raise DownstreamError(f"{downstream} took none of the {len(batch)} events: {first}")
     retry: dict[tuple[str, float | None], list[EventT]] = defaultdict(list)
     discard: dict[str, list[EventT]] = defaultdict(list)

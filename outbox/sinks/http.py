@@ -99,13 +99,13 @@ def record_rejection(
     event: Any, status: object, reason: object, retry_after: object
 ) -> Rejection[Any] | None:
     """What one record's status says: None when taken (2xx); retried when it may be taken later
-    (408, 409, 425, 429 (deferred by ``retry_after``), 5xx); discarded otherwise (a 4xx, with
-    the API's ``reason``)."""
+    (408, 409, 425, 429 (deferred by ``retry_after``), 5xx); discarded otherwise (a 4xx). The
+    reason is the API's (``status <n>`` when it gave none)."""
     if isinstance(status, bool) or not isinstance(status, int):
         raise DownstreamError(f"a record's status is not a number: {status!r:.80}")
     if 200 <= status < 300:
         return None
-    why = f"{status}" + (f": {reason}" if reason not in (None, "") else "")
+    why = str(reason) if reason not in (None, "") else f"status {status}"
     if status == 429:
         after = 0.0 if retry_after is None else wait_seconds(_when(retry_after), "retry_after")
         return Rejection(event, why, retry=True, after=after)

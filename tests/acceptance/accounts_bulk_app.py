@@ -10,12 +10,17 @@ docs advise against a downstream that counts arrivals. Per record, the API answe
 the records of an account over its limit (an account on a smaller plan than the handler
 knows); a record of kind ``poison`` makes it refuse the whole call with ``400``, saying not
 which; during an outage it answers ``503`` with ``Retry-After``.
+
+With ``ACCOUNTS_HANDLER=sink`` the handler is the ready-made bulk HTTP sink instead
+(``outbox.sinks.http``), given the same options: the request body and the result mapper are
+all the application writes.
 """
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -25,8 +30,10 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 import outbox
 from examples.marketing_sync.fake_api import BULK_PATH
 from outbox import Batch, BufferMixin, CircuitBreaker, Outbox, RateLimit, RetryPolicy, Settings
+from outbox.sinks.http import BulkHTTPSink, StatusList
 
 URL_ENV = "ACCOUNTS_API_URL"
+HANDLER_ENV = "ACCOUNTS_HANDLER"
 API_CALLS_PER_SECOND = 10
 API_ACCOUNT_CALLS_PER_SECOND = 4
 # Under each of the API's limits: the fleet counts starts, the API counts arrivals, which
@@ -71,9 +78,7 @@ class AccountActivityEvent(BufferMixin, Base):
 app = Outbox(settings=Settings(rescue_interval=0.5))
 _client = httpx.Client(timeout=30)
 
-
-@app.handler(
-    AccountActivityEvent,
+OPTIONS: dict[str, Any] = dict(
     batch_size=BATCH_SIZE,
     # One account per call: its per-account limit is then one key's, and a call the API
     # throttles for an account is that account's records only.
@@ -84,20 +89,33 @@ _client = httpx.Client(timeout=30)
     bisect=True,
     circuit_breaker=BREAKER,
 )
+
+
+def records(events: Sequence[AccountActivityEvent]) -> dict[str, Any]:
+    """The request body: the API's records."""
+    return {
+        "records": [
+            {
+                "id": event.ref,
+                "account_id": event.account_id,
+                "email": None if event.kind == "no_email" else f"{event.ref}@example.com",
+                "kind": event.kind,
+            }
+            for event in events
+        ]
+    }
+
+
+def api_url(events: Sequence[AccountActivityEvent]) -> str:
+    """The bulk endpoint, read when a call is made (the test starts the API after the import)."""
+    return os.environ[URL_ENV] + BULK_PATH
+
+
 def sync_accounts(batch: Batch[AccountActivityEvent]) -> None:
     """One bulk call per group; the group id is the idempotency key."""
-    records = [
-        {
-            "id": event.ref,
-            "account_id": event.account_id,
-            "email": None if event.kind == "no_email" else f"{event.ref}@example.com",
-            "kind": event.kind,
-        }
-        for event in batch.events
-    ]
     response = _client.post(
-        os.environ[URL_ENV] + BULK_PATH,
-        json={"records": records},
+        api_url(batch.events),
+        json=records(batch.events),
         headers={"Idempotency-Key": str(batch.group_id)},
     )
     if response.status_code in (429, 503):
@@ -117,3 +135,11 @@ def sync_accounts(batch: Batch[AccountActivityEvent]) -> None:
             batch.retry([event], "429 for this account", after=result["retry_after"])
     for reason, events in rejected.items():
         batch.discard(events, reason)
+
+
+if os.environ.get(HANDLER_ENV) == "sink":
+    app.handler(AccountActivityEvent, name="sync_accounts", **OPTIONS)(
+        BulkHTTPSink(api_url, allowed_hosts=["127.0.0.1"], body=records, result=StatusList())
+    )
+else:
+    app.handler(AccountActivityEvent, **OPTIONS)(sync_accounts)

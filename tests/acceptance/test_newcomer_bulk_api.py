@@ -52,7 +52,8 @@ OUTAGE_SECONDS = 1.5
 OUTAGE_AFTER_RECORDS = 2_000
 DRAIN_SECONDS = 90.0
 WAIT_POLL_SECONDS = 0.25
-REFUSED = f"DataError: {bulk.REFUSED_WHOLE}: a record of this call could not be read"
+REFUSED_BY_API = "a record of this call could not be read"
+REFUSED = f"DataError: {bulk.REFUSED_WHOLE}: {REFUSED_BY_API}"
 
 
 def _account_of(n: int) -> int:
@@ -100,7 +101,16 @@ class Writer(threading.Thread):
 @pytest.fixture
 def engine(server_database: str, connect: Callable[[str], Engine]) -> Iterator[Engine]:
     """The database, with the application's own buffer table (dropped after)."""
-    engine = connect(server_database)
+    yield from _with_buffer(connect(server_database))
+
+
+@pytest.fixture
+def postgres_engine(postgres_database: str, connect: Callable[[str], Engine]) -> Iterator[Engine]:
+    """The PostgreSQL database, with the application's own buffer table (dropped after)."""
+    yield from _with_buffer(connect(postgres_database))
+
+
+def _with_buffer(engine: Engine) -> Iterator[Engine]:
     bulk.Base.metadata.drop_all(engine)
     bulk.Base.metadata.create_all(engine)
     yield engine
@@ -136,6 +146,19 @@ def _account(ref: str, initial: dict[str, tuple[int, str]]) -> str:
 def test_a_newcomers_bulk_api_with_every_kind_of_answer(
     cli: Cli, server_database: str, engine: Engine
 ) -> None:
+    """Every kind of answer, through the handler written from docs/flow-control.md."""
+    _every_kind_of_answer(cli, server_database, engine, "hand-written")
+
+
+def test_the_bulk_http_sink_with_every_kind_of_answer(
+    cli: Cli, postgres_database: str, postgres_engine: Engine
+) -> None:
+    """Every kind of answer, through the bulk HTTP sink given the same options (the databases'
+    differences are the hand-written run's and the sinks' contract's)."""
+    _every_kind_of_answer(cli, postgres_database, postgres_engine, "sink")
+
+
+def _every_kind_of_answer(cli: Cli, server_database: str, engine: Engine, handler: str) -> None:
     initial = {f"e{n}": (_account_of(n), _kind(n)) for n in range(EVENTS)}
     with engine.begin() as conn:
         add_events(
@@ -154,7 +177,7 @@ def test_a_newcomers_bulk_api_with_every_kind_of_answer(
         work = cli.start(
             "--app", f"{bulk.__name__}:app", "--database-url", server_database,
             "work", *LEASE, "--processes", "3",
-            env={bulk.URL_ENV: api.url},
+            env={bulk.URL_ENV: api.url, bulk.HANDLER_ENV: handler},
         )  # fmt: skip
         writer.start()
         try:
@@ -199,7 +222,10 @@ def test_a_newcomers_bulk_api_with_every_kind_of_answer(
     dead = by_status["dead"]
     groups = Counter(row["group_id"] for row in archived)
     assert poison == set(dead)
-    assert {REFUSED} == {row["error"].splitlines()[0] for row in dead.values()}
+    sent_to = f"{api.url}{bulk.BULK_PATH}"
+    refused = REFUSED if handler == "hand-written" else f"DataError: 400 Bad Request from {sent_to}"
+    assert {True} == {row["error"].startswith(refused) for row in dead.values()}
+    assert {True} == {REFUSED_BY_API in row["error"].splitlines()[0] for row in dead.values()}
     assert [1] * len(POISON) == [groups[row["group_id"]] for row in dead.values()]
 
     # The client's limit never answered 429, nor did any second see more calls arrive than

@@ -3,13 +3,15 @@
 ``POST /bulk`` with ``{"records": [...]}`` stores the records in the order they arrive and
 answers ``{"results": [{"status": 200}, ...]}``; a request whose ``Idempotency-Key`` was
 answered before gets the same answer again, and nothing is stored twice (as a real bulk API
-with idempotency keys does). ``answer_next(status, ...)`` makes the next calls answer otherwise.
+with idempotency keys does). ``answer_next(status, ...)`` makes the next calls answer otherwise,
+``answer_for(seconds, status, ...)`` every call for a while, and ``delay`` holds every answer.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -31,12 +33,17 @@ class RecordingAPI:
         self.keys: list[str | None] = []
         self.answers: dict[str, tuple[int, bytes, dict[str, str]]] = {}
         self.scripted: list[tuple[int, Any, dict[str, str]]] = []
+        self.until = 0.0
+        self.answer_until: tuple[int, Any, dict[str, str]] | None = None
+        self.delay = 0.0
+        self.statuses: list[int] = []
         self.lock = threading.Lock()
         api = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                time.sleep(api.delay)
                 status, content, headers = api.take(self.headers.get("Idempotency-Key"), body)
                 self.send_response(status)
                 for name, value in {**headers, "Content-Type": "application/json"}.items():
@@ -62,11 +69,27 @@ class RecordingAPI:
         with self.lock:
             self.scripted += [(status, body, headers or {})] * times
 
+    def answer_for(
+        self, seconds: float, status: int, body: Any = None, headers: dict[str, str] | None = None
+    ) -> None:
+        """Every call for the next ``seconds`` answers ``status`` and stores nothing."""
+        with self.lock:
+            self.until = time.monotonic() + seconds
+            self.answer_until = (status, body, headers or {})
+
     def take(self, key: str | None, body: bytes) -> tuple[int, bytes, dict[str, str]]:
+        status, content, headers = self._take(key, body)
+        self.statuses.append(status)
+        return status, content, headers
+
+    def _take(self, key: str | None, body: bytes) -> tuple[int, bytes, dict[str, str]]:
         with self.lock:
             self.keys.append(key)
             if key is not None and key in self.answers:
                 return self.answers[key]
+            if self.answer_until is not None and time.monotonic() < self.until:
+                status, document, headers = self.answer_until
+                return status, json.dumps(document).encode(), headers
             if self.scripted:
                 status, document, headers = self.scripted.pop(0)
                 return status, json.dumps(document).encode(), headers
@@ -110,9 +133,7 @@ class HTTPDownstream:
     def stored(self) -> list[Stored]:
         with self.api.lock:
             records = list(self.api.records)
-        return [
-            Stored(f"{SinkEvent.__tablename__}-{r['id']}", r["account"], r) for r in records
-        ]
+        return [Stored(f"{SinkEvent.__tablename__}-{r['id']}", r["account"], r) for r in records]
 
 
 @pytest.fixture

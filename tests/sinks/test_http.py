@@ -1,0 +1,305 @@
+"""The bulk HTTP sink against a recording API: every answer becomes its outcome, a body too big
+is split, hosts are allowed or refused, secrets never show, an outage opens the breaker and
+loses nothing."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from outbox import (
+    CircuitBreaker,
+    ConfigurationError,
+    Outbox,
+    RetryPolicy,
+    Settings,
+    metrics,
+    schema,
+)
+from outbox.results import BatchResult, FailureCause, Outcome
+from outbox.sinks.base import json_default
+from outbox.sinks.http import (
+    AsyncBulkHTTPSink,
+    BulkHTTPSink,
+    ErrorsById,
+    StatusList,
+    records_body,
+)
+from outbox.worker import Worker
+from tests._support import wait_for
+from tests.conftest import reset_schema
+from tests.models import SinkEvent
+from tests.sinks._contract import SECRET, commit_events, event_rows
+from tests.sinks.kinds.http import RecordingAPI
+
+ONCE = RetryPolicy(max_attempts=1)
+SOON = RetryPolicy(max_attempts=30, scale=0.0, base_delay=0.1, jitter=0.0)
+DEFERRED, RETRYING, SUCCEEDED = Outcome.DEFERRED, Outcome.RETRYING, Outcome.SUCCEEDED
+DATA, DOWNSTREAM = FailureCause.DATA, FailureCause.DOWNSTREAM
+
+
+@pytest.fixture
+def app(sqlite_url: str, make_app: Callable[..., Outbox]) -> Outbox:
+    """An application on a fresh SQLite database (the mapping is the same on every one)."""
+    reset_schema(sqlite_url)
+    return make_app(sqlite_url, Settings(poll_interval=0.05, min_retry_after=0.0))
+
+
+def sink_of(sync: bool, url: str, **options: Any) -> Any:
+    return (BulkHTTPSink if sync else AsyncBulkHTTPSink)(url, **options)
+
+
+def run_once(app: Outbox, sink: Any, events: int = 5, **options: Any) -> BatchResult:
+    """Register ``sink``, commit ``events`` and run their one group: what became of it."""
+    app.handler(SinkEvent, name="to_api", retry=options.pop("retry", ONCE), **options)(sink)
+    commit_events(app.engine, event_rows(events))
+    results: list[BatchResult] = []
+    worker = Worker(app, burst=True, on_result=results.append)
+    worker.run()
+    return results[0]
+
+
+# Whole-call answers: status, headers -> outcome, cause, the wait asked (deferrals).
+WHOLE_CALL = [
+    pytest.param(200, {}, SUCCEEDED, None, None, id="200"),
+    pytest.param(429, {"Retry-After": "7"}, DEFERRED, None, 7.0, id="429-retry-after"),
+    pytest.param(429, {}, DEFERRED, None, 30.0, id="429-no-header"),
+    pytest.param(503, {"Retry-After": "4"}, DEFERRED, None, 4.0, id="503-retry-after"),
+    pytest.param(503, {}, RETRYING, DOWNSTREAM, None, id="503"),
+    pytest.param(500, {}, RETRYING, DOWNSTREAM, None, id="500"),
+    pytest.param(502, {}, RETRYING, DOWNSTREAM, None, id="502"),
+    pytest.param(400, {}, RETRYING, DATA, None, id="400"),
+    pytest.param(413, {}, RETRYING, DATA, None, id="413"),
+    pytest.param(422, {}, RETRYING, DATA, None, id="422"),
+    pytest.param(401, {}, RETRYING, DOWNSTREAM, None, id="401"),
+    pytest.param(403, {}, RETRYING, DOWNSTREAM, None, id="403"),
+    pytest.param(404, {}, RETRYING, DOWNSTREAM, None, id="404"),
+    pytest.param(302, {"Location": "http://127.0.0.1:1/x"}, RETRYING, DOWNSTREAM, None, id="302"),
+]
+
+
+@pytest.mark.parametrize(("status", "headers", "outcome", "cause", "wait"), WHOLE_CALL)
+def test_each_whole_call_answer_becomes_its_outcome(
+    app: Outbox,
+    recording_api: RecordingAPI,
+    sync: bool,
+    status: int,
+    headers: dict[str, str],
+    outcome: Outcome,
+    cause: FailureCause | None,
+    wait: float | None,
+) -> None:
+    """429 and 503 with Retry-After defer, 400/413/422 are the data's, the rest the
+    downstream's; a 2xx is taken."""
+    if status != 200:
+        recording_api.answer_next(status, {"error": "no"}, headers)
+    retry = RetryPolicy(max_attempts=2, base_delay=60)
+
+    result = run_once(app, sink_of(sync, recording_api.url), retry=retry)
+
+    assert (outcome, cause) == (result.outcome, result.cause)
+    if wait is not None:
+        assert result.retry_after is not None
+        assert wait == pytest.approx(result.retry_after, abs=1.0)
+    assert [status] == recording_api.statuses  # a redirect is not followed
+
+
+def test_per_record_statuses_retry_defer_and_discard_each_record(
+    app: Outbox, recording_api: RecordingAPI, sync: bool
+) -> None:
+    """A 2xx listing each record's status: 4xx discarded with the reason, 429 deferred, 5xx
+    retried, the rest taken."""
+    results = [
+        {"status": 200},
+        {"status": 422, "reason": "missing email"},
+        {"status": 429, "retry_after": 5},
+        {"status": 500},
+        {"status": 201},
+    ]
+    recording_api.answer_next(200, {"results": results})
+
+    result = run_once(
+        app, sink_of(sync, recording_api.url, result=StatusList()), retry=RetryPolicy(base_delay=60)
+    )
+
+    assert (SUCCEEDED, 2, 1, 1, 1) == (
+        result.outcome,
+        result.succeeded,
+        result.discarded,
+        result.retried,
+        result.deferred,
+    )
+    with app.engine.connect() as conn:
+        errors = conn.execute(select(schema.archive.c.error)).scalars().all()
+    assert ["missing email"] == errors
+
+
+def test_errors_by_id_discard_only_the_named_records(
+    app: Outbox, recording_api: RecordingAPI, sync: bool
+) -> None:
+    """Errors listed by the records' ids: those are discarded, the others taken."""
+    app_events = event_rows(4)
+    refs = [str(row["ref"]) for row in app_events]
+    errors = [{"ref": refs[1], "message": "bad plan"}, {"ref": refs[3], "message": "closed"}]
+    recording_api.answer_next(200, {"failed": errors})
+    mapper = ErrorsById(items="failed", id="ref", reason="message", record_id=lambda e: e.ref)
+    app.handler(SinkEvent, name="to_api", retry=ONCE)(
+        sink_of(sync, recording_api.url, result=mapper)
+    )
+    commit_events(app.engine, app_events)
+    results: list[BatchResult] = []
+
+    Worker(app, burst=True, on_result=results.append).run()
+
+    assert (SUCCEEDED, 2, 2) == (results[0].outcome, results[0].succeeded, results[0].discarded)
+    with app.engine.connect() as conn:
+        errors_kept = set(conn.execute(select(schema.archive.c.error)).scalars())
+    assert {"bad plan", "closed"} == errors_kept
+
+
+def test_an_answer_that_names_a_record_not_sent_fails_the_attempt(
+    app: Outbox, recording_api: RecordingAPI
+) -> None:
+    """A result list that does not match the request is the downstream's failure, not a
+    success."""
+    recording_api.answer_next(200, {"results": [{"status": 200}]})
+
+    result = run_once(app, sink_of(True, recording_api.url, result=StatusList()))
+
+    assert (Outcome.DEAD, DOWNSTREAM) == (result.outcome, result.cause)
+    assert "1 results for the 5 records" in (result.error or "")
+
+
+def test_a_body_too_big_is_split_into_parts_each_with_its_own_key(
+    app: Outbox, recording_api: RecordingAPI, sync: bool
+) -> None:
+    """Over max_body_bytes, the group goes in halves until each part fits, keyed
+    ``<group>.<n>-of-<parts>``; an event too big alone is discarded with the reason."""
+    rows = event_rows(8)
+    rows[5]["note"] = "x" * 199
+    ids = commit_events(app.engine, rows)
+    with Session(app.engine) as session:
+        events = session.scalars(select(SinkEvent).order_by(SinkEvent.id)).all()
+        sizes = [len(json.dumps(records_body([e]), default=json_default)) for e in events]
+    cap = max(size for n, size in enumerate(sizes) if n != 5) + 10  # one record a part
+    assert sizes[5] > cap
+    app.handler(SinkEvent, name="to_api", retry=ONCE)(
+        sink_of(sync, recording_api.url, max_body_bytes=cap)
+    )
+    results: list[BatchResult] = []
+
+    Worker(app, burst=True, on_result=results.append).run()
+
+    group = str(results[0].group_id)
+    assert [f"{group}.{n}-of-7" for n in range(1, 8)] == recording_api.keys
+    assert sorted(i for n, i in enumerate(ids) if n != 5) == sorted(
+        r["id"] for r in recording_api.records
+    )
+    with app.engine.connect() as conn:
+        archived = conn.execute(select(schema.archive.c.status, schema.archive.c.error)).one()
+    assert "discarded" == archived.status
+    assert f"more than max_body_bytes {cap}" in archived.error
+
+
+def test_a_host_not_allowed_is_never_called(
+    app: Outbox, recording_api: RecordingAPI, sync: bool
+) -> None:
+    """A url function that names a host outside allowed_hosts fails the attempt, calling
+    nothing."""
+    sink = sink_of(
+        sync, lambda events: "http://169.254.169.254/latest", allowed_hosts=["127.0.0.1"]
+    )
+
+    result = run_once(app, sink)
+
+    assert Outcome.DEAD == result.outcome
+    assert "http://169.254.169.254/latest is not an allowed host" in (result.error or "")
+    assert [] == recording_api.statuses
+
+
+@pytest.mark.parametrize(
+    ("url", "options", "refusal"),
+    [
+        (lambda events: "http://x/", {}, "needs allowed_hosts"),
+        ("ftp://host/x", {}, r"must be http\(s\)://host/"),
+        ("http://host/x", {"max_body_bytes": 0}, "max_body_bytes must be an int > 0"),
+        ("http://host/x", {"max_body_bytes": True}, "max_body_bytes must be an int > 0"),
+    ],
+)
+def test_a_wrong_argument_is_refused_where_it_is_passed(
+    sync: bool, url: Any, options: dict[str, Any], refusal: str
+) -> None:
+    """The sink refuses a wrong url or size when it is made, in one line."""
+    with pytest.raises(ConfigurationError, match=refusal):
+        sink_of(sync, url, **options)
+
+
+def test_secrets_never_show_in_a_failure(
+    app: Outbox, recording_api: RecordingAPI, sync: bool
+) -> None:
+    """A 500 whose body echoes the token and a url's api key: the recorded error masks them."""
+    recording_api.answer_next(500, {"error": f"bad token Bearer {SECRET} for key {SECRET}"})
+    url = f"{recording_api.url}?api_key={SECRET}"
+
+    result = run_once(app, sink_of(sync, url, headers={"Authorization": f"Bearer {SECRET}"}))
+
+    with app.engine.connect() as conn:
+        dead = conn.execute(select(schema.archive.c.error).distinct()).scalar_one()
+    assert (Outcome.DEAD, False, False) == (result.outcome, SECRET in dead, SECRET in str(result))
+    assert "500 Internal Server Error" in dead
+
+
+def test_a_timeout_is_the_downstreams_failure(
+    app: Outbox, recording_api: RecordingAPI, sync: bool
+) -> None:
+    """An API slower than the sink's timeout: the attempt fails, counted for the breaker."""
+    recording_api.delay = 1.0
+
+    result = run_once(app, sink_of(sync, recording_api.url, timeout=0.2))
+
+    assert (Outcome.DEAD, DOWNSTREAM) == (result.outcome, result.cause)
+    assert "ReadTimeout" in (result.error or "")
+
+
+def test_an_outage_opens_the_breaker_and_loses_nothing(
+    app: Outbox, recording_api: RecordingAPI, sync: bool
+) -> None:
+    """503s without Retry-After for a while: the breaker opens, then closes once the API is
+    back; every event is taken exactly once, none reported done before it was."""
+    app.settings = Settings(poll_interval=0.05, min_retry_after=0.0, rescue_interval=0.2)
+    breaker = CircuitBreaker(failures=2, probe_after=0.5, max_probe_after=1.0)
+    app.handler(SinkEvent, name="to_api", batch_size=10, retry=SOON, circuit_breaker=breaker)(
+        sink_of(sync, recording_api.url)
+    )
+    ids = commit_events(app.engine, event_rows(100))
+    recording_api.answer_for(3.0, 503, {"error": "maintenance"})
+    worker = Worker(app, concurrency=2)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: _trips(app) > 0, "the breaker to open")
+        wait_for(lambda: len(recording_api.records) == len(ids), "every event taken", 30)
+        wait_for(lambda: _breaker_closed(app), "the breaker to close")
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert sorted(ids) == sorted(r["id"] for r in recording_api.records)
+    with app.engine.connect() as conn:
+        left = conn.execute(select(func.count()).select_from(SinkEvent)).scalar_one()
+    assert 0 == left
+
+
+def _trips(app: Outbox) -> int:
+    with app.engine.connect() as conn:
+        trips = conn.execute(select(schema.handlers.c.trips)).scalar()
+    return int(trips or 0)
+
+
+def _breaker_closed(app: Outbox) -> bool:
+    return metrics.collect(app)[0].breaker == "closed"
