@@ -2,9 +2,10 @@
 
 The application records activities (a contact viewed the pricing page, opened an email, ...)
 and, in the same transaction, one ``ContactActivityEvent`` row per activity in a buffer table.
-``sync_marketing`` receives those events in groups of up to 1,000 and sends each group in ONE
-bulk HTTP call: 100,000 activities cost 100 calls instead of 100,000 jobs, and stay far below
-the platform's rate limit.
+``sync_marketing``, a ready-made bulk HTTP sink (``outbox.sinks.http``), receives those events
+in groups of up to 1,000 and sends each group in ONE bulk HTTP call: 100,000 activities cost 100
+calls instead of 100,000 jobs, and stay far below the platform's rate limit. The application
+writes only the request body (``activity_records``).
 
 Run it with ``python examples/marketing_sync/run.py``, or drain the buffer with the CLI:
 ``outbox --app examples.marketing_sync.app:app work --burst``.
@@ -14,16 +15,17 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 from sqlalchemy import DateTime, ForeignKey, String, func, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from outbox import Batch, BufferMixin, Outbox, RateLimit, RetryAfter, RetryPolicy, Urgency
+from outbox import BufferMixin, Outbox, RateLimit, RetryPolicy, Urgency
+from outbox.sinks.http import BulkHTTPSink, StatusList
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_DATABASE_URL = f"sqlite:///{HERE / 'marketing_sync.sqlite3'}"
@@ -110,8 +112,46 @@ def marketing_api_url() -> str:
     return os.environ.get(MARKETING_API_URL_ENV, DEFAULT_MARKETING_API_URL)
 
 
-@app.handler(
+def activity_records(events: Sequence[ContactActivityEvent]) -> dict[str, Any]:
+    """The request body for one group: the platform's records, the contacts' emails looked up
+    in one query for the whole group."""
+    emails = _emails_of({event.contact_id for event in events})
+    return {
+        "records": [
+            {
+                "id": str(event.activity_id),
+                "contact_id": event.contact_id,
+                "email": emails.get(event.contact_id),
+                "kind": event.kind,
+                "occurred_at": event.created_at.isoformat(),
+            }
+            for event in events
+        ]
+    }
+
+
+HANDLER_NAME = "sync_marketing"
+
+# The ready-made bulk HTTP sink sends each group in ONE call, with the group id as its
+# Idempotency-Key: a group's events never change, so every attempt at it is the same request,
+# and after a crash between the call and outbox's bookkeeping the platform answers the repeat
+# without applying it twice. It maps the answer onto outbox's outcomes: a 429 makes the handler
+# wait as long as the platform says, on every worker (without using an attempt); a 5xx or a
+# timeout fails the attempt (backoff, and the breaker); a 400 refusing the whole call is the
+# data's fault, and with bisect=True the group is retried in halves until the bad record is
+# alone; a record refused on its own (the platform lists each record's status) is discarded,
+# archived with the platform's reason, while the rest of the group succeeds.
+sync_marketing = BulkHTTPSink(
+    lambda events: marketing_api_url() + BULK_PATH,
+    allowed_hosts=[httpx.URL(marketing_api_url()).host],
+    body=activity_records,
+    result=StatusList(),
+    timeout=API_TIMEOUT_SECONDS,
+)
+
+app.handler(
     ContactActivityEvent,
+    name=HANDLER_NAME,
     batch_size=API_MAX_RECORDS,
     urgency=Urgency.HOUR,  # marketing can wait an hour; signups and payments go first
     retry=RetryPolicy(max_attempts=8),  # 6 s, 21 s, 86 s, ... about 1.3 h before giving up
@@ -120,55 +160,7 @@ def marketing_api_url() -> str:
     # A call the platform refuses whole (one record it cannot read) is retried in halves,
     # until the bad record is alone and the others are delivered.
     bisect=True,
-)
-def sync_marketing(batch: Batch[ContactActivityEvent]) -> None:
-    """Send one group of activities to the marketing platform in one bulk call.
-
-    Returning means the group is done: its rows are deleted. Raising means this attempt failed:
-    the whole group is retried later with the policy's backoff. Records the platform refuses one
-    by one are discarded: they are archived with the reason, and the rest of the group succeeds.
-    """
-    emails = _emails_of({event.contact_id for event in batch.events})
-    records = [
-        {
-            "id": str(event.activity_id),
-            "contact_id": event.contact_id,
-            "email": emails.get(event.contact_id),
-            "kind": event.kind,
-            "occurred_at": event.created_at.isoformat(),
-        }
-        for event in batch.events
-    ]
-    response = httpx.post(
-        marketing_api_url() + BULK_PATH,
-        json={"records": records},
-        # The group id: a group's events never change, so every attempt at it is the same
-        # request. After a crash between this call and outbox's bookkeeping, the group is
-        # handed over again and the platform answers the repeat without applying it twice.
-        # (Not the attempt number: it grows with every try, rescues included.)
-        headers={"Idempotency-Key": str(batch.group_id)},
-        timeout=API_TIMEOUT_SECONDS,
-    )
-    if response.status_code == 429:
-        # Rate limited anyway (the platform's limit is shared with other clients): the group
-        # waits as long as the platform says, without using an attempt, and the handler pauses
-        # on every worker until then.
-        raise RetryAfter(response.headers.get("Retry-After", "1"), reason="429 from the platform")
-    # 5xx: the platform took nothing, so fail the attempt and let outbox retry the group with
-    # backoff. A 400 refuses the whole call for one record it cannot read: the group is retried
-    # in halves (bisect=True). Any other 4xx is a bug on our side (413: a batch larger than the
-    # platform allows): failing loudly ends, after the last attempt, in the archive as dead.
-    response.raise_for_status()
-
-    reasons: dict[str, list[ContactActivityEvent]] = defaultdict(list)
-    rejected = {item["id"]: item["reason"] for item in response.json()["rejected"]}
-    for event in batch.events:
-        reason = rejected.get(str(event.activity_id))
-        if reason is not None:
-            reasons[reason].append(event)
-    for reason, events in reasons.items():
-        # Retrying would be refused again: archive them as discarded, with the reason.
-        batch.discard(events, reason)
+)(sync_marketing)
 
 
 def _emails_of(contact_ids: set[int]) -> dict[int, str | None]:

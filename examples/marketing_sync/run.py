@@ -31,13 +31,13 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from examples.marketing_sync.app import (
+    HANDLER_NAME,
     MARKETING_API_URL_ENV,
     Base,
     Contact,
     ContactActivityEvent,
     app,
     record_activities,
-    sync_marketing,
 )
 from examples.marketing_sync.fake_api import FakeMarketingAPI
 from outbox import schema
@@ -194,7 +194,7 @@ def archived(status: str) -> int:
     with app.engine.connect() as conn:
         return conn.execute(
             select(func.count()).where(
-                archive.c.handler == sync_marketing.__name__, archive.c.status == status
+                archive.c.handler == HANDLER_NAME, archive.c.status == status
             )
         ).scalar_one()
 

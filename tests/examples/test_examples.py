@@ -25,9 +25,9 @@ from sqlalchemy.orm import Session
 from examples.marketing_sync import run as marketing_run
 from examples.marketing_sync.app import (
     API_CALLS_PER_SECOND,
+    HANDLER_NAME,
     Contact,
     ContactActivity,
-    sync_marketing,
 )
 from examples.marketing_sync.fake_api import Call, FakeMarketingAPI
 from examples.signup_email import app as signup_app
@@ -115,7 +115,7 @@ def marketing(example_database: str) -> MarketingRun:
         received=api.received,
         committed={str(activity_id) for activity_id, _ in rows},
         without_email={str(activity_id) for activity_id, email in rows if email is None},
-        archived=_archived(example_database, sync_marketing.__name__),
+        archived=_archived(example_database, HANDLER_NAME),
     )
 
 
