@@ -13,9 +13,11 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import httpx
 import pytest
 
 from outbox.sinks.http import AsyncBulkHTTPSink, BulkHTTPSink, StatusList
@@ -41,6 +43,14 @@ class RecordingAPI:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                with api.lock:
+                    content = json.dumps(api.records).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(content)))
+                self.end_headers()
+                self.wfile.write(content)
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 time.sleep(api.delay)
@@ -101,9 +111,9 @@ class RecordingAPI:
             return answer
 
 
-@pytest.fixture
-def recording_api() -> Iterator[RecordingAPI]:
-    """A recording bulk API for one test."""
+@contextmanager
+def serving() -> Iterator[RecordingAPI]:
+    """A recording bulk API, served until the block ends."""
     api = RecordingAPI()
     api.thread.start()
     try:
@@ -111,6 +121,37 @@ def recording_api() -> Iterator[RecordingAPI]:
     finally:
         api.server.shutdown()
         api.server.server_close()
+
+
+@pytest.fixture
+def recording_api() -> Iterator[RecordingAPI]:
+    """A recording bulk API for one test."""
+    with serving() as api:
+        yield api
+
+
+# What the kill test asks of a kind (tests/sinks/test_kills.py): a destination by name, a
+# sink for it in another process, and what it stored.
+DEDUPLICATES = True
+"""The API answers a repeated Idempotency-Key without storing the records again."""
+
+
+@contextmanager
+def destination() -> Iterator[str]:
+    """A recording API's URL, served until the block ends."""
+    with serving() as api:
+        yield api.url
+
+
+def make_sink(destination: str, *, sync: bool) -> Any:
+    """A sink posting to the API at ``destination``."""
+    return (BulkHTTPSink if sync else AsyncBulkHTTPSink)(destination, result=StatusList())
+
+
+def read_stored(destination: str) -> list[Stored]:
+    """What the API at ``destination`` stored."""
+    records = httpx.get(destination, timeout=30).json()
+    return [Stored(f"{SinkEvent.__tablename__}-{r['id']}", r["account"], r) for r in records]
 
 
 class HTTPDownstream:
@@ -122,8 +163,7 @@ class HTTPDownstream:
         self.api = api
 
     def sink(self, *, sync: bool) -> Any:
-        kind = BulkHTTPSink if sync else AsyncBulkHTTPSink
-        return kind(self.api.url, result=StatusList())
+        return make_sink(self.api.url, sync=sync)
 
     def unreachable_sink(self, *, sync: bool) -> Any:
         kind = BulkHTTPSink if sync else AsyncBulkHTTPSink
