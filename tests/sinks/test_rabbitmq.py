@@ -338,3 +338,43 @@ def test_a_wrong_argument_is_refused_naming_it(options: dict[str, Any], field: s
 
     with pytest.raises(ConfigurationError, match=f"^{field}: "):
         AsyncRabbitMQSink(**arguments)
+
+
+def test_the_key_header_comes_from_the_key_function_when_given(
+    rabbitmq_downstream: RabbitMQDownstream, sync: bool, app: Outbox
+) -> None:
+    """``key=`` replaces the handler's ordering key as the ``outbox-key`` header."""
+    app.handler(SinkEvent, name="to_rabbitmq", ordering_key="account")(
+        rabbitmq_downstream.sink(sync=sync, key=lambda event: f"ref-{event.ref}")
+    )
+    commit_events(app.engine, event_rows(5))
+
+    drain(app)
+
+    stored = rabbitmq_downstream.stored()
+    assert [f"ref-{m.values['ref']}" for m in stored] == [m.key for m in stored]
+
+
+def test_an_event_that_cannot_be_made_a_message_fails_its_group_as_data(
+    rabbitmq_downstream: RabbitMQDownstream, sync: bool, app: Outbox
+) -> None:
+    """A payload function that raises fails the attempt as the data's, naming the event;
+    nothing of the group is published."""
+
+    def payload(event: Any) -> bytes:
+        if event.account == "globex":
+            raise ValueError("no price for globex")
+        return b"{}"
+
+    app.handler(SinkEvent, name="to_rabbitmq", retry=RetryPolicy(max_attempts=1), archive=True)(
+        rabbitmq_downstream.sink(sync=sync, payload=payload)
+    )
+    ids = commit_events(app.engine, event_rows(3))
+
+    drain(app)
+
+    errors = {(error or "").splitlines()[0] for _, error in _archived(app).values()}
+    assert [] == rabbitmq_downstream.stored()
+    assert {
+        f"DataError: event {ids[1]} cannot be made a message: ValueError: no price for globex"
+    } == (errors)
