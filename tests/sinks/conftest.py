@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 
 from tests.sinks._contract import Downstream
-from tests.sinks.kinds.http import http_downstream, recording_api  # noqa: F401
+from tests.sinks.kinds.http import http_downstream, recording_api
+from tests.sinks.kinds.rabbitmq import rabbitmq_downstream
 
 # The kinds the shared contract runs against; each is the fixture ``<kind>_downstream``.
-KINDS: list[str] = ["http"]
+KINDS: list[str] = ["http", "rabbitmq"]
+
+__all__ = ["http_downstream", "rabbitmq_downstream", "recording_api"]
 
 
 @pytest.fixture(params=KINDS)
