@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 
 from tests.sinks._contract import Downstream
+from tests.sinks.kinds.redis import redis_downstream  # noqa: F401
 
 # The kinds the shared contract runs against; each is the fixture ``<kind>_downstream``.
-KINDS: list[str] = []
+KINDS: list[str] = ["redis"]
 
 
 @pytest.fixture(params=KINDS)
