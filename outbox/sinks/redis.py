@@ -43,6 +43,7 @@ from outbox.sinks.base import (
     ordering_key,
     payload_bytes,
     per_event,
+    row_values,
     unavailable,
 )
 
@@ -75,12 +76,24 @@ class _Queue(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class _Message:
-    """One event's ``XADD``: the command's arguments, and the event it stands for."""
+class _RowPath:
+    """How the default message of an event is read from its row (a batch's ``rows``), which
+    spares building the event: about half the cost of a group's messages."""
 
-    event: Any
-    stream: str
-    command: tuple[Any, ...]
+    table: str
+    values: Callable[[Sequence[Any]], dict[str, Any]]
+    id_at: int
+    key_at: int | None
+
+    def fields(self, row: Sequence[Any]) -> tuple[str, str | None, bytes]:
+        """The message id (as :func:`outbox.sinks.base.message_id` writes it), the key and
+        the payload (as :func:`outbox.sinks.base.json_payload` writes it) of a row."""
+        key = None if self.key_at is None else row[self.key_at]
+        return (
+            f"{self.table}-{row[self.id_at]}",
+            None if key is None else str(key),
+            payload_bytes(self.values(row)),
+        )
 
 
 class _Core:
@@ -124,6 +137,7 @@ class _Core:
         self.keys: dict[str, Callable[[Any], str | None] | None] = {}
         """The message key of each handler the sink is registered as (its ordering key),
         learnt when a worker starts it."""
+        self.row_paths: dict[str, _RowPath | None] = {}
         self.given = client
         self.secrets = Secrets([_password(url)])
         if client is not None:
@@ -183,44 +197,74 @@ class _Core:
         return unavailable(self.downstream, error, self.secrets)
 
     def learn(self, handler: Handler[Any]) -> None:
-        """Take the handler's ordering key as the message key, unless ``key`` was given."""
+        """Take the handler's ordering key as the message key, unless ``key`` was given; and
+        see whether its groups' messages can be read from their rows."""
         self.keys[handler.name] = self.key if self.key is not None else ordering_key(handler)
+        self.row_paths[handler.name] = self._row_path(handler)
 
-    def messages(self, batch: Batch[Any]) -> list[_Message]:
+    def _row_path(self, handler: Handler[Any]) -> _RowPath | None:
+        # Only the defaults are known to read nothing but columns; a function of the user's
+        # is given the event.
+        defaults = self.payload is json_payload and self.message_id is message_id
+        if not defaults or self.key is not None or callable(self.stream):
+            return None
+        read = row_values(handler.model)
+        if read is None:
+            return None
+        columns = list(handler.table.columns)
+        key = None if handler.ordering_key is None else handler.table.c[handler.ordering_key]
+        return _RowPath(
+            table=handler.table.name,
+            values=read,
+            id_at=columns.index(handler.table.c.id),
+            key_at=None if key is None else columns.index(key),
+        )
+
+    def messages(self, batch: Batch[Any]) -> list[tuple[Any, ...]]:
         """The group's ``XADD`` commands, in id order."""
+        path = self.row_paths.get(batch.handler)
+        rows = batch.rows
+        if path is not None and rows and hasattr(rows[0], "_fields"):
+            return [self._command(str(self.stream), *path.fields(row)) for row in rows]
         key = self.keys.get(batch.handler, self.key)
-        messages = []
+        commands = []
         for event in batch.events:
-            stream = per_event(self.stream, event)
-            fields: list[Any] = [ID_FIELD, self.message_id(event)]
-            if key is not None:
-                value = key(event)
-                if value is not None:
-                    fields += [KEY_FIELD, value]
-            fields += [PAYLOAD_FIELD, payload_bytes(self.payload(event))]
-            command = ("XADD", stream, *self._options, "*", *fields)
-            messages.append(_Message(event, stream, command))
-        return messages
+            commands.append(
+                self._command(
+                    per_event(self.stream, event),
+                    self.message_id(event),
+                    None if key is None else key(event),
+                    payload_bytes(self.payload(event)),
+                )
+            )
+        return commands
 
-    def queue(self, pipe: _Queue, messages: Sequence[_Message]) -> None:
-        """Queue every message on ``pipe``."""
-        for message in messages:
-            pipe.execute_command(*message.command)
+    def _command(self, stream: str, id_: str, key: str | None, payload: bytes) -> tuple[Any, ...]:
+        if key is None:
+            return ("XADD", stream, *self._options, "*", ID_FIELD, id_, PAYLOAD_FIELD, payload)
+        fields = (ID_FIELD, id_, KEY_FIELD, key, PAYLOAD_FIELD, payload)
+        return ("XADD", stream, *self._options, "*", *fields)
+
+    def queue(self, pipe: _Queue, commands: Sequence[tuple[Any, ...]]) -> None:
+        """Queue every command on ``pipe``."""
+        for command in commands:
+            pipe.execute_command(*command)
 
     def rejections(
-        self, messages: Sequence[_Message], replies: Sequence[Any]
+        self, batch: Batch[Any], commands: Sequence[tuple[Any, ...]], replies: Sequence[Any]
     ) -> list[Rejection[Any]]:
         """The events Redis did not store: each reply is the id an ``XADD`` stored its message
         under, a refusal (an exception), or nothing (``NOMKSTREAM`` on a missing stream)."""
         rejected: list[Rejection[Any]] = []
-        for message, reply in zip(messages, replies, strict=True):
+        for index, (command, reply) in enumerate(zip(commands, replies, strict=True)):
+            stream = command[1]
             if isinstance(reply, Exception):
-                reason = f"XADD to {message.stream!r}: {describe_error(reply, self.secrets)}"
+                reason = f"XADD to {stream!r}: {describe_error(reply, self.secrets)}"
             elif reply is None:
-                reason = f"the stream {message.stream!r} does not exist (create_stream=False)"
+                reason = f"the stream {stream!r} does not exist (create_stream=False)"
             else:
                 continue
-            rejected.append(Rejection(message.event, reason, retry=True))
+            rejected.append(Rejection(batch.events[index], reason, retry=True))
         return rejected
 
     def failed(self, error: BaseException) -> DownstreamError:
@@ -319,17 +363,17 @@ class RedisStreamSink(Sink):
 
     def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:
         """Send the group in one pipeline; return the events Redis did not store."""
-        messages = self._core.messages(batch)
-        if not messages:
+        commands = self._core.messages(batch)
+        if not commands:
             return []
         assert self._client is not None, "send() before connect()"
         pipe = self._client.pipeline(transaction=False)
-        self._core.queue(pipe, messages)
+        self._core.queue(pipe, commands)
         try:
             replies = pipe.execute(raise_on_error=False)
         except (RedisError, OSError) as error:
             raise self._core.failed(error) from error
-        return self._core.rejections(messages, replies)
+        return self._core.rejections(batch, commands, replies)
 
     def close(self) -> None:
         """Close the client the sink made (not one it was given)."""
@@ -419,17 +463,17 @@ class AsyncRedisStreamSink(AsyncSink):
 
     async def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:
         """Send the group in one pipeline; return the events Redis did not store."""
-        messages = self._core.messages(batch)
-        if not messages:
+        commands = self._core.messages(batch)
+        if not commands:
             return []
         assert self._client is not None, "send() before connect()"
         pipe = self._client.pipeline(transaction=False)
-        self._core.queue(pipe, messages)
+        self._core.queue(pipe, commands)
         try:
             replies = await pipe.execute(raise_on_error=False)
         except (RedisError, OSError) as error:
             raise self._core.failed(error) from error
-        return self._core.rejections(messages, replies)
+        return self._core.rejections(batch, commands, replies)
 
     async def close(self) -> None:
         """Close the client the sink made (not one it was given)."""

@@ -109,12 +109,12 @@ def _archived(engine: Engine) -> dict[int, tuple[str, str | None]]:
         return {event: (status, error) for event, status, error in rows}
 
 
-def _batch(engine: Engine, ids: Sequence[int]) -> Batch[SinkEvent]:
-    """A group of the committed events ``ids``, as a worker would hand it over."""
+def _batch(engine: Engine, ids: Sequence[int], handler: str = HANDLER) -> Batch[SinkEvent]:
+    """A group of the committed events ``ids``, handed over as events."""
     with Session(engine) as session:
         query = select(SinkEvent).where(SinkEvent.id.in_(ids)).order_by(SinkEvent.id)
         events = list(session.scalars(query))
-    return Batch(events, group_id=uuid.uuid4(), attempt=1, handler=HANDLER)
+    return Batch(events, group_id=uuid.uuid4(), attempt=1, handler=handler)
 
 
 def _one_line_error(run: Callable[[], object]) -> Exception:
@@ -396,3 +396,32 @@ def test_maxlen_trims_the_stream_and_no_ordering_key_means_no_key_field(
     stored = redis_downstream.stored()
     assert ids[-10:] == [event_id(m.message_id) for m in stored]
     assert {None} == {m.key for m in stored}
+
+
+def test_a_group_read_from_its_rows_sends_the_messages_its_events_would(
+    private_redis: RedisServer, sqlite_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """The default messages of a group handed over as rows (as a worker does) are, byte for
+    byte, those of the same group handed over as events."""
+    reset_schema(sqlite_url)
+    sinks = {
+        stream: RedisStreamSink(private_redis.url, stream=stream) for stream in ("rows", "events")
+    }
+    for stream, sink in sinks.items():
+        app = make_app(sqlite_url)
+        app.handler(SinkEvent, name=stream, ordering_key="account")(sink)
+        sink.outbox_start(app, app.get_handler(stream))
+    ids = commit_events(app.engine, event_rows(30))
+    with app.engine.connect() as conn:
+        rows = list(conn.execute(select(SinkEvent.__table__).order_by(SinkEvent.id)))
+    group = uuid.uuid4()
+
+    sinks["rows"](Batch(rows=rows, model=SinkEvent, group_id=group, attempt=1, handler="rows"))
+    sinks["events"](_batch(app.engine, ids, handler="events"))
+
+    with private_redis.client() as client:
+        stored = {s: [f for _, f in client.xrange(s)] for s in sinks}
+    for sink in sinks.values():
+        sink.outbox_stop()
+    assert 30 == len(stored["events"])
+    assert stored["events"] == stored["rows"]
