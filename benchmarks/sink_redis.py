@@ -16,7 +16,8 @@ PostgreSQL, in a scratch database of the benchmark's own. Each run, in this orde
   (the group's messages built from its rows, their payloads encoded, then the pipeline)
   summed over the calls, and within it the building of the messages; the database statements
   over the drain, counted by a SQLAlchemy ``before_cursor_execute`` listener on the
-  application's engine, per published message.
+  application's engine, per published message. This process's CPU time per message is kept
+  for the raw loops and each drain: steadier than rates on a machine shared with other work.
 
 Medians of ``--runs``, with the machine's load average at each run's start (other work on
 the machine moves every figure). ``send()`` is compared with the raw loops at one thread
@@ -212,14 +213,22 @@ def raw_run(url: str, client: redis.Redis, args: argparse.Namespace) -> dict[str
     try:
         load(app, args.events)
         messages, rows = ready_messages(app), waiting_rows(app)
+        cpu = time.process_time()
         ready = raw_publish(client, ready_stream, messages, args.batch_size)
+        ready_cpu = time.process_time() - cpu
         encoding = raw_encode_and_publish(client, encoding_stream, rows, args.batch_size)
+        encoding_cpu = time.process_time() - cpu - ready_cpu
         with app.engine.begin() as conn:
             conn.execute(OrderEvent.__table__.delete())
     finally:
         client.delete(ready_stream, encoding_stream)
         app.engine.dispose()
-    return {"raw_ready": args.events / ready, "raw_encoding": args.events / encoding}
+    return {
+        "raw_ready": args.events / ready,
+        "raw_encoding": args.events / encoding,
+        "cpu_us_raw_ready": ready_cpu / args.events * 1e6,
+        "cpu_us_raw_encoding": encoding_cpu / args.events * 1e6,
+    }
 
 
 def sink_run(
@@ -232,7 +241,9 @@ def sink_run(
     app.handler(OrderEvent, name=HANDLER, batch_size=args.batch_size, max_batches=64)(sink)
     try:
         load(app, args.events)
+        cpu = time.process_time()
         seconds, statements = drain(app, concurrency)
+        cpu = time.process_time() - cpu
         stored, left = client.xlen(stream), remaining(app)
     finally:
         client.delete(stream)
@@ -244,6 +255,7 @@ def sink_run(
         "send": events / sink.send_seconds,
         "send_publishing": events / (sink.send_seconds - sink.build_seconds),
         "drain": events / seconds,
+        "cpu_us_drain": cpu / events * 1e6,
         "statements_per_message": statements / events,
     }
 
@@ -299,7 +311,7 @@ def main() -> None:
         "ratios": {
             name: round(value / raw, 3)
             for name, value in median.items()
-            if not name.startswith(("statements", "load"))
+            if not name.startswith(("statements", "load", "cpu"))
         },
         "send_to_raw_encoding": round(median[f"send_c{one}"] / median["raw_encoding"], 3),
     }
@@ -317,6 +329,12 @@ def main() -> None:
     print(
         f"sink send() / raw loop encoding rows, {one} thread(s): "
         f"{results['send_to_raw_encoding']:.2f}"
+    )
+    cpu = {"raw_ready": "cpu_us_raw_ready", "raw_encoding": "cpu_us_raw_encoding"}
+    cpu |= {f"drain_c{c}": f"cpu_us_drain_c{c}" for c in concurrencies}
+    print(
+        "this process's CPU per message (the servers' not counted): "
+        + ", ".join(f"{labels[name]} {median[key]:.0f} us" for name, key in cpu.items())
     )
     for c in concurrencies:
         per = median[f"statements_per_message_c{c}"]

@@ -78,7 +78,7 @@ class _Queue(Protocol):
 @dataclass(frozen=True, slots=True)
 class _RowPath:
     """How the default message of an event is read from its row (a batch's ``rows``), which
-    spares building the event: about half the cost of a group's messages."""
+    spares building the event: about 40% of the CPU a group's messages cost."""
 
     table: str
     values: Callable[[Sequence[Any]], dict[str, Any]]
