@@ -70,6 +70,16 @@ def upgrade(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "tests/upgrade", *session.posargs, env=env)
 
 
+@nox.session(python=PYTHON)
+def sinks(session: nox.Session) -> None:
+    """The sinks' kill test in full (docs/sinks.md): 10,000 events and 100 random SIGKILLs of
+    the workers per sink, on SQLite, PostgreSQL and MariaDB, against the real brokers; pytest
+    options go after --."""
+    session.install("-e", ".[dev]")
+    env = {"OUTBOX_SINK_KILLS": "full"}
+    session.run("python", "-m", "pytest", "tests/sinks/test_kills.py", *session.posargs, env=env)
+
+
 # The benchmarks (benchmarks/README.md): figures for the docs, never timing assertions in tests.
 DRAIN = ("benchmarks.drain_throughput", "--events", "200000", "--processes", "1,2", "--runs", "3")
 BENCHMARKS = (

@@ -4,14 +4,19 @@ never; a downstream that cannot be reached stops the worker at start with one li
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections import defaultdict
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
 from outbox import DownstreamUnavailableError, Outbox, RetryPolicy, Settings
 from outbox.worker import Worker
 from tests.models import SinkEvent
+from tests.sinks import sink_app
 from tests.sinks._contract import (
     SECRET,
     Downstream,
@@ -21,6 +26,7 @@ from tests.sinks._contract import (
     expected_messages,
     roll_back_events,
 )
+from tests.sinks.kinds.http import make_sink
 
 BATCH_SIZE = 40
 
@@ -72,3 +78,27 @@ def test_an_unreachable_downstream_stops_the_worker_at_start_with_one_line(
     assert "\n" not in message
     assert SECRET not in message
     assert "to_sink" in message
+
+
+def test_outbox_status_states_the_sinks_guarantee(sqlite_url: str, tmp_path: Path) -> None:
+    """``outbox status`` says, for a handler that is a sink, what its delivery guarantees."""
+    from tests.conftest import reset_schema
+
+    reset_schema(sqlite_url)
+    env = {
+        **os.environ,
+        sink_app.KIND_ENV: "http",
+        sink_app.DESTINATION_ENV: "http://127.0.0.1:9/bulk",
+    }
+    command = ["--app", "tests.sinks.sink_app:app", "--database-url", sqlite_url, "status"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "outbox", *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    ).stdout
+
+    guarantee = make_sink("http://127.0.0.1:9/bulk", sync=True).outbox_guarantee
+    assert f"to_sink: delivery {guarantee}" in shown.splitlines()
