@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
+from typing import Any
 
+import httpx
 from sqlalchemy import String
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, create_async_engine
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
@@ -22,6 +25,10 @@ from outbox import (
     add_events_async,
 )
 from outbox.metrics import HandlerStatus, collect
+from outbox.sinks import Rejection
+from outbox.sinks.http import AsyncBulkHTTPSink, BulkHTTPSink, ErrorsById, StatusList
+from outbox.sinks.rabbitmq import AsyncRabbitMQSink, RabbitMQSink
+from outbox.sinks.redis import AsyncRedisStreamSink, RedisStreamSink
 from outbox.testing import DrainResult, drain
 from outbox.worker import Worker
 
@@ -102,3 +109,33 @@ def operate() -> None:
         root: OutboxError = error
         del root
     del result, statuses, clean, delay
+
+
+class OrderEvent(BufferMixin, Base):
+    __tablename__ = "typing_order_events"
+    region: Mapped[str] = mapped_column(String(20))
+    customer: Mapped[str] = mapped_column(String(40))
+
+
+def order_body(events: Sequence[OrderEvent]) -> dict[str, object]:
+    return {"orders": [{"customer": e.customer} for e in events]}
+
+
+def refused(response: httpx.Response, events: Sequence[OrderEvent]) -> list[Rejection[Any]]:
+    return [Rejection(e, "refused", retry=False) for e in events if not e.customer]
+
+
+def sinks() -> None:
+    # Each sink is a handler of any buffer model, sync or async, registered or called inside one.
+    shop = Outbox("sqlite:///sinks.sqlite3")
+    post = BulkHTTPSink("https://api.example.com/bulk", body=order_body, result=StatusList())
+    shop.handler(OrderEvent, name="to_api", batch_size=500, bisect=True)(post)
+    by_id = ErrorsById(items="errors", record_id=lambda e: e.customer)
+    AsyncBulkHTTPSink("https://api.example.com/bulk", body=order_body, result=by_id)
+    AsyncBulkHTTPSink("https://api.example.com/bulk", result=refused)
+    RedisStreamSink("redis://cache:6379/0", stream=lambda e: f"orders.{e.region}", maxlen=1000)
+    AsyncRedisStreamSink(stream="orders")
+    RabbitMQSink(exchange="orders", routing_key=lambda e: e.region)
+    rabbit = AsyncRabbitMQSink("amqp://guest:guest@mq:5672/", routing_key="orders")
+    guarantee: str = rabbit.outbox_guarantee
+    del guarantee
