@@ -73,11 +73,15 @@ def upgrade(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def sinks(session: nox.Session) -> None:
     """The sinks' kill test in full (docs/sinks.md): 10,000 events and 100 random SIGKILLs of
-    the workers per sink, on SQLite, PostgreSQL and MariaDB, against the real brokers; pytest
-    options go after --."""
+    the workers per sink, on SQLite, PostgreSQL and MariaDB, against the real brokers; and the
+    bulk API's outage for a minute. pytest options go after --."""
     session.install("-e", ".[dev]")
     env = {"OUTBOX_SINK_KILLS": "full"}
-    session.run("python", "-m", "pytest", "tests/sinks/test_kills.py", *session.posargs, env=env)
+    tests = (
+        "tests/sinks/test_kills.py",
+        "tests/sinks/test_http.py::test_an_outage_opens_the_breaker_and_loses_nothing",
+    )
+    session.run("python", "-m", "pytest", *tests, *session.posargs, env=env)
 
 
 # The benchmarks (benchmarks/README.md): figures for the docs, never timing assertions in tests.

@@ -5,6 +5,7 @@ loses nothing."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +43,8 @@ ONCE = RetryPolicy(max_attempts=1)
 SOON = RetryPolicy(max_attempts=30, scale=0.0, base_delay=0.1, jitter=0.0)
 DEFERRED, RETRYING, SUCCEEDED = Outcome.DEFERRED, Outcome.RETRYING, Outcome.SUCCEEDED
 DATA, DOWNSTREAM = FailureCause.DATA, FailureCause.DOWNSTREAM
+# The outage's length: a minute in the full size (``nox -s sinks``), a few seconds here.
+OUTAGE_SECONDS = 60.0 if os.environ.get("OUTBOX_SINK_KILLS") == "full" else 3.0
 
 
 @pytest.fixture
@@ -270,21 +273,23 @@ def test_a_timeout_is_the_downstreams_failure(
 def test_an_outage_opens_the_breaker_and_loses_nothing(
     app: Outbox, recording_api: RecordingAPI, sync: bool
 ) -> None:
-    """503s without Retry-After for a while: the breaker opens, then closes once the API is
-    back; every event is taken exactly once, none reported done before it was."""
+    """503s without Retry-After for a while (a minute in the full size): the breaker opens,
+    then closes once the API is back; every event is taken exactly once, none reported done
+    before it was."""
     app.settings = Settings(poll_interval=0.05, min_retry_after=0.0, rescue_interval=0.2)
     breaker = CircuitBreaker(failures=2, probe_after=0.5, max_probe_after=1.0)
     app.handler(SinkEvent, name="to_api", batch_size=10, retry=SOON, circuit_breaker=breaker)(
         sink_of(sync, recording_api.url)
     )
     ids = commit_events(app.engine, event_rows(100))
-    recording_api.answer_for(3.0, 503, {"error": "maintenance"})
+    recording_api.answer_for(OUTAGE_SECONDS, 503, {"error": "maintenance"})
     worker = Worker(app, concurrency=2)
     thread = threading.Thread(target=worker.run, daemon=True)
     thread.start()
     try:
         wait_for(lambda: _trips(app) > 0, "the breaker to open")
-        wait_for(lambda: len(recording_api.records) == len(ids), "every event taken", 30)
+        assert [] == recording_api.records  # nothing taken while the API is down
+        wait_for(lambda: len(recording_api.records) == len(ids), "every event", OUTAGE_SECONDS + 30)
         wait_for(lambda: _breaker_closed(app), "the breaker to close")
     finally:
         worker.stop()
