@@ -6,9 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tests.sinks._contract import Downstream
+from tests.sinks.kinds.nats import nats_downstream
 
 # The kinds the shared contract runs against; each is the fixture ``<kind>_downstream``.
-KINDS: list[str] = []
+KINDS: list[str] = ["nats"]
+
+__all__ = ["nats_downstream"]
 
 
 @pytest.fixture(params=KINDS)
