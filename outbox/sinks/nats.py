@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -206,6 +207,10 @@ NO_RESPONDERS = "no responders"
 def _refusal(msg: nats.aio.msg.Msg) -> str | None:
     """None when the reply is a ``PubAck`` (a duplicate one too: stored before), else why the
     message was not stored."""
+    if msg.data.startswith(b'{"stream":'):
+        # The server writes an error first ({"error":...}): this is a PubAck, read without
+        # parsing (a parse per message cost a tenth of a group's time).
+        return None
     if msg.headers and msg.headers.get("Status") == "503":
         return NO_RESPONDERS
     try:
@@ -584,6 +589,9 @@ def _is_stream_name(name: str) -> bool:
     return bool(name) and not any(c.isspace() or c in ".*>/\\" for c in name)
 
 
+# Cached: a buffer's events go to a few subjects, and checking each message's subject letter
+# by letter cost a tenth of a group's time.
+@functools.lru_cache(maxsize=4096)
 def _is_subject(subject: str) -> bool:
     """A subject a message can be published to: dot-separated tokens, none empty, no
     whitespace and no wildcard."""

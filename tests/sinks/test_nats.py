@@ -286,6 +286,34 @@ def test_a_partial_failure_retries_only_what_was_not_acknowledged(
     assert [i for i in ids if i not in hooli] + hooli == stored
 
 
+def test_a_message_for_another_stream_is_refused_there_and_retried(
+    nats_downstream: JetStreamDownstream, sync: bool, app: Outbox
+) -> None:
+    """A message whose subject another stream listens on is refused with JetStream's reason
+    (it expects the sink's stream) and retried, never stored outside the checked window."""
+    with destination() as other:
+        sink = nats_downstream.sink(
+            sync=sync,
+            subject=lambda e: (
+                f"{other.name}.x" if e.account == "hooli" else f"{nats_downstream.name}.x"
+            ),
+        )
+        ids = commit_events(app.engine, event_rows(10))
+        hooli = ids[4::5]
+        first = Batch(_events(app), group_id=uuid.uuid4(), attempt=1, handler="to_nats")
+
+        _send(sink, sync, lambda: first)
+
+        assert [] == other.stored()
+    assert [i for i in ids if i not in hooli] == [
+        event_id(m.message_id) for m in nats_downstream.stored()
+    ]
+    assert {
+        "refused by JetStream: expected stream does not match (code 400, err_code 10060)"
+    } == set(first.retried_ids.values())
+    assert hooli == sorted(first.retried_ids)
+
+
 async def _listen_also(stream: str, subject: str) -> None:
     client = await nats.connect(NATS_URL, allow_reconnect=False)
     try:
