@@ -7,13 +7,20 @@ import pytest
 
 from tests.sinks._contract import Downstream
 from tests.sinks.kinds.http import http_downstream, recording_api
+from tests.sinks.kinds.nats import nats_downstream
 from tests.sinks.kinds.rabbitmq import rabbitmq_downstream
 from tests.sinks.kinds.redis import redis_downstream
 
 # The kinds the shared contract runs against; each is the fixture ``<kind>_downstream``.
-KINDS: list[str] = ["http", "rabbitmq", "redis"]
+KINDS: list[str] = ["http", "nats", "rabbitmq", "redis"]
 
-__all__ = ["http_downstream", "rabbitmq_downstream", "recording_api", "redis_downstream"]
+__all__ = [
+    "http_downstream",
+    "nats_downstream",
+    "rabbitmq_downstream",
+    "recording_api",
+    "redis_downstream",
+]
 
 
 @pytest.fixture(params=KINDS)

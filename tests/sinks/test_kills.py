@@ -53,7 +53,7 @@ UP_SECONDS = (0.8, 1.5)
 KILL_AFTER_SECONDS = (0.0, 0.03)
 LEASED_WITHIN_SECONDS = 3.0
 DRAIN_SECONDS = 300.0 if FULL else 120.0
-KINDS = ["http", "rabbitmq", "redis"]
+KINDS = ["http", "nats", "rabbitmq", "redis"]
 DATABASES = ["sqlite", "postgresql", "mariadb"]
 # The test run's small size puts each kind on one database, in turn; the full size on each.
 CASES = (

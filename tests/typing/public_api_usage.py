@@ -27,6 +27,7 @@ from outbox import (
 from outbox.metrics import HandlerStatus, collect
 from outbox.sinks import Rejection
 from outbox.sinks.http import AsyncBulkHTTPSink, BulkHTTPSink, ErrorsById, StatusList
+from outbox.sinks.nats import AsyncJetStreamSink, JetStreamSink
 from outbox.sinks.rabbitmq import AsyncRabbitMQSink, RabbitMQSink
 from outbox.sinks.redis import AsyncRedisStreamSink, RedisStreamSink
 from outbox.testing import DrainResult, drain
@@ -117,6 +118,12 @@ class OrderEvent(BufferMixin, Base):
     customer: Mapped[str] = mapped_column(String(40))
 
 
+class ShipmentEvent(BufferMixin, Base):
+    __tablename__ = "typing_shipment_events"
+    region: Mapped[str] = mapped_column(String(20))
+    customer: Mapped[str] = mapped_column(String(40))
+
+
 def order_body(events: Sequence[OrderEvent]) -> dict[str, object]:
     return {"orders": [{"customer": e.customer} for e in events]}
 
@@ -138,4 +145,9 @@ def sinks() -> None:
     RabbitMQSink(exchange="orders", routing_key=lambda e: e.region)
     rabbit = AsyncRabbitMQSink("amqp://guest:guest@mq:5672/", routing_key="orders")
     guarantee: str = rabbit.outbox_guarantee
+    jetstream = AsyncJetStreamSink(
+        "nats://nats:4222", subject=lambda e: f"orders.{e.region}", stream="ORDERS"
+    )
+    shop.handler(ShipmentEvent, name="to_nats", ordering_key="customer")(jetstream)
+    JetStreamSink(subject="orders.all")
     del guarantee

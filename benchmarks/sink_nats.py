@@ -1,0 +1,333 @@
+"""The NATS JetStream sink against a raw nats-py loop, and drained end to end from PostgreSQL.
+
+In one run, on this machine's NATS server with JetStream (``OUTBOX_BENCH_NATS_URL``, default
+nats://127.0.0.1:4222), with a stream of its own (made again before each side's turn, so that
+no message is a duplicate of the turn before), deleted at the end:
+
+(a) raw: a hand-written nats-py loop publishes ``--messages`` events in groups of
+    ``--group-size``, as a user's handler would: each event's columns written as JSON, its
+    ``Nats-Msg-Id`` and the expected stream as headers, every message of a group written with
+    ``js.publish_async`` and the ``PubAck`` of each awaited together (the sink's pipelining
+    and acknowledgement mode);
+(a2) raw with one reply subscription: the same loop with ``nc.publish`` and a reply subject of
+    its own per message under one wildcard subscription (the sink's technique, cheaper per
+    message than ``publish_async``): the stricter ceiling, shown, not judged;
+(b) sink: ``AsyncJetStreamSink.send`` publishes the same events in the same groups;
+(c) drain: ``--events`` events committed to a PostgreSQL buffer (a scratch database of its
+    own) are drained into JetStream by one in-process worker (burst, default concurrency) with
+    the sink as the handler at ``--batch-size``: events per second from the worker's start to
+    an empty buffer, and the database statements per published message (every statement the
+    worker's engine sends, counted by a ``before_cursor_execute`` listener).
+
+(a), (a2) and (b) take turns, ``--runs`` times each; medians are compared (sink / raw, aim
+≥ 0.8; statements per message, aim ≤ 0.05).
+
+    python -m benchmarks.sink_nats --messages 20000 --group-size 1000 \\
+        --events 50000 --batch-size 1000 --runs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+import uuid
+from decimal import Decimal
+from typing import Any
+
+import nats
+import nats.js.errors
+from sqlalchemy import Numeric, String, create_engine, event, insert, text
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+
+from benchmarks._common import ADMIN_URL, command_line, machine, scratch_database, write
+from outbox import Batch, BufferMixin, Outbox, schema
+from outbox.sinks.base import json_default
+from outbox.sinks.nats import MSG_ID_HEADER, AsyncJetStreamSink
+from outbox.worker import Worker
+
+DATABASE = "outbox_bench_sink_nats"
+NATS_URL = os.environ.get("OUTBOX_BENCH_NATS_URL", "nats://127.0.0.1:4222")
+DUPLICATE_WINDOW_SECONDS = 2 * 3600.0
+"""Longer than the default retry schedule's re-send horizon: the sink's check passes."""
+HANDLER = "to_nats"
+
+
+class Base(DeclarativeBase):
+    """The benchmark's buffer."""
+
+
+class OrderEvent(BufferMixin, Base):
+    """An order event: a few columns of the common types."""
+
+    __tablename__ = "bench_nats_events"
+    account: Mapped[str] = mapped_column(String(40))
+    amount: Mapped[Decimal] = mapped_column(Numeric(12, 2))
+    note: Mapped[str] = mapped_column(String(200))
+
+
+def _rows(count: int) -> list[dict[str, Any]]:
+    return [
+        {"account": f"account-{n % 50}", "amount": Decimal(f"{n}.{n % 100:02d}"), "note": f"#{n}"}
+        for n in range(count)
+    ]
+
+
+def _fresh(url: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        Base.metadata.drop_all(conn)
+        schema.metadata.drop_all(conn)
+        schema.metadata.create_all(conn)
+        Base.metadata.create_all(conn)
+    engine.dispose()
+
+
+def _drop(name: str) -> None:
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+async def _stream(name: str, create: bool = True) -> int:
+    """Delete stream ``name`` if it exists (how many messages it held), then make it again
+    empty, with no message ids to drop (unless ``create`` is false)."""
+    client = await nats.connect(NATS_URL, connect_timeout=5, allow_reconnect=False)
+    try:
+        jetstream = client.jetstream()
+        held = 0
+        try:
+            held = (await jetstream.stream_info(name)).state.messages
+            await jetstream.delete_stream(name)
+        except nats.js.errors.NotFoundError:
+            pass
+        if create:
+            await jetstream.add_stream(
+                name=name, subjects=[f"{name}.>"], duplicate_window=DUPLICATE_WINDOW_SECONDS
+            )
+        return held
+    finally:
+        await client.close()
+
+
+def _groups(url: str, messages: int, size: int) -> list[list[OrderEvent]]:
+    """``messages`` events committed, then read back as detached instances, in groups."""
+    _fresh(url)
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(insert(OrderEvent), _rows(messages))
+    with Session(engine) as session:
+        events = list(session.query(OrderEvent).order_by(OrderEvent.id))
+        session.expunge_all()
+    engine.dispose()
+    return [events[i : i + size] for i in range(0, len(events), size)]
+
+
+async def raw(name: str, groups: list[list[OrderEvent]]) -> float:
+    """Seconds a hand-written nats-py loop takes to publish every group, acknowledged."""
+    client = await nats.connect(NATS_URL, connect_timeout=5, allow_reconnect=False)
+    try:
+        jetstream = client.jetstream()
+        subject, table = f"{name}.events", OrderEvent.__tablename__
+        started = time.perf_counter()
+        for group in groups:
+            acks = []
+            for e in group:
+                body = json.dumps(
+                    {
+                        "id": e.id,
+                        "created_at": e.created_at,
+                        "account": e.account,
+                        "amount": e.amount,
+                        "note": e.note,
+                    },
+                    default=json_default,
+                    separators=(",", ":"),
+                ).encode()
+                headers = {MSG_ID_HEADER: f"{table}-{e.id}"}
+                acks.append(
+                    await jetstream.publish_async(subject, body, stream=name, headers=headers)
+                )
+            answers = await asyncio.wait_for(
+                asyncio.gather(*acks, return_exceptions=True), timeout=10
+            )
+            failed = [a for a in answers if isinstance(a, BaseException)]
+            if failed:
+                raise RuntimeError(f"{len(failed)} not acknowledged: {failed[0]!r}")
+        return time.perf_counter() - started
+    finally:
+        await client.close()
+
+
+async def raw_inbox(name: str, groups: list[list[OrderEvent]]) -> float:
+    """Seconds a hand-written loop takes with the sink's technique rather than
+    ``publish_async``: ``nc.publish`` with a reply subject of its own under one wildcard
+    subscription, the ``PubAck`` counted as it comes (the stricter ceiling, shown)."""
+    client = await nats.connect(NATS_URL, connect_timeout=5, allow_reconnect=False)
+    try:
+        prefix = client.new_inbox()
+        answered: dict[str, bool] = {}
+        done = asyncio.Event()
+        expected = 0
+
+        async def on_reply(message: Any) -> None:
+            answered[message.subject] = message.data.startswith(b'{"stream":')
+            if len(answered) >= expected:
+                done.set()
+
+        await client.subscribe(f"{prefix}.*", cb=on_reply)
+        subject, table, token = f"{name}.events", OrderEvent.__tablename__, 0
+        started = time.perf_counter()
+        for group in groups:
+            answered.clear()
+            done.clear()
+            expected = len(group)
+            for e in group:
+                body = json.dumps(
+                    {
+                        "id": e.id,
+                        "created_at": e.created_at,
+                        "account": e.account,
+                        "amount": e.amount,
+                        "note": e.note,
+                    },
+                    default=json_default,
+                    separators=(",", ":"),
+                ).encode()
+                headers = {MSG_ID_HEADER: f"{table}-{e.id}", "Nats-Expected-Stream": name}
+                token += 1
+                await client.publish(subject, body, reply=f"{prefix}.{token}", headers=headers)
+            await asyncio.wait_for(done.wait(), timeout=10)
+            if not all(answered.values()):
+                raise RuntimeError("not every message acknowledged")
+        return time.perf_counter() - started
+    finally:
+        await client.close()
+
+
+async def sink(name: str, groups: list[list[OrderEvent]]) -> float:
+    """Seconds ``AsyncJetStreamSink.send`` takes to publish every group, acknowledged."""
+    publisher = AsyncJetStreamSink(NATS_URL, subject=f"{name}.events", stream=name)
+    await publisher.connect()
+    try:
+        started = time.perf_counter()
+        for group in groups:
+            batch = Batch(group, group_id=uuid.uuid4(), attempt=1, handler=HANDLER)
+            rejected = await publisher.send(batch)
+            if rejected:
+                raise RuntimeError(f"{len(rejected)} not acknowledged: {rejected[0].reason}")
+        return time.perf_counter() - started
+    finally:
+        await publisher.close()
+
+
+def drain(url: str, name: str, events: int, batch_size: int) -> dict[str, Any]:
+    """Events per second drained from PostgreSQL into JetStream by one worker, and database
+    statements per published message."""
+    _fresh(url)
+    asyncio.run(_stream(name))
+    app = Outbox(url)
+    app.handler(OrderEvent, name=HANDLER, batch_size=batch_size)(
+        AsyncJetStreamSink(NATS_URL, subject=f"{name}.events", stream=name)
+    )
+    with app.engine.begin() as conn:
+        conn.execute(insert(OrderEvent), _rows(events))
+    statements = 0
+
+    def count(*_: Any) -> None:
+        nonlocal statements
+        statements += 1
+
+    event.listen(app.engine, "before_cursor_execute", count)
+    started = time.perf_counter()
+    Worker(app, burst=True).run()
+    seconds = time.perf_counter() - started
+    event.remove(app.engine, "before_cursor_execute", count)
+    with app.engine.connect() as conn:
+        left = conn.execute(text(f"SELECT count(*) FROM {OrderEvent.__tablename__}")).scalar_one()
+    app.engine.dispose()
+    published = asyncio.run(_stream(name))
+    return {
+        "events": events,
+        "batch_size": batch_size,
+        "seconds": round(seconds, 3),
+        "events_per_second": round(events / seconds),
+        "left_in_buffer": left,
+        "published": published,
+        "statements": statements,
+        "statements_per_message": round(statements / max(published, 1), 4),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=20_000, help="messages per run, (a), (b)")
+    parser.add_argument("--group-size", type=int, default=1000, help="messages per group")
+    parser.add_argument("--events", type=int, default=50_000, help="events drained, (c)")
+    parser.add_argument("--batch-size", type=int, default=1000, help="the handler's, (c)")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args()
+
+    url = scratch_database(DATABASE)
+    name = f"outbox-bench-{uuid.uuid4().hex[:12]}"
+    try:
+        groups = _groups(url, args.messages, args.group_size)
+        sides = {"raw": raw, "raw_inbox": raw_inbox, "sink": sink}
+        rates: dict[str, list[float]] = {side: [] for side in sides}
+        for run in range(args.runs):
+            # Taking turns, the order rotating: the machine's drift hits every side alike.
+            order = list(sides)[run % 3 :] + list(sides)[: run % 3]
+            for side in order:
+                asyncio.run(_stream(name))
+                seconds = asyncio.run(sides[side](name, groups))
+                published = asyncio.run(_stream(name))
+                if published != args.messages:
+                    raise RuntimeError(f"{side}: {published} in the stream, not {args.messages}")
+                rates[side].append(round(args.messages / seconds))
+                print(f"run {run + 1} {side}: {rates[side][-1]:,} messages/s")
+        raw_rate = statistics.median(rates["raw"])
+        inbox_rate = statistics.median(rates["raw_inbox"])
+        sink_rate = statistics.median(rates["sink"])
+        ratio = round(sink_rate / raw_rate, 3)
+        inbox_ratio = round(sink_rate / inbox_rate, 3)
+        print(f"sink / raw: {sink_rate:,.0f} / {raw_rate:,.0f} messages/s = {ratio} (aim ≥ 0.8)")
+        print(
+            f"sink / raw with one reply subscription: {sink_rate:,.0f} / {inbox_rate:,.0f} "
+            f"messages/s = {inbox_ratio} (shown)"
+        )
+        drained = drain(url, name, args.events, args.batch_size)
+        print(
+            f"drain: {drained['events_per_second']:,} events/s ({args.events:,} events, batch "
+            f"{args.batch_size:,}, {drained['seconds']} s); "
+            f"{drained['statements_per_message']} statements per message (aim ≤ 0.05)"
+        )
+    finally:
+        asyncio.run(_stream(name, create=False))
+        _drop(DATABASE)
+    write(
+        "sink_nats",
+        {
+            "benchmark": "sink_nats",
+            "command": command_line("benchmarks.sink_nats", args),
+            "machine": machine(),
+            "messages": args.messages,
+            "group_size": args.group_size,
+            "raw_messages_per_second": rates["raw"],
+            "sink_messages_per_second": rates["sink"],
+            "raw_inbox_messages_per_second": rates["raw_inbox"],
+            "raw_median": raw_rate,
+            "raw_inbox_median": inbox_rate,
+            "sink_median": sink_rate,
+            "sink_over_raw": ratio,
+            "sink_over_raw_inbox": inbox_ratio,
+            "drain": drained,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,544 @@
+"""The NATS JetStream sink, sync and async: the stream's duplicate window is checked against the
+handler's re-send horizon at start; a re-sent message is stored once; what the stream did not
+acknowledge, and only that, is retried; a server killed mid-drain and started again loses
+nothing and stores no duplicate, while the circuit breaker opens and closes; bad configuration
+stops the worker in one line, with no secret."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from nats.js.api import StreamConfig
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from outbox import (
+    Batch,
+    CircuitBreaker,
+    ConfigurationError,
+    DownstreamError,
+    DownstreamUnavailableError,
+    Outbox,
+    RetryPolicy,
+    Settings,
+    metrics,
+    schema,
+)
+from outbox.sinks.base import resend_horizon
+from outbox.sinks.nats import AsyncJetStreamSink, JetStreamSink, check_window
+from outbox.testing import drain
+from outbox.worker import Worker
+from tests._support import wait_for
+from tests.conftest import reset_schema
+from tests.models import SinkEvent
+from tests.sinks._contract import (
+    SECRET,
+    commit_events,
+    event_id,
+    event_rows,
+    expected_messages,
+)
+from tests.sinks.kinds.nats import (
+    NATS_URL,
+    JetStreamDownstream,
+    PrivateServer,
+    create,
+    destination,
+    read,
+    unique_name,
+)
+
+IMMEDIATE = RetryPolicy(max_attempts=3, scale=0.0, base_delay=0.0, jitter=0.0)
+# Failed groups come back quickly, many times: an outage of a few seconds never dead-letters.
+PATIENT = RetryPolicy(max_attempts=1000, scale=0.0, base_delay=0.2, jitter=0.0)
+OUTAGE_SECONDS = 60.0
+
+
+@pytest.fixture
+def app(sqlite_url: str, make_app: Callable[..., Outbox]) -> Outbox:
+    """An application on a fresh SQLite database that polls often."""
+    reset_schema(sqlite_url)
+    made: Outbox = make_app(sqlite_url, Settings(poll_interval=0.05))
+    return made
+
+
+def _archived(app: Outbox) -> dict[int, tuple[str, str | None]]:
+    with app.engine.connect() as conn:
+        rows = conn.execute(
+            select(schema.archive.c.event_id, schema.archive.c.status, schema.archive.c.error)
+        )
+        return {row.event_id: (row.status, row.error) for row in rows}
+
+
+def _buffer_empty(app: Outbox) -> bool:
+    with app.engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(SinkEvent)).scalar_one() == 0
+
+
+def _breaker(app: Outbox) -> str | None:
+    (status,) = metrics.collect(app)
+    return status.breaker
+
+
+def _events(app: Outbox) -> list[SinkEvent]:
+    with Session(app.engine) as session:
+        events = list(session.scalars(select(SinkEvent).order_by(SinkEvent.id)))
+        session.expunge_all()
+    return events
+
+
+def _send(sink: Any, sync: bool, *batches: Callable[[], Batch[Any]]) -> None:
+    """Call ``sink`` with each batch in turn (each made when its turn comes), then close it."""
+    if sync:
+        for make in batches:
+            sink(make())
+        sink.close()
+        return
+
+    async def run() -> None:
+        for make in batches:
+            await sink(make())
+        await sink.outbox_stop()
+
+    asyncio.run(run())
+
+
+class _Running:
+    """A worker in a thread, stopped at the end."""
+
+    def __init__(self, app: Outbox, concurrency: int = 2) -> None:
+        self.worker = Worker(app, concurrency=concurrency)
+        self.thread = threading.Thread(target=self.worker.run, daemon=True)
+
+    def __enter__(self) -> Worker:
+        self.thread.start()
+        return self.worker
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(30)
+
+
+def _one_line_start_error(app: Outbox, error: type[Exception]) -> str:
+    with pytest.raises(error) as raised:
+        Worker(app, burst=True).run()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert SECRET not in message
+    return message
+
+
+def test_the_window_check_refuses_a_handler_that_may_resend_after_the_window(
+    sync: bool, app: Outbox
+) -> None:
+    """A stream whose duplicate window is shorter than the handler's re-send horizon stops
+    the worker at start, in one line naming both."""
+    with destination(duplicate_window=60.0) as downstream_name:
+        downstream = JetStreamDownstream(downstream_name)
+        app.handler(SinkEvent, name="to_nats")(downstream.sink(sync=sync))
+        horizon = resend_horizon(app, app.get_handler("to_nats"))
+        commit_events(app.engine, event_rows(3))
+
+        message = _one_line_start_error(app, ConfigurationError)
+
+    assert message == (
+        f"handler 'to_nats': JetStream stream '{downstream.name}' drops a re-sent message "
+        f"within 60 s, but an event may be re-sent up to {horizon:.0f} s after it was first "
+        f"sent (the longest retry wait, the lease and the timeout): raise the window to at "
+        f"least {horizon:.0f} s, or lower RetryPolicy.max_delay / the lease"
+    )
+
+
+def test_the_window_check_accepts_a_handler_within_the_window_and_states_it(
+    sync: bool, app: Outbox
+) -> None:
+    """A handler whose re-send horizon is within the window runs; the guarantee names the
+    stream, the window and the horizon."""
+    retry = RetryPolicy(max_delay=30.0)
+    with destination(duplicate_window=300.0) as downstream_name:
+        downstream = JetStreamDownstream(downstream_name)
+        sink = downstream.sink(sync=sync)
+        app.handler(SinkEvent, name="to_nats", retry=retry)(sink)
+        horizon = resend_horizon(app, app.get_handler("to_nats"))
+        before = sink.outbox_guarantee
+        committed = commit_events(app.engine, event_rows(5))
+
+        drain(app)
+
+        assert committed == [event_id(m.message_id) for m in downstream.stored()]
+    assert "checked at worker start" in before
+    assert sink.outbox_guarantee == (
+        f"at least once; no duplicates stored on JetStream stream '{downstream.name}' within "
+        f"its duplicate window (300 s, at least the handler's re-send horizon of "
+        f"{horizon:.0f} s, checked at start); past it, consumers de-duplicate by the "
+        f"Nats-Msg-Id header"
+    )
+
+
+def test_a_stream_without_a_duplicate_window_is_refused(app: Outbox) -> None:
+    """A duplicate window of 0 (no de-duplication) is refused in one line, naming the
+    window the handler needs."""
+    app.handler(SinkEvent, name="to_nats")(lambda batch: None)
+    handler = app.get_handler("to_nats")
+
+    with pytest.raises(ConfigurationError) as raised:
+        check_window(app, handler, "ORDERS", 0.0)
+
+    assert str(raised.value) == (
+        f"handler 'to_nats': JetStream stream 'ORDERS' has no duplicate window "
+        f"(duplicate_window 0), so a re-sent message would be stored twice: give it a "
+        f"duplicate_window of at least {resend_horizon(app, handler):.0f} s (the longest "
+        f"retry wait, the lease and the timeout)"
+    )
+
+
+def test_an_attempt_repeated_after_its_messages_were_stored_stores_them_once(
+    nats_downstream: JetStreamDownstream, sync: bool, app: Outbox
+) -> None:
+    """An attempt that failed after the stream stored its messages (its acknowledgement lost,
+    say) sends them again: the stream drops the re-sent ones and the retry succeeds."""
+    sink = nats_downstream.sink(sync=sync)
+    if sync:
+
+        def handler(batch: Batch[SinkEvent]) -> None:
+            sink(batch)
+            if batch.attempt == 1:
+                raise DownstreamError("the acknowledgement was lost")
+
+    else:
+
+        async def handler(batch: Batch[SinkEvent]) -> None:  # type: ignore[misc]
+            await sink(batch)
+            if batch.attempt == 1:
+                raise DownstreamError("the acknowledgement was lost")
+
+    app.handler(SinkEvent, name="to_nats", batch_size=50, retry=IMMEDIATE, archive=True)(handler)
+    committed = commit_events(app.engine, event_rows(30))
+
+    drain(app)
+
+    assert committed == [event_id(m.message_id) for m in nats_downstream.stored()]
+    assert {i: "succeeded" for i in committed} == {
+        i: status for i, (status, _) in _archived(app).items()
+    }
+
+
+def test_the_same_group_sent_twice_is_stored_once(
+    nats_downstream: JetStreamDownstream, sync: bool, app: Outbox
+) -> None:
+    """A group sent twice: the second time every message is a duplicate the stream drops,
+    and acknowledges, so nothing is retried."""
+    commit_events(app.engine, event_rows(20))
+    events = _events(app)
+    batches = [Batch(events, group_id=uuid.uuid4(), attempt=n, handler="h") for n in (1, 2)]
+
+    _send(nats_downstream.sink(sync=sync), sync, *(lambda b=b: b for b in batches))
+
+    assert [e.id for e in events] == [event_id(m.message_id) for m in nats_downstream.stored()]
+    assert [{}, {}] == [b.retried_ids for b in batches]
+
+
+def test_a_partial_failure_retries_only_what_was_not_acknowledged(
+    nats_downstream: JetStreamDownstream, sync: bool, app: Outbox
+) -> None:
+    """Messages on a subject no stream listens on are not acknowledged: only those are
+    retried, with the reason, and sending them again once the stream listens stores each
+    event once."""
+    name = nats_downstream.name
+    elsewhere = f"{name}-elsewhere"
+    sink = nats_downstream.sink(
+        sync=sync,
+        subject=lambda e: f"{elsewhere}.{e.account}" if e.account == "hooli" else f"{name}.x",
+    )
+    ids = commit_events(app.engine, event_rows(20))
+    hooli = ids[4::5]  # event_rows gives every fifth event to hooli
+    events = _events(app)
+    first = Batch(events, group_id=uuid.uuid4(), attempt=1, handler="to_nats")
+
+    def retried() -> Batch[Any]:
+        asyncio.run(_listen_also(name, f"{elsewhere}.>"))
+        again = [e for e in events if e.id in first.retried_ids]
+        return Batch(again, group_id=uuid.uuid4(), attempt=2, handler="to_nats")
+
+    if sync:
+        _send(sink, sync, lambda: first, retried)
+    else:
+        # The stream is changed from a thread of its own: asyncio.run cannot nest.
+        async def both() -> None:
+            await sink(first)
+            await sink(await asyncio.to_thread(retried))
+            await sink.outbox_stop()
+
+        asyncio.run(both())
+
+    assert hooli == sorted(first.retried_ids)
+    assert {f"no JetStream stream listens on subject '{elsewhere}.hooli' (no responders)"} == set(
+        first.retried_ids.values()
+    )
+    stored = [event_id(m.message_id) for m in nats_downstream.stored()]
+    assert [i for i in ids if i not in hooli] + hooli == stored
+
+
+def test_a_message_for_another_stream_is_refused_there_and_retried(
+    nats_downstream: JetStreamDownstream, sync: bool, app: Outbox
+) -> None:
+    """A message whose subject another stream listens on is refused with JetStream's reason
+    (it expects the sink's stream) and retried, never stored outside the checked window."""
+    with destination() as other_name:
+        other = JetStreamDownstream(other_name)
+        sink = nats_downstream.sink(
+            sync=sync,
+            subject=lambda e: (
+                f"{other.name}.x" if e.account == "hooli" else f"{nats_downstream.name}.x"
+            ),
+        )
+        ids = commit_events(app.engine, event_rows(10))
+        hooli = ids[4::5]
+        first = Batch(_events(app), group_id=uuid.uuid4(), attempt=1, handler="to_nats")
+
+        _send(sink, sync, lambda: first)
+
+        assert [] == other.stored()
+    assert [i for i in ids if i not in hooli] == [
+        event_id(m.message_id) for m in nats_downstream.stored()
+    ]
+    assert {
+        "refused by JetStream: expected stream does not match (code 400, err_code 10060)"
+    } == set(first.retried_ids.values())
+    assert hooli == sorted(first.retried_ids)
+
+
+async def _listen_also(stream: str, subject: str) -> None:
+    client = await nats.connect(NATS_URL, allow_reconnect=False)
+    try:
+        jetstream = client.jetstream()
+        config: StreamConfig = (await jetstream.stream_info(stream)).config
+        await jetstream.update_stream(config.evolve(subjects=[*(config.subjects or []), subject]))
+    finally:
+        await client.close()
+
+
+def test_a_group_of_one_key_is_stored_in_id_order(
+    nats_downstream: JetStreamDownstream, sync: bool, app: Outbox
+) -> None:
+    """A group of 1,000 events of one key, written pipelined, is stored in id order."""
+    app.handler(SinkEvent, name="to_nats", batch_size=1000, ordering_key="account")(
+        nats_downstream.sink(sync=sync)
+    )
+    committed = commit_events(app.engine, [{**row, "account": "acme"} for row in event_rows(1000)])
+
+    drain(app)
+
+    stored = nats_downstream.stored()
+    assert committed == [event_id(m.message_id) for m in stored]
+    assert {"acme"} == {m.key for m in stored}
+
+
+def test_the_server_killed_mid_drain_loses_nothing_and_stores_no_duplicate(
+    sync: bool, app: Outbox, tmp_path: Path
+) -> None:
+    """The server killed while the worker drains, then started again: the breaker opens while
+    it is away and closes after; every committed event is stored exactly once."""
+    name, batch_size = unique_name(), 500
+    sink_class = JetStreamSink if sync else AsyncJetStreamSink
+    with PrivateServer(tmp_path / "jetstream") as server:
+        asyncio.run(create(name, server.url))
+        app.handler(
+            SinkEvent,
+            name="to_nats",
+            batch_size=batch_size,
+            retry=PATIENT,
+            circuit_breaker=CircuitBreaker(failures=2, probe_after=1, max_probe_after=2),
+        )(sink_class(server.url, subject=f"{name}.events", ack_timeout=2.0))
+        committed = commit_events(app.engine, event_rows(3000))
+        expected = expected_messages(app.engine, committed)
+
+        with _Running(app):
+            asyncio.run(_kill_when_stored(server, name, batch_size * 2 + batch_size // 2))
+            _wait(lambda: _breaker(app) == "open", "the breaker open")
+            server.start()
+            _wait(lambda: _buffer_empty(app), "the buffer drained")
+            _wait(lambda: _breaker(app) == "closed", "the breaker closed")
+
+        stored = asyncio.run(read(name, server.url))
+
+    assert sorted(committed) == sorted(event_id(m.message_id) for m in stored)
+    duplicates = [i for i, n in Counter(m.message_id for m in stored).items() if n > 1]
+    assert [] == duplicates
+    assert expected == {m.message_id: m.values for m in stored}
+
+
+def test_the_duplicate_window_outlives_a_server_restart(
+    sync: bool, app: Outbox, tmp_path: Path
+) -> None:
+    """A group stored, the server killed and started again, the same group sent again (its
+    acknowledgement lost with the server, say): the stream holds each message once."""
+    name = unique_name()
+    commit_events(app.engine, event_rows(50))
+    events = _events(app)
+    batches = [Batch(events, group_id=uuid.uuid4(), attempt=n, handler="h") for n in (1, 2)]
+    sink_class = JetStreamSink if sync else AsyncJetStreamSink
+    with PrivateServer(tmp_path / "jetstream") as server:
+        asyncio.run(create(name, server.url))
+        _send(sink_class(server.url, subject=f"{name}.x"), sync, lambda: batches[0])
+        server.kill()
+        server.start()
+        _send(sink_class(server.url, subject=f"{name}.x"), sync, lambda: batches[1])
+        stored = asyncio.run(read(name, server.url))
+
+    assert [e.id for e in events] == [event_id(m.message_id) for m in stored]
+    assert [{}, {}] == [b.retried_ids for b in batches]
+
+
+async def _kill_when_stored(server: PrivateServer, stream: str, count: int) -> None:
+    """Kill ``server`` once ``stream`` holds ``count`` messages."""
+    client = await nats.connect(server.url, allow_reconnect=False)
+    try:
+        jetstream = client.jetstream()
+        async with asyncio.timeout(OUTAGE_SECONDS):
+            while (await jetstream.stream_info(stream)).state.messages < count:
+                await asyncio.sleep(0.005)
+        server.kill()
+    finally:
+        with contextlib.suppress(Exception):
+            await client.close()
+
+
+async def _stored_count(servers: str, stream: str) -> int:
+    client = await nats.connect(servers, allow_reconnect=False)
+    try:
+        return (await client.jetstream().stream_info(stream)).state.messages
+    finally:
+        await client.close()
+
+
+def _wait(condition: Callable[[], object], what: str) -> None:
+    wait_for(condition, what, OUTAGE_SECONDS)
+
+
+def test_an_unknown_stream_stops_the_worker_at_start_with_one_line(sync: bool, app: Outbox) -> None:
+    """A sink naming a stream that does not exist stops the worker: one line naming it."""
+    missing = f"outbox-test-missing-{uuid.uuid4().hex[:8]}"
+    sink_class = JetStreamSink if sync else AsyncJetStreamSink
+    app.handler(SinkEvent, name="to_nats")(
+        sink_class(NATS_URL, subject=lambda e: f"{missing}.x", stream=missing)
+    )
+    commit_events(app.engine, event_rows(3))
+
+    message = _one_line_start_error(app, ConfigurationError)
+
+    assert message == (
+        f"handler 'to_nats': NATS JetStream at {NATS_URL}: no JetStream stream '{missing}' "
+        f"(create it first, or name one that exists)"
+    )
+
+
+def test_a_subject_no_stream_listens_on_stops_the_worker_at_start_with_one_line(
+    sync: bool, app: Outbox
+) -> None:
+    """A sink whose subject no stream listens on stops the worker: one line naming it."""
+    subject = f"outbox-test-nowhere-{uuid.uuid4().hex[:8]}.events"
+    sink_class = JetStreamSink if sync else AsyncJetStreamSink
+    app.handler(SinkEvent, name="to_nats")(sink_class(NATS_URL, subject=subject))
+    commit_events(app.engine, event_rows(3))
+
+    message = _one_line_start_error(app, ConfigurationError)
+
+    assert message == (
+        f"handler 'to_nats': NATS JetStream at {NATS_URL}: no JetStream stream listens on "
+        f"subject '{subject}' (add it to a stream's subjects)"
+    )
+
+
+def test_a_subject_of_another_stream_stops_the_worker_at_start_with_one_line(
+    nats_downstream: JetStreamDownstream, sync: bool, app: Outbox
+) -> None:
+    """A sink whose subject belongs to another stream than the one it names stops the
+    worker: one line naming both."""
+    with destination() as other_name:
+        other = JetStreamDownstream(other_name)
+        app.handler(SinkEvent, name="to_nats")(
+            nats_downstream.sink(sync=sync, subject=f"{other.name}.events")
+        )
+        commit_events(app.engine, event_rows(3))
+
+        message = _one_line_start_error(app, ConfigurationError)
+
+    assert message.endswith(
+        f"subject '{other.name}.events' belongs to JetStream stream '{other.name}', not "
+        f"'{nats_downstream.name}'"
+    )
+
+
+def test_wrong_credentials_stop_the_worker_at_start_with_one_line_and_no_secret(
+    sync: bool, app: Outbox, tmp_path: Path
+) -> None:
+    """A password the server refuses stops the worker: one line, the password masked."""
+    with PrivateServer(tmp_path / "jetstream", user="outbox", password="right-password") as server:
+        sink_class = JetStreamSink if sync else AsyncJetStreamSink
+        url = f"nats://outbox:{SECRET}@127.0.0.1:{server.port}"
+        app.handler(SinkEvent, name="to_nats")(sink_class(url, subject="orders.events"))
+        commit_events(app.engine, event_rows(3))
+
+        message = _one_line_start_error(app, DownstreamUnavailableError)
+
+    assert message == (
+        f"handler 'to_nats': NATS JetStream at nats://127.0.0.1:{server.port}: "
+        f"Error: nats: 'Authorization Violation'"
+    )
+
+
+def test_an_unreachable_server_stops_the_worker_at_start_with_one_line(
+    nats_downstream: JetStreamDownstream, sync: bool, app: Outbox
+) -> None:
+    """A server nothing answers for stops the worker quickly: one line, no secret."""
+    app.handler(SinkEvent, name="to_nats")(nats_downstream.unreachable_sink(sync=sync))
+    commit_events(app.engine, event_rows(3))
+
+    message = _one_line_start_error(app, DownstreamUnavailableError)
+
+    assert message.startswith("handler 'to_nats': NATS JetStream at nats://127.0.0.1:")
+    assert "ConnectionRefusedError" in message
+
+
+def test_the_sink_names_its_servers_without_credentials() -> None:
+    """``downstream`` shows no password or token, from the URL or the options."""
+    sink = AsyncJetStreamSink(
+        [f"nats://app:{SECRET}@nats-1.internal", f"tls://{SECRET}@nats-2.internal:4443"],
+        subject="orders",
+        connect_options={"token": SECRET},
+    )
+
+    assert "NATS JetStream at nats://nats-1.internal:4222, tls://nats-2.internal:4443" == (
+        sink.downstream
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "field"),
+    [
+        ({"servers": "http://127.0.0.1:4222"}, "servers"),
+        ({"servers": []}, "servers"),
+        ({"ack_timeout": 0}, "ack_timeout"),
+        ({"subject": 42}, "subject"),
+        ({"subject": "orders.*"}, "subject"),
+        ({"subject": lambda event: "orders"}, "subject"),
+        ({"stream": "ORDERS.EU"}, "stream"),
+    ],
+)
+def test_a_wrong_argument_is_refused_naming_it(options: dict[str, Any], field: str) -> None:
+    """A wrong constructor argument raises ConfigurationError naming the argument; a subject
+    function without ``stream=`` among them."""
+    arguments: dict[str, Any] = {"subject": "orders", **options}
+
+    with pytest.raises(ConfigurationError, match=f"^{field}: "):
+        AsyncJetStreamSink(**arguments)
