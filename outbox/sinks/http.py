@@ -68,6 +68,8 @@ DEFAULT_IDEMPOTENCY_HEADER = "Idempotency-Key"
 BODY_QUOTED = 200
 # Whole-call answers that refuse what was sent (the events' fault): bisected with bisect=True.
 _DATA_STATUSES = frozenset({400, 413, 422})
+# Request headers that carry credentials, whoever set them (headers=, an httpx.Auth).
+_CREDENTIAL_HEADERS = ("Authorization", "Proxy-Authorization", "Cookie")
 # Per-record answers that may succeed later.
 _RETRY_STATUSES = frozenset({408, 409, 425, 429})
 
@@ -309,6 +311,8 @@ class _Requests:
         """The answer's rejections, or what it says of the whole call, raised."""
         status = response.status_code
         where = _shown(response.request.url)
+        for name in _CREDENTIAL_HEADERS:  # what an httpx.Auth added, masked like the rest
+            self.secrets.add(response.request.headers.get(name))
         if 200 <= status < 300:
             return self.result(response, part.events)
         text = f"{status} {response.reason_phrase} from {where}"

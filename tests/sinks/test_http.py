@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -243,19 +244,45 @@ def test_a_wrong_argument_is_refused_where_it_is_passed(
         sink_of(sync, url, **options)
 
 
+@pytest.mark.parametrize("how", ["headers", "auth"])
 def test_secrets_never_show_in_a_failure(
-    app: Outbox, recording_api: RecordingAPI, sync: bool
+    app: Outbox, recording_api: RecordingAPI, sync: bool, how: str
 ) -> None:
-    """A 500 whose body echoes the token and a url's api key: the recorded error masks them."""
-    recording_api.answer_next(500, {"error": f"bad token Bearer {SECRET} for key {SECRET}"})
+    """A 500 whose body echoes the credentials and a url's api key: the recorded error masks
+    them, whether given as a header or by an httpx.Auth."""
+    if how == "headers":
+        options: dict[str, Any] = {"headers": {"Authorization": f"Bearer {SECRET}"}}
+        credentials = f"Bearer {SECRET}"
+    else:
+        options = {"auth": httpx.BasicAuth("app", SECRET)}
+        credentials = httpx.BasicAuth("app", SECRET)._auth_header
+    recording_api.answer_next(500, {"error": f"bad credentials {credentials} for key {SECRET}"})
     url = f"{recording_api.url}?api_key={SECRET}"
 
-    result = run_once(app, sink_of(sync, url, headers={"Authorization": f"Bearer {SECRET}"}))
+    result = run_once(app, sink_of(sync, url, **options))
 
     with app.engine.connect() as conn:
         dead = conn.execute(select(schema.archive.c.error).distinct()).scalar_one()
-    assert (Outcome.DEAD, False, False) == (result.outcome, SECRET in dead, SECRET in str(result))
+    shown = (SECRET in dead, credentials in dead, SECRET in str(result), credentials in str(result))
+    assert (Outcome.DEAD, False, False, False, False) == (result.outcome, *shown)
     assert "500 Internal Server Error" in dead
+
+
+@pytest.mark.parametrize("how", ["headers", "auth"])
+def test_credentials_go_by_headers_or_an_httpx_auth(
+    app: Outbox, recording_api: RecordingAPI, sync: bool, how: str
+) -> None:
+    """A token in ``headers`` or an ``httpx.Auth`` reaches the API on every request."""
+    if how == "headers":
+        options: dict[str, Any] = {"headers": {"Authorization": f"Bearer {SECRET}"}}
+        expected = f"Bearer {SECRET}"
+    else:
+        options = {"auth": httpx.BasicAuth("app", SECRET)}
+        expected = httpx.BasicAuth("app", SECRET)._auth_header
+
+    result = run_once(app, sink_of(sync, recording_api.url, **options))
+
+    assert (SUCCEEDED, [expected]) == (result.outcome, recording_api.authorizations)
 
 
 def test_a_timeout_is_the_downstreams_failure(

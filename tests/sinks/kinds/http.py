@@ -39,6 +39,7 @@ class RecordingAPI:
         self.answer_until: tuple[int, Any, dict[str, str]] | None = None
         self.delay = 0.0
         self.statuses: list[int] = []
+        self.authorizations: list[str | None] = []
         self.lock = threading.Lock()
         api = self
 
@@ -54,6 +55,7 @@ class RecordingAPI:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 time.sleep(api.delay)
+                api.authorizations.append(self.headers.get("Authorization"))
                 status, content, headers = api.take(self.headers.get("Idempotency-Key"), body)
                 self.send_response(status)
                 for name, value in {**headers, "Content-Type": "application/json"}.items():
