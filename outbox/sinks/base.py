@@ -171,6 +171,78 @@ def payload_bytes(value: bytes | str | Any) -> bytes:
     return _JSON.encode(value).encode()
 
 
+_DEFAULT_MESSAGE_ID = message_id
+
+Message: TypeAlias = tuple[str, str | None, bytes]
+"""A default message: its id (:func:`message_id`), its key (the ordering key's value as text,
+or None) and its payload (:func:`json_payload`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowMessages:
+    """Reads the default messages of a handler's groups from their rows (a batch's ``rows``)
+    rather than from their events: building the events is about 40% of the CPU a group's
+    messages cost. Made by :func:`row_messages`."""
+
+    table: str
+    values: Callable[[Sequence[Any]], dict[str, Any]]
+    id_at: int
+    key_at: int | None
+
+    def __call__(self, batch: Batch[Any]) -> list[Message] | None:
+        """The message of each event of ``batch``, in its order (the ``i``-th message is
+        ``batch.events[i]``'s), byte for byte what :func:`message_id`, the ordering key and
+        :func:`json_payload` make of the event; None for a batch made of events rather than
+        rows (read those from the events)."""
+        rows = batch.rows
+        if not rows or not hasattr(rows[0], "_fields"):
+            return None
+        # One comprehension, every name local: a call per row would cost a visible share.
+        table, id_at, key_at, values, encode = (
+            self.table,
+            self.id_at,
+            self.key_at,
+            self.values,
+            _JSON.encode,
+        )
+        if key_at is None:
+            return [(f"{table}-{row[id_at]}", None, encode(values(row)).encode()) for row in rows]
+        return [
+            (
+                f"{table}-{row[id_at]}",
+                None if row[key_at] is None else str(row[key_at]),
+                encode(values(row)).encode(),
+            )
+            for row in rows
+        ]
+
+
+def row_messages(
+    handler: Handler[Any],
+    *,
+    payload: Callable[[Any], Any],
+    message_id: Callable[[Any], str],
+    key: Callable[[Any], str | None] | None,
+) -> RowMessages | None:
+    """How a sink reads the default messages of ``handler``'s groups from their rows; None
+    when it cannot: a ``payload`` or ``message_id`` other than the defaults, or a ``key``
+    given (a function of the user's is given the event), or a model with a value that is not
+    a column of its table. ``key`` None means the handler's ordering key (or no key)."""
+    if payload is not json_payload or message_id is not _DEFAULT_MESSAGE_ID or key is not None:
+        return None
+    read = row_values(handler.model)
+    if read is None:
+        return None
+    columns = list(handler.table.columns)
+    ordering = None if handler.ordering_key is None else handler.table.c[handler.ordering_key]
+    return RowMessages(
+        table=handler.table.name,
+        values=read,
+        id_at=columns.index(handler.table.c.id),
+        key_at=None if ordering is None else columns.index(ordering),
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Rejection(Generic[EventT]):
     """An event the downstream did not take, and what becomes of it.
