@@ -54,7 +54,7 @@ from outbox.sinks.base import (
     Message,
     PerEvent,
     Rejection,
-    RowMessages,
+    RowPath,
     Secrets,
     blocking_sink,
     check_dedup_window,
@@ -313,7 +313,7 @@ class AsyncJetStreamSink(AsyncSink):
         # The key function of each handler the sink is registered as, by handler name.
         self._keys: dict[str, Callable[[Any], str | None] | None] = {}
         # How each handler's default messages are read from its groups' rows, by handler name.
-        self._rows: dict[str, RowMessages | None] = {}
+        self._rows: dict[str, RowPath | None] = {}
         self._connection: _Connection | None = None
         self._opening: asyncio.Lock | None = None
 
@@ -483,7 +483,7 @@ class AsyncJetStreamSink(AsyncSink):
         if path is None:
             return None
         try:
-            read: list[Message] | None = path(batch)
+            read: list[Message] | None = path.messages(batch)
         except Exception:
             return None  # a value JSON cannot write: the events' path names the event
         if read is None:

@@ -34,7 +34,7 @@ from outbox.sinks.base import (
     AsyncSink,
     PerEvent,
     Rejection,
-    RowMessages,
+    RowPath,
     Secrets,
     Sink,
     describe_error,
@@ -116,7 +116,7 @@ class _Core:
         self.keys: dict[str, Callable[[Any], str | None] | None] = {}
         """The message key of each handler the sink is registered as (its ordering key),
         learnt when a worker starts it."""
-        self.row_paths: dict[str, RowMessages | None] = {}
+        self.row_paths: dict[str, RowPath | None] = {}
         self.given = client
         self.secrets = Secrets([_password(url)])
         if client is not None:
@@ -191,7 +191,7 @@ class _Core:
     def messages(self, batch: Batch[Any]) -> list[tuple[Any, ...]]:
         """The group's ``XADD`` commands, in id order."""
         path = self.row_paths.get(batch.handler)
-        read = None if path is None else path(batch)
+        read = None if path is None else path.messages(batch)
         if read is not None:
             stream = str(self.stream)
             return [self._command(stream, *message) for message in read]
