@@ -12,18 +12,23 @@ no message is a duplicate of the turn before), deleted at the end:
 (a2) raw with one reply subscription: the same loop with ``nc.publish`` and a reply subject of
     its own per message under one wildcard subscription (the sink's technique, cheaper per
     message than ``publish_async``): the stricter ceiling, shown, not judged;
-(b) sink: ``AsyncJetStreamSink.send`` publishes the same events in the same groups;
+(b) sink: ``AsyncJetStreamSink.send`` publishes the same events in the same groups, handed
+    over as a worker hands them, as rows (the raw loops are given the events ready-built);
 (c) drain: ``--events`` events committed to a PostgreSQL buffer (a scratch database of its
     own) are drained into JetStream by one in-process worker (burst, default concurrency) with
     the sink as the handler at ``--batch-size``: events per second from the worker's start to
     an empty buffer, and the database statements per published message (every statement the
     worker's engine sends, counted by a ``before_cursor_execute`` listener).
 
-(a), (a2) and (b) take turns, ``--runs`` times each; medians are compared (sink / raw, aim
-≥ 0.8; statements per message, aim ≤ 0.05).
+Each of ``--runs`` runs: (a), (a2) and (b) take turns, then (c); medians are compared (sink /
+raw, aim ≥ 0.8; drain, aim ≥ 10,000 events/s) and statements per message are judged at their
+highest (aim ≤ 0.05). This process's CPU per message is kept for each side and each drain,
+steadier than rates on a shared machine, and the load average at each run's start. The heap is
+settled first, as the ``outbox`` command settles a worker's (``gc.freeze()``, a higher
+threshold).
 
     python -m benchmarks.sink_nats --messages 20000 --group-size 1000 \\
-        --events 50000 --batch-size 1000 --runs 3
+        --events 50000 --batch-size 1000 --runs 5
 """
 
 from __future__ import annotations
@@ -31,20 +36,25 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import statistics
 import time
 import uuid
+from dataclasses import dataclass
 from decimal import Decimal
+from importlib.metadata import version
 from typing import Any
 
 import nats
 import nats.js.errors
-from sqlalchemy import Numeric, String, create_engine, event, insert, text
+import structlog
+from sqlalchemy import Numeric, String, create_engine, event, insert, select, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from benchmarks._common import ADMIN_URL, command_line, machine, scratch_database, write
 from outbox import Batch, BufferMixin, Outbox, schema
+from outbox.cli import settle_heap
 from outbox.sinks.base import json_default
 from outbox.sinks.nats import MSG_ID_HEADER, AsyncJetStreamSink
 from outbox.worker import Worker
@@ -114,8 +124,18 @@ async def _stream(name: str, create: bool = True) -> int:
         await client.close()
 
 
-def _groups(url: str, messages: int, size: int) -> list[list[OrderEvent]]:
-    """``messages`` events committed, then read back as detached instances, in groups."""
+@dataclass(frozen=True)
+class Groups:
+    """The same events in the same groups: as detached instances, for the raw loops, and as
+    rows, as a worker hands them to the sink."""
+
+    url: str
+    events: list[list[OrderEvent]]
+    rows: list[list[Any]]
+
+
+def _groups(url: str, messages: int, size: int) -> Groups:
+    """``messages`` events committed, then read back, in groups."""
     _fresh(url)
     engine = create_engine(url)
     with engine.begin() as conn:
@@ -123,18 +143,25 @@ def _groups(url: str, messages: int, size: int) -> list[list[OrderEvent]]:
     with Session(engine) as session:
         events = list(session.query(OrderEvent).order_by(OrderEvent.id))
         session.expunge_all()
+    with engine.connect() as conn:
+        rows = list(conn.execute(select(OrderEvent.__table__).order_by(OrderEvent.id)))
     engine.dispose()
-    return [events[i : i + size] for i in range(0, len(events), size)]
+    return Groups(
+        url,
+        [events[i : i + size] for i in range(0, len(events), size)],
+        [rows[i : i + size] for i in range(0, len(rows), size)],
+    )
 
 
-async def raw(name: str, groups: list[list[OrderEvent]]) -> float:
-    """Seconds a hand-written nats-py loop takes to publish every group, acknowledged."""
+async def raw(name: str, groups: Groups) -> tuple[float, float]:
+    """Seconds a hand-written nats-py loop takes to publish every group, acknowledged, and
+    this process's CPU seconds meanwhile."""
     client = await nats.connect(NATS_URL, connect_timeout=5, allow_reconnect=False)
     try:
         jetstream = client.jetstream()
         subject, table = f"{name}.events", OrderEvent.__tablename__
-        started = time.perf_counter()
-        for group in groups:
+        started, cpu = time.perf_counter(), time.process_time()
+        for group in groups.events:
             acks = []
             for e in group:
                 body = json.dumps(
@@ -158,15 +185,16 @@ async def raw(name: str, groups: list[list[OrderEvent]]) -> float:
             failed = [a for a in answers if isinstance(a, BaseException)]
             if failed:
                 raise RuntimeError(f"{len(failed)} not acknowledged: {failed[0]!r}")
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
     finally:
         await client.close()
 
 
-async def raw_inbox(name: str, groups: list[list[OrderEvent]]) -> float:
+async def raw_inbox(name: str, groups: Groups) -> tuple[float, float]:
     """Seconds a hand-written loop takes with the sink's technique rather than
     ``publish_async``: ``nc.publish`` with a reply subject of its own under one wildcard
-    subscription, the ``PubAck`` counted as it comes (the stricter ceiling, shown)."""
+    subscription, the ``PubAck`` counted as it comes (the stricter ceiling, shown); and this
+    process's CPU seconds meanwhile."""
     client = await nats.connect(NATS_URL, connect_timeout=5, allow_reconnect=False)
     try:
         prefix = client.new_inbox()
@@ -181,8 +209,8 @@ async def raw_inbox(name: str, groups: list[list[OrderEvent]]) -> float:
 
         await client.subscribe(f"{prefix}.*", cb=on_reply)
         subject, table, token = f"{name}.events", OrderEvent.__tablename__, 0
-        started = time.perf_counter()
-        for group in groups:
+        started, cpu = time.perf_counter(), time.process_time()
+        for group in groups.events:
             answered.clear()
             done.clear()
             expected = len(group)
@@ -204,25 +232,32 @@ async def raw_inbox(name: str, groups: list[list[OrderEvent]]) -> float:
             await asyncio.wait_for(done.wait(), timeout=10)
             if not all(answered.values()):
                 raise RuntimeError("not every message acknowledged")
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
     finally:
         await client.close()
 
 
-async def sink(name: str, groups: list[list[OrderEvent]]) -> float:
-    """Seconds ``AsyncJetStreamSink.send`` takes to publish every group, acknowledged."""
+async def sink(name: str, groups: Groups) -> tuple[float, float]:
+    """Seconds ``AsyncJetStreamSink.send`` takes to publish every group, acknowledged, each
+    handed over as rows, as a worker does (started as a worker starts it: it learns its
+    handler then); and this process's CPU seconds meanwhile."""
+    app = Outbox(groups.url)
     publisher = AsyncJetStreamSink(NATS_URL, subject=f"{name}.events", stream=name)
-    await publisher.connect()
+    app.handler(OrderEvent, name=HANDLER, batch_size=len(groups.rows[0]))(publisher)
+    await publisher.outbox_start(app, app.get_handler(HANDLER))
     try:
-        started = time.perf_counter()
-        for group in groups:
-            batch = Batch(group, group_id=uuid.uuid4(), attempt=1, handler=HANDLER)
+        started, cpu = time.perf_counter(), time.process_time()
+        for rows in groups.rows:
+            batch = Batch(
+                rows=rows, model=OrderEvent, group_id=uuid.uuid4(), attempt=1, handler=HANDLER
+            )
             rejected = await publisher.send(batch)
             if rejected:
                 raise RuntimeError(f"{len(rejected)} not acknowledged: {rejected[0].reason}")
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
     finally:
-        await publisher.close()
+        await publisher.outbox_stop()
+        app.engine.dispose()
 
 
 def drain(url: str, name: str, events: int, batch_size: int) -> dict[str, Any]:
@@ -243,9 +278,9 @@ def drain(url: str, name: str, events: int, batch_size: int) -> dict[str, Any]:
         statements += 1
 
     event.listen(app.engine, "before_cursor_execute", count)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     Worker(app, burst=True).run()
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     event.remove(app.engine, "before_cursor_execute", count)
     with app.engine.connect() as conn:
         left = conn.execute(text(f"SELECT count(*) FROM {OrderEvent.__tablename__}")).scalar_one()
@@ -256,10 +291,30 @@ def drain(url: str, name: str, events: int, batch_size: int) -> dict[str, Any]:
         "batch_size": batch_size,
         "seconds": round(seconds, 3),
         "events_per_second": round(events / seconds),
+        "cpu_us_per_event": round(1e6 * cpu / events, 1),
         "left_in_buffer": left,
         "published": published,
         "statements": statements,
         "statements_per_message": round(statements / max(published, 1), 4),
+    }
+
+
+def _median_drain(drains: list[dict[str, Any]]) -> dict[str, Any]:
+    """The drains of every run in one: the median rate and time, the highest statements per
+    message (the target is judged on the worst), the worst of what was left or published."""
+    first = drains[0]
+    return {
+        "events": first["events"],
+        "batch_size": first["batch_size"],
+        "runs": len(drains),
+        "seconds": statistics.median(d["seconds"] for d in drains),
+        "cpu_us_per_event": statistics.median(d["cpu_us_per_event"] for d in drains),
+        "events_per_second": round(statistics.median(d["events_per_second"] for d in drains)),
+        "events_per_second_runs": [d["events_per_second"] for d in drains],
+        "left_in_buffer": max(d["left_in_buffer"] for d in drains),
+        "published": min(d["published"] for d in drains),
+        "statements": max(d["statements"] for d in drains),
+        "statements_per_message": max(d["statements_per_message"] for d in drains),
     }
 
 
@@ -271,39 +326,51 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1000, help="the handler's, (c)")
     parser.add_argument("--runs", type=int, default=3)
     args = parser.parse_args()
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
     url = scratch_database(DATABASE)
     name = f"outbox-bench-{uuid.uuid4().hex[:12]}"
     try:
         groups = _groups(url, args.messages, args.group_size)
+        settle_heap()
         sides = {"raw": raw, "raw_inbox": raw_inbox, "sink": sink}
         rates: dict[str, list[float]] = {side: [] for side in sides}
+        cpu: dict[str, list[float]] = {side: [] for side in sides}
+        drains: list[dict[str, Any]] = []
+        loads: list[float] = []
         for run in range(args.runs):
+            loads.append(round(os.getloadavg()[0], 2))
             # Taking turns, the order rotating: the machine's drift hits every side alike.
             order = list(sides)[run % 3 :] + list(sides)[: run % 3]
             for side in order:
                 asyncio.run(_stream(name))
-                seconds = asyncio.run(sides[side](name, groups))
+                seconds, spent = asyncio.run(sides[side](name, groups))
                 published = asyncio.run(_stream(name))
                 if published != args.messages:
                     raise RuntimeError(f"{side}: {published} in the stream, not {args.messages}")
                 rates[side].append(round(args.messages / seconds))
-                print(f"run {run + 1} {side}: {rates[side][-1]:,} messages/s")
+                cpu[side].append(round(1e6 * spent / args.messages, 1))
+                print(
+                    f"run {run + 1} {side}: {rates[side][-1]:,} messages/s, "
+                    f"{cpu[side][-1]} µs CPU per message"
+                )
+            drains.append(drain(url, name, args.events, args.batch_size))
+            print(f"run {run + 1} drain: {drains[-1]['events_per_second']:,} events/s")
         raw_rate = statistics.median(rates["raw"])
         inbox_rate = statistics.median(rates["raw_inbox"])
         sink_rate = statistics.median(rates["sink"])
         ratio = round(sink_rate / raw_rate, 3)
         inbox_ratio = round(sink_rate / inbox_rate, 3)
+        drained = _median_drain(drains)
         print(f"sink / raw: {sink_rate:,.0f} / {raw_rate:,.0f} messages/s = {ratio} (aim ≥ 0.8)")
         print(
             f"sink / raw with one reply subscription: {sink_rate:,.0f} / {inbox_rate:,.0f} "
             f"messages/s = {inbox_ratio} (shown)"
         )
-        drained = drain(url, name, args.events, args.batch_size)
         print(
-            f"drain: {drained['events_per_second']:,} events/s ({args.events:,} events, batch "
-            f"{args.batch_size:,}, {drained['seconds']} s); "
-            f"{drained['statements_per_message']} statements per message (aim ≤ 0.05)"
+            f"drain: {drained['events_per_second']:,} events/s, median of {args.runs} "
+            f"({args.events:,} events, batch {args.batch_size:,}; aim ≥ 10,000); "
+            f"{drained['statements_per_message']} statements per message at most (aim ≤ 0.05)"
         )
     finally:
         asyncio.run(_stream(name, create=False))
@@ -314,8 +381,11 @@ def main() -> None:
             "benchmark": "sink_nats",
             "command": command_line("benchmarks.sink_nats", args),
             "machine": machine(),
+            "nats_py": version("nats-py"),
+            "load_average": loads,
             "messages": args.messages,
             "group_size": args.group_size,
+            "sink_input": "rows",
             "raw_messages_per_second": rates["raw"],
             "sink_messages_per_second": rates["sink"],
             "raw_inbox_messages_per_second": rates["raw_inbox"],
@@ -324,7 +394,11 @@ def main() -> None:
             "sink_median": sink_rate,
             "sink_over_raw": ratio,
             "sink_over_raw_inbox": inbox_ratio,
+            "raw_cpu_us_per_message": cpu["raw"],
+            "raw_inbox_cpu_us_per_message": cpu["raw_inbox"],
+            "sink_cpu_us_per_message": cpu["sink"],
             "drain": drained,
+            "drains": drains,
         },
     )
 

@@ -41,6 +41,7 @@ from benchmarks.report.latency import latency_rate, wakeup_latency, wakeup_laten
 from benchmarks.report.memory import autovacuum, gc_settle, memory_bloat
 from benchmarks.report.peers import judged_peers, peers
 from benchmarks.report.sections import ORDER, TITLES
+from benchmarks.report.sinks import sink_nats, sink_rabbitmq, sink_redis
 from benchmarks.report.targets import LATENCY_RATE
 
 RENDERERS: dict[str, Callable[[Results], Rendered]] = {
@@ -57,6 +58,9 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "memory_bloat": memory_bloat,
     "wakeup_latency": wakeup_latency,
     "autovacuum": autovacuum,
+    "sink_rabbitmq": sink_rabbitmq,
+    "sink_nats": sink_nats,
+    "sink_redis": sink_redis,
 }
 
 

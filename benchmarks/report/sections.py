@@ -17,6 +17,9 @@ ORDER = (
     "memory_bloat",
     "wakeup_latency",
     "autovacuum",
+    "sink_rabbitmq",
+    "sink_nats",
+    "sink_redis",
 )
 
 
@@ -34,5 +37,8 @@ TITLES = {
     "memory_bloat": "Memory and bloat",
     "wakeup_latency": "Wake-up latency",
     "autovacuum": "Autovacuum",
+    "sink_rabbitmq": "RabbitMQ sink",
+    "sink_nats": "NATS JetStream sink",
+    "sink_redis": "Redis Streams sink",
     "migrations": "outbox migrate with 1,000,000 archive rows, per revision, up and down",
 }

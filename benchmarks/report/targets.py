@@ -46,3 +46,15 @@ LATENCY_MODES = ("notify", "polling")  # with LISTEN/NOTIFY, and with polling on
 
 
 RATE_LIMITED_RATIO = 0.9  # a rate-limited drain: theoretical minimum / measured seconds
+
+
+SINK_RATIO = 0.8  # a sink / a raw client loop publishing the same messages, same acknowledgements
+
+
+SINK_STATEMENTS = 0.05  # database statements per published message, drained at SINK_BATCH
+
+
+SINK_BATCH = 1000  # the batch size the statements target is set at
+
+
+SINK_DRAIN_RATE = 10_000.0  # events/s drained from PostgreSQL into a broker by one worker

@@ -131,18 +131,87 @@ def ordering_key(handler: Handler[Any]) -> Callable[[Any], str | None] | None:
     return read
 
 
+Message: TypeAlias = tuple[str, str | None, bytes]
+"""A default message: its id (:func:`message_id`), its key (the ordering key's value as text,
+or None) and its payload (:func:`json_payload`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RowPath:
+    """How the default message of an event is read from its row (a batch's ``rows``), which
+    spares building the event: about 40% of the CPU a group's messages cost."""
+
+    table: str
+    values: Callable[[Sequence[Any]], dict[str, Any]]
+    id_at: int
+    key_at: int | None
+
+    def fields(self, row: Sequence[Any]) -> tuple[str, str | None, bytes]:
+        """The message id (as :func:`message_id` writes it), the key (as
+        :func:`ordering_key` reads it) and the payload (as :func:`json_payload` writes it) of
+        a row."""
+        key = None if self.key_at is None else row[self.key_at]
+        return (
+            f"{self.table}-{row[self.id_at]}",
+            None if key is None else str(key),
+            payload_bytes(self.values(row)),
+        )
+
+    def messages(self, batch: Batch[Any]) -> list[Message] | None:
+        """:meth:`fields` of each row of ``batch``, in its order (the ``i``-th message is
+        ``batch.events[i]``'s); None for a batch made of events rather than rows (read those
+        from the events)."""
+        rows = batch.rows
+        if not rows or not hasattr(rows[0], "_fields"):
+            return None
+        return [self.fields(row) for row in rows]
+
+
+def row_path(handler: Handler[Any]) -> RowPath | None:
+    """How ``handler``'s events' default messages (:func:`json_payload`, :func:`message_id`,
+    the :func:`ordering_key` as key) are read from their rows; None when a value of its model
+    is not a column of its table. A sink takes it only where its options are the defaults: a
+    function of the user's is given the event (:func:`row_messages` checks them)."""
+    read = row_values(handler.model)
+    if read is None:
+        return None
+    columns = list(handler.table.columns)
+    key = None if handler.ordering_key is None else handler.table.c[handler.ordering_key]
+    return RowPath(
+        table=handler.table.name,
+        values=read,
+        id_at=columns.index(handler.table.c.id),
+        key_at=None if key is None else columns.index(key),
+    )
+
+
 def json_default(value: Any) -> Any:
     """How the default payload writes what JSON has no type for: times in ISO 8601, UUIDs and
     decimals as text (a decimal keeps its digits), bytes in base64, enums by value."""
-    if isinstance(value, dt.datetime | dt.date | dt.time):
+    # Called for a value of most events (a time, an amount): the common types are looked up
+    # by their class first, a third of what the isinstance checks below cost (for a decimal,
+    # 0.3 against 1 µs).
+    write = _JSON_WRITERS.get(type(value))
+    if write is not None:
+        return write(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
         return value.isoformat()
-    if isinstance(value, uuid.UUID | decimal.Decimal):
+    if isinstance(value, (uuid.UUID, decimal.Decimal)):
         return str(value)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode()
     if isinstance(value, enum.Enum):
         return value.value
     raise TypeError(f"a {type(value).__qualname__} value cannot be written as JSON")
+
+
+_JSON_WRITERS: dict[type[Any], Callable[[Any], str]] = {
+    dt.datetime: dt.datetime.isoformat,
+    dt.date: dt.date.isoformat,
+    dt.time: dt.time.isoformat,
+    uuid.UUID: str,
+    decimal.Decimal: str,
+}
 
 
 # One encoder for every payload: json.dumps with options builds a new one per call.
@@ -169,6 +238,26 @@ def payload_bytes(value: bytes | str | Any) -> bytes:
     if isinstance(value, str):
         return value.encode()
     return _JSON.encode(value).encode()
+
+
+_DEFAULT_MESSAGE_ID = message_id
+
+
+def row_messages(
+    handler: Handler[Any],
+    *,
+    payload: Callable[[Any], Any],
+    message_id: Callable[[Any], str],
+    key: Callable[[Any], str | None] | None,
+) -> RowPath | None:
+    """How a sink reads the default messages of ``handler``'s groups from their rows, given
+    the sink's options; None when it cannot: a ``payload`` or ``message_id`` other than the
+    defaults, or a ``key`` given (a function of the user's is given the event), or a model
+    with a value that is not a column of its table (see :func:`row_path`). ``key`` None
+    means the handler's ordering key (or no key)."""
+    if payload is not json_payload or message_id is not _DEFAULT_MESSAGE_ID or key is not None:
+        return None
+    return row_path(handler)
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,8 +51,10 @@ from outbox.batch import Batch
 from outbox.exceptions import ConfigurationError, DataError, DownstreamError
 from outbox.sinks.base import (
     AsyncSink,
+    Message,
     PerEvent,
     Rejection,
+    RowPath,
     Secrets,
     blocking_sink,
     check_dedup_window,
@@ -63,6 +65,7 @@ from outbox.sinks.base import (
     payload_bytes,
     per_event,
     resend_horizon,
+    row_messages,
     unavailable,
 )
 
@@ -309,6 +312,8 @@ class AsyncJetStreamSink(AsyncSink):
         self._horizon: float | None = None
         # The key function of each handler the sink is registered as, by handler name.
         self._keys: dict[str, Callable[[Any], str | None] | None] = {}
+        # How each handler's default messages are read from its groups' rows, by handler name.
+        self._rows: dict[str, RowPath | None] = {}
         self._connection: _Connection | None = None
         self._opening: asyncio.Lock | None = None
 
@@ -385,6 +390,12 @@ class AsyncJetStreamSink(AsyncSink):
         """Learn the handler's ordering key (the ``Outbox-Key`` header's default), and refuse
         a handler whose events may be re-sent after the stream's duplicate window."""
         self._keys[handler.name] = self.key if self.key is not None else ordering_key(handler)
+        # A subject or headers function is given the event: no row path for it.
+        self._rows[handler.name] = (
+            row_messages(handler, payload=self.payload, message_id=self.message_id, key=self.key)
+            if isinstance(self.subject, str) and self.headers is None
+            else None
+        )
         check_window(app, handler, self._stream_name or "?", self._window or 0.0)
         horizon = resend_horizon(app, handler)
         self._horizon = max(horizon, self._horizon or 0.0)
@@ -397,14 +408,15 @@ class AsyncJetStreamSink(AsyncSink):
         sent) and :class:`outbox.DownstreamError` (the connection lost, or not opened again,
         before the stream acknowledged any of the group).
         """
-        events = batch.events
-        if not events:
+        if not len(batch):
             return []
         connection = await self._ready()
         client = connection.client
         assert client is not None
-        key = self._keys.get(batch.handler, self.key)
-        messages = [self._message(event, key, client.max_payload) for event in events]
+        messages = self._from_rows(batch, client.max_payload)
+        if messages is None:
+            key = self._keys.get(batch.handler, self.key)
+            messages = [self._message(event, key, client.max_payload) for event in batch.events]
 
         acks = _Acks(len(messages))
         lost: Exception | None = None
@@ -430,7 +442,7 @@ class AsyncJetStreamSink(AsyncSink):
         lost = lost or connection.lost
         rejections: list[Rejection[Any]] = []
         acknowledged = 0
-        for index, event in enumerate(events):
+        for index in range(len(messages)):
             if index in acks.answers:
                 reason = acks.answers[index]
                 if reason is None:
@@ -443,7 +455,8 @@ class AsyncJetStreamSink(AsyncSink):
                 reason = f"not acknowledged: {describe_error(lost, self._secrets)}"
             else:
                 reason = f"no acknowledgement from JetStream within {self.ack_timeout:g} s"
-            rejections.append(Rejection(event, reason))
+            # Built only now, for what is rejected: a group read from its rows has no events.
+            rejections.append(Rejection(batch.events[index], reason))
         if acknowledged == 0 and written and lost is None and len(acks.answers) == 0:
             # Not one answer in time: a connection that hangs is not trusted with the next.
             connection.stale = True
@@ -458,6 +471,36 @@ class AsyncJetStreamSink(AsyncSink):
         connection, self._connection = self._connection, None
         if connection is not None:
             await connection.close()
+
+    def _from_rows(
+        self, batch: Batch[Any], max_payload: int
+    ) -> list[tuple[str, bytes, dict[str, str]]] | None:
+        """The group's default messages read from its rows, byte for byte what
+        :meth:`_message` makes of its events; None when they are to be made from the events
+        (options of the user's, a batch of events, or a message that cannot be sent: the
+        events' path says which event, as a :class:`outbox.DataError`)."""
+        path = self._rows.get(batch.handler)
+        if path is None:
+            return None
+        try:
+            read: list[Message] | None = path.messages(batch)
+        except Exception:
+            return None  # a value JSON cannot write: the events' path names the event
+        if read is None:
+            return None
+        subject, stream = self.subject, self._stream_name
+        assert isinstance(subject, str)  # a function of the event has no row path
+        messages = []
+        for id_, key, body in read:
+            if len(body) > max_payload:
+                return None
+            headers = {MSG_ID_HEADER: id_}
+            if key is not None:
+                headers[KEY_HEADER] = key
+            if stream is not None:
+                headers[EXPECTED_STREAM_HEADER] = stream
+            messages.append((subject, body, headers))
+        return messages
 
     def _message(
         self, event: Any, key: Callable[[Any], str | None] | None, max_payload: int

@@ -17,7 +17,7 @@ from typing import Any
 
 import nats
 import pytest
-from nats.js.api import StreamConfig
+from nats.js.api import DiscardPolicy, StreamConfig
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
@@ -52,8 +52,10 @@ from tests.sinks.kinds.nats import (
     JetStreamDownstream,
     PrivateServer,
     create,
+    delete,
     destination,
     read,
+    read_stored,
     unique_name,
 )
 
@@ -341,6 +343,96 @@ def test_a_group_of_one_key_is_stored_in_id_order(
     stored = nats_downstream.stored()
     assert committed == [event_id(m.message_id) for m in stored]
     assert {"acme"} == {m.key for m in stored}
+
+
+def _start_and_send(sink: Any, sync: bool, app: Outbox, batch: Batch[Any]) -> None:
+    """Start ``sink`` as ``batch``'s handler, as a worker does (it learns the handler there),
+    send ``batch``, then close the sink."""
+    handler = app.get_handler(batch.handler)
+    if sync:
+        sink.outbox_start(app, handler)
+        sink(batch)
+        sink.close()
+        return
+
+    async def run() -> None:
+        await sink.outbox_start(app, handler)
+        await sink(batch)
+        await sink.outbox_stop()
+
+    asyncio.run(run())
+
+
+def _committed_rows(app: Outbox) -> list[Any]:
+    """The waiting events as rows, in id order, as a worker hands a group over."""
+    with app.engine.connect() as conn:
+        return list(conn.execute(select(SinkEvent.__table__).order_by(SinkEvent.id)))
+
+
+async def _raw_stored(stream: str) -> list[tuple[str | None, str | None, bytes | None]]:
+    """Every message ``stream`` holds, as stored: its subject, its header block (base64) and
+    its body."""
+    client = await nats.connect(NATS_URL, connect_timeout=5, allow_reconnect=False)
+    try:
+        jetstream = client.jetstream()
+        count = (await jetstream.stream_info(stream)).state.messages
+        messages = [await jetstream.get_msg(stream, seq) for seq in range(1, count + 1)]
+        return [(m.subject, m.hdrs, m.data) for m in messages]
+    finally:
+        await client.close()
+
+
+def test_a_group_read_from_its_rows_stores_the_messages_its_events_would(app: Outbox) -> None:
+    """The default messages of a group handed over as rows (as a worker does) are stored,
+    byte for byte (subject, headers, body), as those of the same group handed over as
+    events."""
+    with destination() as name:
+        sink = JetStreamSink(NATS_URL, subject=f"{name}.orders", stream=name)
+        app.handler(SinkEvent, name="to_nats", ordering_key="account")(sink)
+        sink.outbox_start(app, app.get_handler("to_nats"))
+        ids = commit_events(app.engine, event_rows(30))
+        rows = _committed_rows(app)
+
+        sink(Batch(rows=rows, model=SinkEvent, group_id=uuid.uuid4(), attempt=1, handler="to_nats"))
+        from_rows = asyncio.run(_raw_stored(name))
+        # The same stream again, empty, with no message id to drop.
+        asyncio.run(delete(name))
+        asyncio.run(create(name))
+        sink(Batch(_events(app), group_id=uuid.uuid4(), attempt=1, handler="to_nats"))
+        from_events = asyncio.run(_raw_stored(name))
+        sink.close()
+
+    assert len(ids) == len(from_events)
+    assert from_events == from_rows
+
+
+def test_a_group_read_from_its_rows_retries_only_what_the_stream_refused(
+    sync: bool, app: Outbox
+) -> None:
+    """A group handed over as rows, of which the stream takes only the first messages (a
+    limit of 5 messages that refuses new ones): the others, and only they, are retried, with
+    JetStream's reason."""
+    with destination(max_msgs=5, discard=DiscardPolicy.NEW) as name:
+        sink_class = JetStreamSink if sync else AsyncJetStreamSink
+        sink = sink_class(NATS_URL, subject=f"{name}.orders", stream=name)
+        app.handler(SinkEvent, name="to_nats")(sink)
+        ids = commit_events(app.engine, event_rows(8))
+        batch = Batch(
+            rows=_committed_rows(app),
+            model=SinkEvent,
+            group_id=uuid.uuid4(),
+            attempt=1,
+            handler="to_nats",
+        )
+
+        _start_and_send(sink, sync, app, batch)
+
+        stored = read_stored(name)
+    assert ids[:5] == [event_id(m.message_id) for m in stored]
+    assert ids[5:] == sorted(batch.retried_ids)
+    assert {"refused by JetStream: maximum messages exceeded (code 503, err_code 10077)"} == set(
+        batch.retried_ids.values()
+    )
 
 
 def test_the_server_killed_mid_drain_loses_nothing_and_stores_no_duplicate(
