@@ -52,6 +52,9 @@ UP_SECONDS = (0.8, 1.5)
 # finished.
 KILL_AFTER_SECONDS = (0.0, 0.03)
 LEASED_WITHIN_SECONDS = 3.0
+# Each group is held this long once sent, before outbox records it: a kill then often lands
+# where every message was acknowledged and the group is sent again (see sink_app).
+HOLD_SECONDS = 0.05
 DRAIN_SECONDS = 300.0 if FULL else 120.0
 KINDS = ["http", "nats", "rabbitmq", "redis"]
 DATABASES = ["sqlite", "postgresql", "mariadb"]
@@ -72,6 +75,7 @@ def _workers(
         sink_app.KIND_ENV: kind,
         sink_app.DESTINATION_ENV: target,
         sink_app.SYNC_ENV: "1" if sync else "0",
+        sink_app.HOLD_ENV: str(HOLD_SECONDS),
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
     }
 
