@@ -7,12 +7,12 @@ each client publishes the same ``--messages`` bodies (JSON of about 250 bytes, a
 ``--group-size``, pipelined as the RabbitMQ sink does: every message of a group written, then
 the group's confirms awaited together; a nack, a return or a missing confirm fails the run.
 
-- ``aio-pika``: ``Exchange.publish`` in one task per message (the sink's way);
+- ``aio-pika``: ``Exchange.publish`` in one task per message;
 - ``aiormq``: aio-pika's own transport, ``Channel.basic_publish`` in one task per message;
 - ``aiormq-nowait``: the same with ``wait=False`` (the frame queued, not drained one by one);
 - ``pika``: ``SelectConnection``, every publish written, the confirms counted by callback
   (pika's blocking adapter waits for each confirm, so it cannot pipeline);
-- ``pika-asyncio``: pika's ``AsyncioConnection`` on the running loop, the same way, a
+- ``pika-asyncio`` (the sink's client): pika's ``AsyncioConnection`` on the running loop, a
   group's confirms awaited on a future that the confirm callback resolves;
 - ``py-amqp`` (``amqp``, Celery's client, when installed): ``basic_publish`` on a channel in
   confirm mode, then ``drain_events`` until every confirm is in.
@@ -383,9 +383,7 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=20_000, help="messages per client run")
     parser.add_argument("--group-size", type=int, default=1000, help="messages per group")
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument(
-        "--clients", default="", help="comma-separated names to run (default: every one found)"
-    )
+    parser.add_argument("--clients", help="comma-separated names to run (default: every one found)")
     args = parser.parse_args()
 
     clients = _clients()
