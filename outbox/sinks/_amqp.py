@@ -209,7 +209,7 @@ class ConfirmChannel:
             connection.close()
         if connection is not None and not self._closed.done():
             await asyncio.wait((self._closed,), timeout=CLOSE_TIMEOUT_SECONDS)
-        self._fail(self.error or ConnectionError("the connection was closed"))
+        self._fail(self.error or pika.exceptions.ConnectionClosedByClient(200, "closed"))
 
     def _on_confirm(self, frame: pika.frame.Method[Any]) -> None:
         method = frame.method

@@ -230,7 +230,7 @@ class AsyncRabbitMQSink(AsyncSink):
                 reason = self._unroutable(routing_key, outcome.reply_text)
             elif isinstance(outcome, Lost):
                 lost = lost or outcome.error
-                reason = self._describe(outcome.error)
+                reason = self._lost(outcome.error)
             else:
                 reason = "nacked by RabbitMQ (a queue refused it, or the broker failed to store it)"
             rejections.append(Rejection(batch.events[index], reason))
@@ -238,7 +238,7 @@ class AsyncRabbitMQSink(AsyncSink):
             # A connection that lost messages or confirms is not trusted with the next group.
             self._stale = channel
         if lost is not None and confirmed == 0:
-            raise DownstreamError(f"{self.downstream}: {self._describe(lost)}") from lost
+            raise DownstreamError(f"{self.downstream}: {self._lost(lost)}") from lost
         return rejections
 
     async def close(self) -> None:
@@ -305,6 +305,14 @@ class AsyncRabbitMQSink(AsyncSink):
     def _describe(self, error: BaseException) -> str:
         return describe_error(cause(error), self._secrets)
 
+    def _lost(self, error: BaseException) -> str:
+        """Why a message in flight was lost with its channel."""
+        if isinstance(error, _CLOSED_HERE):
+            # The sink closed it: the worker stopping, or a connection that had lost a
+            # message or a confirm replaced by a new one.
+            return "the connection was closed before RabbitMQ confirmed the message"
+        return self._describe(error)
+
     async def _ready(self) -> ConfirmChannel:
         """The channel to publish on, opened again after a loss."""
         if self._opening is None:
@@ -334,6 +342,7 @@ class AsyncRabbitMQSink(AsyncSink):
         return channel
 
 
+_CLOSED_HERE = (pika.exceptions.ConnectionClosedByClient, pika.exceptions.ChannelClosedByClient)
 _NOT_FOUND = 404
 """The reply code of a passive declare of an exchange that does not exist."""
 
