@@ -1,12 +1,13 @@
-"""The RabbitMQ sink against a raw aio-pika loop, and drained end to end from PostgreSQL.
+"""The RabbitMQ sink against a raw pika loop, and drained end to end from PostgreSQL.
 
 In one run, on this machine's RabbitMQ (``OUTBOX_BENCH_RABBITMQ_URL``, default guest on
 127.0.0.1:5672), with an exchange and a queue of its own, deleted at the end:
 
-(a) raw: a hand-written aio-pika loop publishes ``--messages`` events in groups of
-    ``--group-size``, as a user's handler would: each event's columns written as JSON, its
-    ``message_id``, persistent, ``mandatory``, on a channel with publisher confirms, every
-    message of a group written first and the confirms awaited together (the sink's pipelining);
+(a) raw: a hand-written loop on pika's asyncio adapter (the sink's client) publishes
+    ``--messages`` events in groups of ``--group-size``, as a user's handler would: each
+    event's columns written as JSON, its ``message_id``, persistent, ``mandatory``, on a
+    channel with publisher confirms, every message of a group written first and the confirms
+    awaited together (the sink's pipelining; ``benchmarks.amqp_clients`` compares the clients);
 (b) sink: ``AsyncRabbitMQSink.send`` publishes the same events in the same groups;
 (c) drain: ``--events`` events committed to a PostgreSQL buffer (a scratch database of its
     own) are drained into RabbitMQ by one in-process worker (burst, default concurrency) with
@@ -15,7 +16,7 @@ In one run, on this machine's RabbitMQ (``OUTBOX_BENCH_RABBITMQ_URL``, default g
     worker's engine sends, counted by a ``before_cursor_execute`` listener).
 
 (a) and (b) take turns, ``--runs`` times each; medians are compared (sink / raw, aim ≥ 0.8;
-statements per message, aim ≤ 0.05).
+statements per message, aim ≤ 0.05), with this process's CPU per message.
 
     python -m benchmarks.sink_rabbitmq --messages 20000 --group-size 1000 \\
         --events 50000 --batch-size 1000 --runs 3
@@ -34,10 +35,12 @@ from decimal import Decimal
 from typing import Any
 
 import aio_pika
+import pika
 from sqlalchemy import Numeric, String, create_engine, event, insert, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from benchmarks._common import ADMIN_URL, command_line, machine, scratch_database, write
+from benchmarks.amqp_clients import PikaPublisher
 from outbox import Batch, BufferMixin, Outbox, schema
 from outbox.sinks.base import json_default
 from outbox.sinks.rabbitmq import AsyncRabbitMQSink
@@ -122,56 +125,51 @@ def _groups(url: str, messages: int, size: int) -> list[list[OrderEvent]]:
     return [events[i : i + size] for i in range(0, len(events), size)]
 
 
-async def raw(name: str, groups: list[list[OrderEvent]]) -> float:
-    """Seconds a hand-written aio-pika loop takes to publish every group, confirmed."""
-    connection = await aio_pika.connect(RABBITMQ_URL, timeout=10)
-    async with connection:
-        channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-        exchange = await channel.get_exchange(name, ensure=True)
+async def raw(name: str, groups: list[list[OrderEvent]]) -> tuple[float, float]:
+    """Seconds a hand-written pika loop takes to publish every group, confirmed, and the CPU
+    seconds of this process meanwhile."""
+    publisher = await PikaPublisher().open()
+    try:
         table = OrderEvent.__tablename__
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for group in groups:
-            messages = [
-                aio_pika.Message(
-                    json.dumps(
-                        {
-                            "id": e.id,
-                            "created_at": e.created_at,
-                            "account": e.account,
-                            "amount": e.amount,
-                            "note": e.note,
-                        },
-                        default=json_default,
-                        separators=(",", ":"),
-                    ).encode(),
+            for e in group:
+                body = json.dumps(
+                    {
+                        "id": e.id,
+                        "created_at": e.created_at,
+                        "account": e.account,
+                        "amount": e.amount,
+                        "note": e.note,
+                    },
+                    default=json_default,
+                    separators=(",", ":"),
+                ).encode()
+                properties = pika.BasicProperties(
                     message_id=f"{table}-{e.id}",
                     content_type="application/json",
-                    delivery_mode=aio_pika.DeliveryMode.PERSISTENT,
+                    delivery_mode=2,
                 )
-                for e in group
-            ]
-            confirms = await asyncio.gather(
-                *(exchange.publish(m, ROUTING_KEY, mandatory=True) for m in messages),
-                return_exceptions=True,
-            )
-            failed = [c for c in confirms if isinstance(c, BaseException)]
-            if failed:
-                raise RuntimeError(f"{len(failed)} not confirmed: {failed[0]!r}")
-        return time.perf_counter() - started
+                publisher.publish(name, ROUTING_KEY, body, properties)
+            await publisher.confirmed()
+        return time.perf_counter() - started, time.process_time() - cpu
+    finally:
+        await publisher.close()
 
 
-async def sink(name: str, groups: list[list[OrderEvent]]) -> float:
-    """Seconds ``AsyncRabbitMQSink.send`` takes to publish every group, confirmed."""
+async def sink(name: str, groups: list[list[OrderEvent]]) -> tuple[float, float]:
+    """Seconds ``AsyncRabbitMQSink.send`` takes to publish every group, confirmed, and the CPU
+    seconds of this process meanwhile."""
     publisher = AsyncRabbitMQSink(RABBITMQ_URL, exchange=name, routing_key=ROUTING_KEY)
     await publisher.connect()
     try:
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         for group in groups:
             batch = Batch(group, group_id=uuid.uuid4(), attempt=1, handler=HANDLER)
             rejected = await publisher.send(batch)
             if rejected:
                 raise RuntimeError(f"{len(rejected)} not confirmed: {rejected[0].reason}")
-        return time.perf_counter() - started
+        return time.perf_counter() - started, time.process_time() - cpu
     finally:
         await publisher.close()
 
@@ -193,9 +191,9 @@ def drain(url: str, name: str, events: int, batch_size: int) -> dict[str, Any]:
         statements += 1
 
     event.listen(app.engine, "before_cursor_execute", count)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     Worker(app, burst=True).run()
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     event.remove(app.engine, "before_cursor_execute", count)
     with app.engine.connect() as conn:
         left = conn.execute(text(f"SELECT count(*) FROM {OrderEvent.__tablename__}")).scalar_one()
@@ -206,6 +204,7 @@ def drain(url: str, name: str, events: int, batch_size: int) -> dict[str, Any]:
         "batch_size": batch_size,
         "seconds": round(seconds, 3),
         "events_per_second": round(events / seconds),
+        "cpu_us_per_event": round(1e6 * cpu / events, 1),
         "left_in_buffer": left,
         "published": published,
         "statements": statements,
@@ -228,24 +227,36 @@ def main() -> None:
     try:
         groups = _groups(url, args.messages, args.group_size)
         rates: dict[str, list[float]] = {"raw": [], "sink": []}
+        cpu: dict[str, list[float]] = {"raw": [], "sink": []}
         for run in range(args.runs):
             # Taking turns, the first side alternating: the machine's drift hits both alike.
             sides = ("raw", "sink") if run % 2 == 0 else ("sink", "raw")
             for side in sides:
-                seconds = asyncio.run(raw(name, groups) if side == "raw" else sink(name, groups))
+                seconds, spent = asyncio.run(
+                    raw(name, groups) if side == "raw" else sink(name, groups)
+                )
                 published = asyncio.run(_purge(name))
                 if published != args.messages:
                     raise RuntimeError(f"{side}: {published} in the queue, not {args.messages}")
                 rates[side].append(round(args.messages / seconds))
-                print(f"run {run + 1} {side}: {rates[side][-1]:,} messages/s")
+                cpu[side].append(round(1e6 * spent / args.messages, 1))
+                print(
+                    f"run {run + 1} {side}: {rates[side][-1]:,} messages/s, "
+                    f"{cpu[side][-1]} µs CPU per message"
+                )
         raw_rate = statistics.median(rates["raw"])
         sink_rate = statistics.median(rates["sink"])
         ratio = round(sink_rate / raw_rate, 3)
-        print(f"sink / raw: {sink_rate:,.0f} / {raw_rate:,.0f} messages/s = {ratio} (aim ≥ 0.8)")
+        print(
+            f"sink / raw: {sink_rate:,.0f} / {raw_rate:,.0f} messages/s = {ratio} (aim ≥ 0.8); "
+            f"CPU per message {statistics.median(cpu['sink'])} / "
+            f"{statistics.median(cpu['raw'])} µs"
+        )
         drained = drain(url, name, args.events, args.batch_size)
         print(
             f"drain: {drained['events_per_second']:,} events/s ({args.events:,} events, batch "
-            f"{args.batch_size:,}, {drained['seconds']} s); "
+            f"{args.batch_size:,}, {drained['seconds']} s, {drained['cpu_us_per_event']} µs "
+            f"CPU per event); "
             f"{drained['statements_per_message']} statements per message (aim ≤ 0.05)"
         )
     finally:
@@ -264,6 +275,8 @@ def main() -> None:
             "raw_median": raw_rate,
             "sink_median": sink_rate,
             "sink_over_raw": ratio,
+            "raw_cpu_us_per_message": cpu["raw"],
+            "sink_cpu_us_per_message": cpu["sink"],
             "drain": drained,
         },
     )

@@ -9,7 +9,7 @@ in a sync and an async class; register one as a handler, or call it inside one::
     orders = AsyncJetStreamSink("nats://127.0.0.1:4222", subject=lambda e: f"orders.{e.region}")
     app.handler(OrderEvent, batch_size=1000, ordering_key="customer_id")(orders)
 
-``outbox.sinks.http`` (httpx), ``outbox.sinks.rabbitmq`` (aio-pika), ``outbox.sinks.nats``
+``outbox.sinks.http`` (httpx), ``outbox.sinks.rabbitmq`` (pika), ``outbox.sinks.nats``
 (nats-py) and ``outbox.sinks.redis`` (redis-py). :mod:`outbox.sinks.base` is what they share:
 the mapping of a downstream's answer to retries, discards and failures, and the check of a
 broker's de-duplication window against the handler's retry schedule. docs/sinks.md states each

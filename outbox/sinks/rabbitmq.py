@@ -1,14 +1,16 @@
 """RabbitMQ: each event of a group published as one message, with publisher confirms and
-``mandatory``, through aio-pika (``pip install 'sqlalchemy-outbox[rabbitmq]'``).
+``mandatory``, through pika on the worker's event loop
+(``pip install 'sqlalchemy-outbox[rabbitmq]'``).
 
 A group is published pipelined on one channel: every message is written in id order, then the
 confirms are awaited together, so that a group of 1,000 costs one wait for the broker, not
-1,000. One channel keeps publish order into each queue, so a queue holds a key's events in id
-order (outbox sends one group of an ordering key at a time). A message is done only once the
-broker confirmed it; one it nacked, returned as unroutable or did not confirm in time is
-retried alone. The guarantee is at least once: RabbitMQ keeps no de-duplication window, so a
-message whose confirm was lost (a worker killed, a connection cut) is published again with
-the same ``message_id``, which consumers de-duplicate by.
+1,000 (:mod:`outbox.sinks._amqp` matches the broker's answers to the messages). One channel
+keeps publish order into each queue, so a queue holds a key's events in id order (outbox sends
+one group of an ordering key at a time). A message is done only once the broker confirmed it;
+one it nacked, returned as unroutable or did not confirm in time is retried alone. The
+guarantee is at least once: RabbitMQ keeps no de-duplication window, so a message whose
+confirm was lost (a worker killed, a connection cut) is published again with the same
+``message_id``, which consumers de-duplicate by.
 
     from outbox.sinks.rabbitmq import AsyncRabbitMQSink, RabbitMQSink
 
@@ -22,23 +24,22 @@ See docs/sinks/rabbitmq.md.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-import aio_pika
-import aio_pika.abc
-import aio_pika.exceptions
-from yarl import URL
+import pika
+import pika.exceptions
 
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
 from outbox.exceptions import ConfigurationError, DataError, DownstreamError
+from outbox.sinks._amqp import PENDING, ConfirmChannel, Lost, Message, Returned, cause
 from outbox.sinks.base import (
     AsyncSink,
     PerEvent,
     Rejection,
+    RowPath,
     Secrets,
     blocking_sink,
     describe_error,
@@ -47,6 +48,7 @@ from outbox.sinks.base import (
     ordering_key,
     payload_bytes,
     per_event,
+    row_path,
     unavailable,
 )
 
@@ -130,9 +132,7 @@ class AsyncRabbitMQSink(AsyncSink):
         self.headers = headers
         self.key = key
         self.content_type = content_type
-        self.delivery_mode = (
-            aio_pika.DeliveryMode.PERSISTENT if persistent else aio_pika.DeliveryMode.NOT_PERSISTENT
-        )
+        self.delivery_mode = 2 if persistent else 1
         self.confirm_timeout = confirm_timeout
         self.connect_timeout = connect_timeout
         self._secrets = Secrets([parts.password, unquote(parts.password or "")])
@@ -141,10 +141,16 @@ class AsyncRabbitMQSink(AsyncSink):
         self._downstream = f"RabbitMQ at {parts.scheme}://{parts.hostname}:{port}{vhost}"
         # The key function of each handler the sink is registered as, by handler name.
         self._keys: dict[str, Callable[[Any], str | None] | None] = {}
-        self._connection: aio_pika.abc.AbstractConnection | None = None
-        self._channel: aio_pika.abc.AbstractChannel | None = None
-        self._exchange: aio_pika.abc.AbstractExchange | None = None
-        self._stale: aio_pika.abc.AbstractChannel | None = None
+        # How each handler's default messages are read from its rows, where they can be.
+        self._row_paths: dict[str, RowPath | None] = {}
+        try:
+            self._parameters = pika.URLParameters(url)
+        except Exception as error:
+            raise ConfigurationError(
+                f"url: {describe_error(error, Secrets([parts.password]))}"
+            ) from None
+        self._channel: ConfirmChannel | None = None
+        self._stale: ConfirmChannel | None = None
         self._opening: asyncio.Lock | None = None
 
     @property
@@ -169,11 +175,22 @@ class AsyncRabbitMQSink(AsyncSink):
         except ConfigurationError:
             raise
         except Exception as error:
-            raise unavailable(self.downstream, error, self._secrets) from error
+            raise unavailable(self.downstream, cause(error), self._secrets) from error
 
     async def check(self, app: Outbox, handler: Handler[Any]) -> None:
-        """Learn the handler's ordering key, the ``outbox-key`` header's default."""
+        """Learn the handler's ordering key, the ``outbox-key`` header's default, and whether
+        its groups' messages can be read from their rows."""
         self._keys[handler.name] = self.key if self.key is not None else ordering_key(handler)
+        # Only the defaults are known to read nothing but columns; a function of the user's
+        # is given the event.
+        defaults = (
+            self.payload is json_payload
+            and self.message_id is message_id
+            and self.headers is None
+            and self.key is None
+            and not callable(self.routing_key)
+        )
+        self._row_paths[handler.name] = row_path(handler) if defaults else None
 
     async def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:
         """Publish the group pipelined; the events the broker did not confirm, as rejections.
@@ -181,79 +198,85 @@ class AsyncRabbitMQSink(AsyncSink):
         Raises :class:`outbox.DownstreamError` when the connection is lost (or cannot be
         opened again) before the broker confirmed any of the group.
         """
-        events = batch.events
-        if not events:
+        if not len(batch):
             return []
-        key = self._keys.get(batch.handler, self.key)
-        routed = [self._message(event, key) for event in events]
-        channel, exchange = await self._ready()
-        # Tasks start in creation order and each writes its message before its first real
-        # wait (aiormq's channel lock is FIFO): the messages go out in id order, one channel.
-        publishing = [
-            asyncio.ensure_future(exchange.publish(message, routing_key, mandatory=True))
-            for message, routing_key in routed
-        ]
+        messages = self._messages(batch)
+        channel = await self._ready()
         try:
-            _, late = await asyncio.wait(publishing, timeout=self.confirm_timeout)
-        finally:
-            # Cancelled (a worker stopping) or timed out: no publish outlives the call.
-            waiting = [task for task in publishing if not task.done()]
-            for task in waiting:
-                task.cancel()
-            await asyncio.gather(*waiting, return_exceptions=True)
+            # Every message is written before anything else runs on the loop: the group goes
+            # out in id order, on one channel, with no other group's messages between.
+            group = channel.publish(self.exchange, messages, len(messages))
+        except Exception as error:
+            self._stale = channel
+            raise DownstreamError(f"{self.downstream}: {self._describe(error)}") from error
+        # Cancelled (a worker stopping): what was written is confirmed to no one, and sent
+        # again with the group.
+        await channel.wait(group, self.confirm_timeout)
 
         rejections: list[Rejection[Any]] = []
         lost: BaseException | None = None
+        late = False
         confirmed = 0
-        for event, (_, routing_key), task in zip(events, routed, publishing, strict=True):
-            if task in late:
-                reason = f"no confirm from RabbitMQ within {self.confirm_timeout:g} s"
-            elif task.cancelled():
-                lost = lost or ConnectionError("the publish was cancelled by its channel closing")
-                reason = "the channel closed before RabbitMQ confirmed the message"
-            elif (error := task.exception()) is None:
+        for index, ((routing_key, _, _), outcome) in enumerate(
+            zip(messages, group.outcomes, strict=True)
+        ):
+            if outcome is None:
                 confirmed += 1
                 continue
-            elif isinstance(error, aio_pika.exceptions.PublishError):
-                reason = self._unroutable(routing_key, error)
-            elif isinstance(error, aio_pika.exceptions.DeliveryError):
-                reason = "nacked by RabbitMQ (a queue refused it, or the broker failed to store it)"
+            if outcome is PENDING:
+                late = True
+                reason = f"no confirm from RabbitMQ within {self.confirm_timeout:g} s"
+            elif isinstance(outcome, Returned):
+                reason = self._unroutable(routing_key, outcome.reply_text)
+            elif isinstance(outcome, Lost):
+                lost = lost or outcome.error
+                reason = self._lost(outcome.error)
             else:
-                lost = lost or error
-                reason = describe_error(error, self._secrets)
-            rejections.append(Rejection(event, reason))
+                reason = "nacked by RabbitMQ (a queue refused it, or the broker failed to store it)"
+            rejections.append(Rejection(batch.events[index], reason))
         if lost is not None or late:
             # A connection that lost messages or confirms is not trusted with the next group.
             self._stale = channel
         if lost is not None and confirmed == 0:
-            raise DownstreamError(
-                f"{self.downstream}: {describe_error(lost, self._secrets)}"
-            ) from lost
+            raise DownstreamError(f"{self.downstream}: {self._lost(lost)}") from lost
         return rejections
 
     async def close(self) -> None:
         """Close the connection."""
-        connection, self._connection = self._connection, None
-        self._channel = self._exchange = self._stale = None
-        if connection is not None and not connection.is_closed:
-            with contextlib.suppress(Exception):
-                await connection.close()
+        channel, self._channel = self._channel, None
+        self._stale = None
+        if channel is not None:
+            await channel.close()
 
-    def _message(
-        self, event: Any, key: Callable[[Any], str | None] | None
-    ) -> tuple[aio_pika.Message, str]:
+    def _messages(self, batch: Batch[Any]) -> list[Message]:
+        """The group's messages, in id order: read from its rows where they can be."""
+        path = self._row_paths.get(batch.handler)
+        rows = batch.rows
+        if path is not None and rows and hasattr(rows[0], "_fields"):
+            return [self._row_message(path, row) for row in rows]
+        key = self._keys.get(batch.handler, self.key)
+        return [self._message(event, key) for event in batch.events]
+
+    def _row_message(self, path: RowPath, row: Any) -> Message:
+        try:
+            message_id, key, body = path.fields(row)
+        except Exception as error:
+            raise DataError(
+                f"event {row[path.id_at]} cannot be made a message: "
+                f"{describe_error(error, self._secrets)}"
+            ) from error
+        properties = self._properties(message_id, {} if key is None else {KEY_HEADER: key})
+        # The routing key is a constant here: a function of the event is given the event.
+        return str(self.routing_key), body, properties
+
+    def _message(self, event: Any, key: Callable[[Any], str | None] | None) -> Message:
         try:
             headers: dict[str, Any] = {} if self.headers is None else dict(self.headers(event))
             value = None if key is None else key(event)
             if value is not None:
                 headers[KEY_HEADER] = value
-            message = aio_pika.Message(
-                payload_bytes(self.payload(event)),
-                message_id=self.message_id(event),
-                headers=headers,
-                content_type=self.content_type,
-                delivery_mode=self.delivery_mode,
-            )
+            properties = self._properties(self.message_id(event), headers)
+            body = payload_bytes(self.payload(event))
             routing_key = per_event(self.routing_key, event)
         except Exception as error:
             # The event cannot be made a message: its data, not the broker, is at fault.
@@ -261,68 +284,67 @@ class AsyncRabbitMQSink(AsyncSink):
                 f"event {getattr(event, 'id', '?')} cannot be made a message: "
                 f"{describe_error(error, self._secrets)}"
             ) from error
-        return message, routing_key
+        return routing_key, body, properties
 
-    def _unroutable(self, routing_key: str, error: aio_pika.exceptions.PublishError) -> str:
+    def _properties(self, message_id: str, headers: dict[str, Any]) -> pika.BasicProperties:
+        # pika annotates every method but this constructor.
+        return pika.BasicProperties(  # type: ignore[no-untyped-call]
+            content_type=self.content_type,
+            headers=headers,
+            delivery_mode=self.delivery_mode,
+            message_id=message_id,
+        )
+
+    def _unroutable(self, routing_key: str, reply_text: str) -> str:
         exchange = f"exchange {self.exchange!r}" if self.exchange else "the default exchange"
-        frame = getattr(error, "frame", None)
-        code = getattr(frame, "reply_text", None) or "NO_ROUTE"
-        return f"unroutable ({code}): no queue bound for routing key {routing_key!r} on {exchange}"
+        return (
+            f"unroutable ({reply_text}): no queue bound for routing key {routing_key!r} on "
+            f"{exchange}"
+        )
 
-    async def _ready(self) -> tuple[aio_pika.abc.AbstractChannel, aio_pika.abc.AbstractExchange]:
-        """The channel and exchange to publish on, opened again after a loss."""
+    def _describe(self, error: BaseException) -> str:
+        return describe_error(cause(error), self._secrets)
+
+    def _lost(self, error: BaseException) -> str:
+        """Why a message in flight was lost with its channel."""
+        if isinstance(error, _CLOSED_HERE):
+            # The sink closed it: the worker stopping, or a connection that had lost a
+            # message or a confirm replaced by a new one.
+            return "the connection was closed before RabbitMQ confirmed the message"
+        return self._describe(error)
+
+    async def _ready(self) -> ConfirmChannel:
+        """The channel to publish on, opened again after a loss."""
         if self._opening is None:
             self._opening = asyncio.Lock()
         async with self._opening:
-            channel, exchange, connection = self._channel, self._exchange, self._connection
-            if (
-                channel is not None
-                and exchange is not None
-                and connection is not None
-                and channel is not self._stale
-                and not channel.is_closed
-                and not connection.is_closed
-            ):
-                return channel, exchange
+            channel = self._channel
+            if channel is not None and channel is not self._stale and channel.error is None:
+                return channel
             await self.close()
             try:
                 return await self._open()
             except Exception as error:
-                raise DownstreamError(
-                    f"{self.downstream}: {describe_error(error, self._secrets)}"
-                ) from error
+                raise DownstreamError(f"{self.downstream}: {self._describe(error)}") from error
 
-    async def _open(
-        self,
-    ) -> tuple[aio_pika.abc.AbstractChannel, aio_pika.abc.AbstractExchange]:
-        # Made here rather than by aio_pika.connect, so that one that fails is closed too
-        # (aio-pika would leave it to the garbage collector, which warns).
-        connection = aio_pika.Connection(URL(self.url))
-        async with asyncio.timeout(self.connect_timeout):
-            try:
-                await connection.connect(timeout=self.connect_timeout)
-                channel = await connection.channel(publisher_confirms=True, on_return_raises=True)
-                if self.exchange:
-                    exchange = await self._existing_exchange(channel)
-                else:
-                    exchange = channel.default_exchange
-            except BaseException:
-                with contextlib.suppress(Exception):
-                    await connection.close()
-                raise
-        self._connection, self._channel, self._exchange = connection, channel, exchange
-        return channel, exchange
-
-    async def _existing_exchange(
-        self, channel: aio_pika.abc.AbstractChannel
-    ) -> aio_pika.abc.AbstractExchange:
+    async def _open(self) -> ConfirmChannel:
         try:
-            return await channel.get_exchange(self.exchange, ensure=True)
-        except aio_pika.exceptions.ChannelNotFoundEntity:
+            async with asyncio.timeout(self.connect_timeout):
+                channel = await ConfirmChannel.open(self._parameters, self.exchange)
+        except pika.exceptions.ChannelClosedByBroker as error:
+            if error.reply_code != _NOT_FOUND:
+                raise
             raise ConfigurationError(
                 f"{self.downstream}: no exchange {self.exchange!r} (declare it first, or name "
                 f'one that exists; "" is the default exchange)'
             ) from None
+        self._channel = channel
+        return channel
+
+
+_CLOSED_HERE = (pika.exceptions.ConnectionClosedByClient, pika.exceptions.ChannelClosedByClient)
+_NOT_FOUND = 404
+"""The reply code of a passive declare of an exchange that does not exist."""
 
 
 RabbitMQSink = blocking_sink(AsyncRabbitMQSink)

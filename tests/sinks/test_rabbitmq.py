@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import aio_pika
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -379,3 +380,54 @@ def test_an_event_that_cannot_be_made_a_message_fails_its_group_as_data(
     assert {
         f"DataError: event {ids[1]} cannot be made a message: ValueError: no price for globex"
     } == (errors)
+
+
+async def _published(queue_name: str) -> list[tuple[bytes, dict[str, Any]]]:
+    """Every message on the queue: its body and its properties."""
+    connection = await aio_pika.connect(RABBITMQ_URL, timeout=10)
+    async with connection:
+        channel = await connection.channel()
+        queue = await channel.get_queue(queue_name, ensure=True)
+        published = []
+        while (message := await queue.get(no_ack=True, fail=False)) is not None:
+            properties = {
+                "message_id": message.message_id,
+                "headers": message.headers,
+                "content_type": message.content_type,
+                "delivery_mode": message.delivery_mode,
+            }
+            published.append((message.body, properties))
+        return published
+
+
+def test_a_group_read_from_its_rows_publishes_the_messages_its_events_would(
+    sqlite_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """The default messages of a group handed over as rows (as a worker does) are, body and
+    properties, those of the same group handed over as events."""
+    reset_schema(sqlite_url)
+    with destination() as by_rows, destination() as by_events:
+        sinks = {
+            handler: RabbitMQSink(RABBITMQ_URL, exchange=name, routing_key=ROUTING_KEY)
+            for handler, name in (("rows", by_rows), ("events", by_events))
+        }
+        for handler, sink in sinks.items():
+            app = make_app(sqlite_url)
+            app.handler(SinkEvent, name=handler, ordering_key="account")(sink)
+            sink.outbox_start(app, app.get_handler(handler))
+        ids = commit_events(app.engine, event_rows(30))
+        with app.engine.connect() as conn:
+            rows = list(conn.execute(select(SinkEvent.__table__).order_by(SinkEvent.id)))
+        with Session(app.engine) as session:
+            events = list(session.scalars(select(SinkEvent).order_by(SinkEvent.id)))
+            session.expunge_all()
+        group = uuid.uuid4()
+
+        sinks["rows"](Batch(rows=rows, model=SinkEvent, group_id=group, attempt=1, handler="rows"))
+        sinks["events"](Batch(events, group_id=group, attempt=1, handler="events"))
+
+        for sink in sinks.values():
+            sink.outbox_stop()
+        published = {name: asyncio.run(_published(name)) for name in (by_rows, by_events)}
+    assert len(ids) == len(published[by_events])
+    assert published[by_events] == published[by_rows]
