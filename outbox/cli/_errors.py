@@ -18,6 +18,7 @@ from outbox.exceptions import (
     BufferTableMissingError,
     ConfigurationError,
     DatabaseUnavailableError,
+    DownstreamUnavailableError,
     OutboxError,
     SchemaMissingError,
 )
@@ -40,7 +41,7 @@ def exits_on_errors() -> Iterator[None]:
         yield
     except ConfigurationError as error:
         fail(str(error), EXIT_USAGE)
-    except DatabaseUnavailableError as error:
+    except (DatabaseUnavailableError, DownstreamUnavailableError) as error:
         fail(str(error), EXIT_UNREACHABLE)
     except SchemaMissingError as error:
         fail(str(error), EXIT_FAILURE)

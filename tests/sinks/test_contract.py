@@ -20,6 +20,7 @@ from tests.sinks import sink_app
 from tests.sinks._contract import (
     SECRET,
     Downstream,
+    closed_port,
     commit_events,
     event_id,
     event_rows,
@@ -102,3 +103,28 @@ def test_outbox_status_states_the_sinks_guarantee(sqlite_url: str, tmp_path: Pat
 
     guarantee = make_sink("http://127.0.0.1:9/bulk", sync=True).outbox_guarantee
     assert f"to_sink: delivery {guarantee}" in shown.splitlines()
+
+
+def test_outbox_work_refuses_to_start_in_one_line_when_the_downstream_is_unreachable(
+    sqlite_url: str,
+) -> None:
+    """``outbox work`` with a sink whose API does not answer: exit 3, one line naming the
+    handler, before any group is run."""
+    from tests.conftest import reset_schema
+
+    reset_schema(sqlite_url)
+    unreachable = f"http://127.0.0.1:{closed_port()}/bulk"
+    env = {**os.environ, sink_app.KIND_ENV: "http", sink_app.DESTINATION_ENV: unreachable}
+    command = ["--app", "tests.sinks.sink_app:app", "--database-url", sqlite_url]
+    ran = subprocess.run(
+        [sys.executable, "-m", "outbox", *command, "work", "--burst"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+    lines = ran.stderr.strip().splitlines()
+    assert (3, 1) == (ran.returncode, len(lines))
+    assert lines[0].startswith("Error: handler 'to_sink': bulk HTTP API at " + unreachable)
