@@ -14,7 +14,7 @@ first copy of each event comes in id order per key, and:
   the same message id and the same values.
 
 ``OUTBOX_SINK_KILLS=full`` (``nox -s sinks``) runs 10,000 events and 100 kills per sink on
-each of SQLite, PostgreSQL and MariaDB; the test run's small size is 1,000 events and 10 kills
+each of SQLite, PostgreSQL and MariaDB; the test run's small size is 800 events and 8 kills
 per sink, each sink on one of the databases.
 """
 
@@ -41,8 +41,8 @@ from tests.sinks import sink_app
 from tests.sinks._contract import commit_events, event_id, event_rows, roll_back_events
 
 FULL = os.environ.get("OUTBOX_SINK_KILLS") == "full"
-EVENTS = 10_000 if FULL else 1_000
-KILLS = 100 if FULL else 10
+EVENTS = 10_000 if FULL else 800
+KILLS = 100 if FULL else 8
 WORKERS = 2
 CONCURRENCY = 2
 # A process is up this long (at random) before the events it is killed over are committed:

@@ -42,6 +42,11 @@ JUDGING_SECONDS = DEFAULT_WORKER_STALE_SECONDS + 2 * DEFAULT_RESCUE_INTERVAL_SEC
 stale age), then rescue twice (the rescue interval with its jitter)."""
 
 
+full_size_only = pytest.mark.skipif(
+    os.environ.get(SIZE_ENV, "small") != "full", reason="the full size only: nox -s upgrade"
+)
+
+
 def test_the_migration_refuses_while_old_workers_write_local_time(zoned_upgrade: Upgrade) -> None:
     """In a non-UTC zone, migrating beside the older release's workers is refused in one line
     naming each of them."""
@@ -110,6 +115,9 @@ def test_pause_warns_that_older_workers_are_alive(upgrade: Upgrade) -> None:
     assert (0, True) == (paused.code, warned is not None), paused.output
 
 
+# The full size only (nox -s upgrade), as the two below: the migration's lock timeout is checked
+# on every run by tests/migration/test_lock_timeout.py, and its downgrades by tests/migration.
+@full_size_only
 def test_a_long_reader_never_freezes_the_fleet_beyond_the_lock_timeout(upgrade: Upgrade) -> None:
     """A transaction left open on outbox_jobs during the migration holds the fleet back no
     longer than about the migration's lock timeout; the upgrade then completes, nothing lost."""
@@ -149,6 +157,7 @@ def test_a_long_reader_never_freezes_the_fleet_beyond_the_lock_timeout(upgrade: 
     ), (gap, first.output, second.output, report.summary())
 
 
+@full_size_only
 def test_a_rollback_lets_the_old_workers_drain_what_is_left(upgrade: Upgrade) -> None:
     """Back to 0001 with the new workers stopped: the old workers drain the rest, none lost."""
     size = upgrade.size
@@ -181,9 +190,7 @@ def test_a_rollback_lets_the_old_workers_drain_what_is_left(upgrade: Upgrade) ->
 # About 40 s of an older worker's long heartbeat gaps: the full size's (nox -s upgrade); the
 # rule itself is checked on every run by the conformance tier (test_jobs_gone_workers.py,
 # test_workers.py).
-@pytest.mark.skipif(
-    os.environ.get(SIZE_ENV, "small") != "full", reason="the full size only: nox -s upgrade"
-)
+@full_size_only
 def test_new_workers_leave_a_live_older_worker_in_the_fleet(
     start_upgrade: Callable[..., Upgrade],
 ) -> None:
