@@ -81,7 +81,7 @@ def sinks(session: nox.Session) -> None:
         "tests/sinks/test_kills.py",
         "tests/sinks/test_http.py::test_an_outage_opens_the_breaker_and_loses_nothing",
     )
-    session.run("python", "-m", "pytest", *tests, *session.posargs, env=env)
+    session.run("python", "-m", "pytest", "-s", *tests, *session.posargs, env=env)
 
 
 # The benchmarks (benchmarks/README.md): figures for the docs, never timing assertions in tests.

@@ -132,12 +132,18 @@ def test_workers_killed_at_random_lose_nothing(
         stored = module.read_stored(target)
     engine.dispose()
 
+    twice = {i: n for i, n in Counter(event_id(m.message_id) for m in stored).items() if n > 1}
+    # What the run did, for the record (`pytest -s`; nox -s sinks prints it).
+    print(
+        f"\n{kind} on {engine.dialect.name}: {len(committed)} events, {KILLS} kills "
+        f"({in_flight} with a group leased), {len(stored)} messages stored, "
+        f"{sum(n - 1 for n in twice.values())} duplicates"
+    )
     # The kills landed while groups were leased, not only between them.
     assert in_flight >= KILLS // 2, in_flight
     ids = [event_id(m.message_id) for m in stored]
     copies = Counter(ids)
     assert (set(committed), [0] * WORKERS) == (set(copies), codes)
-    twice = {i: n for i, n in copies.items() if n > 1}
     if module.DEDUPLICATES:
         assert {} == twice
     else:
