@@ -17,7 +17,7 @@ would change.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import redis
@@ -242,7 +242,36 @@ class _Core:
         return DownstreamError(f"{self.downstream}: {describe_error(error, self.secrets)}")
 
 
-class RedisStreamSink(Sink):
+ClientT = TypeVar("ClientT", redis.Redis, redis.asyncio.Redis)
+
+
+class _StreamSink(Generic[ClientT]):
+    """What :class:`RedisStreamSink` and :class:`AsyncRedisStreamSink` hold and say alike:
+    the core, the client, how they name the server and their guarantee. The first of a sink's
+    bases: it starts the other (``Sink`` or ``AsyncSink``)."""
+
+    def __init__(self, core: _Core) -> None:
+        super().__init__()
+        self._core = core
+        self._client: ClientT | None = None
+
+    @property
+    def downstream(self) -> str:
+        """``Redis at redis://host:port/db``, without the password."""
+        return self._core.downstream
+
+    @property
+    def outbox_guarantee(self) -> str:
+        """At least once; consumers de-duplicate by the ``id`` field."""
+        return GUARANTEE
+
+    @property
+    def server_version(self) -> str | None:
+        """The Redis server's version, read when the sink connected; None before."""
+        return self._core.server_version
+
+
+class RedisStreamSink(_StreamSink[redis.Redis], Sink):
     """Append each group to Redis streams with one pipelined round trip, sync (redis-py's
     ``redis.Redis``).
 
@@ -272,35 +301,12 @@ class RedisStreamSink(Sink):
         create_stream: bool = True,
         client: redis.Redis | None = None,
     ) -> None:
-        super().__init__()
-        self._core = _Core(
-            type(self).__name__,
-            url,
-            stream=stream,
-            payload=payload,
-            message_id=message_id,
-            key=key,
-            maxlen=maxlen,
-            approximate=approximate,
-            create_stream=create_stream,
+        core = _Core(
+            type(self).__name__, url, stream=stream, payload=payload, message_id=message_id,
+            key=key, maxlen=maxlen, approximate=approximate, create_stream=create_stream,
             client=client,
-        )
-        self._client: redis.Redis | None = None
-
-    @property
-    def downstream(self) -> str:
-        """``Redis at redis://host:port/db``, without the password."""
-        return self._core.downstream
-
-    @property
-    def outbox_guarantee(self) -> str:
-        """At least once; consumers de-duplicate by the ``id`` field."""
-        return GUARANTEE
-
-    @property
-    def server_version(self) -> str | None:
-        """The Redis server's version, read when the sink connected; None before."""
-        return self._core.server_version
+        )  # fmt: skip
+        super().__init__(core)
 
     def connect(self) -> None:
         """Make the client and check the server: it answers, the password is right, a
@@ -355,7 +361,7 @@ class RedisStreamSink(Sink):
             client.close()
 
 
-class AsyncRedisStreamSink(AsyncSink):
+class AsyncRedisStreamSink(_StreamSink[redis.asyncio.Redis], AsyncSink):
     """Append each group to Redis streams with one pipelined round trip, async
     (``redis.asyncio.Redis``). The same options as :class:`RedisStreamSink`; ``client``, if
     given, is a ``redis.asyncio.Redis``."""
@@ -373,35 +379,12 @@ class AsyncRedisStreamSink(AsyncSink):
         create_stream: bool = True,
         client: redis.asyncio.Redis | None = None,
     ) -> None:
-        super().__init__()
-        self._core = _Core(
-            type(self).__name__,
-            url,
-            stream=stream,
-            payload=payload,
-            message_id=message_id,
-            key=key,
-            maxlen=maxlen,
-            approximate=approximate,
-            create_stream=create_stream,
+        core = _Core(
+            type(self).__name__, url, stream=stream, payload=payload, message_id=message_id,
+            key=key, maxlen=maxlen, approximate=approximate, create_stream=create_stream,
             client=client,
-        )
-        self._client: redis.asyncio.Redis | None = None
-
-    @property
-    def downstream(self) -> str:
-        """``Redis at redis://host:port/db``, without the password."""
-        return self._core.downstream
-
-    @property
-    def outbox_guarantee(self) -> str:
-        """At least once; consumers de-duplicate by the ``id`` field."""
-        return GUARANTEE
-
-    @property
-    def server_version(self) -> str | None:
-        """The Redis server's version, read when the sink connected; None before."""
-        return self._core.server_version
+        )  # fmt: skip
+        super().__init__(core)
 
     async def connect(self) -> None:
         """Make the client and check the server (see :meth:`RedisStreamSink.connect`)."""
