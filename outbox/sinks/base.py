@@ -31,6 +31,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
+from urllib.parse import unquote
 
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm.exc import UnmappedColumnError
@@ -40,6 +41,7 @@ from outbox.batch import Batch
 from outbox.buffer import BufferMixin
 from outbox.exceptions import (
     ConfigurationError,
+    DataError,
     DownstreamError,
     DownstreamUnavailableError,
     OutboxError,
@@ -325,6 +327,13 @@ class Secrets:
         if text and len(text) >= 3:
             self._values.add(text)
 
+    def add_quoted(self, value: str | None) -> None:
+        """Mask ``value``, a part of a URL (a password, a token), both as the URL writes it
+        and percent-decoded: a client's error may quote either."""
+        if value is not None:
+            self.add(value)
+            self.add(unquote(value))
+
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``, the longest first."""
         for value in sorted(self._values, key=len, reverse=True):
@@ -345,6 +354,29 @@ def unavailable(
     """The error a sink's ``connect`` raises for a downstream it cannot reach or that refuses
     it: one line, naming the downstream and what the client said, secrets masked."""
     return DownstreamUnavailableError(f"{downstream}: {describe_error(error, secrets)}")
+
+
+def downstream_failed(downstream: str, error: BaseException, secrets: Secrets) -> DownstreamError:
+    """The error a sink's ``send`` raises when the downstream failed the whole group (the
+    connection lost, a timeout): one line, naming the downstream and what the client said,
+    secrets masked."""
+    return DownstreamError(f"{downstream}: {describe_error(error, secrets)}")
+
+
+def not_a_message(event_id: object, error: BaseException, secrets: Secrets) -> DataError:
+    """The error a sink raises for an event it cannot make a message of (a function of the
+    user's raised, a value has no JSON form): the event's data, not the downstream, is at
+    fault."""
+    return DataError(f"event {event_id} cannot be made a message: {describe_error(error, secrets)}")
+
+
+def check_per_event(name: str, option: object) -> None:
+    """Refuse, naming it, a :data:`PerEvent` text option that is neither a string nor a
+    function of the event."""
+    if not (isinstance(option, str) or callable(option)):
+        raise ConfigurationError(
+            f"{name}: expected a string or a function of the event, got {type(option).__name__}"
+        )
 
 
 def _for_handler(error: OutboxError, handler: Handler[Any]) -> OutboxError:

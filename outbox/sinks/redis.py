@@ -38,6 +38,7 @@ from outbox.sinks.base import (
     Secrets,
     Sink,
     describe_error,
+    downstream_failed,
     json_payload,
     message_id,
     ordering_key,
@@ -118,7 +119,8 @@ class _Core:
         learnt when a worker starts it."""
         self.row_paths: dict[str, RowPath | None] = {}
         self.given = client
-        self.secrets = Secrets([_password(url)])
+        self.secrets = Secrets()
+        self.secrets.add_quoted(urlsplit(url).password)
         if client is not None:
             self.secrets.add(_client_option(client, "password"))
         self.downstream = f"Redis at {_public_url(url if client is None else _client_url(client))}"
@@ -239,7 +241,7 @@ class _Core:
     def failed(self, error: BaseException) -> DownstreamError:
         """The error a pipeline that failed as a whole raises: no reply was read for any of
         its messages, so none is done (some may be stored: they are sent again)."""
-        return DownstreamError(f"{self.downstream}: {describe_error(error, self.secrets)}")
+        return downstream_failed(self.downstream, error, self.secrets)
 
 
 ClientT = TypeVar("ClientT", redis.Redis, redis.asyncio.Redis)
@@ -440,11 +442,6 @@ class AsyncRedisStreamSink(_StreamSink[redis.asyncio.Redis], AsyncSink):
 
 def _text(reply: Any) -> str:
     return reply.decode() if isinstance(reply, bytes) else str(reply)
-
-
-def _password(url: str) -> str | None:
-    password = urlsplit(url).password
-    return None if password is None else unquote(password)
 
 
 def _public_url(url: str) -> str:
