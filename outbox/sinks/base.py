@@ -421,7 +421,22 @@ def check_dedup_window(
         )
 
 
-class AsyncSink(ABC):
+class _Described(ABC):
+    """What every sink, sync or async, says of itself: where it sends and what it
+    guarantees (the sync/async split starts below it: the methods that do I/O)."""
+
+    @property
+    @abstractmethod
+    def downstream(self) -> str:
+        """Where the sink sends, in words, with no secret (``RabbitMQ at amqp://host:5672/``)."""
+
+    @property
+    @abstractmethod
+    def outbox_guarantee(self) -> str:
+        """The delivery guarantee, in words (``outbox status`` shows it)."""
+
+
+class AsyncSink(_Described):
     """A ready-made async batch handler: register it (``app.handler(Model, ...)(sink)``), or
     ``await sink(batch)`` inside a handler of your own.
 
@@ -433,16 +448,6 @@ class AsyncSink(ABC):
     def __init__(self) -> None:
         self._connected_in: int | None = None
         self._connecting: asyncio.Lock | None = None
-
-    @property
-    @abstractmethod
-    def downstream(self) -> str:
-        """Where the sink sends, in words, with no secret (``RabbitMQ at amqp://host:5672/``)."""
-
-    @property
-    @abstractmethod
-    def outbox_guarantee(self) -> str:
-        """The delivery guarantee, in words (``outbox status`` shows it)."""
 
     @abstractmethod
     async def connect(self) -> None:
@@ -457,7 +462,7 @@ class AsyncSink(ABC):
     async def close(self) -> None:
         """Close the client."""
 
-    async def check(self, app: Outbox, handler: Handler[Any]) -> None:  # noqa: B027
+    async def check(self, app: Outbox, handler: Handler[Any]) -> None:
         """What a sink checks against the handler it is registered as (a dedup window against
         the retry schedule); nothing by default."""
 
@@ -497,23 +502,13 @@ class AsyncSink(ABC):
         return BlockingSink(self)
 
 
-class Sink(ABC):
+class Sink(_Described):
     """A ready-made sync batch handler: register it (``app.handler(Model, ...)(sink)``), or call
     ``sink(batch)`` inside a handler of your own. See :class:`AsyncSink`."""
 
     def __init__(self) -> None:
         self._connected_in: int | None = None
         self._lock = threading.Lock()
-
-    @property
-    @abstractmethod
-    def downstream(self) -> str:
-        """Where the sink sends, in words, with no secret."""
-
-    @property
-    @abstractmethod
-    def outbox_guarantee(self) -> str:
-        """The delivery guarantee, in words (``outbox status`` shows it)."""
 
     @abstractmethod
     def connect(self) -> None:
@@ -527,7 +522,7 @@ class Sink(ABC):
     def close(self) -> None:
         """Close the client."""
 
-    def check(self, app: Outbox, handler: Handler[Any]) -> None:  # noqa: B027
+    def check(self, app: Outbox, handler: Handler[Any]) -> None:
         """What a sink checks against the handler it is registered as; nothing by default."""
 
     def __call__(self, batch: Batch[Any]) -> None:
