@@ -1,9 +1,10 @@
 """What the broker sinks' benchmarks (``sink_nats``, ``sink_rabbitmq``) share: the buffer they
 publish from, its events committed and read back in groups, the JSON a hand-written loop
-writes for an event, and a drain measured end to end."""
+writes for an event, a drain measured end to end, and their command line."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 from collections.abc import Callable
@@ -18,6 +19,18 @@ from benchmarks._common import fresh_tables
 from outbox import BufferMixin, Outbox
 from outbox.sinks.base import AsyncSink, json_default
 from outbox.worker import Worker
+
+
+def parse_arguments(description: str) -> argparse.Namespace:
+    """The command line of a broker sink's benchmark: the loops' messages and groups, the
+    drain's events and batch, the runs."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--messages", type=int, default=20_000, help="messages per run, (a), (b)")
+    parser.add_argument("--group-size", type=int, default=1000, help="messages per group")
+    parser.add_argument("--events", type=int, default=50_000, help="events drained, (c)")
+    parser.add_argument("--batch-size", type=int, default=1000, help="the handler's, (c)")
+    parser.add_argument("--runs", type=int, default=3)
+    return parser.parse_args()
 
 
 class Base(DeclarativeBase):

@@ -33,7 +33,6 @@ threshold).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import logging
 import os
@@ -54,6 +53,7 @@ from benchmarks._sinks import (
     committed_groups,
     hand_written_body,
     measured_drain,
+    parse_arguments,
 )
 from outbox import Batch, Outbox
 from outbox.cli import settle_heap
@@ -204,13 +204,7 @@ def _median_drain(drains: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=20_000, help="messages per run, (a), (b)")
-    parser.add_argument("--group-size", type=int, default=1000, help="messages per group")
-    parser.add_argument("--events", type=int, default=50_000, help="events drained, (c)")
-    parser.add_argument("--batch-size", type=int, default=1000, help="the handler's, (c)")
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_arguments(__doc__.split("\n\n")[0])
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
     url = scratch_database(DATABASE)

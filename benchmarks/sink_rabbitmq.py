@@ -24,7 +24,6 @@ statements per message, aim ≤ 0.05), with this process's CPU per message.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -36,7 +35,13 @@ import aio_pika
 import pika
 
 from benchmarks._common import command_line, drop_database, machine, scratch_database, write
-from benchmarks._sinks import OrderEvent, committed_groups, hand_written_body, measured_drain
+from benchmarks._sinks import (
+    OrderEvent,
+    committed_groups,
+    hand_written_body,
+    measured_drain,
+    parse_arguments,
+)
 from benchmarks.amqp_clients import PikaPublisher
 from outbox import Batch
 from outbox.sinks.rabbitmq import AsyncRabbitMQSink
@@ -119,13 +124,7 @@ def drain(url: str, name: str, events: int, batch_size: int) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=20_000, help="messages per run, (a), (b)")
-    parser.add_argument("--group-size", type=int, default=1000, help="messages per group")
-    parser.add_argument("--events", type=int, default=50_000, help="events drained, (c)")
-    parser.add_argument("--batch-size", type=int, default=1000, help="the handler's, (c)")
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_arguments(__doc__.split("\n\n")[0])
 
     url = scratch_database(DATABASE)
     name = f"outbox-bench-{uuid.uuid4().hex[:12]}"
