@@ -1,4 +1,5 @@
-"""What the benchmarks share: a scratch PostgreSQL database, percentiles, the command line."""
+"""What the benchmarks share: a scratch PostgreSQL database and fresh tables in it, percentiles,
+the command line."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import MetaData, create_engine, text
 from sqlalchemy.engine import make_url
+
+from outbox import schema
 
 ADMIN_URL = os.environ.get(
     "OUTBOX_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1/test"
@@ -32,6 +35,26 @@ def scratch_database(name: str) -> str:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
     return make_url(ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def drop_database(name: str) -> None:
+    """Drop a benchmark's database (made by :func:`scratch_database`), at its end."""
+    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def fresh_tables(url: str, buffers: MetaData) -> None:
+    """Fresh framework tables and buffers (``buffers``: the benchmark's models' metadata) in
+    the database of ``url``: dropped, then created."""
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        buffers.drop_all(conn)
+        schema.metadata.drop_all(conn)
+        schema.metadata.create_all(conn)
+        buffers.create_all(conn)
+    engine.dispose()
 
 
 def libpq_url(url: str) -> str:

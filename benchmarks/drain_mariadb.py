@@ -31,10 +31,9 @@ import pymysql
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
-from benchmarks._common import command_line, machine, write
+from benchmarks._common import command_line, fresh_tables, machine, write
 from benchmarks.bench_app import Base
 from benchmarks.drain_throughput import ROOT, integers, run_framework
-from outbox import schema
 from outbox.worker import DEFAULT_CONCURRENCY
 
 DEFAULT_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
@@ -50,17 +49,6 @@ def scratch_database(url: str) -> str:
         conn.execute(text(f"CREATE DATABASE {DATABASE} CHARACTER SET utf8mb4"))
     admin.dispose()
     return make_url(url).set(database=DATABASE).render_as_string(hide_password=False)
-
-
-def prepare(url: str) -> None:
-    """Fresh framework tables and buffer."""
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        Base.metadata.drop_all(conn)
-        schema.metadata.drop_all(conn)
-        schema.metadata.create_all(conn)
-        Base.metadata.create_all(conn)
-    engine.dispose()
 
 
 def connect(url: str) -> pymysql.connections.Connection[Any]:
@@ -188,7 +176,7 @@ def main() -> None:
         parser.error("--events, --batch-size and --runs must be at least 1")
     process_counts = integers(args.processes)
     url = scratch_database(args.url)
-    prepare(url)
+    fresh_tables(url, Base.metadata)
     env = {
         **os.environ,
         "BENCH_BATCH_SIZE": str(args.batch_size),

@@ -31,10 +31,9 @@ from pathlib import Path
 
 from sqlalchemy import create_engine, func, insert, select
 
-from benchmarks._common import command_line, machine, scratch_database, write
+from benchmarks._common import command_line, fresh_tables, machine, scratch_database, write
 from benchmarks.bulk_app import Base, BulkEvent
 from examples.marketing_sync.fake_api import FakeMarketingAPIProcess, most_in_a_second
-from outbox import schema
 
 ROOT = Path(__file__).resolve().parents[1]
 OUTBOX = Path(sys.executable).parent / "outbox"
@@ -45,12 +44,9 @@ POLL_SECONDS = 0.05
 
 def prepare(url: str, events: int, accounts: int) -> None:
     """Fresh framework tables and a buffer of ``events`` events."""
+    fresh_tables(url, Base.metadata)
     engine = create_engine(url)
     with engine.begin() as conn:
-        Base.metadata.drop_all(conn)
-        schema.metadata.drop_all(conn)
-        schema.metadata.create_all(conn)
-        Base.metadata.create_all(conn)
         for start in range(0, events, LOAD_CHUNK):
             rows = [
                 {"email": f"user{n}@example.com", "account": n % max(accounts, 1)}

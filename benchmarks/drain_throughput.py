@@ -45,11 +45,17 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from sqlalchemy import create_engine
 
-from benchmarks._common import CpuMeter, command_line, libpq_url, machine, scratch_database, write
+from benchmarks._common import (
+    CpuMeter,
+    command_line,
+    fresh_tables,
+    libpq_url,
+    machine,
+    scratch_database,
+    write,
+)
 from benchmarks.bench_app import Base
-from outbox import schema
 from outbox.app import MAX_MAX_BATCHES
 from outbox.worker import DEFAULT_CONCURRENCY
 
@@ -60,14 +66,8 @@ APP = "benchmarks.bench_app:app"
 
 
 def prepare(url: str) -> None:
-    """Fresh framework tables and buffer."""
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        Base.metadata.drop_all(conn)
-        schema.metadata.drop_all(conn)
-        schema.metadata.create_all(conn)
-        Base.metadata.create_all(conn)
-    engine.dispose()
+    """Fresh framework tables and buffers (the bench app's)."""
+    fresh_tables(url, Base.metadata)
 
 
 PLAIN, TYPED = "bench_events", "bench_typed_events"  # the bench app's two buffers

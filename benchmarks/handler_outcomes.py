@@ -32,10 +32,17 @@ from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
-from sqlalchemy import create_engine, func, insert, select
+from sqlalchemy import func, insert, select
 from sqlalchemy.orm import DeclarativeBase, Mapped
 
-from benchmarks._common import command_line, machine, percentile, scratch_database, write
+from benchmarks._common import (
+    command_line,
+    fresh_tables,
+    machine,
+    percentile,
+    scratch_database,
+    write,
+)
 from outbox import Batch, BufferMixin, CircuitBreaker, Outbox, RetryPolicy, Urgency, schema
 from outbox.worker import Worker
 
@@ -57,16 +64,6 @@ class OutcomeEvent(BufferMixin, Base):
     poison: Mapped[bool]
 
 
-def _fresh(url: str) -> None:
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        Base.metadata.drop_all(conn)
-        schema.metadata.drop_all(conn)
-        schema.metadata.create_all(conn)
-        Base.metadata.create_all(conn)
-    engine.dispose()
-
-
 def _run_worker(app: Outbox, until: Any, timeout: float) -> None:
     worker = Worker(app, concurrency=4, distribute_every=0.5)
     thread = threading.Thread(target=worker.run, daemon=True)
@@ -82,7 +79,7 @@ def _run_worker(app: Outbox, until: Any, timeout: float) -> None:
 
 def deferral_return(url: str, groups: int, after: float) -> dict[str, Any]:
     """Seconds from each group's deferring call to the call that takes it back."""
-    _fresh(url)
+    fresh_tables(url, Base.metadata)
     app = Outbox(url)
     first: dict[int, float] = {}
     back: dict[int, float] = {}
@@ -121,7 +118,7 @@ def deferral_return(url: str, groups: int, after: float) -> dict[str, Any]:
 
 def bisection_latency(url: str, args: argparse.Namespace) -> dict[str, Any]:
     """Commit-to-delivery seconds of good events written while poison events are isolated."""
-    _fresh(url)
+    fresh_tables(url, Base.metadata)
     app = Outbox(url)
     delivered: dict[int, float] = {}
     opened: list[dict[str, Any]] = []

@@ -33,74 +33,37 @@ threshold).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import logging
 import os
 import statistics
 import time
 import uuid
-from dataclasses import dataclass
-from decimal import Decimal
 from importlib.metadata import version
 from typing import Any
 
 import nats
 import nats.js.errors
 import structlog
-from sqlalchemy import Numeric, String, create_engine, event, insert, select, text
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from benchmarks._common import ADMIN_URL, command_line, machine, scratch_database, write
-from outbox import Batch, BufferMixin, Outbox, schema
+from benchmarks._common import command_line, drop_database, machine, scratch_database, write
+from benchmarks._sinks import (
+    Groups,
+    OrderEvent,
+    committed_groups,
+    hand_written_body,
+    measured_drain,
+    parse_arguments,
+)
+from outbox import Batch, Outbox
 from outbox.cli import settle_heap
-from outbox.sinks.base import json_default
 from outbox.sinks.nats import MSG_ID_HEADER, AsyncJetStreamSink
-from outbox.worker import Worker
 
 DATABASE = "outbox_bench_sink_nats"
 NATS_URL = os.environ.get("OUTBOX_BENCH_NATS_URL", "nats://127.0.0.1:4222")
 DUPLICATE_WINDOW_SECONDS = 2 * 3600.0
 """Longer than the default retry schedule's re-send horizon: the sink's check passes."""
 HANDLER = "to_nats"
-
-
-class Base(DeclarativeBase):
-    """The benchmark's buffer."""
-
-
-class OrderEvent(BufferMixin, Base):
-    """An order event: a few columns of the common types."""
-
-    __tablename__ = "bench_nats_events"
-    account: Mapped[str] = mapped_column(String(40))
-    amount: Mapped[Decimal] = mapped_column(Numeric(12, 2))
-    note: Mapped[str] = mapped_column(String(200))
-
-
-def _rows(count: int) -> list[dict[str, Any]]:
-    return [
-        {"account": f"account-{n % 50}", "amount": Decimal(f"{n}.{n % 100:02d}"), "note": f"#{n}"}
-        for n in range(count)
-    ]
-
-
-def _fresh(url: str) -> None:
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        Base.metadata.drop_all(conn)
-        schema.metadata.drop_all(conn)
-        schema.metadata.create_all(conn)
-        Base.metadata.create_all(conn)
-    engine.dispose()
-
-
-def _drop(name: str) -> None:
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
 
 
 async def _stream(name: str, create: bool = True) -> int:
@@ -124,35 +87,6 @@ async def _stream(name: str, create: bool = True) -> int:
         await client.close()
 
 
-@dataclass(frozen=True)
-class Groups:
-    """The same events in the same groups: as detached instances, for the raw loops, and as
-    rows, as a worker hands them to the sink."""
-
-    url: str
-    events: list[list[OrderEvent]]
-    rows: list[list[Any]]
-
-
-def _groups(url: str, messages: int, size: int) -> Groups:
-    """``messages`` events committed, then read back, in groups."""
-    _fresh(url)
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(insert(OrderEvent), _rows(messages))
-    with Session(engine) as session:
-        events = list(session.query(OrderEvent).order_by(OrderEvent.id))
-        session.expunge_all()
-    with engine.connect() as conn:
-        rows = list(conn.execute(select(OrderEvent.__table__).order_by(OrderEvent.id)))
-    engine.dispose()
-    return Groups(
-        url,
-        [events[i : i + size] for i in range(0, len(events), size)],
-        [rows[i : i + size] for i in range(0, len(rows), size)],
-    )
-
-
 async def raw(name: str, groups: Groups) -> tuple[float, float]:
     """Seconds a hand-written nats-py loop takes to publish every group, acknowledged, and
     this process's CPU seconds meanwhile."""
@@ -164,17 +98,7 @@ async def raw(name: str, groups: Groups) -> tuple[float, float]:
         for group in groups.events:
             acks = []
             for e in group:
-                body = json.dumps(
-                    {
-                        "id": e.id,
-                        "created_at": e.created_at,
-                        "account": e.account,
-                        "amount": e.amount,
-                        "note": e.note,
-                    },
-                    default=json_default,
-                    separators=(",", ":"),
-                ).encode()
+                body = hand_written_body(e)
                 headers = {MSG_ID_HEADER: f"{table}-{e.id}"}
                 acks.append(
                     await jetstream.publish_async(subject, body, stream=name, headers=headers)
@@ -215,17 +139,7 @@ async def raw_inbox(name: str, groups: Groups) -> tuple[float, float]:
             done.clear()
             expected = len(group)
             for e in group:
-                body = json.dumps(
-                    {
-                        "id": e.id,
-                        "created_at": e.created_at,
-                        "account": e.account,
-                        "amount": e.amount,
-                        "note": e.note,
-                    },
-                    default=json_default,
-                    separators=(",", ":"),
-                ).encode()
+                body = hand_written_body(e)
                 headers = {MSG_ID_HEADER: f"{table}-{e.id}", "Nats-Expected-Stream": name}
                 token += 1
                 await client.publish(subject, body, reply=f"{prefix}.{token}", headers=headers)
@@ -263,40 +177,11 @@ async def sink(name: str, groups: Groups) -> tuple[float, float]:
 def drain(url: str, name: str, events: int, batch_size: int) -> dict[str, Any]:
     """Events per second drained from PostgreSQL into JetStream by one worker, and database
     statements per published message."""
-    _fresh(url)
     asyncio.run(_stream(name))
-    app = Outbox(url)
-    app.handler(OrderEvent, name=HANDLER, batch_size=batch_size)(
-        AsyncJetStreamSink(NATS_URL, subject=f"{name}.events", stream=name)
+    sink = AsyncJetStreamSink(NATS_URL, subject=f"{name}.events", stream=name)
+    return measured_drain(
+        url, sink, HANDLER, events, batch_size, published=lambda: asyncio.run(_stream(name))
     )
-    with app.engine.begin() as conn:
-        conn.execute(insert(OrderEvent), _rows(events))
-    statements = 0
-
-    def count(*_: Any) -> None:
-        nonlocal statements
-        statements += 1
-
-    event.listen(app.engine, "before_cursor_execute", count)
-    started, cpu = time.perf_counter(), time.process_time()
-    Worker(app, burst=True).run()
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-    event.remove(app.engine, "before_cursor_execute", count)
-    with app.engine.connect() as conn:
-        left = conn.execute(text(f"SELECT count(*) FROM {OrderEvent.__tablename__}")).scalar_one()
-    app.engine.dispose()
-    published = asyncio.run(_stream(name))
-    return {
-        "events": events,
-        "batch_size": batch_size,
-        "seconds": round(seconds, 3),
-        "events_per_second": round(events / seconds),
-        "cpu_us_per_event": round(1e6 * cpu / events, 1),
-        "left_in_buffer": left,
-        "published": published,
-        "statements": statements,
-        "statements_per_message": round(statements / max(published, 1), 4),
-    }
 
 
 def _median_drain(drains: list[dict[str, Any]]) -> dict[str, Any]:
@@ -319,19 +204,13 @@ def _median_drain(drains: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=20_000, help="messages per run, (a), (b)")
-    parser.add_argument("--group-size", type=int, default=1000, help="messages per group")
-    parser.add_argument("--events", type=int, default=50_000, help="events drained, (c)")
-    parser.add_argument("--batch-size", type=int, default=1000, help="the handler's, (c)")
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_arguments(__doc__.split("\n\n")[0])
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
     url = scratch_database(DATABASE)
     name = f"outbox-bench-{uuid.uuid4().hex[:12]}"
     try:
-        groups = _groups(url, args.messages, args.group_size)
+        groups = committed_groups(url, args.messages, args.group_size)
         settle_heap()
         sides = {"raw": raw, "raw_inbox": raw_inbox, "sink": sink}
         rates: dict[str, list[float]] = {side: [] for side in sides}
@@ -374,7 +253,7 @@ def main() -> None:
         )
     finally:
         asyncio.run(_stream(name, create=False))
-        _drop(DATABASE)
+        drop_database(DATABASE)
     write(
         "sink_nats",
         {

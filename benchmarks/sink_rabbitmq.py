@@ -24,69 +24,32 @@ statements per message, aim ≤ 0.05), with this process's CPU per message.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import os
 import statistics
 import time
 import uuid
-from decimal import Decimal
 from typing import Any
 
 import aio_pika
 import pika
-from sqlalchemy import Numeric, String, create_engine, event, insert, text
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from benchmarks._common import ADMIN_URL, command_line, machine, scratch_database, write
+from benchmarks._common import command_line, drop_database, machine, scratch_database, write
+from benchmarks._sinks import (
+    OrderEvent,
+    committed_groups,
+    hand_written_body,
+    measured_drain,
+    parse_arguments,
+)
 from benchmarks.amqp_clients import PikaPublisher
-from outbox import Batch, BufferMixin, Outbox, schema
-from outbox.sinks.base import json_default
+from outbox import Batch
 from outbox.sinks.rabbitmq import AsyncRabbitMQSink
-from outbox.worker import Worker
 
 DATABASE = "outbox_bench_sink_rabbitmq"
 RABBITMQ_URL = os.environ.get("OUTBOX_BENCH_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 ROUTING_KEY = "events"
 HANDLER = "to_rabbitmq"
-
-
-class Base(DeclarativeBase):
-    """The benchmark's buffer."""
-
-
-class OrderEvent(BufferMixin, Base):
-    """An order event: a few columns of the common types."""
-
-    __tablename__ = "bench_rabbitmq_events"
-    account: Mapped[str] = mapped_column(String(40))
-    amount: Mapped[Decimal] = mapped_column(Numeric(12, 2))
-    note: Mapped[str] = mapped_column(String(200))
-
-
-def _rows(count: int) -> list[dict[str, Any]]:
-    return [
-        {"account": f"account-{n % 50}", "amount": Decimal(f"{n}.{n % 100:02d}"), "note": f"#{n}"}
-        for n in range(count)
-    ]
-
-
-def _fresh(url: str) -> None:
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        Base.metadata.drop_all(conn)
-        schema.metadata.drop_all(conn)
-        schema.metadata.create_all(conn)
-        Base.metadata.create_all(conn)
-    engine.dispose()
-
-
-def _drop(name: str) -> None:
-    admin = create_engine(ADMIN_URL, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
 
 
 async def _destination(name: str) -> None:
@@ -112,19 +75,6 @@ async def _purge(name: str, delete: bool = False) -> int:
         return held
 
 
-def _groups(url: str, messages: int, size: int) -> list[list[OrderEvent]]:
-    """``messages`` events committed, then read back as detached instances, in groups."""
-    _fresh(url)
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        conn.execute(insert(OrderEvent), _rows(messages))
-    with Session(engine) as session:
-        events = list(session.query(OrderEvent).order_by(OrderEvent.id))
-        session.expunge_all()
-    engine.dispose()
-    return [events[i : i + size] for i in range(0, len(events), size)]
-
-
 async def raw(name: str, groups: list[list[OrderEvent]]) -> tuple[float, float]:
     """Seconds a hand-written pika loop takes to publish every group, confirmed, and the CPU
     seconds of this process meanwhile."""
@@ -134,17 +84,7 @@ async def raw(name: str, groups: list[list[OrderEvent]]) -> tuple[float, float]:
         started, cpu = time.perf_counter(), time.process_time()
         for group in groups:
             for e in group:
-                body = json.dumps(
-                    {
-                        "id": e.id,
-                        "created_at": e.created_at,
-                        "account": e.account,
-                        "amount": e.amount,
-                        "note": e.note,
-                    },
-                    default=json_default,
-                    separators=(",", ":"),
-                ).encode()
+                body = hand_written_body(e)
                 properties = pika.BasicProperties(
                     message_id=f"{table}-{e.id}",
                     content_type="application/json",
@@ -177,55 +117,20 @@ async def sink(name: str, groups: list[list[OrderEvent]]) -> tuple[float, float]
 def drain(url: str, name: str, events: int, batch_size: int) -> dict[str, Any]:
     """Events per second drained from PostgreSQL into RabbitMQ by one worker, and database
     statements per published message."""
-    _fresh(url)
-    app = Outbox(url)
-    app.handler(OrderEvent, name=HANDLER, batch_size=batch_size)(
-        AsyncRabbitMQSink(RABBITMQ_URL, exchange=name, routing_key=ROUTING_KEY)
+    sink = AsyncRabbitMQSink(RABBITMQ_URL, exchange=name, routing_key=ROUTING_KEY)
+    return measured_drain(
+        url, sink, HANDLER, events, batch_size, published=lambda: asyncio.run(_purge(name))
     )
-    with app.engine.begin() as conn:
-        conn.execute(insert(OrderEvent), _rows(events))
-    statements = 0
-
-    def count(*_: Any) -> None:
-        nonlocal statements
-        statements += 1
-
-    event.listen(app.engine, "before_cursor_execute", count)
-    started, cpu = time.perf_counter(), time.process_time()
-    Worker(app, burst=True).run()
-    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
-    event.remove(app.engine, "before_cursor_execute", count)
-    with app.engine.connect() as conn:
-        left = conn.execute(text(f"SELECT count(*) FROM {OrderEvent.__tablename__}")).scalar_one()
-    app.engine.dispose()
-    published = asyncio.run(_purge(name))
-    return {
-        "events": events,
-        "batch_size": batch_size,
-        "seconds": round(seconds, 3),
-        "events_per_second": round(events / seconds),
-        "cpu_us_per_event": round(1e6 * cpu / events, 1),
-        "left_in_buffer": left,
-        "published": published,
-        "statements": statements,
-        "statements_per_message": round(statements / max(published, 1), 4),
-    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--messages", type=int, default=20_000, help="messages per run, (a), (b)")
-    parser.add_argument("--group-size", type=int, default=1000, help="messages per group")
-    parser.add_argument("--events", type=int, default=50_000, help="events drained, (c)")
-    parser.add_argument("--batch-size", type=int, default=1000, help="the handler's, (c)")
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = parse_arguments(__doc__.split("\n\n")[0])
 
     url = scratch_database(DATABASE)
     name = f"outbox-bench-{uuid.uuid4().hex[:12]}"
     asyncio.run(_destination(name))
     try:
-        groups = _groups(url, args.messages, args.group_size)
+        groups = committed_groups(url, args.messages, args.group_size).events
         rates: dict[str, list[float]] = {"raw": [], "sink": []}
         cpu: dict[str, list[float]] = {"raw": [], "sink": []}
         for run in range(args.runs):
@@ -261,7 +166,7 @@ def main() -> None:
         )
     finally:
         asyncio.run(_purge(name, delete=True))
-        _drop(DATABASE)
+        drop_database(DATABASE)
     write(
         "sink_rabbitmq",
         {

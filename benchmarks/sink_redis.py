@@ -45,11 +45,11 @@ from typing import Any
 
 import redis
 import structlog
-from sqlalchemy import JSON, Numeric, String, create_engine, event, func, select
+from sqlalchemy import JSON, Numeric, String, event, func, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from benchmarks._common import command_line, machine, scratch_database, write
-from outbox import Batch, BufferMixin, Outbox, Settings, add_events, schema
+from benchmarks._common import command_line, fresh_tables, machine, scratch_database, write
+from outbox import Batch, BufferMixin, Outbox, Settings, add_events
 from outbox.cli import settle_heap
 from outbox.sinks.base import Rejection, json_payload, message_id, payload_bytes
 from outbox.sinks.redis import RedisStreamSink
@@ -105,17 +105,6 @@ class TimedSink(RedisStreamSink):
     def _add(self, name: str, seconds: float) -> None:
         with self._lock:
             setattr(self, name, getattr(self, name) + seconds)
-
-
-def prepare(url: str) -> None:
-    """Fresh framework tables and buffer."""
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        Base.metadata.drop_all(conn)
-        schema.metadata.drop_all(conn)
-        schema.metadata.create_all(conn)
-        Base.metadata.create_all(conn)
-    engine.dispose()
 
 
 def load(app: Outbox, events: int) -> None:
@@ -277,7 +266,7 @@ def main() -> None:
         parser.error("--events, --batch-size, --concurrency and --runs must be at least 1")
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     url = scratch_database(DATABASE)
-    prepare(url)
+    fresh_tables(url, Base.metadata)
     settle_heap()
     client = redis.Redis.from_url(args.redis_url)
     runs: list[dict[str, float]] = []

@@ -31,6 +31,7 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
+from urllib.parse import unquote
 
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm.exc import UnmappedColumnError
@@ -40,6 +41,7 @@ from outbox.batch import Batch
 from outbox.buffer import BufferMixin
 from outbox.exceptions import (
     ConfigurationError,
+    DataError,
     DownstreamError,
     DownstreamUnavailableError,
     OutboxError,
@@ -325,6 +327,13 @@ class Secrets:
         if text and len(text) >= 3:
             self._values.add(text)
 
+    def add_quoted(self, value: str | None) -> None:
+        """Mask ``value``, a part of a URL (a password, a token), both as the URL writes it
+        and percent-decoded: a client's error may quote either."""
+        if value is not None:
+            self.add(value)
+            self.add(unquote(value))
+
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``, the longest first."""
         for value in sorted(self._values, key=len, reverse=True):
@@ -345,6 +354,29 @@ def unavailable(
     """The error a sink's ``connect`` raises for a downstream it cannot reach or that refuses
     it: one line, naming the downstream and what the client said, secrets masked."""
     return DownstreamUnavailableError(f"{downstream}: {describe_error(error, secrets)}")
+
+
+def downstream_failed(downstream: str, error: BaseException, secrets: Secrets) -> DownstreamError:
+    """The error a sink's ``send`` raises when the downstream failed the whole group (the
+    connection lost, a timeout): one line, naming the downstream and what the client said,
+    secrets masked."""
+    return DownstreamError(f"{downstream}: {describe_error(error, secrets)}")
+
+
+def not_a_message(event_id: object, error: BaseException, secrets: Secrets) -> DataError:
+    """The error a sink raises for an event it cannot make a message of (a function of the
+    user's raised, a value has no JSON form): the event's data, not the downstream, is at
+    fault."""
+    return DataError(f"event {event_id} cannot be made a message: {describe_error(error, secrets)}")
+
+
+def check_per_event(name: str, option: object) -> None:
+    """Refuse, naming it, a :data:`PerEvent` text option that is neither a string nor a
+    function of the event."""
+    if not (isinstance(option, str) or callable(option)):
+        raise ConfigurationError(
+            f"{name}: expected a string or a function of the event, got {type(option).__name__}"
+        )
 
 
 def _for_handler(error: OutboxError, handler: Handler[Any]) -> OutboxError:
@@ -389,7 +421,22 @@ def check_dedup_window(
         )
 
 
-class AsyncSink(ABC):
+class _Described(ABC):
+    """What every sink, sync or async, says of itself: where it sends and what it
+    guarantees (the sync/async split starts below it: the methods that do I/O)."""
+
+    @property
+    @abstractmethod
+    def downstream(self) -> str:
+        """Where the sink sends, in words, with no secret (``RabbitMQ at amqp://host:5672/``)."""
+
+    @property
+    @abstractmethod
+    def outbox_guarantee(self) -> str:
+        """The delivery guarantee, in words (``outbox status`` shows it)."""
+
+
+class AsyncSink(_Described):
     """A ready-made async batch handler: register it (``app.handler(Model, ...)(sink)``), or
     ``await sink(batch)`` inside a handler of your own.
 
@@ -401,16 +448,6 @@ class AsyncSink(ABC):
     def __init__(self) -> None:
         self._connected_in: int | None = None
         self._connecting: asyncio.Lock | None = None
-
-    @property
-    @abstractmethod
-    def downstream(self) -> str:
-        """Where the sink sends, in words, with no secret (``RabbitMQ at amqp://host:5672/``)."""
-
-    @property
-    @abstractmethod
-    def outbox_guarantee(self) -> str:
-        """The delivery guarantee, in words (``outbox status`` shows it)."""
 
     @abstractmethod
     async def connect(self) -> None:
@@ -425,7 +462,7 @@ class AsyncSink(ABC):
     async def close(self) -> None:
         """Close the client."""
 
-    async def check(self, app: Outbox, handler: Handler[Any]) -> None:  # noqa: B027
+    async def check(self, app: Outbox, handler: Handler[Any]) -> None:
         """What a sink checks against the handler it is registered as (a dedup window against
         the retry schedule); nothing by default."""
 
@@ -465,23 +502,13 @@ class AsyncSink(ABC):
         return BlockingSink(self)
 
 
-class Sink(ABC):
+class Sink(_Described):
     """A ready-made sync batch handler: register it (``app.handler(Model, ...)(sink)``), or call
     ``sink(batch)`` inside a handler of your own. See :class:`AsyncSink`."""
 
     def __init__(self) -> None:
         self._connected_in: int | None = None
         self._lock = threading.Lock()
-
-    @property
-    @abstractmethod
-    def downstream(self) -> str:
-        """Where the sink sends, in words, with no secret."""
-
-    @property
-    @abstractmethod
-    def outbox_guarantee(self) -> str:
-        """The delivery guarantee, in words (``outbox status`` shows it)."""
 
     @abstractmethod
     def connect(self) -> None:
@@ -495,7 +522,7 @@ class Sink(ABC):
     def close(self) -> None:
         """Close the client."""
 
-    def check(self, app: Outbox, handler: Handler[Any]) -> None:  # noqa: B027
+    def check(self, app: Outbox, handler: Handler[Any]) -> None:
         """What a sink checks against the handler it is registered as; nothing by default."""
 
     def __call__(self, batch: Batch[Any]) -> None:

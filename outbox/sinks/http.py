@@ -34,7 +34,7 @@ import json
 import socket
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
 
@@ -398,21 +398,51 @@ def _requests(
     )
 
 
-def _guarantee(requests: _Requests) -> str:
-    header = requests.idempotency_header
-    if header is None:
+ClientT = TypeVar("ClientT", httpx.Client, httpx.AsyncClient)
+
+
+class _BulkHTTP(Generic[ClientT]):
+    """What :class:`BulkHTTPSink` and :class:`AsyncBulkHTTPSink` hold and say alike: the
+    requests they build, the client they were given or make, how they name the API and their
+    guarantee. The first of a sink's bases: it starts the other (``Sink`` or ``AsyncSink``)."""
+
+    def __init__(
+        self,
+        requests: _Requests,
+        auth: httpx.Auth | None,
+        client: ClientT | None,
+        check_at_start: bool,
+    ) -> None:
+        super().__init__()
+        self._requests = requests
+        self._auth = auth
+        self._given: ClientT | None = client
+        self._client: ClientT | None = None
+        self._check_at_start = check_at_start
+
+    @property
+    def downstream(self) -> str:
+        """The API, in words (no secret)."""
+        return self._requests.downstream()
+
+    @property
+    def outbox_guarantee(self) -> str:
+        """At least once, de-duplicated by the idempotency key."""
+        header = self._requests.idempotency_header
+        if header is None:
+            return (
+                "at least once: a group is posted again after a kill, a timeout or a 5xx, with "
+                "no idempotency key (idempotency_header=None): the API must de-duplicate the "
+                "records"
+            )
         return (
-            "at least once: a group is posted again after a kill, a timeout or a 5xx, with "
-            "no idempotency key (idempotency_header=None): the API must de-duplicate the records"
+            f"at least once: a group is posted again after a kill, a timeout or a 5xx with the "
+            f"same {header} header (the group id; a split group's parts: the group id and the "
+            f"part), by which the API de-duplicates"
         )
-    return (
-        f"at least once: a group is posted again after a kill, a timeout or a 5xx with the "
-        f"same {header} header (the group id; a split group's parts: the group id and the "
-        f"part), by which the API de-duplicates"
-    )
 
 
-class BulkHTTPSink(Sink):
+class BulkHTTPSink(_BulkHTTP[httpx.Client], Sink):
     """Posts each group to a bulk HTTP API with an ``httpx.Client`` (see the module's doc).
 
     ``url``: the endpoint, or a function of the group's events giving it (then
@@ -446,25 +476,11 @@ class BulkHTTPSink(Sink):
         client: httpx.Client | None = None,
         check_at_start: bool = True,
     ) -> None:
-        super().__init__()
-        self._requests = _requests(
+        requests = _requests(
             url, body, result or AllOrNothing(), method, idempotency_header, headers, timeout,
             allowed_hosts, max_body_bytes, content_type,
         )  # fmt: skip
-        self._auth = auth
-        self._given = client
-        self._client: httpx.Client | None = None
-        self._check_at_start = check_at_start
-
-    @property
-    def downstream(self) -> str:
-        """The API, in words (no secret)."""
-        return self._requests.downstream()
-
-    @property
-    def outbox_guarantee(self) -> str:
-        """At least once, de-duplicated by the idempotency key."""
-        return _guarantee(self._requests)
+        super().__init__(requests, auth, client, check_at_start)
 
     def connect(self) -> None:
         """Open the client; with ``check_at_start``, reach the url's host and port."""
@@ -498,7 +514,7 @@ class BulkHTTPSink(Sink):
         self._client = None
 
 
-class AsyncBulkHTTPSink(AsyncSink):
+class AsyncBulkHTTPSink(_BulkHTTP[httpx.AsyncClient], AsyncSink):
     """Posts each group to a bulk HTTP API with an ``httpx.AsyncClient``: the arguments of
     :class:`BulkHTTPSink` (``client``: an ``httpx.AsyncClient``). A group split into parts
     posts them one after another, in order."""
@@ -520,25 +536,11 @@ class AsyncBulkHTTPSink(AsyncSink):
         client: httpx.AsyncClient | None = None,
         check_at_start: bool = True,
     ) -> None:
-        super().__init__()
-        self._requests = _requests(
+        requests = _requests(
             url, body, result or AllOrNothing(), method, idempotency_header, headers, timeout,
             allowed_hosts, max_body_bytes, content_type,
         )  # fmt: skip
-        self._auth = auth
-        self._given = client
-        self._client: httpx.AsyncClient | None = None
-        self._check_at_start = check_at_start
-
-    @property
-    def downstream(self) -> str:
-        """The API, in words (no secret)."""
-        return self._requests.downstream()
-
-    @property
-    def outbox_guarantee(self) -> str:
-        """At least once, de-duplicated by the idempotency key."""
-        return _guarantee(self._requests)
+        super().__init__(requests, auth, client, check_at_start)
 
     async def connect(self) -> None:
         """Open the client; with ``check_at_start``, reach the url's host and port."""

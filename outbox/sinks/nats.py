@@ -37,7 +37,7 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import nats.aio.client
 import nats.aio.msg
@@ -48,7 +48,7 @@ import nats.js.errors
 
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
-from outbox.exceptions import ConfigurationError, DataError, DownstreamError
+from outbox.exceptions import ConfigurationError
 from outbox.sinks.base import (
     AsyncSink,
     Message,
@@ -58,9 +58,12 @@ from outbox.sinks.base import (
     Secrets,
     blocking_sink,
     check_dedup_window,
+    check_per_event,
     describe_error,
+    downstream_failed,
     json_payload,
     message_id,
+    not_a_message,
     ordering_key,
     payload_bytes,
     per_event,
@@ -272,11 +275,7 @@ class AsyncJetStreamSink(AsyncSink):
             raise ConfigurationError("servers: expected at least one nats:// URL, got none")
         self._secrets = Secrets()
         shown = [self._server(url) for url in self.servers]
-        if not (isinstance(subject, str) or callable(subject)):
-            raise ConfigurationError(
-                f"subject: expected a string or a function of the event, got "
-                f"{type(subject).__name__}"
-            )
+        check_per_event("subject", subject)
         if isinstance(subject, str) and not _is_subject(subject):
             raise ConfigurationError(
                 f"subject: expected a subject to publish to (no spaces, no wildcards), "
@@ -326,11 +325,9 @@ class AsyncJetStreamSink(AsyncSink):
                 f"wss://), got a URL with scheme {parts.scheme!r}"
             )
         if parts.password:
-            self._secrets.add(parts.password)
-            self._secrets.add(unquote(parts.password))
+            self._secrets.add_quoted(parts.password)
         elif parts.username:  # nats://token@host: the user part is a token
-            self._secrets.add(parts.username)
-            self._secrets.add(unquote(parts.username))
+            self._secrets.add_quoted(parts.username)
         return f"{parts.scheme}://{parts.hostname}:{parts.port or _SCHEMES[parts.scheme]}"
 
     @property
@@ -461,9 +458,7 @@ class AsyncJetStreamSink(AsyncSink):
             # Not one answer in time: a connection that hangs is not trusted with the next.
             connection.stale = True
         if lost is not None and acknowledged == 0:
-            raise DownstreamError(
-                f"{self.downstream}: {describe_error(lost, self._secrets)}"
-            ) from (lost)
+            raise downstream_failed(self.downstream, lost, self._secrets) from lost
         return rejections
 
     async def close(self) -> None:
@@ -524,10 +519,7 @@ class AsyncJetStreamSink(AsyncSink):
                 )
         except Exception as error:
             # The event cannot be made a message: its data, not the server, is at fault.
-            raise DataError(
-                f"event {getattr(event, 'id', '?')} cannot be made a message: "
-                f"{describe_error(error, self._secrets)}"
-            ) from error
+            raise not_a_message(getattr(event, "id", "?"), error, self._secrets) from error
         return subject, body, headers
 
     async def _ready(self) -> _Connection:
@@ -544,9 +536,7 @@ class AsyncJetStreamSink(AsyncSink):
             try:
                 self._connection = await self._open()
             except Exception as error:
-                raise DownstreamError(
-                    f"{self.downstream}: {describe_error(error, self._secrets)}"
-                ) from error
+                raise downstream_failed(self.downstream, error, self._secrets) from error
             return self._connection
 
     async def _open(self) -> _Connection:

@@ -26,14 +26,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import urlsplit
 
 import pika
 import pika.exceptions
 
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
-from outbox.exceptions import ConfigurationError, DataError, DownstreamError
+from outbox.exceptions import ConfigurationError, DownstreamError
 from outbox.sinks._amqp import PENDING, ConfirmChannel, Lost, Message, Returned, cause
 from outbox.sinks.base import (
     AsyncSink,
@@ -42,13 +42,16 @@ from outbox.sinks.base import (
     RowPath,
     Secrets,
     blocking_sink,
+    check_per_event,
     describe_error,
+    downstream_failed,
     json_payload,
     message_id,
+    not_a_message,
     ordering_key,
     payload_bytes,
     per_event,
-    row_path,
+    row_messages,
     unavailable,
 )
 
@@ -119,11 +122,7 @@ class AsyncRabbitMQSink(AsyncSink):
         ):
             if not seconds > 0:
                 raise ConfigurationError(f"{name}: expected seconds > 0, got {seconds!r}")
-        if not (isinstance(routing_key, str) or callable(routing_key)):
-            raise ConfigurationError(
-                f"routing_key: expected a string or a function of the event, got "
-                f"{type(routing_key).__name__}"
-            )
+        check_per_event("routing_key", routing_key)
         self.url = url
         self.exchange = exchange
         self.routing_key = routing_key
@@ -135,7 +134,8 @@ class AsyncRabbitMQSink(AsyncSink):
         self.delivery_mode = 2 if persistent else 1
         self.confirm_timeout = confirm_timeout
         self.connect_timeout = connect_timeout
-        self._secrets = Secrets([parts.password, unquote(parts.password or "")])
+        self._secrets = Secrets()
+        self._secrets.add_quoted(parts.password)
         vhost = parts.path if parts.path not in ("", "/") else "/"
         port = parts.port or _SCHEMES[parts.scheme]
         self._downstream = f"RabbitMQ at {parts.scheme}://{parts.hostname}:{port}{vhost}"
@@ -181,16 +181,12 @@ class AsyncRabbitMQSink(AsyncSink):
         """Learn the handler's ordering key, the ``outbox-key`` header's default, and whether
         its groups' messages can be read from their rows."""
         self._keys[handler.name] = self.key if self.key is not None else ordering_key(handler)
-        # Only the defaults are known to read nothing but columns; a function of the user's
-        # is given the event.
-        defaults = (
-            self.payload is json_payload
-            and self.message_id is message_id
-            and self.headers is None
-            and self.key is None
-            and not callable(self.routing_key)
+        # A routing key or headers function is given the event: no row path for it.
+        self._row_paths[handler.name] = (
+            row_messages(handler, payload=self.payload, message_id=self.message_id, key=self.key)
+            if isinstance(self.routing_key, str) and self.headers is None
+            else None
         )
-        self._row_paths[handler.name] = row_path(handler) if defaults else None
 
     async def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:
         """Publish the group pipelined; the events the broker did not confirm, as rejections.
@@ -208,7 +204,7 @@ class AsyncRabbitMQSink(AsyncSink):
             group = channel.publish(self.exchange, messages, len(messages))
         except Exception as error:
             self._stale = channel
-            raise DownstreamError(f"{self.downstream}: {self._describe(error)}") from error
+            raise downstream_failed(self.downstream, cause(error), self._secrets) from error
         # Cancelled (a worker stopping): what was written is confirmed to no one, and sent
         # again with the group.
         await channel.wait(group, self.confirm_timeout)
@@ -261,10 +257,7 @@ class AsyncRabbitMQSink(AsyncSink):
         try:
             message_id, key, body = path.fields(row)
         except Exception as error:
-            raise DataError(
-                f"event {row[path.id_at]} cannot be made a message: "
-                f"{describe_error(error, self._secrets)}"
-            ) from error
+            raise not_a_message(row[path.id_at], error, self._secrets) from error
         properties = self._properties(message_id, {} if key is None else {KEY_HEADER: key})
         # The routing key is a constant here: a function of the event is given the event.
         return str(self.routing_key), body, properties
@@ -280,10 +273,7 @@ class AsyncRabbitMQSink(AsyncSink):
             routing_key = per_event(self.routing_key, event)
         except Exception as error:
             # The event cannot be made a message: its data, not the broker, is at fault.
-            raise DataError(
-                f"event {getattr(event, 'id', '?')} cannot be made a message: "
-                f"{describe_error(error, self._secrets)}"
-            ) from error
+            raise not_a_message(getattr(event, "id", "?"), error, self._secrets) from error
         return routing_key, body, properties
 
     def _properties(self, message_id: str, headers: dict[str, Any]) -> pika.BasicProperties:
@@ -325,7 +315,7 @@ class AsyncRabbitMQSink(AsyncSink):
             try:
                 return await self._open()
             except Exception as error:
-                raise DownstreamError(f"{self.downstream}: {self._describe(error)}") from error
+                raise downstream_failed(self.downstream, cause(error), self._secrets) from error
 
     async def _open(self) -> ConfirmChannel:
         try:

@@ -17,7 +17,7 @@ would change.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import unquote, urlsplit
 
 import redis
@@ -38,6 +38,7 @@ from outbox.sinks.base import (
     Secrets,
     Sink,
     describe_error,
+    downstream_failed,
     json_payload,
     message_id,
     ordering_key,
@@ -118,7 +119,8 @@ class _Core:
         learnt when a worker starts it."""
         self.row_paths: dict[str, RowPath | None] = {}
         self.given = client
-        self.secrets = Secrets([_password(url)])
+        self.secrets = Secrets()
+        self.secrets.add_quoted(urlsplit(url).password)
         if client is not None:
             self.secrets.add(_client_option(client, "password"))
         self.downstream = f"Redis at {_public_url(url if client is None else _client_url(client))}"
@@ -239,10 +241,39 @@ class _Core:
     def failed(self, error: BaseException) -> DownstreamError:
         """The error a pipeline that failed as a whole raises: no reply was read for any of
         its messages, so none is done (some may be stored: they are sent again)."""
-        return DownstreamError(f"{self.downstream}: {describe_error(error, self.secrets)}")
+        return downstream_failed(self.downstream, error, self.secrets)
 
 
-class RedisStreamSink(Sink):
+ClientT = TypeVar("ClientT", redis.Redis, redis.asyncio.Redis)
+
+
+class _StreamSink(Generic[ClientT]):
+    """What :class:`RedisStreamSink` and :class:`AsyncRedisStreamSink` hold and say alike:
+    the core, the client, how they name the server and their guarantee. The first of a sink's
+    bases: it starts the other (``Sink`` or ``AsyncSink``)."""
+
+    def __init__(self, core: _Core) -> None:
+        super().__init__()
+        self._core = core
+        self._client: ClientT | None = None
+
+    @property
+    def downstream(self) -> str:
+        """``Redis at redis://host:port/db``, without the password."""
+        return self._core.downstream
+
+    @property
+    def outbox_guarantee(self) -> str:
+        """At least once; consumers de-duplicate by the ``id`` field."""
+        return GUARANTEE
+
+    @property
+    def server_version(self) -> str | None:
+        """The Redis server's version, read when the sink connected; None before."""
+        return self._core.server_version
+
+
+class RedisStreamSink(_StreamSink[redis.Redis], Sink):
     """Append each group to Redis streams with one pipelined round trip, sync (redis-py's
     ``redis.Redis``).
 
@@ -272,35 +303,12 @@ class RedisStreamSink(Sink):
         create_stream: bool = True,
         client: redis.Redis | None = None,
     ) -> None:
-        super().__init__()
-        self._core = _Core(
-            type(self).__name__,
-            url,
-            stream=stream,
-            payload=payload,
-            message_id=message_id,
-            key=key,
-            maxlen=maxlen,
-            approximate=approximate,
-            create_stream=create_stream,
+        core = _Core(
+            type(self).__name__, url, stream=stream, payload=payload, message_id=message_id,
+            key=key, maxlen=maxlen, approximate=approximate, create_stream=create_stream,
             client=client,
-        )
-        self._client: redis.Redis | None = None
-
-    @property
-    def downstream(self) -> str:
-        """``Redis at redis://host:port/db``, without the password."""
-        return self._core.downstream
-
-    @property
-    def outbox_guarantee(self) -> str:
-        """At least once; consumers de-duplicate by the ``id`` field."""
-        return GUARANTEE
-
-    @property
-    def server_version(self) -> str | None:
-        """The Redis server's version, read when the sink connected; None before."""
-        return self._core.server_version
+        )  # fmt: skip
+        super().__init__(core)
 
     def connect(self) -> None:
         """Make the client and check the server: it answers, the password is right, a
@@ -355,7 +363,7 @@ class RedisStreamSink(Sink):
             client.close()
 
 
-class AsyncRedisStreamSink(AsyncSink):
+class AsyncRedisStreamSink(_StreamSink[redis.asyncio.Redis], AsyncSink):
     """Append each group to Redis streams with one pipelined round trip, async
     (``redis.asyncio.Redis``). The same options as :class:`RedisStreamSink`; ``client``, if
     given, is a ``redis.asyncio.Redis``."""
@@ -373,35 +381,12 @@ class AsyncRedisStreamSink(AsyncSink):
         create_stream: bool = True,
         client: redis.asyncio.Redis | None = None,
     ) -> None:
-        super().__init__()
-        self._core = _Core(
-            type(self).__name__,
-            url,
-            stream=stream,
-            payload=payload,
-            message_id=message_id,
-            key=key,
-            maxlen=maxlen,
-            approximate=approximate,
-            create_stream=create_stream,
+        core = _Core(
+            type(self).__name__, url, stream=stream, payload=payload, message_id=message_id,
+            key=key, maxlen=maxlen, approximate=approximate, create_stream=create_stream,
             client=client,
-        )
-        self._client: redis.asyncio.Redis | None = None
-
-    @property
-    def downstream(self) -> str:
-        """``Redis at redis://host:port/db``, without the password."""
-        return self._core.downstream
-
-    @property
-    def outbox_guarantee(self) -> str:
-        """At least once; consumers de-duplicate by the ``id`` field."""
-        return GUARANTEE
-
-    @property
-    def server_version(self) -> str | None:
-        """The Redis server's version, read when the sink connected; None before."""
-        return self._core.server_version
+        )  # fmt: skip
+        super().__init__(core)
 
     async def connect(self) -> None:
         """Make the client and check the server (see :meth:`RedisStreamSink.connect`)."""
@@ -457,11 +442,6 @@ class AsyncRedisStreamSink(AsyncSink):
 
 def _text(reply: Any) -> str:
     return reply.decode() if isinstance(reply, bytes) else str(reply)
-
-
-def _password(url: str) -> str | None:
-    password = urlsplit(url).password
-    return None if password is None else unquote(password)
 
 
 def _public_url(url: str) -> str:

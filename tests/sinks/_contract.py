@@ -1,4 +1,5 @@
-"""The contract every sink keeps, checked the same way against each (``test_contract.py``).
+"""The contract every sink keeps, checked the same way against each (``test_contract.py``),
+and what the sinks' own tests share to commit events and watch a worker send them.
 
 A sink kind is a :class:`Downstream`: a destination of its own for one test (a stream, a
 subject, an exchange and its queue, a fake bulk API), sinks that send there, sync and async,
@@ -10,8 +11,9 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Protocol
@@ -20,11 +22,18 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from outbox import add_events
+from outbox import Outbox, RetryPolicy, add_events, metrics, schema
 from outbox.sinks.base import json_payload
+from outbox.worker import Worker
 from tests.models import SinkEvent
 
 ACCOUNTS = ("acme", "globex", "initech", "umbrella", "hooli")
+
+IMMEDIATE = RetryPolicy(max_attempts=3, scale=0.0, base_delay=0.0, jitter=0.0)
+# Failed groups come back quickly, many times: an outage of a few seconds never dead-letters.
+PATIENT = RetryPolicy(max_attempts=1000, scale=0.0, base_delay=0.2, jitter=0.0)
+OUTAGE_SECONDS = 60.0
+"""The longest a test waits for a downstream taken away to be back, and drained."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +59,26 @@ class Downstream(Protocol):
 
     def stored(self) -> list[Stored]:
         """Everything stored here, in the order the downstream stored it."""
+
+
+class NamedDownstream:
+    """A :class:`Downstream` known by its name alone (a stream, an exchange and its queue): a
+    kind gives, as ``make`` and ``read``, its functions that make a sink sending to a name and
+    read what a name stored (an application in a subprocess sends where a test reads)."""
+
+    make: Callable[..., Any]
+    read: Callable[[str], list[Stored]]
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def sink(self, *, sync: bool, **options: Any) -> Any:
+        """A sink sending here (``options`` override its arguments)."""
+        return self.make(self.name, sync=sync, **options)
+
+    def stored(self) -> list[Stored]:
+        """Everything stored here, in the order the downstream stored it."""
+        return self.read(self.name)
 
 
 SECRET = "s3cret-p4ss"
@@ -121,3 +150,63 @@ def expected_messages(engine: Engine, ids: Iterable[int]) -> dict[str, dict[str,
 def event_id(message_id: str) -> int:
     """The event id in a default message id (``test_sink_events-42``)."""
     return int(message_id.rsplit("-", 1)[1])
+
+
+def waiting_events(engine: Engine) -> list[SinkEvent]:
+    """The waiting events, detached, in id order."""
+    with Session(engine) as session:
+        events = list(session.scalars(select(SinkEvent).order_by(SinkEvent.id)))
+        session.expunge_all()
+    return events
+
+
+def waiting_rows(engine: Engine) -> list[Any]:
+    """The waiting events as rows, in id order, as a worker hands a group over."""
+    with engine.connect() as conn:
+        return list(conn.execute(select(SinkEvent.__table__).order_by(SinkEvent.id)))
+
+
+def buffer_empty(engine: Engine) -> bool:
+    """Whether no event waits."""
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(SinkEvent)).scalar_one() == 0
+
+
+def archived(engine: Engine) -> dict[int, tuple[str, str | None]]:
+    """Each archived event's status and error, by event id."""
+    archive = schema.archive
+    with engine.connect() as conn:
+        rows = conn.execute(select(archive.c.event_id, archive.c.status, archive.c.error))
+        return {event: (status, error) for event, status, error in rows}
+
+
+def breaker_state(app: Outbox) -> str | None:
+    """The circuit breaker's state of the application's one handler."""
+    (status,) = metrics.collect(app)
+    return status.breaker
+
+
+def one_line_start_error(app: Outbox, error: type[Exception]) -> str:
+    """What stops a burst worker of ``app`` at start, as ``error``: one line, no secret."""
+    with pytest.raises(error) as raised:
+        Worker(app, burst=True).run()
+    message = str(raised.value)
+    assert "\n" not in message
+    assert SECRET not in message
+    return message
+
+
+class Running:
+    """A worker in a thread, stopped at the end."""
+
+    def __init__(self, app: Outbox, concurrency: int = 2) -> None:
+        self.worker = Worker(app, concurrency=concurrency)
+        self.thread = threading.Thread(target=self.worker.run, daemon=True)
+
+    def __enter__(self) -> Worker:
+        self.thread.start()
+        return self.worker
+
+    def __exit__(self, *exc: object) -> None:
+        self.worker.stop()
+        self.thread.join(30)

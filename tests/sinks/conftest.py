@@ -3,8 +3,12 @@ own per test on a real server (or a fake bulk API served from a process of its o
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from outbox import Outbox, Settings
+from tests.conftest import reset_schema
 from tests.sinks._contract import Downstream
 from tests.sinks.kinds.http import http_downstream, recording_api
 from tests.sinks.kinds.nats import nats_downstream
@@ -27,6 +31,14 @@ __all__ = [
 def downstream(request: pytest.FixtureRequest) -> Downstream:
     """Each sink kind's destination, made for one test."""
     made: Downstream = request.getfixturevalue(f"{request.param}_downstream")
+    return made
+
+
+@pytest.fixture
+def app(sqlite_url: str, make_app: Callable[..., Outbox]) -> Outbox:
+    """An application on a fresh SQLite database that polls often."""
+    reset_schema(sqlite_url)
+    made: Outbox = make_app(sqlite_url, Settings(poll_interval=0.05))
     return made
 
 

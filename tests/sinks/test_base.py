@@ -1,5 +1,5 @@
-"""What the sinks share, without a server: the default payload's JSON, and the default
-messages read from a group's rows being those of its events."""
+"""What the sinks share, without a server: the default payload's JSON, the default messages
+read from a group's rows being those of its events, and the words of their errors."""
 
 from __future__ import annotations
 
@@ -13,11 +13,15 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from outbox import Batch, Outbox
+from outbox import Batch, ConfigurationError, Outbox
 from outbox.sinks.base import (
+    Secrets,
+    check_per_event,
+    downstream_failed,
     json_default,
     json_payload,
     message_id,
+    not_a_message,
     ordering_key,
     payload_bytes,
     row_messages,
@@ -125,3 +129,33 @@ def test_an_option_of_the_users_means_no_row_path(
     given: dict[str, Any] = {"payload": json_payload, "message_id": message_id, "key": None}
 
     assert row_messages(app.get_handler("h"), **(given | options)) is None
+
+
+def test_a_url_part_is_masked_as_written_and_decoded() -> None:
+    """A password given percent-encoded in a URL is masked in both spellings."""
+    secrets = Secrets()
+    secrets.add_quoted("p%40ss-w0rd")
+
+    assert "*** or ***" == secrets.redact("p%40ss-w0rd or p@ss-w0rd")
+
+
+def test_a_per_event_option_neither_text_nor_a_function_is_refused_naming_it() -> None:
+    """A per-event text option given as something else is refused, naming the option."""
+    with pytest.raises(ConfigurationError) as raised:
+        check_per_event("subject", 42)
+
+    assert "subject: expected a string or a function of the event, got int" == str(raised.value)
+
+
+def test_a_failure_and_an_event_not_a_message_say_so_in_one_line_with_no_secret() -> None:
+    """The errors a sink raises name the downstream, or the event, and mask its secrets."""
+    secrets = Secrets(["s3cret"])
+    error = ConnectionError("refused by\nhost with s3cret")
+
+    failed = downstream_failed("Broker at host", error, secrets)
+    refused = not_a_message(42, error, secrets)
+
+    assert "Broker at host: ConnectionError: refused by host with ***" == str(failed)
+    assert "event 42 cannot be made a message: ConnectionError: refused by host with ***" == str(
+        refused
+    )

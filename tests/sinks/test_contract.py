@@ -11,20 +11,18 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
-import pytest
-
 from outbox import DownstreamUnavailableError, Outbox, RetryPolicy, Settings
 from outbox.worker import Worker
 from tests.models import SinkEvent
 from tests.sinks import sink_app
 from tests.sinks._contract import (
-    SECRET,
     Downstream,
     closed_port,
     commit_events,
     event_id,
     event_rows,
     expected_messages,
+    one_line_start_error,
     roll_back_events,
 )
 from tests.sinks.kinds.http import make_sink
@@ -72,12 +70,8 @@ def test_an_unreachable_downstream_stops_the_worker_at_start_with_one_line(
     )
     commit_events(app.engine, event_rows(3))
 
-    with pytest.raises(DownstreamUnavailableError) as raised:
-        Worker(app, burst=True).run()
+    message = one_line_start_error(app, DownstreamUnavailableError)
 
-    message = str(raised.value)
-    assert "\n" not in message
-    assert SECRET not in message
     assert "to_sink" in message
 
 

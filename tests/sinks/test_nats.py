@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -18,8 +17,6 @@ from typing import Any
 import nats
 import pytest
 from nats.js.api import DiscardPolicy, StreamConfig
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from outbox import (
     Batch,
@@ -29,23 +26,28 @@ from outbox import (
     DownstreamUnavailableError,
     Outbox,
     RetryPolicy,
-    Settings,
-    metrics,
-    schema,
 )
 from outbox.sinks.base import resend_horizon
 from outbox.sinks.nats import AsyncJetStreamSink, JetStreamSink, check_window
 from outbox.testing import drain
-from outbox.worker import Worker
 from tests._support import wait_for
-from tests.conftest import reset_schema
 from tests.models import SinkEvent
 from tests.sinks._contract import (
+    IMMEDIATE,
+    OUTAGE_SECONDS,
+    PATIENT,
     SECRET,
+    Running,
+    archived,
+    breaker_state,
+    buffer_empty,
     commit_events,
     event_id,
     event_rows,
     expected_messages,
+    one_line_start_error,
+    waiting_events,
+    waiting_rows,
 )
 from tests.sinks.kinds.nats import (
     NATS_URL,
@@ -58,44 +60,6 @@ from tests.sinks.kinds.nats import (
     read_stored,
     unique_name,
 )
-
-IMMEDIATE = RetryPolicy(max_attempts=3, scale=0.0, base_delay=0.0, jitter=0.0)
-# Failed groups come back quickly, many times: an outage of a few seconds never dead-letters.
-PATIENT = RetryPolicy(max_attempts=1000, scale=0.0, base_delay=0.2, jitter=0.0)
-OUTAGE_SECONDS = 60.0
-
-
-@pytest.fixture
-def app(sqlite_url: str, make_app: Callable[..., Outbox]) -> Outbox:
-    """An application on a fresh SQLite database that polls often."""
-    reset_schema(sqlite_url)
-    made: Outbox = make_app(sqlite_url, Settings(poll_interval=0.05))
-    return made
-
-
-def _archived(app: Outbox) -> dict[int, tuple[str, str | None]]:
-    with app.engine.connect() as conn:
-        rows = conn.execute(
-            select(schema.archive.c.event_id, schema.archive.c.status, schema.archive.c.error)
-        )
-        return {row.event_id: (row.status, row.error) for row in rows}
-
-
-def _buffer_empty(app: Outbox) -> bool:
-    with app.engine.connect() as conn:
-        return conn.execute(select(func.count()).select_from(SinkEvent)).scalar_one() == 0
-
-
-def _breaker(app: Outbox) -> str | None:
-    (status,) = metrics.collect(app)
-    return status.breaker
-
-
-def _events(app: Outbox) -> list[SinkEvent]:
-    with Session(app.engine) as session:
-        events = list(session.scalars(select(SinkEvent).order_by(SinkEvent.id)))
-        session.expunge_all()
-    return events
 
 
 def _send(sink: Any, sync: bool, *batches: Callable[[], Batch[Any]]) -> None:
@@ -114,31 +78,6 @@ def _send(sink: Any, sync: bool, *batches: Callable[[], Batch[Any]]) -> None:
     asyncio.run(run())
 
 
-class _Running:
-    """A worker in a thread, stopped at the end."""
-
-    def __init__(self, app: Outbox, concurrency: int = 2) -> None:
-        self.worker = Worker(app, concurrency=concurrency)
-        self.thread = threading.Thread(target=self.worker.run, daemon=True)
-
-    def __enter__(self) -> Worker:
-        self.thread.start()
-        return self.worker
-
-    def __exit__(self, *exc: object) -> None:
-        self.worker.stop()
-        self.thread.join(30)
-
-
-def _one_line_start_error(app: Outbox, error: type[Exception]) -> str:
-    with pytest.raises(error) as raised:
-        Worker(app, burst=True).run()
-    message = str(raised.value)
-    assert "\n" not in message
-    assert SECRET not in message
-    return message
-
-
 def test_the_window_check_refuses_a_handler_that_may_resend_after_the_window(
     sync: bool, app: Outbox
 ) -> None:
@@ -150,7 +89,7 @@ def test_the_window_check_refuses_a_handler_that_may_resend_after_the_window(
         horizon = resend_horizon(app, app.get_handler("to_nats"))
         commit_events(app.engine, event_rows(3))
 
-        message = _one_line_start_error(app, ConfigurationError)
+        message = one_line_start_error(app, ConfigurationError)
 
     assert message == (
         f"handler 'to_nats': JetStream stream '{downstream.name}' drops a re-sent message "
@@ -230,7 +169,7 @@ def test_an_attempt_repeated_after_its_messages_were_stored_stores_them_once(
 
     assert committed == [event_id(m.message_id) for m in nats_downstream.stored()]
     assert {i: "succeeded" for i in committed} == {
-        i: status for i, (status, _) in _archived(app).items()
+        i: status for i, (status, _) in archived(app.engine).items()
     }
 
 
@@ -240,7 +179,7 @@ def test_the_same_group_sent_twice_is_stored_once(
     """A group sent twice: the second time every message is a duplicate the stream drops,
     and acknowledges, so nothing is retried."""
     commit_events(app.engine, event_rows(20))
-    events = _events(app)
+    events = waiting_events(app.engine)
     batches = [Batch(events, group_id=uuid.uuid4(), attempt=n, handler="h") for n in (1, 2)]
 
     _send(nats_downstream.sink(sync=sync), sync, *(lambda b=b: b for b in batches))
@@ -263,7 +202,7 @@ def test_a_partial_failure_retries_only_what_was_not_acknowledged(
     )
     ids = commit_events(app.engine, event_rows(20))
     hooli = ids[4::5]  # event_rows gives every fifth event to hooli
-    events = _events(app)
+    events = waiting_events(app.engine)
     first = Batch(events, group_id=uuid.uuid4(), attempt=1, handler="to_nats")
 
     def retried() -> Batch[Any]:
@@ -305,7 +244,9 @@ def test_a_message_for_another_stream_is_refused_there_and_retried(
         )
         ids = commit_events(app.engine, event_rows(10))
         hooli = ids[4::5]
-        first = Batch(_events(app), group_id=uuid.uuid4(), attempt=1, handler="to_nats")
+        first = Batch(
+            waiting_events(app.engine), group_id=uuid.uuid4(), attempt=1, handler="to_nats"
+        )
 
         _send(sink, sync, lambda: first)
 
@@ -363,12 +304,6 @@ def _start_and_send(sink: Any, sync: bool, app: Outbox, batch: Batch[Any]) -> No
     asyncio.run(run())
 
 
-def _committed_rows(app: Outbox) -> list[Any]:
-    """The waiting events as rows, in id order, as a worker hands a group over."""
-    with app.engine.connect() as conn:
-        return list(conn.execute(select(SinkEvent.__table__).order_by(SinkEvent.id)))
-
-
 async def _raw_stored(stream: str) -> list[tuple[str | None, str | None, bytes | None]]:
     """Every message ``stream`` holds, as stored: its subject, its header block (base64) and
     its body."""
@@ -391,14 +326,14 @@ def test_a_group_read_from_its_rows_stores_the_messages_its_events_would(app: Ou
         app.handler(SinkEvent, name="to_nats", ordering_key="account")(sink)
         sink.outbox_start(app, app.get_handler("to_nats"))
         ids = commit_events(app.engine, event_rows(30))
-        rows = _committed_rows(app)
+        rows = waiting_rows(app.engine)
 
         sink(Batch(rows=rows, model=SinkEvent, group_id=uuid.uuid4(), attempt=1, handler="to_nats"))
         from_rows = asyncio.run(_raw_stored(name))
         # The same stream again, empty, with no message id to drop.
         asyncio.run(delete(name))
         asyncio.run(create(name))
-        sink(Batch(_events(app), group_id=uuid.uuid4(), attempt=1, handler="to_nats"))
+        sink(Batch(waiting_events(app.engine), group_id=uuid.uuid4(), attempt=1, handler="to_nats"))
         from_events = asyncio.run(_raw_stored(name))
         sink.close()
 
@@ -418,7 +353,7 @@ def test_a_group_read_from_its_rows_retries_only_what_the_stream_refused(
         app.handler(SinkEvent, name="to_nats")(sink)
         ids = commit_events(app.engine, event_rows(8))
         batch = Batch(
-            rows=_committed_rows(app),
+            rows=waiting_rows(app.engine),
             model=SinkEvent,
             group_id=uuid.uuid4(),
             attempt=1,
@@ -454,12 +389,12 @@ def test_the_server_killed_mid_drain_loses_nothing_and_stores_no_duplicate(
         committed = commit_events(app.engine, event_rows(3000))
         expected = expected_messages(app.engine, committed)
 
-        with _Running(app):
+        with Running(app):
             asyncio.run(_kill_when_stored(server, name, batch_size * 2 + batch_size // 2))
-            _wait(lambda: _breaker(app) == "open", "the breaker open")
+            _wait(lambda: breaker_state(app) == "open", "the breaker open")
             server.start()
-            _wait(lambda: _buffer_empty(app), "the buffer drained")
-            _wait(lambda: _breaker(app) == "closed", "the breaker closed")
+            _wait(lambda: buffer_empty(app.engine), "the buffer drained")
+            _wait(lambda: breaker_state(app) == "closed", "the breaker closed")
 
         stored = asyncio.run(read(name, server.url))
 
@@ -476,7 +411,7 @@ def test_the_duplicate_window_outlives_a_server_restart(
     acknowledgement lost with the server, say): the stream holds each message once."""
     name = unique_name()
     commit_events(app.engine, event_rows(50))
-    events = _events(app)
+    events = waiting_events(app.engine)
     batches = [Batch(events, group_id=uuid.uuid4(), attempt=n, handler="h") for n in (1, 2)]
     sink_class = JetStreamSink if sync else AsyncJetStreamSink
     with PrivateServer(tmp_path / "jetstream") as server:
@@ -526,7 +461,7 @@ def test_an_unknown_stream_stops_the_worker_at_start_with_one_line(sync: bool, a
     )
     commit_events(app.engine, event_rows(3))
 
-    message = _one_line_start_error(app, ConfigurationError)
+    message = one_line_start_error(app, ConfigurationError)
 
     assert message == (
         f"handler 'to_nats': NATS JetStream at {NATS_URL}: no JetStream stream '{missing}' "
@@ -543,7 +478,7 @@ def test_a_subject_no_stream_listens_on_stops_the_worker_at_start_with_one_line(
     app.handler(SinkEvent, name="to_nats")(sink_class(NATS_URL, subject=subject))
     commit_events(app.engine, event_rows(3))
 
-    message = _one_line_start_error(app, ConfigurationError)
+    message = one_line_start_error(app, ConfigurationError)
 
     assert message == (
         f"handler 'to_nats': NATS JetStream at {NATS_URL}: no JetStream stream listens on "
@@ -563,7 +498,7 @@ def test_a_subject_of_another_stream_stops_the_worker_at_start_with_one_line(
         )
         commit_events(app.engine, event_rows(3))
 
-        message = _one_line_start_error(app, ConfigurationError)
+        message = one_line_start_error(app, ConfigurationError)
 
     assert message.endswith(
         f"subject '{other.name}.events' belongs to JetStream stream '{other.name}', not "
@@ -581,7 +516,7 @@ def test_wrong_credentials_stop_the_worker_at_start_with_one_line_and_no_secret(
         app.handler(SinkEvent, name="to_nats")(sink_class(url, subject="orders.events"))
         commit_events(app.engine, event_rows(3))
 
-        message = _one_line_start_error(app, DownstreamUnavailableError)
+        message = one_line_start_error(app, DownstreamUnavailableError)
 
     assert message == (
         f"handler 'to_nats': NATS JetStream at nats://127.0.0.1:{server.port}: "
@@ -596,7 +531,7 @@ def test_an_unreachable_server_stops_the_worker_at_start_with_one_line(
     app.handler(SinkEvent, name="to_nats")(nats_downstream.unreachable_sink(sync=sync))
     commit_events(app.engine, event_rows(3))
 
-    message = _one_line_start_error(app, DownstreamUnavailableError)
+    message = one_line_start_error(app, DownstreamUnavailableError)
 
     assert message.startswith("handler 'to_nats': NATS JetStream at nats://127.0.0.1:")
     assert "ConnectionRefusedError" in message

@@ -6,7 +6,6 @@ reports nothing done that was not confirmed; bad configuration stops the worker 
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -14,8 +13,6 @@ from typing import Any
 
 import aio_pika
 import pytest
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
 
 from outbox import (
     Batch,
@@ -24,9 +21,6 @@ from outbox import (
     DownstreamUnavailableError,
     Outbox,
     RetryPolicy,
-    Settings,
-    metrics,
-    schema,
 )
 from outbox.sinks.rabbitmq import GUARANTEE, AsyncRabbitMQSink, RabbitMQSink
 from outbox.testing import drain
@@ -36,12 +30,22 @@ from tests._support import wait_for
 from tests.conftest import reset_schema
 from tests.models import SinkEvent
 from tests.sinks._contract import (
+    IMMEDIATE,
+    OUTAGE_SECONDS,
+    PATIENT,
     SECRET,
+    Running,
     Stored,
+    archived,
+    breaker_state,
+    buffer_empty,
     commit_events,
     event_id,
     event_rows,
     expected_messages,
+    one_line_start_error,
+    waiting_events,
+    waiting_rows,
 )
 from tests.sinks.kinds.rabbitmq import (
     RABBITMQ_URL,
@@ -49,19 +53,6 @@ from tests.sinks.kinds.rabbitmq import (
     RabbitMQDownstream,
     destination,
 )
-
-IMMEDIATE = RetryPolicy(max_attempts=3, scale=0.0, base_delay=0.0, jitter=0.0)
-# Failed groups come back quickly, many times: an outage of a few seconds never dead-letters.
-PATIENT = RetryPolicy(max_attempts=1000, scale=0.0, base_delay=0.2, jitter=0.0)
-OUTAGE_SECONDS = 60.0
-
-
-@pytest.fixture
-def app(sqlite_url: str, make_app: Callable[..., Outbox]) -> Outbox:
-    """An application on a fresh SQLite database that polls often."""
-    reset_schema(sqlite_url)
-    made: Outbox = make_app(sqlite_url, Settings(poll_interval=0.05))
-    return made
 
 
 @pytest.fixture
@@ -75,24 +66,6 @@ def _through(proxy: Proxy) -> str:
     return RABBITMQ_URL.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}")
 
 
-def _archived(app: Outbox) -> dict[int, tuple[str, str | None]]:
-    with app.engine.connect() as conn:
-        rows = conn.execute(
-            select(schema.archive.c.event_id, schema.archive.c.status, schema.archive.c.error)
-        )
-        return {row.event_id: (row.status, row.error) for row in rows}
-
-
-def _buffer_empty(app: Outbox) -> bool:
-    with app.engine.connect() as conn:
-        return conn.execute(select(func.count()).select_from(SinkEvent)).scalar_one() == 0
-
-
-def _breaker(app: Outbox) -> str | None:
-    (status,) = metrics.collect(app)
-    return status.breaker
-
-
 def _nothing_lost(
     committed: list[int], expected: dict[str, dict[str, Any]], stored: list[Stored]
 ) -> Counter[str]:
@@ -103,22 +76,6 @@ def _nothing_lost(
     return Counter(m.message_id for m in stored if m.message_id in expected) - Counter(
         {message_id: 1 for message_id in expected}
     )
-
-
-class _Running:
-    """A worker in a thread, stopped at the end."""
-
-    def __init__(self, app: Outbox, concurrency: int = 2) -> None:
-        self.worker = Worker(app, concurrency=concurrency)
-        self.thread = threading.Thread(target=self.worker.run, daemon=True)
-
-    def __enter__(self) -> Worker:
-        self.thread.start()
-        return self.worker
-
-    def __exit__(self, *exc: object) -> None:
-        self.worker.stop()
-        self.thread.join(30)
 
 
 def test_an_unroutable_message_is_retried_then_dead_lettered_with_its_reason(
@@ -141,13 +98,13 @@ def test_an_unroutable_message_is_retried_then_dead_lettered_with_its_reason(
         f"unroutable (NO_ROUTE): no queue bound for routing key 'nowhere' on exchange "
         f"'{rabbitmq_downstream.name}'"
     )
-    archived = _archived(app)
+    outcomes = archived(app.engine)
     assert sorted(set(ids) - hooli) == [event_id(m.message_id) for m in stored]
     assert {i: "succeeded" for i in ids if i not in hooli} == {
-        i: status for i, (status, _) in archived.items() if i not in hooli
+        i: status for i, (status, _) in outcomes.items() if i not in hooli
     }
-    assert {i: "dead" for i in hooli} == {i: archived[i][0] for i in hooli}
-    assert all(reason in (archived[i][1] or "") for i in hooli)
+    assert {i: "dead" for i in hooli} == {i: outcomes[i][0] for i in hooli}
+    assert all(reason in (outcomes[i][1] or "") for i in hooli)
 
 
 def test_a_partial_failure_retries_only_what_was_not_confirmed(sync: bool, app: Outbox) -> None:
@@ -155,9 +112,7 @@ def test_a_partial_failure_retries_only_what_was_not_confirmed(sync: bool, app: 
     retried, and publishing them again stores each event once."""
     full = {"x-max-length": 6, "x-overflow": "reject-publish"}
     ids = commit_events(app.engine, event_rows(10))
-    with Session(app.engine) as session:
-        events = list(session.scalars(select(SinkEvent).order_by(SinkEvent.id)))
-        session.expunge_all()
+    events = waiting_events(app.engine)
     with destination(arguments=full) as name:
         downstream = RabbitMQDownstream(name)
         sink = downstream.sink(sync=sync)
@@ -203,12 +158,12 @@ def test_a_connection_cut_mid_group_loses_nothing(
     committed = commit_events(app.engine, event_rows(1500))
     expected = expected_messages(app.engine, committed)
 
-    with _Running(app, concurrency=concurrency):
+    with Running(app, concurrency=concurrency):
         for _ in range(cuts):
             # A published message is some 400 bytes: this lands inside a group.
             proxy.cut_after(batch_size * 150)
             wait_for(lambda: not proxy.armed, "a cut in the middle of a group")
-        wait_for(lambda: _buffer_empty(app), "the buffer drained", OUTAGE_SECONDS)
+        wait_for(lambda: buffer_empty(app.engine), "the buffer drained", OUTAGE_SECONDS)
 
     duplicates = _nothing_lost(committed, expected, rabbitmq_downstream.stored())
     assert [1] * cuts == proxy.cuts[:cuts]
@@ -231,12 +186,12 @@ def test_the_broker_away_for_a_while_opens_the_breaker_and_loses_nothing(
     committed = commit_events(app.engine, event_rows(1000))
     expected = expected_messages(app.engine, committed)
 
-    with _Running(app, concurrency=concurrency):
+    with Running(app, concurrency=concurrency):
         proxy.cut_after(batch_size * 150, pause=True)
-        wait_for(lambda: _breaker(app) == "open", "the breaker open", OUTAGE_SECONDS)
+        wait_for(lambda: breaker_state(app) == "open", "the breaker open", OUTAGE_SECONDS)
         proxy.resume()
-        wait_for(lambda: _buffer_empty(app), "the buffer drained", OUTAGE_SECONDS)
-        wait_for(lambda: _breaker(app) == "closed", "the breaker closed", OUTAGE_SECONDS)
+        wait_for(lambda: buffer_empty(app.engine), "the buffer drained", OUTAGE_SECONDS)
+        wait_for(lambda: breaker_state(app) == "closed", "the breaker closed", OUTAGE_SECONDS)
 
     duplicates = _nothing_lost(committed, expected, rabbitmq_downstream.stored())
     assert sum(duplicates.values()) <= batch_size * concurrency
@@ -272,12 +227,8 @@ def test_wrong_credentials_stop_the_worker_at_start_with_one_line_and_no_secret(
     )
     commit_events(app.engine, event_rows(3))
 
-    with pytest.raises(DownstreamUnavailableError) as raised:
-        Worker(app, burst=True).run()
+    message = one_line_start_error(app, DownstreamUnavailableError)
 
-    message = str(raised.value)
-    assert "\n" not in message
-    assert SECRET not in message
     assert message.startswith("handler 'to_rabbitmq': RabbitMQ at amqp://127.0.0.1:5672/: ")
     assert "ACCESS_REFUSED" in message
 
@@ -291,12 +242,8 @@ def test_the_broker_refusing_connections_stops_the_worker_at_start_with_one_line
     app.handler(SinkEvent, name="to_rabbitmq")(rabbitmq_downstream.sink(sync=sync, url=url))
     commit_events(app.engine, event_rows(3))
 
-    with pytest.raises(DownstreamUnavailableError) as raised:
-        Worker(app, burst=True).run()
+    message = one_line_start_error(app, DownstreamUnavailableError)
 
-    message = str(raised.value)
-    assert "\n" not in message
-    assert SECRET not in message
     assert f"RabbitMQ at amqp://127.0.0.1:{proxy.port}/" in message
 
 
@@ -375,7 +322,7 @@ def test_an_event_that_cannot_be_made_a_message_fails_its_group_as_data(
 
     drain(app)
 
-    errors = {(error or "").splitlines()[0] for _, error in _archived(app).values()}
+    errors = {(error or "").splitlines()[0] for _, error in archived(app.engine).values()}
     assert [] == rabbitmq_downstream.stored()
     assert {
         f"DataError: event {ids[1]} cannot be made a message: ValueError: no price for globex"
@@ -416,11 +363,7 @@ def test_a_group_read_from_its_rows_publishes_the_messages_its_events_would(
             app.handler(SinkEvent, name=handler, ordering_key="account")(sink)
             sink.outbox_start(app, app.get_handler(handler))
         ids = commit_events(app.engine, event_rows(30))
-        with app.engine.connect() as conn:
-            rows = list(conn.execute(select(SinkEvent.__table__).order_by(SinkEvent.id)))
-        with Session(app.engine) as session:
-            events = list(session.scalars(select(SinkEvent).order_by(SinkEvent.id)))
-            session.expunge_all()
+        rows, events = waiting_rows(app.engine), waiting_events(app.engine)
         group = uuid.uuid4()
 
         sinks["rows"](Batch(rows=rows, model=SinkEvent, group_id=group, attempt=1, handler="rows"))

@@ -6,7 +6,6 @@ group is one round trip."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -30,7 +29,6 @@ from outbox import (
     RetryPolicy,
     Settings,
     metrics,
-    schema,
 )
 from outbox.sinks.redis import AsyncRedisStreamSink, RedisStreamSink
 from outbox.worker import Worker
@@ -39,11 +37,15 @@ from tests.conftest import reset_schema
 from tests.models import SinkEvent
 from tests.sinks._contract import (
     ACCOUNTS,
+    PATIENT,
     SECRET,
+    Running,
+    archived,
     closed_port,
     commit_events,
     event_id,
     event_rows,
+    waiting_rows,
 )
 from tests.sinks.kinds.redis import (
     RedisDownstream,
@@ -60,23 +62,15 @@ HANDLER = "to_redis"
 @pytest.fixture
 def private_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis server of the test's own, started; killed after the test."""
-    server = RedisServer(tmp_path)
-    server.start()
-    try:
+    with RedisServer(tmp_path) as server:
         yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture
 def locked_redis(tmp_path: Path) -> Iterator[RedisServer]:
     """A Redis server of the test's own whose password is ``SECRET``."""
-    server = RedisServer(tmp_path, password=SECRET)
-    server.start()
-    try:
+    with RedisServer(tmp_path, password=SECRET) as server:
         yield server
-    finally:
-        server.kill()
 
 
 @pytest.fixture
@@ -99,14 +93,6 @@ def _sink_class(sync: bool) -> type[RedisStreamSink] | type[AsyncRedisStreamSink
 def _status(app: Outbox) -> metrics.HandlerStatus:
     (status,) = metrics.collect(app, [HANDLER])
     return status
-
-
-def _archived(engine: Engine) -> dict[int, tuple[str, str | None]]:
-    """Each archived event's status and error, by event id."""
-    archive = schema.archive
-    with engine.connect() as conn:
-        rows = conn.execute(select(archive.c.event_id, archive.c.status, archive.c.error))
-        return {event: (status, error) for event, status, error in rows}
 
 
 def _batch(engine: Engine, ids: Sequence[int], handler: str = HANDLER) -> Batch[SinkEvent]:
@@ -149,10 +135,10 @@ def test_a_refused_xadd_retries_only_its_events_and_the_rest_are_done_once(
 
     stored = sorted(event_id(m.message_id) for m in redis_downstream.stored())
     assert sorted(set(ids) - refused) == stored
-    archived = _archived(app.engine)
+    outcomes = archived(app.engine)
     expected = {i: "dead" if i in refused else "succeeded" for i in ids}
-    assert expected == {i: status for i, (status, _) in archived.items()}
-    assert all("WRONGTYPE" in (archived[i][1] or "") for i in refused)
+    assert expected == {i: status for i, (status, _) in outcomes.items()}
+    assert all("WRONGTYPE" in (outcomes[i][1] or "") for i in refused)
 
 
 def test_a_redis_stopped_mid_drain_loses_nothing_and_its_breaker_opens_then_closes(
@@ -171,18 +157,15 @@ def test_a_redis_stopped_mid_drain_loses_nothing_and_its_breaker_opens_then_clos
         name=HANDLER,
         batch_size=50,
         archive=True,
-        retry=RetryPolicy(max_attempts=1000, scale=0.0, base_delay=0.2, jitter=0.0),
+        retry=PATIENT,
         circuit_breaker=CircuitBreaker(failures=2, probe_after=1, max_probe_after=2),
     )(make_sink(stream, sync=sync, url=private_redis.url))
     committed = commit_events(app.engine, event_rows(500))
-    worker = Worker(app, concurrency=2)
-    thread = threading.Thread(target=worker.run, daemon=True)
-    thread.start()
-    try:
+    with Running(app):
         with private_redis.client() as client:
             wait_for(lambda: client.xlen(stream) > 0, "the first messages")
         private_redis.stop()
-        done_while_up = {i for i, (status, _) in _archived(app.engine).items()}
+        done_while_up = set(archived(app.engine))
         committed += commit_events(app.engine, event_rows(200, start=500))
         wait_for(lambda: _status(app).breaker == "open", "the breaker to open")
         private_redis.start()
@@ -191,16 +174,13 @@ def test_a_redis_stopped_mid_drain_loses_nothing_and_its_breaker_opens_then_clos
             "everything sent and the breaker closed",
             timeout=60,
         )
-    finally:
-        worker.stop()
-        thread.join(20)
 
     stored = {event_id(m.message_id) for m in read_stored(stream, private_redis.url)}
-    archived = _archived(app.engine)
+    outcomes = archived(app.engine)
     assert [] == sorted(set(committed) - stored)
     assert [] == sorted(done_while_up - stored)
-    assert {"succeeded"} == {status for status, _ in archived.values()}
-    assert sorted(committed) == sorted(archived)
+    assert {"succeeded"} == {status for status, _ in outcomes.values()}
+    assert sorted(committed) == sorted(outcomes)
 
 
 def _wrong_password(server: RedisServer) -> dict[str, Any]:
@@ -413,8 +393,7 @@ def test_a_group_read_from_its_rows_sends_the_messages_its_events_would(
         app.handler(SinkEvent, name=stream, ordering_key="account")(sink)
         sink.outbox_start(app, app.get_handler(stream))
     ids = commit_events(app.engine, event_rows(30))
-    with app.engine.connect() as conn:
-        rows = list(conn.execute(select(SinkEvent.__table__).order_by(SinkEvent.id)))
+    rows = waiting_rows(app.engine)
     group = uuid.uuid4()
 
     sinks["rows"](Batch(rows=rows, model=SinkEvent, group_id=group, attempt=1, handler="rows"))

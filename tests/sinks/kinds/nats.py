@@ -28,7 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from outbox.sinks.nats import KEY_HEADER, MSG_ID_HEADER, AsyncJetStreamSink, JetStreamSink
 from tests._ports import free_ports
 from tests._support import wait_for
-from tests.sinks._contract import SECRET, Stored, closed_port, require_service
+from tests.sinks._contract import SECRET, NamedDownstream, Stored, closed_port, require_service
 
 NATS_URL = os.environ.get("OUTBOX_TEST_NATS_URL", "nats://127.0.0.1:4222")
 DUPLICATE_WINDOW_SECONDS = 2 * 3600.0
@@ -104,15 +104,11 @@ def unique_name() -> str:
     return f"outbox-test-{uuid.uuid4().hex[:12]}"
 
 
-class JetStreamDownstream:
+class JetStreamDownstream(NamedDownstream):
     """A stream for one test."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def sink(self, *, sync: bool, **options: Any) -> Any:
-        """A sink publishing to this stream."""
-        return make_sink(self.name, sync=sync, **options)
+    make = staticmethod(make_sink)
+    read = staticmethod(read_stored)
 
     def unreachable_sink(self, *, sync: bool) -> Any:
         """A sink whose password is the secret, pointed at a closed port."""
@@ -122,10 +118,6 @@ class JetStreamDownstream:
             servers=f"nats://127.0.0.1:{closed_port()}",
             connect_options={"user": "outbox", "password": SECRET},
         )
-
-    def stored(self) -> list[Stored]:
-        """Every message the stream holds, in sequence order."""
-        return read_stored(self.name)
 
 
 DEDUPLICATES = True

@@ -20,7 +20,7 @@ import aio_pika
 import pytest
 
 from outbox.sinks.rabbitmq import KEY_HEADER, AsyncRabbitMQSink, RabbitMQSink
-from tests.sinks._contract import SECRET, Stored, closed_port, require_service
+from tests.sinks._contract import SECRET, NamedDownstream, Stored, closed_port, require_service
 
 RABBITMQ_URL = os.environ.get("OUTBOX_TEST_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 ROUTING_KEY = "events"
@@ -86,25 +86,17 @@ async def delete(name: str) -> None:
         await channel.exchange_delete(name)
 
 
-class RabbitMQDownstream:
+class RabbitMQDownstream(NamedDownstream):
     """An exchange and its queue for one test."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def sink(self, *, sync: bool, **options: Any) -> Any:
-        """A sink publishing to this exchange."""
-        return make_sink(self.name, sync=sync, **options)
+    make = staticmethod(make_sink)
+    read = staticmethod(read_stored)
 
     def unreachable_sink(self, *, sync: bool) -> Any:
         """A sink whose password is the secret, pointed at a closed port."""
         return make_sink(
             self.name, sync=sync, url=f"amqp://guest:{SECRET}@127.0.0.1:{closed_port()}/"
         )
-
-    def stored(self) -> list[Stored]:
-        """Every message the queue received, in queue order."""
-        return read_stored(self.name)
 
 
 DEDUPLICATES = False

@@ -22,7 +22,7 @@ import redis
 from outbox.sinks.redis import AsyncRedisStreamSink, RedisStreamSink
 from tests._ports import free_ports
 from tests._support import wait_for
-from tests.sinks._contract import SECRET, Stored, closed_port, require_service
+from tests.sinks._contract import SECRET, NamedDownstream, Stored, closed_port, require_service
 
 REDIS_URL_ENV = "OUTBOX_TEST_REDIS_URL"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -53,24 +53,16 @@ def read_stored(destination: str, url: str | None = None) -> list[Stored]:
     ]
 
 
-class RedisDownstream:
+class RedisDownstream(NamedDownstream):
     """A stream made for one test."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def sink(self, *, sync: bool) -> Any:
-        """A sink appending to this stream."""
-        return make_sink(self.name, sync=sync)
+    make = staticmethod(make_sink)
+    read = staticmethod(read_stored)
 
     def unreachable_sink(self, *, sync: bool) -> Any:
         """A sink with a password, pointed at a port nothing listens on."""
         url = f"redis://:{SECRET}@127.0.0.1:{closed_port()}/0"
         return make_sink(self.name, sync=sync, url=url)
-
-    def stored(self) -> list[Stored]:
-        """The stream's messages, in order."""
-        return read_stored(self.name)
 
 
 DEDUPLICATES = False
@@ -135,6 +127,13 @@ class RedisServer:
             command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         wait_for(self._answers, f"redis-server on port {self.port}")
+
+    def __enter__(self) -> RedisServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.kill()
 
     def stop(self) -> None:
         """Stop the server, its data saved (``SHUTDOWN SAVE``), and wait until it is gone."""
