@@ -71,6 +71,16 @@ def upgrade(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def full(session: nox.Session) -> None:
+    """Every test, on every database: what the default run leaves out to keep within its time
+    (tests/conftest.py: the upgrade tier, the sinks' kill test, the 100,000-event bulk API run,
+    the end-to-end tiers on SQLite and MariaDB, each sink's sync class in its own tests), in
+    their small sizes; pytest options go after --."""
+    session.install("-e", ".[dev]")
+    session.run("python", "-m", "pytest", *session.posargs, env={"OUTBOX_FULL_RUN": "1"})
+
+
+@nox.session(python=PYTHON)
 def sinks(session: nox.Session) -> None:
     """The sinks' kill test in full (docs/sinks.md): 10,000 events and 100 random SIGKILLs of
     the workers per sink, on SQLite, PostgreSQL and MariaDB, against the real brokers; and the

@@ -20,10 +20,69 @@ from outbox import Outbox, Settings, add_events, schema
 from tests.models import ActivityEvent, Base, EmailEvent
 from tests.poolers._pgbouncer import PgBouncer, executable
 
+FULL_RUN_ENV = "OUTBOX_FULL_RUN"
+"""``OUTBOX_FULL_RUN=1`` (``nox -s full``) runs what the default run leaves out (see
+:func:`pytest_collection_modifyitems`)."""
+# Tiers whose every test is the full run's: soaks with a nox session of their own.
+_FULL_RUN_PATHS = (
+    "tests/upgrade/",
+    "tests/sinks/test_kills.py",
+    "tests/acceptance/test_bulk_api.py",  # 100,000 events; the figure is drain_rate_limited's
+)
+# End-to-end tiers (processes, signals, outages) whose cases on other databases than PostgreSQL
+# are the full run's, by tier and database: how each database behaves is what the conformance,
+# integration, users, model and migration tiers check, on every run and every database.
+_FULL_RUN_DATABASES = {
+    "tests/acceptance/": ("mariadb", "sqlite"),
+    "tests/faults/": ("mariadb", "sqlite"),
+    "tests/examples/": ("mariadb",),
+    # Each sink's own tests (what its downstream does) run its async class by default; the
+    # contract runs both classes of every sink on every database on every run.
+    "tests/sinks/test_http.py": ("sync",),
+    "tests/sinks/test_nats.py": ("sync",),
+    "tests/sinks/test_rabbitmq.py": ("sync",),
+    "tests/sinks/test_redis.py": ("sync",),
+}
+
 POSTGRES_URL_ENV = "OUTBOX_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 MARIADB_URL_ENV = "OUTBOX_TEST_MARIADB_URL"
 DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The default run (the README's command, and CI) keeps within its time: the soak tiers
+    (the upgrade tier, the sinks' kill test) and the end-to-end tiers' cases on other databases
+    than PostgreSQL run with ``OUTBOX_FULL_RUN=1`` (``nox -s full``), or when their files are
+    named on the command line."""
+    if os.environ.get(FULL_RUN_ENV) == "1":
+        return
+    root = config.rootpath
+    asked = {os.path.relpath(os.path.abspath(str(arg).split("::")[0]), root) for arg in config.args}
+    asked -= {"tests", "."}
+    kept, left = [], []
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        if any(path.startswith(a) for a in asked):
+            kept.append(item)  # named on the command line: run as asked
+        elif _full_run_only(item, path):
+            left.append(item)
+        else:
+            kept.append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
+def _full_run_only(item: pytest.Item, path: str) -> bool:
+    if path.startswith(_FULL_RUN_PATHS):
+        return True
+    values = getattr(getattr(item, "callspec", None), "params", {}).values()
+    named = {value for value in values if isinstance(value, str)}
+    return any(
+        path.startswith(tier) and not named.isdisjoint(databases)
+        for tier, databases in _FULL_RUN_DATABASES.items()
+    )
 
 
 def _unavailable(what: str, error: Exception) -> None:
