@@ -94,3 +94,19 @@ def test_dependencies_point_inwards() -> None:
             if bad:
                 offenders[str(path.relative_to(package))] = sorted(set(bad))
     assert {} == offenders
+
+
+def test_sinks_use_the_public_api_only() -> None:
+    """A sink imports no private module of outbox (``outbox._db``, ``outbox._engine``...), no
+    worker and no command: the sinks depend on outbox's public API only."""
+    package = Path(outbox.__file__).parent
+    offenders = {}
+    for path in sorted((package / "sinks").rglob("*.py")):
+        bad = [
+            name
+            for name in _imports(path.read_text(encoding="utf-8"))
+            if name.startswith(("outbox._", "outbox.worker", "outbox.cli"))
+        ]
+        if bad:
+            offenders[str(path.relative_to(package))] = sorted(set(bad))
+    assert {} == offenders
