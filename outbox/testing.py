@@ -44,11 +44,11 @@ def drain(
     """
     worker = Worker(app, concurrency=1, handlers=handlers)
     check_buffer_tables(app.engine, {name: h.table for name, h in worker.handlers.items()})
-    worker._start_handlers()
+    worker.start_handlers()
     try:
         return _drain(app, worker, max_rounds)
     finally:
-        worker._stop_handlers()
+        worker.stop_handlers()
 
 
 def _drain(app: Outbox, worker: Worker, max_rounds: int) -> DrainResult:

@@ -323,7 +323,7 @@ class Worker:
         check_buffer_tables(self.app.engine, {name: h.table for name, h in self.handlers.items()})
         generation.check(self.app.engine)
         _buffer_clock.enforce(self.app, [h.table for h in self.handlers.values()])
-        self._start_handlers()
+        self.start_handlers()
         run_in_transaction(
             self.app.engine,
             lambda conn: queries.insert_worker(
@@ -858,11 +858,11 @@ class Worker:
                 )
             except DBAPIError as error:
                 self._report_database_error(error)
-        self._stop_handlers()
+        self.stop_handlers()
         log.info(_log.WORKER_STOPPED, worker=self.id, **self._stats_fields())
         return abandoned == 0
 
-    def _start_handlers(self) -> None:
+    def start_handlers(self) -> None:
         """Each handler object's ``outbox_start`` (:mod:`outbox.lifecycle`): what it raises (a
         downstream that cannot be reached, a configuration it refuses) stops the worker here,
         before it runs any group, rather than failing every group."""
@@ -875,10 +875,10 @@ class Worker:
                     _invoke.call_hook(handler, start)
                 started.append(handler)
         except BaseException:
-            self._stop_handlers(started)
+            self.stop_handlers(started)
             raise
 
-    def _stop_handlers(self, handlers: Iterable[Handler[Any]] | None = None) -> None:
+    def stop_handlers(self, handlers: Iterable[Handler[Any]] | None = None) -> None:
         """Each handler object's ``outbox_stop``, once; what one raises is logged."""
         for handler in self.handlers.values() if handlers is None else handlers:
             func = handler.func
