@@ -73,7 +73,7 @@ def upgrade(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def full(session: nox.Session) -> None:
     """Every test, on every database: what the default run leaves out to keep within its time
-    (tests/conftest.py: the upgrade tier, the sinks' kill test, the 100,000-event bulk API run,
+    (tests/conftest.py: the upgrade and model tiers, the sinks' kill test, the bulk API soak,
     the end-to-end tiers on SQLite and MariaDB, each sink's sync class in its own tests), in
     their small sizes; pytest options go after --."""
     session.install("-e", ".[dev]")

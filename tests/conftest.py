@@ -28,6 +28,7 @@ _FULL_RUN_PATHS = (
     "tests/upgrade/",
     "tests/sinks/test_kills.py",
     "tests/acceptance/test_bulk_api.py",  # 100,000 events; the figure is drain_rate_limited's
+    "tests/model/",  # generated cases and killed processes; nox -s model runs 200 per profile
 )
 # End-to-end tiers (processes, signals, outages) whose cases on other databases than PostgreSQL
 # are the full run's, by tier and database: how each database behaves is what the conformance,
