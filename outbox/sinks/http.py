@@ -384,6 +384,12 @@ def _requests(
         raise ConfigurationError(
             f"max_body_bytes must be an int > 0 or None, got {max_body_bytes!r}"
         )
+    if not isinstance(timeout, httpx.Timeout) and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0
+    ):
+        raise ConfigurationError(
+            f"timeout must be seconds > 0 or an httpx.Timeout, got {timeout!r}"
+        )
     return _Requests(
         url=url,
         body=body,

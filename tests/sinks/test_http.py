@@ -234,6 +234,8 @@ def test_a_host_not_allowed_is_never_called(
         ("ftp://host/x", {}, r"must be http\(s\)://host/"),
         ("http://host/x", {"max_body_bytes": 0}, "max_body_bytes must be an int > 0"),
         ("http://host/x", {"max_body_bytes": True}, "max_body_bytes must be an int > 0"),
+        ("http://host/x", {"timeout": "abc"}, "timeout must be seconds > 0"),
+        ("http://host/x", {"timeout": 0}, "timeout must be seconds > 0"),
     ],
 )
 def test_a_wrong_argument_is_refused_where_it_is_passed(
