@@ -13,7 +13,7 @@ import click
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError
 
-from outbox import _db
+from outbox import database
 from outbox.app import DATABASE_URL_ENV, Outbox
 from outbox.exceptions import (
     ConfigurationError,
@@ -78,7 +78,7 @@ class Context:
             what = (
                 "its port is not a number"
                 if isinstance(error, ValueError)
-                else f"a database URL looks like {_db.URL_FORM}"
+                else f"a database URL looks like {database.URL_FORM}"
             )
             raise ConfigurationError(f"{self._url_source()}: cannot parse it: {what}") from None
 
@@ -124,7 +124,7 @@ def parse_url(url: str, source: str) -> URL:
     # A ConfigurationError (exit 2, one line) rather than a click.UsageError: the command line
     # is well formed, and its synopsis would not help.
     try:
-        return _db.parse_url(url)
+        return database.parse_url(url)
     except ConfigurationError as error:
         raise ConfigurationError(f"{source}: {error}") from error
 
@@ -133,7 +133,7 @@ def load_driver(url: URL, source: str) -> None:
     """Import the dialect and driver outbox will use for the URL (for an async driver's URL,
     its sync sibling's); a ConfigurationError naming ``source`` if missing."""
     try:
-        _db.load_driver(_db.sync_url(url))
+        database.load_driver(url)
     except ConfigurationError as error:
         raise ConfigurationError(f"{source}: {error}") from error
 

@@ -10,8 +10,7 @@ from typing import Any, NoReturn
 import click
 from sqlalchemy.exc import OperationalError
 
-from outbox import _db
-from outbox._db.dialects import error_summary
+from outbox import database
 from outbox.app import Outbox
 from outbox.cli._context import Context
 from outbox.exceptions import (
@@ -50,7 +49,7 @@ def exits_on_errors() -> Iterator[None]:
     except OutboxError as error:
         fail(str(error), EXIT_FAILURE)
     except OperationalError as error:
-        fail(f"database error: {error_summary(error)}", EXIT_FAILURE)
+        fail(f"database error: {database.error_summary(error)}", EXIT_FAILURE)
 
 
 def ready(app: Outbox, handlers: tuple[str, ...] | None = None) -> Outbox:
@@ -58,7 +57,7 @@ def ready(app: Outbox, handlers: tuple[str, ...] | None = None) -> Outbox:
 
     ``handlers``: also check the buffer tables of these handlers (all when empty).
     """
-    _db.check_schema(app.engine)
+    database.check_schema(app.engine)
     check_schema_revision(app)
     if handlers is not None:
         check_buffers(app, handlers)
@@ -77,7 +76,7 @@ def check_buffers(app: Outbox, handlers: tuple[str, ...]) -> None:
     deploy that has not created it. The message names the handlers that could run alone."""
     selected = app.select_handlers(handlers)
     try:
-        _db.check_buffer_tables(app.engine, {h.name: h.table for h in selected})
+        database.check_buffer_tables(app.engine, {h.name: h.table for h in selected})
     except BufferTableMissingError as error:
         others = [h.name for h in selected if h.name not in error.missing]
         message = str(error)

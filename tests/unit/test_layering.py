@@ -110,3 +110,25 @@ def test_sinks_use_the_public_api_only() -> None:
         if bad:
             offenders[str(path.relative_to(package))] = sorted(set(bad))
     assert {} == offenders
+
+
+# The faces (the command line, a web face) share one operations layer: the public modules.
+FACES = ("cli", "web")
+SQL_LAYER = ("outbox._db", "outbox._engine", "outbox._services")
+
+
+def test_faces_do_not_reach_into_the_sql_layer() -> None:
+    """A face imports neither the SQL layer nor the engine nor the services: it asks the
+    public modules (``database``, ``distribution``, ``metrics`` ...) the same questions."""
+    package = Path(outbox.__file__).parent
+    offenders = {}
+    for face in FACES:
+        for path in sorted((package / face).rglob("*.py")):
+            bad = [
+                name
+                for name in _imports(path.read_text(encoding="utf-8"))
+                if any(name == f or name.startswith(f + ".") for f in SQL_LAYER)
+            ]
+            if bad:
+                offenders[str(path.relative_to(package))] = sorted(set(bad))
+    assert {} == offenders

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from outbox import _buffer_clock, _db
+from outbox import _buffer_clock, database
 from outbox.cli._context import Context
 from outbox.cli._errors import check_buffers, command
 from outbox.cli._main import main
@@ -19,7 +19,7 @@ def migrate_buffers(ctx: Context, dry_run: bool) -> None:
     in the session's local time to UTC (after an upgrade from a release that wrote local time;
     safe beside producers and workers; run with the application's --app)."""
     app = ctx.app()
-    _db.check_connection(app.engine)
+    database.check_connection(app.engine)
     why = app.supports.zone_free_clock
     if why is not None:
         click.echo(f"nothing to do: {why}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from outbox import _db
+from outbox import database
 from outbox.cli._context import Context
 from outbox.cli._errors import check_buffers, command
 from outbox.cli._main import main
@@ -23,7 +23,7 @@ def notify_install(ctx: Context, handlers: tuple[str, ...]) -> None:
     from outbox import notify
 
     app = ctx.app()
-    _db.check_connection(app.engine)
+    database.check_connection(app.engine)
     check_buffers(app, handlers)
     for table in notify.install(app, handlers):
         click.echo(f"notify trigger installed on {table}")
@@ -37,7 +37,7 @@ def notify_remove(ctx: Context, handlers: tuple[str, ...]) -> None:
     from outbox import notify
 
     app = ctx.app()
-    _db.check_connection(app.engine)
+    database.check_connection(app.engine)
     check_buffers(app, handlers)
     for table in notify.remove(app, handlers):
         click.echo(f"notify trigger removed from {table}")

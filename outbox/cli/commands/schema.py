@@ -6,7 +6,7 @@ import os
 
 import click
 
-from outbox import _db, schema
+from outbox import database, schema
 from outbox.app import DATABASE_URL_ENV
 from outbox.cli._context import Context, parse_url
 from outbox.cli._errors import command
@@ -43,7 +43,7 @@ def migrate(ctx: Context, to: str, yes: bool, lock_timeout: float | None) -> Non
     from outbox.migrate import migrate as run_migrations
 
     app = ctx.bare_app()
-    _db.check_connection(app.engine)
+    database.check_connection(app.engine)
     before, after = run_migrations(
         app.engine,
         to,
@@ -51,7 +51,7 @@ def migrate(ctx: Context, to: str, yes: bool, lock_timeout: float | None) -> Non
         accept_losses=yes,
         on_retry=lambda line: click.echo(line, err=True),
     )
-    where = _db.describe(app.engine.url)
+    where = database.describe(app.engine.url)
     if before == after:
         click.echo(f"outbox tables are up to date (revision {after or 'none'}) in {where}")
     else:
@@ -77,8 +77,6 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
     """Print the DDL of outbox's tables, for teams that manage schema by hand."""
     from sqlalchemy.schema import CreateIndex, CreateTable
 
-    from outbox._db import dialects
-
     if dialect is None:
         # Only the URL's kind matters: DDL needs no driver and no connection.
         url = ctx.database_url or os.environ.get(DATABASE_URL_ENV)
@@ -90,7 +88,7 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
             else None
         )
         dialect = "postgresql" if backend is None else backend.get_backend_name()
-    target = dialects.dialect_named(dialect)
+    target = database.dialect_named(dialect)
     if target is None:
         raise click.UsageError(
             f"outbox has no schema for {dialect!r}; use --dialect postgresql, sqlite or mysql"

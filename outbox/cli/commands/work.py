@@ -10,8 +10,7 @@ from typing import Any
 
 import click
 
-from outbox import _buffer_clock, generation
-from outbox._engine import distributor
+from outbox import _buffer_clock, distribution, generation
 from outbox.app import Outbox
 from outbox.cli._context import Context
 from outbox.cli._errors import (
@@ -50,7 +49,7 @@ DISTRIBUTE_PATIENCE_SECONDS = 30.0
 def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
     """Enqueue the claim jobs each handler needs (safe from cron, safe to overlap)."""
     app = ready(ctx.app(), handlers)
-    for result in distributor.run_once(app, handlers, patience=DISTRIBUTE_PATIENCE_SECONDS):
+    for result in distribution.distribute(app, handlers, patience=DISTRIBUTE_PATIENCE_SECONDS):
         click.echo(result.summary())
 
 
