@@ -47,6 +47,8 @@ RETRY_AFTER_UNREADABLE = "outbox.retry_after.unreadable"  # a header neither sec
 COMPLETION_FAILED = "outbox.batch.completion_failed"  # outbox could not record an outcome
 ARCHIVE_REPLAYED = "outbox.archive.replayed"
 ARCHIVE_PRUNED = "outbox.archive.pruned"
+ARCHIVE_EDITED = "outbox.archive.edited"  # a dead event replayed with values an operator changed
+GROUPS_DISCARDED = "outbox.groups.discarded"  # an operator gave groups up
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

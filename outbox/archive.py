@@ -13,16 +13,16 @@ import decimal
 import json
 import uuid
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import JSON, Column, Connection, Dialect, Float, Table
+from sqlalchemy import JSON, Column, Connection, Dialect, Float, Table, TypeDecorator
 
 from outbox import _log, schema
 from outbox._db import dialects, queries, run_in_transaction
 from outbox._db.dialects import JSON_AS_TEXT_MARKER
-from outbox.app import Outbox
+from outbox.app import MAX_BATCH_SIZE, Outbox
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError, ReplayError
 
@@ -60,6 +60,39 @@ class ReplayResult:
     """Events by the status they were archived with."""
     groups: dict[tuple[str, uuid.UUID | None], int] = field(default_factory=dict)
     """Events by (handler, group they were archived from)."""
+    operation_id: int | None = None
+    """The record of the replay (:func:`history`); None for a dry run or when none was
+    replayed."""
+
+
+@dataclass(frozen=True, slots=True)
+class EditResult:
+    """What a replay with edit did: the dead event it took and the event it became."""
+
+    handler: str
+    group_id: uuid.UUID
+    event_id: int
+    """The dead event's id."""
+    new_event_id: int
+    """The id of the event put back into the buffer (an ordered handler's keeps its id)."""
+    changed: tuple[str, ...]
+    """The columns changed."""
+    operation_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """An operator's replay, edit or discard, as recorded: who, when, which filter, how many."""
+
+    id: int
+    action: schema.OperationAction
+    actor: str
+    selection: dict[str, Any]
+    """The filter it was given."""
+    groups: int
+    events: int
+    detail: str | None
+    done_at: dt.datetime
 
 
 def statuses(status: StatusFilter, *, argument: str = "status") -> frozenset[str] | None:
@@ -118,6 +151,10 @@ def counts(
         )
 
 
+# Every status a replay may take: a replayed event is back in its buffer already.
+REPLAYABLE = frozenset(s.value for s in schema.ArchiveStatus if s != schema.ArchiveStatus.REPLAYED)
+
+
 def replay(
     app: Outbox,
     *,
@@ -126,31 +163,45 @@ def replay(
     group_id: uuid.UUID | None = None,
     dry_run: bool = False,
     all_statuses: bool = False,
+    group_ids: Collection[uuid.UUID] | None = None,
+    actor: str | None = None,
+    selection: str | None = None,
 ) -> ReplayResult:
-    """Put archived events back into their buffers as new events, and remove them from the archive.
+    """Put archived events back into their buffers as new events, and mark them replayed.
 
     Which events: those archived with ``status`` (one status or several); every status with
-    ``all_statuses=True`` or, given ``group_id`` alone, every event of that group; with
-    neither, dead letters only (``REPLAY_STATUSES``): discarded events were rejected for good
-    and succeeded ones delivered, and replay sends them again only when told.
+    ``all_statuses=True`` or, given ``group_id`` (or ``group_ids``) alone, every event of those
+    groups; with neither, dead letters only (``REPLAY_STATUSES``): discarded events were
+    rejected for good and succeeded ones delivered, and replay sends them again only when told.
+    An event replayed already is never taken again.
 
     Each replayed event gets a new id and ``created_at`` (an ordered handler's keeps its id, to
     be handled before the events its key held back, and its group's keys are released); its
-    own columns come from the archived payload. Runs in chunks of ``REPLAY_CHUNK`` events, one
-    transaction each, so a replay interrupted half way leaves every event either archived or
-    back in its buffer.
+    own columns come from the archived payload. Its archive row stays, marked ``replayed``
+    with the event it became and the operation that did it, recorded as done by ``actor``
+    (default: ``user@host``) with ``selection`` (JSON; default: the filters given). Runs in
+    chunks of ``REPLAY_CHUNK`` events, one transaction each, so a replay interrupted half way
+    leaves every event either archived or back in its buffer.
     """
     if handler is not None:
         app.get_handler(handler)
+    if group_id is not None:
+        group_ids = [group_id, *(group_ids or ())]
     # A group named is a choice made: all of its events, whatever their status.
-    chosen = _chosen(status, all_statuses, None if group_id is not None else REPLAY_STATUSES)
+    chosen = _chosen(status, all_statuses, None if group_ids else REPLAY_STATUSES)
+    if chosen is not None and schema.ArchiveStatus.REPLAYED in chosen:
+        raise ConfigurationError(
+            "status: replayed events are back in their buffers already; they are not replayed"
+        )
+    chosen = REPLAYABLE if chosen is None else chosen
     by_handler: Counter[str] = Counter()
     by_status: Counter[str] = Counter()
     groups: Counter[tuple[str, uuid.UUID | None]] = Counter()
     failures: list[str] = []
+    operation_id: int | None = None
     after_id = 0
     while True:
-        rows = _select(app, handler, chosen, group_id, after_id)
+        rows = _select(app, handler, chosen, group_ids, after_id)
         if not rows:
             break
         after_id = int(rows[-1]["id"])
@@ -162,21 +213,267 @@ def replay(
             except (ValueError, RecursionError) as error:
                 failures.append(f"archive row {row['id']}: {type(error).__name__}")
         if not dry_run and readable:
-            _replay_chunk(app, readable)
+            if operation_id is None:
+                operation_id = _record_replay(
+                    app, actor, selection, handler, chosen, group_ids, all_statuses
+                )
+            _replay_chunk(app, readable, operation_id)
         by_handler.update(row["handler"] for row in readable)
         by_status.update(row["status"] for row in readable)
         groups.update((row["handler"], row["group_id"]) for row in readable)
     result = ReplayResult(
-        sum(by_handler.values()), dict(by_handler), dry_run, dict(by_status), dict(groups)
+        sum(by_handler.values()),
+        dict(by_handler),
+        dry_run,
+        dict(by_status),
+        dict(groups),
+        operation_id,
     )
     if not dry_run and result.events:
-        log.info(_log.ARCHIVE_REPLAYED, events=result.events, handlers=sorted(by_handler))
+        log.info(
+            _log.ARCHIVE_REPLAYED,
+            events=result.events,
+            handlers=sorted(by_handler),
+            operation=operation_id,
+        )
     if failures:
         raise ReplayError(
             f"{result.events} events replayed; {len(failures)} could not be read and stay "
             f"archived: {'; '.join(failures[:10])}"
         )
     return result
+
+
+def _record_replay(
+    app: Outbox,
+    actor: str | None,
+    selection: str | None,
+    handler: str | None,
+    chosen: frozenset[str],
+    group_ids: Collection[uuid.UUID] | None,
+    all_statuses: bool,
+) -> int:
+    if selection is None:
+        given: dict[str, Any] = {"handlers": [handler] if handler else []}
+        given["statuses"] = [] if all_statuses else sorted(chosen)
+        given["group_ids"] = [str(g) for g in group_ids or ()]
+        selection = json.dumps({k: v for k, v in given.items() if v}, sort_keys=True)
+    return run_in_transaction(
+        app.engine,
+        lambda conn: queries.record_operation(
+            conn,
+            action=schema.OperationAction.REPLAY.value,
+            actor=_actor(actor),
+            selection=selection,
+            groups=0,
+            events=0,
+            detail=None,
+        ),
+    )
+
+
+def _actor(actor: str | None) -> str:
+    from outbox.groups import default_actor
+
+    if actor is None:
+        return default_actor()
+    if not isinstance(actor, str) or not actor.strip():
+        raise ConfigurationError(f"actor: expected a name, got {actor!r}")
+    return actor[:200]
+
+
+def history(
+    app: Outbox, *, action: str | None = None, limit: int = 50, before_id: int | None = None
+) -> list[Operation]:
+    """The replays, edits and discards operators made, newest first: ``limit`` of them, of one
+    ``action`` (:class:`~outbox.schema.OperationAction`) or all, before the operation
+    ``before_id`` (the next page)."""
+    if action is not None:
+        known = {a.value for a in schema.OperationAction}
+        if action not in known:
+            raise ConfigurationError(
+                f"action: {action!r} is not an operation; expected one of {', '.join(known)}"
+            )
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ConfigurationError(f"limit: expected 1 to 1000 operations, got {limit!r}")
+    with app.engine.connect() as conn:
+        rows = queries.operations(conn, action=action, limit=limit, before_id=before_id)
+    return [
+        Operation(
+            r.id,
+            schema.OperationAction(r.action),
+            r.actor,
+            json.loads(r.selection) if r.selection else {},
+            r.groups,
+            r.events,
+            r.detail,
+            r.done_at,
+        )
+        for r in rows
+    ]
+
+
+def edit(
+    app: Outbox,
+    group_id: uuid.UUID,
+    event_id: int,
+    changes: Mapping[str, Any],
+    *,
+    actor: str | None = None,
+) -> EditResult:
+    """Replay one dead event with some of its values changed: the buffer model's columns
+    named in ``changes`` take the new values, the others keep the archived ones, and the
+    event goes back into its buffer as a new event (an ordered handler's keeps its id). Its
+    archive row stays, marked ``replayed`` and pointing at the new event; the operation is
+    recorded as an edit by ``actor`` with the columns changed (not their values, which may be
+    personal data).
+
+    A value may be given as the column's Python type or as text, parsed for the column's type
+    (``true``/``false``, numbers, ISO times, UUIDs, JSON for a JSON column, hex for bytes).
+    Each name must be a column of the buffer other than outbox's own (``id``, ``group_id``,
+    ``created_at``), and each value must be what the column takes: anything else is a
+    :class:`~outbox.exceptions.ConfigurationError` naming it, and nothing is written.
+
+    An ordered handler's dead group keeps holding its keys while other events of it are dead:
+    the edited event is handled once they are replayed or discarded too.
+    """
+    if not isinstance(group_id, uuid.UUID):
+        raise ConfigurationError(f"group_id: expected a UUID, got {type(group_id).__name__}")
+    if isinstance(event_id, bool) or not isinstance(event_id, int):
+        raise ConfigurationError(f"event_id: expected an integer, got {type(event_id).__name__}")
+    if not isinstance(changes, Mapping) or not changes:
+        raise ConfigurationError("changes: expected a mapping of column names to new values")
+    with app.engine.connect() as conn:
+        rows = queries.select_archived(
+            conn,
+            handler=None,
+            statuses=[schema.ArchiveStatus.DEAD.value],
+            group_id=group_id,
+            after_id=0,
+            limit=MAX_BATCH_SIZE,
+        )
+    row = next((r for r in rows if int(r["event_id"]) == event_id), None)
+    if row is None:
+        raise ConfigurationError(
+            f"no dead event {event_id} in group {group_id}: `outbox show {group_id}` lists its "
+            "events"
+        )
+    table = _handler_of(app, row["handler"])
+    payload = parse_payload(row["payload"])
+    edited = _edited_values(table, changes, app.engine.dialect)
+    actor = _actor(actor)
+    changed = tuple(sorted(edited))
+    detail = f"event {event_id} of group {group_id}: {', '.join(changed)} changed"
+
+    def work(conn: Connection) -> tuple[int, int]:
+        operation_id = queries.record_operation(
+            conn,
+            action=schema.OperationAction.EDIT.value,
+            actor=actor,
+            selection=json.dumps({"group_ids": [str(group_id)], "event_id": event_id}),
+            groups=1,
+            events=1,
+            detail=detail,
+        )
+        remaining = sum(1 for r in rows if r["id"] != row["id"])
+        new_ids = _put_back(
+            conn,
+            app,
+            [{**row, "payload": payload}],
+            operation_id,
+            edited=edited,
+            release_keys=remaining == 0,
+        )
+        return operation_id, new_ids[0]
+
+    operation_id, new_id = run_in_transaction(app.engine, work)
+    log.info(
+        _log.ARCHIVE_EDITED,
+        handler=row["handler"],
+        group=str(group_id),
+        event_id=event_id,
+        new_event_id=new_id,
+        columns=list(changed),
+        actor=actor,
+        operation=operation_id,
+    )
+    return EditResult(row["handler"], group_id, event_id, new_id, changed, operation_id)
+
+
+def _edited_values(table: Table, changes: Mapping[str, Any], dialect: Dialect) -> dict[str, Any]:
+    """The stored values of the changed columns, each checked against its column."""
+    columns = {column.name: column for column in table.columns}
+    values = {}
+    for name, value in changes.items():
+        column = columns.get(name) if isinstance(name, str) else None
+        if column is None or name in BufferMixin.OWN_COLUMNS:
+            mine = sorted(n for n in columns if n not in BufferMixin.OWN_COLUMNS)
+            why = "is outbox's own" if column is not None else "is not a column of it"
+            raise ConfigurationError(
+                f"{name!r} {why} in buffer {table.name}; its columns: {', '.join(mine)}"
+            )
+        values[name] = _edited_value(column, value, dialect)
+    return values
+
+
+def _edited_value(column: Column[Any], value: Any, dialect: Dialect) -> Any:
+    """A value an operator gave for ``column``, as the database stores it."""
+    if value is None:
+        if not column.nullable:
+            raise ConfigurationError(f"{column.name}: NULL is not allowed (the column is NOT NULL)")
+        return None
+    try:
+        python_type = column.type.python_type
+    except NotImplementedError:
+        python_type = object
+    if isinstance(value, str) and python_type is not str:
+        value = _parsed_text(column, python_type, value, dialect)
+    widened = (python_type is float and isinstance(value, int | decimal.Decimal)) or (
+        python_type is decimal.Decimal and isinstance(value, int | float)
+    )
+    if python_type is not object and not isinstance(value, python_type) and not widened:
+        raise ConfigurationError(
+            f"{column.name}: expected {python_type.__name__}, got {type(value).__name__}"
+        )
+    if isinstance(column.type, TypeDecorator):
+        try:
+            value = column.type.process_bind_param(value, dialect)
+        except (TypeError, ValueError) as error:
+            raise ConfigurationError(f"{column.name}: {error}") from error
+    return value
+
+
+def _parsed_text(column: Column[Any], python_type: type, text: str, dialect: Dialect) -> Any:
+    try:
+        if isinstance(dialects.storage_type(column.type, dialect), JSON) or python_type in (
+            dict,
+            list,
+        ):
+            return json.loads(text)
+        if python_type is bool:
+            word = text.strip().lower()
+            if word not in ("true", "false", "1", "0"):
+                raise ValueError(f"expected true or false, got {text!r}")
+            return word in ("true", "1")
+        if python_type is dt.datetime:
+            return dt.datetime.fromisoformat(text)
+        if python_type is dt.date:
+            return dt.date.fromisoformat(text)
+        if python_type is dt.time:
+            return dt.time.fromisoformat(text)
+        if python_type is uuid.UUID:
+            return uuid.UUID(text)
+        if python_type is decimal.Decimal:
+            return decimal.Decimal(text)
+        if python_type is bytes:
+            return bytes.fromhex(text)
+        if python_type in (int, float):
+            return python_type(text)
+    except (ValueError, TypeError, decimal.InvalidOperation) as error:
+        raise ConfigurationError(
+            f"{column.name}: {text!r} is not a {python_type.__name__}: {error}"
+        ) from error
+    return text
 
 
 def parse_payload(text: str | None) -> dict[str, Any]:
@@ -245,15 +542,20 @@ def _prune_chunk(
     )
 
 
-def _replay_chunk(app: Outbox, rows: list[Any]) -> None:
-    run_in_transaction(app.engine, lambda conn: _put_back(conn, app, rows))
+def _replay_chunk(app: Outbox, rows: list[Any], operation_id: int) -> None:
+    def work(conn: Connection) -> None:
+        _put_back(conn, app, rows, operation_id)
+        groups = len({(row["handler"], row["group_id"]) for row in rows})
+        queries.finish_operation(conn, operation_id, groups, len(rows))
+
+    run_in_transaction(app.engine, work)
 
 
 def _select(
     app: Outbox,
     handler: str | None,
     chosen: frozenset[str] | None,
-    group_id: uuid.UUID | None,
+    group_ids: Collection[uuid.UUID] | None,
     after: int,
 ) -> list[Any]:
     with app.engine.connect() as conn:
@@ -262,7 +564,8 @@ def _select(
                 conn,
                 handler=handler,
                 statuses=chosen,
-                group_id=group_id,
+                group_id=None,
+                group_ids=group_ids,
                 after_id=after,
                 limit=REPLAY_CHUNK,
             )
@@ -279,10 +582,21 @@ def _handler_of(app: Outbox, name: str) -> Table:
     return app.handlers[name].table
 
 
-def _put_back(conn: Connection, app: Outbox, rows: list[Any]) -> None:
-    by_table: dict[str, tuple[Table, list[dict[str, Any]]]] = {}
+def _put_back(
+    conn: Connection,
+    app: Outbox,
+    rows: list[Any],
+    operation_id: int,
+    *,
+    edited: Mapping[str, Any] | None = None,
+    release_keys: bool = True,
+) -> list[int]:
+    """Insert archived events back into their buffers and mark their rows replayed by
+    ``operation_id``; the new events' ids, in the order of ``rows``. ``edited``: stored values
+    that replace the archived ones."""
+    by_table: dict[str, tuple[Table, list[int], list[dict[str, Any]]]] = {}
     held: set[tuple[str, uuid.UUID]] = set()
-    for row in rows:
+    for n, row in enumerate(rows):
         table = _handler_of(app, row["handler"])
         payload = dict(row["payload"])
         json_as_text = bool(payload.pop(JSON_AS_TEXT_MARKER, False))
@@ -293,17 +607,33 @@ def _put_back(conn: Connection, app: Outbox, rows: list[Any]) -> None:
             for column in table.columns
             if column.name not in BufferMixin.OWN_COLUMNS and column.name in payload
         }
+        event.update(edited or {})
         if app.handlers[row["handler"]].ordering_key is not None:
             # Back where it was in its key's order, ahead of the events its key held back.
             event["id"] = int(row["event_id"])
-            if row["group_id"] is not None:
+            if row["group_id"] is not None and release_keys:
                 held.add((row["handler"], row["group_id"]))
-        by_table.setdefault(table.name, (table, []))[1].append(event)
-    for table, events in by_table.values():
-        queries.insert_stored_rows(conn, table, events)
-    queries.delete_archived(conn, [int(row["id"]) for row in rows])
+        entry = by_table.setdefault(table.name, (table, [], []))
+        entry[1].append(n)
+        entry[2].append(event)
+    new_ids = [0] * len(rows)
+    for table, positions, events in by_table.values():
+        for n, new_id in zip(
+            positions, queries.insert_stored_rows(conn, table, events), strict=True
+        ):
+            new_ids[n] = new_id
+    queries.mark_archived(
+        conn,
+        [int(row["id"]) for row in rows],
+        status=schema.ArchiveStatus.REPLAYED.value,
+        operation_id=operation_id,
+        replay_event_ids={
+            int(row["id"]): new_id for row, new_id in zip(rows, new_ids, strict=True)
+        },
+    )
     for handler, group_id in held:
         queries.release_held_keys(conn, handler, group_id=group_id)
+    return new_ids
 
 
 def _coerce(

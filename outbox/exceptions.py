@@ -113,6 +113,14 @@ class ReplayError(OutboxError):
     """Archived rows could not be put back into their buffer."""
 
 
+class GroupNotFoundError(OutboxError, LookupError):
+    """No job, buffer row, archived event or attempt of this group is known."""
+
+    def __init__(self, group_id: object) -> None:
+        super().__init__(f"no group {group_id}: no job, event or attempt of it is known")
+        self.group_id = group_id
+
+
 class HandlerTimeoutError(OutboxError, TimeoutError):
     """A handler call ran longer than the handler's ``timeout``: the attempt failed."""
 

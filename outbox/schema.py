@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from outbox._db.dialects import db_now, timestamp
 from outbox._version import VERSION
 
-GENERATION = 5
+GENERATION = 6
 """The schema generation of these tables: the number of the newest migration outbox ships.
 A worker records it as the generation it understands; ``outbox_schema`` records the generation
 the database is at (a test checks that the newest migration declares the same)."""
@@ -92,6 +92,58 @@ class ArchiveStatus(StrEnum):
     DEAD = "dead"
     EXPIRED = "expired"
     DISCARDED = "discarded"
+    REPLAYED = "replayed"
+    """Put back into its buffer by a replay: kept as a record of what was replayed, marked with
+    the operation that did it (``operation_id``) and the event it became (``replay_event_id``)."""
+
+
+class GroupStatus(StrEnum):
+    """Where a group stands, as ``outbox groups`` lists them. A group with a job is the first
+    that holds of refused, in flight, paused, retrying, deferred, waiting; a dead group is held
+    while one of its ordering keys is held back, dead otherwise."""
+
+    IN_FLIGHT = "in_flight"
+    """A worker holds its lease now."""
+    WAITING = "waiting"
+    """Due or scheduled, never attempted."""
+    RETRYING = "retrying"
+    """Attempted and failed; its next attempt is scheduled."""
+    DEFERRED = "deferred"
+    """Put off by its downstream (``RetryAfter``), not yet failed."""
+    PAUSED = "paused"
+    """Not in flight, and its handler is paused: it waits for the handler to resume."""
+    REFUSED = "refused"
+    """The database refused to record its outcome: held until released (``outbox refused``)."""
+    HELD = "held"
+    """Dead, and holding its ordering keys' later events back until replayed or released."""
+    DEAD = "dead"
+    """Dead-lettered: its events are in the archive."""
+
+
+class AttemptOutcome(StrEnum):
+    """How an attempt of a group ended, when not in success (``outbox_attempts.outcome``)."""
+
+    FAILED = "failed"
+    """The handler failed it; the group waits for its next attempt."""
+    DEAD = "dead"
+    """The handler failed its last attempt: the group was dead-lettered."""
+    DEFERRED = "deferred"
+    """The downstream said when to come back (``RetryAfter``): not counted as an attempt."""
+    LEASE_EXPIRED = "lease_expired"
+    """Its worker stopped, or went silent, before finishing it: the group was rescued."""
+    REFUSED = "refused"
+    """The database refused to record its outcome: held until an operator releases it."""
+
+
+class OperationAction(StrEnum):
+    """What an operator did (``outbox_operations.action``)."""
+
+    REPLAY = "replay"
+    """Archived events put back into their buffers."""
+    EDIT = "edit"
+    """A dead event's values changed and replayed as a new event."""
+    DISCARD = "discard"
+    """Groups given up: their events archived (or kept archived) as discarded."""
 
 
 jobs = Table(
@@ -146,13 +198,25 @@ archive = Table(
         "status",
         String(16),
         nullable=False,
-        comment="succeeded, dead, expired or discarded",
+        comment="succeeded, dead, expired, discarded or replayed",
     ),
     Column("attempts", Integer, nullable=False),
     Column("error", Text, nullable=True),
     Column("payload", JSON().with_variant(JSONB(), "postgresql"), nullable=False),
     Column("created_at", timestamp(), nullable=True),
     Column("archived_at", timestamp(), nullable=False, server_default=db_now()),
+    Column(
+        "operation_id",
+        BigInteger,
+        nullable=True,
+        comment="the operation (outbox_operations) that replayed or discarded it",
+    ),
+    Column(
+        "replay_event_id",
+        BigInteger,
+        nullable=True,
+        comment="the id of the event a replay made of it, in its buffer",
+    ),
     Index(None, "handler", "status"),
     Index(None, "archived_at"),
     Index(None, "group_id"),
@@ -185,6 +249,42 @@ handlers = Table(
         server_default=text("0"),
         comment="consecutive openings of the circuit breaker; > 0 while it probes",
     ),
+)
+
+attempts = Table(
+    "outbox_attempts",
+    metadata,
+    Column("id", _BIG_ID, primary_key=True, autoincrement=True),
+    Column("handler", _NAME, nullable=False),
+    Column("group_id", Uuid, nullable=False),
+    Column("attempt", Integer, nullable=False, comment="the group's attempts when it ended"),
+    Column(
+        "outcome",
+        String(16),
+        nullable=False,
+        comment="failed, dead, deferred, lease_expired or refused",
+    ),
+    Column("worker", _NAME, nullable=True, comment="the worker that held it; NULL: not known"),
+    Column("error", Text, nullable=True, comment="type, message and traceback"),
+    Column("finished_at", timestamp(), nullable=False, server_default=db_now()),
+    # Serves a group's history (outbox show) and the prune's check that a group is gone.
+    Index(None, "group_id"),
+    # Serves prune by age.
+    Index(None, "finished_at"),
+)
+
+operations = Table(
+    "outbox_operations",
+    metadata,
+    Column("id", _BIG_ID, primary_key=True, autoincrement=True),
+    Column("action", String(16), nullable=False, comment="replay, edit or discard"),
+    Column("actor", _NAME, nullable=False, comment="who did it: user@host, or a login"),
+    Column("selection", Text, nullable=True, comment="the filter it was given, as JSON"),
+    Column("groups", Integer, nullable=False, server_default=text("0")),
+    Column("events", Integer, nullable=False, server_default=text("0")),
+    Column("detail", Text, nullable=True),
+    Column("done_at", timestamp(), nullable=False, server_default=db_now()),
+    Index(None, "done_at"),
 )
 
 held_keys = Table(

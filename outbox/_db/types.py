@@ -23,6 +23,8 @@ class JobRow:
     last_error: str | None
     deferrals: int = 0
     """Attempts put off for a downstream's Retry-After (not counted in ``attempts``)."""
+    lease_owner: str | None = None
+    """The worker it is leased to."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,3 +207,55 @@ class WorkerVersion:
     generation: int | None
     """The schema generation they understand; None: they record none (older than 5)."""
     live: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    """A group as an operator's listing shows it."""
+
+    position: int
+    """Where it is in its listing's order (a job's id; a dead group's first archive row's):
+    the next page starts after it."""
+    handler: str
+    group_id: uuid.UUID
+    status: str
+    """:class:`outbox.schema.GroupStatus`."""
+    attempts: int
+    deferrals: int
+    age: float
+    """Seconds since its job was made (a dead group: since it was archived)."""
+    due_in: float | None
+    """Seconds until its next run (< 0: overdue); None when it has none to tell."""
+    worker: str | None
+    """The worker that holds its lease."""
+    error: str | None
+    """Its last error (with traceback)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRow:
+    """An attempt of a group that did not end in success."""
+
+    attempt: int
+    outcome: str
+    """:class:`outbox.schema.AttemptOutcome`."""
+    worker: str | None
+    error: str | None
+    age: float
+    """Seconds since it ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class OperationRow:
+    """An operator's replay, edit or discard, as recorded."""
+
+    id: int
+    action: str
+    """:class:`outbox.schema.OperationAction`."""
+    actor: str
+    selection: str | None
+    """The filter it was given, as JSON."""
+    groups: int
+    events: int
+    detail: str | None
+    done_at: dt.datetime

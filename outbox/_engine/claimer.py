@@ -171,6 +171,7 @@ def _leased_job(
         attempts=1,
         lease_token=lease.token,
         last_error=None,
+        lease_owner=lease.worker_id,
     )
 
 

@@ -39,7 +39,7 @@ from outbox.results import (
     BatchResult,
 )
 from outbox.retry import RetryAfter
-from outbox.schema import ArchiveStatus, PauseCause
+from outbox.schema import ArchiveStatus, AttemptOutcome, PauseCause
 
 log = _log.get_logger(__name__)
 
@@ -197,6 +197,7 @@ def finish_failed(
         if give_up:
             if not queries.delete_job(conn, job.id, job.lease_token):
                 raise LeaseLost
+            record_attempt(conn, handler, job, AttemptOutcome.DEAD, error)
             hold_keys(conn, app, handler, group_id, None, error)
             dead = archive_events(
                 conn,
@@ -222,6 +223,7 @@ def finish_failed(
             )  # fmt: skip
         if not queries.release_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
             raise LeaseLost
+        record_attempt(conn, handler, job, AttemptOutcome.FAILED, error)
         return BatchResult(handler.name, group_id, attempt, RETRYING, error=error, due_in=delay)
 
     try:
@@ -264,6 +266,7 @@ def finish_deferred(
         delay = deferral_delay(seconds)
         if not queries.defer_job(conn, job.id, job.lease_token, delay_seconds=delay, error=error):
             raise LeaseLost
+        record_attempt(conn, handler, job, AttemptOutcome.DEFERRED, error)
         _hold(conn, app, handler, keys, seconds, error)
         return BatchResult(
             handler.name,
@@ -402,6 +405,7 @@ def hold_group(app: Outbox, handler: Handler[Any], job: queries.JobRow, error: s
     def work(conn: Connection) -> BatchResult:
         if not queries.hold_refused_job(conn, job.id, job.lease_token, error):
             raise LeaseLost
+        record_attempt(conn, handler, job, AttemptOutcome.REFUSED, error)
         return BatchResult(handler.name, group_id, job.attempts, REFUSED, error=error)
 
     return fenced(app, handler, job, work)
@@ -413,6 +417,27 @@ class FinishRefused(Exception):  # noqa: N818 - an outcome between two library f
     def __init__(self, error: DBAPIError) -> None:
         super().__init__(error_summary(error))
         self.error = error
+
+
+def record_attempt(
+    conn: Connection,
+    handler: Handler[Any],
+    job: queries.JobRow,
+    outcome: AttemptOutcome,
+    error: str | None,
+) -> None:
+    """Record how an attempt of the job's group ended, for ``outbox show``: in the transaction
+    that records the outcome, so that the history and the group agree."""
+    assert job.group_id is not None
+    queries.record_attempt(
+        conn,
+        handler=handler.name,
+        group_id=job.group_id,
+        attempt=job.attempts,
+        outcome=outcome.value,
+        worker=job.lease_owner,
+        error=error,
+    )
 
 
 def fenced(app: Outbox, handler: Handler[Any], job: queries.JobRow, work: Any) -> BatchResult:

@@ -96,7 +96,18 @@ def test_acquire_jobs_returns_the_jobs_as_leased(db: Database) -> None:
     token = uuid.uuid4()
     jobs = db.run(lambda conn: _acquire(conn, db, token=token))
     expected = [
-        queries.JobRow(job_id, schema.JobKind.BATCH, HANDLER, None, group_id, 4, 1, token, "before")
+        queries.JobRow(
+            job_id,
+            schema.JobKind.BATCH,
+            HANDLER,
+            None,
+            group_id,
+            4,
+            1,
+            token,
+            "before",
+            lease_owner=WORKER,
+        )
     ]
     assert expected == jobs
 

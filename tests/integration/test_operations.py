@@ -22,7 +22,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Urgency, schema
+from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Urgency, archive, schema
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox.archive import prune, replay
@@ -86,16 +86,33 @@ def test_status_counts_dead_letters(
 def test_replay_puts_dead_letters_back(
     database_url: str, make_app: Callable[[str], Outbox], commit_events: Callable[..., list[int]]
 ) -> None:
-    """replay moves dead events back into the buffer with their columns, and out of the archive."""
+    """replay moves dead events back into the buffer with their columns; their archive rows
+    stay, marked replayed, each pointing at the event it became and at the replay's record."""
     app = make_app(database_url)
     app.handler(ActivityEvent, batch_size=10, retry=ONE_SHOT, name="fails")(_always_fail)
     commit_events(app.engine, 5)
     drain(app)
-    result = replay(app, handler="fails", status="dead")
+    result = replay(app, handler="fails", status="dead", actor="ops@example")
     with app.engine.connect() as conn:
-        activity_ids = sorted(conn.execute(select(ActivityEvent.activity_id)).scalars())
-        archived = conn.execute(select(func.count()).select_from(schema.archive)).scalar_one()
-    assert (5, [0, 1, 2, 3, 4], 0) == (result.events, activity_ids, archived)
+        events = dict(conn.execute(select(ActivityEvent.id, ActivityEvent.activity_id)).all())
+        archived = conn.execute(
+            select(schema.archive.c.status, schema.archive.c.operation_id,
+                   schema.archive.c.replay_event_id)
+        ).all()  # fmt: skip
+    history = archive.history(app)
+    assert (
+        5,
+        [0, 1, 2, 3, 4],
+        [("replayed", result.operation_id)] * 5,
+        set(events),
+        [("replay", "ops@example", {"handlers": ["fails"], "statuses": ["dead"]}, 1, 5)],
+    ) == (
+        result.events,
+        sorted(events.values()),
+        [(row.status, row.operation_id) for row in archived],
+        {row.replay_event_id for row in archived},
+        [(o.action, o.actor, o.selection, o.groups, o.events) for o in history],
+    )
 
 
 def test_replay_dry_run_changes_nothing(
@@ -220,7 +237,7 @@ def test_replay_without_a_status_replays_dead_letters_only(
     _add_archived(app, "discarded", 2)
     _add_archived(app, "succeeded", 1)
     result = replay(app)
-    assert (3, {"dead": 3}, {"discarded": 2, "succeeded": 1}) == (
+    assert (3, {"dead": 3}, {"discarded": 2, "succeeded": 1, "replayed": 3}) == (
         result.events,
         result.by_status,
         _archived_statuses(app),
@@ -250,7 +267,7 @@ def test_replay_refuses_a_status_it_does_not_know(
         replay(app, status="deadd")
     assert (
         "status: 'deadd' is not an archive status; expected one of succeeded, dead, expired, "
-        "discarded"
+        "discarded, replayed"
     ) == str(raised.value)
 
 

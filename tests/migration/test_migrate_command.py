@@ -111,8 +111,8 @@ def test_unknown_revision_is_a_usage_error(
     result = cli.run(*_url(make_empty_database("sqlite")), "migrate", "--to", "0099")
 
     expected = (
-        "Error: unknown revision '0099': this outbox knows 0001, 0002, 0003, 0004, 0005, head "
-        "and base\n"
+        "Error: unknown revision '0099': this outbox knows 0001, 0002, 0003, 0004, 0005, 0006, "
+        "head and base\n"
     )
     assert (2, expected) == (result.code, result.stderr)
 

@@ -129,6 +129,7 @@ def count_archived(
     statuses: Collection[str] | None = None,
     group_id: uuid.UUID | None = None,
     older_than_seconds: float | None = None,
+    group_ids: Collection[uuid.UUID] | None = None,
 ) -> dict[tuple[str, str], int]:
     """Archived rows matching the filters (``None``: any), by (handler, status): what a replay
     or a prune would take, before it takes it.
@@ -139,7 +140,7 @@ def count_archived(
     stmt = select(_archive.c.handler, _archive.c.status, func.count()).group_by(
         _archive.c.handler, _archive.c.status
     )
-    stmt = _filtered(stmt, handler, statuses, group_id)
+    stmt = _filtered(stmt, handler, statuses, group_id, group_ids)
     if older_than_seconds is not None:
         stmt = stmt.where(_archive.c.archived_at < db_now_plus(-older_than_seconds))
     return {(h, s): int(n) for h, s, n in conn.execute(stmt)}
@@ -150,6 +151,7 @@ def _filtered(
     handler: str | None,
     statuses: Collection[str] | None,
     group_id: uuid.UUID | None,
+    group_ids: Collection[uuid.UUID] | None = None,
 ) -> _S:
     if handler is not None:
         stmt = stmt.where(_archive.c.handler == handler)
@@ -157,6 +159,8 @@ def _filtered(
         stmt = stmt.where(_archive.c.status.in_(sorted(statuses)))
     if group_id is not None:
         stmt = stmt.where(_archive.c.group_id == group_id)
+    if group_ids is not None:
+        stmt = stmt.where(_archive.c.group_id.in_(list(group_ids)))
     return stmt
 
 
@@ -168,6 +172,7 @@ def select_archived(
     group_id: uuid.UUID | None,
     after_id: int,
     limit: int,
+    group_ids: Collection[uuid.UUID] | None = None,
 ) -> list[dict[str, Any]]:
     """Archived rows matching the filters (``None``: any), by id, after ``after_id`` (keyset
     pagination).
@@ -182,7 +187,7 @@ def select_archived(
         .order_by(_archive.c.id)
         .limit(limit)
     )
-    stmt = _filtered(stmt, handler, statuses, group_id)
+    stmt = _filtered(stmt, handler, statuses, group_id, group_ids)
     return [dict(row._mapping) for row in conn.execute(stmt)]
 
 

@@ -261,9 +261,12 @@ def fetch_claimed(result: Result[Any]) -> list[Any]:
         raise UnreadableRowsError(type(error).__name__) from error
 
 
-def select_group_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
-    """A group's rows, all columns in table order, by id; served by ``ix_<table>_group_id``."""
-    return list(conn.execute(_group_rows(table, group_id)).all())
+def select_group_rows(
+    conn: Connection, table: Table, group_id: uuid.UUID, limit: int | None = None
+) -> list[Any]:
+    """A group's rows (the first ``limit``), all columns in table order, by id; served by
+    ``ix_<table>_group_id``."""
+    return list(conn.execute(_group_rows(table, group_id).limit(limit)).all())
 
 
 def select_claimed_rows(conn: Connection, table: Table, group_id: uuid.UUID) -> list[Any]:
@@ -336,25 +339,32 @@ def insert_events(
     return len(rows)
 
 
-def insert_stored_rows(conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]) -> int:
+def insert_stored_rows(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> list[int]:
     """Insert rows of values as the database stores them (replayed from the archive), keyed by
     column name: each column bound as its storage type (:func:`outbox._db.dialects.storage_type`),
     so that no TypeDecorator converts a stored value a second time. One executemany per set of
-    columns: payloads archived before a column was added lack it."""
-    by_columns: dict[tuple[str, ...], list[Mapping[str, Any]]] = {}
-    for row in rows:
-        by_columns.setdefault(tuple(row), []).append(row)
+    columns: payloads archived before a column was added lack it. Returns the rows' ids, in
+    the order of ``rows`` (``INSERT ... RETURNING``: PostgreSQL, SQLite and MariaDB have it)."""
+    by_columns: dict[tuple[str, ...], list[int]] = {}
+    for n, row in enumerate(rows):
+        by_columns.setdefault(tuple(row), []).append(n)
     # By name, not by ``table.c``'s keys: a column may have a key other than its name.
     named = {column.name: column for column in table.columns}
-    for names, same_columns in by_columns.items():
+    ids = [0] * len(rows)
+    for names, positions in by_columns.items():
         binds = {
             named[name]: bindparam(
                 name, type_=dialects.storage_type(named[name].type, conn.dialect)
             )
             for name in names
         }
-        conn.execute(insert(table).values(binds), same_columns)
-    return len(rows)
+        stmt = insert(table).values(binds).returning(table.c.id, sort_by_parameter_order=True)
+        new = conn.execute(stmt, [rows[n] for n in positions]).scalars().all()
+        for n, new_id in zip(positions, new, strict=True):
+            ids[n] = int(new_id)
+    return ids
 
 
 def claim_group_with_job(

@@ -22,6 +22,7 @@ from sqlalchemy import (
 from outbox import schema
 from outbox._db import dialects
 from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
+from outbox._db.queries.groups import record_attempts
 from outbox._db.queries.handlers import not_paused
 from outbox._db.queries.workers import gone_workers
 from outbox._db.types import JobRow, RefusedGroup, SilentHolder
@@ -123,6 +124,7 @@ def acquire_jobs(
         _jobs.c.lease_token,
         _jobs.c.last_error,
         _jobs.c.deferrals,
+        _jobs.c.lease_owner,
     )
     rows = dialects.statements(dialect).update_picked(
         conn, _jobs, pick, values, columns, index="ix_outbox_jobs_ready"
@@ -245,7 +247,8 @@ def rescue_jobs_of_gone_workers(conn: Connection, dialect: str, stale_seconds: f
 
 
 def _rescue(conn: Connection, dialect: str, pick: Any) -> int:
-    """Free the picked jobs, due now, their token taken away; how many."""
+    """Free the picked jobs, due now, their token taken away; how many. Each batch job's
+    attempt is recorded as ended by its lease (``outbox_attempts``), in the same transaction."""
     values = {
         "lease_owner": None,
         "lease_token": None,
@@ -253,7 +256,24 @@ def _rescue(conn: Connection, dialect: str, pick: Any) -> int:
         "run_at": db_now(),
         "last_error": RESCUED_ERROR,
     }
-    return len(dialects.statements(dialect).update_picked(conn, _jobs, pick, values, [_jobs.c.id]))
+    returning = [_jobs.c.id, _jobs.c.handler, _jobs.c.group_id, _jobs.c.attempts]
+    rows = dialects.statements(dialect).update_picked(conn, _jobs, pick, values, returning)
+    record_attempts(
+        conn,
+        [
+            {
+                "handler": row.handler,
+                "group_id": row.group_id,
+                "attempt": int(row.attempts),
+                "outcome": schema.AttemptOutcome.LEASE_EXPIRED.value,
+                "worker": None,
+                "error": RESCUED_ERROR,
+            }
+            for row in rows
+            if row.group_id is not None
+        ],
+    )
+    return len(rows)
 
 
 def silent_holders(conn: Connection, silent_seconds: float) -> list[SilentHolder]:

@@ -1,0 +1,619 @@
+"""Statements an operator's questions about groups ask: which groups there are and where each
+stands, one group in full, its attempts, and the record of what operators did.
+
+None is a hot path: each reads at most a page of rows (``limit``), and each count stops at a
+cap, so that a question about a huge table costs a bounded amount of work.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    Table,
+    Text,
+    and_,
+    case,
+    exists,
+    func,
+    insert,
+    literal,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy import cast as sql_cast
+
+from outbox import schema
+from outbox._db.dialects.clock import age_seconds, db_now_plus
+from outbox._db.queries.handlers import paused_now
+from outbox._db.queries.held import key_text
+from outbox._db.types import AttemptRow, GroupRow, OperationRow
+
+_jobs = schema.jobs
+_archive = schema.archive
+_held = schema.held_keys
+_handlers = schema.handlers
+_attempts = schema.attempts
+_operations = schema.operations
+
+LIVE = (
+    schema.GroupStatus.IN_FLIGHT,
+    schema.GroupStatus.WAITING,
+    schema.GroupStatus.RETRYING,
+    schema.GroupStatus.DEFERRED,
+    schema.GroupStatus.PAUSED,
+    schema.GroupStatus.REFUSED,
+)
+"""The statuses of a group that has a job: its events are in its buffer."""
+ARCHIVED = (schema.GroupStatus.HELD, schema.GroupStatus.DEAD)
+"""The statuses of a dead group: its events are in the archive."""
+
+
+# A group leased now, or held as refused, has no next run to tell.
+_NOT_DUE = (schema.GroupStatus.IN_FLIGHT.value, schema.GroupStatus.REFUSED.value)
+
+
+def _live_status() -> ColumnElement[str]:
+    """Where a group with a job stands, the first that holds of: refused (held with no
+    expiry), in flight (leased), paused (its handler is), retrying (attempted), deferred (put
+    off by its downstream), waiting."""
+    handler_paused = exists(
+        select(_handlers.c.name).where(_handlers.c.name == _jobs.c.handler, paused_now())
+    )
+    return case(
+        (
+            and_(_jobs.c.lease_token.is_not(None), _jobs.c.lease_expires_at.is_(None)),
+            schema.GroupStatus.REFUSED.value,
+        ),
+        (_jobs.c.lease_token.is_not(None), schema.GroupStatus.IN_FLIGHT.value),
+        (handler_paused, schema.GroupStatus.PAUSED.value),
+        (_jobs.c.attempts > 0, schema.GroupStatus.RETRYING.value),
+        (_jobs.c.deferrals > 0, schema.GroupStatus.DEFERRED.value),
+        else_=schema.GroupStatus.WAITING.value,
+    )
+
+
+def _error_matches(column: ColumnElement[Any], text: str) -> ColumnElement[bool]:
+    # Case-insensitive on every database: lower() on both sides rather than ILIKE, which only
+    # PostgreSQL has; the pattern's own wildcards are escaped.
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return func.lower(column).like(f"%{escaped}%", escape="\\")
+
+
+def _live(
+    *,
+    handlers: Collection[str] | None,
+    statuses: Collection[str] | None,
+    older_than: float | None,
+    error: str | None,
+    group_ids: Collection[uuid.UUID] | None,
+) -> Select[Any]:
+    status = _live_status().label("status")
+    stmt = select(
+        _jobs.c.id,
+        _jobs.c.handler,
+        _jobs.c.group_id,
+        status,
+        _jobs.c.attempts,
+        _jobs.c.deferrals,
+        age_seconds(_jobs.c.created_at).label("age"),
+        age_seconds(_jobs.c.run_at).label("overdue"),
+        _jobs.c.lease_owner,
+        _jobs.c.last_error,
+    ).where(_jobs.c.kind == schema.JobKind.BATCH)
+    if handlers is not None:
+        stmt = stmt.where(_jobs.c.handler.in_(sorted(handlers)))
+    if statuses is not None:
+        stmt = stmt.where(_live_status().in_(sorted(statuses)))
+    if older_than is not None:
+        stmt = stmt.where(_jobs.c.created_at < db_now_plus(-older_than))
+    if error is not None:
+        stmt = stmt.where(_error_matches(_jobs.c.last_error, error))
+    if group_ids is not None:
+        stmt = stmt.where(_jobs.c.group_id.in_(list(group_ids)))
+    return stmt
+
+
+def live_groups(
+    conn: Connection,
+    *,
+    handlers: Collection[str] | None = None,
+    statuses: Collection[str] | None = None,
+    older_than: float | None = None,
+    error: str | None = None,
+    group_ids: Collection[uuid.UUID] | None = None,
+    after: int | None = None,
+    limit: int,
+) -> list[GroupRow]:
+    """Groups that have a job (``LIVE``), oldest first, at most ``limit``, after the one at
+    ``after`` (its ``position``: keyset pagination). ``None``: any.
+
+    The job table holds a row per group in flight or waiting, not per event: small next to the
+    buffers. ``statuses`` are :class:`outbox.schema.GroupStatus` values."""
+    stmt = _live(
+        handlers=handlers,
+        statuses=statuses,
+        older_than=older_than,
+        error=error,
+        group_ids=group_ids,
+    )
+    if after is not None:
+        stmt = stmt.where(_jobs.c.id > after)
+    return [
+        GroupRow(
+            position=int(row.id),
+            handler=row.handler,
+            group_id=row.group_id,
+            status=row.status,
+            attempts=int(row.attempts),
+            deferrals=int(row.deferrals),
+            age=max(float(row.age), 0.0),
+            due_in=None if row.status in _NOT_DUE else -float(row.overdue),
+            worker=row.lease_owner,
+            error=row.last_error,
+        )
+        for row in conn.execute(stmt.order_by(_jobs.c.id).limit(limit))
+    ]
+
+
+def count_live_groups(
+    conn: Connection,
+    *,
+    handlers: Collection[str] | None = None,
+    statuses: Collection[str] | None = None,
+    older_than: float | None = None,
+    error: str | None = None,
+    group_ids: Collection[uuid.UUID] | None = None,
+    cap: int,
+) -> dict[str, int]:
+    """Groups with a job by status, counting at most ``cap`` of them in all: exact when the
+    total is below ``cap``."""
+    picked = (
+        _live(
+            handlers=handlers,
+            statuses=statuses,
+            older_than=older_than,
+            error=error,
+            group_ids=group_ids,
+        )
+        .limit(cap)
+        .subquery()
+    )
+    rows = conn.execute(select(picked.c.status, func.count()).group_by(picked.c.status))
+    return {status: int(n) for status, n in rows}
+
+
+def _dead(
+    *,
+    handlers: Collection[str] | None,
+    statuses: Collection[str] | None,
+    older_than: float | None,
+    error: str | None,
+    group_ids: Collection[uuid.UUID] | None,
+    payload: str | None,
+) -> Select[Any]:
+    holds = exists(select(_held.c.key).where(_held.c.group_id == _archive.c.group_id))
+    stmt = select(_archive.c.handler, _archive.c.group_id).where(
+        _archive.c.status == schema.ArchiveStatus.DEAD, _archive.c.group_id.is_not(None)
+    )
+    if handlers is not None:
+        stmt = stmt.where(_archive.c.handler.in_(sorted(handlers)))
+    wanted = set(ARCHIVED) if statuses is None else set(statuses) & set(ARCHIVED)
+    if wanted == {schema.GroupStatus.HELD}:
+        stmt = stmt.where(holds)
+    elif wanted == {schema.GroupStatus.DEAD}:
+        stmt = stmt.where(~holds)
+    elif not wanted:
+        stmt = stmt.where(literal(False))
+    if older_than is not None:
+        stmt = stmt.where(_archive.c.archived_at < db_now_plus(-older_than))
+    if error is not None:
+        stmt = stmt.where(_error_matches(_archive.c.error, error))
+    if group_ids is not None:
+        stmt = stmt.where(_archive.c.group_id.in_(list(group_ids)))
+    if payload is not None:
+        stmt = stmt.where(_error_matches(sql_cast(_archive.c.payload, Text), payload))
+    return stmt
+
+
+def dead_groups(
+    conn: Connection,
+    *,
+    handlers: Collection[str] | None = None,
+    statuses: Collection[str] | None = None,
+    older_than: float | None = None,
+    error: str | None = None,
+    group_ids: Collection[uuid.UUID] | None = None,
+    payload: str | None = None,
+    after: int | None = None,
+    limit: int,
+) -> list[GroupRow]:
+    """Dead groups (``ARCHIVED``: held when one of their keys is held), the longest dead
+    first, at most ``limit``, after the one at ``after`` (its ``position``: its first archive
+    row's id); ``payload``: only groups with an event whose payload holds that text (any
+    case). ``ix_outbox_archive_handler_status`` serves the pick."""
+    picked = (
+        _dead(
+            handlers=handlers,
+            statuses=statuses,
+            older_than=older_than,
+            error=error,
+            group_ids=group_ids,
+            payload=payload,
+        )
+        .add_columns(_archive.c.id)
+        .subquery()
+    )
+    first_id = func.min(picked.c.id)
+    grouped = select(picked.c.handler, picked.c.group_id, first_id.label("first")).group_by(
+        picked.c.handler, picked.c.group_id
+    )
+    if after is not None:
+        grouped = grouped.having(first_id > after)
+    first = grouped.order_by(first_id).limit(limit).subquery()
+    stmt = select(
+        first.c.first,
+        first.c.handler,
+        first.c.group_id,
+        _archive.c.attempts,
+        _archive.c.error,
+        age_seconds(_archive.c.archived_at).label("age"),
+        exists(select(_held.c.key).where(_held.c.group_id == first.c.group_id)).label("holds"),
+    ).join(_archive, _archive.c.id == first.c.first)
+    return [
+        GroupRow(
+            position=int(row.first),
+            handler=row.handler,
+            group_id=row.group_id,
+            status=(schema.GroupStatus.HELD if row.holds else schema.GroupStatus.DEAD).value,
+            attempts=int(row.attempts),
+            deferrals=0,
+            age=max(float(row.age), 0.0),
+            due_in=None,
+            worker=None,
+            error=row.error,
+        )
+        for row in conn.execute(stmt.order_by(first.c.first))
+    ]
+
+
+def count_dead_groups(
+    conn: Connection,
+    *,
+    handlers: Collection[str] | None = None,
+    statuses: Collection[str] | None = None,
+    older_than: float | None = None,
+    error: str | None = None,
+    group_ids: Collection[uuid.UUID] | None = None,
+    payload: str | None = None,
+    cap: int,
+) -> dict[str, int]:
+    """Dead groups by status (held or dead), at most ``cap`` of them in all."""
+    holds = exists(select(_held.c.key).where(_held.c.group_id == _archive.c.group_id))
+    picked = (
+        _dead(
+            handlers=handlers,
+            statuses=statuses,
+            older_than=older_than,
+            error=error,
+            group_ids=group_ids,
+            payload=payload,
+        )
+        .add_columns(holds.label("holds"))
+        .distinct()
+        .limit(cap)
+        .subquery()
+    )
+    rows = conn.execute(select(picked.c.holds, func.count()).group_by(picked.c.holds))
+    return {
+        (schema.GroupStatus.HELD if holds else schema.GroupStatus.DEAD).value: int(n)
+        for holds, n in rows
+    }
+
+
+def groups_with_key(
+    conn: Connection, table: Table, key_name: str, handler: str, key: str, limit: int
+) -> list[uuid.UUID]:
+    """The groups (with a job, or dead) that hold an event whose ``key_name`` is ``key`` (as
+    text), at most ``limit`` of each: the buffer's rows in a group, the held keys, and the
+    archive's dead rows of the handler whose payload names the key."""
+    live = conn.execute(
+        select(table.c.group_id)
+        .where(key_text(table.c[key_name]) == key, table.c.group_id.is_not(None))
+        .distinct()
+        .limit(limit)
+    ).scalars()
+    held = conn.execute(
+        select(_held.c.group_id).where(_held.c.handler == handler, _held.c.key == key).limit(limit)
+    ).scalars()
+    dead = conn.execute(
+        select(_archive.c.group_id)
+        .where(
+            _archive.c.handler == handler,
+            _archive.c.status == schema.ArchiveStatus.DEAD,
+            _archive.c.group_id.is_not(None),
+            _error_matches(sql_cast(_archive.c.payload, Text), key),
+        )
+        .distinct()
+        .limit(limit)
+    ).scalars()
+    return list(dict.fromkeys([*live, *held, *dead]))
+
+
+def group_job(conn: Connection, group_id: uuid.UUID) -> GroupRow | None:
+    """A group's job, where it stands; None when it has none."""
+    rows = live_groups(conn, group_ids=[group_id], limit=1)
+    return rows[0] if rows else None
+
+
+def lease_of(conn: Connection, group_id: uuid.UUID) -> tuple[Any, Any] | None:
+    """A leased group's lease: seconds until it expires (None: held as refused) and its
+    holder's seconds since its last heartbeat (None: no such worker row)."""
+    workers = schema.workers
+    row = conn.execute(
+        select(
+            age_seconds(_jobs.c.lease_expires_at).label("expires"),
+            age_seconds(workers.c.heartbeat_at).label("heartbeat"),
+        )
+        .select_from(_jobs.outerjoin(workers, workers.c.id == _jobs.c.lease_owner))
+        .where(_jobs.c.group_id == group_id, _jobs.c.lease_token.is_not(None))
+    ).first()
+    if row is None:
+        return None
+    return (
+        None if row.expires is None else -float(row.expires),
+        None if row.heartbeat is None else max(float(row.heartbeat), 0.0),
+    )
+
+
+def group_attempts(conn: Connection, group_id: uuid.UUID, limit: int) -> list[AttemptRow]:
+    """A group's attempts that did not end in success, oldest first (the last ``limit``)."""
+    stmt = (
+        select(
+            _attempts.c.attempt,
+            _attempts.c.outcome,
+            _attempts.c.worker,
+            _attempts.c.error,
+            age_seconds(_attempts.c.finished_at).label("age"),
+            _attempts.c.id,
+        )
+        .where(_attempts.c.group_id == group_id)
+        .order_by(_attempts.c.id.desc())
+        .limit(limit)
+    )
+    rows = list(conn.execute(stmt))
+    return [
+        AttemptRow(int(r.attempt), r.outcome, r.worker, r.error, max(float(r.age), 0.0))
+        for r in reversed(rows)
+    ]
+
+
+def record_attempt(
+    conn: Connection,
+    *,
+    handler: str,
+    group_id: uuid.UUID,
+    attempt: int,
+    outcome: str,
+    worker: str | None,
+    error: str | None,
+) -> None:
+    """Record an attempt of a group that did not end in success, in the transaction that
+    records its outcome."""
+    conn.execute(
+        insert(_attempts).values(
+            handler=handler,
+            group_id=group_id,
+            attempt=attempt,
+            outcome=outcome,
+            worker=worker,
+            error=error,
+        )
+    )
+
+
+def record_attempts(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
+    """Record several attempts in one statement (``record_attempt``'s keys)."""
+    if rows:
+        conn.execute(insert(_attempts), list(rows))
+
+
+def delete_old_attempts(conn: Connection, older_than_seconds: float, limit: int) -> int:
+    """Delete up to ``limit`` attempts finished more than ``older_than_seconds`` ago whose
+    group is gone: no job and no dead event of it left (a dead group's history stays as long
+    as it does). ``ix_outbox_attempts_finished_at`` serves the pick, the group indexes the
+    checks."""
+    gone = and_(
+        ~exists(select(_jobs.c.id).where(_jobs.c.group_id == _attempts.c.group_id)),
+        ~exists(
+            select(_archive.c.id).where(
+                _archive.c.group_id == _attempts.c.group_id,
+                _archive.c.status == schema.ArchiveStatus.DEAD,
+            )
+        ),
+    )
+    ids = list(
+        conn.execute(
+            select(_attempts.c.id)
+            .where(_attempts.c.finished_at < db_now_plus(-older_than_seconds), gone)
+            .order_by(_attempts.c.finished_at)
+            .limit(limit)
+        ).scalars()
+    )
+    if not ids:
+        return 0
+    return conn.execute(_attempts.delete().where(_attempts.c.id.in_(ids))).rowcount
+
+
+def record_operation(
+    conn: Connection,
+    *,
+    action: str,
+    actor: str,
+    selection: str | None,
+    groups: int,
+    events: int,
+    detail: str | None,
+) -> int:
+    """Record what an operator did; the record's id."""
+    result = conn.execute(
+        insert(_operations).values(
+            action=action,
+            actor=actor,
+            selection=selection,
+            groups=groups,
+            events=events,
+            detail=detail,
+        )
+    )
+    key = result.inserted_primary_key
+    assert key is not None
+    return int(key[0])
+
+
+def finish_operation(conn: Connection, operation_id: int, groups: int, events: int) -> None:
+    """Set the counts of a recorded operation once it is done."""
+    conn.execute(
+        update(_operations)
+        .where(_operations.c.id == operation_id)
+        .values(groups=_operations.c.groups + groups, events=_operations.c.events + events)
+    )
+
+
+def operations(
+    conn: Connection, *, action: str | None = None, limit: int, before_id: int | None = None
+) -> list[OperationRow]:
+    """Operations recorded, newest first (before ``before_id``: the next page)."""
+    stmt = select(
+        _operations.c.id,
+        _operations.c.action,
+        _operations.c.actor,
+        _operations.c.selection,
+        _operations.c.groups,
+        _operations.c.events,
+        _operations.c.detail,
+        _operations.c.done_at,
+    )
+    if action is not None:
+        stmt = stmt.where(_operations.c.action == action)
+    if before_id is not None:
+        stmt = stmt.where(_operations.c.id < before_id)
+    rows = conn.execute(stmt.order_by(_operations.c.id.desc()).limit(limit))
+    return [
+        OperationRow(
+            int(r.id),
+            r.action,
+            r.actor,
+            r.selection,
+            int(r.groups),
+            int(r.events),
+            r.detail,
+            r.done_at,
+        )
+        for r in rows
+    ]
+
+
+def mark_archived(
+    conn: Connection,
+    ids: Sequence[int],
+    *,
+    status: str,
+    operation_id: int,
+    replay_event_ids: dict[int, int] | None = None,
+) -> int:
+    """Mark archive rows with a new status and the operation that changed it (a replay: each
+    row's new event id, by archive id)."""
+    if not ids:
+        return 0
+    if not replay_event_ids:
+        return conn.execute(
+            update(_archive)
+            .where(_archive.c.id.in_(list(ids)))
+            .values(status=status, operation_id=operation_id)
+        ).rowcount
+    new_id = case(replay_event_ids, value=_archive.c.id, else_=None)
+    return conn.execute(
+        update(_archive)
+        .where(_archive.c.id.in_(list(ids)))
+        .values(status=status, operation_id=operation_id, replay_event_id=new_id)
+    ).rowcount
+
+
+def discard_dead_rows(conn: Connection, group_ids: Sequence[uuid.UUID], operation_id: int) -> int:
+    """Mark the dead archive rows of groups as discarded by an operation; how many."""
+    if not group_ids:
+        return 0
+    return conn.execute(
+        update(_archive)
+        .where(
+            _archive.c.group_id.in_(list(group_ids)),
+            _archive.c.status == schema.ArchiveStatus.DEAD,
+        )
+        .values(status=schema.ArchiveStatus.DISCARDED.value, operation_id=operation_id)
+    ).rowcount
+
+
+def delete_idle_job(conn: Connection, group_id: uuid.UUID) -> bool:
+    """Delete a group's job unless a worker holds it now (leased with an expiry): the fence an
+    operator's discard takes against a worker. A refused job (held with no expiry) may go."""
+    result = conn.execute(
+        _jobs.delete().where(
+            _jobs.c.group_id == group_id,
+            _jobs.c.kind == schema.JobKind.BATCH,
+            or_(_jobs.c.lease_token.is_(None), _jobs.c.lease_expires_at.is_(None)),
+        )
+    )
+    return result.rowcount == 1
+
+
+def count_events_of_groups(
+    conn: Connection, table: Table, group_ids: Sequence[uuid.UUID]
+) -> dict[uuid.UUID, int]:
+    """Events in a buffer per group; served by ``ix_<table>_group_id``."""
+    rows = conn.execute(
+        select(table.c.group_id, func.count())
+        .where(table.c.group_id.in_(list(group_ids)))
+        .group_by(table.c.group_id)
+    )
+    return {g: int(n) for g, n in rows}
+
+
+def count_dead_events(conn: Connection, group_ids: Sequence[uuid.UUID]) -> dict[uuid.UUID, int]:
+    """Dead events in the archive per group; served by ``ix_outbox_archive_group_id``."""
+    rows = conn.execute(
+        select(_archive.c.group_id, func.count())
+        .where(
+            _archive.c.group_id.in_(list(group_ids)),
+            _archive.c.status == schema.ArchiveStatus.DEAD,
+        )
+        .group_by(_archive.c.group_id)
+    )
+    return {g: int(n) for g, n in rows}
+
+
+def archived_of_group(conn: Connection, group_id: uuid.UUID) -> dict[str, int]:
+    """A group's events in the archive by status."""
+    rows = conn.execute(
+        select(_archive.c.status, func.count())
+        .where(_archive.c.group_id == group_id)
+        .group_by(_archive.c.status)
+    )
+    return {s: int(n) for s, n in rows}
+
+
+def mark_group_operation(conn: Connection, group_id: uuid.UUID, operation_id: int) -> int:
+    """Mark the archive rows of a group that no operation has marked with ``operation_id``:
+    the rows an operator's discard just archived."""
+    return conn.execute(
+        update(_archive)
+        .where(_archive.c.group_id == group_id, _archive.c.operation_id.is_(None))
+        .where(_archive.c.status == schema.ArchiveStatus.DISCARDED)
+        .values(operation_id=operation_id)
+    ).rowcount

@@ -1,0 +1,675 @@
+"""Groups as an operator sees them: which there are and where each stands, one group in full,
+and giving groups up (discard).
+
+The command line, the dashboard and the HTTP API ask these functions, so that they always
+agree. A *selection* (:class:`Selection`) is the filter every one of them takes: handlers,
+statuses (:class:`outbox.schema.GroupStatus`), age, error text, ordering key, payload text,
+group ids. Listings read a page at a time and count up to a cap (:data:`COUNT_CAP`): a question
+about a huge table costs a bounded amount of work, and a capped count says so.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
+
+from outbox import _log, schema
+from outbox._db import queries, run_in_transaction
+from outbox.app import Handler, Outbox
+from outbox.exceptions import ConfigurationError, GroupNotFoundError
+from outbox.schema import GroupStatus
+
+__all__ = [
+    "COUNT_CAP",
+    "DEFAULT_LIMIT",
+    "Attempt",
+    "Event",
+    "Group",
+    "GroupDetail",
+    "Lease",
+    "Listing",
+    "OperationResult",
+    "Selection",
+    "default_actor",
+    "discard",
+    "find",
+    "parse_statuses",
+    "replay",
+    "show",
+]
+
+log = _log.get_logger(__name__)
+
+DEFAULT_LIMIT = 50
+"""Groups a listing shows unless told otherwise."""
+MAX_LIMIT = 1000
+"""The most groups one listing reads: a larger page is many pages."""
+COUNT_CAP = 10_000
+"""A listing counts the groups it matches up to this many; past it, the count is said to be
+capped (at least this many)."""
+SHOWN_EVENTS = 200
+"""Events :func:`show` reads of a group; the rest are counted."""
+SHOWN_ATTEMPTS = 50
+"""Attempts :func:`show` reads of a group (the latest)."""
+DISCARD_PAGE = 200
+"""Groups a discard gives up per transaction."""
+
+_NOT_DISCARDED = frozenset({GroupStatus.IN_FLIGHT})
+_DISCARD = schema.OperationAction.DISCARD
+
+
+def parse_statuses(words: Iterable[str], *, argument: str = "status") -> tuple[GroupStatus, ...]:
+    """Words as :class:`~outbox.schema.GroupStatus` values (``in-flight`` and ``in_flight``
+    alike); a :class:`~outbox.exceptions.ConfigurationError` naming ``argument`` and the
+    accepted words for any other."""
+    known = {s.value: s for s in GroupStatus}
+    found = []
+    for word in words:
+        if not isinstance(word, str):
+            raise ConfigurationError(f"{argument}: expected a word, got {type(word).__name__}")
+        status = known.get(word.strip().lower().replace("-", "_"))
+        if status is None:
+            raise ConfigurationError(
+                f"{argument}: {word!r} is not a group status; expected one of {', '.join(known)}"
+            )
+        found.append(status)
+    return tuple(dict.fromkeys(found))
+
+
+def _text(value: str | None, argument: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigurationError(f"{argument}: expected some text, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """Which groups: each field narrows the selection; left empty, it does not.
+
+    ``statuses``: :class:`~outbox.schema.GroupStatus` values or their words; ``older_than``:
+    seconds since the group was made (a dead one: since it was archived); ``error``: text in
+    its last error, any case; ``key``: an ordering key's value, as text (handlers with an
+    ``ordering_key`` only); ``payload``: text in a dead event's payload, any case.
+    """
+
+    handlers: tuple[str, ...] = ()
+    statuses: tuple[GroupStatus, ...] = ()
+    older_than: float | None = None
+    error: str | None = None
+    key: str | None = None
+    payload: str | None = None
+    group_ids: tuple[uuid.UUID, ...] = ()
+
+    def __post_init__(self) -> None:
+        if isinstance(self.handlers, str) or not all(isinstance(h, str) for h in self.handlers):
+            raise ConfigurationError("handlers: expected a tuple of handler names")
+        object.__setattr__(self, "handlers", tuple(self.handlers))
+        object.__setattr__(self, "statuses", parse_statuses(self.statuses, argument="statuses"))
+        if self.older_than is not None and (
+            isinstance(self.older_than, bool)
+            or not isinstance(self.older_than, int | float)
+            or not self.older_than >= 0
+        ):
+            raise ConfigurationError(f"older_than: expected seconds >= 0, got {self.older_than!r}")
+        _text(self.error, "error")
+        _text(self.key, "key")
+        _text(self.payload, "payload")
+        ids = tuple(self.group_ids)
+        if not all(isinstance(g, uuid.UUID) for g in ids):
+            raise ConfigurationError("group_ids: expected UUIDs")
+        object.__setattr__(self, "group_ids", ids)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing narrows it: every group."""
+        return self == Selection()
+
+    def as_json(self) -> str:
+        """The selection as JSON, as an operation records it."""
+        given: dict[str, Any] = {
+            "handlers": list(self.handlers),
+            "statuses": [s.value for s in self.statuses],
+            "older_than": self.older_than,
+            "error": self.error,
+            "key": self.key,
+            "payload": self.payload,
+            "group_ids": [str(g) for g in self.group_ids],
+        }
+        return json.dumps({k: v for k, v in given.items() if v not in (None, [])}, sort_keys=True)
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A group and where it stands."""
+
+    handler: str
+    group_id: uuid.UUID
+    status: GroupStatus | schema.ArchiveStatus
+    """Where it stands; a group that is done (shown by :func:`show` only): the status its
+    events were archived with."""
+    attempts: int
+    """Attempts that ended (a group in flight: with the one under way)."""
+    deferrals: int
+    """Attempts put off for the downstream's ``Retry-After``."""
+    events: int
+    """Its events: in its buffer, or (dead) in the archive."""
+    age: float
+    """Seconds since it was made (dead: since it was archived)."""
+    due_in: float | None
+    """Seconds until its next run (< 0: overdue); None in flight, refused or dead."""
+    worker: str | None
+    """The worker that holds it (in flight)."""
+    error: str | None
+    """Its last error, with traceback."""
+
+
+@dataclass(frozen=True, slots=True)
+class Listing:
+    """A page of groups, and how many the selection matches by status."""
+
+    groups: list[Group]
+    counts: dict[GroupStatus, int]
+    capped: bool
+    """The counts stopped at :data:`COUNT_CAP`: there are at least that many."""
+    next: str | None = None
+    """The cursor of the next page (``find(..., after=next)``); None on the last."""
+
+    @property
+    def total(self) -> int:
+        """The groups the selection matches (at least, when ``capped``)."""
+        return sum(self.counts.values())
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event of a group: its id and values (dead: as archived, with its error)."""
+
+    id: int
+    values: dict[str, Any]
+    status: str | None = None
+    """Archived: its :class:`~outbox.schema.ArchiveStatus`; None while in its buffer."""
+    error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """An attempt of a group that did not end in success."""
+
+    attempt: int
+    outcome: schema.AttemptOutcome
+    worker: str | None
+    error: str | None
+    age: float
+    """Seconds since it ended."""
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """Who holds a group now, and how lately it was heard from."""
+
+    worker: str | None
+    expires_in: float | None
+    """Seconds until the lease runs out (< 0: ran out, to be rescued); None: held as refused."""
+    heartbeat_age: float | None
+    """Seconds since the holder's last heartbeat; None: no worker row (gone, or a test)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDetail:
+    """One group in full: where it stands, its events, its attempts, its lease."""
+
+    group: Group
+    events: list[Event]
+    attempts: list[Attempt]
+    lease: Lease | None
+    archived: dict[str, int] = field(default_factory=dict)
+    """Its events in the archive by status (a group bisected may have some succeeded)."""
+
+    @property
+    def more_events(self) -> int:
+        """Events of the group not read (past :data:`SHOWN_EVENTS`)."""
+        return max(self.group.events - len(self.events), 0)
+
+
+@dataclass(frozen=True, slots=True)
+class OperationResult:
+    """What a replay or a discard did (``dry_run``: would do)."""
+
+    action: schema.OperationAction
+    groups: list[Group]
+    """The groups it took."""
+    events: int
+    skipped: list[tuple[Group, str]] = field(default_factory=list)
+    """Groups selected but left, each with why."""
+    dry_run: bool = False
+    operation_id: int | None = None
+    """The record of it (:func:`outbox.archive.history`); None for a dry run."""
+
+
+def default_actor() -> str:
+    """Who an operation is recorded as when not told: ``user@host`` of this process."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def _handlers(app: Outbox, selection: Selection) -> list[Handler[Any]]:
+    handlers = [app.get_handler(name) for name in selection.handlers] or list(app.handlers.values())
+    if selection.key is not None:
+        ordered = [h for h in handlers if h.ordering_key is not None]
+        if not ordered:
+            raise ConfigurationError(
+                "key: no handler selected has an ordering_key to match it against "
+                f"({', '.join(h.name for h in handlers) or 'no handlers'})"
+            )
+        return ordered
+    return handlers
+
+
+def _group_ids(
+    conn: Connection, handlers: list[Handler[Any]], selection: Selection
+) -> list[uuid.UUID] | None:
+    """The group ids the selection names, with those its key matches; None: any."""
+    if selection.key is None:
+        return list(selection.group_ids) or None
+    found: list[uuid.UUID] = []
+    for handler in handlers:
+        assert handler.ordering_key is not None
+        found += queries.groups_with_key(
+            conn, handler.table, handler.ordering_key, handler.name, selection.key, COUNT_CAP
+        )
+    if selection.group_ids:
+        found = [g for g in found if g in selection.group_ids]
+    return found
+
+
+def find(
+    app: Outbox,
+    selection: Selection | None = None,
+    *,
+    limit: int = DEFAULT_LIMIT,
+    after: str | None = None,
+) -> Listing:
+    """The groups ``selection`` matches (all, without one): those with a job first, oldest
+    first, then dead ones, the longest dead first; at most ``limit``, after the cursor
+    ``after`` (a listing's ``next``); and how many it matches by status, up to
+    :data:`COUNT_CAP`."""
+    selection = Selection() if selection is None else selection
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise ConfigurationError(f"limit: expected 1 to {MAX_LIMIT} groups, got {limit!r}")
+    phase, position = _cursor(after)
+    handlers = _handlers(app, selection)
+    by_name = {h.name: h for h in handlers}
+    with app.engine.connect() as conn:
+        group_ids = _group_ids(conn, handlers, selection)
+        if group_ids == []:
+            return Listing([], {}, False)
+        statuses = selection.statuses or tuple(GroupStatus)
+        live_statuses = [s.value for s in statuses if s.value in queries.LIVE]
+        dead_statuses = [s.value for s in statuses if s.value in queries.ARCHIVED]
+        # A payload is searched in the archive only: dead groups' events are there.
+        if selection.payload is not None:
+            live_statuses = []
+        common: dict[str, Any] = {
+            "handlers": list(by_name),
+            "older_than": selection.older_than,
+            "error": selection.error,
+            "group_ids": group_ids,
+        }
+        dead_filters = {**common, "statuses": dead_statuses, "payload": selection.payload}
+        rows: list[queries.GroupRow] = []
+        if live_statuses and phase == _LIVE:
+            rows += queries.live_groups(
+                conn, statuses=live_statuses, after=position, limit=limit + 1, **common
+            )
+        if dead_statuses and len(rows) <= limit:
+            rows += queries.dead_groups(
+                conn,
+                after=position if phase == _DEAD else None,
+                limit=limit + 1 - len(rows),
+                **dead_filters,
+            )
+        next_cursor = None
+        if len(rows) > limit:
+            rows = rows[:limit]
+            last = rows[-1]
+            next_cursor = f"{_DEAD if last.status in queries.ARCHIVED else _LIVE}:{last.position}"
+        counts: dict[str, int] = {}
+        if live_statuses:
+            counts.update(
+                queries.count_live_groups(conn, statuses=live_statuses, cap=COUNT_CAP, **common)
+            )
+        if dead_statuses:
+            counts.update(queries.count_dead_groups(conn, cap=COUNT_CAP, **dead_filters))
+        events = _event_counts(conn, by_name, rows)
+    groups = [_group(row, events.get(row.group_id, 0)) for row in rows]
+    capped = any(n >= COUNT_CAP for n in counts.values())
+    return Listing(groups, {GroupStatus(s): n for s, n in counts.items() if n}, capped, next_cursor)
+
+
+_LIVE = "live"
+_DEAD = "dead"
+
+
+def _cursor(after: str | None) -> tuple[str, int | None]:
+    """A listing's cursor as (phase, position); None: from the start."""
+    if after is None:
+        return _LIVE, None
+    phase, _, position = after.partition(":") if isinstance(after, str) else ("", "", "")
+    if phase not in (_LIVE, _DEAD) or not position.isdigit():
+        raise ConfigurationError(f"after: {after!r} is not a listing's cursor (its `next`)")
+    return phase, int(position)
+
+
+def _event_counts(
+    conn: Connection, handlers: Mapping[str, Handler[Any]], rows: list[queries.GroupRow]
+) -> dict[uuid.UUID, int]:
+    counts: dict[uuid.UUID, int] = {}
+    dead = [r.group_id for r in rows if r.status in queries.ARCHIVED]
+    if dead:
+        counts.update(queries.count_dead_events(conn, dead))
+    by_handler: dict[str, list[uuid.UUID]] = {}
+    for row in rows:
+        if row.status not in queries.ARCHIVED:
+            by_handler.setdefault(row.handler, []).append(row.group_id)
+    for name, ids in by_handler.items():
+        counts.update(queries.count_events_of_groups(conn, handlers[name].table, ids))
+    return counts
+
+
+def _group(row: queries.GroupRow, events: int) -> Group:
+    return Group(
+        handler=row.handler,
+        group_id=row.group_id,
+        status=GroupStatus(row.status),
+        attempts=row.attempts,
+        deferrals=row.deferrals,
+        events=events,
+        age=row.age,
+        due_in=row.due_in,
+        worker=row.worker,
+        error=row.error,
+    )
+
+
+def show(app: Outbox, group_id: uuid.UUID) -> GroupDetail:
+    """One group in full: where it stands, its events (the first :data:`SHOWN_EVENTS`), the
+    attempts of it that did not end in success, and who holds it. A group with neither a job
+    nor a dead event is shown from the archive, with the status its events were archived with;
+    one outbox has no trace of raises :class:`~outbox.exceptions.GroupNotFoundError`."""
+    if not isinstance(group_id, uuid.UUID):
+        raise ConfigurationError(f"group_id: expected a UUID, got {type(group_id).__name__}")
+    from outbox.archive import parse_payload
+
+    with app.engine.connect() as conn:
+        row = queries.group_job(conn, group_id)
+        archived = queries.archived_of_group(conn, group_id)
+        attempts = [
+            Attempt(a.attempt, schema.AttemptOutcome(a.outcome), a.worker, a.error, a.age)
+            for a in queries.group_attempts(conn, group_id, SHOWN_ATTEMPTS)
+        ]
+        lease = None
+        if row is not None:
+            handler = app.get_handler(row.handler)
+            values = queries.select_group_rows(conn, handler.table, group_id, SHOWN_EVENTS)
+            events = [Event(int(v.id), _values(v._mapping)) for v in values]
+            held = queries.lease_of(conn, group_id)
+            if held is not None:
+                lease = Lease(row.worker, held[0], held[1])
+            count = queries.count_events_of_groups(conn, handler.table, [group_id])
+            group = _group(row, count.get(group_id, 0))
+        else:
+            dead = queries.dead_groups(conn, group_ids=[group_id], limit=1)
+            rows = queries.select_archived(
+                conn, handler=None, statuses=None, group_id=group_id, after_id=0,
+                limit=SHOWN_EVENTS,
+            )  # fmt: skip
+            if not dead and not rows and not attempts:
+                raise GroupNotFoundError(group_id)
+            events = [
+                Event(int(r["event_id"]), _archived_values(parse_payload, r["payload"]),
+                      r["status"], r["error"])
+                for r in rows
+            ]  # fmt: skip
+            if dead:
+                group = _group(dead[0], archived.get(schema.ArchiveStatus.DEAD, 0))
+            else:
+                group = _archived_group(group_id, rows, attempts, archived)
+    return GroupDetail(group, events, attempts, lease, archived)
+
+
+def _values(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k not in ("id", "group_id")}
+
+
+def _archived_values(parse: Any, payload: str | None) -> dict[str, Any]:
+    try:
+        parsed: dict[str, Any] = parse(payload)
+    except (ValueError, RecursionError) as error:
+        return {"(unreadable payload)": f"{type(error).__name__}: {error}"}
+    return _values(parsed)
+
+
+def _archived_group(
+    group_id: uuid.UUID,
+    rows: list[dict[str, Any]],
+    attempts: list[Attempt],
+    archived: dict[str, int],
+) -> Group:
+    """A group that is done (succeeded, discarded, replayed...): its status is the one most
+    of its events were archived with; a group known only by its attempts, dead."""
+    handler = rows[0]["handler"] if rows else (attempts[-1].worker or "") if attempts else ""
+    most = max(archived.items(), key=lambda item: item[1])[0] if archived else "dead"
+    status: GroupStatus | schema.ArchiveStatus = schema.ArchiveStatus(most)
+    return Group(
+        handler=handler,
+        group_id=group_id,
+        status=status,
+        attempts=max([int(r["attempts"]) for r in rows] + [a.attempt for a in attempts] + [0]),
+        deferrals=0,
+        events=sum(archived.values()),
+        age=0.0,
+        due_in=None,
+        worker=None,
+        error=rows[0]["error"] if rows else (attempts[-1].error if attempts else None),
+    )
+
+
+def discard(
+    app: Outbox,
+    selection: Selection,
+    *,
+    actor: str | None = None,
+    reason: str | None = None,
+    dry_run: bool = False,
+) -> OperationResult:
+    """Give up the groups ``selection`` matches: never handled again, their events archived
+    as discarded (dead ones: marked discarded, and the ordering keys they hold released).
+
+    A group in flight is left alone (a worker holds it): it is named in ``skipped``. The
+    selection must narrow something: an empty one is refused. Recorded as an operation by
+    ``actor`` (default: :func:`default_actor`), with ``reason``.
+    """
+    if not isinstance(selection, Selection):
+        raise ConfigurationError(f"selection: expected a Selection, got {type(selection).__name__}")
+    if selection.empty:
+        raise ConfigurationError(
+            "discard needs a selection: a handler, statuses, an age, error text, a key or groups"
+        )
+    _text(reason, "reason")
+    actor = _actor(actor)
+    taken: list[Group] = []
+    skipped: list[tuple[Group, str]] = []
+    events = 0
+    operation_id: int | None = None
+    after: str | None = None
+    while True:
+        listing = find(app, selection, limit=DISCARD_PAGE, after=after)
+        page = listing.groups
+        chosen = [g for g in page if g.status not in _NOT_DISCARDED]
+        skipped += [(g, "in flight: a worker holds it") for g in page if g not in chosen]
+        if dry_run:
+            taken += chosen
+            events += _count_events(chosen)
+        elif chosen:
+            if operation_id is None:
+                operation_id = _record(
+                    app, schema.OperationAction.DISCARD, actor, selection, reason
+                )
+            done, gone = _discard_page(app, chosen, operation_id, actor, reason)
+            taken += done
+            skipped += [(g, "in flight: a worker took it") for g in gone]
+            events += _count_events(done)
+            _finish(app, operation_id, len(done), _count_events(done))
+        if listing.next is None:
+            break
+        after = listing.next
+    if operation_id is not None:
+        log.info(
+            _log.GROUPS_DISCARDED, groups=len(taken), events=events, actor=actor,
+            operation=operation_id,
+        )  # fmt: skip
+    return OperationResult(
+        schema.OperationAction.DISCARD, taken, events, skipped, dry_run, operation_id
+    )
+
+
+def replay(
+    app: Outbox,
+    selection: Selection,
+    *,
+    actor: str | None = None,
+    dry_run: bool = False,
+) -> OperationResult:
+    """Replay the dead groups ``selection`` matches (held ones too): every event of each goes
+    back into its buffer, as :func:`outbox.archive.replay` does, recorded as one operation by
+    ``actor``. Groups of other statuses it matches are not dead: they are named in
+    ``skipped``. The selection must narrow something: an empty one is refused."""
+    from outbox import archive
+
+    if not isinstance(selection, Selection):
+        raise ConfigurationError(f"selection: expected a Selection, got {type(selection).__name__}")
+    if selection.empty:
+        raise ConfigurationError(
+            "replay needs a selection: a handler, statuses, an age, error text, a key or groups"
+        )
+    taken: list[Group] = []
+    skipped: list[tuple[Group, str]] = []
+    after: str | None = None
+    while True:
+        listing = find(app, selection, limit=MAX_LIMIT, after=after)
+        taken += [g for g in listing.groups if g.status in queries.ARCHIVED]
+        skipped += [
+            (g, f"{g.status}: not dead") for g in listing.groups if g.status not in queries.ARCHIVED
+        ]
+        if listing.next is None:
+            break
+        after = listing.next
+    if dry_run or not taken:
+        return OperationResult(
+            schema.OperationAction.REPLAY, taken, _count_events(taken), skipped, dry_run
+        )
+    done = archive.replay(
+        app,
+        group_ids=[g.group_id for g in taken],
+        status=schema.ArchiveStatus.DEAD,
+        actor=actor,
+        selection=selection.as_json(),
+    )
+    return OperationResult(
+        schema.OperationAction.REPLAY, taken, done.events, skipped, False, done.operation_id
+    )
+
+
+def _count_events(groups: list[Group]) -> int:
+    return sum(g.events for g in groups)
+
+
+def _actor(actor: str | None) -> str:
+    if actor is None:
+        return default_actor()
+    if not isinstance(actor, str) or not actor.strip():
+        raise ConfigurationError(f"actor: expected a name, got {actor!r}")
+    return actor[:200]
+
+
+def _record(
+    app: Outbox,
+    action: schema.OperationAction,
+    actor: str,
+    selection: Selection | None,
+    detail: str | None,
+) -> int:
+    return run_in_transaction(
+        app.engine,
+        lambda conn: queries.record_operation(
+            conn,
+            action=action.value,
+            actor=actor,
+            selection=None if selection is None else selection.as_json(),
+            groups=0,
+            events=0,
+            detail=detail,
+        ),
+    )
+
+
+def _finish(app: Outbox, operation_id: int, groups: int, events: int) -> None:
+    run_in_transaction(
+        app.engine, lambda conn: queries.finish_operation(conn, operation_id, groups, events)
+    )
+
+
+def _discard_page(
+    app: Outbox, groups: list[Group], operation_id: int, actor: str, reason: str | None
+) -> tuple[list[Group], list[Group]]:
+    """Discard a page of groups in one transaction; those done, and those a worker took in
+    the meantime."""
+    error = f"discarded by {actor}" + (f": {reason}" if reason else "")
+
+    def work(conn: Connection, lenient: bool) -> tuple[list[Group], list[Group]]:
+        done, gone = [], []
+        for group in groups:
+            if group.status in queries.ARCHIVED:
+                queries.discard_dead_rows(conn, [group.group_id], operation_id)
+                queries.release_held_keys(conn, group.handler, group_id=group.group_id)
+                done.append(group)
+                continue
+            if not queries.delete_idle_job(conn, group.group_id):
+                gone.append(group)
+                continue
+            table = app.get_handler(group.handler).table
+            queries.archive_group_rows(
+                conn,
+                app.dialect,
+                table,
+                handler=group.handler,
+                group_id=group.group_id,
+                status=schema.ArchiveStatus.DISCARDED.value,
+                attempts=group.attempts,
+                error=error,
+                lenient=lenient,
+            )
+            queries.mark_group_operation(conn, group.group_id, operation_id)
+            queries.delete_group_rows(conn, table, group.group_id)
+            done.append(group)
+        return done, gone
+
+    try:
+        return run_in_transaction(app.engine, lambda conn: work(conn, False))
+    except DBAPIError:
+        # The archive refused an event's exact form (PostgreSQL's jsonb and a NaN, say): the
+        # lenient form keeps the row as JSON text, as a worker's archive does.
+        return run_in_transaction(app.engine, lambda conn: work(conn, True))
