@@ -42,6 +42,7 @@ PRUNE_STATUSES = (
     schema.ArchiveStatus.SUCCEEDED,
     schema.ArchiveStatus.DISCARDED,
     schema.ArchiveStatus.EXPIRED,
+    schema.ArchiveStatus.REPLAYED,
 )
 
 StatusFilter = str | Iterable[str] | None
@@ -408,9 +409,9 @@ def _edited_values(table: Table, changes: Mapping[str, Any], dialect: Dialect) -
         column = columns.get(name) if isinstance(name, str) else None
         if column is None or name in BufferMixin.OWN_COLUMNS:
             mine = sorted(n for n in columns if n not in BufferMixin.OWN_COLUMNS)
-            why = "is outbox's own" if column is not None else "is not a column of it"
+            why = "is outbox's own column" if column is not None else "is not a column"
             raise ConfigurationError(
-                f"{name!r} {why} in buffer {table.name}; its columns: {', '.join(mine)}"
+                f"{name!r} {why} of buffer {table.name}; its columns: {', '.join(mine)}"
             )
         values[name] = _edited_value(column, value, dialect)
     return values
@@ -471,7 +472,7 @@ def _parsed_text(column: Column[Any], python_type: type, text: str, dialect: Dia
             return python_type(text)
     except (ValueError, TypeError, decimal.InvalidOperation) as error:
         raise ConfigurationError(
-            f"{column.name}: {text!r} is not a {python_type.__name__}: {error}"
+            f"{column.name}: {text!r} is not a valid {python_type.__name__}: {error}"
         ) from error
     return text
 
@@ -510,8 +511,9 @@ def prune(
 
     Which rows: those archived with ``status`` (one status or several); every status with
     ``all_statuses=True``; with neither, the statuses that are history (``PRUNE_STATUSES``:
-    succeeded, discarded, expired), so that dead letters stay until replayed or pruned by
-    name.
+    succeeded, discarded, expired, replayed), so that dead letters stay until replayed or
+    pruned by name. The attempts recorded of groups that are gone (no job, no dead event) and
+    older than ``older_than`` go too; the record of operators' operations stays.
     """
     if older_than < 0:
         raise ValueError("older_than must be >= 0 seconds")
@@ -523,6 +525,12 @@ def prune(
         total += pruned.deleted
         start = pruned.last_archived_at
         if pruned.deleted < chunk:
+            break
+    while True:
+        deleted = run_in_transaction(
+            app.engine, lambda conn: queries.delete_old_attempts(conn, older_than, chunk)
+        )
+        if deleted < chunk:
             break
     if total:
         log.info(_log.ARCHIVE_PRUNED, rows=total)

@@ -238,7 +238,10 @@ class GroupDetail:
     @property
     def more_events(self) -> int:
         """Events of the group not read (past :data:`SHOWN_EVENTS`)."""
-        return max(self.group.events - len(self.events), 0)
+        known = (
+            self.group.events if self.group.status in queries.LIVE else sum(self.archived.values())
+        )
+        return max(known - len(self.events), 0)
 
 
 @dataclass(frozen=True, slots=True)

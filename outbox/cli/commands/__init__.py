@@ -1,5 +1,15 @@
 """The commands of ``outbox``, by topic; importing a module registers its commands on ``main``."""
 
-from outbox.cli.commands import archive, clock, demo, flow, notify, schema, status, work
+from outbox.cli.commands import (
+    archive,
+    clock,
+    demo,
+    flow,
+    groups,
+    notify,
+    schema,
+    status,
+    work,
+)
 
-__all__ = ["archive", "clock", "demo", "flow", "notify", "schema", "status", "work"]
+__all__ = ["archive", "clock", "demo", "flow", "groups", "notify", "schema", "status", "work"]

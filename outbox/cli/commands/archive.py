@@ -1,4 +1,4 @@
-"""``outbox replay``, ``outbox prune`` and ``outbox refused``: the archive and held groups."""
+"""``outbox replay``, ``outbox prune`` and ``outbox refused``: the archive and refused groups."""
 
 from __future__ import annotations
 
@@ -6,13 +6,14 @@ import uuid
 
 import click
 
-from outbox import archive, schema
+from outbox import archive, groups, schema
 from outbox.app import MAX_BATCH_SIZE
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_USAGE, command, fail, ready
 from outbox.cli._main import main
 from outbox.cli._options import ARCHIVE_STATUS, MAX_PRUNE_AGE_SECONDS, Duration
-from outbox.cli._output import error_text, print_table
+from outbox.cli._output import error_text, print_json, print_table
+from outbox.cli.commands.groups import print_operation
 
 _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
 
@@ -33,28 +34,98 @@ _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
     help="Events of every status: discarded and succeeded ones are sent again too.",
 )
 @click.option(
-    "--group", "group_id", type=click.UUID, default=None, help="Only this group (all its events)."
+    "--group",
+    "group_ids",
+    type=click.UUID,
+    multiple=True,
+    help="Only this group (all its events; repeatable).",
+)
+@click.option(
+    "--older-than",
+    type=Duration(MAX_PRUNE_AGE_SECONDS),
+    default=None,
+    metavar="DURATION",
+    help="Only dead groups archived longer ago than this (90s, 15m, 12h, 30d).",
+)
+@click.option("--error", default=None, help="Only dead groups whose error holds this text.")
+@click.option("--key", default=None, help="Only dead groups with an event of this ordering key.")
+@click.option("--payload", default=None, help="Only dead groups with an event holding this text.")
+@click.option(
+    "--event",
+    "event_id",
+    type=int,
+    default=None,
+    help="With --group and --set: replay this one dead event with values changed.",
+)
+@click.option(
+    "--set",
+    "changes",
+    multiple=True,
+    metavar="COLUMN=VALUE",
+    help="With --event: the new value of a column (repeatable; 'null' for NULL).",
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be replayed, change nothing.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of text.")
 @command
 def replay(
     ctx: Context,
     handler: str | None,
     statuses: tuple[str, ...],
     all_statuses: bool,
-    group_id: uuid.UUID | None,
+    group_ids: tuple[uuid.UUID, ...],
+    older_than: float | None,
+    error: str | None,
+    key: str | None,
+    payload: str | None,
+    event_id: int | None,
+    changes: tuple[str, ...],
     dry_run: bool,
+    as_json: bool,
 ) -> None:
     """Put archived events back into their buffers to be handled again.
 
     Say which: --status dead for the dead letters (repeat --status for several), --all for
-    every status, or --group for one group's events. Given none of them, it says what the
-    archive holds and changes nothing.
+    every status, --group for groups' events, or the filters of `outbox groups` (--older-than,
+    --error, --key, --payload) for dead groups. Given none of them, it says what the archive
+    holds and changes nothing. --group G --event ID --set COLUMN=VALUE replays one dead event
+    with values changed, as a new event. Each replay is recorded (`outbox history`); the
+    archive keeps the replayed rows, marked replayed.
     """
     if statuses and all_statuses:
         fail("--status and --all: give one or the other", EXIT_USAGE)
+    if (event_id is None) != (not changes):
+        fail("--event and --set go together: the event to edit and its new values", EXIT_USAGE)
     app = ready(ctx.app(), () if handler is None else (handler,))
-    if not statuses and not all_statuses and group_id is None:
+    if event_id is not None:
+        if len(group_ids) != 1:
+            fail("--event needs the one --group the event is in", EXIT_USAGE)
+        edited = archive.edit(app, group_ids[0], event_id, _changes(changes))
+        if as_json:
+            print_json(edited)
+        else:
+            click.echo(
+                f"replayed event {edited.event_id} of group {edited.group_id} as event "
+                f"{edited.new_event_id} ({', '.join(edited.changed)} changed; operation "
+                f"{edited.operation_id})"
+            )
+        return
+    filtered = any(v is not None for v in (older_than, error, key, payload))
+    if filtered:
+        if statuses or all_statuses:
+            fail("--older-than, --error, --key and --payload take dead groups: no --status or "
+                 "--all with them", EXIT_USAGE)  # fmt: skip
+        selection = groups.Selection(
+            handlers=() if handler is None else (handler,),
+            statuses=(schema.GroupStatus.DEAD, schema.GroupStatus.HELD),
+            older_than=older_than,
+            error=error,
+            key=key,
+            payload=payload,
+            group_ids=group_ids,
+        )
+        print_operation(groups.replay(app, selection, dry_run=dry_run), as_json)
+        return
+    if not statuses and not all_statuses and not group_ids:
         found = _by_status(archive.counts(app, handler=handler))
         holds = ", ".join(f"{n} {s}" for s, n in found.items()) or "no events"
         fail(
@@ -66,13 +137,17 @@ def replay(
         app,
         handler=handler,
         status=statuses or None,
-        group_id=group_id,
+        group_ids=group_ids or None,
         dry_run=dry_run,
         all_statuses=all_statuses,
     )
+    if as_json:
+        print_json(result)
+        return
     verb = "would replay" if dry_run else "replayed"
     detail = ", ".join(f"{h}: {n}" for h, n in sorted(result.by_handler.items()))
-    click.echo(f"{verb} {result.events} events" + (f" ({detail})" if detail else ""))
+    record = "" if result.operation_id is None else f" (operation {result.operation_id})"
+    click.echo(f"{verb} {result.events} events" + (f" ({detail})" if detail else "") + record)
     if dry_run and result.groups:
         print_table(
             ("handler", "group", "events"),
@@ -81,6 +156,17 @@ def replay(
                 for (h, g), n in sorted(result.groups.items(), key=lambda item: str(item[0]))
             ],
         )
+
+
+def _changes(given: tuple[str, ...]) -> dict[str, str | None]:
+    """``COLUMN=VALUE`` options as a mapping; ``null`` is NULL."""
+    changes: dict[str, str | None] = {}
+    for item in given:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            fail(f"--set {item!r}: expected COLUMN=VALUE", EXIT_USAGE)
+        changes[name.strip()] = None if value == "null" else value
+    return changes
 
 
 def _by_status(counts: dict[tuple[str, str], int]) -> dict[str, int]:
@@ -98,13 +184,17 @@ def refused_group() -> None:
 
 @refused_group.command("list")
 @click.option("--handler", default=None, help="Only groups of this handler.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
 @command
-def refused_list(ctx: Context, handler: str | None) -> None:
+def refused_list(ctx: Context, handler: str | None, as_json: bool) -> None:
     """Each held group: handler, group id, attempts, and the database's error."""
     from outbox import refused
 
     app = ready(ctx.app())
     held = refused.groups(app, handler)
+    if as_json:
+        print_json(held)
+        return
     print_table(
         ("handler", "group", "attempts", "error"),
         [(g.handler, str(g.group_id), str(g.attempts), error_text(g.error)) for g in held],

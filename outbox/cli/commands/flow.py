@@ -15,7 +15,7 @@ from outbox.cli._context import Context
 from outbox.cli._errors import command, ready
 from outbox.cli._main import main
 from outbox.cli._options import Duration
-from outbox.cli._output import error_text, print_table
+from outbox.cli._output import error_text, print_json, print_table
 
 
 class _Moment(click.ParamType[dt.datetime]):
@@ -105,13 +105,17 @@ def held_group() -> None:
 
 @held_group.command("list")
 @click.option("--handler", default=None, help="Only keys of this handler.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
 @command
-def held_list(ctx: Context, handler: str | None) -> None:
+def held_list(ctx: Context, handler: str | None, as_json: bool) -> None:
     """Each held key: handler, key, the dead group holding it, and its error."""
     from outbox import held
 
     app = ready(ctx.app())
     keys = held.keys(app, handler)
+    if as_json:
+        print_json(keys)
+        return
     print_table(
         ("handler", "key", "group", "error"),
         [(k.handler, k.key, str(k.group_id), error_text(k.error)) for k in keys],

@@ -1,0 +1,390 @@
+"""``outbox groups``, ``outbox show``, ``outbox dead``, ``outbox discard`` and ``outbox
+history``: groups as an operator sees them, and what operators did to them."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from outbox import archive, groups, schema
+from outbox.cli._context import Context
+from outbox.cli._errors import EXIT_USAGE, command, fail, ready
+from outbox.cli._main import main
+from outbox.cli._options import MAX_PRUNE_AGE_SECONDS, Duration
+from outbox.cli._output import age_text, error_text, json_text, print_json, print_table
+
+GROUP_STATUS = click.Choice([s.value for s in schema.GroupStatus], case_sensitive=False)
+_DEAD = (schema.GroupStatus.DEAD, schema.GroupStatus.HELD)
+
+
+def selection_options(*, statuses: bool = True) -> Callable[[Callable[..., Any]], Any]:
+    """The filters every group command takes, in one place, so that they read the same."""
+
+    def decorate(func: Callable[..., Any]) -> Any:
+        options = [
+            click.option(
+                "--handler", "handlers", multiple=True, help="Only this handler (repeatable)."
+            ),
+            *(
+                [
+                    click.option(
+                        "--status",
+                        "statuses",
+                        type=GROUP_STATUS,
+                        multiple=True,
+                        help="Only groups of this status (repeatable).",
+                    )
+                ]
+                if statuses
+                else []
+            ),
+            click.option(
+                "--older-than",
+                type=Duration(MAX_PRUNE_AGE_SECONDS),
+                default=None,
+                metavar="DURATION",
+                help="Only groups made (dead: archived) longer ago than this (90s, 15m, 12h, 30d).",
+            ),
+            click.option(
+                "--error", default=None, help="Only groups whose last error holds this text."
+            ),
+            click.option(
+                "--key", default=None, help="Only groups with an event of this ordering key."
+            ),
+            click.option(
+                "--payload",
+                default=None,
+                help="Only dead groups with an event whose payload holds this text.",
+            ),
+            click.option(
+                "--group",
+                "group_ids",
+                type=click.UUID,
+                multiple=True,
+                help="Only this group (repeatable).",
+            ),
+        ]
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def _selection(
+    handlers: tuple[str, ...],
+    statuses: tuple[str, ...],
+    older_than: float | None,
+    error: str | None,
+    key: str | None,
+    payload: str | None,
+    group_ids: tuple[uuid.UUID, ...],
+) -> groups.Selection:
+    return groups.Selection(
+        handlers=handlers,
+        statuses=groups.parse_statuses(statuses),
+        older_than=older_than,
+        error=error,
+        key=key,
+        payload=payload,
+        group_ids=group_ids,
+    )
+
+
+def _print_groups(listing: groups.Listing) -> None:
+    print_table(
+        ("handler", "group", "status", "events", "attempts", "age", "next run", "worker", "error"),
+        [
+            (
+                g.handler,
+                str(g.group_id),
+                g.status.value,
+                str(g.events),
+                str(g.attempts) + (f" (+{g.deferrals} deferred)" if g.deferrals else ""),
+                age_text(g.age),
+                _due_text(g.due_in),
+                g.worker or "-",
+                error_text(g.error, 80),
+            )
+            for g in listing.groups
+        ],
+    )
+    counts = ", ".join(f"{n} {s.value}" for s, n in listing.counts.items()) or "none"
+    more = f" (at least: counting stops at {groups.COUNT_CAP})" if listing.capped else ""
+    click.echo(f"{len(listing.groups)} shown of {listing.total} groups{more}: {counts}")
+    if listing.next is not None:
+        click.echo(f"more: --after {listing.next}")
+
+
+def _due_text(due_in: float | None) -> str:
+    if due_in is None:
+        return "-"
+    return "now" if due_in <= 0 else f"in {age_text(due_in)}"
+
+
+def _list(
+    ctx: Context,
+    selection: groups.Selection,
+    limit: int,
+    after: str | None,
+    as_json: bool,
+) -> None:
+    app = ready(ctx.app())
+    listing = groups.find(app, selection, limit=limit, after=after)
+    if as_json:
+        print_json(listing)
+    else:
+        _print_groups(listing)
+
+
+LIMIT = click.option(
+    "--limit",
+    default=groups.DEFAULT_LIMIT,
+    show_default=True,
+    type=click.IntRange(1, groups.MAX_LIMIT),
+    help="Groups shown.",
+)
+AFTER = click.option(
+    "--after", default=None, metavar="CURSOR", help="The next page: the cursor a listing printed."
+)
+JSON = click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
+
+
+@main.command("groups")
+@selection_options()
+@LIMIT
+@AFTER
+@JSON
+@command
+def list_groups(
+    ctx: Context,
+    handlers: tuple[str, ...],
+    statuses: tuple[str, ...],
+    older_than: float | None,
+    error: str | None,
+    key: str | None,
+    payload: str | None,
+    group_ids: tuple[uuid.UUID, ...],
+    limit: int,
+    after: str | None,
+    as_json: bool,
+) -> None:
+    """Groups and where each stands: in flight, waiting, retrying, deferred, paused,
+    refused, held or dead; with their events, attempts, age, next run and last error."""
+    selection = _selection(handlers, statuses, older_than, error, key, payload, group_ids)
+    _list(ctx, selection, limit, after, as_json)
+
+
+def _show(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
+    app = ready(ctx.app())
+    detail = groups.show(app, group_id)
+    if as_json:
+        print_json(detail)
+        return
+    g = detail.group
+    click.echo(f"group {g.group_id}")
+    click.echo(f"  handler   {g.handler}")
+    click.echo(f"  status    {g.status.value}")
+    click.echo(f"  events    {g.events}")
+    click.echo(f"  attempts  {g.attempts}" + (f" (+{g.deferrals} deferred)" if g.deferrals else ""))
+    click.echo(f"  age       {age_text(g.age)}")
+    click.echo(f"  next run  {_due_text(g.due_in)}")
+    if detail.lease is not None:
+        lease = detail.lease
+        expires = (
+            "never (held as refused)" if lease.expires_in is None else _due_text(lease.expires_in)
+        )
+        heartbeat = (
+            "no worker row"
+            if lease.heartbeat_age is None
+            else f"{age_text(lease.heartbeat_age)} ago"
+        )
+        click.echo(
+            f"  lease     {lease.worker or '-'}, expires {expires}, last heartbeat {heartbeat}"
+        )
+    if detail.archived:
+        click.echo(
+            "  archived  " + ", ".join(f"{n} {s}" for s, n in sorted(detail.archived.items()))
+        )
+    if g.error and not detail.attempts:
+        click.echo("last error:")
+        click.echo(_indented(g.error, "  "))
+    click.echo(f"attempts that did not succeed: {len(detail.attempts)}")
+    for attempt in detail.attempts:
+        click.echo(
+            f"  #{attempt.attempt} {attempt.outcome.value}, {age_text(attempt.age)} ago, "
+            f"on {attempt.worker or 'a worker not known'}:"
+        )
+        if attempt.error:
+            click.echo(_indented(attempt.error, "    "))
+    more = f", {detail.more_events} more not shown" if detail.more_events else ""
+    click.echo(f"events: {len(detail.events)}{more}")
+    for event in detail.events:
+        state = f" [{event.status}]" if event.status else ""
+        click.echo(f"  {event.id}{state} {_values_text(event.values)}")
+        if event.error and event.status == schema.ArchiveStatus.DEAD and event.error != g.error:
+            click.echo(f"    error: {error_text(event.error)}")
+
+
+def _indented(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line for line in text.strip().splitlines())
+
+
+def _values_text(values: dict[str, Any]) -> str:
+    # Escaped: a payload is shown as JSON, so that no control character reaches the terminal.
+    return json_text(values)
+
+
+@main.command("show")
+@click.argument("group_id", type=click.UUID, metavar="GROUP")
+@JSON
+@command
+def show_group(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
+    """One group in full: its events' values, each attempt that did not succeed with its
+    error and traceback, who holds it and when it last heartbeated, its next run."""
+    _show(ctx, group_id, as_json)
+
+
+@main.group("dead")
+def dead_group() -> None:
+    """Dead groups: dead-lettered, their events in the archive (held: holding their keys)."""
+
+
+@dead_group.command("list")
+@selection_options(statuses=False)
+@LIMIT
+@AFTER
+@JSON
+@command
+def dead_list(
+    ctx: Context,
+    handlers: tuple[str, ...],
+    older_than: float | None,
+    error: str | None,
+    key: str | None,
+    payload: str | None,
+    group_ids: tuple[uuid.UUID, ...],
+    limit: int,
+    after: str | None,
+    as_json: bool,
+) -> None:
+    """The dead groups, the longest dead first: `outbox groups --status dead --status held`."""
+    statuses = tuple(s.value for s in _DEAD)
+    selection = _selection(handlers, statuses, older_than, error, key, payload, group_ids)
+    _list(ctx, selection, limit, after, as_json)
+
+
+@dead_group.command("show")
+@click.argument("group_id", type=click.UUID, metavar="GROUP")
+@JSON
+@command
+def dead_show(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
+    """A dead group in full: `outbox show GROUP`."""
+    _show(ctx, group_id, as_json)
+
+
+_VERBS = {
+    schema.OperationAction.DISCARD: ("discarded", "would discard"),
+    schema.OperationAction.REPLAY: ("replayed", "would replay"),
+}
+
+
+def print_operation(result: groups.OperationResult, as_json: bool) -> None:
+    if as_json:
+        print_json(result)
+        return
+    done, would = _VERBS[result.action]
+    verb = would if result.dry_run else done
+    print_table(
+        ("handler", "group", "status", "events"),
+        [(g.handler, str(g.group_id), g.status.value, str(g.events)) for g in result.groups],
+    )
+    for group, why in result.skipped:
+        click.echo(f"left {group.group_id} ({group.handler}): {why}")
+    record = "" if result.operation_id is None else f" (operation {result.operation_id})"
+    click.echo(
+        f"{verb} {_count(len(result.groups), 'group')}, {_count(result.events, 'event')}{record}"
+    )
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' * (n != 1)}"
+
+
+@main.command()
+@selection_options()
+@click.option("--reason", default=None, help="Why, recorded with the operation.")
+@click.option("--dry-run", is_flag=True, help="Name the groups it would discard; change nothing.")
+@JSON
+@command
+def discard(
+    ctx: Context,
+    handlers: tuple[str, ...],
+    statuses: tuple[str, ...],
+    older_than: float | None,
+    error: str | None,
+    key: str | None,
+    payload: str | None,
+    group_ids: tuple[uuid.UUID, ...],
+    reason: str | None,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Give groups up: never handled again, their events archived as discarded (dead ones
+    marked discarded, their held keys released). Groups in flight are left. Takes the filters
+    of `outbox groups`, at least one; recorded with who did it (`outbox history`)."""
+    selection = _selection(handlers, statuses, older_than, error, key, payload, group_ids)
+    if selection.empty:
+        fail("discard needs a filter: --handler, --status, --older-than, --error, --key, "
+             "--payload or --group", EXIT_USAGE)  # fmt: skip
+    app = ready(ctx.app())
+    result = groups.discard(app, selection, reason=reason, dry_run=dry_run)
+    print_operation(result, as_json)
+
+
+@main.command()
+@click.option(
+    "--action",
+    type=click.Choice([a.value for a in schema.OperationAction], case_sensitive=False),
+    default=None,
+    help="Only this kind of operation.",
+)
+@click.option(
+    "--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="Operations shown."
+)
+@JSON
+@command
+def history(ctx: Context, action: str | None, limit: int, as_json: bool) -> None:
+    """What operators did, newest first: each replay, edit and discard, who did it, when, with
+    which filter, and how many groups and events it took."""
+    app = ready(ctx.app())
+    operations = archive.history(app, action=action, limit=limit)
+    if as_json:
+        print_json(operations)
+        return
+    print_table(
+        ("id", "when", "action", "by", "groups", "events", "filter", "detail"),
+        [
+            (
+                str(o.id),
+                o.done_at.isoformat(sep=" ", timespec="seconds"),
+                o.action.value,
+                o.actor,
+                str(o.groups),
+                str(o.events),
+                _filter_text(o.selection),
+                o.detail or "",
+            )
+            for o in operations
+        ],
+    )
+
+
+def _filter_text(selection: dict[str, Any]) -> str:
+    return " ".join(
+        f"{name}={','.join(map(str, value)) if isinstance(value, list) else value}"
+        for name, value in sorted(selection.items())
+    )
