@@ -85,19 +85,22 @@ def test_replay_dry_run_reports_dead_letters_and_their_groups_and_changes_nothin
 def test_replay_status_dead_puts_dead_letters_back_into_their_buffer_unclaimed(
     cli: Cli, database_url: str, dead_letters: Engine
 ) -> None:
-    """``outbox replay --status dead`` (the README's spelling) moves dead-lettered events out
-    of the archive, back into the buffer."""
+    """``outbox replay --status dead`` (the README's spelling) puts dead-lettered events back
+    into the buffer; the archive keeps their rows, marked replayed by the operation it names."""
     result = cli.run("--app", APP, "--database-url", database_url, "replay", "--status", "dead")
+    operations = {row["operation_id"] for row in _tables.archive(dead_letters)}
 
     assert (
         0,
-        "replayed 10 events (record_activity: 10)",
-        [],
+        f"replayed 10 events (record_activity: 10) (operation {min(operations)})",
+        {"replayed": DEAD},
+        1,
         [(n, None) for n in range(DEAD)],
     ) == (
         result.code,
         result.stdout.strip(),
-        _tables.archive(dead_letters),
+        _tables.archive_statuses(dead_letters),
+        len(operations),
         _activity_ids(dead_letters),
     )
 
@@ -131,8 +134,8 @@ def test_replay_without_status_says_what_it_would_include_and_changes_nothing(
 
     assert (
         2,
-        "Error: replay needs --status (one or several of succeeded, dead, expired, discarded) "
-        "or --all; the archive holds 10 dead, 3 discarded",
+        "Error: replay needs --status (one or several of succeeded, dead, expired, discarded, "
+        "replayed) or --all; the archive holds 10 dead, 3 discarded",
         {"dead": DEAD, "discarded": 3},
         [],
     ) == (
@@ -151,7 +154,7 @@ def test_replay_status_dead_leaves_discarded_events_archived(
     _tables.add_archived(dead_letters, "discarded", 3)
     result = cli.run("--app", APP, "--database-url", database_url, "replay", "--status", "dead")
 
-    assert (0, {"discarded": 3}, DEAD) == (
+    assert (0, {"discarded": 3, "replayed": DEAD}, DEAD) == (
         result.code,
         _tables.archive_statuses(dead_letters),
         len(_activity_ids(dead_letters)),
@@ -169,10 +172,11 @@ def test_replay_of_one_group_needs_no_status(
         "--app", APP, "--database-url", database_url, "replay", "--group", str(group_id)
     )  # fmt: skip
 
-    assert (0, in_group, DEAD - in_group) == (
+    left = {"dead": DEAD - in_group} if in_group < DEAD else {}
+    assert (0, in_group, {**left, "replayed": in_group}) == (
         result.code,
         len(_activity_ids(dead_letters)),
-        len(_tables.archive(dead_letters)),
+        _tables.archive_statuses(dead_letters),
     )
 
 
@@ -183,7 +187,7 @@ def test_replay_of_one_group_needs_no_status(
         (
             ("--status", "DEADD"),
             "Invalid value for '--status': 'DEADD' is not one of 'succeeded', 'dead', "
-            "'expired', 'discarded'.",
+            "'expired', 'discarded', 'replayed'.",
         ),
         (("--status", "dead", "--all"), "Error: --status and --all: give one or the other"),
     ],
