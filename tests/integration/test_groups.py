@@ -1,0 +1,619 @@
+"""The operations layer's groups (``outbox.groups``): where each group stands, one group in full,
+discard and replay by a selection, the attempts recorded, on SQLite, PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, func, insert, select, update
+
+from outbox import Batch, Outbox, RetryAfter, RetryPolicy, archive, flow, groups, schema
+from outbox._db.dialects import db_now_plus
+from outbox.exceptions import ConfigurationError, GroupNotFoundError
+from outbox.schema import GroupStatus
+from outbox.testing import drain
+from tests.models import ActivityEvent, EmailEvent
+
+ONE_SHOT = RetryPolicy(max_attempts=1)
+TWO_SHOTS = RetryPolicy(max_attempts=2, base_delay=0.0, max_delay=0.0)
+
+
+def _always_fail(batch: Batch[Any]) -> None:
+    raise ValueError("the downstream said no")
+
+
+def _succeed(batch: Batch[Any]) -> None:
+    return None
+
+
+# --- Where a group stands: generated against a model of the documented precedence ----------
+
+
+def _modelled_status(
+    leased: bool, expires: bool, attempts: int, deferrals: int, paused: bool
+) -> str:
+    """GroupStatus's documented rule: refused, in flight, paused, retrying, deferred, waiting."""
+    if leased and not expires:
+        return GroupStatus.REFUSED
+    if leased:
+        return GroupStatus.IN_FLIGHT
+    if paused:
+        return GroupStatus.PAUSED
+    if attempts:
+        return GroupStatus.RETRYING
+    if deferrals:
+        return GroupStatus.DEFERRED
+    return GroupStatus.WAITING
+
+
+def _job_cases() -> list[tuple[bool, bool, int, int, bool]]:
+    lease_states = [(False, False), (True, True), (True, False)]
+    return [
+        (leased, expires, attempts, deferrals, paused)
+        for (leased, expires), attempts, deferrals, paused in itertools.product(
+            lease_states, (0, 2), (0, 1), (False, True)
+        )
+    ]
+
+
+def _add_job(engine: Engine, handler: str, case: tuple[bool, bool, int, int, bool]) -> uuid.UUID:
+    leased, expires, attempts, deferrals, _ = case
+    group_id = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.execute(
+            insert(schema.jobs).values(
+                kind=schema.JobKind.BATCH,
+                handler=handler,
+                group_id=group_id,
+                priority=0,
+                attempts=attempts,
+                deferrals=deferrals,
+                lease_owner="w1" if leased else None,
+                lease_token=uuid.uuid4() if leased else None,
+                lease_expires_at=db_now_plus(60) if expires else None,
+                last_error="boom" if attempts else None,
+            )
+        )
+    return group_id
+
+
+def _two_handlers(app: Outbox) -> None:
+    app.handler(ActivityEvent, name="running")(_succeed)
+    app.handler(EmailEvent, name="stopped")(_succeed)
+
+
+def test_each_group_stands_where_the_model_says(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Every combination of lease, expiry, attempts, deferrals and a paused handler lists with
+    the status the documented precedence gives, and the counts agree."""
+    app = make_app(database_url)
+    _two_handlers(app)
+    flow.pause(app, "stopped")
+    expected = {}
+    for case in _job_cases():
+        handler = "stopped" if case[4] else "running"
+        expected[_add_job(app.engine, handler, case)] = _modelled_status(*case)
+    listing = groups.find(app, limit=100)
+    assert (expected, dict(Counter(expected.values())), None) == (
+        {g.group_id: g.status for g in listing.groups},
+        {s.value: n for s, n in listing.counts.items()},
+        listing.next,
+    )
+
+
+def test_a_status_filter_lists_exactly_the_groups_of_that_status(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """For each status, ``statuses=(s,)`` lists the model's groups of s and no other."""
+    app = make_app(database_url)
+    _two_handlers(app)
+    flow.pause(app, "stopped")
+    expected: dict[str, set[uuid.UUID]] = {}
+    for case in _job_cases():
+        handler = "stopped" if case[4] else "running"
+        expected.setdefault(_modelled_status(*case), set()).add(_add_job(app.engine, handler, case))
+    found = {
+        status.value: {
+            g.group_id for g in groups.find(app, groups.Selection(statuses=(status,))).groups
+        }
+        for status in GroupStatus
+    }
+    assert {s.value: expected.get(s.value, set()) for s in GroupStatus} == found
+
+
+def test_pages_cover_every_group_once(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """Pages of 2, live groups then dead ones, follow each other with no group twice or lost."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=1, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 3)
+    drain(app)
+    waiting = {_add_job(app.engine, "fails", (False, False, 0, 0, False)) for _ in range(2)}
+    seen: list[uuid.UUID] = []
+    after = None
+    while True:
+        listing = groups.find(app, limit=2, after=after)
+        seen += [g.group_id for g in listing.groups]
+        if listing.next is None:
+            break
+        after = listing.next
+    dead = {row.group_id for row in _archived(app.engine)}
+    assert (5, waiting | dead) == (len(seen), set(seen))
+
+
+def test_counts_stop_at_the_cap_and_say_so(
+    database_url: str, make_app: Callable[[str], Outbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past COUNT_CAP groups the count stops there and the listing says it is capped."""
+    monkeypatch.setattr(groups, "COUNT_CAP", 3)
+    app = make_app(database_url)
+    _two_handlers(app)
+    for _ in range(5):
+        _add_job(app.engine, "running", (False, False, 0, 0, False))
+    listing = groups.find(app, limit=1)
+    assert (3, True, 1) == (listing.total, listing.capped, len(listing.groups))
+
+
+# --- Filters --------------------------------------------------------------------------------
+
+
+def _dead_groups(app: Outbox, commit_events: Any, count: int, **columns: Any) -> list[uuid.UUID]:
+    commit_events(app.engine, count, **columns)
+    drain(app)
+    return sorted({row.group_id for row in _archived(app.engine) if row.status == "dead"}, key=str)
+
+
+def _archived(engine: Engine) -> list[Any]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(schema.archive).order_by(schema.archive.c.id)))
+
+
+def test_filters_narrow_by_handler_error_age_and_group(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """handler, error text (any case), age and group ids each narrow the listing."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=1, retry=ONE_SHOT, name="fails")(_always_fail)
+    app.handler(EmailEvent, name="emails")(_succeed)
+    dead = _dead_groups(app, commit_events, 2)
+    waiting = _add_job(app.engine, "emails", (False, False, 0, 0, False))
+
+    def found(**given: Any) -> set[uuid.UUID]:
+        return {g.group_id for g in groups.find(app, groups.Selection(**given)).groups}
+
+    assert (
+        set(dead),
+        {waiting},
+        set(dead),
+        set(),
+        {dead[0]},
+        set(),
+    ) == (
+        found(handlers=("fails",)),
+        found(handlers=("emails",)),
+        found(error="DOWNSTREAM SAID"),
+        found(error="no such text"),
+        found(group_ids=(dead[0],)),
+        found(older_than=3600.0),
+    )
+
+
+def test_a_payload_filter_finds_dead_groups_by_their_events_values(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """``payload`` matches text in a dead event's values, and never a live group."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=1, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 1, kind="needle-kind")
+    commit_events(app.engine, 1, kind="hay")
+    drain(app)
+    _add_job(app.engine, "fails", (False, False, 0, 0, False))
+    listing = groups.find(app, groups.Selection(payload="NEEDLE"))
+    dead = [row for row in _archived(app.engine) if "needle" in str(row.payload)]
+    assert ([dead[0].group_id], {GroupStatus.DEAD: 1}) == (
+        [g.group_id for g in listing.groups],
+        listing.counts,
+    )
+
+
+def test_a_key_filter_finds_the_groups_of_an_ordering_key(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """``key`` lists the dead group holding that key (held), not the other keys' groups."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=1, retry=ONE_SHOT, ordering_key="kind", name="ordered")(
+        _always_fail
+    )
+    commit_events(app.engine, 1, kind="alpha")
+    commit_events(app.engine, 1, kind="beta")
+    drain(app)
+    listing = groups.find(app, groups.Selection(key="alpha"))
+    alpha = [row.group_id for row in _archived(app.engine) if "alpha" in str(row.payload)]
+    assert ([(alpha[0], GroupStatus.HELD)]) == [(g.group_id, g.status) for g in listing.groups]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"statuses": ("deadd",)}, "statuses: 'deadd' is not a group status"),
+        ({"older_than": -1}, "older_than: expected seconds >= 0, got -1"),
+        ({"error": ""}, "error: expected some text, got ''"),
+        ({"handlers": "fails"}, "handlers: expected a tuple of handler names"),
+        ({"group_ids": ("not-a-uuid",)}, "group_ids: expected UUIDs"),
+    ],
+    ids=["status", "age", "error", "handlers", "groups"],
+)
+def test_a_bad_selection_is_refused_where_it_is_made(
+    database_url: str, given: dict[str, Any], message: str
+) -> None:
+    """A Selection checks each field as it is made, in one line naming it."""
+    with pytest.raises(ConfigurationError) as raised:
+        groups.Selection(**given)
+    assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_key_filter_needs_an_ordered_handler(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """``key`` on handlers without an ordering_key: refused, naming them."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, name="plain")(_succeed)
+    with pytest.raises(ConfigurationError) as raised:
+        groups.find(app, groups.Selection(key="a"))
+    assert "key: no handler selected has an ordering_key to match it against (plain)" == str(
+        raised.value
+    )
+
+
+# --- One group in full, and the attempts recorded ------------------------------------------
+
+
+def test_show_tells_a_dead_group_s_events_and_each_failed_attempt(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A group dead after two attempts: its events' values, two attempts recorded (failed,
+    then dead) with the worker and the traceback, and the archive's counts."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=5, retry=TWO_SHOTS, name="fails")(_always_fail)
+    commit_events(app.engine, 2)
+    drain(app)
+    drain(app)
+    [group_id] = _dead_groups(app, commit_events, 0)
+    detail = groups.show(app, group_id)
+    assert (
+        GroupStatus.DEAD,
+        [0, 1],
+        [(1, "failed"), (2, "dead")],
+        [True, True],
+        {"dead": 2},
+    ) == (
+        detail.group.status,
+        sorted(e.values["activity_id"] for e in detail.events),
+        [(a.attempt, a.outcome.value) for a in detail.attempts],
+        [bool(a.worker) and "Traceback" in (a.error or "") for a in detail.attempts],
+        detail.archived,
+    )
+
+
+def test_show_tells_a_live_group_s_lease_and_next_run(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A group retrying: its events in the buffer, its next run ahead, no lease; the attempt
+    that failed recorded."""
+    app = make_app(database_url)
+    slow = RetryPolicy(max_attempts=3, base_delay=600.0, max_delay=600.0)
+    app.handler(ActivityEvent, batch_size=5, retry=slow, name="fails")(_always_fail)
+    commit_events(app.engine, 3)
+    drain(app)
+    [group] = groups.find(app).groups
+    detail = groups.show(app, group.group_id)
+    assert (GroupStatus.RETRYING, 3, 3, True, None, ["failed"]) == (
+        detail.group.status,
+        detail.group.events,
+        len(detail.events),
+        detail.group.due_in is not None and detail.group.due_in > 500,
+        detail.lease,
+        [a.outcome.value for a in detail.attempts],
+    )
+
+
+def test_a_deferral_and_a_rescue_are_recorded_as_attempts(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A RetryAfter is recorded as deferred (the group then waits with its handler, paused
+    until the downstream's time); a lease that ran out, as lease_expired."""
+    app = make_app(database_url)
+
+    def defer(batch: Batch[Any]) -> None:
+        raise RetryAfter(600)
+
+    app.handler(ActivityEvent, batch_size=5, name="later")(defer)
+    commit_events(app.engine, 1)
+    drain(app)
+    [group] = groups.find(app).groups
+    with app.engine.begin() as conn:
+        conn.execute(
+            update(schema.jobs).values(
+                lease_owner="gone", lease_token=uuid.uuid4(), lease_expires_at=db_now_plus(-1)
+            )
+        )
+    from outbox._db import queries, run_in_transaction
+
+    run_in_transaction(app.engine, lambda conn: queries.rescue_expired_jobs(conn, app.dialect))
+    detail = groups.show(app, group.group_id)
+    assert (GroupStatus.PAUSED, ["deferred", "lease_expired"]) == (
+        group.status,
+        [a.outcome.value for a in detail.attempts],
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_show_of_an_unknown_group_says_so(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """A group outbox has no trace of: GroupNotFoundError naming it."""
+    app = make_app(database_url)
+    group_id = uuid.uuid4()
+    with pytest.raises(GroupNotFoundError) as raised:
+        groups.show(app, group_id)
+    assert f"no group {group_id}: no job, event or attempt of it is known" == str(raised.value)
+
+
+def test_show_of_a_group_done_gives_its_archived_status(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A group that succeeded after a failed attempt: shown as succeeded, with the attempt."""
+    app = make_app(database_url)
+    calls = []
+
+    def fail_once(batch: Batch[Any]) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("once")
+
+    app.handler(ActivityEvent, batch_size=5, retry=TWO_SHOTS, name="flaky", archive=True)(fail_once)
+    commit_events(app.engine, 2)
+    drain(app)
+    drain(app)
+    [group_id] = {row.group_id for row in _archived(app.engine)}
+    detail = groups.show(app, group_id)
+    assert (schema.ArchiveStatus.SUCCEEDED, {"succeeded": 2}, ["failed"]) == (
+        detail.group.status,
+        detail.archived,
+        [a.outcome.value for a in detail.attempts],
+    )
+
+
+# --- Discard --------------------------------------------------------------------------------
+
+
+def test_discard_gives_up_dead_and_waiting_groups_and_leaves_one_in_flight(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """Dead rows are marked discarded, a waiting group's events archived as discarded and its
+    job gone, a group in flight left and named; one operation records it all."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=1, retry=ONE_SHOT, name="fails")(_always_fail)
+    dead = _dead_groups(app, commit_events, 1)
+    commit_events(app.engine, 2)
+    with app.engine.begin() as conn:
+        ids = list(
+            conn.execute(select(ActivityEvent.id).where(ActivityEvent.group_id.is_(None))).scalars()
+        )
+    waiting = _add_job(app.engine, "fails", (False, False, 0, 0, False))
+    flying = _add_job(app.engine, "fails", (True, True, 1, 0, False))
+    with app.engine.begin() as conn:
+        conn.execute(
+            update(ActivityEvent.__table__)
+            .where(ActivityEvent.id == ids[0])
+            .values(group_id=waiting)
+        )
+        conn.execute(
+            update(ActivityEvent.__table__)
+            .where(ActivityEvent.id == ids[1])
+            .values(group_id=flying)
+        )
+    result = groups.discard(app, groups.Selection(handlers=("fails",)), actor="ops", reason="bad")
+    statuses = Counter(row.status for row in _archived(app.engine))
+    [operation] = archive.history(app)
+    assert (
+        {dead[0], waiting},
+        [flying],
+        {"discarded": 2},
+        [flying],
+        ("discard", "ops", 2, 2, "bad"),
+    ) == (
+        {g.group_id for g in result.groups},
+        [g.group_id for g, _ in result.skipped],
+        dict(statuses),
+        [row.group_id for row in _jobs(app.engine)],
+        (operation.action, operation.actor, operation.groups, operation.events, operation.detail),
+    )
+
+
+def _jobs(engine: Engine) -> list[Any]:
+    with engine.connect() as conn:
+        return list(conn.execute(select(schema.jobs).where(schema.jobs.c.kind == "batch")))
+
+
+def test_discard_of_a_held_group_releases_its_keys(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A dead ordered group discarded: its keys are released, so the later events of its key
+    are handled."""
+    app = make_app(database_url)
+    failing = [True]
+
+    def fail_while_told(batch: Batch[Any]) -> None:
+        if failing[0]:
+            raise ValueError("no")
+
+    app.handler(ActivityEvent, batch_size=1, retry=ONE_SHOT, ordering_key="kind", name="ordered")(
+        fail_while_told
+    )
+    commit_events(app.engine, 1, kind="k")
+    drain(app)
+    commit_events(app.engine, 1, kind="k")
+    failing[0] = False
+    drain(app)
+    held_before = len(groups.find(app, groups.Selection(statuses=("held",))).groups)
+    groups.discard(app, groups.Selection(statuses=("held",)))
+    drain(app)
+    with app.engine.connect() as conn:
+        left = conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one()
+    assert (1, 0, {"discarded": 1}) == (
+        held_before,
+        left,
+        dict(Counter(row.status for row in _archived(app.engine))),
+    )
+
+
+def test_a_dry_run_discard_counts_every_page_and_changes_nothing(
+    database_url: str, make_app: Callable[[str], Outbox], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More groups than a page: the dry run names them all and writes nothing."""
+    monkeypatch.setattr(groups, "DISCARD_PAGE", 2)
+    app = make_app(database_url)
+    _two_handlers(app)
+    added = {_add_job(app.engine, "running", (False, False, 0, 0, False)) for _ in range(5)}
+    result = groups.discard(app, groups.Selection(handlers=("running",)), dry_run=True)
+    assert (added, 5, [], None) == (
+        {g.group_id for g in result.groups},
+        len(_jobs(app.engine)),
+        archive.history(app),
+        result.operation_id,
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_discard_refuses_an_empty_selection(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Discarding every group takes a filter: an empty selection is refused."""
+    app = make_app(database_url)
+    with pytest.raises(ConfigurationError) as raised:
+        groups.discard(app, groups.Selection())
+    assert str(raised.value).startswith("discard needs a selection")
+
+
+# --- Replay by selection, and with edit ------------------------------------------------------
+
+
+def test_replay_by_error_text_takes_only_the_matching_dead_groups(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """``groups.replay`` with an error filter replays the groups whose error holds it."""
+    app = make_app(database_url)
+
+    def fail_by_kind(batch: Batch[Any]) -> None:
+        raise ValueError(f"rejected {batch.events[0].kind}")
+
+    app.handler(ActivityEvent, batch_size=1, retry=ONE_SHOT, name="fails")(fail_by_kind)
+    commit_events(app.engine, 1, kind="red")
+    commit_events(app.engine, 1, kind="blue")
+    drain(app)
+    result = groups.replay(app, groups.Selection(error="rejected red"), actor="ops")
+    with app.engine.connect() as conn:
+        back = list(conn.execute(select(ActivityEvent.kind)).scalars())
+    [operation] = archive.history(app)
+    assert (["red"], 1, Counter({"replayed": 1, "dead": 1}), ("replay", "ops", 1, 1)) == (
+        back,
+        result.events,
+        Counter(row.status for row in _archived(app.engine)),
+        (operation.action, operation.actor, operation.groups, operation.events),
+    )
+
+
+def test_edit_replays_one_dead_event_with_its_values_changed(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """The edited event goes back with the new value and the others kept; its archive row is
+    marked replayed and points at it; the record names the columns, not the values."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=2, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 2, kind="broken")
+    drain(app)
+    dead = _archived(app.engine)
+    group_id, event_id = dead[0].group_id, int(dead[0].event_id)
+    result = archive.edit(app, group_id, event_id, {"kind": "fixed", "activity_id": "41"})
+    with app.engine.connect() as conn:
+        back = [
+            tuple(r)
+            for r in conn.execute(
+                select(ActivityEvent.id, ActivityEvent.activity_id, ActivityEvent.kind)
+            )
+        ]
+    marked = [(r.status, r.replay_event_id) for r in _archived(app.engine)]
+    [operation] = archive.history(app)
+    assert (
+        [(result.new_event_id, 41, "fixed")],
+        [("replayed", result.new_event_id), ("dead", None)],
+        ("activity_id", "kind"),
+        ("edit", f"event {event_id} of group {group_id}: activity_id, kind changed"),
+    ) == (back, marked, result.changed, (operation.action, operation.detail))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"nope": 1}, "'nope' is not a column of buffer test_activity_events; its columns:"),
+        ({"group_id": None}, "'group_id' is outbox's own column of buffer test_activity_events"),
+        ({"activity_id": "many"}, "activity_id: 'many' is not a valid int"),
+        ({"activity_id": None}, "activity_id: NULL is not allowed (the column is NOT NULL)"),
+        ({"kind": 5}, "kind: expected str, got int"),
+    ],
+    ids=["unknown", "own", "unparsable", "null", "type"],
+)
+def test_edit_refuses_values_its_columns_do_not_take_and_writes_nothing(
+    database_url: str,
+    make_app: Callable[[str], Outbox],
+    commit_events: Any,
+    changes: dict[str, Any],
+    message: str,
+) -> None:
+    """A name that is not the buffer's, outbox's own column, or a value the column does not
+    take: one line naming it; the event stays dead and nothing is recorded."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=2, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 1)
+    drain(app)
+    [row] = _archived(app.engine)
+    with pytest.raises(ConfigurationError) as raised:
+        archive.edit(app, row.group_id, int(row.event_id), changes)
+    assert (True, ["dead"], []) == (
+        str(raised.value).startswith(message),
+        [r.status for r in _archived(app.engine)],
+        archive.history(app),
+    ), str(raised.value)
+
+
+def test_prune_forgets_the_attempts_of_groups_gone_and_keeps_a_dead_group_s(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """After a prune, the attempts of a group that is gone are deleted; a dead group keeps its
+    history as long as it is dead."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=1, retry=ONE_SHOT, name="fails")(_always_fail)
+    [dead] = _dead_groups(app, commit_events, 1)
+    gone = uuid.uuid4()
+    with app.engine.begin() as conn:
+        conn.execute(
+            insert(schema.attempts).values(
+                handler="fails", group_id=gone, attempt=1, outcome="failed", worker=None,
+                error=None, finished_at=db_now_plus(-7200),
+            )
+        )  # fmt: skip
+        conn.execute(update(schema.attempts).values(finished_at=db_now_plus(-7200)))
+    archive.prune(app, older_than=3600)
+    with app.engine.connect() as conn:
+        kept = list(conn.execute(select(schema.attempts.c.group_id)).scalars())
+    assert [dead] == kept
