@@ -282,6 +282,17 @@ def downgrade_losses(conn: Connection, revision: str) -> list[Loss]:
 
 _jobs, _handlers, _limits = schema.jobs, schema.handlers, schema.rate_limits
 _LOSSES: dict[str, tuple[tuple[str, str, Any], ...]] = {
+    "0006": (
+        ("outbox_attempts", "recorded attempts", lambda c: _count(c, schema.attempts)),
+        ("outbox_operations", "recorded operations", lambda c: _count(c, schema.operations)),
+        (
+            "outbox_archive",
+            "replayed events' records",
+            lambda c: _count(
+                c, schema.archive, schema.archive.c.status == schema.ArchiveStatus.REPLAYED
+            ),
+        ),
+    ),
     "0004": (
         (
             "outbox_rate_limits.starts",

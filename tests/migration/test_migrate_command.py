@@ -57,6 +57,38 @@ def test_downgrade_that_drops_rows_refuses_naming_them(
     assert (1, expected, head) == (result.code, result.stderr, current_revision(engine))
 
 
+def test_downgrade_below_the_operators_records_refuses_naming_them(
+    cli: Cli, empty_url: str, engine_on: Callable[[str], Engine]
+) -> None:
+    """--to 0005 over recorded attempts, operations and replayed rows: exit 1 naming each."""
+    engine = engine_on(empty_url)
+    migrate(engine)
+    group_id = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.execute(
+            insert(schema.attempts).values(
+                handler="a", group_id=group_id, attempt=1, outcome="failed"
+            )
+        )
+        conn.execute(insert(schema.operations).values(action="replay", actor="ops@host"))
+        conn.execute(
+            insert(schema.archive).values(
+                handler="a", buffer="b", event_id=1, group_id=group_id, status="replayed",
+                attempts=1, payload={},
+            )
+        )  # fmt: skip
+
+    result = cli.run(*_url(empty_url), "migrate", "--to", "0005")
+
+    head = head_revision()
+    expected = (
+        f"Error: {head} -> 0005 drops outbox_attempts: 1 recorded attempts; outbox_operations: 1 "
+        "recorded operations; outbox_archive: 1 replayed events' records; pass --yes to "
+        "downgrade all the same\n"
+    )
+    assert (1, expected, head) == (result.code, result.stderr, current_revision(engine))
+
+
 def test_downgrade_with_yes_drops_the_rows(
     cli: Cli, empty_url: str, engine_on: Callable[[str], Engine]
 ) -> None:
