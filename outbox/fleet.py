@@ -104,6 +104,49 @@ def fleet(app: Outbox) -> Fleet:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Worker:
+    """A worker of the fleet: where it runs, since when, how lately heard from, what it
+    holds, and whether it leads (distributes for the fleet)."""
+
+    id: str
+    hostname: str
+    pid: int
+    concurrency: int
+    version: str | None
+    generation: int | None
+    started_age: float
+    heartbeat_age: float
+    groups_held: int
+    alive: bool
+    leader: bool
+
+
+def workers(app: Outbox) -> list[Worker]:
+    """Every worker with a row, the longest running first (a gone one until its row is
+    cleaned up): what the dashboard's workers page shows."""
+    stale = app.settings.worker_stale_after
+    with app.engine.connect() as conn:
+        rows = queries.worker_rows(conn, stale)
+        leader = queries.leader_worker_id(conn, stale)
+    return [
+        Worker(
+            r.id,
+            r.hostname,
+            r.pid,
+            r.concurrency,
+            r.version,
+            r.generation,
+            r.started_age,
+            r.heartbeat_age,
+            r.groups_held,
+            r.alive,
+            r.id == leader,
+        )
+        for r in rows
+    ]
+
+
 def lever_warnings(app: Outbox, lever: str) -> list[str]:
     """One line per group of live workers that ignore ``lever`` (one of :data:`LEVERS`)."""
     since = LEVERS[lever]

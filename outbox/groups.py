@@ -436,16 +436,24 @@ def show(app: Outbox, group_id: uuid.UUID) -> GroupDetail:
         else:
             dead = queries.dead_groups(conn, group_ids=[group_id], limit=1)
             rows = queries.select_archived(
-                conn, handler=None, statuses=None, group_id=group_id, after_id=0,
+                conn,
+                handler=None,
+                statuses=None,
+                group_id=group_id,
+                after_id=0,
                 limit=SHOWN_EVENTS,
-            )  # fmt: skip
+            )
             if not dead and not rows and not attempts:
                 raise GroupNotFoundError(group_id)
             events = [
-                Event(int(r["event_id"]), _archived_values(parse_payload, r["payload"]),
-                      r["status"], r["error"])
+                Event(
+                    int(r["event_id"]),
+                    _archived_values(parse_payload, r["payload"]),
+                    r["status"],
+                    r["error"],
+                )
                 for r in rows
-            ]  # fmt: skip
+            ]
             if dead:
                 group = _group(dead[0], archived.get(schema.ArchiveStatus.DEAD, 0))
             else:
@@ -541,9 +549,12 @@ def discard(
         after = listing.next
     if operation_id is not None:
         log.info(
-            _log.GROUPS_DISCARDED, groups=len(taken), events=events, actor=actor,
+            _log.GROUPS_DISCARDED,
+            groups=len(taken),
+            events=events,
+            actor=actor,
             operation=operation_id,
-        )  # fmt: skip
+        )
     return OperationResult(
         schema.OperationAction.DISCARD, taken, events, skipped, dry_run, operation_id
     )

@@ -287,6 +287,17 @@ operations = Table(
     Index(None, "done_at"),
 )
 
+ingest_keys = Table(
+    "outbox_ingest_keys",
+    metadata,
+    Column("handler", _NAME, primary_key=True),
+    Column("key", String(200), primary_key=True, comment="the producer's idempotency key"),
+    Column("event_id", BigInteger, nullable=False, comment="the event it wrote, in its buffer"),
+    Column("received_at", timestamp(), nullable=False, server_default=db_now()),
+    # Serves prune by age.
+    Index(None, "received_at"),
+)
+
 held_keys = Table(
     "outbox_held_keys",
     metadata,

@@ -7,7 +7,8 @@ Create Date: 2026-12-08 10:00:00.000000
 ``outbox_attempts``: each attempt of a group that did not end in success (failed, dead,
 deferred, lease expired, refused), with its worker and its error, for ``outbox show``.
 ``outbox_operations``: each replay, edit and discard an operator made: who, when, which filter,
-how many. ``outbox_archive.operation_id`` and ``.replay_event_id``: a replayed event stays in the
+how many. ``outbox_ingest_keys``: the idempotency keys of events written over HTTP, so that a
+producer's retry writes nothing twice. ``outbox_archive.operation_id`` and ``.replay_event_id``: a replayed event stays in the
 archive, marked ``replayed``, pointing at the operation and at the event it became.
 
 Only additions: older workers go on as before (they record no attempts, and an older ``outbox
@@ -81,6 +82,20 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_outbox_operations"),
     )
     op.create_index("ix_outbox_operations_done_at", "outbox_operations", ["done_at"])
+    op.create_table(
+        "outbox_ingest_keys",
+        sa.Column("handler", sa.String(200), nullable=False),
+        sa.Column("key", sa.String(200), nullable=False, comment="the producer's idempotency key"),
+        sa.Column(
+            "event_id",
+            sa.BigInteger(),
+            nullable=False,
+            comment="the event it wrote, in its buffer",
+        ),
+        sa.Column("received_at", timestamp(), server_default=db_now(), nullable=False),
+        sa.PrimaryKeyConstraint("handler", "key", name="pk_outbox_ingest_keys"),
+    )
+    op.create_index("ix_outbox_ingest_keys_received_at", "outbox_ingest_keys", ["received_at"])
     op.add_column(
         "outbox_archive",
         sa.Column(
@@ -114,6 +129,8 @@ def downgrade() -> None:
     with op.batch_alter_table("outbox_archive") as batch:
         batch.drop_column("replay_event_id")
         batch.drop_column("operation_id")
+    op.drop_index("ix_outbox_ingest_keys_received_at", table_name="outbox_ingest_keys")
+    op.drop_table("outbox_ingest_keys")
     op.drop_index("ix_outbox_operations_done_at", table_name="outbox_operations")
     op.drop_table("outbox_operations")
     op.drop_index("ix_outbox_attempts_finished_at", table_name="outbox_attempts")

@@ -259,3 +259,21 @@ class OperationRow:
     events: int
     detail: str | None
     done_at: dt.datetime
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRow:
+    """A worker as the fleet's page shows it. Ages are seconds, by the database clock."""
+
+    id: str
+    hostname: str
+    pid: int
+    concurrency: int
+    version: str | None
+    generation: int | None
+    started_age: float
+    heartbeat_age: float
+    groups_held: int
+    """Jobs it holds a lease on now."""
+    alive: bool
+    """It heartbeated recently enough to count as alive."""

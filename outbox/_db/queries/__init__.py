@@ -26,6 +26,7 @@ from outbox._db.queries.buffers import (
     fetch_claimed,
     finish_succeeded_group,
     insert_events,
+    insert_events_returning,
     insert_stored_rows,
     move_rows_to_group,
     next_key,
@@ -59,11 +60,13 @@ from outbox._db.queries.groups import (
     dead_groups,
     delete_idle_job,
     delete_old_attempts,
+    delete_old_ingest_keys,
     discard_dead_rows,
     finish_operation,
     group_attempts,
     group_job,
     groups_with_key,
+    ingested_keys,
     lease_of,
     live_groups,
     mark_archived,
@@ -71,6 +74,7 @@ from outbox._db.queries.groups import (
     operations,
     record_attempt,
     record_attempts,
+    record_ingested,
     record_operation,
 )
 from outbox._db.queries.handlers import (
@@ -143,6 +147,7 @@ from outbox._db.queries.workers import (
     leader_worker_id,
     live_worker_versions,
     touch_worker,
+    worker_rows,
 )
 from outbox._db.types import (
     AttemptRow,
@@ -162,6 +167,7 @@ from outbox._db.types import (
     SessionClock,
     SilentHolder,
     UnreadableRowsError,
+    WorkerRow,
     WorkerVersion,
 )
 
@@ -191,6 +197,7 @@ __all__ = [
     "SilentHolder",
     "Spend",
     "UnreadableRowsError",
+    "WorkerRow",
     "WorkerVersion",
     "acquire_capped_batch_jobs",
     "acquire_jobs",
@@ -232,6 +239,7 @@ __all__ = [
     "delete_job",
     "delete_old_archived",
     "delete_old_attempts",
+    "delete_old_ingest_keys",
     "delete_pending_claim_jobs",
     "delete_stale_workers",
     "delete_worker",
@@ -256,9 +264,11 @@ __all__ = [
     "hold_refused_job",
     "in_order",
     "index_bytes",
+    "ingested_keys",
     "insert_batch_job",
     "insert_claim_jobs",
     "insert_events",
+    "insert_events_returning",
     "insert_stored_rows",
     "insert_worker",
     "job_counts",
@@ -283,6 +293,7 @@ __all__ = [
     "recent_dead_letters",
     "record_attempt",
     "record_attempts",
+    "record_ingested",
     "record_operation",
     "record_schema_generation",
     "refused_groups",
@@ -311,4 +322,5 @@ __all__ = [
     "unclaimed_after",
     "undistributed_age",
     "unlock_conversions",
+    "worker_rows",
 ]

@@ -339,6 +339,17 @@ def insert_events(
     return len(rows)
 
 
+def insert_events_returning(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> list[int]:
+    """Insert event rows into a buffer; their ids in the order of ``rows`` (``INSERT ...
+    RETURNING`` in one executemany, every row with the same columns)."""
+    if not rows:
+        return []
+    stmt = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+    return [int(n) for n in conn.execute(stmt, list(rows)).scalars().all()]
+
+
 def insert_stored_rows(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
 ) -> list[int]:

@@ -25,6 +25,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy import cast as sql_cast
@@ -617,3 +618,39 @@ def mark_group_operation(conn: Connection, group_id: uuid.UUID, operation_id: in
         .where(_archive.c.status == schema.ArchiveStatus.DISCARDED)
         .values(operation_id=operation_id)
     ).rowcount
+
+
+def ingested_keys(conn: Connection, handler: str, keys: Sequence[str]) -> dict[str, int]:
+    """Of ``keys``, those a producer's events were written under already, with the event's id;
+    served by the primary key of ``outbox_ingest_keys``."""
+    ingest = schema.ingest_keys
+    rows = conn.execute(
+        select(ingest.c.key, ingest.c.event_id).where(
+            ingest.c.handler == handler, ingest.c.key.in_(list(keys))
+        )
+    )
+    return {key: int(event_id) for key, event_id in rows}
+
+
+def record_ingested(conn: Connection, handler: str, written: dict[str, int]) -> None:
+    """Record the keys events were written under; a key recorded already (a concurrent
+    producer's) fails the transaction with the primary key's IntegrityError."""
+    conn.execute(
+        insert(schema.ingest_keys),
+        [{"handler": handler, "key": k, "event_id": n} for k, n in written.items()],
+    )
+
+
+def delete_old_ingest_keys(conn: Connection, older_than_seconds: float, limit: int) -> int:
+    """Delete up to ``limit`` idempotency keys older than ``older_than_seconds``."""
+    ingest = schema.ingest_keys
+    keys = conn.execute(
+        select(ingest.c.handler, ingest.c.key)
+        .where(ingest.c.received_at < db_now_plus(-older_than_seconds))
+        .order_by(ingest.c.received_at)
+        .limit(limit)
+    ).all()
+    if not keys:
+        return 0
+    picked = tuple_(ingest.c.handler, ingest.c.key).in_([tuple(k) for k in keys])
+    return conn.execute(ingest.delete().where(picked)).rowcount

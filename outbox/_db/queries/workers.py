@@ -18,8 +18,8 @@ from sqlalchemy import (
 )
 
 from outbox import schema
-from outbox._db.dialects.clock import db_now, db_now_plus
-from outbox._db.types import WorkerVersion
+from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
+from outbox._db.types import WorkerRow, WorkerVersion
 from outbox._version import VERSION
 
 _workers = schema.workers
@@ -118,6 +118,45 @@ def live_worker_versions(
     ).all()
     versions = [WorkerVersion(r.version, r.generation, int(r.live)) for r in rows]
     return sorted(versions, key=lambda v: (v.generation or 0, v.version or ""))
+
+
+def worker_rows(conn: Connection, stale_seconds: float) -> list[WorkerRow]:
+    """Every worker row, the longest running first, with the jobs each holds now and its
+    ages by the database clock; ``alive``: heartbeated within ``stale_seconds``."""
+    jobs = schema.jobs
+    held = (
+        select(func.count())
+        .where(jobs.c.lease_owner == _workers.c.id, jobs.c.lease_expires_at.is_not(None))
+        .scalar_subquery()
+    )
+    rows = conn.execute(
+        select(
+            _workers.c.id,
+            _workers.c.hostname,
+            _workers.c.pid,
+            _workers.c.concurrency,
+            _workers.c.version,
+            _workers.c.generation,
+            age_seconds(_workers.c.started_at).label("started"),
+            age_seconds(_workers.c.heartbeat_at).label("heartbeat"),
+            held.label("held"),
+        ).order_by(_workers.c.started_at, _workers.c.id)
+    )
+    return [
+        WorkerRow(
+            r.id,
+            r.hostname,
+            int(r.pid),
+            int(r.concurrency),
+            r.version,
+            r.generation,
+            max(float(r.started), 0.0),
+            max(float(r.heartbeat), 0.0),
+            int(r.held),
+            float(r.heartbeat) <= stale_seconds,
+        )
+        for r in rows
+    ]
 
 
 def database_now(conn: Connection) -> Any:
