@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import JSON, Column, Connection, Dialect, Float, Table, TypeDecorator
+from sqlalchemy.exc import DataError
 
 from outbox import _log, schema
 from outbox._db import dialects, queries, run_in_transaction
@@ -387,7 +388,15 @@ def edit(
         )
         return operation_id, new_ids[0]
 
-    operation_id, new_id = run_in_transaction(app.engine, work)
+    try:
+        operation_id, new_id = run_in_transaction(app.engine, work)
+    except DataError as error:
+        # A value of the column's type that the column cannot hold (too long, out of range):
+        # refused as a value of the wrong type is, and nothing written.
+        raise ConfigurationError(
+            f"{', '.join(changed)}: the database refused the new value "
+            f"({dialects.error_summary(error)})"
+        ) from error
     log.info(
         _log.ARCHIVE_EDITED,
         handler=row["handler"],

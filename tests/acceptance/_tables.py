@@ -49,14 +49,16 @@ def add_archived(
     age: float = 0.0,
     handler: str = "record_activity",
     error: str | None = None,
+    group_id: uuid.UUID | None = None,
 ) -> None:
-    """``count`` archive rows of ``status``, archived ``age`` seconds ago (each one group)."""
+    """``count`` archive rows of ``status``, archived ``age`` seconds ago (each one group, or
+    all of ``group_id``'s)."""
     rows = [
         {
             "handler": handler,
             "buffer": ActivityEvent.__table__.name,
             "event_id": n + 1,
-            "group_id": uuid.uuid4(),
+            "group_id": uuid.uuid4() if group_id is None else group_id,
             "status": status,
             "attempts": 1,
             "error": error,
