@@ -168,6 +168,7 @@ def replay(
     group_ids: Collection[uuid.UUID] | None = None,
     actor: str | None = None,
     selection: str | None = None,
+    operation_id: int | None = None,
 ) -> ReplayResult:
     """Put archived events back into their buffers as new events, and mark them replayed.
 
@@ -181,7 +182,8 @@ def replay(
     be handled before the events its key held back, and its group's keys are released); its
     own columns come from the archived payload. Its archive row stays, marked ``replayed``
     with the event it became and the operation that did it, recorded as done by ``actor``
-    (default: ``user@host``) with ``selection`` (JSON; default: the filters given). Runs in
+    (default: ``user@host``) with ``selection`` (JSON; default: the filters given), or counted
+    into the operation ``operation_id`` when given (one replay made of several calls). Runs in
     chunks of ``REPLAY_CHUNK`` events, one transaction each, so a replay interrupted half way
     leaves every event either archived or back in its buffer.
     """
@@ -200,7 +202,6 @@ def replay(
     by_status: Counter[str] = Counter()
     groups: Counter[tuple[str, uuid.UUID | None]] = Counter()
     failures: list[str] = []
-    operation_id: int | None = None
     after_id = 0
     while True:
         rows = _select(app, handler, chosen, group_ids, after_id)

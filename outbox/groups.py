@@ -64,6 +64,7 @@ DISCARD_PAGE = 200
 
 _NOT_DISCARDED = frozenset({GroupStatus.IN_FLIGHT})
 _DISCARD = schema.OperationAction.DISCARD
+_REPLAY = schema.OperationAction.REPLAY
 
 
 def parse_statuses(words: Iterable[str], *, argument: str = "status") -> tuple[GroupStatus, ...]:
@@ -581,30 +582,34 @@ def replay(
         )
     taken: list[Group] = []
     skipped: list[tuple[Group, str]] = []
+    events = 0
+    operation_id: int | None = None
     after: str | None = None
     while True:
         listing = find(app, selection, limit=MAX_LIMIT, after=after)
-        taken += [g for g in listing.groups if g.status in queries.ARCHIVED]
+        page = [g for g in listing.groups if g.status in queries.ARCHIVED]
         skipped += [
             (g, f"{g.status}: not dead") for g in listing.groups if g.status not in queries.ARCHIVED
         ]
+        if dry_run:
+            events += _count_events(page)
+        elif page:
+            # A page at a time, into one operation: a replay of many groups neither passes
+            # the database more parameters than it takes nor records many operations.
+            if operation_id is None:
+                operation_id = _record(app, _REPLAY, _actor(actor), selection, None)
+            done = archive.replay(
+                app,
+                group_ids=[g.group_id for g in page],
+                status=schema.ArchiveStatus.DEAD,
+                operation_id=operation_id,
+            )
+            events += done.events
+        taken += page
         if listing.next is None:
             break
         after = listing.next
-    if dry_run or not taken:
-        return OperationResult(
-            schema.OperationAction.REPLAY, taken, _count_events(taken), skipped, dry_run
-        )
-    done = archive.replay(
-        app,
-        group_ids=[g.group_id for g in taken],
-        status=schema.ArchiveStatus.DEAD,
-        actor=actor,
-        selection=selection.as_json(),
-    )
-    return OperationResult(
-        schema.OperationAction.REPLAY, taken, done.events, skipped, False, done.operation_id
-    )
+    return OperationResult(_REPLAY, taken, events, skipped, dry_run, operation_id)
 
 
 def _count_events(groups: list[Group]) -> int:

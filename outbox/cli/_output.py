@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-import base64
-import dataclasses
-import datetime as dt
-import decimal
-import enum
 import json
-import uuid
 from typing import Any
 
 import click
+
+from outbox.jsonable import jsonable
 
 
 def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
@@ -53,32 +49,10 @@ def age_text(seconds: float | None) -> str:
 def print_json(value: Any) -> None:
     """One JSON document: dataclasses as objects, enums as their words, UUIDs, times and
     decimals as text, bytes as base64."""
-    click.echo(json.dumps(_plain(value), indent=2, sort_keys=True))
+    click.echo(json.dumps(jsonable(value), indent=2, sort_keys=True))
 
 
 def json_text(value: Any) -> str:
     """``value`` as one line of JSON, every character past ASCII escaped: a payload shown in a
     terminal, where a control character in it could not rewrite the screen."""
-    return json.dumps(_plain(value), sort_keys=True, ensure_ascii=True)
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        plain = {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-        for name in dir(type(value)):
-            if isinstance(getattr(type(value), name, None), property) and not name.startswith("_"):
-                plain[name] = _plain(getattr(value, name))
-        return plain
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {str(_plain(k)): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [_plain(v) for v in value]
-    if isinstance(value, uuid.UUID | dt.datetime | dt.date | dt.time | decimal.Decimal):
-        return str(value) if not isinstance(value, dt.date) else value.isoformat()
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    return str(value)
+    return json.dumps(jsonable(value), sort_keys=True, ensure_ascii=True)

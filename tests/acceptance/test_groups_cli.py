@@ -25,7 +25,7 @@ EVENTS = 10
 ERROR = "RuntimeError: the downstream API refused the batch (on purpose)"
 """The first line of the error the test application's failing handler records."""
 
-sqlite_only = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+on_postgresql = pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
 
 
 class DeadGroup(NamedTuple):
@@ -138,7 +138,7 @@ def test_groups_json_lists_dead_groups_with_status_events_and_error(
     )
 
 
-@sqlite_only
+@on_postgresql
 def test_show_json_gives_events_values_attempts_and_archived_counts(
     cli: Cli, database_url: str, dead_group: DeadGroup
 ) -> None:
@@ -175,7 +175,7 @@ def test_show_json_gives_events_values_attempts_and_archived_counts(
     )
 
 
-@sqlite_only
+@on_postgresql
 def test_show_of_an_unknown_group_exits_1_in_one_line(cli: Cli, database_url: str) -> None:
     """``outbox show`` of a group outbox has no trace of exits 1 with one line naming it."""
     group_id = uuid.uuid4()
@@ -187,7 +187,7 @@ def test_show_of_an_unknown_group_exits_1_in_one_line(cli: Cli, database_url: st
     )
 
 
-@sqlite_only
+@on_postgresql
 def test_dead_list_is_groups_of_status_dead_and_held(
     cli: Cli, database_url: str, connect: Callable[[str], Engine], commit_events: Any
 ) -> None:
@@ -207,7 +207,7 @@ def test_dead_list_is_groups_of_status_dead_and_held(
     )
 
 
-@sqlite_only
+@on_postgresql
 def test_discard_dry_run_names_the_groups_and_changes_nothing(
     cli: Cli, database_url: str, connect: Callable[[str], Engine]
 ) -> None:
@@ -236,7 +236,7 @@ def test_discard_dry_run_names_the_groups_and_changes_nothing(
     )
 
 
-@sqlite_only
+@on_postgresql
 def test_discard_of_a_group_marks_its_rows_and_history_records_who_and_why(
     cli: Cli, database_url: str, connect: Callable[[str], Engine]
 ) -> None:
@@ -281,7 +281,7 @@ def test_discard_of_a_group_marks_its_rows_and_history_records_who_and_why(
     ), discarded.output
 
 
-@sqlite_only
+@on_postgresql
 def test_discard_without_a_filter_exits_2_and_changes_nothing(
     cli: Cli, database_url: str, connect: Callable[[str], Engine]
 ) -> None:
@@ -305,7 +305,7 @@ def test_discard_without_a_filter_exits_2_and_changes_nothing(
     )
 
 
-@sqlite_only
+@on_postgresql
 def test_replay_with_edit_puts_one_event_back_with_the_value_changed(
     cli: Cli, database_url: str, connect: Callable[[str], Engine]
 ) -> None:
@@ -337,13 +337,13 @@ def test_replay_with_edit_puts_one_event_back_with_the_value_changed(
     ("database_url", "change", "message"),
     [
         (
-            "sqlite",
+            "postgresql",
             "colour=red",
             "Error: 'colour' is not a column of buffer test_activity_events; its columns: "
             "activity_id, kind",
         ),
         (
-            "sqlite",
+            "postgresql",
             "id=7",
             "Error: 'id' is outbox's own column of buffer test_activity_events; its columns: "
             "activity_id, kind",
@@ -380,7 +380,7 @@ def test_replay_with_edit_of_a_column_it_cannot_set_exits_2_and_changes_nothing(
     )
 
 
-@sqlite_only
+@on_postgresql
 def test_replay_error_replays_only_the_dead_groups_whose_error_holds_the_text(
     cli: Cli, database_url: str, connect: Callable[[str], Engine]
 ) -> None:
@@ -412,7 +412,7 @@ def test_replay_error_replays_only_the_dead_groups_whose_error_holds_the_text(
     ), result.output
 
 
-@sqlite_only
+@on_postgresql
 def test_groups_limit_prints_a_cursor_and_after_gives_the_next_page(
     cli: Cli, database_url: str, connect: Callable[[str], Engine]
 ) -> None:

@@ -1,0 +1,110 @@
+"""The operators' console over HTTP (the ``web`` extra): a dashboard of server-rendered pages and
+a JSON API, one ASGI application that mounts inside an existing FastAPI or Starlette
+application, or runs alone (``outbox dashboard``).
+
+::
+
+    from outbox.web import Auth, Principal, Role, create_app
+
+    console = create_app(app, auth=Auth(tokens={token: Principal("ci", Role.VIEWER)}))
+    fastapi_app.mount("/outbox", console)
+
+Pages and endpoints ask the same operations layer as the command line (``outbox.groups``,
+``outbox.archive``, ``outbox.metrics``...), so the three always agree. Nothing is served to a
+request that does not authenticate (:class:`Auth`); every write is recorded with who made it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from outbox.app import Outbox
+from outbox.exceptions import ConfigurationError
+from outbox.web import api, openapi, pages
+from outbox.web._console import REFRESH_SECONDS, Console, call, console_of, require
+from outbox.web.auth import Auth, Permission, Principal, Role
+
+__all__ = ["Auth", "Principal", "Role", "create_app"]
+
+
+def create_app(
+    app: Outbox,
+    *,
+    auth: Auth,
+    refresh_seconds: float = REFRESH_SECONDS,
+    hide_payloads: Collection[str] = (),
+    title: str = "outbox",
+) -> Starlette:
+    """The console of ``app`` as an ASGI application.
+
+    ``auth``: who may do what (required: nothing is served without it). ``refresh_seconds``:
+    how often pages refresh themselves, and how old the status they share may be (one status
+    read per period, however many viewers). ``hide_payloads``: handlers whose events' values
+    are never shown (pages and API alike).
+    """
+    if not isinstance(app, Outbox):
+        raise ConfigurationError(f"app: expected an Outbox, got {type(app).__name__}")
+    if not isinstance(auth, Auth):
+        raise ConfigurationError(f"auth: expected an outbox.web.Auth, got {type(auth).__name__}")
+    if isinstance(refresh_seconds, bool) or not (
+        isinstance(refresh_seconds, int | float) and 0.5 <= refresh_seconds <= 3600
+    ):
+        raise ConfigurationError(
+            f"refresh_seconds: expected 0.5 to 3600 seconds, got {refresh_seconds!r}"
+        )
+    hidden = frozenset(hide_payloads)
+    for name in sorted(hidden):
+        app.get_handler(name)
+    console = Console(app, auth, float(refresh_seconds), hidden, title)
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/metrics", exposition, methods=["GET"]),
+        Route(f"{api.PREFIX}/openapi.json", openapi.document, methods=["GET"]),
+        *api.ROUTES,
+        *pages.ROUTES,
+    ]
+    starlette = Starlette(routes=routes, exception_handlers={HTTPException: _error})
+    starlette.state.console = console
+    return starlette
+
+
+async def _error(request: Request, error: Exception) -> Response:
+    assert isinstance(error, HTTPException)
+    headers = dict(error.headers or {})
+    if request.url.path.startswith(api.PREFIX) or not pages.wants_html(request):
+        return JSONResponse({"error": error.detail}, status_code=error.status_code, headers=headers)
+    return pages.error_page(request, error.status_code, str(error.detail), headers)
+
+
+async def healthz(request: Request) -> Response:
+    """``GET /healthz``: 200 when the database answers, 503 otherwise; no authentication,
+    and nothing in it but that."""
+    from outbox import database
+
+    try:
+        await call(database.check_connection, console_of(request).app.engine)
+    except HTTPException:
+        return JSONResponse({"ok": False}, status_code=503)
+    except Exception:  # any failure to connect is "not healthy", said as such
+        return JSONResponse({"ok": False}, status_code=503)
+    return JSONResponse({"ok": True})
+
+
+async def exposition(request: Request) -> Response:
+    """``GET /metrics``: the handlers' gauges in Prometheus's text format (viewer)."""
+    await require(request, Permission.READ)
+    from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+    from outbox.prometheus import register
+
+    registry = CollectorRegistry()
+    register(console_of(request).app, registry)
+    body: Any = await call(generate_latest, registry)
+    return PlainTextResponse(body, media_type=CONTENT_TYPE_LATEST)

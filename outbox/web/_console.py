@@ -1,0 +1,144 @@
+"""What the dashboard's pages and the API share: the application, who may do what, the status
+snapshot every viewer reads, and the mapping of outbox's errors to HTTP answers."""
+
+from __future__ import annotations
+
+import hmac
+import threading
+import time
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from sqlalchemy.exc import DBAPIError
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+from outbox import _log, database, metrics
+from outbox.app import Outbox
+from outbox.exceptions import ConfigurationError, GroupNotFoundError, OutboxError
+from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD, CSRF_HEADER, Auth, Permission, Principal
+
+log = _log.get_logger(__name__)
+T = TypeVar("T")
+
+REFRESH_SECONDS = 5.0
+"""How often the pages refresh, and how old the shared status snapshot may be."""
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The status of every handler, read once for every viewer of a refresh period."""
+
+    handlers: list[metrics.HandlerStatus]
+    taken_at: float
+    """``time.time()`` when it was read."""
+
+
+class Snapshots:
+    """One status read per refresh period, whoever asks: N open dashboards cost the database
+    one aggregate read per period, not N. A viewer arriving while a read is under way waits for
+    it rather than starting another."""
+
+    def __init__(self, app: Outbox, period: float) -> None:
+        self._app = app
+        self._period = period
+        self._lock = threading.Lock()
+        self._latest: Snapshot | None = None
+        self._read_at = 0.0
+        self.reads = 0
+        """How many reads it made (for tests and the benchmark)."""
+
+    def get(self) -> Snapshot:
+        """The latest snapshot, read again when older than the period."""
+        with self._lock:
+            latest = self._latest
+            if latest is None or time.monotonic() - self._read_at >= self._period:
+                latest = Snapshot(metrics.collect(self._app), time.time())
+                self._latest, self._read_at = latest, time.monotonic()
+                self.reads += 1
+            return latest
+
+
+@dataclass
+class Console:
+    """The dashboard's and the API's shared state (``starlette_app.state.console``)."""
+
+    app: Outbox
+    auth: Auth
+    refresh_seconds: float = REFRESH_SECONDS
+    hidden_payloads: frozenset[str] = frozenset()
+    """Handlers whose events' values are never shown."""
+    title: str = "outbox"
+    snapshots: Snapshots = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.snapshots = Snapshots(self.app, self.refresh_seconds)
+
+    def shows_payloads(self, handler: str) -> bool:
+        """Whether the values of ``handler``'s events may be shown."""
+        return handler not in self.hidden_payloads
+
+
+def console_of(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+async def require(request: Request, permission: Permission, *, write: bool = False) -> Principal:
+    """The principal of ``request`` if it may do ``permission``: 401 when it proves nobody,
+    403 when its role does not allow it, or when a write that a browser could have sent by
+    itself (basic auth, the host's hook, loopback) lacks the page's CSRF token."""
+    console = console_of(request)
+    principal = await console.auth.principal(request)
+    if principal is None:
+        headers = {
+            "WWW-Authenticate": 'Basic realm="outbox"' if console.auth.asks_for_basic else "Bearer"
+        }
+        raise HTTPException(401, "authentication required", headers=headers)
+    if not principal.role.allows(permission):
+        raise HTTPException(403, f"{principal.role.value} may not {permission.value}")
+    if write and principal.via != "token":
+        await _check_csrf(request)
+    return principal
+
+
+async def _check_csrf(request: Request) -> None:
+    cookie = request.cookies.get(CSRF_COOKIE, "")
+    given = request.headers.get(CSRF_HEADER, "")
+    if not given and request.headers.get("content-type", "").startswith(
+        ("application/x-www-form-urlencoded", "multipart/form-data")
+    ):
+        form = await request.form()
+        value = form.get(CSRF_FIELD, "")
+        given = value if isinstance(value, str) else ""
+    if not cookie or not given or not hmac.compare_digest(cookie.encode(), given.encode()):
+        raise HTTPException(403, "CSRF token missing or wrong: reload the page and try again")
+
+
+async def call(work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking operation off the event loop, its errors as HTTP answers: 400 for input
+    outbox refuses (the message names it), 404 for a group it does not know, 503 for a
+    database it cannot reach (in one line, no URL or password)."""
+    try:
+        return await run_in_threadpool(work, *args, **kwargs)
+    except GroupNotFoundError as error:
+        raise HTTPException(404, str(error)) from error
+    except ConfigurationError as error:
+        raise HTTPException(400, str(error)) from error
+    except OutboxError as error:
+        raise HTTPException(409, str(error)) from error
+    except DBAPIError as error:
+        summary = database.error_summary(error)
+        log.warning(_log.WEB_DATABASE_ERROR, error=summary)
+        raise HTTPException(503, f"database error: {summary}") from error
+
+
+def handler_names(console: Console, names: Collection[str]) -> tuple[str, ...]:
+    """``names`` checked against the application's handlers: 404 naming an unknown one."""
+    for name in names:
+        if name not in console.app.handlers:
+            known = ", ".join(sorted(console.app.handlers)) or "none"
+            raise HTTPException(404, f"no handler {name!r} (handlers: {known})")
+    return tuple(names)

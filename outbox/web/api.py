@@ -1,0 +1,356 @@
+"""The HTTP API: JSON for everything the dashboard shows and every action it offers, and
+ingest for producers outside Python; under ``/api/v1``, described by ``/api/v1/openapi.json``.
+
+Each endpoint asks the operations layer (``outbox.groups``, ``outbox.archive``,
+``outbox.flow``, ``outbox.ingest``...), as the command line does, so the two always agree.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from outbox import _log, archive, fleet, flow, groups, held, ingest, refused
+from outbox.jsonable import jsonable
+from outbox.web._console import Console, call, console_of, handler_names, require
+from outbox.web.auth import Permission, Principal
+
+PREFIX = "/api/v1"
+MAX_BODY_BYTES = 16 * 1024 * 1024
+"""The largest request body the API reads: a batch of ingest at its largest fits."""
+
+log = _log.get_logger(__name__)
+
+
+def answer(value: Any, status: int = 200) -> JSONResponse:
+    """``value`` as a JSON answer."""
+    return JSONResponse(jsonable(value), status_code=status)
+
+
+async def _body(request: Request) -> dict[str, Any]:
+    """The request's JSON object: 400 when it is not one (or too large to read)."""
+    size = request.headers.get("content-length")
+    if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
+        raise HTTPException(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as error:
+        raise HTTPException(400, f"request body is not JSON: {error}") from error
+    if not isinstance(body, dict):
+        raise HTTPException(400, "request body must be a JSON object")
+    return body
+
+
+def _field(
+    body: Mapping[str, Any], name: str, kinds: type | tuple[type, ...], default: Any = None
+) -> Any:
+    """A field of a JSON body, of one of ``kinds``: 400 naming it otherwise (JSON's true is
+    not a number)."""
+    value = body.get(name, default)
+    allowed = kinds if isinstance(kinds, tuple) else (kinds,)
+    wrong = not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)
+    if value is not None and wrong:
+        expected = " or ".join(k.__name__ for k in allowed)
+        raise HTTPException(400, f"{name}: expected {expected}, got {type(value).__name__}")
+    return value
+
+
+def _uuid(text: str, name: str = "group_id") -> uuid.UUID:
+    try:
+        return uuid.UUID(text)
+    except (ValueError, AttributeError, TypeError) as error:
+        raise HTTPException(400, f"{name}: {text!r} is not a UUID") from error
+
+
+def selection_of(console: Console, given: Mapping[str, Any], *, many: bool) -> groups.Selection:
+    """A selection from query parameters or a JSON body (lists or repeated parameters)."""
+
+    def listed(name: str) -> list[Any]:
+        if many and hasattr(given, "getlist"):
+            return list(given.getlist(name))
+        value = given.get(name)
+        if value is None:
+            return []
+        return value if isinstance(value, list) else [value]
+
+    older_than = given.get("older_than")
+    if isinstance(older_than, str):
+        try:
+            older_than = float(older_than)
+        except ValueError as error:
+            raise HTTPException(400, f"older_than: {older_than!r} is not seconds") from error
+    return groups.Selection(
+        handlers=handler_names(console, listed("handler")),
+        statuses=tuple(listed("status")),
+        older_than=older_than,
+        error=given.get("error") or None,
+        key=given.get("key") or None,
+        payload=given.get("payload") or None,
+        group_ids=tuple(_uuid(g) for g in listed("group")),
+    )
+
+
+def _hide(console: Console, value: Any) -> Any:
+    """A group's detail with the values of events of handlers whose payloads are hidden
+    replaced by a note."""
+    if isinstance(value, groups.GroupDetail) and not console.shows_payloads(value.group.handler):
+        events = [groups.Event(e.id, {"hidden": True}, e.status, e.error) for e in value.events]
+        return groups.GroupDetail(value.group, events, value.attempts, value.lease, value.archived)
+    return value
+
+
+def _record(principal: Principal, action: str, **fields: Any) -> None:
+    log.info(_log.WEB_WRITE, actor=principal.name, via=principal.via, action=action, **fields)
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+async def status(request: Request) -> Response:
+    """Every handler's status, from the snapshot all viewers share, and when it was read."""
+    await require(request, Permission.READ)
+    console = console_of(request)
+    snapshot = await call(console.snapshots.get)
+    return answer(
+        {"taken_at": snapshot.taken_at, "handlers": [h.as_dict() for h in snapshot.handlers]}
+    )
+
+
+async def list_groups(request: Request) -> Response:
+    """``GET /groups``: the groups a selection matches (query parameters as ``outbox groups``'s
+    options), a page at a time (``limit``, ``after``)."""
+    await require(request, Permission.READ)
+    console = console_of(request)
+    params = request.query_params
+    selection = await call(selection_of, console, params, many=True)
+    limit = params.get("limit", str(groups.DEFAULT_LIMIT))
+    if not limit.isdigit():
+        raise HTTPException(400, f"limit: {limit!r} is not a number of groups")
+    listing = await call(
+        groups.find, console.app, selection, limit=int(limit), after=params.get("after")
+    )
+    return answer(listing)
+
+
+async def show_group(request: Request) -> Response:
+    """``GET /groups/{group_id}``: one group in full."""
+    await require(request, Permission.READ)
+    console = console_of(request)
+    detail = await call(groups.show, console.app, _uuid(request.path_params["group_id"]))
+    return answer(_hide(console, detail))
+
+
+async def history(request: Request) -> Response:
+    """``GET /history``: operators' replays, edits and discards, newest first."""
+    await require(request, Permission.READ)
+    console = console_of(request)
+    params = request.query_params
+    limit = params.get("limit", "50")
+    before = params.get("before")
+    if not limit.isdigit() or (before is not None and not before.isdigit()):
+        raise HTTPException(400, "limit and before: expected whole numbers")
+    operations = await call(
+        archive.history,
+        console.app,
+        action=params.get("action"),
+        limit=int(limit),
+        before_id=None if before is None else int(before),
+    )
+    return answer(operations)
+
+
+async def workers(request: Request) -> Response:
+    """``GET /workers``: the fleet's workers."""
+    await require(request, Permission.READ)
+    return answer(await call(fleet.workers, console_of(request).app))
+
+
+async def held_keys(request: Request) -> Response:
+    """``GET /held``: ordering keys held back by dead groups."""
+    await require(request, Permission.READ)
+    handler = request.query_params.get("handler")
+    return answer(await call(held.keys, console_of(request).app, handler))
+
+
+async def refused_groups(request: Request) -> Response:
+    """``GET /refused``: groups whose outcome the database refused to record."""
+    await require(request, Permission.READ)
+    handler = request.query_params.get("handler")
+    return answer(await call(refused.groups, console_of(request).app, handler))
+
+
+# --- actions --------------------------------------------------------------------------------
+
+
+async def discard(request: Request) -> Response:
+    """``POST /groups/discard``: give up the groups a selection matches (``dry_run`` first)."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    body = await _body(request)
+    selection = await call(selection_of, console, body, many=False)
+    dry_run = bool(_field(body, "dry_run", bool, False))
+    result = await call(
+        groups.discard,
+        console.app,
+        selection,
+        actor=principal.name,
+        reason=_field(body, "reason", str),
+        dry_run=dry_run,
+    )
+    if not dry_run:
+        _record(principal, "discard", operation=result.operation_id, groups=len(result.groups))
+    return answer(result)
+
+
+async def replay(request: Request) -> Response:
+    """``POST /groups/replay``: replay the dead groups a selection matches (``dry_run`` first)."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    body = await _body(request)
+    selection = await call(selection_of, console, body, many=False)
+    dry_run = bool(_field(body, "dry_run", bool, False))
+    result = await call(
+        groups.replay, console.app, selection, actor=principal.name, dry_run=dry_run
+    )
+    if not dry_run:
+        _record(principal, "replay", operation=result.operation_id, groups=len(result.groups))
+    return answer(result)
+
+
+async def edit(request: Request) -> Response:
+    """``POST /groups/{group_id}/events/{event_id}/replay``: replay one dead event with the
+    values given in ``values`` changed."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    body = await _body(request)
+    values = _field(body, "values", dict)
+    if not values:
+        raise HTTPException(400, "values: expected an object of the columns to change")
+    event_id = request.path_params["event_id"]
+    group_id = _uuid(request.path_params["group_id"])
+    result = await call(archive.edit, console.app, group_id, event_id, values, actor=principal.name)
+    _record(principal, "edit", operation=result.operation_id, group_id=str(group_id))
+    return answer(result)
+
+
+async def pause(request: Request) -> Response:
+    """``POST /handlers/{handler}/pause``: pause a handler across the fleet (``seconds``:
+    until then; without: until resumed)."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    [name] = handler_names(console, [request.path_params["handler"]])
+    body = await _body(request)
+    seconds = _field(body, "seconds", (int, float))
+    reason = _field(body, "reason", str)
+    if reason is None:
+        reason = f"paused by {principal.name}"
+    await call(flow.pause, console.app, name, until=seconds, reason=reason)
+    _record(principal, "pause", handler=name, seconds=seconds)
+    return answer({"handler": name, "paused": True, "seconds": seconds, "reason": reason})
+
+
+async def resume(request: Request) -> Response:
+    """``POST /handlers/{handler}/resume``: end a handler's pause (and close its breaker)."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    [name] = handler_names(console, [request.path_params["handler"]])
+    was = await call(flow.resume, console.app, name)
+    _record(principal, "resume", handler=name)
+    return answer({"handler": name, "paused": False, "was_paused": was})
+
+
+async def release_refused(request: Request) -> Response:
+    """``POST /refused/release``: give refused groups back to the workers (``handler``,
+    ``group_id``: only those)."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    body = await _body(request)
+    handler = _field(body, "handler", str)
+    group = _field(body, "group_id", str)
+    count = await call(
+        refused.release, console.app, handler, None if group is None else _uuid(group)
+    )
+    _record(principal, "release_refused", handler=handler, group_id=group, released=count)
+    return answer({"released": count})
+
+
+async def release_held(request: Request) -> Response:
+    """``POST /held/release``: release held ordering keys (``handler``, ``key``,
+    ``group_id``: only those)."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    body = await _body(request)
+    group = _field(body, "group_id", str)
+    count = await call(
+        held.release,
+        console.app,
+        _field(body, "handler", str),
+        _field(body, "key", str),
+        None if group is None else _uuid(group),
+    )
+    _record(principal, "release_held", released=count)
+    return answer({"released": count})
+
+
+# --- ingest ---------------------------------------------------------------------------------
+
+
+async def put_event(request: Request) -> Response:
+    """``PUT /handlers/{handler}/events/{key}``: write one event (the body: its values) under
+    the producer's idempotency key; 201 when written now, 200 when it was written before."""
+    await require(request, Permission.INGEST, write=True)
+    console = console_of(request)
+    [name] = handler_names(console, [request.path_params["handler"]])
+    values = await _body(request)
+    [written] = await call(ingest.ingest, console.app, name, [(request.path_params["key"], values)])
+    return answer(written, 201 if written.created else 200)
+
+
+async def post_events(request: Request) -> Response:
+    """``POST /handlers/{handler}/events``: write a batch (``events``: a list of ``{"key",
+    "values"}``), all or nothing; each event says whether it was written now."""
+    await require(request, Permission.INGEST, write=True)
+    console = console_of(request)
+    [name] = handler_names(console, [request.path_params["handler"]])
+    body = await _body(request)
+    events = _field(body, "events", list)
+    if not events:
+        raise HTTPException(400, "events: expected a list of {key, values} objects")
+    pairs = []
+    for position, item in enumerate(events):
+        if not isinstance(item, dict):
+            raise HTTPException(400, f"events[{position}]: expected an object with key and values")
+        pairs.append((item.get("key"), item.get("values")))
+    written = await call(ingest.ingest, console.app, name, pairs)
+    created = sum(1 for w in written if w.created)
+    return answer({"written": created, "duplicates": len(written) - created, "events": written})
+
+
+ROUTES = [
+    Route(f"{PREFIX}/status", status, methods=["GET"]),
+    Route(f"{PREFIX}/groups", list_groups, methods=["GET"]),
+    Route(f"{PREFIX}/groups/discard", discard, methods=["POST"]),
+    Route(f"{PREFIX}/groups/replay", replay, methods=["POST"]),
+    Route(f"{PREFIX}/groups/{{group_id}}", show_group, methods=["GET"]),
+    Route(f"{PREFIX}/groups/{{group_id}}/events/{{event_id:int}}/replay", edit, methods=["POST"]),
+    Route(f"{PREFIX}/handlers/{{handler}}/pause", pause, methods=["POST"]),
+    Route(f"{PREFIX}/handlers/{{handler}}/resume", resume, methods=["POST"]),
+    Route(f"{PREFIX}/handlers/{{handler}}/events", post_events, methods=["POST"]),
+    Route(f"{PREFIX}/handlers/{{handler}}/events/{{key}}", put_event, methods=["PUT"]),
+    Route(f"{PREFIX}/history", history, methods=["GET"]),
+    Route(f"{PREFIX}/workers", workers, methods=["GET"]),
+    Route(f"{PREFIX}/held", held_keys, methods=["GET"]),
+    Route(f"{PREFIX}/held/release", release_held, methods=["POST"]),
+    Route(f"{PREFIX}/refused", refused_groups, methods=["GET"]),
+    Route(f"{PREFIX}/refused/release", release_refused, methods=["POST"]),
+]
