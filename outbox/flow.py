@@ -9,6 +9,7 @@ backlog and age, and say why they are late.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
 
 from outbox._db import queries, run_in_transaction
@@ -93,6 +94,17 @@ def forget_idle_limits(app: Outbox, idle_seconds: float = IDLE_LIMIT_SECONDS) ->
 
 def _operator_seconds(until: When) -> float:
     try:
-        return seconds_until(until)
+        seconds = seconds_until(until)
     except ValueError as error:
         raise ConfigurationError(f"pause until: {error}") from None
+    # A Retry-After in the past means "now"; an operator's pause that ends before it starts is
+    # a mistake, said where it is made rather than a pause that does nothing.
+    if isinstance(until, dt.timedelta):
+        ahead = until.total_seconds() > 0
+    elif isinstance(until, int | float):
+        ahead = until > 0
+    else:
+        ahead = seconds > 0
+    if not ahead:
+        raise ConfigurationError(f"pause until: expected a time ahead of now, got {until!r}")
+    return seconds

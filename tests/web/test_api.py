@@ -1,0 +1,608 @@
+"""The HTTP API (``outbox.web``): who may do what, every endpoint against the operations layer
+it asks, ingest under retrying producers, and errors that say what is wrong and nothing more."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import random
+import threading
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+from starlette.requests import HTTPConnection
+from starlette.routing import Route
+
+from outbox import Batch, Outbox, RetryPolicy, flow, groups, ingest, metrics, schema
+from outbox.exceptions import ConfigurationError
+from outbox.testing import drain
+from outbox.web import Auth, Principal, Role, api, create_app, openapi
+from outbox.web.auth import CSRF_COOKIE, CSRF_HEADER
+from tests.models import ActivityEvent, SinkEvent
+
+TOKENS = {
+    "viewer": "viewer-token-0123456789",
+    "operator": "operator-token-0123456789",
+    "admin": "admin-token-0123456789",
+    "producer": "producer-token-0123456789",
+}
+AUTH = Auth(
+    tokens={token: Principal(f"{role}-bot", Role(role)) for role, token in TOKENS.items()},
+    users={"alice": ("alice-password", Role.OPERATOR), "val": ("val-password", Role.VIEWER)},
+)
+REMOTE = ("10.1.2.3", 50000)
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+ONE_SHOT = RetryPolicy(max_attempts=1)
+
+
+def bearer(role: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[role]}"}
+
+
+def basic(name: str, password: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{name}:{password}".encode()).decode()}
+
+
+def _fail(batch: Batch[Any]) -> None:
+    raise ValueError("the downstream said no")
+
+
+def _ok(batch: Batch[Any]) -> None:
+    return None
+
+
+@pytest.fixture
+def outbox_app(database_url: str, make_app: Callable[[str], Outbox]) -> Outbox:
+    """An application with a failing handler (one attempt) and a sink-like one for ingest."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=2, retry=ONE_SHOT, name="fails")(_fail)
+    app.handler(SinkEvent, name="accounts")(_ok)
+    return app
+
+
+def client_of(app: Any, client: tuple[str, int] = REMOTE) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, client=client)
+    return httpx.AsyncClient(transport=transport, base_url="http://console")
+
+
+@pytest.fixture
+async def client(outbox_app: Outbox) -> AsyncIterator[httpx.AsyncClient]:
+    async with client_of(create_app(outbox_app, auth=AUTH)) as c:
+        yield c
+
+
+def _dead(app: Outbox, commit_events: Any, count: int = 2, **columns: Any) -> uuid.UUID:
+    commit_events(app.engine, count, **columns)
+    drain(app, handlers=["fails"])
+    return groups.find(app, groups.Selection(statuses=("dead",))).groups[-1].group_id
+
+
+# --- who may do what ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        ({}, 401),
+        ({"Authorization": "Bearer wrong-token-0123456789"}, 401),
+        (basic("alice", "wrong"), 401),
+        ({"Authorization": "Basic !!!"}, 401),
+        (bearer("producer"), 403),
+        (bearer("viewer"), 200),
+        (basic("val", "val-password"), 200),
+    ],
+    ids=["none", "bad-token", "bad-password", "bad-basic", "producer", "viewer", "basic"],
+)
+async def test_reads_need_a_principal_allowed_to_read(
+    client: httpx.AsyncClient, headers: dict[str, str], expected: int
+) -> None:
+    """No or wrong credentials: 401; a producer's token may only write events: 403."""
+    response = await client.get("/api/v1/status", headers=headers)
+    assert expected == response.status_code
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_refusal_asks_for_the_credentials_it_takes(client: httpx.AsyncClient) -> None:
+    """401 says how to authenticate (basic, when users are configured) and nothing else."""
+    response = await client.get("/api/v1/groups")
+    assert (401, 'Basic realm="outbox"', {"error": "authentication required"}) == (
+        response.status_code,
+        response.headers["www-authenticate"],
+        response.json(),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("headers", "expected"),
+    [
+        (bearer("viewer"), 403),
+        (bearer("operator"), 200),
+        (basic("alice", "alice-password"), 403),  # a browser's credentials: no CSRF token
+    ],
+    ids=["viewer", "operator-token", "basic-without-csrf"],
+)
+async def test_writes_need_an_operator_and_a_csrf_token_unless_by_token(
+    client: httpx.AsyncClient, outbox_app: Outbox, headers: dict[str, str], expected: int
+) -> None:
+    """A viewer may not pause; an operator's token may; basic auth (which a browser sends by
+    itself) may only with the page's CSRF token."""
+    response = await client.post("/api/v1/handlers/fails/pause", headers=headers, json={})
+    assert (expected, expected == 200) == (response.status_code, "fails" in flow.paused(outbox_app))
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_browser_s_write_with_the_csrf_token_is_done(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """Basic auth with the CSRF cookie and the same token in the header: the write is done,
+    recorded as the user's."""
+    client.cookies.set(CSRF_COOKIE, "a-csrf-token-value")
+    headers = {**basic("alice", "alice-password"), CSRF_HEADER: "a-csrf-token-value"}
+    response = await client.post("/api/v1/handlers/fails/pause", headers=headers, json={})
+    wrong = {**basic("alice", "alice-password"), CSRF_HEADER: "another-value"}
+    refused = await client.post("/api/v1/handlers/fails/resume", headers=wrong)
+    assert (200, "paused by alice", 403) == (
+        response.status_code,
+        flow.paused(outbox_app)["fails"].reason,
+        refused.status_code,
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_nobody_is_let_in_from_loopback_unless_asked_and_never_from_elsewhere(
+    outbox_app: Outbox,
+) -> None:
+    """A loopback role serves unauthenticated requests from 127.0.0.1 only."""
+    web = create_app(outbox_app, auth=Auth(loopback_role=Role.VIEWER))
+    async with client_of(web, ("127.0.0.1", 1)) as local, client_of(web, REMOTE) as remote:
+        local_status = (await local.get("/api/v1/status")).status_code
+        remote_status = (await remote.get("/api/v1/status")).status_code
+    assert (200, 401) == (local_status, remote_status)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_the_host_application_s_hook_decides_sync_or_async(outbox_app: Outbox) -> None:
+    """A sync and an async hook each authenticate by the host's own header."""
+
+    def sync_hook(connection: HTTPConnection) -> Principal | None:
+        return Principal("host-user", Role.VIEWER) if connection.headers.get("x-user") else None
+
+    async def async_hook(connection: HTTPConnection) -> Principal | None:
+        return sync_hook(connection)
+
+    found = []
+    for hook in (sync_hook, async_hook):
+        async with client_of(create_app(outbox_app, auth=Auth(hook=hook))) as c:
+            found.append((await c.get("/api/v1/status", headers={"x-user": "1"})).status_code)
+            found.append((await c.get("/api/v1/status")).status_code)
+    assert [200, 401, 200, 401] == found
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({}, "auth: no way to authenticate"),
+        ({"tokens": {"short": Principal("x", Role.VIEWER)}}, "tokens: the token of 'x' is shorter"),
+        ({"users": {"bob": ("short", Role.VIEWER)}}, "users: the password of 'bob' is shorter"),
+    ],
+    ids=["nothing", "short-token", "short-password"],
+)
+def test_an_auth_that_lets_anybody_in_is_refused_where_it_is_made(
+    given: dict[str, Any], message: str
+) -> None:
+    """No way to authenticate, or a guessable secret: refused at construction."""
+    with pytest.raises(ConfigurationError) as raised:
+        Auth(**given)
+    assert str(raised.value).startswith(message)
+
+
+def test_auth_reads_tokens_and_users_from_the_environment() -> None:
+    """``name:role:secret`` entries; a bad role is refused naming the variable."""
+    auth = Auth.from_env(
+        {
+            "OUTBOX_WEB_TOKENS": "ci:viewer:0123456789abcdef0,etl:producer:fedcba9876543210f",
+            "OUTBOX_WEB_USERS": "ann:admin:ann-password",
+        }
+    )
+    with pytest.raises(ConfigurationError) as raised:
+        Auth.from_env({"OUTBOX_WEB_TOKENS": "ci:boss:0123456789abcdef0"})
+    assert (
+        {
+            "0123456789abcdef0": Principal("ci", Role.VIEWER),
+            "fedcba9876543210f": Principal("etl", Role.PRODUCER),
+        },
+        {"ann": ("ann-password", Role.ADMIN)},
+        True,
+    ) == (dict(auth.tokens), dict(auth.users), str(raised.value).startswith("OUTBOX_WEB_TOKENS"))
+
+
+# --- reads and actions agree with the operations layer --------------------------------------
+
+
+async def test_groups_and_show_answer_what_the_operations_layer_says(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """``GET /groups`` and ``GET /groups/{id}`` equal ``groups.find`` and ``groups.show``."""
+    group_id = _dead(outbox_app, commit_events)
+    listing = await client.get(
+        "/api/v1/groups", params={"status": "dead"}, headers=bearer("viewer")
+    )
+    detail = await client.get(f"/api/v1/groups/{group_id}", headers=bearer("viewer"))
+    expected = groups.show(outbox_app, group_id)
+    assert (
+        [str(group_id)],
+        {"dead": 1},
+        ["dead", "dead"],
+        [a.outcome.value for a in expected.attempts],
+        sorted(e.values["activity_id"] for e in expected.events),
+    ) == (
+        [g["group_id"] for g in listing.json()["groups"]],
+        listing.json()["counts"],
+        [e["status"] for e in detail.json()["events"]],
+        [a["outcome"] for a in detail.json()["attempts"]],
+        sorted(e["values"]["activity_id"] for e in detail.json()["events"]),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_hidden_payloads_are_never_answered(outbox_app: Outbox, commit_events: Any) -> None:
+    """``hide_payloads``: a group's events come without their values."""
+    group_id = _dead(outbox_app, commit_events)
+    web = create_app(outbox_app, auth=AUTH, hide_payloads=["fails"])
+    async with client_of(web) as c:
+        detail = await c.get(f"/api/v1/groups/{group_id}", headers=bearer("viewer"))
+    assert [{"hidden": True}] * 2 == [e["values"] for e in detail.json()["events"]]
+
+
+async def test_discard_and_replay_through_the_api_are_recorded_as_their_caller(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """A dry run changes nothing; a replay puts the group back; a discard of another marks it;
+    history names the token's principal for both."""
+    first = _dead(outbox_app, commit_events)
+    second = _dead(outbox_app, commit_events)
+    dry = await client.post(
+        "/api/v1/groups/replay",
+        headers=bearer("operator"),
+        json={"group": [str(first)], "dry_run": True},
+    )
+    replayed = await client.post(
+        "/api/v1/groups/replay", headers=bearer("operator"), json={"group": [str(first)]}
+    )
+    discarded = await client.post(
+        "/api/v1/groups/discard",
+        headers=bearer("operator"),
+        json={"group": [str(second)], "reason": "customer gone"},
+    )
+    history = await client.get("/api/v1/history", headers=bearer("viewer"))
+    assert (
+        (True, None, 2),
+        (2, 2),
+        (200, 1),
+        ["discard", "replay"],
+        ["operator-bot", "operator-bot"],
+        {"replayed": 2, "discarded": 2},
+    ) == (
+        (dry.json()["dry_run"], dry.json()["operation_id"], dry.json()["events"]),
+        (replayed.json()["events"], len(_buffered(outbox_app))),
+        (discarded.status_code, len(discarded.json()["groups"])),
+        [o["action"] for o in history.json()],
+        [o["actor"] for o in history.json()],
+        dict(Counter(r.status for r in _archive(outbox_app))),
+    )
+
+
+def _buffered(app: Outbox) -> list[Any]:
+    with app.engine.connect() as conn:
+        return list(conn.execute(select(ActivityEvent.__table__)))
+
+
+def _archive(app: Outbox) -> list[Any]:
+    with app.engine.connect() as conn:
+        return list(conn.execute(select(schema.archive)))
+
+
+async def test_edit_through_the_api_checks_the_values_against_the_columns(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """A value the column does not take: 400 naming it, nothing written; a good one: the
+    event goes back with it."""
+    group_id = _dead(outbox_app, commit_events, 1)
+    [event] = groups.show(outbox_app, group_id).events
+    url = f"/api/v1/groups/{group_id}/events/{event.id}/replay"
+    bad = await client.post(url, headers=bearer("operator"), json={"values": {"activity_id": "x"}})
+    good = await client.post(url, headers=bearer("operator"), json={"values": {"kind": "fixed"}})
+    assert (400, "activity_id: 'x' is not a valid int", 200, ["fixed"]) == (
+        bad.status_code,
+        bad.json()["error"].split(":", 2)[0] + ":" + bad.json()["error"].split(":", 2)[1],
+        good.status_code,
+        [row.kind for row in _buffered(outbox_app)],
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("method", "url", "body", "expected", "message"),
+    [
+        ("get", "/api/v1/groups/not-a-uuid", None, 400, "group_id: 'not-a-uuid' is not a UUID"),
+        ("get", f"/api/v1/groups/{uuid.UUID(int=7)}", None, 404, "no group 00000000-0000"),
+        (
+            "get",
+            "/api/v1/groups?status=deadd",
+            None,
+            400,
+            "statuses: 'deadd' is not a group status",
+        ),
+        (
+            "get",
+            "/api/v1/groups?handler=nope",
+            None,
+            404,
+            "no handler 'nope' (handlers: accounts, fails)",
+        ),
+        ("get", "/api/v1/groups?limit=many", None, 400, "limit: 'many' is not a number of groups"),
+        ("post", "/api/v1/groups/discard", {}, 400, "discard needs a selection"),
+        (
+            "post",
+            "/api/v1/groups/discard",
+            {"reason": 5, "handler": ["fails"]},
+            400,
+            "reason: expected str, got int",
+        ),
+        (
+            "post",
+            "/api/v1/handlers/fails/pause",
+            {"seconds": True},
+            400,
+            "seconds: expected int or float, got bool",
+        ),
+        ("post", "/api/v1/handlers/fails/pause", {"seconds": -1}, 400, "until"),
+        ("post", "/api/v1/history", None, 405, ""),
+    ],
+    ids=[
+        "uuid",
+        "unknown-group",
+        "status",
+        "handler",
+        "limit",
+        "empty",
+        "reason",
+        "bool",
+        "negative",
+        "method",
+    ],
+)
+async def test_bad_input_gets_a_4xx_naming_it(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    body: dict[str, Any] | None,
+    expected: int,
+    message: str,
+) -> None:
+    """Each bad request: its 4xx, and a message that names what is wrong."""
+    response = await client.request(method, url, headers=bearer("operator"), json=body)
+    text = (
+        response.json().get("error", "")
+        if response.headers.get("content-type", "").startswith("application/json")
+        else ""
+    )
+    assert (expected, True) == (response.status_code, message in text), text
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_request_body_that_is_not_a_json_object_is_refused(
+    client: httpx.AsyncClient,
+) -> None:
+    """Not JSON, or JSON that is not an object: 400 saying so."""
+    not_json = await client.post(
+        "/api/v1/groups/discard",
+        headers={**bearer("operator"), "content-type": "application/json"},
+        content=b"{",
+    )
+    a_list = await client.post("/api/v1/groups/discard", headers=bearer("operator"), json=[1])
+    assert (400, 400, "request body must be a JSON object") == (
+        not_json.status_code,
+        a_list.status_code,
+        a_list.json()["error"],
+    )
+
+
+async def test_an_unreachable_database_is_a_503_without_its_url_or_password(
+    make_app: Callable[[str], Outbox], database_url: str
+) -> None:
+    """The database down: 503 in one line, no URL, host's password or user's secret in it;
+    /healthz says not ok."""
+    app = make_app("postgresql+psycopg://outbox:s3cret-pw@127.0.0.1:1/nowhere")
+    app.handler(ActivityEvent, name="fails")(_fail)
+    async with client_of(create_app(app, auth=AUTH)) as c:
+        status = await c.get("/api/v1/status", headers=bearer("viewer"))
+        health = await c.get("/healthz")
+    assert (503, False, False, 503, {"ok": False}) == (
+        status.status_code,
+        "s3cret-pw" in status.text,
+        "postgresql+psycopg://" in status.text,
+        health.status_code,
+        health.json(),
+    )
+
+
+# --- the snapshot all viewers share ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_many_viewers_cost_one_status_read_per_period(outbox_app: Outbox) -> None:
+    """Fifty concurrent status requests within a period: one status read."""
+    web = create_app(outbox_app, auth=AUTH, refresh_seconds=60)
+    async with client_of(web) as c:
+        answers = await asyncio.gather(
+            *(c.get("/api/v1/status", headers=bearer("viewer")) for _ in range(50))
+        )
+    assert ({200}, 1) == ({a.status_code for a in answers}, web.state.console.snapshots.reads)
+
+
+# --- ingest ---------------------------------------------------------------------------------
+
+
+async def test_put_writes_an_event_once_under_its_key(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """The first PUT writes (201), the same key again writes nothing (200, the same id)."""
+    values = {"account": "a-1", "amount": "12.50", "ref": str(uuid.uuid4()), "data": {"n": 1}}
+    first = await client.put(
+        "/api/v1/handlers/accounts/events/k-1", headers=bearer("producer"), json=values
+    )
+    again = await client.put(
+        "/api/v1/handlers/accounts/events/k-1", headers=bearer("producer"), json=values
+    )
+    assert (201, 200, first.json()["event_id"], 1) == (
+        first.status_code,
+        again.status_code,
+        again.json()["event_id"],
+        _count(outbox_app, SinkEvent),
+    )
+
+
+def _count(app: Outbox, model: Any) -> int:
+    with app.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(model)).scalar_one())
+
+
+async def test_a_batch_with_one_bad_event_writes_nothing_and_names_every_problem(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """400 naming each event and column at fault; no event written, no key recorded."""
+    good = {"key": "ok", "values": {"account": "a", "amount": 1, "ref": str(uuid.uuid4())}}
+    bad = {"key": "bad", "values": {"account": "b", "amount": "lots", "colour": "red"}}
+    response = await client.post(
+        "/api/v1/handlers/accounts/events", headers=bearer("producer"), json={"events": [good, bad]}
+    )
+    error = response.json()["error"]
+    assert (400, True, True, True, 0) == (
+        response.status_code,
+        "event 1 (key 'bad'): 'colour' is not a column of buffer test_sink_events" in error,
+        "event 1 (key 'bad'): amount:" in error,
+        "event 1 (key 'bad'): ref: a value is required" in error,
+        _count(outbox_app, SinkEvent),
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            {"account": "x" * 41, "amount": 1, "ref": str(uuid.UUID(int=1))},
+            "account: 41 characters",
+        ),
+        (
+            {"account": "a", "amount": True, "ref": str(uuid.UUID(int=1))},
+            "amount: expected Decimal, got bool",
+        ),
+        ({"account": "a", "amount": 1, "ref": "nope"}, "ref: badly formed hexadecimal UUID string"),
+        (
+            {"account": None, "amount": 1, "ref": str(uuid.UUID(int=1))},
+            "account: NULL is not allowed",
+        ),
+        (
+            {"id": 5, "account": "a", "amount": 1, "ref": str(uuid.UUID(int=1))},
+            "'id' is outbox's own column",
+        ),
+    ],
+    ids=["too-long", "bool", "uuid", "null", "own"],
+)
+def test_ingest_checks_each_value_against_its_column(
+    outbox_app: Outbox, values: dict[str, Any], message: str
+) -> None:
+    """Each value a column does not take is refused, naming the column, before any write."""
+    with pytest.raises(ingest.IngestError) as raised:
+        ingest.ingest(outbox_app, "accounts", [("k", values)])
+    assert (True, 0) == (message in str(raised.value), _count(outbox_app, SinkEvent)), str(
+        raised.value
+    )
+
+
+@pytest.mark.parametrize("database_url", ["postgresql", "mariadb"], indirect=True)
+def test_retrying_producers_lose_nothing_and_duplicate_nothing(outbox_app: Outbox) -> None:
+    """Eight threads send overlapping batches of 50 keys, each batch twice or three times
+    (a retry after a timeout): every key is written exactly once."""
+    keys = [f"order-{n}" for n in range(400)]
+    batches = [keys[n : n + 50] for n in range(0, 400, 25)]  # each key in two batches
+    errors: list[BaseException] = []
+
+    def produce(seed: int) -> None:
+        rng = random.Random(seed)
+        mine = batches[:]
+        rng.shuffle(mine)
+        for batch in mine:
+            for _ in range(rng.choice((1, 2))):
+                try:
+                    ingest.ingest(
+                        outbox_app,
+                        "accounts",
+                        [
+                            (
+                                k,
+                                {
+                                    "account": k,
+                                    "amount": 1,
+                                    "ref": str(uuid.uuid5(uuid.NAMESPACE_URL, k)),
+                                },
+                            )
+                            for k in batch
+                        ],
+                    )
+                except BaseException as error:
+                    errors.append(error)
+
+    threads = [threading.Thread(target=produce, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    with outbox_app.engine.connect() as conn:
+        accounts = Counter(conn.execute(select(SinkEvent.account)).scalars())
+        recorded = conn.execute(select(func.count()).select_from(schema.ingest_keys)).scalar_one()
+    assert ([], set(keys), {1}, 400) == (errors, set(accounts), set(accounts.values()), recorded)
+
+
+# --- the document ---------------------------------------------------------------------------
+
+
+def test_the_openapi_document_describes_every_endpoint() -> None:
+    """Every API route's path and method is in the document, and nothing else is."""
+    routes = {
+        (route.path.removeprefix(api.PREFIX).replace(":int}", "}"), method.lower())
+        for route in api.ROUTES
+        if isinstance(route, Route)
+        for method in route.methods or ()
+        if method != "HEAD"
+    }
+    documented = {
+        (path, method) for path, item in openapi.spec()["paths"].items() for method in item
+    }
+    assert routes == documented
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_the_status_endpoint_equals_the_status_command(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """``GET /status``'s numbers are ``metrics.collect``'s."""
+    commit_events(outbox_app.engine, 3)
+    response = await client.get("/api/v1/status", headers=bearer("viewer"))
+    expected = {h.handler: h.unclaimed for h in metrics.collect(outbox_app)}
+    assert expected == {h["handler"]: h["unclaimed"] for h in response.json()["handlers"]}
