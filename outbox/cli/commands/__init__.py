@@ -3,6 +3,7 @@
 from outbox.cli.commands import (
     archive,
     clock,
+    dashboard,
     demo,
     flow,
     groups,
@@ -12,4 +13,15 @@ from outbox.cli.commands import (
     work,
 )
 
-__all__ = ["archive", "clock", "demo", "flow", "groups", "notify", "schema", "status", "work"]
+__all__ = [
+    "archive",
+    "clock",
+    "dashboard",
+    "demo",
+    "flow",
+    "groups",
+    "notify",
+    "schema",
+    "status",
+    "work",
+]

@@ -1,0 +1,69 @@
+"""``outbox dashboard``: the console served on its own, as an operator starts it."""
+
+from __future__ import annotations
+
+import signal
+
+import httpx
+import pytest
+
+from tests._ports import free_ports
+from tests._support import wait_for
+from tests.acceptance._cli import APP, Cli
+
+TOKEN = "dashboard-test-token-0123456789"
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+def test_the_dashboard_serves_the_api_to_a_token_and_nobody_else(
+    cli: Cli, database_url: str
+) -> None:
+    """With a token in OUTBOX_WEB_TOKENS: /healthz for anyone, the API for the token only;
+    SIGTERM stops it (uvicorn ends by the signal it caught, once it has shut down)."""
+    port = free_ports()
+    running = cli.start(
+        "--app", APP, "--database-url", database_url,
+        "dashboard", "--port", str(port),
+        env={"OUTBOX_WEB_TOKENS": f"ci:viewer:{TOKEN}"},
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    wait_for(healthy, "the dashboard to answer /healthz")
+    without = httpx.get(f"{base}/api/v1/status", timeout=5)
+    with_token = httpx.get(
+        f"{base}/api/v1/status", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=5
+    )
+    running.send(signal.SIGTERM)
+    code = running.wait(20)
+    assert (401, 200, ["record_activity", "record_email"], True) == (
+        without.status_code,
+        with_token.status_code,
+        sorted(h["handler"] for h in with_token.json()["handlers"]),
+        code in (0, -signal.SIGTERM),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((), "Error: the dashboard serves nobody without credentials: set OUTBOX_WEB_TOKENS"),
+        (
+            ("--host", "192.0.2.1", "--loopback-role", "viewer"),
+            "Error: --loopback-role serves without credentials: only with a loopback --host",
+        ),
+    ],
+    ids=["no-credentials", "loopback-role-elsewhere"],
+)
+def test_the_dashboard_refuses_to_serve_without_credentials(
+    cli: Cli, database_url: str, args: tuple[str, ...], message: str
+) -> None:
+    """No credentials, or a loopback role on an address others reach: exit 2, one line."""
+    result = cli.run("--app", APP, "--database-url", database_url, "dashboard", *args)
+    assert (2, True) == (result.code, result.stderr.startswith(message)), result.stderr
