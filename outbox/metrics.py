@@ -120,6 +120,9 @@ class HandlerStatus:
     rescued."""
     alerts: list[str] = field(default_factory=list)
     """Broken promises, in words; empty when all hold."""
+    capped_at: int | None = None
+    """The cap the counts of rows were read with (``collect(count_cap=...)``): a count equal
+    to it means at least that many; None: exact counts."""
 
     @property
     def dead(self) -> int:
@@ -157,12 +160,20 @@ def collect(
     handlers: tuple[str, ...] | list[str] = (),
     *,
     dead_since: float | None = DEAD_SINCE,
+    count_cap: int | None = None,
 ) -> list[HandlerStatus]:
     """The status of every handler (or the named ones), read on one connection.
 
     ``dead_since``: a handler alerts while it has dead letters archived less than this many
-    seconds ago; 0 or None: no dead-letter alert.
+    seconds ago; 0 or None: no dead-letter alert. ``count_cap``: count buffer and archive rows
+    no further than this (each such count then says "at least", see
+    :attr:`HandlerStatus.capped_at`), so that a status of huge tables costs a bounded read;
+    None: exact counts.
     """
+    if count_cap is not None and (
+        isinstance(count_cap, bool) or not isinstance(count_cap, int) or count_cap < 1
+    ):
+        raise ValueError(f"count_cap must be a whole number >= 1, got {count_cap!r}")
     if dead_since is not None and not dead_since >= 0:
         raise ValueError("dead_since must be >= 0 seconds (0 or None: no dead-letter alert)")
     selected = app.select_handlers(handlers)
@@ -174,7 +185,7 @@ def collect(
             else {}
         )
         jobs = queries.job_counts(conn)
-        archived = queries.archive_counts(conn)
+        archived = queries.archive_counts(conn, count_cap, [h.name for h in selected])
         failed = queries.max_failed_attempts(conn)
         states = queries.handler_states(conn)
         held: dict[str, list[str]] = {}
@@ -182,7 +193,15 @@ def collect(
             held.setdefault(key.handler, []).append(key.key)
         statuses = [
             _handler_status(
-                conn, h, jobs, archived, failed, states.get(h.name), held, recent_dead.get(h.name)
+                conn,
+                h,
+                jobs,
+                archived,
+                failed,
+                states.get(h.name),
+                held,
+                recent_dead.get(h.name),
+                count_cap,
             )
             for h in selected
         ]
@@ -228,6 +247,7 @@ def _handler_status(
     state: queries.HandlerState | None,
     held: dict[str, list[str]],
     dead: queries.RecentDeadLetters | None = None,
+    cap: int | None = None,
 ) -> HandlerStatus:
     def count(kind: str, state: str) -> int:
         return jobs.get((h.name, kind, state), 0)
@@ -241,8 +261,9 @@ def _handler_status(
         buffer=h.table.name,
         urgency=h.urgency.name,
         promise=h.urgency.promise,
-        unclaimed=queries.count_buffer_rows(conn, h.table, unclaimed=True),
-        claimed=queries.count_buffer_rows(conn, h.table, unclaimed=False),
+        unclaimed=queries.count_buffer_rows(conn, h.table, unclaimed=True, cap=cap),
+        claimed=queries.count_buffer_rows(conn, h.table, unclaimed=False, cap=cap),
+        capped_at=cap,
         oldest_age=age,
         staleness=staleness,
         claims_pending=sum(

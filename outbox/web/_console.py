@@ -25,6 +25,9 @@ T = TypeVar("T")
 
 REFRESH_SECONDS = 5.0
 """How often the pages refresh, and how old the shared status snapshot may be."""
+COUNT_CAP = 100_000
+"""Rows a status snapshot counts at most per buffer and per archive status: past it, pages say
+"at least"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,27 +41,64 @@ class Snapshot:
 
 class Snapshots:
     """One status read per refresh period, whoever asks: N open dashboards cost the database
-    one aggregate read per period, not N. A viewer arriving while a read is under way waits for
-    it rather than starting another."""
+    one aggregate read per period, not N.
 
-    def __init__(self, app: Outbox, period: float) -> None:
+    The first viewer waits for the first read; after that, a viewer finding the snapshot older
+    than the period is answered with it at once while one background read takes a new one
+    (stale while it revalidates), so that no page waits for the aggregate. Counts of rows stop
+    at ``count_cap`` (said as "at least" on the page). A failed read is kept as ``error`` and
+    tried again at the next period; the last good snapshot stays.
+    """
+
+    def __init__(self, app: Outbox, period: float, count_cap: int | None = COUNT_CAP) -> None:
         self._app = app
         self._period = period
+        self._count_cap = count_cap
         self._lock = threading.Lock()
+        self._first = threading.Lock()
         self._latest: Snapshot | None = None
         self._read_at = 0.0
+        self._reading = False
+        self.error: str | None = None
+        """Why the last read failed (one line); None when it did not."""
         self.reads = 0
         """How many reads it made (for tests and the benchmark)."""
 
     def get(self) -> Snapshot:
-        """The latest snapshot, read again when older than the period."""
+        """The latest snapshot; the first read (or one after a failure left none) is waited for."""
         with self._lock:
             latest = self._latest
-            if latest is None or time.monotonic() - self._read_at >= self._period:
-                latest = Snapshot(metrics.collect(self._app), time.time())
-                self._latest, self._read_at = latest, time.monotonic()
-                self.reads += 1
-            return latest
+            if latest is not None:
+                if time.monotonic() - self._read_at >= self._period and not self._reading:
+                    self._reading = True
+                    threading.Thread(target=self._read_in_background, daemon=True).start()
+                return latest
+        with self._first:
+            if self._latest is None:
+                self._store(self._read())
+            assert self._latest is not None
+            return self._latest
+
+    def _read(self) -> Snapshot:
+        snapshot = Snapshot(metrics.collect(self._app, count_cap=self._count_cap), time.time())
+        self.reads += 1
+        return snapshot
+
+    def _store(self, snapshot: Snapshot) -> None:
+        with self._lock:
+            self._latest, self._read_at, self.error = snapshot, time.monotonic(), None
+
+    def _read_in_background(self) -> None:
+        try:
+            self._store(self._read())
+        except Exception as error:  # kept for the pages to show; the last snapshot stays
+            message = database.error_summary(error) if isinstance(error, DBAPIError) else str(error)
+            log.warning(_log.WEB_DATABASE_ERROR, error=message)
+            with self._lock:
+                self.error, self._read_at = message, time.monotonic()
+        finally:
+            with self._lock:
+                self._reading = False
 
 
 @dataclass

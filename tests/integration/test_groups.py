@@ -617,3 +617,33 @@ def test_prune_forgets_the_attempts_of_groups_gone_and_keeps_a_dead_group_s(
     with app.engine.connect() as conn:
         kept = list(conn.execute(select(schema.attempts.c.group_id)).scalars())
     assert [dead] == kept
+
+
+# --- Status counts that stop at a cap -------------------------------------------------------
+
+
+def test_a_capped_status_counts_no_further_than_its_cap(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """``count_cap``: unclaimed, claimed and archived counts stop there and say so; without
+    it they are exact."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=2, retry=ONE_SHOT, name="fails")(_always_fail)
+    app.handler(EmailEvent, name="emails")(_succeed)
+    commit_events(app.engine, 5)
+    drain(app)
+    commit_events(app.engine, 4)
+    with app.engine.begin() as conn:
+        conn.execute(
+            update(ActivityEvent.__table__)
+            .where(ActivityEvent.id > 7)
+            .values(group_id=uuid.uuid4())
+        )
+    from outbox import metrics
+
+    [capped] = [s for s in metrics.collect(app, count_cap=1) if s.handler == "fails"]
+    [exact] = [s for s in metrics.collect(app) if s.handler == "fails"]
+    assert ((1, 1, 1, 1), (2, 2, 5, None)) == (
+        (capped.unclaimed, capped.claimed, capped.dead, capped.capped_at),
+        (exact.unclaimed, exact.claimed, exact.dead, exact.capped_at),
+    )

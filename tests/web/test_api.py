@@ -606,3 +606,30 @@ async def test_the_status_endpoint_equals_the_status_command(
     response = await client.get("/api/v1/status", headers=bearer("viewer"))
     expected = {h.handler: h.unclaimed for h in metrics.collect(outbox_app)}
     assert expected == {h["handler"]: h["unclaimed"] for h in response.json()["handlers"]}
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_stale_snapshot_is_answered_at_once_while_a_new_one_is_read(
+    outbox_app: Outbox, commit_events: Any
+) -> None:
+    """Past the period, the old snapshot comes back without waiting; one background read
+    then brings the new numbers."""
+    from outbox.web._console import Snapshots
+    from tests._support import wait_for
+
+    snapshots = Snapshots(outbox_app, period=0.0)
+    first = snapshots.get()
+    commit_events(outbox_app.engine, 2)
+    stale = snapshots.get()
+    wait_for(lambda: snapshots.reads == 2, "the background read")
+    fresh = snapshots.get()
+
+    def unclaimed(snapshot: Any) -> int:
+        return next(h.unclaimed for h in snapshot.handlers if h.handler == "fails")
+
+    assert (0, 0, 2, True) == (
+        unclaimed(first),
+        unclaimed(stale),
+        unclaimed(fresh),
+        fresh.taken_at >= first.taken_at,
+    )

@@ -112,14 +112,34 @@ def archive_group_rows(
     return conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount
 
 
-def archive_counts(conn: Connection) -> dict[tuple[str, str], int]:
-    """Archived rows by (handler, status); served by ``ix_outbox_archive_handler_status``."""
-    rows = conn.execute(
-        select(_archive.c.handler, _archive.c.status, func.count()).group_by(
-            _archive.c.handler, _archive.c.status
+def archive_counts(
+    conn: Connection, cap: int | None = None, handlers: Collection[str] = ()
+) -> dict[tuple[str, str], int]:
+    """Archived rows by (handler, status); served by ``ix_outbox_archive_handler_status``.
+
+    With ``cap``, each count of ``handlers``' rows stops at ``cap``: one bounded probe of the
+    index per handler and status, where a GROUP BY would read every archived row.
+    """
+    if cap is None:
+        rows = conn.execute(
+            select(_archive.c.handler, _archive.c.status, func.count()).group_by(
+                _archive.c.handler, _archive.c.status
+            )
         )
-    )
-    return {(h, s): int(n) for h, s, n in rows}
+        return {(h, s): int(n) for h, s, n in rows}
+    counts = {}
+    for handler in handlers:
+        for status in schema.ArchiveStatus:
+            capped = (
+                select(literal(1))
+                .where(_archive.c.handler == handler, _archive.c.status == status.value)
+                .limit(cap)
+                .subquery()
+            )
+            n = int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
+            if n:
+                counts[(handler, status.value)] = n
+    return counts
 
 
 def count_archived(
