@@ -120,6 +120,7 @@ BENCHMARKS = (
     ("benchmarks.peers", "--jobs", "200000", "--procrastinate-jobs", "5000", "--runs", "3"),
     ("benchmarks.peers", "--jobs", "50000", "--procrastinate-jobs", "5000", "--runs", "3"),
     ("benchmarks.autovacuum", "--seconds", "180", "--runs", "3"),
+    ("benchmarks.console_big_tables", "--buffer-rows", "10000000", "--archived-rows", "1000000"),
 )  # fmt: skip
 
 
