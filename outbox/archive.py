@@ -10,6 +10,7 @@ import base64
 import binascii
 import datetime as dt
 import decimal
+import functools
 import json
 import uuid
 from collections import Counter
@@ -523,7 +524,8 @@ def prune(
     ``all_statuses=True``; with neither, the statuses that are history (``PRUNE_STATUSES``:
     succeeded, discarded, expired, replayed), so that dead letters stay until replayed or
     pruned by name. The attempts recorded of groups that are gone (no job, no dead event) and
-    older than ``older_than`` go too; the record of operators' operations stays.
+    the ingest's idempotency keys older than ``older_than`` go too (a producer retrying later
+    than that writes its event again); the record of operators' operations stays.
     """
     if older_than < 0:
         raise ValueError("older_than must be >= 0 seconds")
@@ -536,12 +538,14 @@ def prune(
         start = pruned.last_archived_at
         if pruned.deleted < chunk:
             break
-    while True:
-        deleted = run_in_transaction(
-            app.engine, lambda conn: queries.delete_old_attempts(conn, older_than, chunk)
-        )
-        if deleted < chunk:
-            break
+    for delete_old in (queries.delete_old_attempts, queries.delete_old_ingest_keys):
+        while True:
+            deleted = run_in_transaction(
+                app.engine,
+                functools.partial(delete_old, older_than_seconds=older_than, limit=chunk),
+            )
+            if deleted < chunk:
+                break
     if total:
         log.info(_log.ARCHIVE_PRUNED, rows=total)
     return total
