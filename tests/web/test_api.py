@@ -18,7 +18,7 @@ from sqlalchemy import func, select
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
 
-from outbox import Batch, Outbox, RetryPolicy, flow, groups, ingest, metrics, schema
+from outbox import Batch, Outbox, RetryPolicy, archive, flow, groups, ingest, metrics, schema
 from outbox.exceptions import ConfigurationError
 from outbox.testing import drain
 from outbox.web import Auth, Principal, Role, api, create_app, openapi
@@ -632,4 +632,27 @@ def test_a_stale_snapshot_is_answered_at_once_while_a_new_one_is_read(
         unclaimed(stale),
         unclaimed(fresh),
         fresh.taken_at >= first.taken_at,
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_prune_forgets_idempotency_keys_past_its_age(outbox_app: Outbox) -> None:
+    """A key older than the prune's age is forgotten: the same key then writes again."""
+    from sqlalchemy import update
+
+    from outbox._db.dialects import db_now_plus
+
+    values = {"account": "a", "amount": 1, "ref": str(uuid.UUID(int=3))}
+    [first] = ingest.ingest(outbox_app, "accounts", [("k", values)])
+    archive.prune(outbox_app, older_than=3600)
+    [kept] = ingest.ingest(outbox_app, "accounts", [("k", values)])
+    with outbox_app.engine.begin() as conn:
+        conn.execute(update(schema.ingest_keys).values(received_at=db_now_plus(-7200)))
+    archive.prune(outbox_app, older_than=3600)
+    [again] = ingest.ingest(outbox_app, "accounts", [("k", values)])
+    assert (True, False, True, 2) == (
+        first.created,
+        kept.created,
+        again.created,
+        _count(outbox_app, SinkEvent),
     )
