@@ -26,7 +26,7 @@ from outbox._db import dialects, queries, run_in_transaction
 from outbox._db.dialects import JSON_AS_TEXT_MARKER
 from outbox.app import MAX_BATCH_SIZE, Outbox
 from outbox.buffer import BufferMixin
-from outbox.exceptions import ConfigurationError, ReplayError
+from outbox.exceptions import ConfigurationError, GroupNotFoundError, ReplayError
 
 log = _log.get_logger(__name__)
 
@@ -300,6 +300,10 @@ def history(
             )
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise ConfigurationError(f"limit: expected 1 to 1000 operations, got {limit!r}")
+    if before_id is not None and (
+        isinstance(before_id, bool) or not isinstance(before_id, int) or not 0 <= before_id < 2**63
+    ):
+        raise ConfigurationError(f"before_id: expected an operation's id, got {before_id!r}")
     with app.engine.connect() as conn:
         rows = queries.operations(conn, action=action, limit=limit, before_id=before_id)
     return [
@@ -357,6 +361,8 @@ def edit(
             limit=MAX_BATCH_SIZE,
         )
     row = next((r for r in rows if int(r["event_id"]) == event_id), None)
+    if row is None and not rows and not _archived_at_all(app, group_id):
+        raise GroupNotFoundError(group_id)
     if row is None:
         raise ConfigurationError(
             f"no dead event {event_id} in group {group_id}: `outbox show {group_id}` lists its "
@@ -410,6 +416,11 @@ def edit(
         operation=operation_id,
     )
     return EditResult(row["handler"], group_id, event_id, new_id, changed, operation_id)
+
+
+def _archived_at_all(app: Outbox, group_id: uuid.UUID) -> bool:
+    with app.engine.connect() as conn:
+        return bool(queries.archived_of_group(conn, group_id))
 
 
 def _edited_values(table: Table, changes: Mapping[str, Any], dialect: Dialect) -> dict[str, Any]:

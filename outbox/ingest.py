@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import JSON, Column, Connection, Table
+from sqlalchemy import JSON, BigInteger, Column, Connection, SmallInteger, Table
 from sqlalchemy.exc import IntegrityError
 
 from outbox._db import queries, run_in_transaction
@@ -161,21 +161,50 @@ def _value(column: Column[Any], value: Any) -> Any:
         if length is not None and len(value) > length:
             raise ValueError(f"{len(value)} characters, more than the column's {length}")
         return value
+    if python_type is int and isinstance(value, float) and value.is_integer():
+        value = int(value)  # JSON's 2.0 is the integer 2
+    if python_type is int and isinstance(value, int) and not isinstance(value, bool):
+        low, high = integer_range(column)
+        if not low <= value <= high:
+            raise ValueError(f"{value} is out of the column's range ({low} to {high})")
+        return value
+    if python_type is decimal.Decimal and not isinstance(value, bool):
+        if not isinstance(value, int | float | str | decimal.Decimal):
+            raise TypeError(f"expected a number or its text, got {type(value).__name__}")
+        return _decimal(column, decimal.Decimal(str(value)))
     if isinstance(value, python_type) and not (python_type is int and isinstance(value, bool)):
         return value
     if python_type is float and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
-    if (
-        python_type is decimal.Decimal
-        and isinstance(value, int | float | str)
-        and not isinstance(value, bool)
-    ):
-        return decimal.Decimal(str(value))
     if isinstance(value, str):
         parse = _PARSERS.get(python_type)
         if parse is not None:
             return parse(value)
     raise TypeError(f"expected {python_type.__name__}, got {type(value).__name__}")
+
+
+def _decimal(column: Column[Any], number: decimal.Decimal) -> decimal.Decimal:
+    if not number.is_finite():
+        raise ValueError(f"{number} is not a finite number")
+    whole = decimal_digits(column)
+    if whole is not None and abs(number) >= 10**whole:
+        raise ValueError(f"{number} has more than the column's {whole} digits before the point")
+    return number
+
+
+def decimal_digits(column: Column[Any]) -> int | None:
+    """The digits a NUMERIC(p, s) column holds before the point (p - s); None: not said."""
+    precision = getattr(column.type, "precision", None)
+    scale = getattr(column.type, "scale", None) or 0
+    return None if precision is None else precision - scale
+
+
+def integer_range(column: Column[Any]) -> tuple[int, int]:
+    """The values an integer column holds on every database outbox runs on."""
+    bits = 16 if isinstance(column.type, SmallInteger) else 32
+    if isinstance(column.type, BigInteger):
+        bits = 64
+    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
 
 
 _PARSERS: dict[type, Any] = {

@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DataError, DBAPIError
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -169,6 +169,11 @@ async def call(work: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         raise HTTPException(400, str(error)) from error
     except OutboxError as error:
         raise HTTPException(409, str(error)) from error
+    except DataError as error:
+        # A value the database would not take (one no check above it caught): the input's.
+        raise HTTPException(
+            400, f"the database refused a value: {database.error_summary(error)}"
+        ) from error
     except DBAPIError as error:
         summary = database.error_summary(error)
         log.warning(_log.WEB_DATABASE_ERROR, error=summary)

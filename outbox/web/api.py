@@ -34,8 +34,12 @@ def answer(value: Any, status: int = 200) -> JSONResponse:
     return JSONResponse(jsonable(value), status_code=status)
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    """The request's JSON object: 400 when it is not one (or too large to read)."""
+SELECTION_FIELDS = ("handler", "status", "older_than", "error", "key", "payload", "group")
+
+
+async def _body(request: Request, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
+    """The request's JSON object: 400 when it is not one, or (given ``fields``) when it has a
+    field not among them; 413 when too large to read."""
     size = request.headers.get("content-length")
     if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
         raise HTTPException(413, f"request body larger than {MAX_BODY_BYTES} bytes")
@@ -48,6 +52,11 @@ async def _body(request: Request) -> dict[str, Any]:
         raise HTTPException(400, f"request body is not JSON: {error}") from error
     if not isinstance(body, dict):
         raise HTTPException(400, "request body must be a JSON object")
+    unknown = sorted(set(body) - set(fields)) if fields is not None else []
+    if unknown:
+        raise HTTPException(
+            400, f"unknown field {unknown[0]!r}; expected some of {', '.join(fields or ())}"
+        )
     return body
 
 
@@ -179,6 +188,8 @@ async def held_keys(request: Request) -> Response:
     """``GET /held``: ordering keys held back by dead groups."""
     await require(request, Permission.READ)
     handler = request.query_params.get("handler")
+    if handler is not None:
+        handler_names(console_of(request), [handler])
     return answer(await call(held.keys, console_of(request).app, handler))
 
 
@@ -186,6 +197,8 @@ async def refused_groups(request: Request) -> Response:
     """``GET /refused``: groups whose outcome the database refused to record."""
     await require(request, Permission.READ)
     handler = request.query_params.get("handler")
+    if handler is not None:
+        handler_names(console_of(request), [handler])
     return answer(await call(refused.groups, console_of(request).app, handler))
 
 
@@ -196,7 +209,7 @@ async def discard(request: Request) -> Response:
     """``POST /groups/discard``: give up the groups a selection matches (``dry_run`` first)."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request)
+    body = await _body(request, (*SELECTION_FIELDS, "dry_run", "reason"))
     selection = await call(selection_of, console, body, many=False)
     dry_run = bool(_field(body, "dry_run", bool, False))
     result = await call(
@@ -216,7 +229,7 @@ async def replay(request: Request) -> Response:
     """``POST /groups/replay``: replay the dead groups a selection matches (``dry_run`` first)."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request)
+    body = await _body(request, (*SELECTION_FIELDS, "dry_run"))
     selection = await call(selection_of, console, body, many=False)
     dry_run = bool(_field(body, "dry_run", bool, False))
     result = await call(
@@ -232,7 +245,7 @@ async def edit(request: Request) -> Response:
     values given in ``values`` changed."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request)
+    body = await _body(request, ("values",))
     values = _field(body, "values", dict)
     if not values:
         raise HTTPException(400, "values: expected an object of the columns to change")
@@ -249,7 +262,7 @@ async def pause(request: Request) -> Response:
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
     [name] = handler_names(console, [request.path_params["handler"]])
-    body = await _body(request)
+    body = await _body(request, ("seconds", "reason"))
     seconds = _field(body, "seconds", (int, float))
     reason = _field(body, "reason", str)
     if reason is None:
@@ -274,8 +287,10 @@ async def release_refused(request: Request) -> Response:
     ``group_id``: only those)."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request)
+    body = await _body(request, ("handler", "group_id"))
     handler = _field(body, "handler", str)
+    if handler is not None:
+        handler_names(console, [handler])
     group = _field(body, "group_id", str)
     count = await call(
         refused.release, console.app, handler, None if group is None else _uuid(group)
@@ -289,12 +304,15 @@ async def release_held(request: Request) -> Response:
     ``group_id``: only those)."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request)
+    body = await _body(request, ("handler", "key", "group_id"))
     group = _field(body, "group_id", str)
+    handler = _field(body, "handler", str)
+    if handler is not None:
+        handler_names(console, [handler])
     count = await call(
         held.release,
         console.app,
-        _field(body, "handler", str),
+        handler,
         _field(body, "key", str),
         None if group is None else _uuid(group),
     )
@@ -322,7 +340,7 @@ async def post_events(request: Request) -> Response:
     await require(request, Permission.INGEST, write=True)
     console = console_of(request)
     [name] = handler_names(console, [request.path_params["handler"]])
-    body = await _body(request)
+    body = await _body(request, ("events",))
     events = _field(body, "events", list)
     if not events:
         raise HTTPException(400, "events: expected a list of {key, values} objects")

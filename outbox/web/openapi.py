@@ -4,12 +4,21 @@ document name the same endpoints)."""
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
+import decimal
+import uuid
 from typing import Any
 
+from sqlalchemy import JSON, Column, Enum, Table
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from outbox._checks import MAX_WAIT_SECONDS
 from outbox._version import VERSION
+from outbox.app import Outbox
+from outbox.buffer import BufferMixin
+from outbox.ingest import MAX_EVENTS, decimal_digits, integer_range
 from outbox.schema import GroupStatus, OperationAction
 from outbox.web.api import PREFIX
 
@@ -55,7 +64,7 @@ def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 _UUID = {"type": "string", "format": "uuid"}
-_TEXT = {"type": "string", "minLength": 1}
+_TEXT = {"type": "string", "minLength": 1, "pattern": r"\S"}  # some text, not only spaces
 _SELECTION_QUERY = [
     _query("handler", {"type": "string"}, "only this handler (repeatable)", many=True),
     _query(
@@ -70,19 +79,23 @@ _SELECTION_QUERY = [
     _query("payload", _TEXT, "text in a dead event's values"),
     _query("group", _UUID, "only this group (repeatable)", many=True),
 ]
-_SELECTION_BODY = {
+_FILTERS = ("handler", "status", "older_than", "error", "key", "payload", "group")
+_SELECTION_BODY: dict[str, Any] = {
     "type": "object",
+    # A selection narrows something: discarding or replaying everything takes a filter.
+    "anyOf": [{"required": [name]} for name in _FILTERS],
     "properties": {
-        "handler": {"type": "array", "items": {"type": "string"}},
+        "handler": {"type": "array", "minItems": 1, "items": {"type": "string"}},
         "status": {
             "type": "array",
+            "minItems": 1,
             "items": {"type": "string", "enum": [s.value for s in GroupStatus]},
         },
         "older_than": {"type": "number", "minimum": 0},
         "error": _TEXT,
         "key": _TEXT,
         "payload": _TEXT,
-        "group": {"type": "array", "items": _UUID},
+        "group": {"type": "array", "minItems": 1, "items": _UUID},
         "dry_run": {"type": "boolean"},
         "reason": _TEXT,
     },
@@ -106,7 +119,11 @@ PATHS: dict[str, dict[str, Any]] = {
             parameters=[
                 *_SELECTION_QUERY,
                 _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "groups shown"),
-                _query("after", {"type": "string"}, "the next page: a listing's `next`"),
+                _query(
+                    "after",
+                    {"type": "string", "pattern": "^(live|dead):[0-9]{1,18}$"},
+                    "the next page: a listing's `next`",
+                ),
             ],
         )
     },
@@ -121,7 +138,14 @@ PATHS: dict[str, dict[str, Any]] = {
         "post": _op(
             "Replay the dead groups a selection matches",
             {"200": _answer("what was replayed"), **_errors(400, 404)},
-            requestBody=_json_body(_SELECTION_BODY),
+            requestBody=_json_body(
+                {
+                    **_SELECTION_BODY,
+                    "properties": {
+                        k: v for k, v in _SELECTION_BODY["properties"].items() if k != "reason"
+                    },
+                }
+            ),
         )
     },
     "/groups/{group_id}": {
@@ -137,7 +161,11 @@ PATHS: dict[str, dict[str, Any]] = {
             {"200": _answer("the event it became"), **_errors(400, 404)},
             parameters=[_path("group_id", _UUID), _path("event_id", {"type": "integer"})],
             requestBody=_json_body(
-                {"type": "object", "properties": {"values": _ANY_OBJECT}, "required": ["values"]}
+                {
+                    "type": "object",
+                    "properties": {"values": {"type": "object", "minProperties": 1}},
+                    "required": ["values"],
+                }
             ),
         )
     },
@@ -153,7 +181,11 @@ PATHS: dict[str, dict[str, Any]] = {
                         "schema": {
                             "type": "object",
                             "properties": {
-                                "seconds": {"type": "number", "exclusiveMinimum": 0},
+                                "seconds": {
+                                    "type": "number",
+                                    "exclusiveMinimum": 0,
+                                    "maximum": MAX_WAIT_SECONDS,
+                                },
                                 "reason": {"type": "string"},
                             },
                         }
@@ -228,7 +260,9 @@ PATHS: dict[str, dict[str, Any]] = {
                     "limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "operations shown"
                 ),
                 _query(
-                    "before", {"type": "integer", "minimum": 0}, "the next page: before this id"
+                    "before",
+                    {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                    "the next page: before this id",
                 ),
             ],
         )
@@ -300,8 +334,12 @@ PATHS: dict[str, dict[str, Any]] = {
 }
 
 
-def spec() -> dict[str, Any]:
-    """The OpenAPI 3.1 document of the API."""
+def spec(app: Outbox | None = None) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the API; of ``app``'s console when given: its handlers'
+    names in every ``{handler}``, and the ingest paths of each handler with the values its
+    buffer model takes (column by column), so that a producer outside Python reads there what
+    to send."""
+    paths = _strict(copy.deepcopy(PATHS if app is None else _of_app(app)))
     return {
         "openapi": "3.1.0",
         "info": {"title": "outbox", "version": VERSION},
@@ -313,10 +351,140 @@ def spec() -> dict[str, Any]:
             }
         },
         "security": [{"bearer": []}, {"basic": []}],
-        "paths": PATHS,
+        "paths": paths,
     }
 
 
+_INGEST = ("/handlers/{handler}/events", "/handlers/{handler}/events/{key}")
+
+
+def _named(value: Any, names: list[str]) -> Any:
+    """``value`` with every handler parameter, and every handler field of a body, limited to
+    the application's handlers' names."""
+    if isinstance(value, dict):
+        if value.get("name") == "handler" and "schema" in value:
+            schema = value["schema"]
+            if schema.get("type") == "array":
+                schema["items"] = {"type": "string", "enum": names}
+            else:
+                value["schema"] = {"type": "string", "enum": names}
+        properties = value.get("properties")
+        if isinstance(properties, dict) and "handler" in properties:
+            handler = properties["handler"]
+            if handler.get("type") == "array":
+                handler["items"] = {"type": "string", "enum": names}
+            else:
+                properties["handler"] = {"type": "string", "enum": names}
+        for item in value.values():
+            _named(item, names)
+    elif isinstance(value, list):
+        for item in value:
+            _named(item, names)
+    return value
+
+
+def _strict(value: Any) -> Any:
+    """Every object schema that lists its properties takes no others: the API refuses a field
+    it does not know (400) rather than ignore it."""
+    if isinstance(value, dict):
+        if value.get("type") == "object" and "properties" in value:
+            value.setdefault("additionalProperties", False)
+        for item in value.values():
+            _strict(item)
+    elif isinstance(value, list):
+        for item in value:
+            _strict(item)
+    return value
+
+
+def _of_app(app: Outbox) -> dict[str, Any]:
+    names = sorted(app.handlers)
+    paths: dict[str, Any] = {}
+    for path, item in PATHS.items():
+        if path in _INGEST:
+            continue
+        paths[path] = _named(copy.deepcopy(item), names)
+    for name in names:
+        values = values_schema(app.handlers[name].table)
+        one = copy.deepcopy(PATHS["/handlers/{handler}/events/{key}"])
+        one["put"]["parameters"] = one["put"]["parameters"][1:]
+        one["put"]["requestBody"] = _json_body(values)
+        one["put"]["summary"] = f"Write one event of {name} under an idempotency key"
+        batch = copy.deepcopy(PATHS["/handlers/{handler}/events"])
+        batch["post"]["parameters"] = []
+        items = batch["post"]["requestBody"]["content"]["application/json"]["schema"]
+        items["properties"]["events"]["items"]["properties"]["values"] = values
+        items["properties"]["events"]["maxItems"] = MAX_EVENTS
+        batch["post"]["summary"] = f"Write a batch of events of {name}, all or nothing"
+        paths[f"/handlers/{name}/events/{{key}}"] = one
+        paths[f"/handlers/{name}/events"] = batch
+    return paths
+
+
+def values_schema(table: Table) -> dict[str, Any]:
+    """The JSON Schema of the values an event of ``table`` is written with (ingest): each
+    column but outbox's own, its JSON type and bounds; the columns without a default
+    required; no other property."""
+    properties = {}
+    required = []
+    for column in table.columns:
+        if column.name in BufferMixin.OWN_COLUMNS:
+            continue
+        schema = _column_schema(column)
+        if column.nullable:
+            schema = {"anyOf": [schema, {"type": "null"}]}
+        properties[column.name] = schema
+        if not column.nullable and column.default is None and column.server_default is None:
+            required.append(column.name)
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+def _column_schema(column: Column[Any]) -> dict[str, Any]:
+    kind = column.type
+    if isinstance(kind, Enum) and kind.enums:
+        return {"type": "string", "enum": list(kind.enums)}
+    if isinstance(kind, JSON):
+        return {}
+    try:
+        python_type = kind.python_type
+    except NotImplementedError:
+        return {}
+    if python_type is bool:
+        return {"type": "boolean"}
+    if python_type is int:
+        low, high = integer_range(column)
+        return {"type": "integer", "minimum": low, "maximum": high}
+    if python_type is float:
+        return {"type": "number"}
+    if python_type is decimal.Decimal:
+        whole = decimal_digits(column)
+        if whole is None:
+            return {"type": ["string", "number"], "pattern": r"^-?[0-9]+(\.[0-9]+)?$"}
+        bound = 10**whole
+        return {
+            "type": ["string", "number"],
+            "pattern": rf"^-?[0-9]{{1,{whole}}}(\.[0-9]+)?$",
+            "exclusiveMinimum": -bound,
+            "exclusiveMaximum": bound,
+        }
+    if python_type is str:
+        length = getattr(kind, "length", None)
+        return {"type": "string", **({"maxLength": length} if length else {})}
+    formats = {dt.datetime: "date-time", dt.date: "date", dt.time: "time", uuid.UUID: "uuid"}
+    if python_type in formats:
+        return {"type": "string", "format": formats[python_type]}
+    if python_type is bytes:
+        return {"type": "string", "pattern": "^([0-9a-fA-F]{2})*$"}
+    return {}
+
+
 async def document(request: Request) -> Response:
-    """``GET /api/v1/openapi.json``: served to anyone, as it holds no data."""
-    return JSONResponse(spec())
+    """``GET /api/v1/openapi.json``: served to anyone, as it holds no data (the handlers' names
+    and their buffers' columns, no row)."""
+    console: Any = request.app.state.console
+    return JSONResponse(spec(console.app))
