@@ -332,18 +332,17 @@ def find(
             "error": selection.error,
             "group_ids": group_ids,
         }
-        dead_filters = {**common, "statuses": dead_statuses, "payload": selection.payload}
+        live = queries.GroupFilter(statuses=live_statuses, **common)
+        dead = queries.GroupFilter(statuses=dead_statuses, payload=selection.payload, **common)
         rows: list[queries.GroupRow] = []
         if live_statuses and phase == _LIVE:
-            rows += queries.live_groups(
-                conn, statuses=live_statuses, after=position, limit=limit + 1, **common
-            )
+            rows += queries.live_groups(conn, live, after=position, limit=limit + 1)
         if dead_statuses and len(rows) <= limit:
             rows += queries.dead_groups(
                 conn,
+                dead,
                 after=position if phase == _DEAD else None,
                 limit=limit + 1 - len(rows),
-                **dead_filters,
             )
         next_cursor = None
         if len(rows) > limit:
@@ -352,11 +351,9 @@ def find(
             next_cursor = f"{_DEAD if last.status in queries.ARCHIVED else _LIVE}:{last.position}"
         counts: dict[str, int] = {}
         if live_statuses:
-            counts.update(
-                queries.count_live_groups(conn, statuses=live_statuses, cap=COUNT_CAP, **common)
-            )
+            counts.update(queries.count_live_groups(conn, live, cap=COUNT_CAP))
         if dead_statuses:
-            counts.update(queries.count_dead_groups(conn, cap=COUNT_CAP, **dead_filters))
+            counts.update(queries.count_dead_groups(conn, dead, cap=COUNT_CAP))
         events = _event_counts(conn, by_name, rows)
     groups = [_group(row, events.get(row.group_id, 0)) for row in rows]
     capped = any(n >= COUNT_CAP for n in counts.values())
@@ -435,7 +432,7 @@ def show(app: Outbox, group_id: uuid.UUID) -> GroupDetail:
             count = queries.count_events_of_groups(conn, handler.table, [group_id])
             group = _group(row, count.get(group_id, 0))
         else:
-            dead = queries.dead_groups(conn, group_ids=[group_id], limit=1)
+            dead = queries.dead_groups(conn, queries.GroupFilter(group_ids=[group_id]), limit=1)
             rows = queries.select_archived(
                 conn,
                 handler=None,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -207,6 +208,20 @@ class WorkerVersion:
     generation: int | None
     """The schema generation they understand; None: they record none (older than 5)."""
     live: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFilter:
+    """Which groups a listing takes; ``None``: any. ``statuses``:
+    :class:`outbox.schema.GroupStatus` values; ``older_than``: seconds; ``error`` and
+    ``payload``: text they hold, any case (a payload: a dead event's)."""
+
+    handlers: Collection[str] | None = None
+    statuses: Collection[str] | None = None
+    older_than: float | None = None
+    error: str | None = None
+    group_ids: Collection[uuid.UUID] | None = None
+    payload: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

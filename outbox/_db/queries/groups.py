@@ -8,7 +8,7 @@ cap, so that a question about a huge table costs a bounded amount of work.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -34,7 +34,7 @@ from outbox import schema
 from outbox._db.dialects.clock import age_seconds, db_now_plus
 from outbox._db.queries.handlers import paused_now
 from outbox._db.queries.held import key_text
-from outbox._db.types import AttemptRow, GroupRow, OperationRow
+from outbox._db.types import AttemptRow, GroupFilter, GroupRow, OperationRow
 
 _jobs = schema.jobs
 _archive = schema.archive
@@ -87,14 +87,7 @@ def _error_matches(column: ColumnElement[Any], text: str) -> ColumnElement[bool]
     return func.lower(column).like(f"%{escaped}%", escape="\\")
 
 
-def _live(
-    *,
-    handlers: Collection[str] | None,
-    statuses: Collection[str] | None,
-    older_than: float | None,
-    error: str | None,
-    group_ids: Collection[uuid.UUID] | None,
-) -> Select[Any]:
+def _live(where: GroupFilter) -> Select[Any]:
     status = _live_status().label("status")
     stmt = select(
         _jobs.c.id,
@@ -108,42 +101,28 @@ def _live(
         _jobs.c.lease_owner,
         _jobs.c.last_error,
     ).where(_jobs.c.kind == schema.JobKind.BATCH)
-    if handlers is not None:
-        stmt = stmt.where(_jobs.c.handler.in_(sorted(handlers)))
-    if statuses is not None:
-        stmt = stmt.where(_live_status().in_(sorted(statuses)))
-    if older_than is not None:
-        stmt = stmt.where(_jobs.c.created_at < db_now_plus(-older_than))
-    if error is not None:
-        stmt = stmt.where(_error_matches(_jobs.c.last_error, error))
-    if group_ids is not None:
-        stmt = stmt.where(_jobs.c.group_id.in_(list(group_ids)))
+    if where.handlers is not None:
+        stmt = stmt.where(_jobs.c.handler.in_(sorted(where.handlers)))
+    if where.statuses is not None:
+        stmt = stmt.where(_live_status().in_(sorted(where.statuses)))
+    if where.older_than is not None:
+        stmt = stmt.where(_jobs.c.created_at < db_now_plus(-where.older_than))
+    if where.error is not None:
+        stmt = stmt.where(_error_matches(_jobs.c.last_error, where.error))
+    if where.group_ids is not None:
+        stmt = stmt.where(_jobs.c.group_id.in_(list(where.group_ids)))
     return stmt
 
 
 def live_groups(
-    conn: Connection,
-    *,
-    handlers: Collection[str] | None = None,
-    statuses: Collection[str] | None = None,
-    older_than: float | None = None,
-    error: str | None = None,
-    group_ids: Collection[uuid.UUID] | None = None,
-    after: int | None = None,
-    limit: int,
+    conn: Connection, where: GroupFilter, *, after: int | None = None, limit: int
 ) -> list[GroupRow]:
     """Groups that have a job (``LIVE``), oldest first, at most ``limit``, after the one at
     ``after`` (its ``position``: keyset pagination). ``None``: any.
 
     The job table holds a row per group in flight or waiting, not per event: small next to the
     buffers. ``statuses`` are :class:`outbox.schema.GroupStatus` values."""
-    stmt = _live(
-        handlers=handlers,
-        statuses=statuses,
-        older_than=older_than,
-        error=error,
-        group_ids=group_ids,
-    )
+    stmt = _live(where)
     if after is not None:
         stmt = stmt.where(_jobs.c.id > after)
     return [
@@ -163,94 +142,47 @@ def live_groups(
     ]
 
 
-def count_live_groups(
-    conn: Connection,
-    *,
-    handlers: Collection[str] | None = None,
-    statuses: Collection[str] | None = None,
-    older_than: float | None = None,
-    error: str | None = None,
-    group_ids: Collection[uuid.UUID] | None = None,
-    cap: int,
-) -> dict[str, int]:
+def count_live_groups(conn: Connection, where: GroupFilter, *, cap: int) -> dict[str, int]:
     """Groups with a job by status, counting at most ``cap`` of them in all: exact when the
     total is below ``cap``."""
-    picked = (
-        _live(
-            handlers=handlers,
-            statuses=statuses,
-            older_than=older_than,
-            error=error,
-            group_ids=group_ids,
-        )
-        .limit(cap)
-        .subquery()
-    )
+    picked = _live(where).limit(cap).subquery()
     rows = conn.execute(select(picked.c.status, func.count()).group_by(picked.c.status))
     return {status: int(n) for status, n in rows}
 
 
-def _dead(
-    *,
-    handlers: Collection[str] | None,
-    statuses: Collection[str] | None,
-    older_than: float | None,
-    error: str | None,
-    group_ids: Collection[uuid.UUID] | None,
-    payload: str | None,
-) -> Select[Any]:
+def _dead(where: GroupFilter) -> Select[Any]:
     holds = exists(select(_held.c.key).where(_held.c.group_id == _archive.c.group_id))
     stmt = select(_archive.c.handler, _archive.c.group_id).where(
         _archive.c.status == schema.ArchiveStatus.DEAD, _archive.c.group_id.is_not(None)
     )
-    if handlers is not None:
-        stmt = stmt.where(_archive.c.handler.in_(sorted(handlers)))
-    wanted = set(ARCHIVED) if statuses is None else set(statuses) & set(ARCHIVED)
+    if where.handlers is not None:
+        stmt = stmt.where(_archive.c.handler.in_(sorted(where.handlers)))
+    wanted = set(ARCHIVED) if where.statuses is None else set(where.statuses) & set(ARCHIVED)
     if wanted == {schema.GroupStatus.HELD}:
         stmt = stmt.where(holds)
     elif wanted == {schema.GroupStatus.DEAD}:
         stmt = stmt.where(~holds)
     elif not wanted:
         stmt = stmt.where(literal(False))
-    if older_than is not None:
-        stmt = stmt.where(_archive.c.archived_at < db_now_plus(-older_than))
-    if error is not None:
-        stmt = stmt.where(_error_matches(_archive.c.error, error))
-    if group_ids is not None:
-        stmt = stmt.where(_archive.c.group_id.in_(list(group_ids)))
-    if payload is not None:
-        stmt = stmt.where(_error_matches(sql_cast(_archive.c.payload, Text), payload))
+    if where.older_than is not None:
+        stmt = stmt.where(_archive.c.archived_at < db_now_plus(-where.older_than))
+    if where.error is not None:
+        stmt = stmt.where(_error_matches(_archive.c.error, where.error))
+    if where.group_ids is not None:
+        stmt = stmt.where(_archive.c.group_id.in_(list(where.group_ids)))
+    if where.payload is not None:
+        stmt = stmt.where(_error_matches(sql_cast(_archive.c.payload, Text), where.payload))
     return stmt
 
 
 def dead_groups(
-    conn: Connection,
-    *,
-    handlers: Collection[str] | None = None,
-    statuses: Collection[str] | None = None,
-    older_than: float | None = None,
-    error: str | None = None,
-    group_ids: Collection[uuid.UUID] | None = None,
-    payload: str | None = None,
-    after: int | None = None,
-    limit: int,
+    conn: Connection, where: GroupFilter, *, after: int | None = None, limit: int
 ) -> list[GroupRow]:
     """Dead groups (``ARCHIVED``: held when one of their keys is held), the longest dead
     first, at most ``limit``, after the one at ``after`` (its ``position``: its first archive
     row's id); ``payload``: only groups with an event whose payload holds that text (any
     case). ``ix_outbox_archive_handler_status`` serves the pick."""
-    picked = (
-        _dead(
-            handlers=handlers,
-            statuses=statuses,
-            older_than=older_than,
-            error=error,
-            group_ids=group_ids,
-            payload=payload,
-        )
-        .add_columns(_archive.c.id)
-        .subquery()
-    )
+    picked = _dead(where).add_columns(_archive.c.id).subquery()
     first_id = func.min(picked.c.id)
     grouped = select(picked.c.handler, picked.c.group_id, first_id.label("first")).group_by(
         picked.c.handler, picked.c.group_id
@@ -284,33 +216,10 @@ def dead_groups(
     ]
 
 
-def count_dead_groups(
-    conn: Connection,
-    *,
-    handlers: Collection[str] | None = None,
-    statuses: Collection[str] | None = None,
-    older_than: float | None = None,
-    error: str | None = None,
-    group_ids: Collection[uuid.UUID] | None = None,
-    payload: str | None = None,
-    cap: int,
-) -> dict[str, int]:
+def count_dead_groups(conn: Connection, where: GroupFilter, *, cap: int) -> dict[str, int]:
     """Dead groups by status (held or dead), at most ``cap`` of them in all."""
     holds = exists(select(_held.c.key).where(_held.c.group_id == _archive.c.group_id))
-    picked = (
-        _dead(
-            handlers=handlers,
-            statuses=statuses,
-            older_than=older_than,
-            error=error,
-            group_ids=group_ids,
-            payload=payload,
-        )
-        .add_columns(holds.label("holds"))
-        .distinct()
-        .limit(cap)
-        .subquery()
-    )
+    picked = _dead(where).add_columns(holds.label("holds")).distinct().limit(cap).subquery()
     rows = conn.execute(select(picked.c.holds, func.count()).group_by(picked.c.holds))
     return {
         (schema.GroupStatus.HELD if holds else schema.GroupStatus.DEAD).value: int(n)
@@ -349,7 +258,7 @@ def groups_with_key(
 
 def group_job(conn: Connection, group_id: uuid.UUID) -> GroupRow | None:
     """A group's job, where it stands; None when it has none."""
-    rows = live_groups(conn, group_ids=[group_id], limit=1)
+    rows = live_groups(conn, GroupFilter(group_ids=[group_id]), limit=1)
     return rows[0] if rows else None
 
 
