@@ -21,12 +21,13 @@ from typing import Any
 from sqlalchemy import JSON, Column, Connection, Dialect, Float, Table, TypeDecorator
 from sqlalchemy.exc import DataError
 
-from outbox import _log, schema
+from outbox import _log, operators, schema
 from outbox._db import dialects, queries, run_in_transaction
 from outbox._db.dialects import JSON_AS_TEXT_MARKER
 from outbox.app import MAX_BATCH_SIZE, Outbox
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError, GroupNotFoundError, ReplayError
+from outbox.operators import checked_actor
 
 log = _log.get_logger(__name__)
 
@@ -262,28 +263,7 @@ def _record_replay(
         given["statuses"] = [] if all_statuses else sorted(chosen)
         given["group_ids"] = [str(g) for g in group_ids or ()]
         selection = json.dumps({k: v for k, v in given.items() if v}, sort_keys=True)
-    return run_in_transaction(
-        app.engine,
-        lambda conn: queries.record_operation(
-            conn,
-            action=schema.OperationAction.REPLAY.value,
-            actor=_actor(actor),
-            selection=selection,
-            groups=0,
-            events=0,
-            detail=None,
-        ),
-    )
-
-
-def _actor(actor: str | None) -> str:
-    from outbox.groups import default_actor
-
-    if actor is None:
-        return default_actor()
-    if not isinstance(actor, str) or not actor.strip():
-        raise ConfigurationError(f"actor: expected a name, got {actor!r}")
-    return actor[:200]
+    return operators.record(app, schema.OperationAction.REPLAY, checked_actor(actor), selection)
 
 
 def history(
@@ -371,7 +351,7 @@ def edit(
     table = _handler_of(app, row["handler"])
     payload = parse_payload(row["payload"])
     edited = _edited_values(table, changes, app.engine.dialect)
-    actor = _actor(actor)
+    actor = checked_actor(actor)
     changed = tuple(sorted(edited))
     detail = f"event {event_id} of group {group_id}: {', '.join(changed)} changed"
 

@@ -10,9 +10,7 @@ about a huge table costs a bounded amount of work, and a capped count says so.
 
 from __future__ import annotations
 
-import getpass
 import json
-import socket
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -21,10 +19,11 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, schema
+from outbox import _log, operators, schema
 from outbox._db import queries, run_in_transaction
 from outbox.app import Handler, Outbox
 from outbox.exceptions import ConfigurationError, GroupNotFoundError
+from outbox.operators import checked_actor
 from outbox.schema import GroupStatus
 
 __all__ = [
@@ -38,7 +37,6 @@ __all__ = [
     "Listing",
     "OperationResult",
     "Selection",
-    "default_actor",
     "discard",
     "find",
     "parse_statuses",
@@ -63,7 +61,6 @@ DISCARD_PAGE = 200
 """Groups a discard gives up per transaction."""
 
 _NOT_DISCARDED = frozenset({GroupStatus.IN_FLIGHT})
-_DISCARD = schema.OperationAction.DISCARD
 _REPLAY = schema.OperationAction.REPLAY
 
 
@@ -258,15 +255,6 @@ class OperationResult:
     dry_run: bool = False
     operation_id: int | None = None
     """The record of it (:func:`outbox.archive.history`); None for a dry run."""
-
-
-def default_actor() -> str:
-    """Who an operation is recorded as when not told: ``user@host`` of this process."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = "unknown"
-    return f"{user}@{socket.gethostname()}"
 
 
 def _handlers(app: Outbox, selection: Selection) -> list[Handler[Any]]:
@@ -509,16 +497,11 @@ def discard(
 
     A group in flight is left alone (a worker holds it): it is named in ``skipped``. The
     selection must narrow something: an empty one is refused. Recorded as an operation by
-    ``actor`` (default: :func:`default_actor`), with ``reason``.
+    ``actor`` (default: :func:`outbox.operators.default_actor`), with ``reason``.
     """
-    if not isinstance(selection, Selection):
-        raise ConfigurationError(f"selection: expected a Selection, got {type(selection).__name__}")
-    if selection.empty:
-        raise ConfigurationError(
-            "discard needs a selection: a handler, statuses, an age, error text, a key or groups"
-        )
+    _narrowing(selection, "discard")
     _text(reason, "reason")
-    actor = _actor(actor)
+    actor = checked_actor(actor)
     taken: list[Group] = []
     skipped: list[tuple[Group, str]] = []
     events = 0
@@ -534,14 +517,14 @@ def discard(
             events += _count_events(chosen)
         elif chosen:
             if operation_id is None:
-                operation_id = _record(
-                    app, schema.OperationAction.DISCARD, actor, selection, reason
+                operation_id = operators.record(
+                    app, schema.OperationAction.DISCARD, actor, selection.as_json(), reason
                 )
             done, gone = _discard_page(app, chosen, operation_id, actor, reason)
             taken += done
             skipped += [(g, "in flight: a worker took it") for g in gone]
             events += _count_events(done)
-            _finish(app, operation_id, len(done), _count_events(done))
+            operators.finish(app, operation_id, len(done), _count_events(done))
         if listing.next is None:
             break
         after = listing.next
@@ -571,12 +554,7 @@ def replay(
     ``skipped``. The selection must narrow something: an empty one is refused."""
     from outbox import archive
 
-    if not isinstance(selection, Selection):
-        raise ConfigurationError(f"selection: expected a Selection, got {type(selection).__name__}")
-    if selection.empty:
-        raise ConfigurationError(
-            "replay needs a selection: a handler, statuses, an age, error text, a key or groups"
-        )
+    _narrowing(selection, "replay")
     taken: list[Group] = []
     skipped: list[tuple[Group, str]] = []
     events = 0
@@ -594,7 +572,9 @@ def replay(
             # A page at a time, into one operation: a replay of many groups neither passes
             # the database more parameters than it takes nor records many operations.
             if operation_id is None:
-                operation_id = _record(app, _REPLAY, _actor(actor), selection, None)
+                operation_id = operators.record(
+                    app, _REPLAY, checked_actor(actor), selection.as_json()
+                )
             done = archive.replay(
                 app,
                 group_ids=[g.group_id for g in page],
@@ -609,43 +589,18 @@ def replay(
     return OperationResult(_REPLAY, taken, events, skipped, dry_run, operation_id)
 
 
+def _narrowing(selection: Selection, verb: str) -> None:
+    """Refuse what is not a selection, or one that takes every group."""
+    if not isinstance(selection, Selection):
+        raise ConfigurationError(f"selection: expected a Selection, got {type(selection).__name__}")
+    if selection.empty:
+        raise ConfigurationError(
+            f"{verb} needs a selection: a handler, statuses, an age, error text, a key or groups"
+        )
+
+
 def _count_events(groups: list[Group]) -> int:
     return sum(g.events for g in groups)
-
-
-def _actor(actor: str | None) -> str:
-    if actor is None:
-        return default_actor()
-    if not isinstance(actor, str) or not actor.strip():
-        raise ConfigurationError(f"actor: expected a name, got {actor!r}")
-    return actor[:200]
-
-
-def _record(
-    app: Outbox,
-    action: schema.OperationAction,
-    actor: str,
-    selection: Selection | None,
-    detail: str | None,
-) -> int:
-    return run_in_transaction(
-        app.engine,
-        lambda conn: queries.record_operation(
-            conn,
-            action=action.value,
-            actor=actor,
-            selection=None if selection is None else selection.as_json(),
-            groups=0,
-            events=0,
-            detail=detail,
-        ),
-    )
-
-
-def _finish(app: Outbox, operation_id: int, groups: int, events: int) -> None:
-    run_in_transaction(
-        app.engine, lambda conn: queries.finish_operation(conn, operation_id, groups, events)
-    )
 
 
 def _discard_page(
