@@ -59,6 +59,7 @@ class Snapshots:
         self._latest: Snapshot | None = None
         self._read_at = 0.0
         self._reading = False
+        self._generation = 0
         self.error: str | None = None
         """Why the last read failed (one line); None when it did not."""
         self.reads = 0
@@ -84,13 +85,15 @@ class Snapshots:
         self.reads += 1
         return snapshot
 
-    def _store(self, snapshot: Snapshot) -> None:
+    def _store(self, snapshot: Snapshot, generation: int | None = None) -> None:
         with self._lock:
-            self._latest, self._read_at, self.error = snapshot, time.monotonic(), None
+            if generation is None or generation == self._generation:
+                self._latest, self._read_at, self.error = snapshot, time.monotonic(), None
 
     def _read_in_background(self) -> None:
+        generation = self._generation
         try:
-            self._store(self._read())
+            self._store(self._read(), generation)
         except Exception as error:  # kept for the pages to show; the last snapshot stays
             message = database.error_summary(error) if isinstance(error, DBAPIError) else str(error)
             log.warning(_log.WEB_DATABASE_ERROR, error=message)
@@ -99,6 +102,14 @@ class Snapshots:
         finally:
             with self._lock:
                 self._reading = False
+
+    def expire(self) -> None:
+        """Forget the latest snapshot, so that the next viewer reads again: after a write, the
+        page it sends the operator back to shows what the write did (a read under way, begun
+        before the write, is not kept)."""
+        with self._lock:
+            self._latest = None
+            self._generation += 1
 
 
 @dataclass

@@ -1,0 +1,358 @@
+"""The dashboard in a real browser (Debian's chromium, driven by Playwright): its numbers are
+the operations layer's and refresh in place; an operator replays a dead group, edits and
+replays a dead event, pauses and resumes a handler, and a real ``outbox work`` process handles
+what was replayed; writes without credentials, by a viewer or without the CSRF token are
+refused.
+
+Playwright never downloads a browser here: it drives ``/usr/bin/chromium`` (``apt-get install
+chromium``; ``.ci/run`` installs it). Without it the tests are skipped, or fail when
+``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from sqlalchemy import Engine
+
+from outbox import Outbox, add_events, flow, groups, metrics
+from outbox.web import Auth, Role, create_app
+from tests._ports import free_ports
+from tests._support import wait_for
+from tests.acceptance._cli import LEASE, Cli, Running
+from tests.conftest import reset_schema
+from tests.models import ActivityEvent, EmailEvent
+from tests.web import console_app
+
+CHROMIUM = Path("/usr/bin/chromium")
+APP = "tests.web.console_app:app"
+USERS = {"olga": ("olga-password", Role.OPERATOR), "vic": ("vic-password", Role.VIEWER)}
+REFRESH_SECONDS = 1.0
+TIMEOUT_MS = 15_000
+
+pytestmark = pytest.mark.postgres
+
+try:
+    from playwright import sync_api
+except ImportError:  # the dev extra brings it; without it, as without a browser
+    sync_api = None  # type: ignore[assignment]
+
+
+def _unavailable(what: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{what} (CI=true: the browser tests must not skip)", pytrace=False)
+    pytest.skip(what)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Headless chromium, Debian's."""
+    if sync_api is None:
+        _unavailable("playwright is not installed (pip install -e '.[dev]')")
+    if not CHROMIUM.exists():
+        _unavailable(f"no browser at {CHROMIUM}: apt-get install chromium")
+    with sync_api.sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True)
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def database(postgres_url: str) -> str:
+    """The session's PostgreSQL database, emptied once for this module's tests."""
+    reset_schema(postgres_url)
+    return postgres_url
+
+
+@pytest.fixture(scope="module")
+def output_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the worker's handlers record what they handled."""
+    return tmp_path_factory.mktemp("handled")
+
+
+@pytest.fixture(scope="module")
+def worker(
+    database: str, output_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Running]:
+    """A real ``outbox work`` process on the test application."""
+    cli = Cli(tmp_path_factory.mktemp("worker"), output_dir)
+    env = {console_app.OUTPUT_DIR_ENV: str(output_dir)}
+    try:
+        yield cli.start("--app", APP, "--database-url", database, "work", *LEASE, env=env)
+    finally:
+        cli.close()
+
+
+@pytest.fixture(scope="module")
+def app(database: str) -> Iterator[Outbox]:
+    """The application the dashboard shows (and the test writes events with)."""
+    outbox = console_app.build(database)
+    try:
+        yield outbox
+    finally:
+        outbox.engine.dispose()
+
+
+@pytest.fixture(scope="module")
+def dashboard(app: Outbox, worker: Running) -> Iterator[str]:
+    """The console served by uvicorn on a free port of 127.0.0.1; its base URL."""
+    console = create_app(app, auth=Auth(users=USERS), refresh_seconds=REFRESH_SECONDS)
+    port = free_ports()
+    server = uvicorn.Server(
+        uvicorn.Config(console, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, "the dashboard to listen")
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def _context(browser: Any, dashboard: str, user: str | None) -> Any:
+    credentials = None if user is None else {"username": user, "password": USERS[user][0]}
+    context = browser.new_context(
+        base_url=dashboard, http_credentials=credentials, viewport={"width": 1280, "height": 800}
+    )
+    context.set_default_timeout(TIMEOUT_MS)
+    return context
+
+
+@pytest.fixture
+def operator(browser: Any, dashboard: str) -> Iterator[Any]:
+    """A page of an operator's browser (basic auth)."""
+    context = _context(browser, dashboard, "olga")
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def viewer(browser: Any, dashboard: str) -> Iterator[Any]:
+    """A page of a viewer's browser (basic auth)."""
+    context = _context(browser, dashboard, "vic")
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+def _commit(engine: Engine, model: type[Any], rows: list[dict[str, Any]]) -> None:
+    with engine.begin() as conn:
+        add_events(conn, model, rows)
+
+
+def _dead_group(app: Outbox, activity_id: int) -> str:
+    """The dead group of the event with ``activity_id``, once the worker has dead-lettered
+    it."""
+
+    def found() -> str | None:
+        listing = groups.find(app, groups.Selection(statuses=("dead",), payload=f"{activity_id}"))
+        for group in listing.groups:
+            detail = groups.show(app, group.group_id)
+            if any(e.values.get("activity_id") == activity_id for e in detail.events):
+                return str(group.group_id)
+        return None
+
+    return wait_for(found, f"the worker to dead-letter event {activity_id}")
+
+
+def _overview_numbers(page: Any) -> dict[str, dict[str, str]]:
+    rows: dict[str, dict[str, str]] = page.eval_on_selector_all(
+        "tr[data-handler]",
+        """rows => Object.fromEntries(rows.map(row => [row.dataset.handler, Object.fromEntries(
+            Array.from(row.querySelectorAll('[data-field][data-value]'))
+                .map(cell => [cell.dataset.field, cell.dataset.value]))]))""",
+    )
+    return rows
+
+
+FIELDS = ("unclaimed", "groups_in_flight", "groups_retrying", "held_keys", "dead")
+
+
+def _collected(app: Outbox) -> dict[str, dict[str, str]]:
+    return {
+        s.handler: {
+            "unclaimed": str(s.unclaimed),
+            "groups_in_flight": str(s.groups_in_flight),
+            "groups_retrying": str(s.groups_retrying),
+            "held_keys": str(len(s.held_keys)),
+            "dead": str(s.dead),
+        }
+        for s in metrics.collect(app)
+    }
+
+
+def test_the_overview_shows_what_metrics_collects_and_refreshes_in_place(
+    app: Outbox, operator: Any
+) -> None:
+    """Each handler's numbers are metrics.collect's; events written while the page is open
+    appear without a reload, and the page says when its numbers were read."""
+    flow.pause(app, "mail", reason="held for the test")
+    try:
+        _commit(app.engine, EmailEvent, [{"address": f"a{n}@example.com"} for n in range(7)])
+        operator.goto("/")
+
+        def agree() -> bool:
+            operator.reload()
+            shown = _overview_numbers(operator)
+            return {h: {f: v[f] for f in FIELDS} for h, v in shown.items()} == _collected(app)
+
+        wait_for(agree, "the overview to show metrics.collect's numbers")
+        before = int(_overview_numbers(operator)["mail"]["unclaimed"])
+        operator.evaluate("() => { window.notReloaded = true; }")
+        _commit(app.engine, EmailEvent, [{"address": f"b{n}@example.com"} for n in range(3)])
+        operator.wait_for_function(
+            "n => document.querySelector('tr[data-handler=mail] [data-field=unclaimed]')"
+            ".dataset.value == n",
+            arg=str(before + 3),
+        )
+        asof = operator.inner_text(".asof")
+        assert (True, True, True) == (
+            operator.evaluate("() => window.notReloaded === true"),
+            bool(re.fullmatch(r"as of \d\d:\d\d:\d\d UTC; refreshed every 1 s", asof)),
+            "paused by an operator until resumed: held for the test"
+            in operator.inner_text("tr[data-handler=mail]"),
+        )
+    finally:
+        flow.resume(app, "mail")
+
+
+def test_an_operator_replays_a_dead_group_and_the_worker_handles_it(
+    app: Outbox, operator: Any, output_dir: Path
+) -> None:
+    """From the dead letters to the group's page; its replay is handled by the worker."""
+    flag = output_dir / console_app.FLAKY_FLAG
+    flag.touch()
+    _commit(app.engine, ActivityEvent, [{"activity_id": 1001, "kind": "flaky"}])
+    group_id = _dead_group(app, 1001)
+    flag.unlink()
+    operator.goto("/dead")
+    with operator.expect_navigation():
+        operator.click(f"tr[data-group='{group_id}'] a")
+    with operator.expect_navigation():
+        operator.click("#replay-form button")
+    flash = operator.inner_text(".flash")
+    wait_for(
+        lambda: (1001, "flaky") in console_app.handled(output_dir), "the worker to handle 1001"
+    )
+    operator.reload()
+    assert (True, "replayed") == (
+        flash.startswith("replayed 1 group (1 event): operation "),
+        operator.get_attribute("[data-field=status]", "data-value"),
+    )
+
+
+def test_an_operator_edits_a_dead_event_and_the_worker_handles_the_new_values(
+    app: Outbox, operator: Any, output_dir: Path
+) -> None:
+    """A poison event's kind changed on its group's page: the worker handles it as changed."""
+    _commit(app.engine, ActivityEvent, [{"activity_id": 2002, "kind": "poison"}])
+    group_id = _dead_group(app, 2002)
+    operator.goto(f"/groups/{group_id}")
+    operator.click("details.edit summary")
+    operator.fill("details.edit textarea[name=changes]", "kind=fixed")
+    with operator.expect_navigation():
+        operator.click("details.edit button[type=submit]")
+    flash = operator.inner_text(".flash")
+    wait_for(
+        lambda: (2002, "fixed") in console_app.handled(output_dir), "the worker to handle 2002"
+    )
+    said = r"event \d+ replayed as event \d+ with kind changed: operation \d+"
+    assert (True, False) == (
+        bool(re.fullmatch(said, flash)),
+        (2002, "poison") in console_app.handled(output_dir),
+    )
+
+
+def test_an_operator_pauses_and_resumes_a_handler(app: Outbox, operator: Any) -> None:
+    """The pause form pauses the handler across the fleet, with its reason; resume ends it."""
+    operator.goto("/handlers/mail")
+    operator.fill("#pause-form input[name=reason]", "a browser's pause")
+    with operator.expect_navigation():
+        operator.click("#pause-form button")
+    paused = (operator.inner_text("p.state"), flow.paused(app).get("mail"))
+    with operator.expect_navigation():
+        operator.click("#resume-form button")
+    assert (
+        "paused by an operator until resumed: a browser's pause",
+        "a browser's pause",
+        "running",
+        {},
+    ) == (
+        paused[0],
+        paused[1].reason if paused[1] else None,
+        operator.inner_text("p.state"),
+        flow.paused(app),
+    )
+
+
+def _post_from_page(page: Any, path: str, token: str | None) -> int:
+    """A form posted by the page's own script, with the CSRF token given (or none)."""
+    status: int = page.evaluate(
+        """([path, token]) => {
+            const body = new URLSearchParams({reason: "not allowed"});
+            if (token !== null) body.set("csrf_token", token);
+            return fetch(path, {method: "POST", body, redirect: "manual"}).then(r => r.status);
+        }""",
+        [path, token],
+    )
+    return status
+
+
+def test_writes_without_credentials_by_a_viewer_or_without_the_token_are_refused(
+    app: Outbox, browser: Any, dashboard: str, operator: Any, viewer: Any
+) -> None:
+    """No credentials: 401 for pages and writes; a viewer's browser: no write forms, and its
+    write (token and all) 403; an operator's browser without the page's token, or another: 403.
+    Nothing is paused."""
+    anonymous = _context(browser, dashboard, None)
+    try:
+        page_status = anonymous.request.get("/").status
+        write_status = anonymous.request.post(
+            "/handlers/mail/pause", form={"reason": "x"}, max_redirects=0
+        ).status
+    finally:
+        anonymous.close()
+    viewer.goto("/handlers/mail")
+    viewer_forms = viewer.locator("#pause-form").count()
+    viewer_token = viewer.get_attribute("meta[name=csrf-token]", "content")
+    operator.goto("/handlers/mail")
+    assert (401, 401, 0, 403, 403, 403, {}) == (
+        page_status,
+        write_status,
+        viewer_forms,
+        _post_from_page(viewer, "/handlers/mail/pause", viewer_token),
+        _post_from_page(operator, "/handlers/mail/pause", None),
+        _post_from_page(operator, "/handlers/mail/pause", "x" * 43),
+        flow.paused(app),
+    )
+
+
+def test_the_pages_run_without_script_errors(operator: Any) -> None:
+    """Every page loads its script and style under its Content-Security-Policy, with no error
+    in the console, and refreshes its main part in place."""
+    errors: list[str] = []
+    operator.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    operator.on("pageerror", lambda e: errors.append(str(e)))
+    for path in ("/", "/handlers/deliver", "/groups", "/dead", "/history", "/workers"):
+        operator.goto(path)
+    # A refresh swaps the main part in: its first element is a new one.
+    operator.evaluate("() => { window.before = document.querySelector('#main > *'); }")
+    operator.wait_for_function("() => document.querySelector('#main > *') !== window.before")
+    assert ([], True) == (
+        errors,
+        operator.evaluate("() => getComputedStyle(document.body).margin === '0px'"),
+    )
