@@ -8,8 +8,9 @@ Create Date: 2026-12-08 10:00:00.000000
 deferred, lease expired, refused), with its worker and its error, for ``outbox show``.
 ``outbox_operations``: each replay, edit and discard an operator made: who, when, which filter,
 how many. ``outbox_ingest_keys``: the idempotency keys of events written over HTTP, so that a
-producer's retry writes nothing twice. ``outbox_archive.operation_id`` and ``.replay_event_id``: a replayed event stays in the
-archive, marked ``replayed``, pointing at the operation and at the event it became.
+producer's retry writes nothing twice. ``outbox_archive.operation_id`` and
+``.replay_event_id``: a replayed event stays in the archive, marked ``replayed``, pointing at
+the operation and at the event it became.
 
 Only additions: older workers go on as before (they record no attempts, and an older ``outbox
 replay`` deletes the rows it replays, as it always did).
