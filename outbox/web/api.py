@@ -118,7 +118,9 @@ def _hide(console: Console, value: Any) -> Any:
     return value
 
 
-def _record(principal: Principal, action: str, **fields: Any) -> None:
+def _record(console: Console, principal: Principal, action: str, **fields: Any) -> None:
+    """Log a write with who made it, and let the next status read show what it did."""
+    console.snapshots.expire()
     log.info(_log.WEB_WRITE, actor=principal.name, via=principal.via, action=action, **fields)
 
 
@@ -221,7 +223,9 @@ async def discard(request: Request) -> Response:
         dry_run=dry_run,
     )
     if not dry_run:
-        _record(principal, "discard", operation=result.operation_id, groups=len(result.groups))
+        _record(
+            console, principal, "discard", operation=result.operation_id, groups=len(result.groups)
+        )
     return answer(result)
 
 
@@ -236,7 +240,9 @@ async def replay(request: Request) -> Response:
         groups.replay, console.app, selection, actor=principal.name, dry_run=dry_run
     )
     if not dry_run:
-        _record(principal, "replay", operation=result.operation_id, groups=len(result.groups))
+        _record(
+            console, principal, "replay", operation=result.operation_id, groups=len(result.groups)
+        )
     return answer(result)
 
 
@@ -252,7 +258,7 @@ async def edit(request: Request) -> Response:
     event_id = request.path_params["event_id"]
     group_id = _uuid(request.path_params["group_id"])
     result = await call(archive.edit, console.app, group_id, event_id, values, actor=principal.name)
-    _record(principal, "edit", operation=result.operation_id, group_id=str(group_id))
+    _record(console, principal, "edit", operation=result.operation_id, group_id=str(group_id))
     return answer(result)
 
 
@@ -268,7 +274,7 @@ async def pause(request: Request) -> Response:
     if reason is None:
         reason = f"paused by {principal.name}"
     await call(flow.pause, console.app, name, until=seconds, reason=reason)
-    _record(principal, "pause", handler=name, seconds=seconds)
+    _record(console, principal, "pause", handler=name, seconds=seconds)
     return answer({"handler": name, "paused": True, "seconds": seconds, "reason": reason})
 
 
@@ -278,7 +284,7 @@ async def resume(request: Request) -> Response:
     console = console_of(request)
     [name] = handler_names(console, [request.path_params["handler"]])
     was = await call(flow.resume, console.app, name)
-    _record(principal, "resume", handler=name)
+    _record(console, principal, "resume", handler=name)
     return answer({"handler": name, "paused": False, "was_paused": was})
 
 
@@ -295,7 +301,7 @@ async def release_refused(request: Request) -> Response:
     count = await call(
         refused.release, console.app, handler, None if group is None else _uuid(group)
     )
-    _record(principal, "release_refused", handler=handler, group_id=group, released=count)
+    _record(console, principal, "release_refused", handler=handler, group_id=group, released=count)
     return answer({"released": count})
 
 
@@ -316,7 +322,7 @@ async def release_held(request: Request) -> Response:
         _field(body, "key", str),
         None if group is None else _uuid(group),
     )
-    _record(principal, "release_held", released=count)
+    _record(console, principal, "release_held", released=count)
     return answer({"released": count})
 
 

@@ -656,3 +656,18 @@ def test_prune_forgets_idempotency_keys_past_its_age(outbox_app: Outbox) -> None
         again.created,
         _count(outbox_app, SinkEvent),
     )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_write_through_the_api_shows_in_the_next_status(outbox_app: Outbox) -> None:
+    """A pause through the API: the very next status says paused, however long the period."""
+    web = create_app(outbox_app, auth=AUTH, refresh_seconds=3600)
+    async with client_of(web) as c:
+        before = await c.get("/api/v1/status", headers=bearer("viewer"))
+        await c.post("/api/v1/handlers/fails/pause", headers=bearer("operator"), json={})
+        after = await c.get("/api/v1/status", headers=bearer("viewer"))
+
+    def paused(response: httpx.Response) -> bool:
+        return next(h["paused"] for h in response.json()["handlers"] if h["handler"] == "fails")
+
+    assert (False, True) == (paused(before), paused(after))
