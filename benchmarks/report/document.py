@@ -24,6 +24,7 @@ from benchmarks.report._format import (
 from benchmarks.report.chart import chart
 from benchmarks.report.claims import claim_contention, claim_floor, scale
 from benchmarks.report.commands import command_section
+from benchmarks.report.console import console_big_tables
 from benchmarks.report.drain import (
     archived,
     by_address,
@@ -61,6 +62,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "sink_rabbitmq": sink_rabbitmq,
     "sink_nats": sink_nats,
     "sink_redis": sink_redis,
+    "console_big_tables": console_big_tables,
 }
 
 

@@ -20,6 +20,7 @@ ORDER = (
     "sink_rabbitmq",
     "sink_nats",
     "sink_redis",
+    "console_big_tables",
 )
 
 
@@ -40,5 +41,6 @@ TITLES = {
     "sink_rabbitmq": "RabbitMQ sink",
     "sink_nats": "NATS JetStream sink",
     "sink_redis": "Redis Streams sink",
+    "console_big_tables": "The operators' console on big tables",
     "migrations": "outbox migrate with 1,000,000 archive rows, per revision, up and down",
 }

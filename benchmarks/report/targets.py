@@ -58,3 +58,11 @@ SINK_BATCH = 1000  # the batch size the statements target is set at
 
 
 SINK_DRAIN_RATE = 10_000.0  # events/s drained from PostgreSQL into a broker by one worker
+
+
+CONSOLE_P95_MS = (
+    300.0  # every console page and endpoint, 10,000,000 buffer rows, 1,000,000 archived
+)
+
+
+CONSOLE_READS_PER_PERIOD = 1.0  # status reads per refresh period, whatever the viewers
