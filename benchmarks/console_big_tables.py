@@ -54,7 +54,7 @@ def load(
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO bench_events (account_id, kind, created_at) "
-            "SELECT n % 5000, 'page_view', now() - make_interval(secs => %s - n) "
+            "SELECT n %% 5000, 'page_view', now() - make_interval(secs => %s - n) "
             "FROM generate_series(1, %s) AS n",
             (buffer_rows, buffer_rows),
         )
@@ -70,11 +70,11 @@ def load(
             "INSERT INTO outbox_jobs (kind, handler, group_id, priority, attempts, "
             "lease_owner, lease_token, lease_expires_at, last_error) "
             "SELECT 'batch', 'bench', "
-            "('00000000-0000-0000-0001-' || lpad(to_hex(g), 12, '0'))::uuid, 2, g % 3, "
-            "CASE WHEN g % 3 = 2 THEN 'bench-worker' END, "
-            "CASE WHEN g % 3 = 2 THEN gen_random_uuid() END, "
-            "CASE WHEN g % 3 = 2 THEN now() + interval '1 hour' END, "
-            "CASE WHEN g % 3 = 1 THEN 'RuntimeError: 503 from the bulk API' END "
+            "('00000000-0000-0000-0001-' || lpad(to_hex(g), 12, '0'))::uuid, 2, g %% 3, "
+            "CASE WHEN g %% 3 = 2 THEN 'bench-worker' END, "
+            "CASE WHEN g %% 3 = 2 THEN gen_random_uuid() END, "
+            "CASE WHEN g %% 3 = 2 THEN now() + interval '1 hour' END, "
+            "CASE WHEN g %% 3 = 1 THEN 'RuntimeError: 503 from the bulk API' END "
             "FROM generate_series(0, %s - 1) AS g",
             (claimed_groups,),
         )
@@ -87,8 +87,8 @@ def load(
             "ELSE ('00000000-0000-0000-0003-' || lpad(to_hex((n - 1) / 100), 12, '0'))::uuid "
             "END, "
             "CASE WHEN n <= %s THEN 'dead' ELSE 'succeeded' END, 1, "
-            "CASE WHEN n <= %s THEN 'RuntimeError: 422 account ' || (n % 5000) || ' closed' END, "
-            "jsonb_build_object('id', n, 'account_id', n % 5000, 'kind', 'page_view'), now() "
+            "CASE WHEN n <= %s THEN 'RuntimeError: 422 account ' || (n %% 5000) || ' closed' END, "
+            "jsonb_build_object('id', n, 'account_id', n %% 5000, 'kind', 'page_view'), now() "
             "FROM generate_series(1, %s) AS n",
             (dead_groups * 10, dead_groups * 10, dead_groups * 10, archived_rows),
         )
