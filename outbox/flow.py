@@ -12,11 +12,14 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
+from sqlalchemy import Connection
+
+from outbox import operators
 from outbox._db import queries, run_in_transaction
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 from outbox.retry import RetryAfter, When, seconds_until
-from outbox.schema import PauseCause
+from outbox.schema import OperationAction, PauseCause
 
 __all__ = [
     "IDLE_LIMIT_SECONDS",
@@ -46,30 +49,42 @@ class Pause:
 
 
 def pause(
-    app: Outbox, handler: str, *, until: When | None = None, reason: str | None = None
+    app: Outbox,
+    handler: str,
+    *,
+    until: When | None = None,
+    reason: str | None = None,
+    actor: str | None = None,
 ) -> None:
     """Pause ``handler`` across the fleet: until ``until`` (seconds, a ``timedelta`` or an aware
-    ``datetime``), or until :func:`resume` when None. Replaces any pause it has."""
+    ``datetime``), or until :func:`resume` when None. Replaces any pause it has. Recorded as an
+    operation by ``actor`` (default: ``user@host``; ``outbox history``)."""
     app.get_handler(handler)
     seconds = None if until is None else _operator_seconds(until)
-    run_in_transaction(
-        app.engine,
-        lambda conn: queries.pause_handler(
-            conn,
-            app.dialect,
-            handler,
-            seconds=seconds,
-            cause=PauseCause.OPERATOR,
-            reason=reason,
-        ),
-    )
+
+    def work(conn: Connection) -> None:
+        queries.pause_handler(
+            conn, app.dialect, handler, seconds=seconds, cause=PauseCause.OPERATOR, reason=reason
+        )
+        selection = {"handlers": [handler], "seconds": seconds}
+        operators.record_in(conn, OperationAction.PAUSE, actor, selection, detail=reason)
+
+    run_in_transaction(app.engine, work)
 
 
-def resume(app: Outbox, handler: str) -> bool:
+def resume(app: Outbox, handler: str, *, actor: str | None = None) -> bool:
     """End ``handler``'s pause now (whoever paused it) and close its circuit breaker; False
-    when it was not paused."""
+    when it was not paused. Recorded as an operation by ``actor`` (default: ``user@host``)."""
     app.get_handler(handler)
-    return run_in_transaction(app.engine, lambda conn: queries.resume_handler(conn, handler))
+
+    def work(conn: Connection) -> bool:
+        was = queries.resume_handler(conn, handler)
+        selection = {"handlers": [handler]}
+        detail = None if was else "it was not paused"
+        operators.record_in(conn, OperationAction.RESUME, actor, selection, detail=detail)
+        return was
+
+    return run_in_transaction(app.engine, work)
 
 
 def paused(app: Outbox) -> dict[str, Pause]:

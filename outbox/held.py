@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import uuid
 
+from sqlalchemy import Connection
+
+from outbox import operators
 from outbox._db import queries, run_in_transaction
 from outbox._db.queries import HeldKey
 from outbox.app import Outbox
+from outbox.schema import OperationAction
 
 __all__ = ["HeldKey", "keys", "release"]
 
@@ -31,11 +35,24 @@ def release(
     handler: str | None = None,
     key: str | None = None,
     group_id: uuid.UUID | None = None,
+    *,
+    actor: str | None = None,
 ) -> int:
     """Release held keys (all, one handler's, one key as text, or one group's): their later
-    events are handled again. Returns how many keys were released."""
+    events are handled again. Returns how many keys were released. Recorded as an operation
+    by ``actor`` (default: ``user@host``; ``outbox history``)."""
     if handler is not None:
         app.get_handler(handler)
-    return run_in_transaction(
-        app.engine, lambda conn: queries.release_held_keys(conn, handler, key, group_id)
-    )
+
+    def work(conn: Connection) -> int:
+        released = queries.release_held_keys(conn, handler, key, group_id)
+        selection = {
+            "handlers": [handler] if handler else [],
+            "key": key,
+            "group_ids": [group_id] if group_id else [],
+        }
+        detail = f"{released} held key{'s' * (released != 1)} released"
+        operators.record_in(conn, OperationAction.RELEASE, actor, selection, detail=detail)
+        return released
+
+    return run_in_transaction(app.engine, work)

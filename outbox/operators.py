@@ -4,14 +4,18 @@ replays, edits and discards of :mod:`outbox.groups` and :mod:`outbox.archive` sh
 from __future__ import annotations
 
 import getpass
+import json
 import socket
+from typing import Any
+
+from sqlalchemy import Connection
 
 from outbox._db import queries, run_in_transaction
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 from outbox.schema import OperationAction
 
-__all__ = ["checked_actor", "default_actor", "finish", "record"]
+__all__ = ["checked_actor", "default_actor", "finish", "record", "record_in"]
 
 ACTOR_LENGTH = 200
 """The longest name an operation records (``outbox_operations.actor``)."""
@@ -56,6 +60,29 @@ def record(
             events=0,
             detail=detail,
         ),
+    )
+
+
+def record_in(
+    conn: Connection,
+    action: OperationAction,
+    actor: str | None,
+    selection: dict[str, Any],
+    *,
+    groups: int = 0,
+    detail: str | None = None,
+) -> int:
+    """Record an operation in the caller's transaction (``actor`` None: :func:`default_actor`),
+    so that the record and the write it records commit together; its id."""
+    chosen = {k: v for k, v in selection.items() if v not in (None, [], "")}
+    return queries.record_operation(
+        conn,
+        action=action.value,
+        actor=checked_actor(actor),
+        selection=json.dumps(chosen, sort_keys=True, default=str),
+        groups=groups,
+        events=0,
+        detail=detail,
     )
 
 

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import uuid
 
+from sqlalchemy import Connection
+
+from outbox import operators
 from outbox._db import queries, run_in_transaction
 from outbox._db.queries import RefusedGroup
 from outbox.app import Outbox
+from outbox.schema import OperationAction
 
 __all__ = ["RefusedGroup", "groups", "release"]
 
@@ -30,11 +34,29 @@ def groups(app: Outbox, handler: str | None = None) -> list[RefusedGroup]:
         return queries.refused_groups(conn, handler)
 
 
-def release(app: Outbox, handler: str | None = None, group_id: uuid.UUID | None = None) -> int:
+def release(
+    app: Outbox,
+    handler: str | None = None,
+    group_id: uuid.UUID | None = None,
+    *,
+    actor: str | None = None,
+) -> int:
     """Give refused groups (all, one handler's, or one group) back to the workers, to be
-    handled again now; returns how many. Their attempts stay counted."""
+    handled again now; returns how many. Their attempts stay counted. Recorded as an
+    operation by ``actor`` (default: ``user@host``; ``outbox history``)."""
     if handler is not None:
         app.get_handler(handler)
-    return run_in_transaction(
-        app.engine, lambda conn: queries.release_refused_jobs(conn, handler, group_id)
-    )
+
+    def work(conn: Connection) -> int:
+        released = queries.release_refused_jobs(conn, handler, group_id)
+        selection = {
+            "handlers": [handler] if handler else [],
+            "group_ids": [group_id] if group_id else [],
+        }
+        detail = f"{released} refused group{'s' * (released != 1)} released"
+        operators.record_in(
+            conn, OperationAction.RELEASE, actor, selection, groups=released, detail=detail
+        )
+        return released
+
+    return run_in_transaction(app.engine, work)

@@ -144,6 +144,12 @@ class OperationAction(StrEnum):
     """A dead event's values changed and replayed as a new event."""
     DISCARD = "discard"
     """Groups given up: their events archived (or kept archived) as discarded."""
+    PAUSE = "pause"
+    """A handler paused by an operator."""
+    RESUME = "resume"
+    """A handler's pause ended by an operator."""
+    RELEASE = "release"
+    """Refused groups given back to the workers, or held ordering keys let go."""
 
 
 jobs = Table(
@@ -277,7 +283,12 @@ operations = Table(
     "outbox_operations",
     metadata,
     Column("id", _BIG_ID, primary_key=True, autoincrement=True),
-    Column("action", String(16), nullable=False, comment="replay, edit or discard"),
+    Column(
+        "action",
+        String(16),
+        nullable=False,
+        comment="replay, edit, discard, pause, resume or release",
+    ),
     Column("actor", _NAME, nullable=False, comment="who did it: user@host, or a login"),
     Column("selection", Text, nullable=True, comment="the filter it was given, as JSON"),
     Column("groups", Integer, nullable=False, server_default=text("0")),

@@ -273,7 +273,7 @@ async def pause(request: Request) -> Response:
     reason = _field(body, "reason", str)
     if reason is None:
         reason = f"paused by {principal.name}"
-    await call(flow.pause, console.app, name, until=seconds, reason=reason)
+    await call(flow.pause, console.app, name, until=seconds, reason=reason, actor=principal.name)
     _record(console, principal, "pause", handler=name, seconds=seconds)
     return answer({"handler": name, "paused": True, "seconds": seconds, "reason": reason})
 
@@ -283,7 +283,7 @@ async def resume(request: Request) -> Response:
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
     [name] = handler_names(console, [request.path_params["handler"]])
-    was = await call(flow.resume, console.app, name)
+    was = await call(flow.resume, console.app, name, actor=principal.name)
     _record(console, principal, "resume", handler=name)
     return answer({"handler": name, "paused": False, "was_paused": was})
 
@@ -299,7 +299,11 @@ async def release_refused(request: Request) -> Response:
         handler_names(console, [handler])
     group = _field(body, "group_id", str)
     count = await call(
-        refused.release, console.app, handler, None if group is None else _uuid(group)
+        refused.release,
+        console.app,
+        handler,
+        None if group is None else _uuid(group),
+        actor=principal.name,
     )
     _record(console, principal, "release_refused", handler=handler, group_id=group, released=count)
     return answer({"released": count})
@@ -321,6 +325,7 @@ async def release_held(request: Request) -> Response:
         handler,
         _field(body, "key", str),
         None if group is None else _uuid(group),
+        actor=principal.name,
     )
     _record(console, principal, "release_held", released=count)
     return answer({"released": count})
