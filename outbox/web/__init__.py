@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
-from outbox.web import api, openapi, pages
+from outbox.web import _render, api, openapi, pages
 from outbox.web._console import REFRESH_SECONDS, Console, call, console_of, require
 from outbox.web.auth import Auth, Permission, Principal, Role
 
@@ -78,9 +78,9 @@ def create_app(
 async def _error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
     headers = dict(error.headers or {})
-    if request.url.path.startswith(api.PREFIX) or not pages.wants_html(request):
+    if request.url.path.startswith(api.PREFIX) or not _render.wants_html(request):
         return JSONResponse({"error": error.detail}, status_code=error.status_code, headers=headers)
-    return pages.error_page(request, error.status_code, str(error.detail), headers)
+    return _render.error_page(request, error.status_code, str(error.detail), headers)
 
 
 async def healthz(request: Request) -> Response:

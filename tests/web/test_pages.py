@@ -39,8 +39,9 @@ from outbox import (
 )
 from outbox.testing import drain
 from outbox.web import create_app
+from outbox.web._render import PAYLOAD_SHOWN
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD
-from outbox.web.pages import FRAGMENT_HEADER, PAYLOAD_SHOWN
+from outbox.web.pages import FRAGMENT_HEADER
 from outbox.worker import Worker
 from tests._support import REFUSAL, allow_deletes, refuse_deletes, wait_for
 from tests.models import ActivityEvent, EmailEvent

@@ -1,0 +1,231 @@
+"""How the dashboard's pages are drawn: the Jinja2 environment and its filters (what a page
+shows of a value: cut, and with its invisible characters spelled out), the headers every page
+carries, the CSRF cookie a page sets for its forms, and the error page.
+
+A page asked for with ``X-Outbox-Fragment: 1`` is drawn as its main part only: what
+``static/console.js`` swaps in every refresh period.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import jinja2
+from markupsafe import Markup
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.templating import Jinja2Templates
+
+from outbox.jsonable import jsonable
+from outbox.web._console import console_of
+from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD, Permission, Principal, new_csrf_token
+
+FRAGMENT_HEADER = "X-Outbox-Fragment"
+"""A request with this header set to ``1`` gets the page's main part only (a refresh)."""
+VALUE_SHOWN = 2_000
+"""Characters of one text value of an event a page shows; the rest are counted."""
+PAYLOAD_SHOWN = 20_000
+"""Characters of an event's values (as JSON) a page shows; the rest are counted."""
+FLASH_SHOWN = 300
+"""Characters of a message after a write that a page shows."""
+
+_TEMPLATES = Path(__file__).parent / "templates"
+# Pages run no script but console.js, and load nothing from elsewhere; a bar's width is an
+# inline style. No page may be framed (a write button under someone else's page).
+_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' data:; connect-src 'self'; form-action 'self'; base-uri 'none'; "
+        "frame-ancestors 'none'"
+    ),
+    "X-Frame-Options": "DENY",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+    "Vary": FRAGMENT_HEADER,
+}
+# Characters that would act on the text around them rather than show: control characters and
+# the bidirectional overrides and isolates. Shown as \uXXXX instead.
+_INVISIBLE = re.compile(
+    "[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]"
+)
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{32,128}")
+
+
+def _visible(value: Any) -> Any:
+    """What a page shows of ``value``: nothing for None, text with its invisible characters
+    spelled out (Jinja2 escapes it next)."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return _INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", value)
+    return value
+
+
+def duration(seconds: float | None) -> str:
+    """Seconds in words a glance takes in: ``4.2 s``, ``35 s``, ``12 min``, ``3.5 h``,
+    ``2.0 d``; a dash for none."""
+    if seconds is None:
+        return "—"
+    size = abs(seconds)
+    if size < 10:
+        text = f"{size:.1f} s"
+    elif size < 120:
+        text = f"{size:.0f} s"
+    elif size < 7200:
+        text = f"{size / 60:.0f} min"
+    elif size < 172_800:
+        text = f"{size / 3600:.1f} h"
+    else:
+        text = f"{size / 86_400:.1f} d"
+    return f"-{text}" if seconds < 0 else text
+
+
+def _count(value: int, cap: int | None = None) -> str:
+    """A count with its thousands marked; ``at least`` when it reached the ``cap`` it was
+    counted to."""
+    return f"at least {value:,}" if cap is not None and value >= cap else f"{value:,}"
+
+
+def _first_line(text: str | None, length: int = 200) -> str:
+    lines = (text or "").strip().splitlines()
+    line = lines[0] if lines else ""
+    return line if len(line) <= length else f"{line[:length]}…"
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str) and len(value) > VALUE_SHOWN:
+        return f"{value[:VALUE_SHOWN]}... ({len(value) - VALUE_SHOWN:,} more characters)"
+    if isinstance(value, dict):
+        return {k: _cut(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_cut(v) for v in value]
+    return value
+
+
+def payload_text(values: Mapping[str, Any]) -> str:
+    """An event's values as a page shows them: JSON with every character outside ASCII
+    escaped (no control or bidirectional character reaches the page), each text cut at
+    :data:`VALUE_SHOWN` characters and the whole at :data:`PAYLOAD_SHOWN`."""
+    shown = _cut(jsonable(dict(values)))
+    text = json.dumps(shown, ensure_ascii=True, indent=2, sort_keys=True)
+    if len(text) > PAYLOAD_SHOWN:
+        more = len(text) - PAYLOAD_SHOWN
+        text = f"{text[:PAYLOAD_SHOWN]}\n… {more:,} more characters"
+    return text
+
+
+def _when(value: Any) -> str:
+    if hasattr(value, "strftime"):
+        return str(value.strftime("%Y-%m-%d %H:%M:%S"))
+    return str(value)
+
+
+@jinja2.pass_context
+def _link(context: Any, route: str, /, query: Any = None, **params: Any) -> str:
+    """The path of a page (under wherever the console is mounted), with a query string."""
+    request: Request = context["request"]
+    path = request.url_for(route, **{k: str(v) for k, v in params.items()}).path
+    pairs = list(query.items() if isinstance(query, Mapping) else query or [])
+    pairs = [(k, str(v)) for k, v in pairs if v is not None and v != ""]
+    return f"{path}?{urlencode(pairs)}" if pairs else path
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(_TEMPLATES),
+        autoescape=True,
+        finalize=_visible,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        duration=duration,
+        count=_count,
+        first_line=_first_line,
+        payload=payload_text,
+        when=_when,
+    )
+    env.globals["link"] = _link
+    return env
+
+
+templates = Jinja2Templates(env=_environment())
+
+
+def wants_html(request: Request) -> bool:
+    """Whether the request is a browser's, for a page rather than JSON."""
+    return "text/html" in request.headers.get("accept", "")
+
+
+def _csrf_token(request: Request) -> tuple[str, bool]:
+    """The token the page's forms carry, and whether the cookie must be set (missing, or not
+    one this console made)."""
+    token = request.cookies.get(CSRF_COOKIE, "")
+    if _TOKEN.fullmatch(token):
+        return token, False
+    return new_csrf_token(), True
+
+
+def page(
+    request: Request,
+    principal: Principal | None,
+    template: str,
+    context: Mapping[str, Any],
+    *,
+    nav: str = "",
+    refresh: bool = True,
+    status_code: int = 200,
+    headers: Mapping[str, str] | None = None,
+) -> Response:
+    """A page, or its main part alone when the request asks for a fragment; sets the CSRF
+    cookie when the browser has none."""
+    console = console_of(request)
+    token, fresh = _csrf_token(request) if principal is not None else ("", False)
+    params = request.query_params
+    full = {
+        "request": request,
+        "console_title": console.title,
+        "principal": principal,
+        "can_operate": principal is not None and principal.role.allows(Permission.OPERATE),
+        "csrf_field": CSRF_FIELD,
+        "csrf_token": token,
+        "flash": params.get("flash", "")[:FLASH_SHOWN],
+        "flash_level": "error" if params.get("level") == "error" else "ok",
+        "refresh_seconds": console.refresh_seconds if refresh else 0,
+        "fragment": request.headers.get(FRAGMENT_HEADER) == "1",
+        "nav": nav,
+        **context,
+    }
+    response = templates.TemplateResponse(
+        request, template, full, status_code=status_code, headers={**_HEADERS, **(headers or {})}
+    )
+    if fresh:
+        response.set_cookie(
+            CSRF_COOKIE,
+            token,
+            path=request.scope.get("root_path") or "/",
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+        )
+    return response
+
+
+def error_page(request: Request, status: int, detail: str, headers: dict[str, str]) -> Response:
+    """An error as a small page, its text escaped."""
+    return page(
+        request,
+        None,
+        "error.html",
+        {"status": status, "detail": detail},
+        refresh=False,
+        status_code=status,
+        headers=headers,
+    )
