@@ -66,7 +66,12 @@ def upgrade() -> None:
     op.create_table(
         "outbox_operations",
         sa.Column("id", _BIG_ID, autoincrement=True, nullable=False),
-        sa.Column("action", sa.String(16), nullable=False, comment="replay, edit, discard, pause, resume or release"),
+        sa.Column(
+            "action",
+            sa.String(16),
+            nullable=False,
+            comment="replay, edit, discard, pause, resume or release",
+        ),
         sa.Column(
             "actor",
             sa.String(200),

@@ -83,7 +83,9 @@ async def pause(request: Request) -> Response:
     except ValueError:
         message = f"seconds: {given!r} is not a number"
         return _back(request, "pages.handler", message, error=True, handler=name)
-    _, problem = await attempt(flow.pause, console.app, name, until=seconds, reason=reason)
+    _, problem = await attempt(
+        flow.pause, console.app, name, until=seconds, reason=reason, actor=principal.name
+    )
     if problem is not None:
         return _back(request, "pages.handler", problem, error=True, handler=name)
     console.snapshots.expire()
@@ -96,7 +98,7 @@ async def resume(request: Request) -> Response:
     """End a handler's pause (and close its circuit breaker)."""
     principal, console, _ = await _write(request)
     [name] = handler_names(console, [request.path_params["handler"]])
-    was = await call(flow.resume, console.app, name)
+    was = await call(flow.resume, console.app, name, actor=principal.name)
     console.snapshots.expire()
     _record(principal, "resume", handler=name)
     message = f"{name} resumed" if was else f"{name} was not paused"
@@ -246,6 +248,7 @@ async def release_held(request: Request) -> Response:
         _field(form, "handler"),
         _field(form, "key"),
         None if group is None else group_id_of(group),
+        actor=principal.name,
     )
     if problem is not None:
         return _back(request, "pages.dead", problem, error=True)
@@ -260,7 +263,11 @@ async def release_refused(request: Request) -> Response:
     group = _field(form, "group_id")
     handler = _field(form, "handler")
     count, problem = await attempt(
-        refused.release, console.app, handler, None if group is None else group_id_of(group)
+        refused.release,
+        console.app,
+        handler,
+        None if group is None else group_id_of(group),
+        actor=principal.name,
     )
     if problem is not None:
         return _back(request, "pages.dead", problem, error=True)

@@ -647,3 +647,26 @@ def test_a_capped_status_counts_no_further_than_its_cap(
         (capped.unclaimed, capped.claimed, capped.dead, capped.capped_at),
         (exact.unclaimed, exact.claimed, exact.dead, exact.capped_at),
     )
+
+
+def test_pauses_resumes_and_releases_are_recorded_with_who_made_them(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Each lever an operator pulls leaves a record: action, actor, what it took."""
+    from outbox import held, refused
+
+    app = make_app(database_url)
+    _two_handlers(app)
+    flow.pause(app, "running", until=600, reason="maintenance", actor="ops@host")
+    flow.resume(app, "running", actor="ops@host")
+    held.release(app, "running", actor="ann")
+    refused.release(app, actor="ann")
+    found = [
+        (o.action.value, o.actor, o.selection, o.detail) for o in reversed(archive.history(app))
+    ]
+    assert [
+        ("pause", "ops@host", {"handlers": ["running"], "seconds": 600.0}, "maintenance"),
+        ("resume", "ops@host", {"handlers": ["running"]}, None),
+        ("release", "ann", {"handlers": ["running"]}, "0 held keys released"),
+        ("release", "ann", {}, "0 refused groups released"),
+    ] == found
