@@ -121,6 +121,8 @@ BENCHMARKS = (
     ("benchmarks.peers", "--jobs", "50000", "--procrastinate-jobs", "5000", "--runs", "3"),
     ("benchmarks.autovacuum", "--seconds", "180", "--runs", "3"),
     ("benchmarks.console_big_tables", "--buffer-rows", "10000000", "--archived-rows", "1000000"),
+    ("benchmarks.ingest_http", "--events", "200000", "--batch", "500", "--producers", "8",
+     "--runs", "3"),
 )  # fmt: skip
 
 
