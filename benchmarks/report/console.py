@@ -4,7 +4,11 @@ viewers cost the database."""
 from __future__ import annotations
 
 from benchmarks.report._format import Rendered, Results, Target, table, target_table
-from benchmarks.report.targets import CONSOLE_P95_MS, CONSOLE_READS_PER_PERIOD
+from benchmarks.report.targets import (
+    CONSOLE_P95_MS,
+    CONSOLE_READS_PER_PERIOD,
+    INGEST_EVENTS_PER_SECOND,
+)
 
 
 def console_big_tables(results: Results) -> Rendered:
@@ -48,6 +52,51 @@ def console_big_tables(results: Results) -> Rendered:
             f"status reads per refresh period, whatever the viewers ≤ {CONSOLE_READS_PER_PERIOD:g}",
             f"{viewers['status_reads_per_period']} ({viewers['viewers']} viewers)",
             viewers["status_reads_per_period"] <= CONSOLE_READS_PER_PERIOD,
+        ),
+    ]
+    lines += target_table(targets)
+    return lines, targets
+
+
+def ingest_http(results: Results) -> Rendered:
+    """Each run's rate and what the buffer held after it; the rate and exactness targets."""
+    data = results.data
+    runs = data["runs"]
+    lines = [
+        "Events written through `POST /api/v1/handlers/{handler}/events` into PostgreSQL by "
+        "concurrent producers that send some batches twice, one uvicorn process serving; "
+        "unique events per second from the first request to the last answer:",
+        "",
+    ]
+    lines += table(
+        ["run", "events", "requests", "seconds", "events/s", "in the buffer", "lost", "twice"],
+        [
+            [
+                str(n + 1),
+                f"{r['events']:,}",
+                f"{r['requests']:,}",
+                f"{r['seconds']:,.2f}",
+                f"{r['events_per_second']:,.0f}",
+                f"{r['buffer_rows']:,}",
+                f"{r['lost']:,}",
+                f"{r['buffer_rows'] - r['keys']:,}",
+            ]
+            for n, r in enumerate(runs)
+        ],
+    )
+    rate = data["median_events_per_second"]
+    targets = [
+        Target(
+            "ingest_http",
+            f"≥ {INGEST_EVENTS_PER_SECOND:,.0f} events/s from one process (median of the runs)",
+            f"{rate:,.0f}",
+            rate >= INGEST_EVENTS_PER_SECOND,
+        ),
+        Target(
+            "ingest_http",
+            "retrying producers: nothing lost, nothing written twice",
+            f"{data['lost']} lost, {data['duplicated']} twice",
+            data["lost"] == 0 and data["duplicated"] == 0,
         ),
     ]
     lines += target_table(targets)

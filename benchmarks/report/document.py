@@ -24,7 +24,7 @@ from benchmarks.report._format import (
 from benchmarks.report.chart import chart
 from benchmarks.report.claims import claim_contention, claim_floor, scale
 from benchmarks.report.commands import command_section
-from benchmarks.report.console import console_big_tables
+from benchmarks.report.console import console_big_tables, ingest_http
 from benchmarks.report.drain import (
     archived,
     by_address,
@@ -63,6 +63,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "sink_nats": sink_nats,
     "sink_redis": sink_redis,
     "console_big_tables": console_big_tables,
+    "ingest_http": ingest_http,
 }
 
 

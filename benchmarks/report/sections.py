@@ -21,6 +21,7 @@ ORDER = (
     "sink_nats",
     "sink_redis",
     "console_big_tables",
+    "ingest_http",
 )
 
 
@@ -42,5 +43,6 @@ TITLES = {
     "sink_nats": "NATS JetStream sink",
     "sink_redis": "Redis Streams sink",
     "console_big_tables": "The operators' console on big tables",
+    "ingest_http": "Ingest over HTTP",
     "migrations": "outbox migrate with 1,000,000 archive rows, per revision, up and down",
 }

@@ -66,3 +66,6 @@ CONSOLE_P95_MS = (
 
 
 CONSOLE_READS_PER_PERIOD = 1.0  # status reads per refresh period, whatever the viewers
+
+
+INGEST_EVENTS_PER_SECOND = 5000.0  # through the batch endpoint into PostgreSQL, one process
