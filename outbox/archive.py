@@ -515,8 +515,9 @@ def prune(
     ``all_statuses=True``; with neither, the statuses that are history (``PRUNE_STATUSES``:
     succeeded, discarded, expired, replayed), so that dead letters stay until replayed or
     pruned by name. The attempts recorded of groups that are gone (no job, no dead event) and
-    the ingest's idempotency keys older than ``older_than`` go too (a producer retrying later
-    than that writes its event again); the record of operators' operations stays.
+    the ingest's idempotency keys and the per-minute throughput older than ``older_than`` go
+    too (a producer retrying later than that writes its event again); the record of
+    operators' operations stays.
     """
     if older_than < 0:
         raise ValueError("older_than must be >= 0 seconds")
@@ -529,7 +530,11 @@ def prune(
         start = pruned.last_archived_at
         if pruned.deleted < chunk:
             break
-    for delete_old in (queries.delete_old_attempts, queries.delete_old_ingest_keys):
+    for delete_old in (
+        queries.delete_old_attempts,
+        queries.delete_old_ingest_keys,
+        queries.delete_old_throughput,
+    ):
         while True:
             deleted = run_in_transaction(
                 app.engine,

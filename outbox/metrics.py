@@ -211,6 +211,25 @@ def collect(
         ]
 
 
+THROUGHPUT_MINUTES = 60
+"""The minutes :func:`throughput` reads by default: the dashboard's last hour."""
+
+
+def throughput(
+    app: Outbox, minutes: int = THROUGHPUT_MINUTES
+) -> dict[str, list[queries.ThroughputRow]]:
+    """What each handler handled, minute by minute, over the last ``minutes`` (the minutes in
+    which it handled nothing are absent), as the workers recorded it (``outbox_throughput``,
+    written at each heartbeat)."""
+    if isinstance(minutes, bool) or not isinstance(minutes, int) or not 1 <= minutes <= 10_080:
+        raise ValueError(f"minutes must be 1 to 10080 (a week), got {minutes!r}")
+    found: dict[str, list[queries.ThroughputRow]] = {}
+    with app.engine.connect() as conn:
+        for row in queries.throughput_since(conn, minutes * 60.0):
+            found.setdefault(row.handler, []).append(row)
+    return found
+
+
 def _silent_holdings(conn: Connection, settings: Settings) -> dict[str, list[SilentHolding]]:
     by_handler: dict[str, list[SilentHolding]] = {}
     for job in queries.silent_holders(conn, silent_after(settings)):

@@ -309,6 +309,16 @@ ingest_keys = Table(
     Index(None, "received_at"),
 )
 
+throughput = Table(
+    "outbox_throughput",
+    metadata,
+    Column("handler", _NAME, primary_key=True),
+    Column("minute", timestamp(), primary_key=True, comment="the minute counted, UTC"),
+    Column("succeeded", BigInteger, nullable=False, server_default=text("0")),
+    Column("dead", BigInteger, nullable=False, server_default=text("0")),
+    Column("failed", BigInteger, nullable=False, server_default=text("0"), comment="groups"),
+)
+
 held_keys = Table(
     "outbox_held_keys",
     metadata,

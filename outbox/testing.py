@@ -48,6 +48,7 @@ def drain(
     try:
         return _drain(app, worker, max_rounds)
     finally:
+        worker.flush_throughput()
         worker.stop_handlers()
 
 

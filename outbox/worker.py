@@ -51,6 +51,7 @@ from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.listener import Listener
 from outbox._services.rescuer import Rescuer
 from outbox._services.schema_watch import SchemaWatch
+from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
 from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
 from outbox.results import (
@@ -236,6 +237,7 @@ class Worker:
         """The handlers served: all but those set aside."""
         self._listener: Listener | None = None
         self._flow = FlowState(app, refresh_every=FLOW_STATE_REFRESH_SECONDS)
+        self._throughput = Throughput(app)
         self._heartbeat_service = Heartbeat(
             app,
             self.id,
@@ -684,6 +686,7 @@ class Worker:
         if result.retry_after is not None and pauses_on_retry_after(handler):
             self._flow.note(result.handler, result.retry_after)
         self.stats.record(result)
+        self._throughput.note(result)
         if handler.circuit_breaker is not None:
             try:
                 if _breaker.record(self.app, handler, handler.circuit_breaker, result):
@@ -769,6 +772,7 @@ class Worker:
             try:
                 if now >= next_heartbeat:
                     self._heartbeat()
+                    self._throughput.run_once()
                     next_heartbeat = now + heartbeat_every
                     if not self._stopping.is_set():
                         self._watch_schema()
@@ -851,16 +855,22 @@ class Worker:
         if self._maintenance is not None:
             # A heartbeat under way must not re-insert the row deleted below.
             self._maintenance.join(timeout=MAINTENANCE_JOIN_SECONDS)
-        if not abandoned:
-            try:
+        try:
+            self.flush_throughput()
+            if not abandoned:
                 run_in_transaction(
                     self.app.engine, lambda conn: queries.delete_worker(conn, self.id)
                 )
-            except DBAPIError as error:
-                self._report_database_error(error)
+        except DBAPIError as error:
+            self._report_database_error(error)
         self.stop_handlers()
         log.info(_log.WORKER_STOPPED, worker=self.id, **self._stats_fields())
         return abandoned == 0
+
+    def flush_throughput(self) -> None:
+        """Write what the handlers handled since the last write (``outbox_throughput``): the
+        maintenance thread does at every heartbeat, and the worker when it stops."""
+        self._throughput.run_once()
 
     def start_handlers(self) -> None:
         """Each handler object's ``outbox_start`` (:mod:`outbox.lifecycle`): what it raises (a

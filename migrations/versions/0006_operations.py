@@ -7,7 +7,8 @@ Create Date: 2026-12-08 10:00:00.000000
 ``outbox_attempts``: each attempt of a group that did not end in success (failed, dead,
 deferred, lease expired, refused), with its worker and its error, for ``outbox show``.
 ``outbox_operations``: each replay, edit and discard an operator made: who, when, which filter,
-how many. ``outbox_ingest_keys``: the idempotency keys of events written over HTTP, so that a
+how many. ``outbox_throughput``: events handled per handler and minute, for the dashboard's
+charts. ``outbox_ingest_keys``: the idempotency keys of events written over HTTP, so that a
 producer's retry writes nothing twice. ``outbox_archive.operation_id`` and
 ``.replay_event_id``: a replayed event stays in the archive, marked ``replayed``, pointing at
 the operation and at the event it became.
@@ -102,6 +103,17 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("handler", "key", name="pk_outbox_ingest_keys"),
     )
     op.create_index("ix_outbox_ingest_keys_received_at", "outbox_ingest_keys", ["received_at"])
+    op.create_table(
+        "outbox_throughput",
+        sa.Column("handler", sa.String(200), nullable=False),
+        sa.Column("minute", timestamp(), nullable=False, comment="the minute counted, UTC"),
+        sa.Column("succeeded", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
+        sa.Column("dead", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
+        sa.Column(
+            "failed", sa.BigInteger(), server_default=sa.text("0"), nullable=False, comment="groups"
+        ),
+        sa.PrimaryKeyConstraint("handler", "minute", name="pk_outbox_throughput"),
+    )
     op.add_column(
         "outbox_archive",
         sa.Column(
@@ -135,6 +147,7 @@ def downgrade() -> None:
     with op.batch_alter_table("outbox_archive") as batch:
         batch.drop_column("replay_event_id")
         batch.drop_column("operation_id")
+    op.drop_table("outbox_throughput")
     op.drop_index("ix_outbox_ingest_keys_received_at", table_name="outbox_ingest_keys")
     op.drop_table("outbox_ingest_keys")
     op.drop_index("ix_outbox_operations_done_at", table_name="outbox_operations")

@@ -292,3 +292,16 @@ class WorkerRow:
     """Jobs it holds a lease on now."""
     alive: bool
     """It heartbeated recently enough to count as alive."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputRow:
+    """What a handler handled in one minute: events delivered and dead-lettered, groups that
+    failed an attempt."""
+
+    handler: str
+    minute: dt.datetime
+    """The minute's start, UTC."""
+    succeeded: int
+    dead: int
+    failed: int

@@ -37,6 +37,8 @@ class Snapshot:
     handlers: list[metrics.HandlerStatus]
     taken_at: float
     """``time.time()`` when it was read."""
+    throughput: dict[str, list[Any]] = field(default_factory=dict)
+    """Each handler's last hour, minute by minute (:func:`outbox.metrics.throughput`)."""
 
 
 class Snapshots:
@@ -81,7 +83,8 @@ class Snapshots:
             return self._latest
 
     def _read(self) -> Snapshot:
-        snapshot = Snapshot(metrics.collect(self._app, count_cap=self._count_cap), time.time())
+        handlers = metrics.collect(self._app, count_cap=self._count_cap)
+        snapshot = Snapshot(handlers, time.time(), metrics.throughput(self._app))
         self.reads += 1
         return snapshot
 

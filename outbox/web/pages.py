@@ -66,6 +66,8 @@ class HandlerRow:
     """``ok``, ``warn`` (past three quarters of the promise) or ``late`` (past it)."""
     state: str
     """Running, or paused and why, in words."""
+    minutes: list[int]
+    """Events delivered in each of the last 60 minutes, oldest first (the chart)."""
 
 
 def _state_text(status: metrics.HandlerStatus) -> str:
@@ -76,10 +78,27 @@ def _state_text(status: metrics.HandlerStatus) -> str:
     return "running"
 
 
-def _row(status: metrics.HandlerStatus, deferred: int) -> HandlerRow:
+def _row(
+    status: metrics.HandlerStatus, deferred: int, minutes: list[Any], taken_at: float
+) -> HandlerRow:
     staleness = status.staleness or 0.0
     level = "late" if staleness > 1 else "warn" if staleness > 0.75 else "ok"
-    return HandlerRow(status, deferred, min(staleness, 2.0) * 50, level, _state_text(status))
+    width = min(staleness, 2.0) * 50
+    return HandlerRow(
+        status, deferred, width, level, _state_text(status), per_minute(minutes, taken_at)
+    )
+
+
+def per_minute(rows: list[Any], taken_at: float, minutes: int = 60) -> list[int]:
+    """Events delivered in each of the last ``minutes`` minutes up to ``taken_at``, oldest
+    first; a minute with no row counts 0."""
+    last = int(taken_at // 60)
+    counts = [0] * minutes
+    for row in rows:
+        index = minutes - 1 - (last - int(row.minute.timestamp() // 60))
+        if 0 <= index < minutes:
+            counts[index] += row.succeeded
+    return counts
 
 
 class _Deferred:
@@ -120,7 +139,15 @@ async def _status(request: Request) -> tuple[dict[str, Any], list[HandlerRow]]:
     console = console_of(request)
     snapshot = await call(console.snapshots.get)
     deferred = await call(_deferred(request).get, console, snapshot.taken_at)
-    rows = [_row(s, deferred.get(s.handler, 0)) for s in snapshot.handlers]
+    rows = [
+        _row(
+            s,
+            deferred.get(s.handler, 0),
+            snapshot.throughput.get(s.handler, []),
+            snapshot.taken_at,
+        )
+        for s in snapshot.handlers
+    ]
     said = {
         "as_of": time.strftime("%H:%M:%S UTC", time.gmtime(snapshot.taken_at)),
         "snapshot_error": console.snapshots.error,

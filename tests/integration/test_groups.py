@@ -670,3 +670,24 @@ def test_pauses_resumes_and_releases_are_recorded_with_who_made_them(
         ("release", "ann", {"handlers": ["running"]}, "0 held keys released"),
         ("release", "ann", {}, "0 refused groups released"),
     ] == found
+
+
+def test_what_workers_handle_is_counted_minute_by_minute(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A drain records each handler's delivered and dead events, and failed groups, in the
+    current minute."""
+    from outbox import metrics
+
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=2, retry=ONE_SHOT, name="fails")(_always_fail)
+    app.handler(EmailEvent, name="emails")(_succeed)
+    commit_events(app.engine, 3)
+    commit_events(app.engine, 4, EmailEvent)
+    drain(app)
+    # Summed over the handler's minutes: a drain may straddle the turn of a minute.
+    found = {
+        name: tuple(sum(getattr(r, c) for r in rows) for c in ("succeeded", "dead", "failed"))
+        for name, rows in metrics.throughput(app).items()
+    }
+    assert {"fails": (0, 3, 2), "emails": (4, 0, 0)} == found

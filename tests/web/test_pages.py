@@ -240,6 +240,23 @@ async def test_the_overview_shows_the_numbers_metrics_collects(
 
 
 @SQLITE
+async def test_the_overview_charts_the_last_hour_the_workers_recorded(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """Each handler's chart counts the events delivered in the last hour, as the workers
+    recorded them (metrics.throughput)."""
+    commit_events(outbox_app.engine, 3, model=EmailEvent)
+    drain(outbox_app, handlers=["mails"])
+    page = (await client.get("/", headers=VIEWER)).text
+    recorded = sum(r.succeeded for r in metrics.throughput(outbox_app).get("mails", []))
+    assert (3, str(recorded), True) == (
+        recorded,
+        values(page)["mails"]["last_hour"],
+        "events in the last hour" in page and "<polyline" in page,
+    )
+
+
+@SQLITE
 async def test_the_overview_draws_staleness_against_the_promise(
     client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
 ) -> None:

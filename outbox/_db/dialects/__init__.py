@@ -77,6 +77,14 @@ class Statements(Protocol):
         self, conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
     ) -> int: ...
 
+    def add_counts(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        counters: Sequence[str],
+    ) -> None: ...
+
     def claim(
         self, conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None
     ) -> int: ...

@@ -101,6 +101,18 @@ def _update_picked_ids(
     return ids
 
 
+def add_counts(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], counters: Sequence[str]
+) -> None:
+    """Insert ``rows``, or add their ``counters`` to the row their primary key already has
+    (``INSERT ... ON DUPLICATE KEY UPDATE``)."""
+    from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+    statement = mysql_insert(table).values(list(rows))
+    added = {name: table.c[name] + statement.inserted[name] for name in counters}
+    conn.execute(statement.on_duplicate_key_update(added))
+
+
 def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None) -> int:
     """Stamp ``group_id`` on up to ``limit`` unclaimed rows of a buffer (``only``: those that
     meet this condition too), oldest first; returns how many. No ``LIMIT`` inside ``IN``: the

@@ -198,6 +198,17 @@ def insert_ignoring_duplicates(
     return len(conn.execute(returning).all())
 
 
+def add_counts(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], counters: Sequence[str]
+) -> None:
+    """Insert ``rows``, or add their ``counters`` to the row their primary key already has:
+    one ``INSERT ... ON CONFLICT DO UPDATE`` for all of them."""
+    statement = postgresql_insert(table).values(list(rows))
+    added = {name: table.c[name] + statement.excluded[name] for name in counters}
+    keys = list(table.primary_key.columns)
+    conn.execute(statement.on_conflict_do_update(index_elements=keys, set_=added))
+
+
 def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None) -> int:
     """Stamp ``group_id`` on up to ``limit`` unclaimed rows of a buffer (``only``: those that
     meet this condition too), oldest first; returns how many (see :func:`claimable`)."""

@@ -94,6 +94,19 @@ def insert_ignoring_duplicates(
     return sum(max(conn.execute(statement, dict(row)).rowcount, 0) for row in rows)
 
 
+def add_counts(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], counters: Sequence[str]
+) -> None:
+    """Insert ``rows``, or add their ``counters`` to the row their primary key already has
+    (``INSERT ... ON CONFLICT DO UPDATE``, SQLite 3.24 and newer)."""
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    statement = sqlite_insert(table).values(list(rows))
+    added = {name: table.c[name] + statement.excluded[name] for name in counters}
+    keys = list(table.primary_key.columns)
+    conn.execute(statement.on_conflict_do_update(index_elements=keys, set_=added))
+
+
 def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None) -> int:
     """Stamp ``group_id`` on up to ``limit`` unclaimed rows of a buffer, oldest first; returns
     how many. The transaction holds the write lock (``BEGIN IMMEDIATE``), so a plain ``IN

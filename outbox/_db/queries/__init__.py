@@ -138,6 +138,12 @@ from outbox._db.queries.notify import (
     notify_trigger_ddl,
 )
 from outbox._db.queries.schema_state import record_schema_generation, schema_generation
+from outbox._db.queries.throughput import (
+    THROUGHPUT_COUNTERS,
+    add_throughput,
+    delete_old_throughput,
+    throughput_since,
+)
 from outbox._db.queries.workers import (
     count_live_workers,
     database_now,
@@ -167,6 +173,7 @@ from outbox._db.types import (
     SchemaGeneration,
     SessionClock,
     SilentHolder,
+    ThroughputRow,
     UnreadableRowsError,
     WorkerRow,
     WorkerVersion,
@@ -180,6 +187,7 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "NOTIFY_FUNCTION",
     "RESCUED_ERROR",
+    "THROUGHPUT_COUNTERS",
     "AttemptRow",
     "Conversion",
     "CreatedAtClock",
@@ -198,11 +206,13 @@ __all__ = [
     "SessionClock",
     "SilentHolder",
     "Spend",
+    "ThroughputRow",
     "UnreadableRowsError",
     "WorkerRow",
     "WorkerVersion",
     "acquire_capped_batch_jobs",
     "acquire_jobs",
+    "add_throughput",
     "all_of",
     "analyze",
     "any_unclaimed",
@@ -242,6 +252,7 @@ __all__ = [
     "delete_old_archived",
     "delete_old_attempts",
     "delete_old_ingest_keys",
+    "delete_old_throughput",
     "delete_pending_claim_jobs",
     "delete_stale_workers",
     "delete_worker",
@@ -318,6 +329,7 @@ __all__ = [
     "silent_holders",
     "switch_default_to_utc",
     "table_indexes",
+    "throughput_since",
     "touch_worker",
     "try_lock_conversions",
     "unclaim_rows",
