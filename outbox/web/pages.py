@@ -191,6 +191,7 @@ async def handler_page(request: Request) -> Response:
             **said,
             "listing": listing,
             "breaker": handler.circuit_breaker,
+            "concurrency": handler.concurrency,
             "alert_staleness": handler.urgency.alert_staleness,
         },
     )
