@@ -12,6 +12,8 @@ uvicorn on 127.0.0.1 and takes each page, 1280x800, with Debian's chromium
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import sys
 import tempfile
 import threading
@@ -39,6 +41,7 @@ from outbox import (
     groups,
     schema,
 )
+from outbox._db import queries  # the past hour of throughput, as workers write it
 from outbox._db.dialects import db_now_plus  # backdating events, as the tests do
 from outbox.testing import drain
 from outbox.web import Auth, Role, create_app
@@ -182,6 +185,7 @@ def scene(app: Outbox) -> dict[str, str]:
         app, groups.Selection(group_ids=(dead[1].group_id,)), actor="ann", reason="order cancelled"
     )
     groups.replay(app, groups.Selection(group_ids=(dead[2].group_id,)), actor="ben")
+    _past_hour(app)
     [held] = groups.find(app, groups.Selection(statuses=("held",))).groups
     shown = held.group_id
     return {
@@ -193,6 +197,30 @@ def scene(app: Outbox) -> dict[str, str]:
         "history": "/history",
         "workers": "/workers",
     }
+
+
+# Events a minute each handler delivered over the past hour, for the overview's charts: the
+# shop's workers ran before this scene (a wave of e-mails after a campaign, payments by day).
+PAST_HOUR = {"send_email": (40, 25), "charge_payment": (12, 4), "index_search": (300, 0)}
+
+
+def _past_hour(app: Outbox) -> None:
+    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    rows = []
+    for handler, (level, swing) in PAST_HOUR.items():
+        for ago in range(1, 60):
+            wave = math.sin(ago / 7) * swing
+            rows.append(
+                {
+                    "handler": handler,
+                    "minute": now - dt.timedelta(minutes=ago),
+                    "succeeded": max(int(level + wave), 0),
+                    "dead": 0,
+                    "failed": 0,
+                }
+            )
+    with app.engine.begin() as conn:
+        queries.add_throughput(conn, app.dialect, rows)
 
 
 def main(url: str | None) -> None:
