@@ -85,6 +85,38 @@ class EditResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ArchivedEvent:
+    """An event in the archive: why it is there, and what became of it."""
+
+    id: int
+    """The archive row's id."""
+    handler: str
+    event_id: int
+    group_id: uuid.UUID | None
+    status: schema.ArchiveStatus
+    attempts: int
+    error: str | None
+    values: dict[str, Any]
+    """Its columns as archived (``{}`` when hidden or unreadable)."""
+    archived_at: dt.datetime
+    operation_id: int | None
+    """The operation that replayed or discarded it (:func:`history`)."""
+    replay_event_id: int | None
+    """The event a replay made of it, in its buffer."""
+
+
+@dataclass(frozen=True, slots=True)
+class ArchivePage:
+    """A page of the archive, newest first."""
+
+    events: list[ArchivedEvent]
+    next: int | None
+    """The ``before`` of the next page; None on the last."""
+    searched: int | None
+    """With a payload search: how many of the newest rows it looked among."""
+
+
+@dataclass(frozen=True, slots=True)
 class Operation:
     """An operator's replay, edit or discard, as recorded: who, when, which filter, how many."""
 
@@ -264,6 +296,80 @@ def _record_replay(
         given["group_ids"] = [str(g) for g in group_ids or ()]
         selection = json.dumps({k: v for k, v in given.items() if v}, sort_keys=True)
     return operators.record(app, schema.OperationAction.REPLAY, checked_actor(actor), selection)
+
+
+PAYLOAD_SCAN = 100_000
+"""Archive rows a payload search looks among, the newest first: a bounded read however large
+the archive."""
+
+
+def browse(
+    app: Outbox,
+    *,
+    status: StatusFilter = None,
+    handler: str | None = None,
+    group_id: uuid.UUID | None = None,
+    payload: str | None = None,
+    limit: int = 50,
+    before: int | None = None,
+) -> ArchivePage:
+    """The archive's events, newest first: of ``status`` (one or several; every status
+    without), of one handler or group, holding ``payload`` text (any case, among the newest
+    :data:`PAYLOAD_SCAN` rows), ``limit`` of them before the row ``before`` (a page's
+    ``next``)."""
+    chosen = statuses(status)
+    if handler is not None:
+        app.get_handler(handler)
+    if group_id is not None and not isinstance(group_id, uuid.UUID):
+        raise ConfigurationError(f"group_id: expected a UUID, got {type(group_id).__name__}")
+    if payload is not None and (not isinstance(payload, str) or not payload.strip()):
+        raise ConfigurationError(f"payload: expected some text, got {payload!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+        raise ConfigurationError(f"limit: expected 1 to 1000 events, got {limit!r}")
+    if before is not None and (
+        isinstance(before, bool) or not isinstance(before, int) or not 0 <= before < 2**63
+    ):
+        raise ConfigurationError(f"before: expected an archive row's id, got {before!r}")
+    with app.engine.connect() as conn:
+        rows = queries.browse_archived(
+            conn,
+            handler=handler,
+            statuses=chosen,
+            group_id=group_id,
+            payload=payload,
+            before_id=before,
+            limit=limit + 1,
+            scan=PAYLOAD_SCAN,
+        )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    events = [
+        ArchivedEvent(
+            id=int(r["id"]),
+            handler=r["handler"],
+            event_id=int(r["event_id"]),
+            group_id=r["group_id"],
+            status=schema.ArchiveStatus(r["status"]),
+            attempts=int(r["attempts"]),
+            error=r["error"],
+            values=_readable(r["payload"]),
+            archived_at=r["archived_at"],
+            operation_id=r["operation_id"],
+            replay_event_id=r["replay_event_id"],
+        )
+        for r in rows
+    ]
+    next_before = events[-1].id if more and events else None
+    return ArchivePage(events, next_before, None if payload is None else PAYLOAD_SCAN)
+
+
+def _readable(payload: str | None) -> dict[str, Any]:
+    try:
+        values = parse_payload(payload)
+    except (ValueError, RecursionError) as error:
+        return {"(unreadable payload)": f"{type(error).__name__}: {error}"}
+    values.pop(JSON_AS_TEXT_MARKER, None)
+    return values
 
 
 def history(

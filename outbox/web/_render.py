@@ -131,8 +131,10 @@ def _link(context: Any, route: str, /, query: Any = None, **params: Any) -> str:
     """The path of a page (under wherever the console is mounted), with a query string."""
     request: Request = context["request"]
     path = request.url_for(route, **{k: str(v) for k, v in params.items()}).path
-    pairs = list(query.items() if isinstance(query, Mapping) else query or [])
-    pairs = [(k, str(v)) for k, v in pairs if v is not None and v != ""]
+    given = list(query.items() if isinstance(query, Mapping) else query or [])
+    # A list is a repeated parameter (``status=dead&status=held``).
+    expanded = [(k, item) for k, v in given for item in (v if isinstance(v, list) else [v])]
+    pairs = [(k, str(v)) for k, v in expanded if v is not None and v != ""]
     return f"{path}?{urlencode(pairs)}" if pairs else path
 
 

@@ -7,10 +7,11 @@ Each endpoint asks the operations layer (``outbox.groups``, ``outbox.archive``,
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import uuid
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, overload
 
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -178,6 +179,51 @@ async def history(request: Request) -> Response:
         before_id=None if before is None else int(before),
     )
     return answer(operations)
+
+
+@overload
+def _number(params: Any, name: str) -> int | None: ...
+@overload
+def _number(params: Any, name: str, default: int) -> int: ...
+def _number(params: Any, name: str, default: int | None = None) -> int | None:
+    """A whole number of the query, or ``default``: 400 naming it when it is not one."""
+    value = params.get(name)
+    if value is None:
+        return default
+    if not value.isdigit():
+        raise HTTPException(400, f"{name}: {value!r} is not a whole number")
+    return int(value)
+
+
+def browse_archive(console: Console, params: Any) -> archive.ArchivePage:
+    """A page of the archive by the query's filters, the values of hidden handlers' events
+    left out: what the API and the archive page answer."""
+    handler = params.get("handler") or None
+    if handler is not None:
+        handler_names(console, [handler])
+    group = params.get("group") or None
+    found = archive.browse(
+        console.app,
+        status=params.getlist("status") or None,
+        handler=handler,
+        group_id=None if group is None else _uuid(group, "group"),
+        payload=params.get("payload") or None,
+        limit=_number(params, "limit", 50),
+        before=_number(params, "before"),
+    )
+    events = [
+        e if console.shows_payloads(e.handler) else dataclasses.replace(e, values={"hidden": True})
+        for e in found.events
+    ]
+    return dataclasses.replace(found, events=events)
+
+
+async def archived(request: Request) -> Response:
+    """``GET /archive``: archived events, newest first, by status, handler, group or payload
+    text."""
+    await require(request, Permission.READ)
+    console = console_of(request)
+    return answer(await call(browse_archive, console, request.query_params))
 
 
 async def workers(request: Request) -> Response:
@@ -377,6 +423,7 @@ ROUTES = [
     Route(f"{PREFIX}/handlers/{{handler}}/events", post_events, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/events/{{key}}", put_event, methods=["PUT"]),
     Route(f"{PREFIX}/history", history, methods=["GET"]),
+    Route(f"{PREFIX}/archive", archived, methods=["GET"]),
     Route(f"{PREFIX}/workers", workers, methods=["GET"]),
     Route(f"{PREFIX}/held", held_keys, methods=["GET"]),
     Route(f"{PREFIX}/held/release", release_held, methods=["POST"]),

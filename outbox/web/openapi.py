@@ -19,7 +19,7 @@ from outbox._version import VERSION
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.ingest import MAX_EVENTS, decimal_digits, integer_range
-from outbox.schema import GroupStatus, OperationAction
+from outbox.schema import ArchiveStatus, GroupStatus, OperationAction
 from outbox.web.api import PREFIX
 
 _ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
@@ -263,6 +263,29 @@ PATHS: dict[str, dict[str, Any]] = {
                     "before",
                     {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
                     "the next page: before this id",
+                ),
+            ],
+        )
+    },
+    "/archive": {
+        "get": _op(
+            "Archived events, newest first",
+            {"200": _answer("a page of archived events"), **_errors(400, 404)},
+            parameters=[
+                _query(
+                    "status",
+                    {"type": "string", "enum": [s.value for s in ArchiveStatus]},
+                    "only this status (repeatable)",
+                    many=True,
+                ),
+                _query("handler", {"type": "string"}, "only this handler"),
+                _query("group", _UUID, "only this group"),
+                _query("payload", _TEXT, "text in the event's values"),
+                _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "events shown"),
+                _query(
+                    "before",
+                    {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                    "the next page: a page's `next`",
                 ),
             ],
         )

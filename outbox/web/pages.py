@@ -25,7 +25,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from outbox import archive, fleet, groups, held, metrics, refused
-from outbox.schema import GroupStatus, OperationAction
+from outbox.schema import ArchiveStatus, GroupStatus, OperationAction
 from outbox.web import actions
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web._inputs import (
@@ -37,6 +37,7 @@ from outbox.web._inputs import (
     selection_of_filters,
 )
 from outbox.web._render import FRAGMENT_HEADER, page
+from outbox.web.api import browse_archive
 from outbox.web.auth import Permission
 
 __all__ = ["FRAGMENT_HEADER", "ROUTES"]
@@ -326,6 +327,29 @@ async def history_page(request: Request) -> Response:
     )
 
 
+async def archive_page(request: Request) -> Response:
+    """``/archive``: archived events, newest first, by status, handler, group or payload text;
+    each with what became of it."""
+    principal = await require(request, Permission.READ)
+    console = console_of(request)
+    params = request.query_params
+    found, problem = await attempt(browse_archive, console, params)
+    return page(
+        request,
+        principal,
+        "archive.html",
+        {
+            "page": found,
+            "problem": problem,
+            "statuses": [s.value for s in ArchiveStatus],
+            "chosen": params.getlist("status"),
+            "handlers": sorted(console.app.handlers),
+            "given": {k: params.get(k) or "" for k in ("handler", "group", "payload")},
+        },
+        nav="archive",
+    )
+
+
 async def workers_page(request: Request) -> Response:
     """``/workers``: the fleet's workers."""
     principal = await require(request, Permission.READ)
@@ -371,6 +395,7 @@ ROUTES: list[BaseRoute] = [
         "/refused/release", actions.release_refused, methods=["POST"], name="pages.release_refused"
     ),
     Route("/history", history_page, methods=["GET"], name="pages.history"),
+    Route("/archive", archive_page, methods=["GET"], name="pages.archive"),
     Route("/workers", workers_page, methods=["GET"], name="pages.workers"),
     Route("/static/{name}", static, methods=["GET"], name="pages.static"),
 ]

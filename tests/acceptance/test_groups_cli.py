@@ -439,3 +439,19 @@ def test_groups_limit_prints_a_cursor_and_after_gives_the_next_page(
         [line.split()[1] for line in after[1:-1]],
         after[-1:],
     )
+
+
+def test_archive_list_json_gives_the_dead_events_newest_first_with_their_values(
+    cli: Cli, database_url: str, dead_group: DeadGroup
+) -> None:
+    """``outbox archive list --status dead --json``: each dead event, newest first, with its
+    values and error; ``--limit`` pages with ``next``."""
+    code, found = _run(cli, database_url, "archive", "list", "--status", "dead", "--limit", "4")
+    assert (0, 4, ["dead"] * 4, True, True) == (
+        code,
+        len(found["events"]),
+        [e["status"] for e in found["events"]],
+        [e["id"] for e in found["events"]]
+        == sorted((e["id"] for e in found["events"]), reverse=True),
+        found["next"] == found["events"][-1]["id"] and ERROR in found["events"][0]["error"],
+    )

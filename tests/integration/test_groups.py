@@ -691,3 +691,65 @@ def test_what_workers_handle_is_counted_minute_by_minute(
         for name, rows in metrics.throughput(app).items()
     }
     assert {"fails": (0, 3, 2), "emails": (4, 0, 0)} == found
+
+
+# --- The archive, browsed ----------------------------------------------------------------------
+
+
+def test_the_archive_is_browsed_newest_first_by_status_payload_and_page(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """Dead events, a replayed one pointing at the event it became, a payload search, and
+    pages that follow each other."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=1, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 1, kind="needle")
+    commit_events(app.engine, 2, kind="hay")
+    drain(app)
+    [needle] = [r for r in _archived(app.engine) if "needle" in str(r.payload)]
+    done = archive.replay(app, group_id=needle.group_id)
+    everything = archive.browse(app)
+    dead = archive.browse(app, status="dead")
+    found = archive.browse(app, payload="NEEDLE")
+    first = archive.browse(app, limit=2)
+    second = archive.browse(app, limit=2, before=first.next)
+    [replayed] = found.events
+    assert (
+        [3, 2, 1],
+        ["dead", "dead"],
+        ("replayed", done.operation_id, True, "needle"),
+        ([3, 2], [1], None),
+    ) == (
+        [e.id for e in everything.events],
+        [e.status.value for e in dead.events],
+        (
+            replayed.status.value,
+            replayed.operation_id,
+            replayed.replay_event_id is not None,
+            replayed.values["kind"],
+        ),
+        ([e.id for e in first.events], [e.id for e in second.events], second.next),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"status": "deadd"}, "status: 'deadd' is not an archive status"),
+        ({"payload": " "}, "payload: expected some text"),
+        ({"limit": 0}, "limit: expected 1 to 1000 events"),
+        ({"before": -1}, "before: expected an archive row's id"),
+        ({"handler": "nope"}, "unknown handler 'nope'"),
+    ],
+    ids=["status", "payload", "limit", "before", "handler"],
+)
+def test_a_bad_archive_question_is_refused_where_it_is_asked(
+    database_url: str, make_app: Callable[[str], Outbox], given: dict[str, Any], message: str
+) -> None:
+    """Each bad argument of browse: one line naming it."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, name="fails")(_always_fail)
+    with pytest.raises(ConfigurationError) as raised:
+        archive.browse(app, **given)
+    assert str(raised.value).startswith(message), str(raised.value)

@@ -671,3 +671,28 @@ async def test_a_write_through_the_api_shows_in_the_next_status(outbox_app: Outb
         return next(h["paused"] for h in response.json()["handlers"] if h["handler"] == "fails")
 
     assert (False, True) == (paused(before), paused(after))
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_the_archive_endpoint_pages_events_and_hides_what_it_must(
+    outbox_app: Outbox, commit_events: Any
+) -> None:
+    """``GET /archive``: dead events newest first, a page at a time; a hidden handler's
+    values never answered."""
+    _dead(outbox_app, commit_events, 3)
+    web = create_app(outbox_app, auth=AUTH, hide_payloads=["fails"])
+    async with client_of(web) as c:
+        first = await c.get("/api/v1/archive", params={"limit": 2}, headers=bearer("viewer"))
+        rest = await c.get(
+            "/api/v1/archive",
+            params={"limit": 2, "before": first.json()["next"]},
+            headers=bearer("viewer"),
+        )
+        bad = await c.get("/api/v1/archive", params={"limit": "x"}, headers=bearer("viewer"))
+    events = first.json()["events"] + rest.json()["events"]
+    assert ([3, 2, 1], [{"hidden": True}] * 3, None, 400) == (
+        [e["id"] for e in events],
+        [e["values"] for e in events],
+        rest.json()["next"],
+        bad.status_code,
+    )

@@ -796,6 +796,8 @@ async def test_hostile_values_come_out_escaped(hostile_app: Outbox) -> None:
         "/handlers/hostile",
         f"/?flash={HOSTILE}%E2%80%AE&level=error",
         "/history",
+        "/archive",
+        f"/archive?payload={HOSTILE}",
     ]
     async with client_of(create_app(hostile_app, auth=AUTH)) as client:
         pages = {path: (await client.get(path, headers=VIEWER)) for path in paths}

@@ -8,6 +8,7 @@ from collections.abc import Collection, Iterable, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import (
+    ColumnElement,
     Connection,
     Integer,
     Select,
@@ -110,6 +111,13 @@ def archive_group_rows(
     stmt = insert(_archive).from_select(ARCHIVE_COLUMNS, source)
     # SQLAlchemy keeps the rowcount of INSERTs only when asked to.
     return conn.execute(stmt.execution_options(preserve_rowcount=True)).rowcount
+
+
+def contains_text(column: ColumnElement[Any], text: str) -> ColumnElement[bool]:
+    """``column`` holds ``text``, in any case: ``lower()`` on both sides rather than ILIKE,
+    which only PostgreSQL has; the text's own wildcards are escaped."""
+    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return func.lower(column).like(f"%{escaped}%", escape="\\")
 
 
 def archive_counts(
@@ -280,3 +288,35 @@ def delete_old_archived(
     return PrunedChunk(
         delete_archived(conn, [int(row.id) for row in picked]), picked[-1].archived_at
     )
+
+
+def browse_archived(
+    conn: Connection,
+    *,
+    handler: str | None,
+    statuses: Collection[str] | None,
+    group_id: uuid.UUID | None,
+    payload: str | None,
+    before_id: int | None,
+    limit: int,
+    scan: int,
+) -> list[dict[str, Any]]:
+    """Archived rows matching the filters, newest first, before ``before_id`` (keyset
+    pagination), the payload as JSON text. ``payload``: only rows whose payload holds this
+    text, any case, looked for among the newest ``scan`` rows only: a search of a few rows in
+    a million would otherwise read them all. The primary key serves the order; the
+    ``handler, status`` index the filters.
+    """
+    columns = [c for c in _archive.c if c.name != "payload"]
+    stmt = select(*columns, sql_cast(_archive.c.payload, Text).label("payload"))
+    stmt = _filtered(stmt, handler, statuses, group_id)
+    if before_id is not None:
+        stmt = stmt.where(_archive.c.id < before_id)
+    if payload is not None:
+        newest = conn.execute(select(func.max(_archive.c.id))).scalar_one_or_none() or 0
+        stmt = stmt.where(
+            _archive.c.id > int(newest) - scan,
+            contains_text(sql_cast(_archive.c.payload, Text), payload),
+        )
+    rows = conn.execute(stmt.order_by(_archive.c.id.desc()).limit(limit))
+    return [dict(row._mapping) for row in rows]

@@ -32,6 +32,7 @@ from sqlalchemy import cast as sql_cast
 
 from outbox import schema
 from outbox._db.dialects.clock import age_seconds, db_now_plus
+from outbox._db.queries.archive import contains_text
 from outbox._db.queries.handlers import paused_now
 from outbox._db.queries.held import key_text
 from outbox._db.types import AttemptRow, GroupFilter, GroupRow, OperationRow
@@ -80,13 +81,6 @@ def _live_status() -> ColumnElement[str]:
     )
 
 
-def _error_matches(column: ColumnElement[Any], text: str) -> ColumnElement[bool]:
-    # Case-insensitive on every database: lower() on both sides rather than ILIKE, which only
-    # PostgreSQL has; the pattern's own wildcards are escaped.
-    escaped = text.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return func.lower(column).like(f"%{escaped}%", escape="\\")
-
-
 def _live(where: GroupFilter) -> Select[Any]:
     status = _live_status().label("status")
     stmt = select(
@@ -108,7 +102,7 @@ def _live(where: GroupFilter) -> Select[Any]:
     if where.older_than is not None:
         stmt = stmt.where(_jobs.c.created_at < db_now_plus(-where.older_than))
     if where.error is not None:
-        stmt = stmt.where(_error_matches(_jobs.c.last_error, where.error))
+        stmt = stmt.where(contains_text(_jobs.c.last_error, where.error))
     if where.group_ids is not None:
         stmt = stmt.where(_jobs.c.group_id.in_(list(where.group_ids)))
     return stmt
@@ -167,11 +161,11 @@ def _dead(where: GroupFilter) -> Select[Any]:
     if where.older_than is not None:
         stmt = stmt.where(_archive.c.archived_at < db_now_plus(-where.older_than))
     if where.error is not None:
-        stmt = stmt.where(_error_matches(_archive.c.error, where.error))
+        stmt = stmt.where(contains_text(_archive.c.error, where.error))
     if where.group_ids is not None:
         stmt = stmt.where(_archive.c.group_id.in_(list(where.group_ids)))
     if where.payload is not None:
-        stmt = stmt.where(_error_matches(sql_cast(_archive.c.payload, Text), where.payload))
+        stmt = stmt.where(contains_text(sql_cast(_archive.c.payload, Text), where.payload))
     return stmt
 
 
@@ -248,7 +242,7 @@ def groups_with_key(
             _archive.c.handler == handler,
             _archive.c.status == schema.ArchiveStatus.DEAD,
             _archive.c.group_id.is_not(None),
-            _error_matches(sql_cast(_archive.c.payload, Text), key),
+            contains_text(sql_cast(_archive.c.payload, Text), key),
         )
         .distinct()
         .limit(limit)

@@ -12,7 +12,7 @@ from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_USAGE, command, fail, ready
 from outbox.cli._main import main
 from outbox.cli._options import ARCHIVE_STATUS, MAX_PRUNE_AGE_SECONDS, Duration
-from outbox.cli._output import error_text, print_json, print_table
+from outbox.cli._output import error_text, json_text, print_json, print_table
 from outbox.cli.commands.groups import print_operation
 
 _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
@@ -287,3 +287,77 @@ def prune(
                 f"kept {kept} dead letter{'s' * (kept != 1)} as old: replay them "
                 "(outbox replay --status dead) or prune them by name (--status dead)"
             )
+
+
+@main.group("archive")
+def archive_group() -> None:
+    """The archive: events delivered (with archive=True), dead, discarded, expired, replayed."""
+
+
+@archive_group.command("list")
+@click.option("--handler", default=None, help="Only events of this handler.")
+@click.option(
+    "--status",
+    "statuses",
+    type=ARCHIVE_STATUS,
+    multiple=True,
+    help="Only events archived with this status (repeatable).",
+)
+@click.option("--group", "group_id", type=click.UUID, default=None, help="Only this group.")
+@click.option(
+    "--payload",
+    default=None,
+    help=f"Only events whose values hold this text (among the newest {archive.PAYLOAD_SCAN:,}).",
+)
+@click.option(
+    "--limit", default=50, show_default=True, type=click.IntRange(1, 1000), help="Events shown."
+)
+@click.option("--before", type=int, default=None, help="The next page: the id a listing printed.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
+@command
+def archive_list(
+    ctx: Context,
+    handler: str | None,
+    statuses: tuple[str, ...],
+    group_id: uuid.UUID | None,
+    payload: str | None,
+    limit: int,
+    before: int | None,
+    as_json: bool,
+) -> None:
+    """Archived events, newest first: why each is there, its values, what became of it (the
+    operation that replayed or discarded it, the event a replay made of it)."""
+    app = ready(ctx.app())
+    found = archive.browse(
+        app,
+        status=statuses or None,
+        handler=handler,
+        group_id=group_id,
+        payload=payload,
+        limit=limit,
+        before=before,
+    )
+    if as_json:
+        print_json(found)
+        return
+    print_table(
+        ("id", "archived", "handler", "group", "event", "status", "became", "error", "values"),
+        [
+            (
+                str(e.id),
+                e.archived_at.isoformat(sep=" ", timespec="seconds"),
+                e.handler,
+                "-" if e.group_id is None else str(e.group_id),
+                str(e.event_id),
+                e.status.value,
+                "-" if e.replay_event_id is None else f"event {e.replay_event_id}",
+                error_text(e.error, 60),
+                json_text(e.values)[:80],
+            )
+            for e in found.events
+        ],
+    )
+    if found.searched is not None:
+        click.echo(f"searched the newest {found.searched:,} archived events")
+    if found.next is not None:
+        click.echo(f"more: --before {found.next}")
