@@ -91,7 +91,7 @@ def ingest(
     for _ in range(_RACES):
         try:
             written = run_in_transaction(
-                app.engine, lambda conn: _write(conn, target.table, handler, rows)
+                app.engine, lambda conn: _write(conn, app.dialect, target.table, handler, rows)
             )
         except IntegrityError:
             continue
@@ -102,9 +102,9 @@ def ingest(
 
 
 def _write(
-    conn: Connection, table: Table, handler: str, rows: dict[str, dict[str, Any]]
+    conn: Connection, dialect: str, table: Table, handler: str, rows: dict[str, dict[str, Any]]
 ) -> dict[str, Ingested]:
-    known = queries.ingested_keys(conn, handler, list(rows))
+    known = queries.ingested_keys(conn, dialect, handler, list(rows))
     fresh = [key for key in rows if key not in known]
     result = {key: Ingested(key, event_id, False) for key, event_id in known.items()}
     by_columns: dict[tuple[str, ...], list[str]] = {}

@@ -77,6 +77,8 @@ class Statements(Protocol):
         self, conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
     ) -> int: ...
 
+    def plan_each_time(self, conn: Connection) -> None: ...
+
     def add_counts(
         self,
         conn: Connection,

@@ -198,6 +198,14 @@ def insert_ignoring_duplicates(
     return len(conn.execute(returning).all())
 
 
+def plan_each_time(conn: Connection) -> None:
+    """Plan the rest of the transaction's statements for their values (``SET LOCAL
+    plan_cache_mode = force_custom_plan``): a lookup of hundreds of keys prepared while its
+    table was empty keeps a generic plan that reads the whole table once it is not, until the
+    next ANALYZE."""
+    conn.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
+
+
 def add_counts(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], counters: Sequence[str]
 ) -> None:

@@ -31,6 +31,7 @@ from sqlalchemy import (
 from sqlalchemy import cast as sql_cast
 
 from outbox import schema
+from outbox._db import dialects
 from outbox._db.dialects.clock import age_seconds, db_now_plus
 from outbox._db.queries.archive import contains_text
 from outbox._db.queries.handlers import paused_now
@@ -523,9 +524,13 @@ def mark_group_operation(conn: Connection, group_id: uuid.UUID, operation_id: in
     ).rowcount
 
 
-def ingested_keys(conn: Connection, handler: str, keys: Sequence[str]) -> dict[str, int]:
+def ingested_keys(
+    conn: Connection, dialect: str, handler: str, keys: Sequence[str]
+) -> dict[str, int]:
     """Of ``keys``, those a producer's events were written under already, with the event's id;
-    served by the primary key of ``outbox_ingest_keys``."""
+    served by the primary key of ``outbox_ingest_keys``, planned for the keys given (see
+    ``plan_each_time``): hundreds of them in one ``IN``."""
+    dialects.statements(dialect).plan_each_time(conn)
     ingest = schema.ingest_keys
     rows = conn.execute(
         select(ingest.c.key, ingest.c.event_id).where(
