@@ -16,6 +16,7 @@ from sqlalchemy import Connection
 
 from outbox import operators
 from outbox._db import queries, run_in_transaction
+from outbox._engine.limiter import row_name
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 from outbox.retry import RetryAfter, When, seconds_until
@@ -23,10 +24,12 @@ from outbox.schema import OperationAction, PauseCause
 
 __all__ = [
     "IDLE_LIMIT_SECONDS",
+    "LimitUse",
     "Pause",
     "PauseCause",
     "RetryAfter",
     "forget_idle_limits",
+    "limit_use",
     "pause",
     "paused",
     "resume",
@@ -96,6 +99,45 @@ def paused(app: Outbox) -> dict[str, Pause]:
         for name, state in sorted(states.items())
         if state.paused and state.cause is not None
     }
+
+
+@dataclass(frozen=True, slots=True)
+class LimitUse:
+    """How close a handler runs to one of its fleet-wide rate limits: what its window has
+    spent now, of what it may."""
+
+    limit: str
+    """The limit in words (``10 calls/s``)."""
+    unit: str
+    """``calls`` or ``events``."""
+    used: int
+    capacity: int
+    period: float
+    """The window, in seconds."""
+
+
+def limit_use(app: Outbox, handler: str) -> list[LimitUse]:
+    """How much of each of ``handler``'s fleet-wide rate limits (calls and events windows)
+    the last window spent, by the database clock: what the dashboard's handler page shows.
+    Per-key limits (one window per tenant) are not summed here."""
+    target = app.get_handler(handler)
+    found = []
+    with app.engine.connect() as conn:
+        for limit in target.rate_limits:
+            if limit.key is not None:
+                continue
+            for window in limit.windows():
+                if not window.exact:
+                    continue  # a burst's spacing: the main window says how close it runs
+                used = queries.window_usage(
+                    conn, handler, row_name(window, None, None), window.period
+                )
+                found.append(
+                    LimitUse(
+                        limit.describe(), str(window.unit), used, window.capacity, window.period
+                    )
+                )
+    return found
 
 
 def forget_idle_limits(app: Outbox, idle_seconds: float = IDLE_LIMIT_SECONDS) -> int:

@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from outbox import archive, fleet, groups, held, metrics, refused
+from outbox import archive, fleet, flow, groups, held, metrics, refused
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction
 from outbox.web import actions
 from outbox.web._console import Console, call, console_of, handler_names, require
@@ -182,6 +182,7 @@ async def handler_page(request: Request) -> Response:
         groups.find, console.app, groups.Selection(handlers=(name,)), limit=RECENT_GROUPS
     )
     handler = console.app.get_handler(name)
+    limits = await call(flow.limit_use, console.app, name)
     return page(
         request,
         principal,
@@ -193,6 +194,7 @@ async def handler_page(request: Request) -> Response:
             "listing": listing,
             "breaker": handler.circuit_breaker,
             "concurrency": handler.concurrency,
+            "limit_use": limits,
             "alert_staleness": handler.urgency.alert_staleness,
         },
     )

@@ -753,3 +753,20 @@ def test_a_bad_archive_question_is_refused_where_it_is_asked(
     with pytest.raises(ConfigurationError) as raised:
         archive.browse(app, **given)
     assert str(raised.value).startswith(message), str(raised.value)
+
+
+def test_how_close_a_handler_runs_to_its_rate_limits(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """Each fleet-wide window says what it spent: three calls of two events each, against
+    100 calls and 1,000 events an hour; a per-key limit is not summed."""
+    from outbox import RateLimit
+
+    app = make_app(database_url)
+    hourly = RateLimit(calls=100, events=1000, per=3600, burst=100)
+    limits = [hourly, RateLimit(calls=50, key="kind", burst=50)]
+    app.handler(ActivityEvent, batch_size=2, name="limited", rate_limit=limits)(_succeed)
+    commit_events(app.engine, 6)
+    drain(app)
+    found = [(u.unit, u.used, u.capacity, u.period) for u in flow.limit_use(app, "limited")]
+    assert [("calls", 3, 100, 3600.0), ("events", 6, 1000, 3600.0)] == found

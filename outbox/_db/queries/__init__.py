@@ -128,7 +128,13 @@ from outbox._db.queries.jobs import (
     silent_holders,
     undistributed_age,
 )
-from outbox._db.queries.limits import Spend, delete_idle_limits, hold_back, reserve
+from outbox._db.queries.limits import (
+    Spend,
+    delete_idle_limits,
+    hold_back,
+    reserve,
+    window_usage,
+)
 from outbox._db.queries.notify import (
     JOBS_NOTIFICATION,
     NOTIFY_CHANNEL,
@@ -338,5 +344,6 @@ __all__ = [
     "unclaimed_after",
     "undistributed_age",
     "unlock_conversions",
+    "window_usage",
     "worker_rows",
 ]

@@ -236,3 +236,17 @@ def delete_idle_limits(conn: Connection, idle_seconds: float) -> int:
             or_(_limits.c.starts_until.is_(None), _limits.c.starts_until < before),
         )
     ).rowcount
+
+
+def window_usage(conn: Connection, handler: str, name: str, window: float) -> int:
+    """What the last ``window`` seconds spent of a handler's limit row ``name`` (its recent
+    starts, by the database clock); 0 for a row not there yet. One primary-key read."""
+    row = conn.execute(
+        select(_limits.c.starts, db_now()).where(
+            _limits.c.handler == handler, _limits.c.key == name
+        )
+    ).first()
+    if row is None:
+        return 0
+    now = _epoch(row[1])
+    return sum(cost for at, cost in _parse(row[0]) if at > now - window)
