@@ -946,13 +946,15 @@ def test_the_templates_and_the_script_ship_in_the_wheel(tmp_path: Path) -> None:
 async def test_the_handler_page_says_how_close_it_runs_to_its_cap_and_what_it_delivered(
     client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
 ) -> None:
-    """Groups in flight against the handler's concurrency cap, and its last hour's events."""
+    """Groups in flight against the handler's concurrency cap, its last hour's events, and
+    what its rate limit's window spent."""
     commit_events(outbox_app.engine, 3, model=EmailEvent)
     drain(outbox_app, handlers=["mails"])
     page = (await client.get("/handlers/mails", headers=VIEWER)).text
     shown = {field: value for fields in values(page).values() for field, value in fields.items()}
-    assert ("3", "0", True) == (
+    assert ("3", "0", True, True) == (
         shown.get("last_hour"),
         shown.get("in_flight_of_cap"),
         "events delivered" in page,
+        " of 5 calls in the last " in page,
     )
