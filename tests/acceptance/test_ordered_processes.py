@@ -14,7 +14,13 @@ from sqlalchemy import Engine
 from tests._support import wait_for
 from tests.acceptance import _tables
 from tests.acceptance._cli import Cli, handled, start_work
-from tests.acceptance.cli_app import BATCH_SIZE_ENV, FAIL_ENV, MAX_ATTEMPTS_ENV, ORDERED_ENV
+from tests.acceptance.cli_app import (
+    BATCH_SIZE_ENV,
+    FAIL_ENV,
+    MAX_ATTEMPTS_ENV,
+    ORDERED_ENV,
+    SLEEP_ENV,
+)
 
 KEYS = 8
 EVENTS = 160
@@ -32,7 +38,16 @@ def test_four_processes_keep_every_keys_order_through_failures(
     for n in range(EVENTS):
         (event_id,) = commit_events(engine, 1, activity_id=n % KEYS)
         ids_by_key.setdefault(n % KEYS, []).append(event_id)
-    env = {ORDERED_ENV: "1", FAIL_ENV: "0.3", MAX_ATTEMPTS_ENV: "50", BATCH_SIZE_ENV: "5"}
+    # Each batch holds its thread a little: eight keys' groups at a time then need more than one
+    # process's two threads, so that the run shows order kept across processes (on a loaded
+    # machine, one process could otherwise take every group as it comes).
+    env = {
+        ORDERED_ENV: "1",
+        FAIL_ENV: "0.3",
+        MAX_ATTEMPTS_ENV: "50",
+        BATCH_SIZE_ENV: "5",
+        SLEEP_ENV: "0.05",
+    }
     work = start_work(
         cli, server_database, "--processes", "4", "--concurrency", "2",
         "--handler", "record_activity", "--distribute-every", "0.2", env=env,

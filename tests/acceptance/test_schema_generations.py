@@ -87,10 +87,14 @@ def test_work_refuses_to_start_on_a_schema_that_needs_newer_workers(
 def test_work_on_tables_from_before_generations_says_to_migrate_in_one_line(
     cli: Cli, empty_database_url: str
 ) -> None:
-    """Tables at 0004 (no outbox_schema): exit 1 and the one line that says to migrate."""
+    """Tables at 0004 (no outbox_schema, none of 0006's): exit 1 and the one line that says to
+    migrate, naming the tables missing."""
     engine = create_engine(empty_database_url)
     command.upgrade(alembic_config(engine), "0004")
     engine.dispose()
     result = cli.run("--app", APP, "--database-url", empty_database_url, "work", "--burst")
-    expected = ["Error: outbox tables missing: outbox_schema; run `outbox migrate` to create them"]
+    missing = (
+        "outbox_attempts, outbox_operations, outbox_ingest_keys, outbox_throughput, outbox_schema"
+    )
+    expected = [f"Error: outbox tables missing: {missing}; run `outbox migrate` to create them"]
     assert (1, expected) == (result.code, result.stderr.splitlines())

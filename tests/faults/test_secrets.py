@@ -353,7 +353,8 @@ def test_cli_refuses_a_handler_filter_with_sql_characters(
 def test_oddly_named_buffer_runs_a_full_cycle(
     secrets_tables: str, make_app: Callable[[str], Outbox]
 ) -> None:
-    """Table and column names with quotes and semicolons survive drain, archive and replay."""
+    """Table and column names with quotes and semicolons survive drain, archive, replay (the
+    replayed rows kept, marked) and a second drain."""
     app = make_app(secrets_tables)
     handled = Recorder("value")
     app.handler(OddlyNamedEvent, batch_size=2, archive=True, name="odd")(handled)
@@ -365,14 +366,15 @@ def test_oddly_named_buffer_runs_a_full_cycle(
     drain(app)
     with app.engine.connect() as conn:
         archived = [
-            (buffer, payload[ODD_COLUMN])
-            for buffer, payload in conn.execute(
-                select(schema.archive.c.buffer, schema.archive.c.payload)
+            (buffer, payload[ODD_COLUMN], status)
+            for buffer, payload, status in conn.execute(
+                select(schema.archive.c.buffer, schema.archive.c.payload, schema.archive.c.status)
             )
         ]
         buffered = conn.execute(select(func.count()).select_from(OddlyNamedEvent)).scalar_one()
-
-    assert (sorted(values * 2), 5, sorted((ODD_TABLE, v) for v in values), 0) == (
+    # Each event archived twice: delivered and replayed (the row kept, marked), then delivered.
+    twice = [(ODD_TABLE, v, s) for v in values for s in ("replayed", "succeeded")]
+    assert (sorted(values * 2), 5, sorted(twice), 0) == (
         sorted(handled.seen),
         replayed,
         sorted(archived),
