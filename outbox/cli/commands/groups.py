@@ -3,6 +3,7 @@ history``: groups as an operator sees them, and what operators did to them."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -20,10 +21,24 @@ GROUP_STATUS = click.Choice([s.value for s in schema.GroupStatus], case_sensitiv
 _DEAD = (schema.GroupStatus.DEAD, schema.GroupStatus.HELD)
 
 
-def selection_options(*, statuses: bool = True) -> Callable[[Callable[..., Any]], Any]:
-    """The filters every group command takes, in one place, so that they read the same."""
+_FILTERS = ("handlers", "statuses", "older_than", "error", "key", "payload", "group_ids")
+
+
+def selection_options(
+    *, statuses: tuple[schema.GroupStatus, ...] | None = None
+) -> Callable[[Callable[..., Any]], Any]:
+    """The filters every group command takes, in one place, so that they read the same; the
+    command gets them as one ``selection`` (a :class:`outbox.groups.Selection`, or the error
+    that makes it fail, raised where the command's errors are mapped). ``statuses``: those
+    the command always takes (no ``--status``)."""
 
     def decorate(func: Callable[..., Any]) -> Any:
+        @functools.wraps(func)
+        def with_selection(*args: Any, **kwargs: Any) -> Any:
+            given = {name: kwargs.pop(name, None) for name in _FILTERS}
+            kwargs["selection"] = functools.partial(_selection, given, statuses)
+            return func(*args, **kwargs)
+
         options = [
             click.option(
                 "--handler", "handlers", multiple=True, help="Only this handler (repeatable)."
@@ -38,7 +53,7 @@ def selection_options(*, statuses: bool = True) -> Callable[[Callable[..., Any]]
                         help="Only groups of this status (repeatable).",
                     )
                 ]
-                if statuses
+                if statuses is None
                 else []
             ),
             click.option(
@@ -67,31 +82,31 @@ def selection_options(*, statuses: bool = True) -> Callable[[Callable[..., Any]]
                 help="Only this group (repeatable).",
             ),
         ]
+        decorated: Any = with_selection
         for option in reversed(options):
-            func = option(func)
-        return func
+            decorated = option(decorated)
+        return decorated
 
     return decorate
 
 
 def _selection(
-    handlers: tuple[str, ...],
-    statuses: tuple[str, ...],
-    older_than: float | None,
-    error: str | None,
-    key: str | None,
-    payload: str | None,
-    group_ids: tuple[uuid.UUID, ...],
+    given: dict[str, Any], statuses: tuple[schema.GroupStatus, ...] | None
 ) -> groups.Selection:
     return groups.Selection(
-        handlers=handlers,
-        statuses=groups.parse_statuses(statuses),
-        older_than=older_than,
-        error=error,
-        key=key,
-        payload=payload,
-        group_ids=group_ids,
+        handlers=given["handlers"] or (),
+        statuses=statuses or groups.parse_statuses(given["statuses"] or ()),
+        older_than=given["older_than"],
+        error=given["error"],
+        key=given["key"],
+        payload=given["payload"],
+        group_ids=given["group_ids"] or (),
     )
+
+
+Selected = Callable[[], groups.Selection]
+"""A command's filters, made into a selection when called (inside the command's error
+mapping)."""
 
 
 def _print_groups(listing: groups.Listing) -> None:
@@ -161,21 +176,14 @@ JSON = click.option("--json", "as_json", is_flag=True, help="One JSON document i
 @command
 def list_groups(
     ctx: Context,
-    handlers: tuple[str, ...],
-    statuses: tuple[str, ...],
-    older_than: float | None,
-    error: str | None,
-    key: str | None,
-    payload: str | None,
-    group_ids: tuple[uuid.UUID, ...],
+    selection: Selected,
     limit: int,
     after: str | None,
     as_json: bool,
 ) -> None:
     """Groups and where each stands: in flight, waiting, retrying, deferred, paused,
     refused, held or dead; with their events, attempts, age, next run and last error."""
-    selection = _selection(handlers, statuses, older_than, error, key, payload, group_ids)
-    _list(ctx, selection, limit, after, as_json)
+    _list(ctx, selection(), limit, after, as_json)
 
 
 def _show(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
@@ -254,27 +262,20 @@ def dead_group() -> None:
 
 
 @dead_group.command("list")
-@selection_options(statuses=False)
+@selection_options(statuses=_DEAD)
 @LIMIT
 @AFTER
 @JSON
 @command
 def dead_list(
     ctx: Context,
-    handlers: tuple[str, ...],
-    older_than: float | None,
-    error: str | None,
-    key: str | None,
-    payload: str | None,
-    group_ids: tuple[uuid.UUID, ...],
+    selection: Selected,
     limit: int,
     after: str | None,
     as_json: bool,
 ) -> None:
     """The dead groups, the longest dead first: `outbox groups --status dead --status held`."""
-    statuses = tuple(s.value for s in _DEAD)
-    selection = _selection(handlers, statuses, older_than, error, key, payload, group_ids)
-    _list(ctx, selection, limit, after, as_json)
+    _list(ctx, selection(), limit, after, as_json)
 
 
 @dead_group.command("show")
@@ -322,13 +323,7 @@ def _count(n: int, noun: str) -> str:
 @command
 def discard(
     ctx: Context,
-    handlers: tuple[str, ...],
-    statuses: tuple[str, ...],
-    older_than: float | None,
-    error: str | None,
-    key: str | None,
-    payload: str | None,
-    group_ids: tuple[uuid.UUID, ...],
+    selection: Selected,
     reason: str | None,
     dry_run: bool,
     as_json: bool,
@@ -336,12 +331,12 @@ def discard(
     """Give groups up: never handled again, their events archived as discarded (dead ones
     marked discarded, their held keys released). Groups in flight are left. Takes the filters
     of `outbox groups`, at least one; recorded with who did it (`outbox history`)."""
-    selection = _selection(handlers, statuses, older_than, error, key, payload, group_ids)
-    if selection.empty:
+    chosen = selection()
+    if chosen.empty:
         fail("discard needs a filter: --handler, --status, --older-than, --error, --key, "
              "--payload or --group", EXIT_USAGE)  # fmt: skip
     app = ready(ctx.app())
-    result = groups.discard(app, selection, reason=reason, dry_run=dry_run)
+    result = groups.discard(app, chosen, reason=reason, dry_run=dry_run)
     print_operation(result, as_json)
 
 
