@@ -9,11 +9,13 @@ pause`` and ``resume`` warn while such workers are alive, and ``outbox check`` r
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from outbox._db import queries
+from outbox._db.queries import WorkerRow as Worker
 from outbox._services.heartbeat import older_release_stale_after
 from outbox.app import Handler, Outbox
 from outbox.generation import GENERATION
@@ -104,24 +106,6 @@ def fleet(app: Outbox) -> Fleet:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Worker:
-    """A worker of the fleet: where it runs, since when, how lately heard from, what it
-    holds, and whether it leads (distributes for the fleet)."""
-
-    id: str
-    hostname: str
-    pid: int
-    concurrency: int
-    version: str | None
-    generation: int | None
-    started_age: float
-    heartbeat_age: float
-    groups_held: int
-    alive: bool
-    leader: bool
-
-
 def workers(app: Outbox) -> list[Worker]:
     """Every worker with a row, the longest running first (a gone one until its row is
     cleaned up): what the dashboard's workers page shows."""
@@ -129,22 +113,7 @@ def workers(app: Outbox) -> list[Worker]:
     with app.engine.connect() as conn:
         rows = queries.worker_rows(conn, stale)
         leader = queries.leader_worker_id(conn, stale)
-    return [
-        Worker(
-            r.id,
-            r.hostname,
-            r.pid,
-            r.concurrency,
-            r.version,
-            r.generation,
-            r.started_age,
-            r.heartbeat_age,
-            r.groups_held,
-            r.alive,
-            r.id == leader,
-        )
-        for r in rows
-    ]
+    return [dataclasses.replace(row, leader=row.id == leader) for row in rows]
 
 
 def lever_warnings(app: Outbox, lever: str) -> list[str]:

@@ -278,7 +278,9 @@ class OperationRow:
 
 @dataclass(frozen=True, slots=True)
 class WorkerRow:
-    """A worker as the fleet's page shows it. Ages are seconds, by the database clock."""
+    """A worker of the fleet: where it runs, since when, how lately heard from, what it holds,
+    and whether it leads (distributes for the fleet). Ages are seconds, by the database
+    clock."""
 
     id: str
     hostname: str
@@ -292,6 +294,8 @@ class WorkerRow:
     """Jobs it holds a lease on now."""
     alive: bool
     """It heartbeated recently enough to count as alive."""
+    leader: bool = False
+    """It is the live worker that distributes for the fleet."""
 
 
 @dataclass(frozen=True, slots=True)
