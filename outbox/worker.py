@@ -855,14 +855,19 @@ class Worker:
         if self._maintenance is not None:
             # A heartbeat under way must not re-insert the row deleted below.
             self._maintenance.join(timeout=MAINTENANCE_JOIN_SECONDS)
+        # Each on its own: counts that cannot be written must not keep the worker's row
+        # behind, where the fleet would take it for alive until it went stale.
         try:
             self.flush_throughput()
-            if not abandoned:
+        except DBAPIError as error:
+            self._report_database_error(error)
+        if not abandoned:
+            try:
                 run_in_transaction(
                     self.app.engine, lambda conn: queries.delete_worker(conn, self.id)
                 )
-        except DBAPIError as error:
-            self._report_database_error(error)
+            except DBAPIError as error:
+                self._report_database_error(error)
         self.stop_handlers()
         log.info(_log.WORKER_STOPPED, worker=self.id, **self._stats_fields())
         return abandoned == 0

@@ -457,3 +457,22 @@ def test_drain_gives_up_on_endless_work(
     commit_events(app.engine, 1)
     with pytest.raises(RuntimeError, match="did not finish within 5 rounds"):
         drain(app, max_rounds=5)
+
+
+def test_a_worker_whose_counts_cannot_be_written_still_leaves_the_fleet(
+    app: Outbox, commit_events: Callable[..., list[int]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database refusing the throughput write at shutdown: the worker's row is deleted all
+    the same, and the events it handled stay handled."""
+    from sqlalchemy.exc import OperationalError
+
+    from outbox._services.throughput import Throughput
+
+    def refuse(self: Throughput) -> int:
+        raise OperationalError("INSERT INTO outbox_throughput", {}, Exception("refused"))
+
+    monkeypatch.setattr(Throughput, "run_once", refuse)
+    app.handler(ActivityEvent, name="sync")(Recorder())
+    commit_events(app.engine, 3)
+    Worker(app, burst=True).run()
+    assert ([], 0) == (worker_rows(app), buffer_count(app))
