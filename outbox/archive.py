@@ -564,14 +564,8 @@ def _parsed_text(column: Column[Any], python_type: type, text: str, dialect: Dia
             if word not in ("true", "false", "1", "0"):
                 raise ValueError(f"expected true or false, got {text!r}")
             return word in ("true", "1")
-        if python_type is dt.datetime:
-            return dt.datetime.fromisoformat(text)
-        if python_type is dt.date:
-            return dt.date.fromisoformat(text)
-        if python_type is dt.time:
-            return dt.time.fromisoformat(text)
-        if python_type is uuid.UUID:
-            return uuid.UUID(text)
+        if python_type in _FROM_TEXT:
+            return _FROM_TEXT[python_type](text)
         if python_type is decimal.Decimal:
             return decimal.Decimal(text)
         if python_type is bytes:
@@ -784,14 +778,8 @@ def _coerce(
             # a float, exactly; MariaDB would take a Decimal of a large exponent for a DECIMAL
             # it cannot hold.
             return float(value)
-        if python_type is dt.datetime:
-            return dt.datetime.fromisoformat(value)
-        if python_type is dt.date:
-            return dt.date.fromisoformat(value)
-        if python_type is dt.time:
-            return dt.time.fromisoformat(value)
-        if python_type is uuid.UUID:
-            return uuid.UUID(value)
+        if python_type in _FROM_TEXT:
+            return _FROM_TEXT[python_type](value)
         if python_type is decimal.Decimal:
             return decimal.Decimal(str(value))
         if python_type is bytes:
@@ -804,6 +792,16 @@ def _coerce(
             f"{python_type.__name__}: {error}"
         ) from error
     return value
+
+
+# The types JSON carries as text (ISO 8601 times, UUIDs), and how each is read back: by a
+# replay from the archive's payloads, and by an edit from an operator's text.
+_FROM_TEXT: dict[type, Any] = {
+    dt.datetime: dt.datetime.fromisoformat,
+    dt.date: dt.date.fromisoformat,
+    dt.time: dt.time.fromisoformat,
+    uuid.UUID: uuid.UUID,
+}
 
 
 def _plain_numbers(value: Any) -> Any:
