@@ -50,7 +50,10 @@ def test_four_processes_keep_every_keys_order_through_failures(
     }
     work = start_work(
         cli, server_database, "--processes", "4", "--concurrency", "2",
-        "--handler", "record_activity", "--distribute-every", "0.2", env=env,
+        "--handler", "record_activity", "--distribute-every", "0.2",
+        # Polled often: behind a pooler nothing is notified, and four workers' coordinated
+        # polling of the tests' 0.2 s would leave three asleep while the fourth drains it all.
+        "--poll-interval", "0.05", env=env,
     )  # fmt: skip
 
     wait_for(lambda: _tables.buffer_is_empty(engine), "the buffer to drain", timeout=180)
