@@ -1,10 +1,15 @@
-"""The catalogue of log event names outbox emits (docs/operations.md lists them).
+"""The catalogue of log event names outbox emits (docs/operations.md lists them), and the logger
+that emits them (docs/logging.md).
 
-The library only emits, through ``structlog.get_logger``; it never configures logging. Names
-are stable: dashboards and alerts may match on them. No event carries payloads or passwords.
+The library only emits; it never configures logging, neither the standard library's nor
+structlog's. Names are stable: dashboards and alerts may match on them. No event carries
+payloads or passwords.
 """
 
 from __future__ import annotations
+
+import logging
+from typing import Any
 
 import structlog
 
@@ -53,6 +58,75 @@ WEB_DATABASE_ERROR = "outbox.web.database_error"  # the dashboard or API could n
 WEB_WRITE = "outbox.web.write"  # a write through the dashboard or the API, with who did it
 
 
-def get_logger(name: str) -> structlog.stdlib.BoundLogger:
-    """The logger of an outbox module."""
-    return structlog.get_logger(name)  # type: ignore[no-any-return]
+# A LogRecord's own attributes: an event's field of the same name (`message`) stays in the
+# message only, as `logging` refuses an `extra` that would overwrite one.
+_RECORD_ATTRIBUTES = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+# The key=value rendering of an event's fields in a standard library message.
+_LOGFMT = structlog.processors.LogfmtRenderer(bool_as_flag=False)
+# logging.Logger.log counts from its caller (Logger._emit): two frames up is outbox's own line,
+# which a host's `%(module)s`, `%(funcName)s` and `%(lineno)d` then name.
+_CALLER = 3
+
+
+class Logger:
+    """The logger of an outbox module: ``log.info(EVENT, key=value, ...)``.
+
+    Where the process configured structlog (the ``outbox`` command does; so may an application
+    that uses structlog), an event goes through that configuration, as any structlog logger's.
+    Elsewhere (a worker, ``outbox.testing.drain`` or the dashboard inside a Celery, Flask or
+    uvicorn process) it goes to the standard library's ``logging.getLogger(name)`` at its own
+    level: the message is the event's name and its fields as ``key=value``, the record carries
+    ``event`` and each field as attributes (``extra``), and the application's logging
+    configuration decides what is shown and where. Decided at each call, so an application that
+    configures structlog after importing outbox is followed.
+    """
+
+    __slots__ = ("_stdlib", "_structlog")
+
+    def __init__(self, name: str) -> None:
+        self._stdlib = logging.getLogger(name)
+        self._structlog: Any = structlog.get_logger(name)
+
+    def debug(self, event: str, **fields: Any) -> None:
+        """Log ``event`` at DEBUG."""
+        self._emit(logging.DEBUG, event, fields)
+
+    def info(self, event: str, **fields: Any) -> None:
+        """Log ``event`` at INFO."""
+        self._emit(logging.INFO, event, fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        """Log ``event`` at WARNING."""
+        self._emit(logging.WARNING, event, fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        """Log ``event`` at ERROR."""
+        self._emit(logging.ERROR, event, fields)
+
+    def exception(self, event: str, **fields: Any) -> None:
+        """Log ``event`` at ERROR with the exception being handled."""
+        self._emit(logging.ERROR, event, fields, exc_info=True)
+
+    def _emit(
+        self, level: int, event: str, fields: dict[str, Any], *, exc_info: bool = False
+    ) -> None:
+        if structlog.is_configured():
+            method = "exception" if exc_info else logging.getLevelName(level).lower()
+            getattr(self._structlog, method)(event, **fields)
+            return
+        if not self._stdlib.isEnabledFor(level):
+            return
+        message = f"{event} {_LOGFMT(None, '', dict(fields))}" if fields else event
+        extra = {k: v for k, v in fields.items() if k not in _RECORD_ATTRIBUTES}
+        self._stdlib.log(
+            level,
+            message,
+            exc_info=exc_info,
+            extra={"event": event, **extra},
+            stacklevel=_CALLER,
+        )
+
+
+def get_logger(name: str) -> Logger:
+    """The logger of an outbox module (``outbox.<module>``, its ``__name__``)."""
+    return Logger(name)
