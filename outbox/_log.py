@@ -81,10 +81,10 @@ class Logger:
     configures structlog after importing outbox is followed.
     """
 
-    __slots__ = ("_stdlib", "_structlog")
+    __slots__ = ("_name", "_structlog")
 
     def __init__(self, name: str) -> None:
-        self._stdlib = logging.getLogger(name)
+        self._name = name
         self._structlog: Any = structlog.get_logger(name)
 
     def debug(self, event: str, **fields: Any) -> None:
@@ -114,11 +114,15 @@ class Logger:
             method = "exception" if exc_info else logging.getLevelName(level).lower()
             getattr(self._structlog, method)(event, **fields)
             return
-        if not self._stdlib.isEnabledFor(level):
+        # Looked up at each call, not at import: `logging.config.dictConfig` disables the
+        # loggers that exist when it runs (unless told not to), and an application that
+        # imports outbox before configuring its logging would lose outbox's lines.
+        stdlib = logging.getLogger(self._name)
+        if not stdlib.isEnabledFor(level):
             return
         message = f"{event} {_LOGFMT(None, '', dict(fields))}" if fields else event
         extra = {k: v for k, v in fields.items() if k not in _RECORD_ATTRIBUTES}
-        self._stdlib.log(
+        stdlib.log(
             level,
             message,
             exc_info=exc_info,
