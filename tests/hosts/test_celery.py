@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import signal
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator

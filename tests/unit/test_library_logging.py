@@ -1,0 +1,115 @@
+"""outbox as a library: its events go to the standard library's logging, unless the process
+configured structlog (the ``outbox`` command does; an application may), whose configuration
+then decides. outbox never configures either."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+from structlog.testing import capture_logs
+
+from outbox import _log
+
+
+@pytest.fixture
+def structlog_unconfigured() -> Iterator[None]:
+    """structlog as a process that never configured it has it."""
+    saved, was_configured = structlog.get_config(), structlog.is_configured()
+    structlog.reset_defaults()
+    yield
+    if was_configured:
+        structlog.configure(**saved)
+    else:
+        structlog.reset_defaults()
+
+
+def _emit() -> None:
+    log = _log.get_logger("outbox.worker")
+    log.debug(_log.GROUP_CLAIMED, handler="welcome", size=2)
+    log.info(_log.WORKER_STARTED, worker="w1", burst=True)
+    log.warning(_log.OLDER_WORKERS, worker="w1", message="2 workers of 0.9 ignore rate limits")
+
+
+def test_events_reach_logging_at_their_level_under_the_module_name(
+    structlog_unconfigured: None,
+    caplog: pytest.LogCaptureFixture,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """INFO and WARNING records of the logger `outbox.worker`, the event and its fields in
+    the message (key=value) and on the record; DEBUG filtered by the logger's level; the
+    record names the line that logged; nothing printed."""
+    caplog.set_level(logging.INFO, logger="outbox")
+    _emit()
+
+    records = [r for r in caplog.records if r.name.startswith("outbox")]
+    assert [
+        (
+            "outbox.worker",
+            logging.INFO,
+            "outbox.worker.started worker=w1 burst=true",
+            "outbox.worker.started",
+            "w1",
+        ),
+        (
+            "outbox.worker",
+            logging.WARNING,
+            'outbox.worker.older_workers worker=w1 message="2 workers of 0.9 ignore rate limits"',
+            "outbox.worker.older_workers",
+            "w1",
+        ),
+    ] == [(r.name, r.levelno, r.getMessage(), r.event, r.worker) for r in records]  # type: ignore[attr-defined]
+    assert ({"test_library_logging"}, {"_emit"}) == (
+        {r.module for r in records},
+        {r.funcName for r in records},
+    )
+    assert ("", "") == capsys.readouterr()
+
+
+def test_debug_is_there_when_the_application_turns_it_on(
+    structlog_unconfigured: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`logging.getLogger("outbox").setLevel(logging.DEBUG)` and outbox's debug is logged."""
+    caplog.set_level(logging.DEBUG, logger="outbox")
+    _emit()
+
+    assert (logging.DEBUG, "outbox.group.claimed handler=welcome size=2") == (
+        caplog.records[0].levelno,
+        caplog.records[0].getMessage(),
+    )
+
+
+def test_exception_carries_the_traceback(
+    structlog_unconfigured: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`log.exception` is an ERROR record with the exception, for the host's formatter."""
+    caplog.set_level(logging.INFO, logger="outbox")
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        _log.get_logger("outbox.worker").exception(_log.WORKER_LOOP_ERROR, error="boom")
+
+    [record] = caplog.records
+    assert (logging.ERROR, ValueError) == (
+        record.levelno,
+        record.exc_info[0] if record.exc_info else None,
+    )
+
+
+def test_a_process_that_configured_structlog_keeps_its_configuration(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Configured structlog (here: capturing) receives the events, with their levels and
+    fields; the standard library sees none of them."""
+    caplog.set_level(logging.DEBUG, logger="outbox")
+    with capture_logs() as logs:
+        _emit()
+
+    assert [
+        ("debug", _log.GROUP_CLAIMED),
+        ("info", _log.WORKER_STARTED),
+        ("warning", _log.OLDER_WORKERS),
+    ] == [(e["log_level"], e["event"]) for e in logs]
+    assert [] == [r for r in caplog.records if r.name.startswith("outbox")]
