@@ -58,8 +58,8 @@ WEB_DATABASE_ERROR = "outbox.web.database_error"  # the dashboard or API could n
 WEB_WRITE = "outbox.web.write"  # a write through the dashboard or the API, with who did it
 
 
-# A LogRecord's own attributes: an event's field of the same name (`message`) stays in the
-# message only, as `logging` refuses an `extra` that would overwrite one.
+# A LogRecord's own attributes: `logging` refuses an `extra` that would overwrite one, so an
+# event's field of the same name (`message`) is carried as `message_`.
 _RECORD_ATTRIBUTES = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 # The key=value rendering of an event's fields in a standard library message.
 _LOGFMT = structlog.processors.LogfmtRenderer(bool_as_flag=False)
@@ -76,7 +76,8 @@ class Logger:
     Elsewhere (a worker, ``outbox.testing.drain`` or the dashboard inside a Celery, Flask or
     uvicorn process) it goes to the standard library's ``logging.getLogger(name)`` at its own
     level: the message is the event's name and its fields as ``key=value``, the record carries
-    ``event`` and each field as attributes (``extra``), and the application's logging
+    ``event`` and each field as attributes (``extra``; ``message`` as ``message_``, as a
+    record has a ``message`` of its own), and the application's logging
     configuration decides what is shown and where. Decided at each call, so an application that
     configures structlog after importing outbox is followed.
     """
@@ -121,7 +122,7 @@ class Logger:
         if not stdlib.isEnabledFor(level):
             return
         message = f"{event} {_LOGFMT(None, '', dict(fields))}" if fields else event
-        extra = {k: v for k, v in fields.items() if k not in _RECORD_ATTRIBUTES}
+        extra = {f"{k}_" if k in _RECORD_ATTRIBUTES else k: v for k, v in fields.items()}
         stdlib.log(
             level,
             message,

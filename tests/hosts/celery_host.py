@@ -6,6 +6,7 @@ name added to its line format, a one-line setting, so that a line says which lib
 
 from __future__ import annotations
 
+import logging
 import os
 
 from celery import Celery
@@ -14,6 +15,7 @@ from tests.hosts import shop
 
 BROKER_URL_ENV = "SHOP_BROKER_URL"
 QUEUE_ENV = "SHOP_QUEUE"
+OUTBOX_LEVEL_ENV = "SHOP_OUTBOX_LEVEL"  # e.g. DEBUG: outbox's debug, and nobody else's
 LOG_FORMAT = "[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s"
 
 celery = Celery("shop", broker=os.environ.get(BROKER_URL_ENV, "redis://127.0.0.1:6379/0"))
@@ -22,6 +24,9 @@ celery.conf.update(
     task_default_queue=os.environ.get(QUEUE_ENV, "shop"),
     worker_log_format=LOG_FORMAT,
 )
+
+if OUTBOX_LEVEL_ENV in os.environ:
+    logging.getLogger("outbox").setLevel(os.environ[OUTBOX_LEVEL_ENV])
 
 
 @celery.task

@@ -4,6 +4,8 @@ then decides. outbox never configures either."""
 
 from __future__ import annotations
 
+import io
+import json
 import logging
 from collections.abc import Iterator
 
@@ -96,6 +98,51 @@ def test_exception_carries_the_traceback(
         record.levelno,
         record.exc_info[0] if record.exc_info else None,
     )
+
+
+def test_json_lines_through_structlogs_formatter(structlog_unconfigured: None) -> None:
+    """docs/logging.md's JSON recipe: structlog's ProcessorFormatter on the application's
+    handler turns an outbox record into the JSON line the `outbox` command writes."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[
+                structlog.stdlib.add_log_level,
+                structlog.stdlib.add_logger_name,
+                structlog.stdlib.ExtraAdder(),
+            ],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.JSONRenderer(),
+            ],
+        )
+    )
+    logger = logging.getLogger("outbox")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        _emit()
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(logging.NOTSET)
+
+    assert [
+        {
+            "event": "outbox.worker.started",
+            "level": "info",
+            "logger": "outbox.worker",
+            "worker": "w1",
+            "burst": True,
+        },
+        {
+            "event": "outbox.worker.older_workers",
+            "level": "warning",
+            "logger": "outbox.worker",
+            "worker": "w1",
+            "message_": "2 workers of 0.9 ignore rate limits",
+        },
+    ] == [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
 def test_a_process_that_configured_structlog_keeps_its_configuration(
