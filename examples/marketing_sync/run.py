@@ -214,7 +214,8 @@ def _environ(name: str, value: str) -> Iterator[None]:
 
 
 if __name__ == "__main__":
-    # outbox only emits structlog events; the application decides what to show.
+    # outbox only emits; the application decides what to show. This one uses structlog, and
+    # outbox's events follow its configuration (without one, they go to `logging`).
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
     parser = argparse.ArgumentParser(description="The marketing-sync example of outbox.")
     parser.add_argument("--events", type=int, default=5000, help="committed events to write")

@@ -102,7 +102,8 @@ def count(model: type[Base]) -> int:
 
 
 if __name__ == "__main__":
-    # outbox only emits structlog events; the application decides what to show.
+    # outbox only emits; the application decides what to show. This one uses structlog, and
+    # outbox's events follow its configuration (without one, they go to `logging`).
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.INFO))
     print(f"signup email on {app.url.render_as_string(hide_password=True)}")
     summary = main()
