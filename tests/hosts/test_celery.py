@@ -3,6 +3,7 @@ logger's name; none of them relabelled WARNING as stray output on stdout would b
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sys
@@ -15,7 +16,8 @@ import pytest
 from tests.hosts import celery_host, shop
 from tests.hosts._hosts import Host, start
 
-BROKER_URL = "redis://127.0.0.1:6379/0"
+# The Redis the sinks' tests use (tests/sinks/kinds/redis.py), as broker and result backend.
+BROKER_URL = os.environ.get("OUTBOX_TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 TASK_TIMEOUT_SECONDS = 30.0
 # `[time: LEVEL/process] logger: message`, Celery's line with the logger's name.
 LINE = re.compile(r"^\[[^]]+: (?P<level>[A-Z]+)/[^]]+\] (?P<logger>[\w.]+): (?P<message>.*)$")
@@ -55,6 +57,7 @@ def debugging_worker(tmp_path: Path) -> Iterator[Host]:
 def _lines(worker: Host) -> list[re.Match[str]]:
     """Run the task to its end, stop the worker, and read its log's lines."""
     queue = worker.env[celery_host.QUEUE_ENV]
+    celery_host.celery.conf.update(broker_url=BROKER_URL, result_backend=BROKER_URL)
     done = celery_host.run_outbox.apply_async(queue=queue).get(timeout=TASK_TIMEOUT_SECONDS)
     worker.stop(signal.SIGTERM)
     assert {"succeeded": 1, "retried": 1} == done
