@@ -62,7 +62,10 @@ def test_events_reach_logging_at_their_level_under_the_module_name(
             "outbox.worker.older_workers",
             "w1",
         ),
-    ] == [(r.name, r.levelno, r.getMessage(), r.event, r.worker) for r in records]  # type: ignore[attr-defined]
+    ] == [
+        (r.name, r.levelno, r.getMessage(), r.__dict__["event"], r.__dict__["worker"])
+        for r in records
+    ]
     assert ({"test_library_logging"}, {"_emit"}) == (
         {r.module for r in records},
         {r.funcName for r in records},
