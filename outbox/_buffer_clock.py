@@ -97,7 +97,7 @@ def enforce(app: Outbox, tables: Iterable[Table], *, warn: bool = True) -> None:
         raise LocalClockError("; ".join(refused))
     if warn:
         for finding in findings:
-            log.warning(_log.BUFFER_CLOCK_LOCAL, buffer=finding.buffer, message=finding.text)
+            log.warning(_log.BUFFER_CLOCK_LOCAL, buffer=finding.buffer, detail=finding.text)
 
 
 # --- outbox migrate-buffers ---------------------------------------------------------------------

@@ -58,8 +58,9 @@ WEB_DATABASE_ERROR = "outbox.web.database_error"  # the dashboard or API could n
 WEB_WRITE = "outbox.web.write"  # a write through the dashboard or the API, with who did it
 
 
-# A LogRecord's own attributes: `logging` refuses an `extra` that would overwrite one, so an
-# event's field of the same name (`message`) is carried as `message_`.
+# A LogRecord's own attributes: `logging` refuses an `extra` that would overwrite one. No event
+# has such a field (a test reads every call), but one passed in a dict gets an underscore
+# after its name rather than failing the call that logged it.
 _RECORD_ATTRIBUTES = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 # The key=value rendering of an event's fields in a standard library message.
 _LOGFMT = structlog.processors.LogfmtRenderer(bool_as_flag=False)
@@ -76,8 +77,7 @@ class Logger:
     Elsewhere (a worker, ``outbox.testing.drain`` or the dashboard inside a Celery, Flask or
     uvicorn process) it goes to the standard library's ``logging.getLogger(name)`` at its own
     level: the message is the event's name and its fields as ``key=value``, the record carries
-    ``event`` and each field as attributes (``extra``; ``message`` as ``message_``, as a
-    record has a ``message`` of its own), and the application's logging
+    ``event`` and each field as attributes (``extra``), and the application's logging
     configuration decides what is shown and where. Decided at each call, so an application that
     configures structlog after importing outbox is followed.
     """

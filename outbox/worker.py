@@ -342,7 +342,7 @@ class Worker:
             distribute_every=self.distribute_every,
         )
         for line in fleet.start_warnings(self.app, self.handlers.values()):
-            log.warning(_log.OLDER_WORKERS, worker=self.id, message=line)
+            log.warning(_log.OLDER_WORKERS, worker=self.id, detail=line)
         for n in range(self.concurrency):
             thread = threading.Thread(
                 target=self._thread_main, name=f"outbox-worker-{n}", daemon=True

@@ -124,7 +124,7 @@ def test_check_warns_of_old_workers_without_failing(
 
 def _older_worker_warnings(stderr: str) -> list[str]:
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
-    return [line["message"] for line in lines if line["event"] == "outbox.worker.older_workers"]
+    return [line["detail"] for line in lines if line["event"] == "outbox.worker.older_workers"]
 
 
 def test_a_worker_with_a_rate_limit_warns_at_start_of_older_workers(

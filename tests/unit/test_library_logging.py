@@ -4,16 +4,21 @@ then decides. outbox never configures either."""
 
 from __future__ import annotations
 
+import ast
 import io
 import json
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import structlog
 from structlog.testing import capture_logs
 
+import outbox
 from outbox import _log
+
+LEVELS = {"debug", "info", "warning", "error", "exception"}
 
 
 @pytest.fixture
@@ -32,7 +37,7 @@ def _emit() -> None:
     log = _log.get_logger("outbox.worker")
     log.debug(_log.GROUP_CLAIMED, handler="welcome", size=2)
     log.info(_log.WORKER_STARTED, worker="w1", burst=True)
-    log.warning(_log.OLDER_WORKERS, worker="w1", message="2 workers of 0.9 ignore rate limits")
+    log.warning(_log.OLDER_WORKERS, worker="w1", detail="2 workers of 0.9 ignore rate limits")
 
 
 def test_events_reach_logging_at_their_level_under_the_module_name(
@@ -58,7 +63,7 @@ def test_events_reach_logging_at_their_level_under_the_module_name(
         (
             "outbox.worker",
             logging.WARNING,
-            'outbox.worker.older_workers worker=w1 message="2 workers of 0.9 ignore rate limits"',
+            'outbox.worker.older_workers worker=w1 detail="2 workers of 0.9 ignore rate limits"',
             "outbox.worker.older_workers",
             "w1",
         ),
@@ -143,7 +148,7 @@ def test_json_lines_through_structlogs_formatter(structlog_unconfigured: None) -
             "level": "warning",
             "logger": "outbox.worker",
             "worker": "w1",
-            "message_": "2 workers of 0.9 ignore rate limits",
+            "detail": "2 workers of 0.9 ignore rate limits",
         },
     ] == [json.loads(line) for line in stream.getvalue().splitlines()]
 
@@ -163,3 +168,52 @@ def test_a_process_that_configured_structlog_keeps_its_configuration(
         ("warning", _log.OLDER_WORKERS),
     ] == [(e["log_level"], e["event"]) for e in logs]
     assert [] == [r for r in caplog.records if r.name.startswith("outbox")]
+
+
+def test_no_event_field_is_named_like_a_log_records_attribute() -> None:
+    """An application that routes structlog into `logging` with `render_to_log_kwargs` passes
+    an event's fields as `extra`, and `logging` raises on one named like a record's own
+    attribute (`message`, `name`, `args`...): the call that logged it would fail."""
+    reserved = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
+    clashes = []
+    for path in sorted(Path(outbox.__file__).parent.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "log"
+                and node.func.attr in LEVELS
+            ):
+                clashes += [
+                    f"{path.name}:{node.lineno} {k.arg}" for k in node.keywords if k.arg in reserved
+                ]
+    assert [] == clashes
+
+
+def test_structlog_routed_into_logging_by_the_application(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """structlog's own set-up for `logging` (its LoggerFactory, `filter_by_level`,
+    `render_to_log_kwargs`): outbox's events are records of `outbox.<module>` at their levels,
+    filtered by the logger's level."""
+    saved = structlog.get_config()
+    structlog.configure(
+        processors=[structlog.stdlib.filter_by_level, structlog.stdlib.render_to_log_kwargs],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=False,
+    )
+    caplog.set_level(logging.INFO, logger="outbox")
+    try:
+        log = _log.get_logger("outbox.worker")
+        log.debug(_log.GROUP_CLAIMED, handler="welcome", size=2)
+        log.info(_log.WORKER_STARTED, worker="w1")
+        log.warning(_log.OLDER_WORKERS, worker="w1", detail="2 workers of 0.9")
+    finally:
+        structlog.configure(**saved)
+
+    assert [
+        ("outbox.worker", logging.INFO, "outbox.worker.started"),
+        ("outbox.worker", logging.WARNING, "outbox.worker.older_workers"),
+    ] == [(r.name, r.levelno, r.getMessage()) for r in caplog.records]
