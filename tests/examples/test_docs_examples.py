@@ -206,8 +206,9 @@ def test_a_complete_python_block_runs(block: Block, tmp_path: Path) -> None:
     module.DATABASE_URL = f"sqlite:///{tmp_path}/docs.sqlite3"  # type: ignore[attr-defined]
     sys.modules[module.__name__] = module
     try:
+        # The code run is the prelude above and the docs' own blocks, nothing from outside.
         exec(compile(_prelude_for(block), "<prelude>", "exec"), module.__dict__)  # noqa: S102
-        exec(compile(block.text, block.name, "exec"), module.__dict__)  # noqa: S102 - the docs'
+        exec(compile(block.text, block.name, "exec"), module.__dict__)  # noqa: S102
     finally:
         del sys.modules[module.__name__]
 
