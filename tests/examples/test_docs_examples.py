@@ -7,9 +7,11 @@ it is executed, on a fresh SQLite file, in a namespace of its own that starts wi
 so that every option, class and argument it names is the code's (a prelude model the block
 defines itself is left out). The blocks that name something else (a ``session``, a
 ``request``, an alembic ``context``) or import the reader's own modules (``myapp``) are
-fragments, compiled and import-checked only. A block that builds a ready-made sink builds and
-registers it; the sink is not started (the docs' brokers, exchanges and streams are the
-reader's).
+fragments, compiled and import-checked only. A block that registers a ready-made broker sink
+(RabbitMQ, NATS JetStream, Redis Streams) runs with its broker URL replaced by the test
+server's, and its sinks are then started and stopped as a worker does, against the exchange
+``orders`` and the stream ``ORDERS`` (on ``orders.>``) the docs name, made for the test when
+missing; an HTTP sink is built and registered, not started (its API is the reader's).
 
 The command: every ``outbox`` command line in a shell block (``sh``, ``bash``, ``console``)
 names a command that exists, with options it has; so does an inline code span or a line of
@@ -20,19 +22,26 @@ are up to date`` is output); so does each row of the command table of docs/opera
 from __future__ import annotations
 
 import ast
+import asyncio
 import builtins
 import importlib.util
 import re
 import shlex
 import sys
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import click
 import pytest
 
+from outbox import Outbox
 from outbox.cli import main
+from outbox.worker import Worker
+from tests.sinks.kinds import nats as nats_kind
+from tests.sinks.kinds import rabbitmq as rabbitmq_kind
+from tests.sinks.kinds import redis as redis_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
@@ -198,9 +207,75 @@ def test_a_python_block_compiles_and_imports_what_exists(block: Block) -> None:
 RUNNABLE = [b for b in PYTHON if _runs(b)]
 
 
+# A broker's URL in a block, and the test server's that replaces it.
+_BROKER_URL = re.compile(r"\b(amqps?|nats|redis)://[^\"'\s]*")
+_TEST_SERVERS = {
+    "amqp": rabbitmq_kind.RABBITMQ_URL,
+    "amqps": rabbitmq_kind.RABBITMQ_URL,
+    "nats": nats_kind.NATS_URL,
+    "redis": redis_kind.redis_url(),
+}
+# The topology the docs' sink examples name, as the reader's own would be.
+DOCS_EXCHANGE = "orders"
+DOCS_STREAM = "ORDERS"
+
+
+@pytest.fixture(scope="module")
+def docs_topology() -> Iterator[None]:
+    """The exchange and the stream the docs name, on the test servers; those made here are
+    deleted after."""
+    made_exchange = not _rabbitmq_exchange_exists(DOCS_EXCHANGE)
+    if made_exchange:
+        asyncio.run(rabbitmq_kind.declare(DOCS_EXCHANGE))
+    made_stream = not asyncio.run(_nats_stream_exists(DOCS_STREAM))
+    if made_stream:
+        asyncio.run(nats_kind.create(DOCS_STREAM, subjects=["orders.>"]))
+    yield
+    if made_exchange:
+        asyncio.run(rabbitmq_kind.delete(DOCS_EXCHANGE))
+    if made_stream:
+        asyncio.run(nats_kind.delete(DOCS_STREAM))
+
+
+def _rabbitmq_exchange_exists(name: str) -> bool:
+    import pika
+    import pika.exceptions
+
+    connection = pika.BlockingConnection(pika.URLParameters(rabbitmq_kind.RABBITMQ_URL))
+    try:
+        connection.channel().exchange_declare(name, passive=True)
+    except pika.exceptions.ChannelClosedByBroker:
+        return False
+    finally:
+        if connection.is_open:
+            connection.close()
+    return True
+
+
+async def _nats_stream_exists(name: str) -> bool:
+    import nats
+    import nats.js.errors
+
+    client = await nats.connect(nats_kind.NATS_URL, connect_timeout=5, allow_reconnect=False)
+    try:
+        await client.jetstream().stream_info(name)
+    except nats.js.errors.NotFoundError:
+        return False
+    finally:
+        await client.close()
+    return True
+
+
 @pytest.mark.parametrize("block", RUNNABLE, ids=[b.name for b in RUNNABLE])
-def test_a_complete_python_block_runs(block: Block, tmp_path: Path) -> None:
-    """It runs after the prelude, on SQLite."""
+def test_a_complete_python_block_runs(
+    block: Block, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """It runs after the prelude, on SQLite; the broker sinks it registers start against the
+    test servers."""
+    brokers = _BROKER_URL.search(block.text) is not None
+    text = _BROKER_URL.sub(lambda m: _TEST_SERVERS[m.group(1)], block.text)
+    if brokers:
+        request.getfixturevalue("docs_topology")
     # A module of its own: SQLAlchemy reads a model's annotations in its module's namespace.
     module = types.ModuleType(f"docs_block_{block.line}")
     module.DATABASE_URL = f"sqlite:///{tmp_path}/docs.sqlite3"  # type: ignore[attr-defined]
@@ -208,9 +283,15 @@ def test_a_complete_python_block_runs(block: Block, tmp_path: Path) -> None:
     try:
         # The code run is the prelude above and the docs' own blocks, nothing from outside.
         exec(compile(_prelude_for(block), "<prelude>", "exec"), module.__dict__)  # noqa: S102
-        exec(compile(block.text, block.name, "exec"), module.__dict__)  # noqa: S102
+        exec(compile(text, block.name, "exec"), module.__dict__)  # noqa: S102
     finally:
         del sys.modules[module.__name__]
+    if brokers:
+        apps = {id(v): v for v in vars(module).values() if isinstance(v, Outbox)}
+        for app in apps.values():
+            worker = Worker(app)
+            worker.start_handlers()
+            worker.stop_handlers()
 
 
 def test_the_docs_have_complete_python_blocks() -> None:
