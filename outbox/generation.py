@@ -66,9 +66,9 @@ def incompatibility(
         )
     if state.generation < generation:
         return SchemaIncompatibleError(
-            f"the database's outbox schema is at generation {state.generation}, older than "
-            f"{this}: it was downgraded; run workers of the outbox version it belongs to, or "
-            "`outbox migrate` to upgrade it",
+            f"the database's outbox schema is at generation {state.generation} and outbox "
+            f"{version} needs generation {generation}: run `outbox migrate` to upgrade it, or "
+            "run the outbox version it belongs to",
             generation=state.generation,
             workers_from=state.workers_from,
             worker_generation=generation,
@@ -76,19 +76,39 @@ def incompatibility(
     return None
 
 
-def check(engine: Engine) -> None:
-    """Refuse to start a worker on a schema it may not work on: SchemaIncompatibleError in one
-    line; SchemaMissingError when ``outbox_schema`` is not there (not migrated yet)."""
+def _recorded(engine: Engine) -> queries.SchemaGeneration | None:
+    """``outbox_schema``'s row (None: the table has none); SchemaMissingError when the table
+    is not there."""
     try:
         with engine.connect() as conn:
-            state = queries.schema_generation(conn)
+            return queries.schema_generation(conn)
     except DBAPIError as error:
         if is_missing_table(error):
             raise SchemaMissingError([schema.schema_state.name]) from error
         raise
-    problem = incompatibility(state)
+
+
+def check(engine: Engine) -> None:
+    """Refuse to start a worker on a schema it may not work on: SchemaIncompatibleError in one
+    line; SchemaMissingError when ``outbox_schema`` is not there (not migrated yet)."""
+    problem = incompatibility(_recorded(engine))
     if problem is not None:
         raise problem
+
+
+def recorded_incompatibility(engine: Engine) -> SchemaIncompatibleError | None:
+    """Why this outbox may not work on the database's schema, as ``outbox_schema`` records it;
+    None when it may, or when there is no ``outbox_schema`` to say.
+
+    Asked when some of the framework's tables are missing: tables an older outbox migrated, or
+    taken back by ``outbox migrate --to``, lack the newer ones, and the generation they are at
+    says more than the list of tables missing.
+    """
+    try:
+        state = _recorded(engine)
+    except SchemaMissingError:
+        return None
+    return incompatibility(state)
 
 
 def record_migration(

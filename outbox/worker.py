@@ -37,7 +37,7 @@ from outbox._db import (
     queries,
     run_in_transaction,
 )
-from outbox._db.dialects import behind_pooler, error_summary
+from outbox._db.dialects import behind_pooler, error_summary, is_transient
 from outbox._engine import breaker as _breaker
 from outbox._engine import claimer, distributor
 from outbox._engine import invoke as _invoke
@@ -250,6 +250,8 @@ class Worker:
         )
         self._distribution_watch = DistributionWatch(app, self.id)
         self._schema_watch = SchemaWatch(app)
+        self._schema_suspect = threading.Event()
+        """A statement failed in a way a schema change explains: look at the schema now."""
         self.schema_incompatible: SchemaIncompatibleError | None = None
         """Why this worker stopped on its own: the database's schema became one it may not
         work on (too new for it, or downgraded under it); None otherwise."""
@@ -388,6 +390,7 @@ class Worker:
                 backoff = 0.0
             except DBAPIError as error:
                 backoff = min(max(backoff * 2, 0.5), MAX_ERROR_BACKOFF_SECONDS)
+                self._suspect_schema(error)
                 self._report_database_error(error)
                 self._stopping.wait(backoff * (0.5 + random.random()))
                 continue
@@ -575,6 +578,7 @@ class Worker:
             try:
                 task()
             except DBAPIError as error:  # its full text may quote event values: summary only
+                self._suspect_schema(error)
                 log.error(_log.WORKER_LOOP_ERROR, worker=self.id, error=error_summary(error))
             except Exception as error:  # the loop must survive anything a job throws
                 log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, error=str(error))
@@ -693,6 +697,7 @@ class Worker:
                     self._flow.refresh()  # it opened or closed: known here at once
             except DBAPIError as error:
                 # The outcome is written; only the breaker's count missed it.
+                self._suspect_schema(error)
                 self._report_database_error(error)
         if self.on_result is not None:
             self.on_result(result)
@@ -769,13 +774,21 @@ class Worker:
         next_heartbeat = next_rescue = next_distribution = time.monotonic()
         while not self._aborted.is_set():
             now = time.monotonic()
+            heartbeat_due = now >= next_heartbeat
+            if heartbeat_due:
+                # Set before the steps run: one that fails waits for the next heartbeat
+                # rather than running again at once, many times a second.
+                next_heartbeat = now + heartbeat_every
+            if heartbeat_due or self._schema_suspect.is_set():
+                # First, and on its own: on a schema this worker may not work on, any of the
+                # steps below may fail (a table or a column gone), and none may keep it from
+                # finding out and stopping.
+                self._watch_schema()
             try:
-                if now >= next_heartbeat:
+                if heartbeat_due:
                     self._heartbeat()
-                    self._throughput.run_once()
-                    next_heartbeat = now + heartbeat_every
-                    if not self._stopping.is_set():
-                        self._watch_schema()
+                    if self.schema_incompatible is None:
+                        self._throughput.run_once()
                 if now >= next_rescue and not self._stopping.is_set():
                     self.rescue()
                     self._look_for_missing_tables()
@@ -794,12 +807,15 @@ class Worker:
                         self._wake.set()
                     next_distribution = now + self.distribute_every
             except DBAPIError as error:
+                self._suspect_schema(error)
                 self._report_database_error(error)
             except Exception as error:
                 log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, error=str(error))
             if self._stopping.is_set() and self.in_flight == 0:
                 return
             wait = min(next_heartbeat, next_rescue, next_distribution) - time.monotonic()
+            if self._schema_suspect.is_set():
+                wait = 0.0
             self._aborted.wait(min(max(wait, 0.05), 1.0))
 
     def _heartbeat(self) -> None:
@@ -808,8 +824,15 @@ class Worker:
 
     def _watch_schema(self) -> None:
         """Stop taking work once the database's schema is one this worker may not work on:
-        what it holds finishes within the grace period, as on SIGTERM."""
-        problem = self._schema_watch.run_once()
+        what it holds finishes within the grace period, as on SIGTERM. Says why once."""
+        self._schema_suspect.clear()
+        if self._stopping.is_set():
+            return
+        try:
+            problem = self._schema_watch.run_once()
+        except DBAPIError as error:
+            self._report_database_error(error)
+            return
         if problem is None:
             return
         self.schema_incompatible = problem
@@ -832,6 +855,13 @@ class Worker:
                 worker=self.id,
                 error=error_summary(error),
             )
+
+    def _suspect_schema(self, error: DBAPIError) -> None:
+        """A statement failed for good (not contention, not a dropped connection): a table or a
+        column it names may be gone, the schema taken back or moved on under this worker. The
+        maintenance thread looks at the schema now rather than at the next heartbeat."""
+        if not is_transient(error):
+            self._schema_suspect.set()
 
     # --- shutdown ------------------------------------------------------------------------
 
@@ -874,8 +904,11 @@ class Worker:
 
     def flush_throughput(self) -> None:
         """Write what the handlers handled since the last write (``outbox_throughput``): the
-        maintenance thread does at every heartbeat, and the worker when it stops."""
-        self._throughput.run_once()
+        maintenance thread does at every heartbeat, and the worker when it stops. Not on a
+        schema it may not work on (:attr:`schema_incompatible`): the table may be gone, and the
+        counts since the last write are not kept."""
+        if self.schema_incompatible is None:
+            self._throughput.run_once()
 
     def start_handlers(self) -> None:
         """Each handler object's ``outbox_start`` (:mod:`outbox.lifecycle`): what it raises (a

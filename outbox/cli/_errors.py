@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import click
 from sqlalchemy.exc import OperationalError
 
-from outbox import database
+from outbox import database, generation
 from outbox.app import Outbox
 from outbox.cli._context import Context
 from outbox.exceptions import (
@@ -53,11 +53,19 @@ def exits_on_errors() -> Iterator[None]:
 
 
 def ready(app: Outbox, handlers: tuple[str, ...] | None = None) -> Outbox:
-    """Connect and check the tables, so that problems surface as one clear message.
+    """Connect and check the tables, so that problems surface as one clear message: tables
+    missing from a schema that records an older generation (or one that needs newer workers)
+    are refused naming both generations.
 
     ``handlers``: also check the buffer tables of these handlers (all when empty).
     """
-    database.check_schema(app.engine)
+    try:
+        database.check_schema(app.engine)
+    except SchemaMissingError as missing:
+        older = generation.recorded_incompatibility(app.engine)
+        if older is not None:
+            raise older from missing
+        raise
     check_schema_revision(app)
     if handlers is not None:
         check_buffers(app, handlers)

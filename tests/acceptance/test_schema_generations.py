@@ -1,7 +1,8 @@
 """``outbox work`` on a schema it may not work on: one line, exit 1, at start and while running.
 
-The test flips ``outbox_schema`` as a migration of a later release would: it asks for workers of
-a newer generation than this outbox's.
+Some tests flip ``outbox_schema`` as a migration of a later release would: it asks for workers
+of a newer generation than this outbox's. Others take the tables back with the real ``outbox
+migrate --to``, under a running worker or before one starts.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from outbox._version import VERSION
 from outbox.migrate import alembic_config
 from tests._support import wait_for
 from tests.acceptance._cli import APP, Cli, handled_ids, start_work
+from tests.acceptance.cli_app import SLEEP_ENV
+from tests.models import Base
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -30,6 +33,36 @@ TOO_NEW = (
     f"{NEWER_RELEASE}) and needs workers of generation {NEWER} or newer; this worker (outbox "
     f"{VERSION}) understands generation {schema.GENERATION}: upgrade it"
 )
+
+
+# A backlog that keeps the worker handling (and counting) for about ten seconds.
+BACKLOG = 1000
+BATCH_SECONDS = "0.2"
+# Far longer than a heartbeat of the tests' two-second lease.
+STOP_TIMEOUT_SECONDS = 30.0
+OLDER = 5
+DOWNGRADED = (
+    f"Error: the database's outbox schema is at generation {OLDER} and outbox {VERSION} needs "
+    f"generation {schema.GENERATION}: run `outbox migrate` to upgrade it, or run the outbox "
+    "version it belongs to"
+)
+BEFORE_GENERATIONS = (
+    "Error: the database's outbox schema records no generation (outbox_schema is gone): it was "
+    f"downgraded below generation {OLDER} and this worker (outbox {VERSION}) understands "
+    f"generation {schema.GENERATION}; run workers of the outbox version the tables belong to, or "
+    "`outbox migrate` to upgrade them"
+)
+
+
+@pytest.fixture
+def migrated_url(cli: Cli, empty_database_url: str) -> str:
+    """A database migrated by ``outbox migrate`` to this outbox's head, with the test
+    application's buffer tables."""
+    assert 0 == cli.run("--database-url", empty_database_url, "migrate").code
+    engine = create_engine(empty_database_url)
+    Base.metadata.create_all(engine)
+    engine.dispose()
+    return empty_database_url
 
 
 def _needs_newer_workers(engine: Engine) -> None:
@@ -98,3 +131,52 @@ def test_work_on_tables_from_before_generations_says_to_migrate_in_one_line(
     )
     expected = [f"Error: outbox tables missing: {missing}; run `outbox migrate` to create them"]
     assert (1, expected) == (result.code, result.stderr.splitlines())
+
+
+@pytest.mark.parametrize(
+    ("revision", "expected"),
+    [("0005", DOWNGRADED), ("0004", BEFORE_GENERATIONS)],
+    ids=["to-0005", "to-0004"],
+)
+def test_running_work_stops_in_one_line_once_migrate_takes_the_tables_back(
+    cli: Cli,
+    migrated_url: str,
+    connect: Callable[[str], Engine],
+    commit_events: Any,
+    output_dir: Path,
+    revision: str,
+    expected: str,
+) -> None:
+    """`outbox migrate --to 0005 --yes` (or 0004) under a worker busy with a backlog: its next
+    throughput write fails (the table is gone) before it looks at the schema; it stops
+    claiming all the same, says why once in the log and once on stderr, and exits 1."""
+    commit_events(connect(migrated_url), BACKLOG)
+    worker = start_work(cli, migrated_url, "-c", "2", env={SLEEP_ENV: BATCH_SECONDS})
+    wait_for(lambda: handled_ids(output_dir), "the first events to be handled")
+    downgrade = cli.run("--database-url", migrated_url, "migrate", "--to", revision, "--yes")
+    assert 0 == downgrade.code, downgrade.stderr
+    result = worker.result(timeout=STOP_TIMEOUT_SECONDS)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    logged = _logged(result.stderr, _log.WORKER_SCHEMA_INCOMPATIBLE)
+    failed = [
+        r["error"]
+        for event in (_log.WORKER_DATABASE_ERROR, _log.WORKER_LOOP_ERROR)
+        for r in _logged(result.stderr, event)
+    ]
+    assert (1, [expected], [expected.removeprefix("Error: ")], []) == (
+        result.code,
+        errors,
+        [r["reason"] for r in logged],
+        failed,
+    )
+
+
+def test_work_on_tables_taken_back_a_generation_names_both_generations(
+    cli: Cli, migrated_url: str
+) -> None:
+    """Tables taken back to 0005 by `outbox migrate --to`: a fresh `outbox work` exits 1 with
+    one line naming the generation it found and the one it needs."""
+    downgrade = cli.run("--database-url", migrated_url, "migrate", "--to", "0005", "--yes")
+    assert 0 == downgrade.code, downgrade.stderr
+    result = cli.run("--app", APP, "--database-url", migrated_url, "work", "--burst")
+    assert (1, [DOWNGRADED]) == (result.code, result.stderr.splitlines())

@@ -12,10 +12,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from alembic import command
+from sqlalchemy import delete, func, select, update
 from structlog.testing import capture_logs
 
 from outbox import Batch, Outbox, SchemaIncompatibleError, Settings, _log, schema
+from outbox._version import VERSION
+from outbox.migrate import alembic_config, migrate
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.models import ActivityEvent
@@ -125,7 +128,8 @@ def test_a_worker_refuses_to_start_on_a_schema_downgraded_below_its_generation(
     with pytest.raises(SchemaIncompatibleError) as raised:
         Worker(app, burst=True).run()
     message = str(raised.value)
-    assert (True, 1) == ("it was downgraded" in message, len(message.splitlines()))
+    needs = f"at generation {schema.GENERATION - 1} and outbox {VERSION} needs generation "
+    assert (True, 1) == (needs in message, len(message.splitlines()))
 
 
 def test_a_running_worker_stops_taking_work_once_the_schema_needs_newer_workers(
@@ -162,3 +166,22 @@ def test_a_running_worker_stops_when_the_schema_is_downgraded_under_it(
         None if problem is None else problem.generation,
         "outbox_schema is gone" in str(problem),
     )
+
+
+def test_a_running_worker_stops_on_a_downgraded_schema_though_its_heartbeat_fails_first(
+    app: Outbox, gate: Gate, run: Callable[..., Run]
+) -> None:
+    """Tables taken back to 0004 and the worker's row gone (pruned): the heartbeat's insert
+    fails (no generation column) before the schema is looked at; the worker stops all the same,
+    and says why once."""
+    gate.opened.set()
+    command.stamp(alembic_config(app.engine), "head")
+    running = run(Worker(app, concurrency=1))
+    wait_for(lambda: running.worker.leading, "the worker to heartbeat")
+    with capture_logs() as logs:
+        migrate(app.engine, "0004", accept_losses=True)
+        with app.engine.begin() as conn:
+            conn.execute(delete(schema.workers))
+        wait_for(running.ended, "the worker to stop")
+    said = [e["reason"] for e in logs if e["event"] == _log.WORKER_SCHEMA_INCOMPATIBLE]
+    assert [str(running.worker.schema_incompatible)] == said
