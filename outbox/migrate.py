@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox._db import migration
 from outbox.exceptions import ConfigurationError, OutboxError
-from outbox.progress import Phase, Progress
+from outbox.progress import Phase, Progress, StoppedError
 
 VERSION_TABLE = "outbox_alembic_version"
 
@@ -146,7 +146,8 @@ def migrate(
     ``progress`` (:class:`~outbox.progress.Progress`) is told the revisions to apply and each
     one applied: a revision is one transaction, whose statements (a table rewritten, say)
     report nothing while they run. When it asks to stop,
-    :class:`~outbox.progress.StoppedError` is raised between two revisions.
+    :class:`~outbox.progress.StoppedError` is raised between two revisions; on SQLite, whose
+    run is one transaction, none of the run's revisions stays.
     """
     target = _resolve(to)
     try:
@@ -158,6 +159,9 @@ def migrate(
                 _refuse_losses(engine if shared is None else shared, before, target, steps)
             phase = Phase(progress, "migrated", "revisions", len(steps))
             for direction, script in steps:
+                if shared is not None and phase.progress.should_stop():
+                    # SQLite: the run is one transaction, rolled back whole; none stays.
+                    raise StoppedError(phase.verb, phase.noun, 0, phase.total)
                 phase.check()
                 if shared is None:
                     _apply(engine, direction, script, lock_timeout, on_retry)
