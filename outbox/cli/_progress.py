@@ -63,6 +63,8 @@ class CommandProgress(Progress):
         self.verb, self.noun, self.total, self.done = verb, noun, total, 0
         self._started = self._logged = time.monotonic()
         self._lines = 0
+        if total == 0:
+            return  # nothing to do (tables up to date, say): nothing to show
         if self.terminal:
             self._bar = click.progressbar(
                 # Not counted: an iterable of no known length makes click show rows done only.
