@@ -541,7 +541,7 @@ def discard(
             taken += done
             skipped += [(g, "in flight: a worker took it") for g in gone]
             events += _count_events(done)
-            phase.advance(len(chosen))
+            phase.advance(len(done))
         if listing.next is None:
             break
         after = listing.next
