@@ -230,6 +230,7 @@ def _migrate(
             app.engine, lambda tx: queries.convert_next_rows(tx, table, batch_size)
         )
         if changed is None:
+            phase.end()
             return replace(result, rows=phase.done)
         phase.advance(changed)
 

@@ -275,6 +275,7 @@ def replay(
         by_handler.update(row["handler"] for row in readable)
         by_status.update(row["status"] for row in readable)
         groups.update((row["handler"], row["group_id"]) for row in readable)
+    phase.end()
     result = ReplayResult(
         sum(by_handler.values()),
         dict(by_handler),
@@ -658,6 +659,7 @@ def prune(
         start = pruned.last_archived_at
         if pruned.deleted < chunk:
             break
+    phase.end()
     for delete_old in (
         queries.delete_old_attempts,
         queries.delete_old_ingest_keys,

@@ -545,6 +545,7 @@ def discard(
         if listing.next is None:
             break
         after = listing.next
+    phase.end()
     if operation_id is not None:
         log.info(
             _log.GROUPS_DISCARDED,
@@ -624,6 +625,7 @@ def replay(
         if listing.next is None:
             break
         after = listing.next
+    phase.end()
     return OperationResult(_REPLAY, taken, events, skipped, dry_run, operation_id)
 
 

@@ -168,6 +168,7 @@ def migrate(
                 else:
                     _run_on(shared, direction, script)
                 phase.advance(1)
+            phase.end()
             return before, _read_revision(engine, shared)
     except migration.RunLockTimeoutError as error:
         holder = f" (session {error.holder})" if error.holder is not None else ""

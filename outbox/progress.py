@@ -38,6 +38,9 @@ class Progress:
     def advance(self, done: int) -> None:
         """``done`` more of them are committed."""
 
+    def end(self) -> None:
+        """The part begun last is done (an operation stopped, or failed, does not say so)."""
+
     def should_stop(self) -> bool:
         """Whether the operation should stop before its next batch."""
         return False
@@ -89,6 +92,10 @@ class Phase:
         self.done += done
         if done:
             self.progress.advance(done)
+
+    def end(self) -> None:
+        """The part is done."""
+        self.progress.end()
 
     def check(self, operation_id: int | None = None) -> None:
         """Raise :class:`StoppedError` when the progress asks to stop; call it before a

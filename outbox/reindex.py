@@ -83,6 +83,7 @@ def reindex(
             phase.check()
             reports.extend(_reindex_table(conn, table, dry_run))
             phase.advance(1)
+        phase.end()
     return reports
 
 

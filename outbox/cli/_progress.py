@@ -90,6 +90,9 @@ class CommandProgress(Progress):
         elif not self.terminal and time.monotonic() - self._logged >= self.interval:
             self._log()
 
+    def end(self) -> None:
+        self.close()
+
     def should_stop(self) -> bool:
         return self.interrupted.is_set()
 
