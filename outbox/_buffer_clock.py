@@ -21,6 +21,7 @@ from outbox._db.dialects import is_transient
 from outbox._db.types import CreatedAtClock, SessionClock
 from outbox.app import Outbox
 from outbox.exceptions import LocalClockError, OutboxError
+from outbox.progress import Phase, Progress
 
 log = _log.get_logger(__name__)
 
@@ -156,6 +157,7 @@ def migrate_buffers(
     *,
     dry_run: bool = False,
     batch_size: int = DEFAULT_BATCH_SIZE,
+    progress: Progress | None = None,
 ) -> list[BufferMigration]:
     """Make each buffer's ``created_at`` default UTC, and convert the rows written with the
     local default from this session's time zone to UTC, ``batch_size`` rows per transaction,
@@ -165,6 +167,11 @@ def migrate_buffers(
     of ``app``'s engine: the application's, as its producers wrote in it. A run stopped
     midway is finished by the next, which converts each row once: outbox keeps the
     conversion's bounds and progress in a table of its own while it runs.
+
+    ``progress`` (:class:`~outbox.progress.Progress`) is told each buffer's rows as they are
+    converted, a batch at a time (not counted first: the count would read the table once more);
+    when it asks to stop, :class:`~outbox.progress.StoppedError` is raised between two batches,
+    and the next run goes on from there.
     """
     unique = {table.fullname: table for table in tables}
     with app.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
@@ -174,7 +181,7 @@ def migrate_buffers(
             session = queries.session_clock(conn)
             zone = None if session.utc else session.time_zone
             return [
-                _migrate(app, conn, unique[name], clock, zone, dry_run, batch_size)
+                _migrate(app, conn, unique[name], clock, zone, dry_run, batch_size, progress)
                 for name, clock in sorted(queries.created_at_clocks(conn, unique.values()).items())
             ]
         finally:
@@ -191,6 +198,7 @@ def _migrate(
     zone: str | None,
     dry_run: bool,
     batch_size: int,
+    progress: Progress | None,
 ) -> BufferMigration:
     """One buffer: its default switched, then its local rows converted."""
     earlier = queries.conversions_under_way(conn).get(table.fullname)
@@ -215,14 +223,16 @@ def _migrate(
         _switch(conn, table, result.time_zone)
     if result.time_zone is None:
         return replace(result, rows=queries.count_rows_through(conn, table, 0, None))
-    converted = 0
+    phase = Phase(progress, "converted", f"rows of {table.fullname} to UTC", None)
     while True:
+        phase.check()
         changed = _db.run_in_transaction(
             app.engine, lambda tx: queries.convert_next_rows(tx, table, batch_size)
         )
         if changed is None:
-            return replace(result, rows=converted)
-        converted += changed
+            phase.end()
+            return replace(result, rows=phase.done)
+        phase.advance(changed)
 
 
 def _switch(conn: Connection, table: Table, zone: str | None) -> None:

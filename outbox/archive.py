@@ -28,6 +28,7 @@ from outbox.app import MAX_BATCH_SIZE, Outbox
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError, GroupNotFoundError, ReplayError
 from outbox.operators import checked_actor
+from outbox.progress import COUNT_CAP, Phase, Progress, capped
 
 log = _log.get_logger(__name__)
 
@@ -203,6 +204,8 @@ def replay(
     actor: str | None = None,
     selection: str | None = None,
     operation_id: int | None = None,
+    chunk: int = REPLAY_CHUNK,
+    progress: Progress | None = None,
 ) -> ReplayResult:
     """Put archived events back into their buffers as new events, and mark them replayed.
 
@@ -218,9 +221,16 @@ def replay(
     with the event it became and the operation that did it, recorded as done by ``actor``
     (default: ``user@host``) with ``selection`` (JSON; default: the filters given), or counted
     into the operation ``operation_id`` when given (one replay made of several calls). Runs in
-    chunks of ``REPLAY_CHUNK`` events, one transaction each, so a replay interrupted half way
-    leaves every event either archived or back in its buffer.
+    chunks of ``chunk`` events (:data:`REPLAY_CHUNK`), one transaction each, which also adds
+    them to the operation's record, so a replay interrupted half way leaves every event either
+    archived or back in its buffer, and its record counting those put back.
+
+    ``progress`` (:class:`~outbox.progress.Progress`) is told the events to replay (counted up
+    to :data:`~outbox.progress.COUNT_CAP`) and each chunk replayed; when it asks to stop,
+    :class:`~outbox.progress.StoppedError` is raised between two chunks.
     """
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= MAX_BATCH_SIZE:
+        raise ConfigurationError(f"chunk: expected 1 to {MAX_BATCH_SIZE} events, got {chunk!r}")
     if handler is not None:
         app.get_handler(handler)
     if group_id is not None:
@@ -236,9 +246,15 @@ def replay(
     by_status: Counter[str] = Counter()
     groups: Counter[tuple[str, uuid.UUID | None]] = Counter()
     failures: list[str] = []
+    reported = None if dry_run else progress
+    found = None
+    if reported is not None:
+        found = _count_up_to(app, handler=handler, statuses=chosen, group_ids=group_ids)
+    phase = Phase(reported, "replayed", "events", found)
     after_id = 0
     while True:
-        rows = _select(app, handler, chosen, group_ids, after_id)
+        phase.check(operation_id)
+        rows = _select(app, handler, chosen, group_ids, after_id, chunk)
         if not rows:
             break
         after_id = int(rows[-1]["id"])
@@ -255,9 +271,11 @@ def replay(
                     app, actor, selection, handler, chosen, group_ids, all_statuses
                 )
             _replay_chunk(app, readable, operation_id)
+        phase.advance(len(rows))
         by_handler.update(row["handler"] for row in readable)
         by_status.update(row["status"] for row in readable)
         groups.update((row["handler"], row["group_id"]) for row in readable)
+    phase.end()
     result = ReplayResult(
         sum(by_handler.values()),
         dict(by_handler),
@@ -607,6 +625,7 @@ def prune(
     chunk: int = PRUNE_CHUNK,
     status: StatusFilter = None,
     all_statuses: bool = False,
+    progress: Progress | None = None,
 ) -> int:
     """Delete archive rows archived more than ``older_than`` seconds ago, ``chunk`` at a time;
     the number deleted.
@@ -618,24 +637,36 @@ def prune(
     the ingest's idempotency keys and the per-minute throughput older than ``older_than`` go
     too (a producer retrying later than that writes its event again); the record of
     operators' operations stays.
+
+    ``progress`` (:class:`~outbox.progress.Progress`) is told the archive rows to delete
+    (counted up to :data:`~outbox.progress.COUNT_CAP`) and each chunk deleted; when it asks to
+    stop, :class:`~outbox.progress.StoppedError` is raised between two chunks.
     """
     if older_than < 0:
         raise ValueError("older_than must be >= 0 seconds")
     chosen = _chosen(status, all_statuses, PRUNE_STATUSES)
+    found = None
+    if progress is not None:
+        found = _count_up_to(app, statuses=chosen, older_than_seconds=older_than)
+    phase = Phase(progress, "pruned", "archive rows", found)
     total = 0
     start: dt.datetime | None = None
     while True:
+        phase.check()
         pruned = _prune_chunk(app, older_than, chunk, chosen, start)
         total += pruned.deleted
+        phase.advance(pruned.deleted)
         start = pruned.last_archived_at
         if pruned.deleted < chunk:
             break
+    phase.end()
     for delete_old in (
         queries.delete_old_attempts,
         queries.delete_old_ingest_keys,
         queries.delete_old_throughput,
     ):
         while True:
+            phase.check()
             deleted = run_in_transaction(
                 app.engine,
                 functools.partial(delete_old, older_than_seconds=older_than, limit=chunk),
@@ -645,6 +676,12 @@ def prune(
     if total:
         log.info(_log.ARCHIVE_PRUNED, rows=total)
     return total
+
+
+def _count_up_to(app: Outbox, **filters: Any) -> int | None:
+    """The archive rows the filters match, for a progress report: None past the cap."""
+    with app.engine.connect() as conn:
+        return capped(queries.count_archived_up_to(conn, COUNT_CAP, **filters))
 
 
 def _prune_chunk(
@@ -675,6 +712,7 @@ def _select(
     chosen: frozenset[str] | None,
     group_ids: Collection[uuid.UUID] | None,
     after: int,
+    chunk: int,
 ) -> list[Any]:
     with app.engine.connect() as conn:
         return list(
@@ -685,7 +723,7 @@ def _select(
                 group_id=None,
                 group_ids=group_ids,
                 after_id=after,
-                limit=REPLAY_CHUNK,
+                limit=chunk,
             )
         )
 

@@ -24,6 +24,7 @@ from outbox._db import queries, run_in_transaction
 from outbox.app import Handler, Outbox
 from outbox.exceptions import ConfigurationError, GroupNotFoundError
 from outbox.operators import checked_actor
+from outbox.progress import Phase, Progress
 from outbox.schema import GroupStatus
 
 __all__ = [
@@ -59,6 +60,9 @@ SHOWN_ATTEMPTS = 50
 """Attempts :func:`show` reads of a group (the latest)."""
 DISCARD_PAGE = 200
 """Groups a discard gives up per transaction."""
+REPLAY_PAGE = 100
+"""Groups a replay takes at a time (each a few transactions: one per chunk of events);
+a replay stopped between two such pages has replayed every group before wholly."""
 
 _NOT_DISCARDED = frozenset({GroupStatus.IN_FLIGHT})
 _REPLAY = schema.OperationAction.REPLAY
@@ -491,6 +495,8 @@ def discard(
     actor: str | None = None,
     reason: str | None = None,
     dry_run: bool = False,
+    page_size: int = DISCARD_PAGE,
+    progress: Progress | None = None,
 ) -> OperationResult:
     """Give up the groups ``selection`` matches: never handled again, their events archived
     as discarded (dead ones: marked discarded, and the ordering keys they hold released).
@@ -498,17 +504,28 @@ def discard(
     A group in flight is left alone (a worker holds it): it is named in ``skipped``. The
     selection must narrow something: an empty one is refused. Recorded as an operation by
     ``actor`` (default: :func:`outbox.operators.default_actor`), with ``reason``.
+
+    Groups are discarded ``page_size`` (:data:`DISCARD_PAGE`) per transaction, which also adds
+    them to the operation's record. ``progress`` (:class:`~outbox.progress.Progress`) is told
+    the groups to discard (counted up to :data:`COUNT_CAP`) and each page discarded; when it
+    asks to stop, :class:`~outbox.progress.StoppedError` is raised between two pages.
     """
     _narrowing(selection, "discard")
     _text(reason, "reason")
+    _page_size(page_size)
     actor = checked_actor(actor)
     taken: list[Group] = []
     skipped: list[tuple[Group, str]] = []
     events = 0
     operation_id: int | None = None
     after: str | None = None
+    phase: Phase | None = None
     while True:
-        listing = find(app, selection, limit=DISCARD_PAGE, after=after)
+        listing = find(app, selection, limit=page_size, after=after)
+        if phase is None:
+            reported = None if dry_run else progress
+            phase = Phase(reported, "discarded", "groups", _to_take(listing, _NOT_DISCARDED))
+        phase.check(operation_id)
         page = listing.groups
         chosen = [g for g in page if g.status not in _NOT_DISCARDED]
         skipped += [(g, "in flight: a worker holds it") for g in page if g not in chosen]
@@ -524,10 +541,11 @@ def discard(
             taken += done
             skipped += [(g, "in flight: a worker took it") for g in gone]
             events += _count_events(done)
-            operators.finish(app, operation_id, len(done), _count_events(done))
+            phase.advance(len(done))
         if listing.next is None:
             break
         after = listing.next
+    phase.end()
     if operation_id is not None:
         log.info(
             _log.GROUPS_DISCARDED,
@@ -547,30 +565,49 @@ def replay(
     *,
     actor: str | None = None,
     dry_run: bool = False,
+    page_size: int = REPLAY_PAGE,
+    chunk: int | None = None,
+    progress: Progress | None = None,
 ) -> OperationResult:
     """Replay the dead groups ``selection`` matches (held ones too): every event of each goes
     back into its buffer, as :func:`outbox.archive.replay` does, recorded as one operation by
     ``actor``. Groups of other statuses it matches are not dead: they are named in
-    ``skipped``. The selection must narrow something: an empty one is refused."""
+    ``skipped``. The selection must narrow something: an empty one is refused.
+
+    Groups are replayed ``page_size`` (:data:`REPLAY_PAGE`) at a time, their events ``chunk``
+    per transaction (:data:`outbox.archive.REPLAY_CHUNK` unless given). ``progress``
+    (:class:`~outbox.progress.Progress`) is told the groups to replay (counted up to
+    :data:`COUNT_CAP`) and each page replayed; when it asks to stop,
+    :class:`~outbox.progress.StoppedError` is raised between two pages, every group before
+    wholly replayed and recorded."""
     from outbox import archive
 
     _narrowing(selection, "replay")
+    _page_size(page_size)
     taken: list[Group] = []
     skipped: list[tuple[Group, str]] = []
     events = 0
     operation_id: int | None = None
     after: str | None = None
+    phase: Phase | None = None
     while True:
         listing = find(app, selection, limit=MAX_LIMIT, after=after)
-        page = [g for g in listing.groups if g.status in queries.ARCHIVED]
+        if phase is None:
+            live = frozenset(GroupStatus(s) for s in queries.LIVE)
+            phase = Phase(None if dry_run else progress, "replayed", "dead groups",
+                          _to_take(listing, live))  # fmt: skip
+        dead = [g for g in listing.groups if g.status in queries.ARCHIVED]
         skipped += [
             (g, f"{g.status}: not dead") for g in listing.groups if g.status not in queries.ARCHIVED
         ]
         if dry_run:
-            events += _count_events(page)
-        elif page:
-            # A page at a time, into one operation: a replay of many groups neither passes
-            # the database more parameters than it takes nor records many operations.
+            events += _count_events(dead)
+            taken += dead
+        # A page at a time, into one operation: a replay of many groups neither passes the
+        # database more parameters than it takes nor records many operations.
+        for start in range(0, 0 if dry_run else len(dead), page_size):
+            phase.check(operation_id)
+            page = dead[start : start + page_size]
             if operation_id is None:
                 operation_id = operators.record(
                     app, _REPLAY, checked_actor(actor), selection.as_json()
@@ -580,13 +617,29 @@ def replay(
                 group_ids=[g.group_id for g in page],
                 status=schema.ArchiveStatus.DEAD,
                 operation_id=operation_id,
+                chunk=archive.REPLAY_CHUNK if chunk is None else chunk,
             )
             events += done.events
-        taken += page
+            taken += page
+            phase.advance(len(page))
         if listing.next is None:
             break
         after = listing.next
+    phase.end()
     return OperationResult(_REPLAY, taken, events, skipped, dry_run, operation_id)
+
+
+def _page_size(size: int) -> None:
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_LIMIT:
+        raise ConfigurationError(f"page_size: expected 1 to {MAX_LIMIT} groups, got {size!r}")
+
+
+def _to_take(listing: Listing, left: frozenset[GroupStatus]) -> int | None:
+    """The groups a selection's first page counted, but those of the statuses ``left``: how
+    many an operation is about to take; None past :data:`COUNT_CAP`."""
+    if listing.capped:
+        return None
+    return sum(n for status, n in listing.counts.items() if status not in left)
 
 
 def _narrowing(selection: Selection, verb: str) -> None:
@@ -606,8 +659,9 @@ def _count_events(groups: list[Group]) -> int:
 def _discard_page(
     app: Outbox, groups: list[Group], operation_id: int, actor: str, reason: str | None
 ) -> tuple[list[Group], list[Group]]:
-    """Discard a page of groups in one transaction; those done, and those a worker took in
-    the meantime."""
+    """Discard a page of groups in one transaction, which also adds them to the operation's
+    record (so that the record counts what was done, however the command ends); those done,
+    and those a worker took in the meantime."""
     error = f"discarded by {actor}" + (f": {reason}" if reason else "")
 
     def work(conn: Connection, lenient: bool) -> tuple[list[Group], list[Group]]:
@@ -636,6 +690,7 @@ def _discard_page(
             queries.mark_group_operation(conn, group.group_id, operation_id)
             queries.delete_group_rows(conn, table, group.group_id)
             done.append(group)
+        queries.finish_operation(conn, operation_id, len(done), _count_events(done))
         return done, gone
 
     try:

@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox._db import migration
 from outbox.exceptions import ConfigurationError, OutboxError
+from outbox.progress import Phase, Progress, StoppedError
 
 VERSION_TABLE = "outbox_alembic_version"
 
@@ -133,6 +134,7 @@ def migrate(
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT_SECONDS,
     accept_losses: bool = False,
     on_retry: Callable[[str], None] | None = None,
+    progress: Progress | None = None,
 ) -> tuple[str | None, str | None]:
     """Migrate the database up or down to revision ``to`` (``head``, a revision, or ``base``:
     no outbox table), one revision per transaction. Returns (before, after).
@@ -140,6 +142,12 @@ def migrate(
     A downgrade that would drop rows raises DowngradeRefusedError naming them, unless
     ``accept_losses``. ``lock_timeout`` (float seconds): see :data:`DEFAULT_LOCK_TIMEOUT_SECONDS`;
     ``on_retry`` is told, in one line, of each revision put off for a lock.
+
+    ``progress`` (:class:`~outbox.progress.Progress`) is told the revisions to apply and each
+    one applied: a revision is one transaction, whose statements (a table rewritten, say)
+    report nothing while they run. When it asks to stop,
+    :class:`~outbox.progress.StoppedError` is raised between two revisions; on SQLite, whose
+    run is one transaction, none of the run's revisions stays.
     """
     target = _resolve(to)
     try:
@@ -149,11 +157,18 @@ def migrate(
             steps = _steps(before, target)
             if steps and steps[0][0] == "down" and not accept_losses:
                 _refuse_losses(engine if shared is None else shared, before, target, steps)
+            phase = Phase(progress, "migrated", "revisions", len(steps))
             for direction, script in steps:
+                if shared is not None and phase.progress.should_stop():
+                    # SQLite: the run is one transaction, rolled back whole; none stays.
+                    raise StoppedError(phase.verb, phase.noun, 0, phase.total)
+                phase.check()
                 if shared is None:
                     _apply(engine, direction, script, lock_timeout, on_retry)
                 else:
                     _run_on(shared, direction, script)
+                phase.advance(1)
+            phase.end()
             return before, _read_revision(engine, shared)
     except migration.RunLockTimeoutError as error:
         holder = f" (session {error.holder})" if error.holder is not None else ""

@@ -22,6 +22,7 @@ from sqlalchemy import Connection, Table
 from outbox._db import queries
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
+from outbox.progress import Phase, Progress
 
 BLOAT_FACTOR = 4
 """An index is bloated above this many times the size its table's rows need."""
@@ -55,13 +56,21 @@ class IndexReport:
 
 
 def reindex(
-    app: Outbox, handlers: tuple[str, ...] | list[str] = (), *, dry_run: bool = False
+    app: Outbox,
+    handlers: tuple[str, ...] | list[str] = (),
+    *,
+    dry_run: bool = False,
+    progress: Progress | None = None,
 ) -> list[IndexReport]:
     """Rebuild the bloated indexes of the handlers' buffer tables (all handlers when empty).
 
     Each table is analysed first, so that its row count is current. Statements run outside
     any transaction, as ``REINDEX ... CONCURRENTLY`` requires; a rebuild takes as long as
     building the index, and waits for transactions already running on the table.
+
+    ``progress`` (:class:`~outbox.progress.Progress`) is told the tables and each one done (a
+    rebuild is one statement, which reports nothing while it runs); when it asks to stop,
+    :class:`~outbox.progress.StoppedError` is raised between two tables.
     """
     if not app.supports.concurrent_reindex:
         raise ConfigurationError(f"outbox reindex runs on PostgreSQL, not on {app.dialect}")
@@ -69,8 +78,12 @@ def reindex(
     reports: list[IndexReport] = []
     with app.engine.connect() as conn:
         conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+        phase = Phase(None if dry_run else progress, "reindexed", "buffer tables", len(tables))
         for table in tables.values():
+            phase.check()
             reports.extend(_reindex_table(conn, table, dry_run))
+            phase.advance(1)
+        phase.end()
     return reports
 
 

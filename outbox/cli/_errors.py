@@ -21,11 +21,14 @@ from outbox.exceptions import (
     OutboxError,
     SchemaMissingError,
 )
+from outbox.progress import StoppedError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
+EXIT_INTERRUPTED = 130
+"""Stopped by Ctrl-C (SIGINT) between two batches: 128 + SIGINT, as a shell reports it."""
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -33,11 +36,19 @@ def fail(message: str, code: int) -> NoReturn:
     sys.exit(code)
 
 
+def exit_interrupted(done: str) -> NoReturn:
+    """Say what a command stopped by Ctrl-C did, and exit with :data:`EXIT_INTERRUPTED`."""
+    click.echo(f"{done}; run it again to go on", err=True)
+    sys.exit(EXIT_INTERRUPTED)
+
+
 @contextmanager
 def exits_on_errors() -> Iterator[None]:
     """Map outbox's errors to messages and exit codes."""
     try:
         yield
+    except StoppedError as stopped:
+        exit_interrupted(f"{stopped.summary}; stopped by Ctrl-C before the rest")
     except ConfigurationError as error:
         fail(str(error), EXIT_USAGE)
     except (DatabaseUnavailableError, DownstreamUnavailableError) as error:

@@ -320,6 +320,38 @@ def test_count_archived_counts_only_the_rows_the_filters_take(db: Database) -> N
     assert {(HANDLER, DEAD): 1} == counted
 
 
+def test_count_archived_up_to_counts_the_rows_the_filters_take(db: Database) -> None:
+    """Handler, statuses, groups and age each narrow the count, as a prune or a replay takes
+    them."""
+    group_id = uuid.uuid4()
+    add_archived(db.engine, status=DEAD, group_id=group_id, age=3600.0)
+    add_archived(db.engine, status=DEAD, group_id=group_id)
+    add_archived(db.engine, status=DEAD, age=3600.0)
+    add_archived(db.engine, status=DISCARDED, group_id=group_id, age=3600.0)
+    add_archived(db.engine, handler=OTHER_HANDLER, status=DEAD, group_id=group_id, age=3600.0)
+    counted = db.run(
+        lambda conn: queries.count_archived_up_to(
+            conn,
+            100,
+            handler=HANDLER,
+            statuses={DEAD},
+            group_ids=[group_id],
+            older_than_seconds=60.0,
+        )
+    )
+    assert 1 == counted
+
+
+def test_count_archived_up_to_stops_at_the_cap(db: Database) -> None:
+    """More rows than the cap: the count is the cap."""
+    for _ in range(5):
+        add_archived(db.engine)
+    assert (3, 5) == (
+        db.run(lambda conn: queries.count_archived_up_to(conn, 3)),
+        db.run(lambda conn: queries.count_archived_up_to(conn, 10)),
+    )
+
+
 def test_recent_dead_letters_counts_each_handlers_dead_letters_in_the_window(
     db: Database,
 ) -> None:

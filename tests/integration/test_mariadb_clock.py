@@ -15,6 +15,7 @@ from outbox import LocalClockError, Outbox, metrics, schema
 from outbox._buffer_clock import check, migrate_buffers
 from outbox._db import queries
 from outbox.migrate import VERSION_TABLE, current_revision, upgrade
+from outbox.progress import Progress, StoppedError
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.conftest import reset_schema
@@ -272,6 +273,31 @@ def test_a_run_stopped_midway_is_finished_by_the_next(
     written += _write_events(zoned, 2)
     (finished,) = migrate_buffers(app, [ActivityEvent.__table__], batch_size=4)
     assert (12, []) == (finished.rows, _off_by_more_than_a_second(zoned, written))
+
+
+def test_a_run_told_to_stop_stops_between_batches_and_the_next_finishes(zoned: Engine) -> None:
+    """A progress that asks to stop after two batches: StoppedError saying the rows converted,
+    and the next run converts the rest, no row twice."""
+    app = _buffer_as_older_release(zoned)
+    written = _write_events(zoned, 20)
+
+    class StopAfterTwo(Progress):
+        batches = 0
+
+        def advance(self, done: int) -> None:
+            self.batches += 1
+
+        def should_stop(self) -> bool:
+            return self.batches >= 2
+
+    with pytest.raises(StoppedError) as stopped:
+        migrate_buffers(app, [ActivityEvent.__table__], batch_size=4, progress=StopAfterTwo())
+    (finished,) = migrate_buffers(app, [ActivityEvent.__table__], batch_size=4)
+    assert (f"converted 8 rows of {BUFFER} to UTC", 12, []) == (
+        stopped.value.summary,
+        finished.rows,
+        _off_by_more_than_a_second(zoned, written),
+    )
 
 
 def test_a_dry_run_counts_and_changes_nothing(zoned: Engine) -> None:

@@ -10,7 +10,8 @@ from sqlalchemy import delete, text
 
 from outbox import Outbox, reindex
 from outbox.exceptions import ConfigurationError
-from tests.models import ActivityEvent
+from outbox.progress import Progress, StoppedError
+from tests.models import ActivityEvent, EmailEvent
 
 TABLE = "test_activity_events"
 # Enough rows that the id indexes pass MIN_BLOATED_BYTES (about 22 bytes a row each).
@@ -125,3 +126,26 @@ def test_reindex_needs_postgresql(make_app: Callable[[str], Outbox], sqlite_url:
     app.handler(ActivityEvent, name="h")(lambda batch: None)
     with pytest.raises(ConfigurationError, match="runs on PostgreSQL"):
         reindex.reindex(app)
+
+
+def test_reindex_told_to_stop_stops_between_two_tables(
+    make_app: Callable[[str], Outbox], postgres_database: str
+) -> None:
+    """A progress that asks to stop after the first buffer table: StoppedError saying one of
+    two tables was done."""
+    app = make_app(postgres_database)
+    app.handler(ActivityEvent, name="activity")(lambda batch: None)
+    app.handler(EmailEvent, name="email")(lambda batch: None)
+
+    class StopAfterOne(Progress):
+        done = 0
+
+        def advance(self, done: int) -> None:
+            self.done += done
+
+        def should_stop(self) -> bool:
+            return self.done >= 1
+
+    with pytest.raises(StoppedError) as stopped:
+        reindex.reindex(app, progress=StopAfterOne())
+    assert "reindexed 1 of 2 buffer tables" == stopped.value.summary

@@ -23,8 +23,10 @@ from outbox import (
     Urgency,
     add_events,
     add_events_async,
+    archive,
 )
 from outbox.metrics import HandlerStatus, collect
+from outbox.progress import Progress, StoppedError
 from outbox.sinks import Rejection
 from outbox.sinks.http import AsyncBulkHTTPSink, BulkHTTPSink, ErrorsById, StatusList
 from outbox.sinks.nats import AsyncJetStreamSink, JetStreamSink
@@ -110,6 +112,31 @@ def operate() -> None:
         root: OutboxError = error
         del root
     del result, statuses, clean, delay
+
+
+class LoggedProgress(Progress):
+    """How an application reports a long operation its own way, and stops it."""
+
+    def __init__(self) -> None:
+        self.done = 0
+
+    def begin(self, verb: str, noun: str, total: int | None) -> None:
+        print(verb, noun, total)
+
+    def advance(self, done: int) -> None:
+        self.done += done
+
+    def should_stop(self) -> bool:
+        return self.done >= 100_000
+
+
+def prune_a_while() -> int:
+    try:
+        return archive.prune(app, older_than=30 * 86400.0, progress=LoggedProgress())
+    except StoppedError as stopped:
+        total: int | None = stopped.total
+        del total
+        return stopped.done
 
 
 class OrderEvent(BufferMixin, Base):

@@ -174,6 +174,29 @@ def count_archived(
     return {(h, s): int(n) for h, s, n in conn.execute(stmt)}
 
 
+def count_archived_up_to(
+    conn: Connection,
+    cap: int,
+    *,
+    handler: str | None = None,
+    statuses: Collection[str] | None = None,
+    older_than_seconds: float | None = None,
+    group_ids: Collection[uuid.UUID] | None = None,
+) -> int:
+    """Archived rows matching the filters (``None``: any), counted up to ``cap``: how many a
+    prune or a replay is about to take, at a bounded cost however large the archive.
+
+    The ``LIMIT`` inside the subquery stops the scan at ``cap`` rows; the age's index
+    (``ix_outbox_archive_archived_at``) or the handler and status index serves the filters.
+    """
+    stmt = select(literal(1)).select_from(_archive)
+    stmt = _filtered(stmt, handler, statuses, None, group_ids)
+    if older_than_seconds is not None:
+        stmt = stmt.where(_archive.c.archived_at < db_now_plus(-older_than_seconds))
+    found = stmt.limit(cap).subquery()
+    return int(conn.execute(select(func.count()).select_from(found)).scalar_one())
+
+
 def _filtered(
     stmt: _S,
     handler: str | None,

@@ -13,6 +13,7 @@ from outbox.cli._errors import EXIT_USAGE, command, fail, ready
 from outbox.cli._main import main
 from outbox.cli._options import ARCHIVE_STATUS, MAX_PRUNE_AGE_SECONDS, Duration
 from outbox.cli._output import error_text, json_text, print_json, print_table
+from outbox.cli._progress import reporting
 from outbox.cli.commands.groups import print_operation
 
 _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
@@ -66,6 +67,13 @@ _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be replayed, change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of text.")
+@click.option(
+    "--chunk",
+    default=archive.REPLAY_CHUNK,
+    show_default=True,
+    type=click.IntRange(1, MAX_BATCH_SIZE),
+    help="Events replayed per transaction.",
+)
 @command
 def replay(
     ctx: Context,
@@ -81,6 +89,7 @@ def replay(
     changes: tuple[str, ...],
     dry_run: bool,
     as_json: bool,
+    chunk: int,
 ) -> None:
     """Put archived events back into their buffers to be handled again.
 
@@ -123,7 +132,11 @@ def replay(
             payload=payload,
             group_ids=group_ids,
         )
-        print_operation(groups.replay(app, selection, dry_run=dry_run), as_json)
+        with reporting("replay", dry_run=dry_run) as progress:
+            replayed = groups.replay(
+                app, selection, dry_run=dry_run, chunk=chunk, progress=progress
+            )
+        print_operation(replayed, as_json)
         return
     if not statuses and not all_statuses and not group_ids:
         found = _by_status(archive.counts(app, handler=handler))
@@ -133,14 +146,17 @@ def replay(
             f"holds {holds}{'' if handler is None else f' (handler {handler})'}",
             EXIT_USAGE,
         )
-    result = archive.replay(
-        app,
-        handler=handler,
-        status=statuses or None,
-        group_ids=group_ids or None,
-        dry_run=dry_run,
-        all_statuses=all_statuses,
-    )
+    with reporting("replay", dry_run=dry_run) as progress:
+        result = archive.replay(
+            app,
+            handler=handler,
+            status=statuses or None,
+            group_ids=group_ids or None,
+            dry_run=dry_run,
+            all_statuses=all_statuses,
+            chunk=chunk,
+            progress=progress,
+        )
     if as_json:
         print_json(result)
         return
@@ -273,9 +289,15 @@ def prune(
         )
         click.echo(f"would prune {sum(found.values())} archive rows")
     else:
-        pruned = archive.prune(
-            app, older_than=older_than, chunk=chunk, status=chosen, all_statuses=all_statuses
-        )
+        with reporting("prune") as progress:
+            pruned = archive.prune(
+                app,
+                older_than=older_than,
+                chunk=chunk,
+                status=chosen,
+                all_statuses=all_statuses,
+                progress=progress,
+            )
         forgotten = flow.forget_idle_limits(app)
         click.echo(f"pruned {pruned} archive rows, {forgotten} idle rate limits")
     if chosen is not None and schema.ArchiveStatus.DEAD not in chosen:

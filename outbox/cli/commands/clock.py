@@ -9,6 +9,7 @@ from outbox import _buffer_clock, database
 from outbox.cli._context import Context
 from outbox.cli._errors import check_buffers, command
 from outbox.cli._main import main
+from outbox.cli._progress import reporting
 
 
 @main.command("migrate-buffers")
@@ -29,5 +30,7 @@ def migrate_buffers(ctx: Context, dry_run: bool) -> None:
     if not tables:
         click.echo("nothing to do: the application has no handlers, so no buffers")
         return
-    for migration in _buffer_clock.migrate_buffers(app, tables, dry_run=dry_run):
+    with reporting("migrate-buffers", dry_run=dry_run) as progress:
+        done = _buffer_clock.migrate_buffers(app, tables, dry_run=dry_run, progress=progress)
+    for migration in done:
         click.echo(migration.text())

@@ -16,6 +16,7 @@ from outbox.cli._errors import EXIT_USAGE, command, fail, ready
 from outbox.cli._main import main
 from outbox.cli._options import MAX_PRUNE_AGE_SECONDS, Duration
 from outbox.cli._output import age_text, error_text, json_text, print_json, print_table
+from outbox.cli._progress import reporting
 
 GROUP_STATUS = click.Choice([s.value for s in schema.GroupStatus], case_sensitive=False)
 _DEAD = (schema.GroupStatus.DEAD, schema.GroupStatus.HELD)
@@ -320,6 +321,13 @@ def _count(n: int, noun: str) -> str:
 @click.option("--reason", default=None, help="Why, recorded with the operation.")
 @click.option("--dry-run", is_flag=True, help="Name the groups it would discard; change nothing.")
 @JSON
+@click.option(
+    "--chunk",
+    default=groups.DISCARD_PAGE,
+    show_default=True,
+    type=click.IntRange(1, groups.MAX_LIMIT),
+    help="Groups discarded per transaction.",
+)
 @command
 def discard(
     ctx: Context,
@@ -327,6 +335,7 @@ def discard(
     reason: str | None,
     dry_run: bool,
     as_json: bool,
+    chunk: int,
 ) -> None:
     """Give groups up: never handled again, their events archived as discarded (dead ones
     marked discarded, their held keys released). Groups in flight are left. Takes the filters
@@ -336,7 +345,10 @@ def discard(
         fail("discard needs a filter: --handler, --status, --older-than, --error, --key, "
              "--payload or --group", EXIT_USAGE)  # fmt: skip
     app = ready(ctx.app())
-    result = groups.discard(app, chosen, reason=reason, dry_run=dry_run)
+    with reporting("discard", dry_run=dry_run) as progress:
+        result = groups.discard(
+            app, chosen, reason=reason, dry_run=dry_run, page_size=chunk, progress=progress
+        )
     print_operation(result, as_json)
 
 

@@ -11,6 +11,7 @@ from outbox.app import DATABASE_URL_ENV
 from outbox.cli._context import Context, parse_url
 from outbox.cli._errors import command
 from outbox.cli._main import main
+from outbox.cli._progress import reporting
 
 
 @main.command()
@@ -44,13 +45,15 @@ def migrate(ctx: Context, to: str, yes: bool, lock_timeout: float | None) -> Non
 
     app = ctx.bare_app()
     database.check_connection(app.engine)
-    before, after = run_migrations(
-        app.engine,
-        to,
-        lock_timeout=DEFAULT_LOCK_TIMEOUT_SECONDS if lock_timeout is None else lock_timeout,
-        accept_losses=yes,
-        on_retry=lambda line: click.echo(line, err=True),
-    )
+    with reporting("migrate") as progress:
+        before, after = run_migrations(
+            app.engine,
+            to,
+            lock_timeout=DEFAULT_LOCK_TIMEOUT_SECONDS if lock_timeout is None else lock_timeout,
+            accept_losses=yes,
+            on_retry=lambda line: click.echo(line, err=True),
+            progress=progress,
+        )
     where = database.describe(app.engine.url)
     if before == after:
         click.echo(f"outbox tables are up to date (revision {after or 'none'}) in {where}")

@@ -13,6 +13,7 @@ from outbox.cli._errors import EXIT_FAILURE, command, ready
 from outbox.cli._main import main
 from outbox.cli._options import MAX_DEAD_SINCE_SECONDS, DurationOrOff
 from outbox.cli._output import age_text, bytes_text, print_table, ratio_text
+from outbox.cli._progress import reporting
 
 # Held ordering keys listed by `outbox status`; `outbox held list` lists them all.
 HELD_KEYS_SHOWN = 10
@@ -27,7 +28,8 @@ def reindex(ctx: Context, handlers: tuple[str, ...], dry_run: bool) -> None:
     from outbox.reindex import reindex as reindex_buffers
 
     app = ready(ctx.app(), handlers)
-    reports = reindex_buffers(app, handlers, dry_run=dry_run)
+    with reporting("reindex", dry_run=dry_run) as progress:
+        reports = reindex_buffers(app, handlers, dry_run=dry_run, progress=progress)
     print_table(
         ("table", "index", "size", "rows need", "action", "size after"),
         [
