@@ -77,6 +77,7 @@ from outbox._db.queries.groups import (
     record_attempts,
     record_ingested,
     record_operation,
+    retry_job_now,
 )
 from outbox._db.queries.handlers import (
     handler_states,
@@ -327,6 +328,7 @@ __all__ = [
     "reserve",
     "reset_breaker",
     "resume_handler",
+    "retry_job_now",
     "return_job",
     "schema_generation",
     "select_archived",

@@ -1,5 +1,5 @@
-"""``outbox groups``, ``outbox show``, ``outbox dead``, ``outbox discard`` and ``outbox
-history``: groups as an operator sees them, and what operators did to them."""
+"""``outbox groups``, ``outbox show``, ``outbox dead``, ``outbox retry``, ``outbox discard``
+and ``outbox history``: groups as an operator sees them, and what operators did to them."""
 
 from __future__ import annotations
 
@@ -290,6 +290,7 @@ def dead_show(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
 _VERBS = {
     schema.OperationAction.DISCARD: ("discarded", "would discard"),
     schema.OperationAction.REPLAY: ("replayed", "would replay"),
+    schema.OperationAction.RETRY: ("made due now", "would make due now"),
 }
 
 
@@ -338,6 +339,24 @@ def discard(
     app = ready(ctx.app())
     result = groups.discard(app, chosen, reason=reason, dry_run=dry_run)
     print_operation(result, as_json)
+
+
+@main.command()
+@selection_options()
+@click.option("--dry-run", is_flag=True, help="Name the groups it would retry; change nothing.")
+@JSON
+@command
+def retry(ctx: Context, selection: Selected, dry_run: bool, as_json: bool) -> None:
+    """Run groups now that wait for a retry or a deferral (waiting ones too): each made due,
+    taken by a worker at its next poll, its attempts still counted. Groups in flight, paused,
+    refused or dead are left, each named with why. Takes the filters of `outbox groups`, at
+    least one; recorded with who did it (`outbox history`)."""
+    chosen = selection()
+    if chosen.empty:
+        fail("retry needs a filter: --handler, --status, --older-than, --error, --key, "
+             "--payload or --group", EXIT_USAGE)  # fmt: skip
+    app = ready(ctx.app())
+    print_operation(groups.retry(app, chosen, dry_run=dry_run), as_json)
 
 
 @main.command()
