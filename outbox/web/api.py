@@ -292,6 +292,22 @@ async def replay(request: Request) -> Response:
     return answer(result)
 
 
+async def retry(request: Request) -> Response:
+    """``POST /groups/retry``: run now the groups a selection matches that wait for a retry
+    or a deferral (``dry_run`` first)."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    body = await _body(request, (*SELECTION_FIELDS, "dry_run"))
+    selection = await call(selection_of, console, body, many=False)
+    dry_run = bool(_field(body, "dry_run", bool, False))
+    result = await call(groups.retry, console.app, selection, actor=principal.name, dry_run=dry_run)
+    if not dry_run:
+        _record(
+            console, principal, "retry", operation=result.operation_id, groups=len(result.groups)
+        )
+    return answer(result)
+
+
 async def edit(request: Request) -> Response:
     """``POST /groups/{group_id}/events/{event_id}/replay``: replay one dead event with the
     values given in ``values`` changed."""
@@ -416,6 +432,7 @@ ROUTES = [
     Route(f"{PREFIX}/groups", list_groups, methods=["GET"]),
     Route(f"{PREFIX}/groups/discard", discard, methods=["POST"]),
     Route(f"{PREFIX}/groups/replay", replay, methods=["POST"]),
+    Route(f"{PREFIX}/groups/retry", retry, methods=["POST"]),
     Route(f"{PREFIX}/groups/{{group_id}}", show_group, methods=["GET"]),
     Route(f"{PREFIX}/groups/{{group_id}}/events/{{event_id:int}}/replay", edit, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/pause", pause, methods=["POST"]),

@@ -148,6 +148,20 @@ PATHS: dict[str, dict[str, Any]] = {
             ),
         )
     },
+    "/groups/retry": {
+        "post": _op(
+            "Run now the groups a selection matches that wait for a retry or a deferral",
+            {"200": _answer("what was made due"), **_errors(400, 404)},
+            requestBody=_json_body(
+                {
+                    **_SELECTION_BODY,
+                    "properties": {
+                        k: v for k, v in _SELECTION_BODY["properties"].items() if k != "reason"
+                    },
+                }
+            ),
+        )
+    },
     "/groups/{group_id}": {
         "get": _op(
             "One group in full",
