@@ -29,6 +29,7 @@ from outbox.schema import GroupStatus
 __all__ = [
     "COUNT_CAP",
     "DEFAULT_LIMIT",
+    "RETRIED",
     "Attempt",
     "Event",
     "Group",
@@ -65,7 +66,8 @@ RETRY_PAGE = 200
 
 _NOT_DISCARDED = frozenset({GroupStatus.IN_FLIGHT})
 _REPLAY = schema.OperationAction.REPLAY
-_RETRIED = frozenset({GroupStatus.WAITING, GroupStatus.RETRYING, GroupStatus.DEFERRED})
+RETRIED = (GroupStatus.WAITING, GroupStatus.RETRYING, GroupStatus.DEFERRED)
+"""The statuses of a group :func:`retry` makes due now."""
 # Why retry leaves a group of each other status: what does move it, in words.
 _NOT_RETRIED = {
     GroupStatus.IN_FLIGHT: "in flight: a worker holds it",
@@ -628,11 +630,11 @@ def retry(
     after: str | None = None
     while True:
         listing = find(app, selection, limit=RETRY_PAGE, after=after)
-        chosen = [g for g in listing.groups if g.status in _RETRIED]
+        chosen = [g for g in listing.groups if g.status in RETRIED]
         skipped += [
             (g, _NOT_RETRIED[GroupStatus(g.status)])
             for g in listing.groups
-            if g.status not in _RETRIED
+            if g.status not in RETRIED
         ]
         if dry_run:
             taken += chosen

@@ -290,6 +290,7 @@ async def group_page(request: Request) -> Response:
             "known_handler": handler is not None,
             "columns": [c for c in columns if c != "created_at"],
             "replayable": status in DEAD_STATUSES,
+            "retryable": status in groups.RETRIED,
             "discardable": isinstance(status, GroupStatus) and status != GroupStatus.IN_FLIGHT,
         },
         nav="groups",
@@ -379,9 +380,11 @@ ROUTES: list[BaseRoute] = [
     Route("/handlers/{handler}/resume", actions.resume, methods=["POST"], name="pages.resume"),
     Route("/groups", group_list, methods=["GET"], name="pages.groups"),
     Route("/groups/replay", actions.bulk_replay, methods=["POST"], name="pages.bulk_replay"),
+    Route("/groups/retry", actions.bulk_retry, methods=["POST"], name="pages.bulk_retry"),
     Route("/groups/discard", actions.bulk_discard, methods=["POST"], name="pages.bulk_discard"),
     Route("/groups/{group_id}", group_page, methods=["GET"], name="pages.group"),
     Route("/groups/{group_id}/replay", actions.replay_group, methods=["POST"], name="pages.replay"),
+    Route("/groups/{group_id}/retry", actions.retry_group, methods=["POST"], name="pages.retry"),
     Route(
         "/groups/{group_id}/discard", actions.discard_group, methods=["POST"], name="pages.discard"
     ),

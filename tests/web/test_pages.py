@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -37,6 +37,7 @@ from outbox import (
     refused,
     schema,
 )
+from outbox._db.dialects import db_now_plus
 from outbox.testing import drain
 from outbox.web import create_app
 from outbox.web._render import PAYLOAD_SHOWN
@@ -735,6 +736,106 @@ async def test_a_bulk_action_shows_its_dry_run_before_it_is_done(
         (path, level, message.startswith(f"{action}ed 3 groups (6 events)")),
         groups.find(outbox_app, selection).total,
     )
+
+
+@SQLITE
+async def test_an_operator_retries_a_deferred_group_now_from_its_page(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """A deferred group's page offers Retry now; pressed, the group is due and the history
+    records the operator; a dead group's page offers no Retry now."""
+    group_id = _add_job(outbox_app, "mails", deferrals=1)
+    _due_later(outbox_app, group_id)
+    page = await client.get(f"/groups/{group_id}", headers=OPERATOR)
+    response = await _post(client, f"/groups/{group_id}/retry")
+    [after] = groups.find(outbox_app, groups.Selection(group_ids=(group_id,))).groups
+    [operation] = archive.history(outbox_app)
+    assert (
+        True,
+        (303, f"/groups/{group_id}", "ok"),
+        f"made due now 1 group (0 events): operation {operation.id}",
+        True,
+        ("retry", "olga"),
+    ) == (
+        'id="retry-form"' in page.text,
+        (response.status_code, _flash(response)[0], _flash(response)[2]),
+        _flash(response)[1],
+        after.due_in is not None and after.due_in <= 0,
+        (operation.action.value, operation.actor),
+    )
+
+
+def _due_later(app: Outbox, group_id: uuid.UUID, seconds: float = 3600) -> None:
+    with app.engine.begin() as conn:
+        conn.execute(
+            update(schema.jobs)
+            .where(schema.jobs.c.group_id == group_id)
+            .values(run_at=db_now_plus(seconds))
+        )
+
+
+@SQLITE
+async def test_a_dead_group_s_page_offers_no_retry(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """Retry now is for groups waiting to run: a dead group is replayed instead."""
+    group_id = _dead(outbox_app, commit_events)
+    page = await client.get(f"/groups/{group_id}", headers=OPERATOR)
+    assert (False, True) == ('id="retry-form"' in page.text, 'id="replay-form"' in page.text)
+
+
+@SQLITE
+@pytest.mark.parametrize(("action", "listing"), [("discard", "/dead"), ("retry", "/groups")])
+async def test_ticked_groups_are_acted_on_after_a_dry_run_that_counts_them(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any, action: str, listing: str
+) -> None:
+    """Two of three groups ticked on a listing: the dry run counts the two, carries them to
+    its confirming form and does nothing; confirmed, the two are done and the third is left
+    as it was."""
+    if action == "discard":
+        chosen = [_dead(outbox_app, commit_events) for _ in range(3)]
+    else:
+        chosen = [_add_job(outbox_app, "mails", attempts=1) for _ in range(3)]
+        for group_id in chosen:
+            _due_later(outbox_app, group_id)
+    page = await client.get(listing, headers=OPERATOR)
+    form = {
+        "from": "dead" if listing == "/dead" else "",
+        "ticked": "yes",
+        "group": [str(g) for g in chosen[:2]],
+    }
+    dry = await _post(client, f"/groups/{action}", form)
+    before = groups.find(outbox_app, groups.Selection(group_ids=tuple(chosen))).groups
+    done = await _post(client, f"/groups/{action}", {**form, "confirm": "yes"})
+    after = groups.find(outbox_app, groups.Selection(group_ids=tuple(chosen))).groups
+
+    def as_before(found: list[groups.Group]) -> set[uuid.UUID]:
+        """The groups still as they were: dead, or due in an hour."""
+        if action == "discard":
+            return {g.group_id for g in found if g.status == "dead"}
+        return {g.group_id for g in found if g.due_in is not None and g.due_in > 0}
+
+    assert (
+        (True, True),
+        ("2", set(chosen)),
+        (303, listing, "ok"),
+        {chosen[2]},
+    ) == (
+        (
+            {str(g) for g in chosen} <= set(attributes(page.text, "value")),
+            {str(g) for g in chosen[:2]} <= set(attributes(dry.text, "value")),
+        ),
+        (attributes(dry.text, "data-groups")[0], as_before(before)),
+        (done.status_code, _flash(done)[0], _flash(done)[2]),
+        as_before(after),
+    )
+
+
+@SQLITE
+async def test_no_group_ticked_is_said(client: httpx.AsyncClient, outbox_app: Outbox) -> None:
+    """The ticked groups' buttons with none ticked: back to the listing, told to tick some."""
+    response = await _post(client, "/groups/discard", {"ticked": "yes"})
+    assert ("/groups", "no groups ticked: tick the groups first", "error") == _flash(response)
 
 
 @SQLITE
