@@ -40,7 +40,7 @@ from outbox import (
 from outbox._db.dialects import db_now_plus
 from outbox.testing import drain
 from outbox.web import create_app
-from outbox.web._render import PAYLOAD_SHOWN
+from outbox.web._render import PAYLOAD_SHOWN, PREVIEW_SHOWN
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD
 from outbox.web.pages import FRAGMENT_HEADER
 from outbox.worker import Worker
@@ -916,6 +916,35 @@ async def test_hostile_values_come_out_escaped(hostile_app: Outbox) -> None:
         "more characters" in group_page,
         len(group_page) < 2 * PAYLOAD_SHOWN + 20_000,
     )
+
+
+@SQLITE
+async def test_payloads_are_collapsed_to_a_one_line_preview_that_opens(
+    hostile_app: Outbox,
+) -> None:
+    """The archive and group pages show each event's values collapsed (a closed details whose
+    summary is one escaped line of at most PREVIEW_SHOWN characters), the whole inside."""
+    [dead] = groups.find(hostile_app, groups.Selection(statuses=("dead",))).groups
+    async with client_of(create_app(hostile_app, auth=AUTH)) as client:
+        shown = {
+            path: (await client.get(path, headers=VIEWER)).text
+            for path in ("/archive", f"/groups/{dead.group_id}")
+        }
+    previews = {path: _previews(text) for path, text in shown.items()}
+    assert {path: (2, True, True, False) for path in shown} == {
+        path: (
+            len(found),
+            all(len(html.unescape(p)) <= PREVIEW_SHOWN + 1 for p in found),
+            all("\n" not in p and p.startswith("{") for p in found),
+            " open" in text.split('class="payload"')[1].split(">")[0],
+        )
+        for (path, found), text in zip(previews.items(), shown.values(), strict=True)
+    }
+
+
+def _previews(page: str) -> list[str]:
+    """The one-line previews of a page's collapsed payloads, as the page has them."""
+    return [part.split("</code>")[0] for part in page.split('<code class="preview">')[1:]]
 
 
 @SQLITE
