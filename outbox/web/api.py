@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox import _log, archive, fleet, flow, groups, held, ingest, refused
+from outbox import _log, archive, fleet, flow, groups, held, ingest, refused, search
 from outbox.jsonable import jsonable
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web.auth import Permission, Principal
@@ -224,6 +224,14 @@ async def archived(request: Request) -> Response:
     await require(request, Permission.READ)
     console = console_of(request)
     return answer(await call(browse_archive, console, request.query_params))
+
+
+async def find(request: Request) -> Response:
+    """``GET /search?q=``: where an event id, a group id, an ordering key or an ingest key
+    is."""
+    await require(request, Permission.READ)
+    text = request.query_params.get("q", "")
+    return answer(await call(search.search, console_of(request).app, text))
 
 
 async def workers(request: Request) -> Response:
@@ -441,6 +449,7 @@ ROUTES = [
     Route(f"{PREFIX}/handlers/{{handler}}/events/{{key}}", put_event, methods=["PUT"]),
     Route(f"{PREFIX}/history", history, methods=["GET"]),
     Route(f"{PREFIX}/archive", archived, methods=["GET"]),
+    Route(f"{PREFIX}/search", find, methods=["GET"]),
     Route(f"{PREFIX}/workers", workers, methods=["GET"]),
     Route(f"{PREFIX}/held", held_keys, methods=["GET"]),
     Route(f"{PREFIX}/held/release", release_held, methods=["POST"]),

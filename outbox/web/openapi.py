@@ -162,6 +162,22 @@ PATHS: dict[str, dict[str, Any]] = {
             ),
         )
     },
+    "/search": {
+        "get": _op(
+            "Where an event id, a group id, an ordering key or an ingest key is",
+            {"200": _answer("where it was found, and where it was not looked for"), **_errors(400)},
+            parameters=[
+                {
+                    **_query(
+                        "q",
+                        {**_TEXT, "maxLength": 400},
+                        "an event id, a group id, an ordering key or an ingest key",
+                    ),
+                    "required": True,
+                }
+            ],
+        )
+    },
     "/groups/{group_id}": {
         "get": _op(
             "One group in full",

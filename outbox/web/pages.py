@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from outbox import archive, fleet, flow, groups, held, metrics, refused
+from outbox import archive, fleet, flow, groups, held, metrics, refused, search
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction
 from outbox.web import actions
 from outbox.web._console import Console, call, console_of, handler_names, require
@@ -353,6 +353,24 @@ async def archive_page(request: Request) -> Response:
     )
 
 
+async def search_page(request: Request) -> Response:
+    """``/search?q=``: where an event id, a group id, an ordering key or an ingest key is."""
+    principal = await require(request, Permission.READ)
+    text = request.query_params.get("q", "")
+    result, problem = (
+        (None, None)
+        if not text.strip()
+        else await attempt(search.search, console_of(request).app, text)
+    )
+    return page(
+        request,
+        principal,
+        "search.html",
+        {"result": result, "problem": problem, "text": text},
+        refresh=False,
+    )
+
+
 async def workers_page(request: Request) -> Response:
     """``/workers``: the fleet's workers."""
     principal = await require(request, Permission.READ)
@@ -401,6 +419,7 @@ ROUTES: list[BaseRoute] = [
     ),
     Route("/history", history_page, methods=["GET"], name="pages.history"),
     Route("/archive", archive_page, methods=["GET"], name="pages.archive"),
+    Route("/search", search_page, methods=["GET"], name="pages.search"),
     Route("/workers", workers_page, methods=["GET"], name="pages.workers"),
     Route("/static/{name}", static, methods=["GET"], name="pages.static"),
 ]

@@ -352,6 +352,29 @@ async def test_retry_through_the_api_makes_a_deferred_group_due_after_a_dry_run(
     )
 
 
+async def test_search_answers_where_a_group_is_as_search_does(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """``GET /search?q=`` answers ``search.search``: a dead group's id found dead; no text is
+    a 400 naming it."""
+    group_id = _dead(outbox_app, commit_events)
+    found = await client.get(f"/api/v1/search?q={group_id}", headers=bearer("viewer"))
+    empty = await client.get("/api/v1/search?q=", headers=bearer("viewer"))
+    assert (
+        (200, [["group_id", "dead", "fails", str(group_id), "dead"]]),
+        (400, True),
+    ) == (
+        (
+            found.status_code,
+            [
+                [f["taken"], f["place"], f["handler"], f["group_id"], f["status"]]
+                for f in found.json()["found"]
+            ],
+        ),
+        (empty.status_code, empty.json()["error"].startswith("text: expected")),
+    )
+
+
 def _due(app: Outbox) -> dict[uuid.UUID, bool]:
     """Each batch job's group, and whether it is due now."""
     with app.engine.connect() as conn:

@@ -36,6 +36,7 @@ from outbox import (
     metrics,
     refused,
     schema,
+    search,
 )
 from outbox._db.dialects import db_now_plus
 from outbox.testing import drain
@@ -851,6 +852,40 @@ async def test_a_bulk_action_without_a_filter_is_refused(
     )
 
 
+@SQLITE
+async def test_the_search_page_says_where_a_group_and_an_event_are(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """From the header's box: a dead group's id finds it dead, an event id finds it in the
+    buffer and among the archived (each row what search.search answers); too long a text is
+    said on the page."""
+    group_id = _dead(outbox_app, commit_events, count=1)
+    [event] = commit_events(outbox_app.engine, 1)
+    overview = await client.get("/", headers=VIEWER)
+    by_group = await client.get(f"/search?q={group_id}", headers=VIEWER)
+    by_event = await client.get(f"/search?q={event}", headers=VIEWER)
+    too_long = await client.get("/search?q=" + "x" * 401, headers=VIEWER)
+    expected = [(f.taken.value, f.place.value) for f in search.search(outbox_app, str(event)).found]
+    assert (
+        True,
+        [("group_id", "dead")],
+        (True, expected),
+        "text: at most 400 characters, got 401",
+    ) == (
+        'action="/search"' in overview.text,
+        list(zip(attributes(by_group.text, "data-taken"), attributes(by_group.text, "data-place"))),
+        (
+            ("event_id", "buffer") in expected,
+            list(
+                zip(
+                    attributes(by_event.text, "data-taken"), attributes(by_event.text, "data-place")
+                )
+            ),
+        ),
+        html.unescape(too_long.text.split('role="alert">')[1].split("<")[0]),
+    )
+
+
 # --- what a page lets through ---------------------------------------------------------------
 
 
@@ -899,6 +934,8 @@ async def test_hostile_values_come_out_escaped(hostile_app: Outbox) -> None:
         "/history",
         "/archive",
         f"/archive?payload={HOSTILE}",
+        f"/search?q={HOSTILE}%E2%80%AE",
+        f"/search?q={dead.group_id}",
     ]
     async with client_of(create_app(hostile_app, auth=AUTH)) as client:
         pages = {path: (await client.get(path, headers=VIEWER)) for path in paths}
