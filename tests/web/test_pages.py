@@ -873,17 +873,16 @@ async def test_the_search_page_says_where_a_group_and_an_event_are(
         "text: at most 400 characters, got 401",
     ) == (
         'action="/search"' in overview.text,
-        list(zip(attributes(by_group.text, "data-taken"), attributes(by_group.text, "data-place"))),
-        (
-            ("event_id", "buffer") in expected,
-            list(
-                zip(
-                    attributes(by_event.text, "data-taken"), attributes(by_event.text, "data-place")
-                )
-            ),
-        ),
+        _places(by_group.text),
+        (("event_id", "buffer") in expected, _places(by_event.text)),
         html.unescape(too_long.text.split('role="alert">')[1].split("<")[0]),
     )
+
+
+def _places(page: str) -> list[tuple[str, str]]:
+    """What the search page found: (taken as, where) of each row."""
+    taken, places = attributes(page, "data-taken"), attributes(page, "data-place")
+    return list(zip(taken, places, strict=True))
 
 
 # --- what a page lets through ---------------------------------------------------------------
