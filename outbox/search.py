@@ -103,9 +103,13 @@ def search(app: Outbox, text: str) -> SearchResult:
             notes.append(f"event ids searched among the newest {ARCHIVE_SCAN:,} archived events")
         for name, event_id in queries.ingested_event(conn, list(app.handlers), text):
             where = _event(conn, event_id, Taken.INGEST_KEY, [app.get_handler(name)])
-            found += where or [
-                Found(Taken.INGEST_KEY, Place.ARCHIVE, name, event_id=event_id, status="gone")
-            ]
+            found += where
+            if not where:
+                notes.append(
+                    f"ingest key {text!r} of {name} wrote event {event_id}: no longer in its "
+                    "buffer nor among the newest archived events (handled and not archived, "
+                    "or pruned)"
+                )
     # Outside the connection above: a listing reads on a connection of its own.
     for handler in app.handlers.values():
         if handler.ordering_key is not None:
