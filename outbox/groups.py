@@ -625,7 +625,6 @@ def retry(
     action = schema.OperationAction.RETRY
     taken: list[Group] = []
     skipped: list[tuple[Group, str]] = []
-    events = 0
     operation_id: int | None = None
     after: str | None = None
     while True:
