@@ -85,13 +85,15 @@ class SearchResult:
 def search(app: Outbox, text: str) -> SearchResult:
     """Where ``text`` is, taken as an event id (a whole number), a group id (a UUID), an
     ordering key (of the handlers that have one) and a producer's ingest key, each where it
-    can be; a :class:`~outbox.exceptions.ConfigurationError` for no text or a text longer
-    than :data:`TEXT_LIMIT`."""
+    can be; a :class:`~outbox.exceptions.ConfigurationError` for no text, a text longer than
+    :data:`TEXT_LIMIT` or one with a NUL character (PostgreSQL's text holds none)."""
     if not isinstance(text, str) or not text.strip():
         raise ConfigurationError(f"text: expected an event id, a group id or a key, got {text!r}")
     text = text.strip()
     if len(text) > TEXT_LIMIT:
         raise ConfigurationError(f"text: at most {TEXT_LIMIT} characters, got {len(text)}")
+    if "\x00" in text:
+        raise ConfigurationError("text: holds a NUL character, which no id or key holds")
     found: list[Found] = []
     notes: list[str] = []
     with app.engine.connect() as conn:

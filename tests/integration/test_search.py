@@ -142,12 +142,17 @@ def test_an_ordering_key_is_found_held_in_groups_and_where_indexed_in_the_buffer
     _KeyedBase.metadata.drop_all(engine)
 
 
-@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-@pytest.mark.parametrize(("text", "said"), [("  ", "text: expected"), ("x" * 401, "at most 400")])
-def test_a_search_of_no_text_or_too_long_a_text_is_refused(
+@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [("  ", "text: expected"), ("x" * 401, "at most 400"), ("a\x00b", "holds a NUL")],
+    ids=["blank", "long", "nul"],
+)
+def test_a_search_of_no_text_or_a_text_no_key_can_be_is_refused(
     app: Outbox, text: str, said: str
 ) -> None:
-    """Nothing to look for, or more than a key can be: refused, naming the text."""
+    """Nothing to look for, more than a key can be, or a NUL no database text holds: refused,
+    naming the text."""
     with pytest.raises(ConfigurationError) as raised:
         search.search(app, text)
     assert said in str(raised.value)
