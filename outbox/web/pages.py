@@ -366,7 +366,12 @@ async def search_page(request: Request) -> Response:
         request,
         principal,
         "search.html",
-        {"result": result, "problem": problem, "text": text},
+        {
+            "result": result,
+            "problem": problem,
+            "text": text,
+            "handlers": set(console_of(request).app.handlers),
+        },
         refresh=False,
     )
 
