@@ -1,5 +1,6 @@
-"""``outbox groups``, ``show``, ``dead``, ``retry``, ``discard``, ``history`` and ``replay`` by
-the groups' filters or with edit: what an operator runs to see groups and act on them."""
+"""``outbox groups``, ``show``, ``find``, ``dead``, ``retry``, ``discard``, ``history`` and
+``replay`` by the groups' filters or with edit: what an operator runs to see groups and act on
+them."""
 
 from __future__ import annotations
 
@@ -304,6 +305,32 @@ def test_discard_without_a_filter_exits_2_and_changes_nothing(
         result.stderr.strip().splitlines(),
         _tables.archive_statuses(engine),
     )
+
+
+def test_find_says_where_a_group_and_an_event_are(
+    cli: Cli, database_url: str, dead_group: DeadGroup
+) -> None:
+    """``outbox find GROUP --json`` finds the group dead; ``outbox find EVENT`` finds the
+    event in it and says how far the archive was looked through; no text exits 2."""
+    code, by_group = _run(cli, database_url, "find", dead_group.group_id)
+    event = cli.run(
+        "--app", APP, "--database-url", database_url, "find", str(dead_group.event_ids[0])
+    )
+    empty = cli.run("--app", APP, "--database-url", database_url, "find", " ")
+    lines = event.stdout.strip().splitlines()
+    assert (
+        (0, [("group_id", "dead", dead_group.group_id, "dead")]),
+        (0, True, "note: event ids searched among the newest 100,000 archived events"),
+        (2, "Error: text: expected an event id, a group id or a key"),
+    ) == (
+        (code, [(f["taken"], f["place"], f["group_id"], f["status"]) for f in by_group["found"]]),
+        (
+            event.code,
+            any(line.split()[:2] == ["event_id", "dead"] for line in lines[1:]),
+            lines[-1],
+        ),
+        (empty.code, empty.stderr.strip().split(", got")[0]),
+    ), event.output + empty.output
 
 
 def _deferred_job(engine: Engine) -> str:

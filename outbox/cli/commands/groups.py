@@ -1,5 +1,6 @@
-"""``outbox groups``, ``outbox show``, ``outbox dead``, ``outbox retry``, ``outbox discard``
-and ``outbox history``: groups as an operator sees them, and what operators did to them."""
+"""``outbox groups``, ``outbox show``, ``outbox find``, ``outbox dead``, ``outbox retry``,
+``outbox discard`` and ``outbox history``: groups as an operator sees them, and what operators
+did to them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import click
 
-from outbox import archive, groups, schema
+from outbox import archive, groups, schema, search
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_USAGE, command, fail, ready
 from outbox.cli._main import main
@@ -254,6 +255,37 @@ def show_group(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
     """One group in full: its events' values, each attempt that did not succeed with its
     error and traceback, who holds it and when it last heartbeated, its next run."""
     _show(ctx, group_id, as_json)
+
+
+@main.command("find")
+@click.argument("text")
+@JSON
+@command
+def find(ctx: Context, text: str, as_json: bool) -> None:
+    """Where an event id, a group id, an ordering key or a producer's ingest key is: in its
+    buffer, in a group (and where the group stands), in a dead group or in the archive. Each
+    look is bounded; what was not looked at is said."""
+    app = ready(ctx.app())
+    result = search.search(app, text)
+    if as_json:
+        print_json(result)
+        return
+    print_table(
+        ("taken as", "where", "handler", "group", "event", "status"),
+        [
+            (
+                f.taken.value,
+                f.place.value,
+                f.handler,
+                str(f.group_id or (f"{f.events} events in no group" if f.events else "")),
+                "" if f.event_id is None else str(f.event_id),
+                f.status or "",
+            )
+            for f in result.found
+        ],
+    )
+    for note in result.notes:
+        click.echo(f"note: {note}")
 
 
 @main.group("dead")
