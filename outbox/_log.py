@@ -56,6 +56,7 @@ ARCHIVE_EDITED = "outbox.archive.edited"  # a dead event replayed with values an
 GROUPS_DISCARDED = "outbox.groups.discarded"  # an operator gave groups up
 # How far a long command is (prune, replay, discard, migrate...), off a terminal: its counts.
 PROGRESS = "outbox.progress"
+GROUPS_RETRIED = "outbox.groups.retried"  # an operator made waiting groups due now
 WEB_DATABASE_ERROR = "outbox.web.database_error"  # the dashboard or API could not read or write
 WEB_WRITE = "outbox.web.write"  # a write through the dashboard or the API, with who did it
 

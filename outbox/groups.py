@@ -1,5 +1,5 @@
 """Groups as an operator sees them: which there are and where each stands, one group in full,
-and giving groups up (discard).
+running waiting groups now (retry) and giving groups up (discard).
 
 The command line, the dashboard and the HTTP API ask these functions, so that they always
 agree. A *selection* (:class:`Selection`) is the filter every one of them takes: handlers,
@@ -30,6 +30,7 @@ from outbox.schema import GroupStatus
 __all__ = [
     "COUNT_CAP",
     "DEFAULT_LIMIT",
+    "RETRIED",
     "Attempt",
     "Event",
     "Group",
@@ -42,6 +43,7 @@ __all__ = [
     "find",
     "parse_statuses",
     "replay",
+    "retry",
     "show",
 ]
 
@@ -63,9 +65,21 @@ DISCARD_PAGE = 200
 REPLAY_PAGE = 100
 """Groups a replay takes at a time (each a few transactions: one per chunk of events);
 a replay stopped between two such pages has replayed every group before wholly."""
+RETRY_PAGE = 200
+"""Groups a retry makes due per transaction."""
 
 _NOT_DISCARDED = frozenset({GroupStatus.IN_FLIGHT})
 _REPLAY = schema.OperationAction.REPLAY
+RETRIED = (GroupStatus.WAITING, GroupStatus.RETRYING, GroupStatus.DEFERRED)
+"""The statuses of a group :func:`retry` makes due now."""
+# Why retry leaves a group of each other status: what does move it, in words.
+_NOT_RETRIED = {
+    GroupStatus.IN_FLIGHT: "in flight: a worker holds it",
+    GroupStatus.PAUSED: "paused: its handler is paused (resume it)",
+    GroupStatus.REFUSED: "refused: release it once the cause is fixed",
+    GroupStatus.HELD: "held: dead, replay it",
+    GroupStatus.DEAD: "dead: replay it",
+}
 
 
 def parse_statuses(words: Iterable[str], *, argument: str = "status") -> tuple[GroupStatus, ...]:
@@ -640,6 +654,78 @@ def _to_take(listing: Listing, left: frozenset[GroupStatus]) -> int | None:
     if listing.capped:
         return None
     return sum(n for status, n in listing.counts.items() if status not in left)
+
+
+def retry(
+    app: Outbox,
+    selection: Selection,
+    *,
+    actor: str | None = None,
+    dry_run: bool = False,
+) -> OperationResult:
+    """Run now the groups ``selection`` matches that wait for a retry or a deferral (waiting
+    ones too): each job made due now, its attempts and deferrals still counted, so that a
+    worker takes it at its next poll. Recorded as an operation by ``actor`` (default:
+    :func:`outbox.operators.default_actor`).
+
+    Groups of other statuses are left, each named in ``skipped`` with why: in flight (a worker
+    holds it), paused (its handler is), refused (released by :func:`outbox.refused.release`),
+    dead or held (replayed by :func:`replay`). The selection must narrow something: an empty
+    one is refused.
+    """
+    _narrowing(selection, "retry")
+    actor = checked_actor(actor)
+    action = schema.OperationAction.RETRY
+    taken: list[Group] = []
+    skipped: list[tuple[Group, str]] = []
+    operation_id: int | None = None
+    after: str | None = None
+    while True:
+        listing = find(app, selection, limit=RETRY_PAGE, after=after)
+        chosen = [g for g in listing.groups if g.status in RETRIED]
+        skipped += [
+            (g, _NOT_RETRIED[GroupStatus(g.status)])
+            for g in listing.groups
+            if g.status not in RETRIED
+        ]
+        if dry_run:
+            taken += chosen
+        elif chosen:
+            if operation_id is None:
+                operation_id = operators.record(app, action, actor, selection.as_json())
+            done, gone = _retry_page(app, chosen)
+            taken += done
+            skipped += [(g, "in flight: a worker took it") for g in gone]
+            operators.finish(app, operation_id, len(done), _count_events(done))
+        if listing.next is None:
+            break
+        after = listing.next
+    events = _count_events(taken)
+    if operation_id is not None:
+        log.info(
+            _log.GROUPS_RETRIED,
+            groups=len(taken),
+            events=events,
+            actor=actor,
+            operation=operation_id,
+        )
+    return OperationResult(action, taken, events, skipped, dry_run, operation_id)
+
+
+def _retry_page(app: Outbox, groups: list[Group]) -> tuple[list[Group], list[Group]]:
+    """Make a page of groups due now in one transaction; those done, and those a worker took
+    in the meantime. Idle workers are woken where the database can."""
+
+    def work(conn: Connection) -> tuple[list[Group], list[Group]]:
+        done: list[Group] = []
+        gone: list[Group] = []
+        for group in groups:
+            (done if queries.retry_job_now(conn, group.group_id) else gone).append(group)
+        if done and app.supports.listen_notify:
+            queries.notify_jobs(conn)
+        return done, gone
+
+    return run_in_transaction(app.engine, work)
 
 
 def _narrowing(selection: Selection, verb: str) -> None:

@@ -150,6 +150,8 @@ class OperationAction(StrEnum):
     """A handler's pause ended by an operator."""
     RELEASE = "release"
     """Refused groups given back to the workers, or held ordering keys let go."""
+    RETRY = "retry"
+    """Groups waiting for a retry or a deferral made due now."""
 
 
 jobs = Table(

@@ -31,6 +31,8 @@ VALUE_SHOWN = 2_000
 """Characters of one text value of an event a page shows; the rest are counted."""
 PAYLOAD_SHOWN = 20_000
 """Characters of an event's values (as JSON) a page shows; the rest are counted."""
+PREVIEW_SHOWN = 120
+"""Characters of an event's values a collapsed payload shows on its one line."""
 FLASH_SHOWN = 300
 """Characters of a message after a write that a page shows."""
 
@@ -120,6 +122,14 @@ def payload_text(values: Mapping[str, Any]) -> str:
     return text
 
 
+def payload_preview(values: Mapping[str, Any]) -> str:
+    """An event's values on one line, as a collapsed payload shows them: compact JSON with
+    every character outside ASCII escaped, cut at :data:`PREVIEW_SHOWN` characters."""
+    shown = _cut(jsonable(dict(values)))
+    text = json.dumps(shown, ensure_ascii=True, sort_keys=True, separators=(", ", ": "))
+    return text if len(text) <= PREVIEW_SHOWN else f"{text[:PREVIEW_SHOWN]}…"
+
+
 def _when(value: Any) -> str:
     if hasattr(value, "strftime"):
         return str(value.strftime("%Y-%m-%d %H:%M:%S"))
@@ -152,6 +162,7 @@ def _environment() -> jinja2.Environment:
         count=_count,
         first_line=_first_line,
         payload=payload_text,
+        preview=payload_preview,
         when=_when,
     )
     env.globals["link"] = _link

@@ -2,7 +2,8 @@
 ``outbox_csrf`` cookie (which pages set), does what it says through the operations layer the
 API and the command line use (``outbox.flow``, ``outbox.groups``, ``outbox.archive``,
 ``outbox.held``, ``outbox.refused``), and sends the browser back (303) with a message saying
-what was done. A write to many groups shows its dry run first, with a button that confirms it.
+what was done. A write to many groups (a filter's, or those ticked on a listing) shows its dry
+run first, with a button that confirms it.
 """
 
 from __future__ import annotations
@@ -105,8 +106,15 @@ async def resume(request: Request) -> Response:
     return _back(request, "pages.handler", message, handler=name)
 
 
+_DONE = {
+    OperationAction.REPLAY: "replayed",
+    OperationAction.RETRY: "made due now",
+    OperationAction.DISCARD: "discarded",
+}
+
+
 def _result_text(result: groups.OperationResult) -> str:
-    verb = "replayed" if result.action == "replay" else "discarded"
+    verb = _DONE[result.action]
     text = f"{verb} {_plural(len(result.groups), 'group')} ({_plural(result.events, 'event')})"
     if result.operation_id is not None:
         text += f": operation {result.operation_id}"
@@ -130,6 +138,25 @@ async def replay_group(request: Request) -> Response:
         return _back(request, "pages.group", problem, error=True, group_id=group_id)
     console.snapshots.expire()
     _record(principal, "replay", operation=result.operation_id, groups=len(result.groups))
+    return _back(
+        request, "pages.group", _result_text(result), error=not result.groups, group_id=group_id
+    )
+
+
+async def retry_group(request: Request) -> Response:
+    """Run one group now that waits for a retry or a deferral."""
+    principal, console, _ = await _write(request)
+    group_id = group_id_of(request.path_params["group_id"])
+    result, problem = await attempt(
+        groups.retry,
+        console.app,
+        groups.Selection(group_ids=(group_id,)),
+        actor=principal.name,
+    )
+    if problem is not None:
+        return _back(request, "pages.group", problem, error=True, group_id=group_id)
+    console.snapshots.expire()
+    _record(principal, "retry", operation=result.operation_id, groups=len(result.groups))
     return _back(
         request, "pages.group", _result_text(result), error=not result.groups, group_id=group_id
     )
@@ -192,24 +219,37 @@ async def edit_event(request: Request) -> Response:
     return _back(request, "pages.group", message, group_id=group_id)
 
 
+_BULK = {
+    OperationAction.REPLAY: groups.replay,
+    OperationAction.RETRY: groups.retry,
+    OperationAction.DISCARD: groups.discard,
+}
+
+
+def _chosen(form: FormData) -> list[tuple[str, str]]:
+    """The groups ticked on a listing, as a selection's ``group`` pairs (a listing's
+    checkboxes send their ids; a confirmation page sends them back)."""
+    return [("group", v.strip()) for v in form.getlist("group") if isinstance(v, str) and v.strip()]
+
+
 async def _bulk(request: Request, action: OperationAction) -> Response:
-    """Replay or discard what a filter matches: a dry run first, shown with a button that
-    confirms it; confirmed, done, and back to the listing."""
+    """Replay, retry or discard what a filter matches, or the groups ticked on a listing: a
+    dry run first, shown with a button that confirms it; confirmed, done, and back to the
+    listing."""
     principal, console, form = await _write(request)
     pairs = filters_of(form)
+    ticked = _chosen(form)
     back = "pages.dead" if _field(form, "from") == "dead" else "pages.groups"
+    if _field(form, "ticked") == "yes" and not ticked:
+        return _back(request, back, "no groups ticked: tick the groups first", error=True)
     statuses = DEAD_STATUSES if back == "pages.dead" else None
-    selection, problem = await attempt(selection_of_filters, console, pairs, statuses)
+    selection, problem = await attempt(selection_of_filters, console, pairs + ticked, statuses)
     dry_run = _field(form, "confirm") != "yes"
     reason = _field(form, "reason")
     if problem is None:
-        if action == OperationAction.REPLAY:
-            work: Any = groups.replay
-            options: dict[str, Any] = {}
-        else:
-            work, options = groups.discard, {"reason": reason}
+        options: dict[str, Any] = {"reason": reason} if action == OperationAction.DISCARD else {}
         result, problem = await attempt(
-            work, console.app, selection, actor=principal.name, dry_run=dry_run, **options
+            _BULK[action], console.app, selection, actor=principal.name, dry_run=dry_run, **options
         )
     if problem is not None:
         return _back(request, back, problem, error=True, query=pairs)
@@ -218,6 +258,7 @@ async def _bulk(request: Request, action: OperationAction) -> Response:
             "result": result,
             "action": action.value,
             "pairs": pairs,
+            "ticked": ticked,
             "back": back,
             "from_page": "dead" if back == "pages.dead" else "",
             "reason": reason or "",
@@ -231,6 +272,12 @@ async def _bulk(request: Request, action: OperationAction) -> Response:
 async def bulk_replay(request: Request) -> Response:
     """``POST /groups/replay``: replay the dead groups a filter matches (dry run first)."""
     return await _bulk(request, OperationAction.REPLAY)
+
+
+async def bulk_retry(request: Request) -> Response:
+    """``POST /groups/retry``: run now the groups a filter matches that wait for a retry or a
+    deferral (dry run first)."""
+    return await _bulk(request, OperationAction.RETRY)
 
 
 async def bulk_discard(request: Request) -> Response:

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox import _log, archive, fleet, flow, groups, held, ingest, refused
+from outbox import _log, archive, fleet, flow, groups, held, ingest, refused, search
 from outbox.jsonable import jsonable
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web.auth import Permission, Principal
@@ -226,6 +226,14 @@ async def archived(request: Request) -> Response:
     return answer(await call(browse_archive, console, request.query_params))
 
 
+async def find(request: Request) -> Response:
+    """``GET /search?q=``: where an event id, a group id, an ordering key or an ingest key
+    is."""
+    await require(request, Permission.READ)
+    text = request.query_params.get("q", "")
+    return answer(await call(search.search, console_of(request).app, text))
+
+
 async def workers(request: Request) -> Response:
     """``GET /workers``: the fleet's workers."""
     await require(request, Permission.READ)
@@ -288,6 +296,22 @@ async def replay(request: Request) -> Response:
     if not dry_run:
         _record(
             console, principal, "replay", operation=result.operation_id, groups=len(result.groups)
+        )
+    return answer(result)
+
+
+async def retry(request: Request) -> Response:
+    """``POST /groups/retry``: run now the groups a selection matches that wait for a retry
+    or a deferral (``dry_run`` first)."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    body = await _body(request, (*SELECTION_FIELDS, "dry_run"))
+    selection = await call(selection_of, console, body, many=False)
+    dry_run = bool(_field(body, "dry_run", bool, False))
+    result = await call(groups.retry, console.app, selection, actor=principal.name, dry_run=dry_run)
+    if not dry_run:
+        _record(
+            console, principal, "retry", operation=result.operation_id, groups=len(result.groups)
         )
     return answer(result)
 
@@ -416,6 +440,7 @@ ROUTES = [
     Route(f"{PREFIX}/groups", list_groups, methods=["GET"]),
     Route(f"{PREFIX}/groups/discard", discard, methods=["POST"]),
     Route(f"{PREFIX}/groups/replay", replay, methods=["POST"]),
+    Route(f"{PREFIX}/groups/retry", retry, methods=["POST"]),
     Route(f"{PREFIX}/groups/{{group_id}}", show_group, methods=["GET"]),
     Route(f"{PREFIX}/groups/{{group_id}}/events/{{event_id:int}}/replay", edit, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/pause", pause, methods=["POST"]),
@@ -424,6 +449,7 @@ ROUTES = [
     Route(f"{PREFIX}/handlers/{{handler}}/events/{{key}}", put_event, methods=["PUT"]),
     Route(f"{PREFIX}/history", history, methods=["GET"]),
     Route(f"{PREFIX}/archive", archived, methods=["GET"]),
+    Route(f"{PREFIX}/search", find, methods=["GET"]),
     Route(f"{PREFIX}/workers", workers, methods=["GET"]),
     Route(f"{PREFIX}/held", held_keys, methods=["GET"]),
     Route(f"{PREFIX}/held/release", release_held, methods=["POST"]),

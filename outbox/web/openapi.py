@@ -148,6 +148,36 @@ PATHS: dict[str, dict[str, Any]] = {
             ),
         )
     },
+    "/groups/retry": {
+        "post": _op(
+            "Run now the groups a selection matches that wait for a retry or a deferral",
+            {"200": _answer("what was made due"), **_errors(400, 404)},
+            requestBody=_json_body(
+                {
+                    **_SELECTION_BODY,
+                    "properties": {
+                        k: v for k, v in _SELECTION_BODY["properties"].items() if k != "reason"
+                    },
+                }
+            ),
+        )
+    },
+    "/search": {
+        "get": _op(
+            "Where an event id, a group id, an ordering key or an ingest key is",
+            {"200": _answer("where it was found, and where it was not looked for"), **_errors(400)},
+            parameters=[
+                {
+                    **_query(
+                        "q",
+                        {**_TEXT, "maxLength": 400},
+                        "an event id, a group id, an ordering key or an ingest key",
+                    ),
+                    "required": True,
+                }
+            ],
+        )
+    },
     "/groups/{group_id}": {
         "get": _op(
             "One group in full",

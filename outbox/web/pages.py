@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from outbox import archive, fleet, flow, groups, held, metrics, refused
+from outbox import archive, fleet, flow, groups, held, metrics, refused, search
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction
 from outbox.web import actions
 from outbox.web._console import Console, call, console_of, handler_names, require
@@ -290,6 +290,7 @@ async def group_page(request: Request) -> Response:
             "known_handler": handler is not None,
             "columns": [c for c in columns if c != "created_at"],
             "replayable": status in DEAD_STATUSES,
+            "retryable": status in groups.RETRIED,
             "discardable": isinstance(status, GroupStatus) and status != GroupStatus.IN_FLIGHT,
         },
         nav="groups",
@@ -352,6 +353,29 @@ async def archive_page(request: Request) -> Response:
     )
 
 
+async def search_page(request: Request) -> Response:
+    """``/search?q=``: where an event id, a group id, an ordering key or an ingest key is."""
+    principal = await require(request, Permission.READ)
+    text = request.query_params.get("q", "")
+    result, problem = (
+        (None, None)
+        if not text.strip()
+        else await attempt(search.search, console_of(request).app, text)
+    )
+    return page(
+        request,
+        principal,
+        "search.html",
+        {
+            "result": result,
+            "problem": problem,
+            "text": text,
+            "handlers": set(console_of(request).app.handlers),
+        },
+        refresh=False,
+    )
+
+
 async def workers_page(request: Request) -> Response:
     """``/workers``: the fleet's workers."""
     principal = await require(request, Permission.READ)
@@ -379,9 +403,11 @@ ROUTES: list[BaseRoute] = [
     Route("/handlers/{handler}/resume", actions.resume, methods=["POST"], name="pages.resume"),
     Route("/groups", group_list, methods=["GET"], name="pages.groups"),
     Route("/groups/replay", actions.bulk_replay, methods=["POST"], name="pages.bulk_replay"),
+    Route("/groups/retry", actions.bulk_retry, methods=["POST"], name="pages.bulk_retry"),
     Route("/groups/discard", actions.bulk_discard, methods=["POST"], name="pages.bulk_discard"),
     Route("/groups/{group_id}", group_page, methods=["GET"], name="pages.group"),
     Route("/groups/{group_id}/replay", actions.replay_group, methods=["POST"], name="pages.replay"),
+    Route("/groups/{group_id}/retry", actions.retry_group, methods=["POST"], name="pages.retry"),
     Route(
         "/groups/{group_id}/discard", actions.discard_group, methods=["POST"], name="pages.discard"
     ),
@@ -398,6 +424,7 @@ ROUTES: list[BaseRoute] = [
     ),
     Route("/history", history_page, methods=["GET"], name="pages.history"),
     Route("/archive", archive_page, methods=["GET"], name="pages.archive"),
+    Route("/search", search_page, methods=["GET"], name="pages.search"),
     Route("/workers", workers_page, methods=["GET"], name="pages.workers"),
     Route("/static/{name}", static, methods=["GET"], name="pages.static"),
 ]

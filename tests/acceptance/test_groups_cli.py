@@ -1,5 +1,6 @@
-"""``outbox groups``, ``show``, ``dead``, ``discard``, ``history`` and ``replay`` by the groups'
-filters or with edit: what an operator runs to see groups and act on them."""
+"""``outbox groups``, ``show``, ``find``, ``dead``, ``retry``, ``discard``, ``history`` and
+``replay`` by the groups' filters or with edit: what an operator runs to see groups and act on
+them."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import pytest
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, insert, select
 
 from outbox import schema
+from outbox._db.dialects import db_now_plus
 from tests.acceptance import _tables
 from tests.acceptance._cli import APP, Cli
 from tests.acceptance.cli_app import FAIL_ENV, MAX_ATTEMPTS_ENV, ORDERED_ENV
@@ -303,6 +305,98 @@ def test_discard_without_a_filter_exits_2_and_changes_nothing(
         result.stderr.strip().splitlines(),
         _tables.archive_statuses(engine),
     )
+
+
+def test_find_says_where_a_group_and_an_event_are(
+    cli: Cli, database_url: str, dead_group: DeadGroup
+) -> None:
+    """``outbox find GROUP --json`` finds the group dead; ``outbox find EVENT`` finds the
+    event in it and says how far the archive was looked through; no text exits 2."""
+    code, by_group = _run(cli, database_url, "find", dead_group.group_id)
+    event = cli.run(
+        "--app", APP, "--database-url", database_url, "find", str(dead_group.event_ids[0])
+    )
+    empty = cli.run("--app", APP, "--database-url", database_url, "find", " ")
+    lines = event.stdout.strip().splitlines()
+    assert (
+        (0, [("group_id", "dead", dead_group.group_id, "dead")]),
+        (0, True, "note: event ids searched among the newest 100,000 archived events"),
+        (2, "Error: text: expected an event id, a group id or a key"),
+    ) == (
+        (code, [(f["taken"], f["place"], f["group_id"], f["status"]) for f in by_group["found"]]),
+        (
+            event.code,
+            any(line.split()[:2] == ["event_id", "dead"] for line in lines[1:]),
+            lines[-1],
+        ),
+        (empty.code, empty.stderr.strip().split(", got")[0]),
+    ), event.output + empty.output
+
+
+def _deferred_job(engine: Engine) -> str:
+    """A group of the activity handler deferred by its downstream, due in an hour."""
+    group_id = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.execute(
+            insert(schema.jobs).values(
+                kind="batch", handler="record_activity", group_id=group_id, priority=0,
+                deferrals=1, run_at=db_now_plus(3600), last_error="RetryAfter: 3600 s",
+            )
+        )  # fmt: skip
+    return str(group_id)
+
+
+@on_postgresql
+def test_retry_dry_run_first_then_makes_a_deferred_group_due_and_records_it(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """``outbox retry --status deferred --dry-run`` names the deferred group and changes
+    nothing; without ``--dry-run`` it makes the group due now and ``outbox history`` records
+    the retry; a dead group the filter does not take stays."""
+    engine = connect(database_url)
+    deferred = _deferred_job(engine)
+    _tables.add_archived(engine, "dead", 1)
+    url = ("--app", APP, "--database-url", database_url)
+    dry = cli.run(*url, "retry", "--status", "deferred", "--dry-run")
+    due_before = _due(engine)
+    done = cli.run(*url, "retry", "--status", "deferred")
+    code, history = _run(cli, database_url, "history")
+
+    assert (
+        (0, 0, 0),
+        "would make due now 1 group, 0 events",
+        {deferred: False},
+        "made due now 1 group, 0 events (operation 1)",
+        {deferred: True},
+        [("retry", {"statuses": ["deferred"]}, 1)],
+        {"dead": 1},
+    ) == (
+        (dry.code, done.code, code),
+        dry.stdout.strip().splitlines()[-1],
+        due_before,
+        done.stdout.strip().splitlines()[-1],
+        _due(engine),
+        [(o["action"], o["selection"], o["groups"]) for o in history],
+        _tables.archive_statuses(engine),
+    ), dry.output + done.output
+
+
+def _due(engine: Engine) -> dict[str, bool]:
+    """Each batch job's group, and whether it is due now."""
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(schema.jobs.c.group_id, schema.jobs.c.run_at <= db_now_plus(0)).where(
+                schema.jobs.c.kind == "batch"
+            )
+        )
+        return {str(g): bool(due) for g, due in rows}
+
+
+@on_postgresql
+def test_retry_without_a_filter_exits_2(cli: Cli, database_url: str) -> None:
+    """``outbox retry`` given no filter would take every group: it exits 2 asking for one."""
+    result = cli.run("--app", APP, "--database-url", database_url, "retry")
+    assert (2, "Error: retry needs a filter") == (result.code, result.stderr.strip()[:27])
 
 
 @on_postgresql

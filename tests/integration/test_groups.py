@@ -505,6 +505,94 @@ def test_discard_refuses_an_empty_selection(
     assert str(raised.value).startswith("discard needs a selection")
 
 
+# --- Retry now ------------------------------------------------------------------------------
+
+
+def _due_later(engine: Engine, group_id: uuid.UUID, seconds: float = 3600) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            update(schema.jobs)
+            .where(schema.jobs.c.group_id == group_id)
+            .values(run_at=db_now_plus(seconds))
+        )
+
+
+def test_retry_runs_retrying_and_deferred_groups_now_and_names_those_it_leaves(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A retrying group due in an hour and a deferred one are made due and handled by the next
+    drain; one in flight and a dead one are left, each with why; one operation records it."""
+    app = make_app(database_url)
+    failures = [1]
+
+    def fail_once(batch: Batch[Any]) -> None:
+        if failures[0]:
+            failures[0] -= 1
+            raise ValueError("not yet")
+
+    slow = RetryPolicy(max_attempts=3, base_delay=3600.0, max_delay=3600.0)
+    app.handler(ActivityEvent, batch_size=5, retry=slow, name="flaky")(fail_once)
+    app.handler(EmailEvent, batch_size=1, retry=ONE_SHOT, name="fails")(_always_fail)
+    commit_events(app.engine, 2)
+    drain(app)
+    [retrying] = groups.find(app, groups.Selection(handlers=("flaky",))).groups
+    deferred = _add_job(app.engine, "flaky", (False, False, 0, 1, False))
+    _due_later(app.engine, deferred)
+    flying = _add_job(app.engine, "flaky", (True, True, 1, 0, False))
+    with app.engine.begin() as conn:
+        conn.execute(insert(schema.archive).values(
+            handler="fails", buffer="email_events", event_id=1, group_id=(dead := uuid.uuid4()),
+            status="dead", attempts=1, error="no", payload={"id": 1},
+        ))  # fmt: skip
+    chosen = (retrying.group_id, deferred, flying, dead)
+    result = groups.retry(app, groups.Selection(group_ids=chosen), actor="ops")
+    drain(app)
+    [operation] = archive.history(app)
+    left = {g.group_id for g in groups.find(app, groups.Selection(group_ids=chosen)).groups}
+    assert (
+        {retrying.group_id: GroupStatus.RETRYING, deferred: GroupStatus.DEFERRED},
+        {flying: "in flight: a worker holds it", dead: "dead: replay it"},
+        {flying, dead},
+        ("retry", "ops", 2, 2),
+    ) == (
+        {g.group_id: g.status for g in result.groups},
+        {g.group_id: why for g, why in result.skipped},
+        left,
+        (operation.action, operation.actor, operation.groups, operation.events),
+    )
+
+
+def test_a_dry_run_retry_names_the_groups_and_changes_nothing(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """The dry run names the groups it would make due; none is due, nothing is recorded."""
+    app = make_app(database_url)
+    _two_handlers(app)
+    added = {_add_job(app.engine, "running", (False, False, 2, 0, False)) for _ in range(3)}
+    for group_id in added:
+        _due_later(app.engine, group_id)
+    result = groups.retry(app, groups.Selection(handlers=("running",)), dry_run=True)
+    due = [g.due_in for g in groups.find(app).groups if g.due_in is not None and g.due_in <= 0]
+    assert (added, True, [], [], None) == (
+        {g.group_id for g in result.groups},
+        result.dry_run,
+        due,
+        archive.history(app),
+        result.operation_id,
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_retry_refuses_an_empty_selection(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Retrying every group takes a filter: an empty selection is refused."""
+    app = make_app(database_url)
+    with pytest.raises(ConfigurationError) as raised:
+        groups.retry(app, groups.Selection())
+    assert str(raised.value).startswith("retry needs a selection")
+
+
 # --- Replay by selection, and with edit ------------------------------------------------------
 
 

@@ -8,6 +8,8 @@ the same database. Its handlers:
   ``poison``, or of kind ``flaky`` while the file ``flaky`` exists in ``OUTBOX_TEST_OUTPUT_DIR``;
   otherwise records each event as a line ``<activity_id> <kind>`` in ``handled.log`` there.
 - ``mail`` (``EmailEvent``): records nothing and succeeds.
+- ``accounts`` (``SinkEvent``, ordered by ``account``, one attempt): fails a batch that holds
+  an event whose note is ``poison``; otherwise succeeds.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import os
 from pathlib import Path
 
 from outbox import Batch, Outbox, RetryPolicy, Settings
-from tests.models import ActivityEvent, EmailEvent
+from tests.models import ActivityEvent, EmailEvent, SinkEvent
 
 OUTPUT_DIR_ENV = "OUTBOX_TEST_OUTPUT_DIR"
 HANDLED_LOG = "handled.log"
@@ -41,6 +43,14 @@ def build(url: str | None = None) -> Outbox:
     @app.handler(EmailEvent, batch_size=10)
     def mail(batch: Batch[EmailEvent]) -> None:
         """Succeed."""
+
+    @app.handler(
+        SinkEvent, batch_size=10, ordering_key="account", retry=RetryPolicy(max_attempts=1)
+    )
+    def accounts(batch: Batch[SinkEvent]) -> None:
+        """Fail poison batches; succeed otherwise."""
+        if any(event.note == "poison" for event in batch.events):
+            raise RuntimeError("the downstream refused a poison note")
 
     return app
 

@@ -14,11 +14,12 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
 
 from outbox import Batch, Outbox, RetryPolicy, archive, flow, groups, ingest, metrics, schema
+from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError
 from outbox.testing import drain
 from outbox.web import Auth, Principal, Role, api, create_app, openapi
@@ -306,6 +307,85 @@ async def test_discard_and_replay_through_the_api_are_recorded_as_their_caller(
     )
 
 
+async def test_retry_through_the_api_makes_a_deferred_group_due_after_a_dry_run(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """A dry run names the deferred group and leaves it due in an hour; the retry makes it
+    due now, leaves a dead group named, and history records it as the caller's."""
+    deferred, dead = uuid.uuid4(), uuid.uuid4()
+    with outbox_app.engine.begin() as conn:
+        conn.execute(insert(schema.jobs).values(
+            kind="batch", handler="fails", group_id=deferred, priority=0, deferrals=1,
+            run_at=db_now_plus(3600),
+        ))  # fmt: skip
+        conn.execute(insert(schema.archive).values(
+            handler="fails", buffer="test_activity_events", event_id=1, group_id=dead,
+            status="dead", attempts=1, payload={"id": 1},
+        ))  # fmt: skip
+    body = {"group": [str(deferred), str(dead)]}
+    dry = await client.post(
+        "/api/v1/groups/retry", headers=bearer("operator"), json={**body, "dry_run": True}
+    )
+    due_after_dry = _due(outbox_app)
+    done = await client.post("/api/v1/groups/retry", headers=bearer("operator"), json=body)
+    history = await client.get("/api/v1/history", headers=bearer("viewer"))
+    assert (
+        (200, [str(deferred)], None),
+        {deferred: False},
+        (200, [str(deferred)], [[str(dead), "dead: replay it"]]),
+        {deferred: True},
+        [("retry", "operator-bot", 1)],
+    ) == (
+        (
+            dry.status_code,
+            [g["group_id"] for g in dry.json()["groups"]],
+            dry.json()["operation_id"],
+        ),
+        due_after_dry,
+        (
+            done.status_code,
+            [g["group_id"] for g in done.json()["groups"]],
+            [[g["group_id"], why] for g, why in done.json()["skipped"]],
+        ),
+        _due(outbox_app),
+        [(o["action"], o["actor"], o["groups"]) for o in history.json()],
+    )
+
+
+async def test_search_answers_where_a_group_is_as_search_does(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """``GET /search?q=`` answers ``search.search``: a dead group's id found dead; no text is
+    a 400 naming it."""
+    group_id = _dead(outbox_app, commit_events)
+    found = await client.get(f"/api/v1/search?q={group_id}", headers=bearer("viewer"))
+    empty = await client.get("/api/v1/search?q=", headers=bearer("viewer"))
+    assert (
+        (200, [["group_id", "dead", "fails", str(group_id), "dead"]]),
+        (400, True),
+    ) == (
+        (
+            found.status_code,
+            [
+                [f["taken"], f["place"], f["handler"], f["group_id"], f["status"]]
+                for f in found.json()["found"]
+            ],
+        ),
+        (empty.status_code, empty.json()["error"].startswith("text: expected")),
+    )
+
+
+def _due(app: Outbox) -> dict[uuid.UUID, bool]:
+    """Each batch job's group, and whether it is due now."""
+    with app.engine.connect() as conn:
+        rows = conn.execute(
+            select(schema.jobs.c.group_id, schema.jobs.c.run_at <= db_now_plus(0)).where(
+                schema.jobs.c.kind == "batch"
+            )
+        )
+        return {g: bool(due) for g, due in rows}
+
+
 def _buffered(app: Outbox) -> list[Any]:
     with app.engine.connect() as conn:
         return list(conn.execute(select(ActivityEvent.__table__)))
@@ -356,6 +436,7 @@ async def test_edit_through_the_api_checks_the_values_against_the_columns(
         ),
         ("get", "/api/v1/groups?limit=many", None, 400, "limit: 'many' is not a number of groups"),
         ("post", "/api/v1/groups/discard", {}, 400, "discard needs a selection"),
+        ("post", "/api/v1/groups/retry", {}, 400, "retry needs a selection"),
         (
             "post",
             "/api/v1/groups/discard",
@@ -380,6 +461,7 @@ async def test_edit_through_the_api_checks_the_values_against_the_columns(
         "handler",
         "limit",
         "empty",
+        "empty-retry",
         "reason",
         "bool",
         "negative",

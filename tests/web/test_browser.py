@@ -1,8 +1,10 @@
 """The dashboard in a real browser (Debian's chromium, driven by Playwright): its numbers are
 the operations layer's and refresh in place; an operator replays a dead group, edits and
-replays a dead event, pauses and resumes a handler, and a real ``outbox work`` process handles
-what was replayed; writes without credentials, by a viewer or without the CSRF token are
-refused.
+replays a dead event, runs a deferred group now, discards two ticked groups after their dry
+run, pauses and resumes a handler, and a real ``outbox work`` process handles what was
+replayed or run; payloads show collapsed and open; the header's search finds an event id, a
+group id, an ordering key and an ingest key; writes without credentials, by a viewer or
+without the CSRF token are refused.
 
 Playwright never downloads a browser here: it drives ``/usr/bin/chromium`` (``apt-get install
 chromium``; ``.ci/run`` installs it). Without it the tests are skipped, or fail when
@@ -14,21 +16,23 @@ from __future__ import annotations
 import os
 import re
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import uvicorn
-from sqlalchemy import Engine
+from sqlalchemy import Engine, insert
 
-from outbox import Outbox, add_events, flow, groups, metrics
+from outbox import Outbox, add_events, flow, groups, ingest, metrics, schema
+from outbox._db.dialects import db_now_plus
 from outbox.web import Auth, Role, create_app
 from tests._ports import free_ports
 from tests._support import wait_for
 from tests.acceptance._cli import LEASE, Cli, Running
 from tests.conftest import reset_schema
-from tests.models import ActivityEvent, EmailEvent
+from tests.models import ActivityEvent, EmailEvent, SinkEvent
 from tests.web import console_app
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -277,6 +281,135 @@ def test_an_operator_edits_a_dead_event_and_the_worker_handles_the_new_values(
     )
 
 
+def test_an_operator_runs_a_deferred_group_now_and_the_worker_handles_it(
+    app: Outbox, operator: Any, output_dir: Path
+) -> None:
+    """A group its downstream deferred for an hour: Retry now on its page, and the worker
+    handles it at once."""
+    group_id = uuid.uuid4()
+    with app.engine.begin() as conn:
+        conn.execute(
+            insert(ActivityEvent.__table__).values(
+                activity_id=3003, kind="later", group_id=group_id
+            )
+        )
+        conn.execute(
+            insert(schema.jobs).values(
+                kind="batch", handler="deliver", group_id=group_id, priority=0, deferrals=1,
+                run_at=db_now_plus(3600), last_error="RetryAfter: come back in an hour",
+            )
+        )  # fmt: skip
+    operator.goto(f"/groups/{group_id}")
+    status = operator.get_attribute("[data-field=status]", "data-value")
+    with operator.expect_navigation():
+        operator.click("#retry-form button")
+    flash = operator.inner_text(".flash")
+    wait_for(
+        lambda: (3003, "later") in console_app.handled(output_dir), "the worker to handle 3003"
+    )
+    assert ("deferred", True) == (
+        status,
+        bool(re.fullmatch(r"made due now 1 group \(1 event\): operation \d+", flash)),
+    )
+
+
+def test_an_operator_ticks_two_dead_groups_and_discards_them_after_the_dry_run(
+    app: Outbox, operator: Any
+) -> None:
+    """Two of three dead groups ticked on the dead letters page: the dry run counts two,
+    confirmed they are discarded, and the third stays dead."""
+    chosen = []
+    for activity_id in (4001, 4002, 4003):
+        _commit(app.engine, ActivityEvent, [{"activity_id": activity_id, "kind": "poison"}])
+        chosen.append(_dead_group(app, activity_id))
+    operator.goto("/dead?handler=deliver")
+    for group_id in chosen[:2]:
+        operator.check(f"tr[data-group='{group_id}'] input[type=checkbox]")
+    with operator.expect_navigation():
+        operator.click("#discard-ticked")
+    counted = operator.get_attribute(".dry-run", "data-groups")
+    operator.fill("#confirm-form input[name=reason]", "ticked in a browser")
+    with operator.expect_navigation():
+        operator.click("#confirm-form button")
+    flash = operator.inner_text(".flash")
+    assert ("2", True, ["discarded", "discarded", "dead"]) == (
+        counted,
+        flash.startswith("discarded 2 groups (2 events): operation "),
+        [str(groups.show(app, uuid.UUID(g)).group.status) for g in chosen],
+    )
+
+
+def test_payloads_show_collapsed_and_open_on_a_click(app: Outbox, operator: Any) -> None:
+    """41 archived events with big payloads: the archive page shows each on one line, its
+    height bounded; a click opens one in full."""
+    group_id = uuid.uuid4()
+    payload = {f"field_{n:02}": f"value {n} " * 8 for n in range(30)}
+    with app.engine.begin() as conn:
+        conn.execute(
+            insert(schema.archive),
+            [
+                {
+                    "handler": "deliver", "buffer": "test_activity_events", "event_id": 90_000 + n,
+                    "group_id": group_id, "status": "succeeded", "attempts": 1,
+                    "payload": {"id": 90_000 + n, **payload},
+                }
+                for n in range(41)
+            ],
+        )  # fmt: skip
+    operator.goto(f"/archive?group={group_id}")
+    rows = operator.locator("tr[data-archived]").count()
+    height = operator.evaluate("() => document.documentElement.scrollHeight")
+    first = operator.locator("details.payload").first
+    shown_before = first.locator("pre.payload").is_visible()
+    first.locator("summary").click()
+    assert (41, True, False, True, True) == (
+        rows,
+        height < 2_500,
+        shown_before,
+        first.locator("pre.payload").is_visible(),
+        '"field_29": "value 29' in first.locator("pre.payload").inner_text(),
+    ), height
+
+
+def _search(page: Any, text: str) -> list[tuple[str, str]]:
+    """Search from the header's box; (taken as, where) of each place found."""
+    page.goto("/")
+    page.fill("header form.search input[name=q]", text)
+    with page.expect_navigation():
+        page.press("header form.search input[name=q]", "Enter")
+    found: list[tuple[str, str]] = page.eval_on_selector_all(
+        "tr[data-taken]", "rows => rows.map(r => [r.dataset.taken, r.dataset.place])"
+    )
+    return [tuple(f) for f in found]  # type: ignore[misc]
+
+
+def test_the_header_search_finds_each_kind_of_key(app: Outbox, viewer: Any) -> None:
+    """An event id, a group id, an ordering key and an ingest key: each found where it is."""
+    [written] = ingest.ingest(
+        app, "deliver", [("order-5005", {"activity_id": 5005, "kind": "poison"})]
+    )
+    dead_group = _dead_group(app, 5005)
+    _commit(app.engine, SinkEvent, [
+        {"account": "closed-7", "amount": 1, "note": "poison", "ref": uuid.uuid4()}
+    ])  # fmt: skip
+
+    def held() -> bool:
+        return "closed-7" in metrics.collect(app, ["accounts"])[0].held_keys
+
+    wait_for(held, "the worker to hold the key closed-7")
+    assert (
+        True,
+        [("group_id", "dead")],
+        True,
+        [("ingest_key", "dead")],
+    ) == (
+        ("event_id", "dead") in _search(viewer, str(written.event_id)),
+        _search(viewer, dead_group),
+        ("ordering_key", "dead") in _search(viewer, "closed-7"),
+        _search(viewer, "order-5005"),
+    )
+
+
 def test_an_operator_pauses_and_resumes_a_handler(app: Outbox, operator: Any) -> None:
     """The pause form pauses the handler across the fleet, with its reason; resume ends it."""
     operator.goto("/handlers/mail")
@@ -347,7 +480,16 @@ def test_the_pages_run_without_script_errors(operator: Any) -> None:
     errors: list[str] = []
     operator.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     operator.on("pageerror", lambda e: errors.append(str(e)))
-    for path in ("/", "/handlers/deliver", "/groups", "/dead", "/history", "/workers"):
+    for path in (
+        "/",
+        "/handlers/deliver",
+        "/groups",
+        "/dead",
+        "/archive",
+        "/search?q=deliver",
+        "/history",
+        "/workers",
+    ):
         operator.goto(path)
     # A refresh swaps the main part in: its first element is a new one.
     operator.evaluate("() => { window.before = document.querySelector('#main > *'); }")

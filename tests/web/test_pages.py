@@ -17,7 +17,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import insert, select, update
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -36,10 +36,12 @@ from outbox import (
     metrics,
     refused,
     schema,
+    search,
 )
+from outbox._db.dialects import db_now_plus
 from outbox.testing import drain
 from outbox.web import create_app
-from outbox.web._render import PAYLOAD_SHOWN
+from outbox.web._render import PAYLOAD_SHOWN, PREVIEW_SHOWN
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD
 from outbox.web.pages import FRAGMENT_HEADER
 from outbox.worker import Worker
@@ -738,6 +740,106 @@ async def test_a_bulk_action_shows_its_dry_run_before_it_is_done(
 
 
 @SQLITE
+async def test_an_operator_retries_a_deferred_group_now_from_its_page(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """A deferred group's page offers Retry now; pressed, the group is due and the history
+    records the operator; a dead group's page offers no Retry now."""
+    group_id = _add_job(outbox_app, "mails", deferrals=1)
+    _due_later(outbox_app, group_id)
+    page = await client.get(f"/groups/{group_id}", headers=OPERATOR)
+    response = await _post(client, f"/groups/{group_id}/retry")
+    [after] = groups.find(outbox_app, groups.Selection(group_ids=(group_id,))).groups
+    [operation] = archive.history(outbox_app)
+    assert (
+        True,
+        (303, f"/groups/{group_id}", "ok"),
+        f"made due now 1 group (0 events): operation {operation.id}",
+        True,
+        ("retry", "olga"),
+    ) == (
+        'id="retry-form"' in page.text,
+        (response.status_code, _flash(response)[0], _flash(response)[2]),
+        _flash(response)[1],
+        after.due_in is not None and after.due_in <= 0,
+        (operation.action.value, operation.actor),
+    )
+
+
+def _due_later(app: Outbox, group_id: uuid.UUID, seconds: float = 3600) -> None:
+    with app.engine.begin() as conn:
+        conn.execute(
+            update(schema.jobs)
+            .where(schema.jobs.c.group_id == group_id)
+            .values(run_at=db_now_plus(seconds))
+        )
+
+
+@SQLITE
+async def test_a_dead_group_s_page_offers_no_retry(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """Retry now is for groups waiting to run: a dead group is replayed instead."""
+    group_id = _dead(outbox_app, commit_events)
+    page = await client.get(f"/groups/{group_id}", headers=OPERATOR)
+    assert (False, True) == ('id="retry-form"' in page.text, 'id="replay-form"' in page.text)
+
+
+@SQLITE
+@pytest.mark.parametrize(("action", "listing"), [("discard", "/dead"), ("retry", "/groups")])
+async def test_ticked_groups_are_acted_on_after_a_dry_run_that_counts_them(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any, action: str, listing: str
+) -> None:
+    """Two of three groups ticked on a listing: the dry run counts the two, carries them to
+    its confirming form and does nothing; confirmed, the two are done and the third is left
+    as it was."""
+    if action == "discard":
+        chosen = [_dead(outbox_app, commit_events) for _ in range(3)]
+    else:
+        chosen = [_add_job(outbox_app, "mails", attempts=1) for _ in range(3)]
+        for group_id in chosen:
+            _due_later(outbox_app, group_id)
+    page = await client.get(listing, headers=OPERATOR)
+    form = {
+        "from": "dead" if listing == "/dead" else "",
+        "ticked": "yes",
+        "group": [str(g) for g in chosen[:2]],
+    }
+    dry = await _post(client, f"/groups/{action}", form)
+    before = groups.find(outbox_app, groups.Selection(group_ids=tuple(chosen))).groups
+    done = await _post(client, f"/groups/{action}", {**form, "confirm": "yes"})
+    after = groups.find(outbox_app, groups.Selection(group_ids=tuple(chosen))).groups
+
+    def as_before(found: list[groups.Group]) -> set[uuid.UUID]:
+        """The groups still as they were: dead, or due in an hour."""
+        if action == "discard":
+            return {g.group_id for g in found if g.status == "dead"}
+        return {g.group_id for g in found if g.due_in is not None and g.due_in > 0}
+
+    assert (
+        (True, True),
+        ("2", set(chosen)),
+        (303, listing, "ok"),
+        {chosen[2]},
+    ) == (
+        (
+            {str(g) for g in chosen} <= set(attributes(page.text, "value")),
+            {str(g) for g in chosen[:2]} <= set(attributes(dry.text, "value")),
+        ),
+        (attributes(dry.text, "data-groups")[0], as_before(before)),
+        (done.status_code, _flash(done)[0], _flash(done)[2]),
+        as_before(after),
+    )
+
+
+@SQLITE
+async def test_no_group_ticked_is_said(client: httpx.AsyncClient, outbox_app: Outbox) -> None:
+    """The ticked groups' buttons with none ticked: back to the listing, told to tick some."""
+    response = await _post(client, "/groups/discard", {"ticked": "yes"})
+    assert ("/groups", "no groups ticked: tick the groups first", "error") == _flash(response)
+
+
+@SQLITE
 async def test_a_bulk_action_without_a_filter_is_refused(
     client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
 ) -> None:
@@ -748,6 +850,39 @@ async def test_a_bulk_action_without_a_filter_is_refused(
         (_flash(response)[0], _flash(response)[2]),
         groups.find(outbox_app, groups.Selection(statuses=("dead",))).total,
     )
+
+
+@SQLITE
+async def test_the_search_page_says_where_a_group_and_an_event_are(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """From the header's box: a dead group's id finds it dead, an event id finds it in the
+    buffer and among the archived (each row what search.search answers); too long a text is
+    said on the page."""
+    group_id = _dead(outbox_app, commit_events, count=1)
+    [event] = commit_events(outbox_app.engine, 1)
+    overview = await client.get("/", headers=VIEWER)
+    by_group = await client.get(f"/search?q={group_id}", headers=VIEWER)
+    by_event = await client.get(f"/search?q={event}", headers=VIEWER)
+    too_long = await client.get("/search?q=" + "x" * 401, headers=VIEWER)
+    expected = [(f.taken.value, f.place.value) for f in search.search(outbox_app, str(event)).found]
+    assert (
+        True,
+        [("group_id", "dead")],
+        (True, expected),
+        "text: at most 400 characters, got 401",
+    ) == (
+        'action="/search"' in overview.text,
+        _places(by_group.text),
+        (("event_id", "buffer") in expected, _places(by_event.text)),
+        html.unescape(too_long.text.split('role="alert">')[1].split("<")[0]),
+    )
+
+
+def _places(page: str) -> list[tuple[str, str]]:
+    """What the search page found: (taken as, where) of each row."""
+    taken, places = attributes(page, "data-taken"), attributes(page, "data-place")
+    return list(zip(taken, places, strict=True))
 
 
 # --- what a page lets through ---------------------------------------------------------------
@@ -798,6 +933,8 @@ async def test_hostile_values_come_out_escaped(hostile_app: Outbox) -> None:
         "/history",
         "/archive",
         f"/archive?payload={HOSTILE}",
+        f"/search?q={HOSTILE}%E2%80%AE",
+        f"/search?q={dead.group_id}",
     ]
     async with client_of(create_app(hostile_app, auth=AUTH)) as client:
         pages = {path: (await client.get(path, headers=VIEWER)) for path in paths}
@@ -815,6 +952,35 @@ async def test_hostile_values_come_out_escaped(hostile_app: Outbox) -> None:
         "more characters" in group_page,
         len(group_page) < 2 * PAYLOAD_SHOWN + 20_000,
     )
+
+
+@SQLITE
+async def test_payloads_are_collapsed_to_a_one_line_preview_that_opens(
+    hostile_app: Outbox,
+) -> None:
+    """The archive and group pages show each event's values collapsed (a closed details whose
+    summary is one escaped line of at most PREVIEW_SHOWN characters), the whole inside."""
+    [dead] = groups.find(hostile_app, groups.Selection(statuses=("dead",))).groups
+    async with client_of(create_app(hostile_app, auth=AUTH)) as client:
+        shown = {
+            path: (await client.get(path, headers=VIEWER)).text
+            for path in ("/archive", f"/groups/{dead.group_id}")
+        }
+    previews = {path: _previews(text) for path, text in shown.items()}
+    assert {path: (2, True, True, False) for path in shown} == {
+        path: (
+            len(found),
+            all(len(html.unescape(p)) <= PREVIEW_SHOWN + 1 for p in found),
+            all("\n" not in p and p.startswith("{") for p in found),
+            " open" in text.split('class="payload"')[1].split(">")[0],
+        )
+        for (path, found), text in zip(previews.items(), shown.values(), strict=True)
+    }
+
+
+def _previews(page: str) -> list[str]:
+    """The one-line previews of a page's collapsed payloads, as the page has them."""
+    return [part.split("</code>")[0] for part in page.split('<code class="preview">')[1:]]
 
 
 @SQLITE

@@ -78,6 +78,7 @@ from outbox._db.queries.groups import (
     record_attempts,
     record_ingested,
     record_operation,
+    retry_job_now,
 )
 from outbox._db.queries.handlers import (
     handler_states,
@@ -146,6 +147,13 @@ from outbox._db.queries.notify import (
     notify_trigger_ddl,
 )
 from outbox._db.queries.schema_state import record_schema_generation, schema_generation
+from outbox._db.queries.search import (
+    archived_events,
+    buffer_event,
+    count_unclaimed_with_key,
+    held_key_group,
+    ingested_event,
+)
 from outbox._db.queries.throughput import (
     THROUGHPUT_COUNTERS,
     add_throughput,
@@ -227,10 +235,12 @@ __all__ = [
     "archive_counts",
     "archive_group_rows",
     "archive_source",
+    "archived_events",
     "archived_of_group",
     "batch_job_of_group",
     "batch_job_values",
     "browse_archived",
+    "buffer_event",
     "claim_group_with_job",
     "claim_job_slots",
     "claim_rows",
@@ -249,6 +259,7 @@ __all__ = [
     "count_live_workers",
     "count_rows_through",
     "count_unclaimed",
+    "count_unclaimed_with_key",
     "create_conversions",
     "created_at_clocks",
     "database_now",
@@ -281,12 +292,14 @@ __all__ = [
     "group_keys",
     "groups_with_key",
     "handler_states",
+    "held_key_group",
     "held_keys",
     "hold_back",
     "hold_keys",
     "hold_refused_job",
     "in_order",
     "index_bytes",
+    "ingested_event",
     "ingested_keys",
     "insert_batch_job",
     "insert_claim_jobs",
@@ -329,6 +342,7 @@ __all__ = [
     "reserve",
     "reset_breaker",
     "resume_handler",
+    "retry_job_now",
     "return_job",
     "schema_generation",
     "select_archived",

@@ -32,7 +32,7 @@ from sqlalchemy import cast as sql_cast
 
 from outbox import schema
 from outbox._db import dialects
-from outbox._db.dialects.clock import age_seconds, db_now_plus
+from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
 from outbox._db.queries.archive import contains_text
 from outbox._db.queries.handlers import paused_now
 from outbox._db.queries.held import key_text
@@ -474,6 +474,22 @@ def delete_idle_job(conn: Connection, group_id: uuid.UUID) -> bool:
             _jobs.c.kind == schema.JobKind.BATCH,
             or_(_jobs.c.lease_token.is_(None), _jobs.c.lease_expires_at.is_(None)),
         )
+    )
+    return result.rowcount == 1
+
+
+def retry_job_now(conn: Connection, group_id: uuid.UUID) -> bool:
+    """Make a group's job due now unless a worker holds it (leased, or held as refused): an
+    operator's retry. Its attempts and deferrals stay counted. Served by
+    ``uq_outbox_jobs_group_id``."""
+    result = conn.execute(
+        update(_jobs)
+        .where(
+            _jobs.c.group_id == group_id,
+            _jobs.c.kind == schema.JobKind.BATCH,
+            _jobs.c.lease_token.is_(None),
+        )
+        .values(run_at=db_now())
     )
     return result.rowcount == 1
 

@@ -1,5 +1,6 @@
-"""``outbox groups``, ``outbox show``, ``outbox dead``, ``outbox discard`` and ``outbox
-history``: groups as an operator sees them, and what operators did to them."""
+"""``outbox groups``, ``outbox show``, ``outbox find``, ``outbox dead``, ``outbox retry``,
+``outbox discard`` and ``outbox history``: groups as an operator sees them, and what operators
+did to them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import click
 
-from outbox import archive, groups, schema
+from outbox import archive, groups, schema, search
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_USAGE, command, fail, ready
 from outbox.cli._main import main
@@ -257,6 +258,37 @@ def show_group(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
     _show(ctx, group_id, as_json)
 
 
+@main.command("find")
+@click.argument("text")
+@JSON
+@command
+def find(ctx: Context, text: str, as_json: bool) -> None:
+    """Where an event id, a group id, an ordering key or a producer's ingest key is: in its
+    buffer, in a group (and where the group stands), in a dead group or in the archive. Each
+    look is bounded; what was not looked at is said."""
+    app = ready(ctx.app())
+    result = search.search(app, text)
+    if as_json:
+        print_json(result)
+        return
+    print_table(
+        ("taken as", "where", "handler", "group", "event", "status"),
+        [
+            (
+                f.taken.value,
+                f.place.value,
+                f.handler,
+                str(f.group_id or (f"{f.events} events in no group" if f.events else "")),
+                "" if f.event_id is None else str(f.event_id),
+                f.status or "",
+            )
+            for f in result.found
+        ],
+    )
+    for note in result.notes:
+        click.echo(f"note: {note}")
+
+
 @main.group("dead")
 def dead_group() -> None:
     """Dead groups: dead-lettered, their events in the archive (held: holding their keys)."""
@@ -291,6 +323,7 @@ def dead_show(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
 _VERBS = {
     schema.OperationAction.DISCARD: ("discarded", "would discard"),
     schema.OperationAction.REPLAY: ("replayed", "would replay"),
+    schema.OperationAction.RETRY: ("made due now", "would make due now"),
 }
 
 
@@ -350,6 +383,24 @@ def discard(
             app, chosen, reason=reason, dry_run=dry_run, page_size=chunk, progress=progress
         )
     print_operation(result, as_json)
+
+
+@main.command()
+@selection_options()
+@click.option("--dry-run", is_flag=True, help="Name the groups it would retry; change nothing.")
+@JSON
+@command
+def retry(ctx: Context, selection: Selected, dry_run: bool, as_json: bool) -> None:
+    """Run groups now that wait for a retry or a deferral (waiting ones too): each made due,
+    taken by a worker at its next poll, its attempts still counted. Groups in flight, paused,
+    refused or dead are left, each named with why. Takes the filters of `outbox groups`, at
+    least one; recorded with who did it (`outbox history`)."""
+    chosen = selection()
+    if chosen.empty:
+        fail("retry needs a filter: --handler, --status, --older-than, --error, --key, "
+             "--payload or --group", EXIT_USAGE)  # fmt: skip
+    app = ready(ctx.app())
+    print_operation(groups.retry(app, chosen, dry_run=dry_run), as_json)
 
 
 @main.command()
