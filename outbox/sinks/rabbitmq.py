@@ -135,7 +135,7 @@ class AsyncRabbitMQSink(AsyncSink):
         self.confirm_timeout = confirm_timeout
         self.connect_timeout = connect_timeout
         self._secrets = Secrets()
-        self._secrets.add_quoted(parts.password)
+        self._secrets.add_url(url)
         vhost = parts.path if parts.path not in ("", "/") else "/"
         port = parts.port or _SCHEMES[parts.scheme]
         self._downstream = f"RabbitMQ at {parts.scheme}://{parts.hostname}:{port}{vhost}"
@@ -157,6 +157,11 @@ class AsyncRabbitMQSink(AsyncSink):
     def downstream(self) -> str:
         """``RabbitMQ at amqp://host:5672/``: the broker, without credentials."""
         return self._downstream
+
+    @property
+    def secrets(self) -> Secrets:
+        """What the sink masks out of every error: the URL's password and query values."""
+        return self._secrets
 
     @property
     def outbox_guarantee(self) -> str:

@@ -120,7 +120,7 @@ class _Core:
         self.row_paths: dict[str, RowPath | None] = {}
         self.given = client
         self.secrets = Secrets()
-        self.secrets.add_quoted(urlsplit(url).password)
+        self.secrets.add_url(url)
         if client is not None:
             self.secrets.add(_client_option(client, "password"))
         self.downstream = f"Redis at {_public_url(url if client is None else _client_url(client))}"
@@ -266,6 +266,11 @@ class _StreamSink(Generic[ClientT]):
     def outbox_guarantee(self) -> str:
         """At least once; consumers de-duplicate by the ``id`` field."""
         return GUARANTEE
+
+    @property
+    def secrets(self) -> Secrets:
+        """What the sink masks out of every error: the URL's or the client's password."""
+        return self._core.secrets
 
     @property
     def server_version(self) -> str | None:
