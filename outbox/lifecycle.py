@@ -19,11 +19,21 @@ A handler is any callable that takes a batch. An object (the ready-made sinks of
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import contextlib
+import functools
+from collections.abc import Awaitable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from outbox._engine import invoke as _invoke
+from outbox.exceptions import ConfigurationError, DownstreamUnavailableError
 
 if TYPE_CHECKING:
     from outbox.app import Handler, Outbox
+
+# How many handlers' start checks `outbox status` and `outbox check` run at once: each may
+# wait for its downstream's connect timeout.
+CHECKS_AT_ONCE = 8
 
 
 @runtime_checkable
@@ -46,3 +56,49 @@ def guarantee(handler: Handler[Any]) -> str | None:
     """The delivery guarantee ``handler``'s object states, or None when it states none."""
     text = getattr(handler.func, "outbox_guarantee", None)
     return text if isinstance(text, str) else None
+
+
+def start(app: Outbox, handler: Handler[Any]) -> None:
+    """Call ``handler``'s object's ``outbox_start``, if it has one, and wait for it: what a
+    worker does for each handler before it runs any group, and what :func:`refusal` does."""
+    func = handler.func
+    if isinstance(func, Starts):
+        _invoke.call_hook(handler, functools.partial(func.outbox_start, app, handler))
+
+
+def stop(handler: Handler[Any]) -> None:
+    """Call ``handler``'s object's ``outbox_stop``, if it has one, and wait for it."""
+    func = handler.func
+    if isinstance(func, Stops):
+        _invoke.call_hook(handler, func.outbox_stop)
+
+
+def refusal(app: Outbox, handler: Handler[Any]) -> str | None:
+    """Why a worker would refuse to start ``handler``, in one line naming it (a downstream it
+    cannot reach, a configuration its object refuses, such as a de-duplication window
+    shorter than the handler's re-send horizon); None when it would start. It runs the
+    worker's own start check (:func:`start`), then :func:`stop`: it connects, as a worker
+    does, and closes."""
+    try:
+        start(app, handler)
+    except Exception as error:  # whatever it raises stops a worker
+        message = " ".join(str(error).split())
+        if not isinstance(error, ConfigurationError | DownstreamUnavailableError):
+            message = f"{type(error).__name__}: {message}"
+        named = f"handler {handler.name!r}"
+        return message if message.startswith(named) else f"{named}: {message}"
+    finally:
+        with contextlib.suppress(Exception):  # a worker logs it; the check has its answer
+            stop(handler)
+    return None
+
+
+def refusals(app: Outbox, handlers: Iterable[Handler[Any]]) -> dict[str, str | None]:
+    """:func:`refusal` of each of ``handlers`` whose object has a start check, by handler
+    name, run at once (a downstream that does not answer costs its connect timeout once)."""
+    startable = [h for h in handlers if isinstance(h.func, Starts)]
+    if not startable:
+        return {}
+    with ThreadPoolExecutor(min(CHECKS_AT_ONCE, len(startable))) as pool:
+        found = list(pool.map(functools.partial(refusal, app), startable))
+    return {h.name: reason for h, reason in zip(startable, found, strict=True)}
