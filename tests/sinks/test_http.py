@@ -349,8 +349,10 @@ ECHOES = {
     "bearer": SECRET,
     "basic": f"{BASIC.split()[1]}/app:{SECRET}/{SECRET}",
 }
+QUERY_KEY = "k3y-in-the-query"
+"""An api key the sink's url carries in its query (httpx logs the url it calls)."""
 # The parts of each that must never show.
-PARTS = {"bearer": [SECRET], "basic": [SECRET, BASIC.split()[1]]}
+PARTS = {"bearer": [SECRET, QUERY_KEY], "basic": [SECRET, BASIC.split()[1], QUERY_KEY]}
 
 
 def _credentials(how: str) -> dict[str, Any]:
@@ -407,15 +409,15 @@ def test_no_part_of_a_secret_shows_whatever_the_api_answers(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """An API that echoes the credentials (the token alone, basic auth's parts) in any answer
-    the sink quotes: no part of them shows in the archive, the attempts, the error raised or
-    the logs."""
+    the sink quotes: no part of them, nor the url's api key, shows in the archive, the
+    attempts, the error raised or the logs (httpx's and httpcore's included)."""
     status, body, headers, result = QUOTING_ANSWERS[answer](ECHOES[how])
     recording_api.answer_next(status, body, headers)
     options = _credentials(how) | ({} if result is None else {"result": result})
     caplog.set_level(logging.DEBUG)
 
     with capture_logs() as logs:
-        outcome = run_once(app, sink_of(sync, recording_api.url, **options))
+        outcome = run_once(app, sink_of(sync, f"{recording_api.url}?key={QUERY_KEY}", **options))
 
     with app.engine.connect() as conn:
         archived = conn.execute(select(schema.archive.c.error)).scalars().all()

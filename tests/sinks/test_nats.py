@@ -607,10 +607,12 @@ def test_outbox_check_fails_naming_the_handler_for_a_window_the_worker_refuses(
 ) -> None:
     """``outbox check`` runs the worker's start check: a stream whose duplicate window is
     shorter than the handler's re-send horizon exits 1 with one line naming the handler, the
-    line ``outbox work`` refuses to start with (exit 2, a configuration error)."""
+    line ``outbox work`` refuses to start with (exit 2, a configuration error); ``outbox
+    status`` shows it."""
     reset_schema(sqlite_url)
     with destination(duplicate_window=5.0) as stream:
         checked = _outbox(sqlite_url, stream, "check")
+        shown = _outbox(sqlite_url, stream, "status")
         worked = _outbox(sqlite_url, stream, "work", "--burst")
 
     refusal = worked.stderr.strip().removeprefix("Error: ")
@@ -619,6 +621,8 @@ def test_outbox_check_fails_naming_the_handler_for_a_window_the_worker_refuses(
         checked.stdout.strip(),
         worked.returncode,
     )
+    status_line = f"to_sink: a worker refuses to start: {refusal.split(': ', 1)[1]}"
+    assert (0, True) == (shown.returncode, status_line in shown.stdout.splitlines())
     assert refusal.startswith(f"handler 'to_sink': JetStream stream '{stream}' drops a re-sent")
 
 

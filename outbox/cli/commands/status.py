@@ -105,7 +105,8 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
         if r.guarantee is not None:
             click.echo(f"{r.handler}: delivery {r.guarantee}")
         if r.refused_at_start is not None:
-            click.echo(f"{r.handler}: a worker refuses to start: {r.refused_at_start}")
+            reason = r.refused_at_start.removeprefix(f"handler {r.handler!r}: ")
+            click.echo(f"{r.handler}: a worker refuses to start: {reason}")
         for key in r.held_keys[:HELD_KEYS_SHOWN]:
             click.echo(f"{r.handler}: key {key} held by a dead group (outbox held list)")
         if len(r.held_keys) > HELD_KEYS_SHOWN:
