@@ -5,7 +5,9 @@ A handler is any callable that takes a batch. An object (the ready-made sinks of
 :mod:`outbox.sinks` are such objects) may also have:
 
 ``outbox_start(app, handler)``
-    Called once by each worker before it runs any group of ``handler``; it may be
+    Called once by each worker before it runs any group of ``handler`` (and by ``outbox
+    status`` and ``outbox check``, then ``outbox_stop``, to learn whether a worker would
+    start, and what the object checked: :func:`refusal`); it may be
     ``async def`` (it then runs on the event loop the worker runs async handlers on, where the
     object's clients must live). It connects, checks what the handler is configured with, and
     raises :class:`outbox.ConfigurationError` or :class:`outbox.DownstreamUnavailableError`
@@ -96,9 +98,18 @@ def refusal(app: Outbox, handler: Handler[Any]) -> str | None:
 def refusals(app: Outbox, handlers: Iterable[Handler[Any]]) -> dict[str, str | None]:
     """:func:`refusal` of each of ``handlers`` whose object has a start check, by handler
     name, run at once (a downstream that does not answer costs its connect timeout once)."""
-    startable = [h for h in handlers if isinstance(h.func, Starts)]
-    if not startable:
+    # One object registered as several handlers is started for one at a time: a stop must
+    # not close what the start of another is using.
+    by_object: dict[int, list[Handler[Any]]] = {}
+    for handler in handlers:
+        if isinstance(handler.func, Starts):
+            by_object.setdefault(id(handler.func), []).append(handler)
+    if not by_object:
         return {}
-    with ThreadPoolExecutor(min(CHECKS_AT_ONCE, len(startable))) as pool:
-        found = list(pool.map(functools.partial(refusal, app), startable))
-    return {h.name: reason for h, reason in zip(startable, found, strict=True)}
+
+    def check(handlers_of_one: list[Handler[Any]]) -> list[tuple[str, str | None]]:
+        return [(h.name, refusal(app, h)) for h in handlers_of_one]
+
+    with ThreadPoolExecutor(min(CHECKS_AT_ONCE, len(by_object))) as pool:
+        found = list(pool.map(check, by_object.values()))
+    return {name: reason for pairs in found for name, reason in pairs}

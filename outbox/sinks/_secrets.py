@@ -40,8 +40,9 @@ class Secrets:
     """The secret strings a sink holds, masked out of every message it raises or logs."""
 
     def __init__(self, values: Iterable[str | None] = ()) -> None:
-        self._values: set[str] = set()
-        self._ordered: list[str] | None = None
+        # Replaced whole, never changed in place: a sink learns a secret in one thread while
+        # another masks with what it knew.
+        self._values: tuple[str, ...] = ()
         for value in values:
             self.add(value)
 
@@ -50,8 +51,8 @@ class Secrets:
         characters are not masked: they would mask ordinary text too)."""
         text = value.decode(errors="replace") if isinstance(value, bytes) else value
         if text and len(text) >= SECRET_MIN_CHARS and text not in self._values:
-            self._values.add(text)
-            self._ordered = None
+            # The longest first: a secret that holds another is masked whole.
+            self._values = tuple(sorted((*self._values, text), key=len, reverse=True))
 
     def add_quoted(self, value: str | None) -> None:
         """Mask ``value``, a part of a URL (a password, a token), both as the URL writes it
@@ -90,9 +91,7 @@ class Secrets:
 
     def redact(self, text: str) -> str:
         """``text`` with every secret replaced by ``***``, the longest first."""
-        if self._ordered is None:
-            self._ordered = sorted(self._values, key=len, reverse=True)
-        for value in self._ordered:
+        for value in self._values:
             if value in text:
                 text = text.replace(value, MASK)
         return text
