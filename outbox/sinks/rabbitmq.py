@@ -135,7 +135,7 @@ class AsyncRabbitMQSink(AsyncSink):
         self.confirm_timeout = confirm_timeout
         self.connect_timeout = connect_timeout
         self._secrets = Secrets()
-        self._secrets.add_url(url)
+        self._secrets.add_quoted(parts.password)
         vhost = parts.path if parts.path not in ("", "/") else "/"
         port = parts.port or _SCHEMES[parts.scheme]
         self._downstream = f"RabbitMQ at {parts.scheme}://{parts.hostname}:{port}{vhost}"
@@ -160,7 +160,7 @@ class AsyncRabbitMQSink(AsyncSink):
 
     @property
     def secrets(self) -> Secrets:
-        """What the sink masks out of every error: the URL's password and query values."""
+        """What the sink masks out of every error: the URL's password."""
         return self._secrets
 
     @property

@@ -120,7 +120,7 @@ class _Core:
         self.row_paths: dict[str, RowPath | None] = {}
         self.given = client
         self.secrets = Secrets()
-        self.secrets.add_url(url)
+        self.secrets.add_quoted(urlsplit(url).password)
         if client is not None:
             self.secrets.add(_client_option(client, "password"))
         self.downstream = f"Redis at {_public_url(url if client is None else _client_url(client))}"
