@@ -107,7 +107,13 @@ class HandlerStatus:
     key (``10 calls/s, fleet-wide``, ``2 calls/s per account_id``)."""
     guarantee: str | None = None
     """The delivery guarantee the handler's object states (a ready-made sink, see
-    :mod:`outbox.lifecycle`), in words; None for a plain function."""
+    :mod:`outbox.lifecycle`), in words; None for a plain function. What the object checked
+    when it started (a JetStream stream's duplicate window) is in it once it started in this
+    process: ``outbox status`` starts it to read it."""
+    refused_at_start: str | None = None
+    """Why a worker would refuse to start the handler (its object's start check, which
+    ``outbox status`` and ``outbox check`` run: :func:`outbox.lifecycle.refusal`), in one
+    line; None when it starts, or when no start check was run."""
     archived: dict[str, int] = field(default_factory=dict)
     """Archived events by status: succeeded, dead, expired, discarded."""
     recent_dead: int = 0

@@ -917,10 +917,7 @@ class Worker:
         started: list[Handler[Any]] = []
         try:
             for handler in self.handlers.values():
-                func = handler.func
-                if isinstance(func, lifecycle.Starts):
-                    start = functools.partial(func.outbox_start, self.app, handler)
-                    _invoke.call_hook(handler, start)
+                lifecycle.start(self.app, handler)
                 started.append(handler)
         except BaseException:
             self.stop_handlers(started)
@@ -929,10 +926,9 @@ class Worker:
     def stop_handlers(self, handlers: Iterable[Handler[Any]] | None = None) -> None:
         """Each handler object's ``outbox_stop``, once; what one raises is logged."""
         for handler in self.handlers.values() if handlers is None else handlers:
-            func = handler.func
-            if isinstance(func, lifecycle.Stops):
+            if isinstance(handler.func, lifecycle.Stops):
                 try:
-                    _invoke.call_hook(handler, func.outbox_stop)
+                    lifecycle.stop(handler)
                 except Exception as error:
                     log.warning(
                         _log.HANDLER_STOP_FAILED,

@@ -31,7 +31,6 @@ from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
-from urllib.parse import unquote
 
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm.exc import UnmappedColumnError
@@ -46,12 +45,13 @@ from outbox.exceptions import (
     DownstreamUnavailableError,
     OutboxError,
 )
+from outbox.sinks._secrets import MASK as MASK
+from outbox.sinks._secrets import Secrets as Secrets
+from outbox.sinks._secrets import describe_error as describe_error
 
 EventT = TypeVar("EventT", bound=BufferMixin)
 P = ParamSpec("P")
 T = TypeVar("T")
-
-MASK = "***"
 
 PerEvent: TypeAlias = T | Callable[[Any], T]
 """A sink option given once for every event, or a function of the event (its columns)."""
@@ -311,43 +311,6 @@ def settle(batch: Batch[EventT], rejections: Iterable[Rejection[EventT]], downst
         batch.discard(events, reason)
 
 
-class Secrets:
-    """The secret strings a sink holds (passwords, tokens, header values), masked out of every
-    message it raises or logs: a downstream's error often quotes the URL it was given."""
-
-    def __init__(self, values: Iterable[str | None] = ()) -> None:
-        self._values: set[str] = set()
-        for value in values:
-            self.add(value)
-
-    def add(self, value: str | bytes | None) -> None:
-        """Mask ``value`` from now on (values of fewer than 3 characters are not masked: they
-        would mask ordinary text too)."""
-        text = value.decode(errors="replace") if isinstance(value, bytes) else value
-        if text and len(text) >= 3:
-            self._values.add(text)
-
-    def add_quoted(self, value: str | None) -> None:
-        """Mask ``value``, a part of a URL (a password, a token), both as the URL writes it
-        and percent-decoded: a client's error may quote either."""
-        if value is not None:
-            self.add(value)
-            self.add(unquote(value))
-
-    def redact(self, text: str) -> str:
-        """``text`` with every secret replaced by ``***``, the longest first."""
-        for value in sorted(self._values, key=len, reverse=True):
-            text = text.replace(value, MASK)
-        return text
-
-
-def describe_error(error: BaseException, secrets: Secrets) -> str:
-    """``Type: message`` of a client's error, secrets masked, on one line."""
-    message = " ".join(str(error).split())
-    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
-    return secrets.redact(text)
-
-
 def unavailable(
     downstream: str, error: BaseException, secrets: Secrets
 ) -> DownstreamUnavailableError:
@@ -435,6 +398,15 @@ class _Described(ABC):
     def outbox_guarantee(self) -> str:
         """The delivery guarantee, in words (``outbox status`` shows it)."""
 
+    @property
+    def secrets(self) -> Secrets:
+        """What the sink masks out of every error it raises (none by default): a sink that
+        holds a password or a token returns them here."""
+        return _NO_SECRETS
+
+
+_NO_SECRETS = Secrets()
+
 
 class AsyncSink(_Described):
     """A ready-made async batch handler: register it (``app.handler(Model, ...)(sink)``), or
@@ -467,17 +439,20 @@ class AsyncSink(_Described):
         the retry schedule); nothing by default."""
 
     async def __call__(self, batch: Batch[Any]) -> None:
-        """Send ``batch`` and settle what was not taken (see :func:`settle`)."""
-        await self._connected()
-        settle(batch, await self.send(batch), self.downstream)
+        """Send ``batch`` and settle what was not taken (see :func:`settle`); no secret
+        shows in what it raises."""
+        with self.secrets.masking():
+            await self._connected()
+            settle(batch, await self.send(batch), self.downstream)
 
     async def outbox_start(self, app: Outbox, handler: Handler[Any]) -> None:
         """Connect and check, when a worker starts (see :mod:`outbox.lifecycle`)."""
-        try:
-            await self._connected()
-        except (DownstreamUnavailableError, ConfigurationError) as error:
-            raise _for_handler(error, handler) from None
-        await self.check(app, handler)
+        with self.secrets.masking():
+            try:
+                await self._connected()
+            except (DownstreamUnavailableError, ConfigurationError) as error:
+                raise _for_handler(error, handler) from None
+            await self.check(app, handler)
 
     async def outbox_stop(self) -> None:
         """Close the client, when the worker stops."""
@@ -526,17 +501,20 @@ class Sink(_Described):
         """What a sink checks against the handler it is registered as; nothing by default."""
 
     def __call__(self, batch: Batch[Any]) -> None:
-        """Send ``batch`` and settle what was not taken (see :func:`settle`)."""
-        self._connected()
-        settle(batch, self.send(batch), self.downstream)
+        """Send ``batch`` and settle what was not taken (see :func:`settle`); no secret
+        shows in what it raises."""
+        with self.secrets.masking():
+            self._connected()
+            settle(batch, self.send(batch), self.downstream)
 
     def outbox_start(self, app: Outbox, handler: Handler[Any]) -> None:
         """Connect and check, when a worker starts (see :mod:`outbox.lifecycle`)."""
-        try:
-            self._connected()
-        except (DownstreamUnavailableError, ConfigurationError) as error:
-            raise _for_handler(error, handler) from None
-        self.check(app, handler)
+        with self.secrets.masking():
+            try:
+                self._connected()
+            except (DownstreamUnavailableError, ConfigurationError) as error:
+                raise _for_handler(error, handler) from None
+            self.check(app, handler)
 
     def outbox_stop(self) -> None:
         """Close the client, when the worker stops."""
@@ -575,6 +553,11 @@ class BlockingSink(Sink):
     def outbox_guarantee(self) -> str:
         """The async sink's guarantee."""
         return self.sink.outbox_guarantee
+
+    @property
+    def secrets(self) -> Secrets:
+        """The async sink's secrets."""
+        return self.sink.secrets
 
     def connect(self) -> None:
         """Connect the async sink, on this sink's loop."""

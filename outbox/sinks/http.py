@@ -30,10 +30,13 @@ What the API answers becomes (docs/sinks/http.md has the whole table):
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
+import logging
 import socket
+import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 import httpx
@@ -72,6 +75,47 @@ _DATA_STATUSES = frozenset({400, 413, 422})
 _CREDENTIAL_HEADERS = ("Authorization", "Proxy-Authorization", "Cookie")
 # Per-record answers that may succeed later.
 _RETRY_STATUSES = frozenset({408, 409, 425, 429})
+
+
+# The loggers of httpx and httpcore that quote what an API answered (the status line, the
+# headers) and the URL called: an application that logs them at INFO or DEBUG would log what
+# the sinks mask everywhere else.
+_CLIENT_LOGGERS = (
+    "httpx",
+    "httpcore.connection",
+    "httpcore.http11",
+    "httpcore.http2",
+    "httpcore.proxy",
+)
+
+
+class _MaskedRecords(logging.Filter):
+    """Masks the secrets of every live bulk HTTP sink out of the client's log records (only
+    those logged: a logger's filters run once its level let the record through)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.secrets: weakref.WeakSet[Secrets] = weakref.WeakSet()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = masked = record.getMessage()
+        for secrets in list(self.secrets):
+            masked = secrets.redact(masked)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+_MASKED_RECORDS = _MaskedRecords()
+
+
+def _mask_client_logs(secrets: Secrets) -> None:
+    """Mask ``secrets`` out of httpx's and httpcore's log records from now on."""
+    _MASKED_RECORDS.secrets.add(secrets)
+    for name in _CLIENT_LOGGERS:
+        logger = logging.getLogger(name)
+        if _MASKED_RECORDS not in logger.filters:
+            logger.addFilter(_MASKED_RECORDS)
 
 
 def records_body(events: Sequence[Any]) -> dict[str, Any]:
@@ -117,9 +161,18 @@ def record_rejection(
 
 
 def _when(value: object) -> float | str:
-    if isinstance(value, int | float | str) and not isinstance(value, bool):
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return value
-    return str(value)
+    # Text that cannot be read as a wait is logged: the secrets of the sink reading the
+    # answer are masked from it.
+    secrets = _READING.get()
+    return str(value) if secrets is None else secrets.redact(str(value))
+
+
+_READING: contextvars.ContextVar[Secrets | None] = contextvars.ContextVar(
+    "outbox_http_reading", default=None
+)
+"""The secrets of the sink whose ``result`` mapper reads an answer now."""
 
 
 def _json(response: httpx.Response) -> Any:
@@ -240,12 +293,10 @@ class _Requests:
 
     def __post_init__(self) -> None:
         for value in self.headers.values():
-            self.secrets.add(value)
+            self.secrets.add_header(value)
         if isinstance(self.url, str):
-            url = httpx.URL(self.url)
-            self.secrets.add(url.password)
-            for _, value in url.params.multi_items():
-                self.secrets.add(value)
+            self.secrets.add_url(self.url)
+        _mask_client_logs(self.secrets)
 
     def downstream(self) -> str:
         if callable(self.url):
@@ -295,6 +346,8 @@ class _Requests:
 
     def request(self, client: httpx.Client | httpx.AsyncClient, part: _Part) -> httpx.Request:
         url = httpx.URL(self.url(part.events) if callable(self.url) else self.url)
+        if callable(self.url):  # what the function put in the URL, masked like a constant's
+            self.secrets.add_url(str(url))
         if url.scheme not in ("http", "https") or url.host not in self.allowed_hosts:
             raise ConfigurationError(
                 f"{_shown(url)} is not an allowed host of this sink "
@@ -307,29 +360,56 @@ class _Requests:
             self.method, url, content=part.content, headers=headers, timeout=self.timeout
         )
 
+    def learn(self, request: httpx.Request) -> None:
+        """Mask the credentials a request carries, whoever set them (``headers``, an
+        ``httpx.Auth``), before it is sent: httpx logs the answer before the sink reads it."""
+        for name in _CREDENTIAL_HEADERS:
+            self.secrets.add_header(request.headers.get(name))
+
+    async def alearn(self, request: httpx.Request) -> None:
+        """:meth:`learn`, as the async client's hook."""
+        self.learn(request)
+
     def read(self, response: httpx.Response, part: _Part) -> Sequence[Rejection[Any]]:
-        """The answer's rejections, or what it says of the whole call, raised."""
+        """The answer's rejections, or what it says of the whole call, raised; what they
+        quote of the answer (its body, its reason phrase, a header, a record's reason) has the
+        sink's secrets masked."""
         status = response.status_code
         where = _shown(response.request.url)
-        for name in _CREDENTIAL_HEADERS:  # what an httpx.Auth added, masked like the rest
-            self.secrets.add(response.request.headers.get(name))
+        self.learn(response.request)  # a client of the user's has no hook of the sink's
+        redact = self.secrets.redact
         if 200 <= status < 300:
-            return self.result(response, part.events)
-        text = f"{status} {response.reason_phrase} from {where}"
+            return self.mapped(response, part)
+        text = redact(f"{status} {response.reason_phrase} from {where}")
         retry_after = response.headers.get("Retry-After")
         if status == 429:
-            raise RetryAfter(retry_after or DEFAULT_RETRY_AFTER_SECONDS, reason=text)
+            raise RetryAfter(redact(retry_after or "") or DEFAULT_RETRY_AFTER_SECONDS, reason=text)
         if status == 503 and retry_after is not None:
-            raise RetryAfter(retry_after, reason=text)
-        quoted = self.secrets.redact(" ".join(response.text[:BODY_QUOTED].split()))
+            raise RetryAfter(redact(retry_after), reason=text)
+        quoted = redact(" ".join(response.text[:BODY_QUOTED].split()))
         if status in _DATA_STATUSES:
             raise DataError(f"{text}: {quoted}" if quoted else text)
         if 300 <= status < 400:
+            location = redact(response.headers.get("Location", "?"))
             raise DownstreamError(
-                f"{text}: a redirect (to {response.headers.get('Location', '?')!r}), not "
-                "followed: point the sink at the URL that answers"
+                f"{text}: a redirect (to {location!r}), not followed: point the sink at the "
+                "URL that answers"
             )
         raise DownstreamError(f"{text}: {quoted}" if quoted else text)
+
+    def mapped(self, response: httpx.Response, part: _Part) -> list[Rejection[Any]]:
+        """What the ``result`` mapper reads of a 2xx answer, with the reasons it gives and
+        what it raises masked (it may quote the answer)."""
+        reading = _READING.set(self.secrets)
+        try:
+            with self.secrets.masking():
+                rejections = self.result(response, part.events)
+        finally:
+            _READING.reset(reading)
+        return [
+            replace(r, reason=self.secrets.redact(r.reason)) if self.secrets.shows(r.reason) else r
+            for r in rejections
+        ]
 
     def failed(self, error: httpx.HTTPError, part: _Part) -> DownstreamError:
         return DownstreamError(
@@ -422,6 +502,9 @@ class _BulkHTTP(Generic[ClientT]):
         super().__init__()
         self._requests = requests
         self._auth = auth
+        if isinstance(auth, httpx.BasicAuth):  # its header is known before any request
+            request = next(auth.auth_flow(httpx.Request("POST", "http://localhost/")))
+            requests.secrets.add_header(request.headers.get("Authorization"))
         self._given: ClientT | None = client
         self._client: ClientT | None = None
         self._check_at_start = check_at_start
@@ -430,6 +513,12 @@ class _BulkHTTP(Generic[ClientT]):
     def downstream(self) -> str:
         """The API, in words (no secret)."""
         return self._requests.downstream()
+
+    @property
+    def secrets(self) -> Secrets:
+        """What the sink masks out of every error and reason: its headers' values (whole and
+        by their parts), the url's password and query values, what an ``httpx.Auth`` sent."""
+        return self._requests.secrets
 
     @property
     def outbox_guarantee(self) -> str:
@@ -497,7 +586,10 @@ class BulkHTTPSink(_BulkHTTP[httpx.Client], Sink):
             except OSError as error:
                 raise unavailable(self.downstream, error, self._requests.secrets) from error
         self._client = self._given or httpx.Client(
-            headers=self._requests.headers, auth=self._auth, follow_redirects=False
+            headers=self._requests.headers,
+            auth=self._auth,
+            follow_redirects=False,
+            event_hooks={"request": [self._requests.learn]},
         )
 
     def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:
@@ -560,7 +652,10 @@ class AsyncBulkHTTPSink(_BulkHTTP[httpx.AsyncClient], AsyncSink):
             except (OSError, TimeoutError) as error:
                 raise unavailable(self.downstream, error, self._requests.secrets) from error
         self._client = self._given or httpx.AsyncClient(
-            headers=self._requests.headers, auth=self._auth, follow_redirects=False
+            headers=self._requests.headers,
+            auth=self._auth,
+            follow_redirects=False,
+            event_hooks={"request": [self._requests.alearn]},
         )
 
     async def send(self, batch: Batch[Any]) -> Sequence[Rejection[Any]]:

@@ -336,6 +336,12 @@ class AsyncJetStreamSink(AsyncSink):
         return self._downstream
 
     @property
+    def secrets(self) -> Secrets:
+        """What the sink masks out of every error: the servers' credentials and the secret
+        connect options."""
+        return self._secrets
+
+    @property
     def stream_name(self) -> str | None:
         """The stream the messages land in: ``stream``, or the one found listening on
         ``subject`` when the sink connected; None before."""

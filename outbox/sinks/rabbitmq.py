@@ -159,6 +159,11 @@ class AsyncRabbitMQSink(AsyncSink):
         return self._downstream
 
     @property
+    def secrets(self) -> Secrets:
+        """What the sink masks out of every error: the URL's password."""
+        return self._secrets
+
+    @property
     def outbox_guarantee(self) -> str:
         """At least once; consumers de-duplicate by ``message_id``."""
         return GUARANTEE

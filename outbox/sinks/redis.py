@@ -268,6 +268,11 @@ class _StreamSink(Generic[ClientT]):
         return GUARANTEE
 
     @property
+    def secrets(self) -> Secrets:
+        """What the sink masks out of every error: the URL's or the client's password."""
+        return self._core.secrets
+
+    @property
     def server_version(self) -> str | None:
         """The Redis server's version, read when the sink connected; None before."""
         return self._core.server_version

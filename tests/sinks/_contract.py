@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import threading
+import traceback
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -193,6 +194,7 @@ def one_line_start_error(app: Outbox, error: type[Exception]) -> str:
     message = str(raised.value)
     assert "\n" not in message
     assert SECRET not in message
+    assert SECRET not in "".join(traceback.format_exception(raised.value))  # nor its causes
     return message
 
 

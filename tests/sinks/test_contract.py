@@ -4,18 +4,26 @@ never; a downstream that cannot be reached stops the worker at start with one li
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
+import traceback
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from outbox import DownstreamUnavailableError, Outbox, RetryPolicy, Settings
+import pytest
+from sqlalchemy import select
+from structlog.testing import capture_logs
+
+from outbox import Batch, DownstreamUnavailableError, Outbox, RetryPolicy, Settings, schema
 from outbox.worker import Worker
 from tests.models import SinkEvent
 from tests.sinks import sink_app
 from tests.sinks._contract import (
+    SECRET,
     Downstream,
     closed_port,
     commit_events,
@@ -122,3 +130,56 @@ def test_outbox_work_refuses_to_start_in_one_line_when_the_downstream_is_unreach
     lines = ran.stderr.strip().splitlines()
     assert (3, 1) == (ran.returncode, len(lines))
     assert lines[0].startswith("Error: handler 'to_sink': bulk HTTP API at " + unreachable)
+
+
+def test_no_secret_shows_where_an_unreachable_downstream_is_recorded(
+    downstream: Downstream,
+    sync: bool,
+    sqlite_url: str,
+    make_app: Callable[..., Outbox],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A sink with a secret that cannot reach its downstream: neither the error that stops a
+    worker at start (with its causes), nor a group's failure (the archive, the attempts), nor
+    any log record shows the secret."""
+    from tests.conftest import reset_schema
+
+    reset_schema(sqlite_url)
+    app = make_app(sqlite_url)
+    sink = downstream.unreachable_sink(sync=sync)
+    app.handler(SinkEvent, name="to_sink", retry=RetryPolicy(max_attempts=1))(sink)
+    unstarted = make_app(sqlite_url)
+    # The same sink called inside a handler of the user's: connected on first use, by a group.
+    if sync:
+        unstarted.handler(SinkEvent, name="to_sink", retry=RetryPolicy(max_attempts=1))(
+            lambda batch: sink(batch)
+        )
+    else:
+
+        async def calls_the_sink(batch: Batch[Any]) -> None:
+            await sink(batch)
+
+        unstarted.handler(SinkEvent, name="to_sink", retry=RetryPolicy(max_attempts=1))(
+            calls_the_sink
+        )
+    commit_events(app.engine, event_rows(3))
+    caplog.set_level(logging.DEBUG)
+
+    with capture_logs() as logs:
+        with pytest.raises(DownstreamUnavailableError) as raised:
+            Worker(app, burst=True).run()
+        Worker(unstarted, burst=True).run()
+
+    with app.engine.connect() as conn:
+        archived = conn.execute(select(schema.archive.c.error)).scalars().all()
+        attempts = conn.execute(select(schema.attempts.c.error)).scalars().all()
+    places = {
+        "start error": "".join(traceback.format_exception(raised.value)),
+        "archive": " ".join(e or "" for e in archived),
+        "attempts": " ".join(e or "" for e in attempts),
+        "logs": f"{logs} {caplog.text}",
+    }
+    assert (3, {}) == (
+        len(archived),
+        {where: SECRET for where, text in places.items() if SECRET in text},
+    )

@@ -5,6 +5,7 @@ loses nothing."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
+from structlog.testing import capture_logs
 
 from outbox import (
     CircuitBreaker,
@@ -25,7 +27,7 @@ from outbox import (
     schema,
 )
 from outbox.results import BatchResult, FailureCause, Outcome
-from outbox.sinks.base import json_default
+from outbox.sinks.base import MASK, json_default
 from outbox.sinks.http import (
     AsyncBulkHTTPSink,
     BulkHTTPSink,
@@ -38,7 +40,7 @@ from tests._support import wait_for
 from tests.conftest import reset_schema
 from tests.models import SinkEvent
 from tests.sinks._contract import SECRET, commit_events, event_rows
-from tests.sinks.kinds.http import RecordingAPI
+from tests.sinks.kinds.http import REASON, RecordingAPI
 
 ONCE = RetryPolicy(max_attempts=1)
 SOON = RetryPolicy(max_attempts=30, scale=0.0, base_delay=0.1, jitter=0.0)
@@ -337,3 +339,95 @@ def _trips(app: Outbox) -> int:
 
 def _breaker_closed(app: Outbox) -> bool:
     return metrics.collect(app)[0].breaker == "closed"
+
+
+BASIC = httpx.BasicAuth("app", SECRET)._auth_header
+"""The header basic auth sends: ``Basic <base64 of app:password>``."""
+# What the API echoes of each kind of credentials, without a space (it goes in headers
+# too): the token alone, without "Bearer "; basic auth's base64, user:password and password.
+ECHOES = {
+    "bearer": SECRET,
+    "basic": f"{BASIC.split()[1]}/app:{SECRET}/{SECRET}",
+}
+QUERY_KEY = "k3y-in-the-query"
+"""An api key the sink's url carries in its query (httpx logs the url it calls)."""
+# The parts of each that must never show.
+PARTS = {"bearer": [SECRET, QUERY_KEY], "basic": [SECRET, BASIC.split()[1], QUERY_KEY]}
+
+
+def _credentials(how: str) -> dict[str, Any]:
+    if how == "bearer":
+        return {"headers": {"Authorization": f"Bearer {SECRET}"}}
+    return {"auth": httpx.BasicAuth("app", SECRET)}
+
+
+# Every answer the sink quotes something of: (status, body, headers, result mapper) for an
+# API that echoes ``echo``.
+QUOTING_ANSWERS: dict[str, Callable[[str], tuple[int, Any, dict[str, str], Any]]] = {
+    "2xx-not-json": lambda echo: (
+        200, f"<html>denied: {echo}</html>".encode(), {"Content-Type": "text/html"}, StatusList()
+    ),
+    "2xx-json-without-the-list": lambda echo: (200, {"message": f"token {echo}"}, {}, StatusList()),
+    "3xx-location": lambda echo: (
+        302, {}, {"Location": f"http://127.0.0.1:1/login?token={echo}"}, None
+    ),
+    "5xx-body": lambda echo: (500, {"error": f"invalid token {echo}"}, {}, None),
+    "4xx-data-body": lambda echo: (422, {"error": f"invalid token {echo}"}, {}, None),
+    "4xx-body": lambda echo: (401, {"error": f"invalid token {echo}"}, {}, None),
+    "reason-phrase": lambda echo: (500, {}, {REASON: f"Bad token {echo}"}, None),
+    "429-retry-after": lambda echo: (429, {}, {"Retry-After": echo}, None),
+    "503-retry-after": lambda echo: (503, {}, {"Retry-After": echo}, None),
+    "a-result-not-an-object": lambda echo: (
+        200, {"results": [f"token {echo}"] * 5}, {}, StatusList()
+    ),
+    "a-status-not-a-number": lambda echo: (
+        200, {"results": [{"status": echo}] * 5}, {}, StatusList()
+    ),
+    "a-record-reason": lambda echo: (
+        200, {"results": [{"status": 422, "reason": f"token {echo}"}] * 5}, {}, StatusList()
+    ),
+    "a-record-retry-reason": lambda echo: (
+        200, {"results": [{"status": 500, "reason": f"token {echo}"}] * 5}, {}, StatusList()
+    ),
+    "a-record-retry-after": lambda echo: (
+        200, {"results": [{"status": 429, "retry_after": echo}] * 5}, {}, StatusList()
+    ),
+    "an-error-naming-a-record-not-sent": lambda echo: (
+        200, {"errors": [{"id": echo}]}, {}, ErrorsById()
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("how", ["bearer", "basic"])
+@pytest.mark.parametrize("answer", list(QUOTING_ANSWERS))
+def test_no_part_of_a_secret_shows_whatever_the_api_answers(
+    app: Outbox,
+    recording_api: RecordingAPI,
+    sync: bool,
+    how: str,
+    answer: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An API that echoes the credentials (the token alone, basic auth's parts) in any answer
+    the sink quotes: no part of them, nor the url's api key, shows in the archive, the
+    attempts, the error raised or the logs (httpx's and httpcore's included)."""
+    status, body, headers, result = QUOTING_ANSWERS[answer](ECHOES[how])
+    recording_api.answer_next(status, body, headers)
+    options = _credentials(how) | ({} if result is None else {"result": result})
+    caplog.set_level(logging.DEBUG)
+
+    with capture_logs() as logs:
+        outcome = run_once(app, sink_of(sync, f"{recording_api.url}?key={QUERY_KEY}", **options))
+
+    with app.engine.connect() as conn:
+        archived = conn.execute(select(schema.archive.c.error)).scalars().all()
+        attempts = conn.execute(select(schema.attempts.c.error)).scalars().all()
+    places = {
+        "archive": " ".join(e or "" for e in archived),
+        "attempts": " ".join(e or "" for e in attempts),
+        "error raised": f"{outcome.error} {outcome}",
+        "logs": f"{logs} {caplog.text}",
+    }
+    shown = {where: part for where, text in places.items() for part in PARTS[how] if part in text}
+    quoted_masked = MASK in " ".join(places.values())
+    assert ([status], {}, True) == (recording_api.statuses, shown, quoted_masked)

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -31,7 +35,9 @@ from outbox.sinks.base import resend_horizon
 from outbox.sinks.nats import AsyncJetStreamSink, JetStreamSink, check_window
 from outbox.testing import drain
 from tests._support import wait_for
+from tests.conftest import reset_schema
 from tests.models import SinkEvent
+from tests.sinks import sink_app
 from tests.sinks._contract import (
     IMMEDIATE,
     OUTAGE_SECONDS,
@@ -569,3 +575,78 @@ def test_a_wrong_argument_is_refused_naming_it(options: dict[str, Any], field: s
 
     with pytest.raises(ConfigurationError, match=f"^{field}: "):
         AsyncJetStreamSink(**arguments)
+
+
+APP = "tests.sinks.sink_app:app"
+
+
+def _outbox(database_url: str, stream: str, *command: str) -> subprocess.CompletedProcess[str]:
+    """The real ``outbox`` command on ``tests.sinks.sink_app``, its handler ``to_sink`` a
+    JetStream sink publishing to ``stream``."""
+    env = {**os.environ, sink_app.KIND_ENV: "nats", sink_app.DESTINATION_ENV: stream}
+    return subprocess.run(
+        [sys.executable, "-m", "outbox", "--app", APP, "--database-url", database_url, *command],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+
+
+def _sink_app_horizon() -> float:
+    """The re-send horizon of ``sink_app``'s handler."""
+    app = Outbox(settings=sink_app.SETTINGS)
+    app.handler(SinkEvent, name="to_sink", retry=sink_app.RETRY)(print)
+    return resend_horizon(app, app.get_handler("to_sink"))
+
+
+def test_outbox_check_fails_naming_the_handler_for_a_window_the_worker_refuses(
+    sqlite_url: str,
+) -> None:
+    """``outbox check`` runs the worker's start check: a stream whose duplicate window is
+    shorter than the handler's re-send horizon exits 1 with one line naming the handler, the
+    line ``outbox work`` refuses to start with (exit 2, a configuration error); ``outbox
+    status`` shows it."""
+    reset_schema(sqlite_url)
+    with destination(duplicate_window=5.0) as stream:
+        checked = _outbox(sqlite_url, stream, "check")
+        shown = _outbox(sqlite_url, stream, "status")
+        worked = _outbox(sqlite_url, stream, "work", "--burst")
+
+    refusal = worked.stderr.strip().removeprefix("Error: ")
+    assert (1, f"alert: {refusal}", 2) == (
+        checked.returncode,
+        checked.stdout.strip(),
+        worked.returncode,
+    )
+    status_line = f"to_sink: a worker refuses to start: {refusal.split(': ', 1)[1]}"
+    assert (0, True) == (shown.returncode, status_line in shown.stdout.splitlines())
+    assert refusal.startswith(f"handler 'to_sink': JetStream stream '{stream}' drops a re-sent")
+
+
+def test_outbox_status_shows_the_duplicate_window_the_sink_checked(sqlite_url: str) -> None:
+    """``outbox status``, text and ``--json``, states the stream's duplicate window and the
+    handler's re-send horizon it was checked against, as a worker's start check reads them;
+    ``outbox check`` passes."""
+    reset_schema(sqlite_url)
+    with destination(duplicate_window=300.0) as stream:
+        text = _outbox(sqlite_url, stream, "status")
+        document = _outbox(sqlite_url, stream, "status", "--json")
+        checked = _outbox(sqlite_url, stream, "check")
+
+    guarantee = (
+        f"at least once; no duplicates stored on JetStream stream '{stream}' within its "
+        f"duplicate window (300 s, at least the handler's re-send horizon of "
+        f"{_sink_app_horizon():.0f} s, checked at start); past it, consumers de-duplicate by "
+        f"the Nats-Msg-Id header"
+    )
+    (row,) = json.loads(document.stdout)["handlers"]
+    assert (0, True, guarantee, None) == (
+        text.returncode,
+        f"to_sink: delivery {guarantee}" in text.stdout.splitlines(),
+        row["guarantee"],
+        row["refused_at_start"],
+    )
+    assert (0, "all promises hold") == (checked.returncode, checked.stdout.strip())

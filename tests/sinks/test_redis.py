@@ -6,6 +6,7 @@ group is one round trip."""
 from __future__ import annotations
 
 import asyncio
+import traceback
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -110,6 +111,7 @@ def _one_line_error(run: Callable[[], object]) -> Exception:
     message = str(raised.value)
     assert "\n" not in message
     assert SECRET not in message
+    assert SECRET not in "".join(traceback.format_exception(raised.value))  # nor its causes
     return raised.value
 
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 
 import click
 
-from outbox import _buffer_clock, fleet, metrics
+from outbox import Outbox, _buffer_clock, fleet, lifecycle, metrics
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_FAILURE, command, ready
 from outbox.cli._main import main
 from outbox.cli._options import MAX_DEAD_SINCE_SECONDS, DurationOrOff
 from outbox.cli._output import age_text, bytes_text, print_table, ratio_text
 from outbox.cli._progress import reporting
+from outbox.metrics import HandlerStatus
 
 # Held ordering keys listed by `outbox status`; `outbox held list` lists them all.
 HELD_KEYS_SHOWN = 10
@@ -60,7 +62,7 @@ dead_since_option = click.option(
 def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: float) -> None:
     """Per handler: backlog, oldest event age, staleness, groups by state, dead letters."""
     app = ready(ctx.app(), handlers)
-    rows = metrics.collect(app, handlers, dead_since=dead_since)
+    rows = _started(app, handlers, dead_since)
     band_rows = metrics.bands(rows)
     versions = fleet.fleet(app)
     if as_json:
@@ -104,6 +106,9 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
             click.echo(f"{r.handler}: rate limit {limit}")
         if r.guarantee is not None:
             click.echo(f"{r.handler}: delivery {r.guarantee}")
+        if r.refused_at_start is not None:
+            reason = r.refused_at_start.removeprefix(f"handler {r.handler!r}: ")
+            click.echo(f"{r.handler}: a worker refuses to start: {reason}")
         for key in r.held_keys[:HELD_KEYS_SHOWN]:
             click.echo(f"{r.handler}: key {key} held by a dead group (outbox held list)")
         if len(r.held_keys) > HELD_KEYS_SHOWN:
@@ -114,6 +119,15 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
     for r in rows:
         for alert in r.alerts:
             click.echo(f"alert: {r.handler} ({r.urgency}): {alert}")
+
+
+def _started(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> list[HandlerStatus]:
+    """Each handler's status, read after its object's start check ran (as a worker runs it:
+    a sink connects, reads what it checks, such as a stream's duplicate window, and closes),
+    with why a worker would refuse to start it."""
+    refused = lifecycle.refusals(app, app.select_handlers(handlers))
+    rows = metrics.collect(app, handlers, dead_since=dead_since)
+    return [replace(r, refused_at_start=refused.get(r.handler)) for r in rows]
 
 
 def _print_fleet(versions: fleet.Fleet) -> None:
@@ -152,10 +166,14 @@ def check(ctx: Context, handlers: tuple[str, ...], dead_since: float) -> None:
     """Exit 1 when a handler breaks its band's promise or dead-lettered events lately (for
     cron, probes, monitoring); warn of live workers older than the schema."""
     app = ready(ctx.app(), handlers)
-    rows = metrics.collect(app, handlers, dead_since=dead_since)
+    rows = _started(app, handlers, dead_since)
     broken = [(r, alert) for r in rows for alert in r.alerts]
     for r, alert in broken:
         click.echo(f"{r.handler} ({r.urgency}): {alert}")
+    # What a worker refuses at start (the very check it runs) fails a pre-deploy check.
+    refused = [r.refused_at_start for r in rows if r.refused_at_start is not None]
+    for reason in refused:
+        click.echo(f"alert: {reason}")
     # A buffer whose times outbox would misread (a worker refuses to start) is an alert; one
     # that only sessions in other zones would date wrongly is a warning.
     clocks = _buffer_clock.check(app, [h.table for h in app.select_handlers(handlers)])
@@ -164,6 +182,6 @@ def check(ctx: Context, handlers: tuple[str, ...], dead_since: float) -> None:
     # Old workers alive break no promise yet: a warning, not an alert.
     for line in fleet.old_worker_warnings(app):
         click.echo(f"warning: {line}")
-    if broken or any(finding.refuse for finding in clocks):
+    if broken or refused or any(finding.refuse for finding in clocks):
         sys.exit(EXIT_FAILURE)
     click.echo("all promises hold")

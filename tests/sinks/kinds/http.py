@@ -25,6 +25,8 @@ from tests.models import SinkEvent
 from tests.sinks._contract import SECRET, Stored, closed_port
 
 PATH = "/bulk"
+REASON = ":reason"
+"""A scripted answer's header that gives the status line's reason phrase instead."""
 
 
 class RecordingAPI:
@@ -57,8 +59,9 @@ class RecordingAPI:
                 time.sleep(api.delay)
                 api.authorizations.append(self.headers.get("Authorization"))
                 status, content, headers = api.take(self.headers.get("Idempotency-Key"), body)
-                self.send_response(status)
-                for name, value in {**headers, "Content-Type": "application/json"}.items():
+                headers = {"Content-Type": "application/json", **headers}
+                self.send_response(status, headers.pop(REASON, None))
+                for name, value in headers.items():
                     self.send_header(name, value)
                 self.send_header("Content-Length", str(len(content)))
                 self.end_headers()
@@ -77,7 +80,9 @@ class RecordingAPI:
     def answer_next(
         self, status: int, body: Any = None, headers: dict[str, str] | None = None, times: int = 1
     ) -> None:
-        """The next ``times`` calls answer ``status`` with ``body`` (JSON) and store nothing."""
+        """The next ``times`` calls answer ``status`` with ``body`` (JSON; bytes as they are)
+        and store nothing; ``headers`` may set the reason phrase (:data:`REASON`) and the
+        ``Content-Type``."""
         with self.lock:
             self.scripted += [(status, body, headers or {})] * times
 
@@ -104,7 +109,8 @@ class RecordingAPI:
                 return status, json.dumps(document).encode(), headers
             if self.scripted:
                 status, document, headers = self.scripted.pop(0)
-                return status, json.dumps(document).encode(), headers
+                content = document if isinstance(document, bytes) else json.dumps(document)
+                return status, content if isinstance(content, bytes) else content.encode(), headers
             records = json.loads(body)["records"]
             self.records += records
             answer = (200, json.dumps({"results": [{"status": 200}] * len(records)}).encode(), {})
