@@ -309,3 +309,16 @@ class ThroughputRow:
     succeeded: int
     dead: int
     failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputBucket:
+    """What a handler handled in one bucket of a chart (``throughput_buckets``): events
+    delivered and dead-lettered, groups that failed an attempt."""
+
+    handler: str
+    ago: int
+    """Buckets back from now: 0 is the newest."""
+    succeeded: int
+    dead: int
+    failed: int

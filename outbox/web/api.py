@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox import _log, archive, fleet, flow, groups, held, ingest, refused
+from outbox import _log, archive, fleet, flow, groups, held, ingest, metrics, refused
 from outbox.jsonable import jsonable
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web.auth import Permission, Principal
@@ -136,6 +136,17 @@ async def status(request: Request) -> Response:
     return answer(
         {"taken_at": snapshot.taken_at, "handlers": [h.as_dict() for h in snapshot.handlers]}
     )
+
+
+async def throughput(request: Request) -> Response:
+    """``GET /handlers/{handler}/throughput``: what the handler handled over the ``range``
+    (``hour``, a bucket a minute; ``day`` or ``week``, a bucket an hour), oldest first."""
+    await require(request, Permission.READ)
+    console = console_of(request)
+    [name] = handler_names(console, [request.path_params["handler"]])
+    span = request.query_params.get("range", metrics.ThroughputRange.HOUR.value)
+    charts = await call(metrics.throughput_charts, console.app, [name], span)
+    return answer(charts[name].as_dict())
 
 
 async def list_groups(request: Request) -> Response:
@@ -420,6 +431,7 @@ ROUTES = [
     Route(f"{PREFIX}/groups/{{group_id}}/events/{{event_id:int}}/replay", edit, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/pause", pause, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/resume", resume, methods=["POST"]),
+    Route(f"{PREFIX}/handlers/{{handler}}/throughput", throughput, methods=["GET"]),
     Route(f"{PREFIX}/handlers/{{handler}}/events", post_events, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/events/{{key}}", put_event, methods=["PUT"]),
     Route(f"{PREFIX}/history", history, methods=["GET"]),

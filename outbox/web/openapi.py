@@ -19,6 +19,7 @@ from outbox._version import VERSION
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.ingest import MAX_EVENTS, decimal_digits, integer_range
+from outbox.metrics import ThroughputRange
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction
 from outbox.web.api import PREFIX
 
@@ -244,6 +245,20 @@ PATHS: dict[str, dict[str, Any]] = {
                 _path("key", {"type": "string", "minLength": 1, "maxLength": 200}),
             ],
             requestBody=_json_body(_ANY_OBJECT),
+        )
+    },
+    "/handlers/{handler}/throughput": {
+        "get": _op(
+            "What a handler handled over an hour, a day or a week, bucket by bucket",
+            {"200": _answer("the chart's buckets, oldest first"), **_errors(400, 404)},
+            parameters=[
+                _path("handler", {"type": "string"}),
+                _query(
+                    "range",
+                    {"type": "string", "enum": [r.value for r in ThroughputRange]},
+                    "hour (a bucket a minute, the default), day or week (a bucket an hour)",
+                ),
+            ],
         )
     },
     "/history": {

@@ -183,6 +183,9 @@ async def handler_page(request: Request) -> Response:
     )
     handler = console.app.get_handler(name)
     limits = await call(flow.limit_use, console.app, name)
+    charts = await call(
+        metrics.throughput_charts, console.app, [name], request.query_params.get("range", "hour")
+    )
     return page(
         request,
         principal,
@@ -196,6 +199,8 @@ async def handler_page(request: Request) -> Response:
             "concurrency": handler.concurrency,
             "limit_use": limits,
             "alert_staleness": handler.urgency.alert_staleness,
+            "chart": charts[name],
+            "ranges": [r.value for r in metrics.ThroughputRange],
         },
     )
 

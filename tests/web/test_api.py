@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 import random
 import threading
 import uuid
@@ -19,6 +20,7 @@ from starlette.requests import HTTPConnection
 from starlette.routing import Route
 
 from outbox import Batch, Outbox, RetryPolicy, archive, flow, groups, ingest, metrics, schema
+from outbox._db import queries
 from outbox.exceptions import ConfigurationError
 from outbox.testing import drain
 from outbox.web import Auth, Principal, Role, api, create_app, openapi
@@ -606,6 +608,36 @@ async def test_the_status_endpoint_equals_the_status_command(
     response = await client.get("/api/v1/status", headers=bearer("viewer"))
     expected = {h.handler: h.unclaimed for h in metrics.collect(outbox_app)}
     assert expected == {h["handler"]: h["unclaimed"] for h in response.json()["handlers"]}
+
+
+async def test_the_throughput_endpoint_answers_the_chart_of_the_range_asked_for(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """A day of a handler: 24 hourly buckets, oldest first, what the workers recorded this
+    minute in the newest; the API keeps numbers (seconds), as metrics.throughput_charts says.
+    A range it does not know: 400 naming it."""
+    minute = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    row = {"handler": "accounts", "minute": minute, "succeeded": 3, "dead": 0, "failed": 0}
+    with outbox_app.engine.begin() as conn:
+        queries.add_throughput(conn, outbox_app.dialect, [row])
+    response = await client.get(
+        "/api/v1/handlers/accounts/throughput?range=day", headers=bearer("viewer")
+    )
+    wrong = await client.get(
+        "/api/v1/handlers/accounts/throughput?range=year", headers=bearer("viewer")
+    )
+    body = response.json()
+    expected = metrics.throughput_charts(outbox_app, ["accounts"], "day")["accounts"]
+    assert (200, "day", 3600, 24, 3, 3600, expected.as_dict(), 400) == (
+        response.status_code,
+        body["range"],
+        body["bucket_seconds"],
+        len(body["buckets"]),
+        body["buckets"][-1]["succeeded"],
+        body["buckets"][-1]["start_ago"],
+        body,
+        wrong.status_code,
+    )
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

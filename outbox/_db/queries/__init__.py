@@ -149,6 +149,7 @@ from outbox._db.queries.throughput import (
     THROUGHPUT_COUNTERS,
     add_throughput,
     delete_old_throughput,
+    throughput_buckets,
     throughput_since,
 )
 from outbox._db.queries.workers import (
@@ -180,6 +181,7 @@ from outbox._db.types import (
     SchemaGeneration,
     SessionClock,
     SilentHolder,
+    ThroughputBucket,
     ThroughputRow,
     UnreadableRowsError,
     WorkerRow,
@@ -213,6 +215,7 @@ __all__ = [
     "SessionClock",
     "SilentHolder",
     "Spend",
+    "ThroughputBucket",
     "ThroughputRow",
     "UnreadableRowsError",
     "WorkerRow",
@@ -337,6 +340,7 @@ __all__ = [
     "silent_holders",
     "switch_default_to_utc",
     "table_indexes",
+    "throughput_buckets",
     "throughput_since",
     "touch_worker",
     "try_lock_conversions",
