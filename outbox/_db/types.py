@@ -296,6 +296,20 @@ class WorkerRow:
     """It heartbeated recently enough to count as alive."""
     leader: bool = False
     """It is the live worker that distributes for the fleet."""
+    request: str | None = None
+    """What an operator asked of it (``drain`` or ``stop``, acted on at its next heartbeat);
+    None: nothing."""
+    requested_by: str | None = None
+    """Who asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerAsked:
+    """An operator's request to one worker, as its heartbeat reads it."""
+
+    request: str
+    """``drain`` or ``stop``."""
+    requested_by: str | None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,10 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from outbox import _log, archive, flow, groups, held, refused
+from outbox import _log, archive, fleet, flow, groups, held, refused
+from outbox._services.heartbeat import heartbeat_interval
 from outbox.exceptions import ConfigurationError
-from outbox.schema import OperationAction
+from outbox.schema import OperationAction, WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web._inputs import DEAD_STATUSES, attempt, filters_of, group_id_of, selection_of_filters
 from outbox.web._render import FLASH_SHOWN, duration, page
@@ -103,6 +104,24 @@ async def resume(request: Request) -> Response:
     _record(principal, "resume", handler=name)
     message = f"{name} resumed" if was else f"{name} was not paused"
     return _back(request, "pages.handler", message, handler=name)
+
+
+async def ask_worker(request: Request) -> Response:
+    """Ask one worker to drain (finish what it holds, take no more, exit) or to stop (as
+    SIGTERM); it acts at its next heartbeat."""
+    principal, console, _ = await _write(request)
+    worker_id = request.path_params["worker_id"]
+    asked = WorkerRequest(request.url.path.rsplit("/", 1)[-1])
+    worker, problem = await attempt(fleet.ask, console.app, worker_id, asked, actor=principal.name)
+    if problem is not None:
+        return _back(request, "pages.workers", problem, error=True)
+    _record(principal, asked.value, worker=worker_id)
+    within = duration(heartbeat_interval(console.app.settings))
+    message = (
+        f"asked worker {worker_id} ({worker.hostname}, pid {worker.pid}) to {asked.value}: "
+        f"it acts at its next heartbeat, within {within}"
+    )
+    return _back(request, "pages.workers", message)
 
 
 def _result_text(result: groups.OperationResult) -> str:

@@ -19,7 +19,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from outbox import _log, archive, fleet, flow, groups, held, ingest, metrics, refused
+from outbox._services.heartbeat import heartbeat_interval
 from outbox.jsonable import jsonable
+from outbox.schema import WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web.auth import Permission, Principal
 
@@ -345,6 +347,36 @@ async def resume(request: Request) -> Response:
     return answer({"handler": name, "paused": False, "was_paused": was})
 
 
+async def known_worker(console: Console, worker_id: str) -> None:
+    """404 naming ``worker_id`` when no worker has that id."""
+    found = {w.id for w in await call(fleet.workers, console.app)}
+    if worker_id not in found:
+        raise HTTPException(404, f"no worker {worker_id!r} (GET {PREFIX}/workers lists them)")
+
+
+async def ask_worker(request: Request) -> Response:
+    """``POST /workers/{worker_id}/drain`` or ``/stop``: ask one worker, wherever it runs, to
+    drain (finish what it holds, take no more, exit) or to stop (as SIGTERM); it acts at its
+    next heartbeat, within ``acts_within`` seconds. 409 for a worker too old to read it."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    await _body(request, ())
+    worker_id = request.path_params["worker_id"]
+    asked = WorkerRequest(request.url.path.rsplit("/", 1)[-1])
+    await known_worker(console, worker_id)
+    worker = await call(fleet.ask, console.app, worker_id, asked, actor=principal.name)
+    _record(console, principal, asked.value, worker=worker_id)
+    return answer(
+        {
+            "worker": worker.id,
+            "hostname": worker.hostname,
+            "pid": worker.pid,
+            "request": asked.value,
+            "acts_within": heartbeat_interval(console.app.settings),
+        }
+    )
+
+
 async def release_refused(request: Request) -> Response:
     """``POST /refused/release``: give refused groups back to the workers (``handler``,
     ``group_id``: only those)."""
@@ -437,6 +469,8 @@ ROUTES = [
     Route(f"{PREFIX}/history", history, methods=["GET"]),
     Route(f"{PREFIX}/archive", archived, methods=["GET"]),
     Route(f"{PREFIX}/workers", workers, methods=["GET"]),
+    Route(f"{PREFIX}/workers/{{worker_id}}/drain", ask_worker, methods=["POST"]),
+    Route(f"{PREFIX}/workers/{{worker_id}}/stop", ask_worker, methods=["POST"]),
     Route(f"{PREFIX}/held", held_keys, methods=["GET"]),
     Route(f"{PREFIX}/held/release", release_held, methods=["POST"]),
     Route(f"{PREFIX}/refused", refused_groups, methods=["GET"]),

@@ -20,7 +20,7 @@ from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.ingest import MAX_EVENTS, decimal_digits, integer_range
 from outbox.metrics import ThroughputRange
-from outbox.schema import ArchiveStatus, GroupStatus, OperationAction
+from outbox.schema import ArchiveStatus, GroupStatus, OperationAction, WorkerRequest
 from outbox.web.api import PREFIX
 
 _ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
@@ -309,6 +309,22 @@ PATHS: dict[str, dict[str, Any]] = {
         "get": _op(
             "The fleet's workers",
             {"200": _answer("workers", {"type": "array", "items": _ANY_OBJECT}), **_errors()},
+        )
+    },
+    **{
+        f"/workers/{{worker_id}}/{asked.value}": {
+            "post": _op(
+                f"Ask one worker to {asked.value}: {what}; it acts at its next heartbeat",
+                {
+                    "200": _answer("the worker asked, and within how many seconds it acts"),
+                    **_errors(400, 404, 409),
+                },
+                parameters=[_path("worker_id", {"type": "string"})],
+            )
+        }
+        for asked, what in (
+            (WorkerRequest.DRAIN, "finish what it holds, take no more, exit"),
+            (WorkerRequest.STOP, "as SIGTERM stops it"),
         )
     },
     "/held": {

@@ -358,7 +358,8 @@ async def archive_page(request: Request) -> Response:
 
 
 async def workers_page(request: Request) -> Response:
-    """``/workers``: the fleet's workers."""
+    """``/workers``: the fleet's workers, each with what an operator asked of it, and (for an
+    operator) drain and stop."""
     principal = await require(request, Permission.READ)
     found = await call(fleet.workers, console_of(request).app)
     return page(request, principal, "workers.html", {"workers": found}, nav="workers")
@@ -404,5 +405,7 @@ ROUTES: list[BaseRoute] = [
     Route("/history", history_page, methods=["GET"], name="pages.history"),
     Route("/archive", archive_page, methods=["GET"], name="pages.archive"),
     Route("/workers", workers_page, methods=["GET"], name="pages.workers"),
+    Route("/workers/{worker_id}/drain", actions.ask_worker, methods=["POST"], name="pages.drain"),
+    Route("/workers/{worker_id}/stop", actions.ask_worker, methods=["POST"], name="pages.stop"),
     Route("/static/{name}", static, methods=["GET"], name="pages.static"),
 ]

@@ -153,6 +153,7 @@ from outbox._db.queries.throughput import (
     throughput_since,
 )
 from outbox._db.queries.workers import (
+    ask_worker,
     count_live_workers,
     database_now,
     delete_stale_workers,
@@ -161,6 +162,7 @@ from outbox._db.queries.workers import (
     leader_worker_id,
     live_worker_versions,
     touch_worker,
+    worker_request,
     worker_rows,
 )
 from outbox._db.types import (
@@ -184,6 +186,7 @@ from outbox._db.types import (
     ThroughputBucket,
     ThroughputRow,
     UnreadableRowsError,
+    WorkerAsked,
     WorkerRow,
     WorkerVersion,
 )
@@ -218,6 +221,7 @@ __all__ = [
     "ThroughputBucket",
     "ThroughputRow",
     "UnreadableRowsError",
+    "WorkerAsked",
     "WorkerRow",
     "WorkerVersion",
     "acquire_capped_batch_jobs",
@@ -230,6 +234,7 @@ __all__ = [
     "archive_group_rows",
     "archive_source",
     "archived_of_group",
+    "ask_worker",
     "batch_job_of_group",
     "batch_job_values",
     "browse_archived",
@@ -349,5 +354,6 @@ __all__ = [
     "undistributed_age",
     "unlock_conversions",
     "window_usage",
+    "worker_request",
     "worker_rows",
 ]
