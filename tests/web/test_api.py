@@ -19,7 +19,18 @@ from sqlalchemy import func, select
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
 
-from outbox import Batch, Outbox, RetryPolicy, archive, flow, groups, ingest, metrics, schema
+from outbox import (
+    Batch,
+    Outbox,
+    RetryPolicy,
+    archive,
+    fleet,
+    flow,
+    groups,
+    ingest,
+    metrics,
+    schema,
+)
 from outbox._db import queries
 from outbox.exceptions import ConfigurationError
 from outbox.testing import drain
@@ -637,6 +648,47 @@ async def test_the_throughput_endpoint_answers_the_chart_of_the_range_asked_for(
         body["buckets"][-1]["start_ago"],
         body,
         wrong.status_code,
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_an_operator_asks_a_worker_to_drain_or_stop_through_the_api(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """Drain by an operator's token: 200 with the worker and within how many seconds it acts,
+    recorded as the token's principal; a viewer: 403; an unknown worker: 404; one too old to
+    read it: 409 naming why; nothing asked of the old one."""
+    with outbox_app.engine.begin() as conn:
+        for worker_id, generation in (("box:1:new", schema.GENERATION), ("box:2:old", 6)):
+            conn.execute(
+                schema.workers.insert().values(
+                    id=worker_id, hostname="box", pid=1, concurrency=1, version="0.9",
+                    generation=generation,
+                )
+            )  # fmt: skip
+    drained = await client.post("/api/v1/workers/box:1:new/drain", headers=bearer("operator"))
+    viewer = await client.post("/api/v1/workers/box:1:new/stop", headers=bearer("viewer"))
+    unknown = await client.post("/api/v1/workers/box:9:none/stop", headers=bearer("operator"))
+    old = await client.post("/api/v1/workers/box:2:old/stop", headers=bearer("operator"))
+    asked = {w.id: (w.request, w.requested_by) for w in fleet.workers(outbox_app)}
+    [operation] = archive.history(outbox_app)
+    assert (
+        (200, "drain", "box:1:new", True),
+        (403, 404, 409),
+        True,
+        {"box:1:new": ("drain", "operator-bot"), "box:2:old": (None, None)},
+        ("drain", "operator-bot", {"worker": "box:1:new"}),
+    ) == (
+        (
+            drained.status_code,
+            drained.json()["request"],
+            drained.json()["worker"],
+            drained.json()["acts_within"] > 0,
+        ),
+        (viewer.status_code, unknown.status_code, old.status_code),
+        "older than schema 0007" in old.json()["error"],
+        asked,
+        (operation.action, operation.actor, operation.selection),
     )
 
 

@@ -597,6 +597,68 @@ async def test_the_workers_page_lists_the_fleet(
     )
 
 
+def _live_worker(app: Outbox, worker_id: str, generation: int = schema.GENERATION) -> None:
+    with app.engine.begin() as conn:
+        conn.execute(
+            insert(schema.workers).values(
+                id=worker_id,
+                hostname="box",
+                pid=7,
+                concurrency=1,
+                version="0.9",
+                generation=generation,
+            )
+        )
+
+
+@SQLITE
+async def test_an_operator_asks_a_worker_to_drain_from_the_workers_page(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """The drain form: back to the workers page saying what was asked and when it acts; the
+    worker's row says draining and who asked; its forms are gone; a viewer sees no form."""
+    _live_worker(outbox_app, "box:7:abc")
+    before = (await client.get("/workers", headers=OPERATOR)).text
+    response = await _post(client, "/workers/box:7:abc/drain")
+    page = (await client.get("/workers", headers=OPERATOR)).text
+    viewed = (await client.get("/workers", headers=VIEWER)).text
+    [worker] = fleet.workers(outbox_app)
+    assert (
+        (303, "/workers", "ok"),
+        True,
+        ("drain", "olga"),
+        {"box:7:abc": {"alive": "alive", "request": "drain"}},
+        (2, 0, 0),
+    ) == (
+        (response.status_code, _flash(response)[0], _flash(response)[2]),
+        _flash(response)[1].startswith("asked worker box:7:abc (box, pid 7) to drain: it acts "),
+        (worker.request, worker.requested_by),
+        {k: {f: v[f] for f in ("alive", "request")} for k, v in values(page, "worker").items()},
+        (
+            before.count('<form method="post" action="/workers/'),
+            page.count('<form method="post" action="/workers/'),
+            viewed.count('<form method="post" action="/workers/'),
+        ),
+    )
+
+
+@SQLITE
+async def test_asking_a_worker_too_old_to_read_it_says_why_and_asks_nothing(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """A worker of generation 6: back to the page with the reason as an error; no request."""
+    _live_worker(outbox_app, "box:7:old", generation=6)
+    response = await _post(client, "/workers/box:7:old/stop")
+    [worker] = fleet.workers(outbox_app)
+    path, message, level = _flash(response)
+    assert ("/workers", True, "error", None) == (
+        path,
+        message.startswith("worker 'box:7:old' runs outbox 0.9, older than schema 0007"),
+        level,
+        worker.request,
+    )
+
+
 # --- who may see and do what ----------------------------------------------------------------
 
 
