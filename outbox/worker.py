@@ -792,6 +792,8 @@ class Worker:
                     next_heartbeat = now + heartbeat_every
                     if not self._stopping.is_set():
                         self._watch_schema()
+                    if self.schema_incompatible is None:
+                        self._read_request()
                 if now >= next_rescue and not self._stopping.is_set():
                     self.rescue()
                     self._look_for_missing_tables()
@@ -821,12 +823,13 @@ class Worker:
     def _heartbeat(self) -> None:
         beat = self._heartbeat_service.run_once()
         self.live_workers, self.leading = beat.live_workers, beat.leading
-        if beat.asked is not None and beat.asked.request != self._asked:
-            self._act_on(beat.asked)
 
-    def _act_on(self, asked: queries.WorkerAsked) -> None:
-        """An operator's request, read from this worker's row: drain or stop; a request it
-        does not know (of a newer outbox) is logged and left alone."""
+    def _read_request(self) -> None:
+        """Act on what an operator asked of this worker in its row: drain or stop; a request
+        it does not know (of a newer outbox) is logged and left alone."""
+        asked = self._heartbeat_service.asked()
+        if asked is None or asked.request == self._asked:
+            return
         self._asked = asked.request
         known = asked.request in set(schema.WorkerRequest)
         log.info(

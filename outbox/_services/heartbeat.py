@@ -60,9 +60,6 @@ class Beat:
     """Workers whose heartbeat is recent, this one included (at least 1)."""
     leading: bool
     """Whether this worker leads the fleet (the oldest live one): it distributes."""
-    asked: queries.WorkerAsked | None = None
-    """What an operator asked of this worker (drain or stop), left in its row; None:
-    nothing."""
 
 
 @dataclass
@@ -82,8 +79,8 @@ class Heartbeat:
     _steady_since: float | None = field(default=None, init=False, repr=False)
 
     def run_once(self) -> Beat:
-        """Touch (or insert) the worker's row, read what an operator asked of it, extend its
-        leases, count the fleet and find its leader, in one transaction."""
+        """Touch (or insert) the worker's row, extend its leases, count the fleet and find its
+        leader, in one transaction."""
         settings = self.app.settings
         running = list(self.running())
 
@@ -92,15 +89,22 @@ class Heartbeat:
                 queries.insert_worker(
                     conn, self.worker_id, socket.gethostname(), os.getpid(), self.concurrency
                 )
-            asked = queries.worker_request(conn, self.worker_id)
             queries.extend_leases(conn, self.worker_id, running, settings.lease_seconds)
             live = queries.count_live_workers(conn, settings.worker_stale_after)
             leader = queries.leader_worker_id(conn, settings.worker_stale_after)
-            return Beat(max(live, 1), leader == self.worker_id, asked)
+            return Beat(max(live, 1), leader == self.worker_id)
 
         beat = run_in_transaction(self.app.engine, work)
         self._note_beat()
         return beat
+
+    def asked(self) -> queries.WorkerAsked | None:
+        """What an operator asked of this worker (drain or stop), left in its row; None:
+        nothing. Read on its own, after the heartbeat: a schema downgraded below the
+        generation that brought the request must not stop the heartbeat, nor the schema
+        watch that stops the worker."""
+        with self.app.engine.connect() as conn:
+            return queries.worker_request(conn, self.worker_id)
 
     def _note_beat(self) -> None:
         now = self.clock()

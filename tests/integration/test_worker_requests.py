@@ -11,15 +11,18 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import insert, select, text, update
 from structlog.testing import capture_logs
 
-from outbox import Batch, Outbox, fleet, schema
+from outbox import Batch, Outbox, Settings, fleet, schema
 from outbox._services.heartbeat import Heartbeat
 from outbox.exceptions import ConfigurationError, OutboxError
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.models import ActivityEvent
+
+# Heartbeats, and so reads its row and the schema, every half second.
+FAST = Settings(poll_interval=0.05, rescue_interval=0.2, lease_seconds=1.5, worker_stale_after=1.5)
 
 
 def _app(make_app: Callable[[str], Outbox], url: str) -> Outbox:
@@ -55,9 +58,11 @@ def test_a_request_is_left_in_the_row_recorded_with_its_actor_and_read_by_the_he
     and pid, and the worker's next heartbeat reads it."""
     app = _app(make_app, database_url)
     beat = _beat(app)
-    quiet = beat.run_once().asked
+    beat.run_once()
+    quiet = beat.asked()
     found = fleet.ask(app, "host:1:a", "drain", actor="olga")
-    asked = beat.run_once().asked
+    beat.run_once()
+    asked = beat.asked()
     host = found.hostname
     assert (
         None,
@@ -183,3 +188,36 @@ def test_a_request_the_worker_does_not_know_leaves_it_working(
 
 def _asked_logs(logs: list[dict[str, Any]]) -> list[tuple[str, bool]]:
     return [(e["request"], e["known"]) for e in logs if e["event"] == "outbox.worker.asked"]
+
+
+def test_a_schema_downgraded_below_the_requests_still_stops_the_worker_on_its_fence(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """The tables taken back to generation 6 under a running worker (its request columns
+    gone): its heartbeats go on, it stops as the schema watch says, and no database error is
+    logged."""
+    app = make_app(database_url, FAST)
+    app.handler(ActivityEvent, name="record")(_ok)
+    worker = Worker(app)
+    thread = threading.Thread(target=worker.run, daemon=True)
+    with capture_logs() as logs:
+        thread.start()
+        try:
+            wait_for(lambda: fleet.workers(app), "the worker's row")
+            with app.engine.begin() as conn:
+                conn.execute(update(schema.schema_state).values(generation=6))
+            with app.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE outbox_workers DROP COLUMN requested_by"))
+            with app.engine.begin() as conn:
+                conn.execute(text("ALTER TABLE outbox_workers DROP COLUMN request"))
+            wait_for(lambda: worker.schema_incompatible, "the worker to see the schema")
+            thread.join(timeout=30)
+        finally:
+            worker.stop()
+            thread.join(timeout=30)
+    events = [e["event"] for e in logs]
+    assert (False, True, False) == (
+        thread.is_alive(),
+        "outbox.worker.schema_incompatible" in events,
+        "outbox.worker.database_error" in events,
+    )
