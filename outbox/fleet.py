@@ -19,7 +19,7 @@ from sqlalchemy import Connection
 from outbox import operators
 from outbox._db import queries, run_in_transaction
 from outbox._db.queries import WorkerRow as Worker
-from outbox._services.heartbeat import older_release_stale_after
+from outbox._services.heartbeat import heartbeat_interval, older_release_stale_after
 from outbox.app import Handler, Outbox
 from outbox.exceptions import ConfigurationError, OutboxError
 from outbox.generation import GENERATION
@@ -123,9 +123,28 @@ def workers(app: Outbox) -> list[Worker]:
     return [dataclasses.replace(row, leader=row.id == leader) for row in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A request left for one worker (:func:`ask`)."""
+
+    worker: Worker
+    """The worker as it was found."""
+    request: WorkerRequest
+    acts_within: float
+    """Seconds within which it reads the request: its heartbeat interval."""
+
+    def text(self) -> str:
+        """What was asked, in words."""
+        w = self.worker
+        return (
+            f"asked worker {w.id} ({w.hostname}, pid {w.pid}) to {self.request.value}: it acts "
+            f"at its next heartbeat, within {self.acts_within:g} s"
+        )
+
+
 def ask(
     app: Outbox, worker_id: str, request: WorkerRequest | str, *, actor: str | None = None
-) -> Worker:
+) -> Asked:
     """Ask one live worker to ``drain`` (finish the groups it holds, however long they take,
     take no more, exit) or to ``stop`` (as SIGTERM: what it holds finishes within its grace
     period). Workers run on other hosts: the request is left in the worker's row, which it
@@ -167,7 +186,7 @@ def ask(
         operators.record_in(conn, action, who, {"worker": worker_id}, detail=where)
 
     run_in_transaction(app.engine, work)
-    return worker
+    return Asked(worker, asked, heartbeat_interval(app.settings))
 
 
 def lever_warnings(app: Outbox, lever: str) -> list[str]:

@@ -16,7 +16,6 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from outbox import _log, archive, fleet, flow, groups, held, refused
-from outbox._services.heartbeat import heartbeat_interval
 from outbox.exceptions import ConfigurationError
 from outbox.schema import OperationAction, WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
@@ -112,16 +111,11 @@ async def ask_worker(request: Request) -> Response:
     principal, console, _ = await _write(request)
     worker_id = request.path_params["worker_id"]
     asked = WorkerRequest(request.url.path.rsplit("/", 1)[-1])
-    worker, problem = await attempt(fleet.ask, console.app, worker_id, asked, actor=principal.name)
+    done, problem = await attempt(fleet.ask, console.app, worker_id, asked, actor=principal.name)
     if problem is not None:
         return _back(request, "pages.workers", problem, error=True)
     _record(principal, asked.value, worker=worker_id)
-    within = duration(heartbeat_interval(console.app.settings))
-    message = (
-        f"asked worker {worker_id} ({worker.hostname}, pid {worker.pid}) to {asked.value}: "
-        f"it acts at its next heartbeat, within {within}"
-    )
-    return _back(request, "pages.workers", message)
+    return _back(request, "pages.workers", done.text())
 
 
 def _result_text(result: groups.OperationResult) -> str:

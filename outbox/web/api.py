@@ -19,7 +19,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from outbox import _log, archive, fleet, flow, groups, held, ingest, metrics, refused
-from outbox._services.heartbeat import heartbeat_interval
 from outbox.jsonable import jsonable
 from outbox.schema import WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
@@ -364,15 +363,15 @@ async def ask_worker(request: Request) -> Response:
     worker_id = request.path_params["worker_id"]
     asked = WorkerRequest(request.url.path.rsplit("/", 1)[-1])
     await known_worker(console, worker_id)
-    worker = await call(fleet.ask, console.app, worker_id, asked, actor=principal.name)
+    done = await call(fleet.ask, console.app, worker_id, asked, actor=principal.name)
     _record(console, principal, asked.value, worker=worker_id)
     return answer(
         {
-            "worker": worker.id,
-            "hostname": worker.hostname,
-            "pid": worker.pid,
-            "request": asked.value,
-            "acts_within": heartbeat_interval(console.app.settings),
+            "worker": done.worker.id,
+            "hostname": done.worker.hostname,
+            "pid": done.worker.pid,
+            "request": done.request.value,
+            "acts_within": done.acts_within,
         }
     )
 

@@ -60,7 +60,7 @@ def test_a_request_is_left_in_the_row_recorded_with_its_actor_and_read_by_the_he
     beat = _beat(app)
     beat.run_once()
     quiet = beat.asked()
-    found = fleet.ask(app, "host:1:a", "drain", actor="olga")
+    found = fleet.ask(app, "host:1:a", "drain", actor="olga").worker
     beat.run_once()
     asked = beat.asked()
     host = found.hostname

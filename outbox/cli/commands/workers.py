@@ -6,7 +6,6 @@ from __future__ import annotations
 import click
 
 from outbox import fleet
-from outbox._services.heartbeat import heartbeat_interval
 from outbox.cli._context import Context
 from outbox.cli._errors import command, ready
 from outbox.cli._main import main
@@ -47,12 +46,7 @@ def workers_list(ctx: Context, as_json: bool) -> None:
 
 
 def _ask(ctx: Context, worker_id: str, request: WorkerRequest) -> None:
-    app = ready(ctx.app())
-    worker = fleet.ask(app, worker_id, request)
-    click.echo(
-        f"asked worker {worker.id} ({worker.hostname}, pid {worker.pid}) to {request.value}: "
-        f"it acts at its next heartbeat, within {heartbeat_interval(app.settings):g} s"
-    )
+    click.echo(fleet.ask(ready(ctx.app()), worker_id, request).text())
 
 
 @workers_group.command("drain")
