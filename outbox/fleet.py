@@ -149,7 +149,8 @@ def ask(
     take no more, exit) or to ``stop`` (as SIGTERM: what it holds finishes within its grace
     period). Workers run on other hosts: the request is left in the worker's row, which it
     reads at its next heartbeat, and recorded in ``outbox_operations`` as ``actor`` did it
-    (None: this process's ``user@host``), in one transaction. The worker as it was found.
+    (None: this process's ``user@host``), in one transaction. What was asked of which
+    worker, and within how long it acts.
 
     Refused, with nothing written: a request other than those two, a worker with no row or
     one gone silent (ConfigurationError), and a worker of an outbox older than schema

@@ -233,7 +233,7 @@ def throughput(
 
 
 class ThroughputRange(StrEnum):
-    """How far back a throughput chart looks (:func:`throughput_chart`)."""
+    """How far back a throughput chart looks (:func:`throughput_charts`)."""
 
     HOUR = "hour"
     """The last hour, a bar a minute."""
