@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from sqlalchemy import insert, select
+from sqlalchemy import event, insert, select
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -295,6 +295,19 @@ async def test_the_handler_page_charts_what_was_handled_over_the_range_asked_for
         int(bars[str(buckets - 1)]),
         f'a bar <span class="age" title="{BUCKET_SECONDS[span]} s">{bucket_text}</span>' in page,
     )
+
+
+@SQLITE
+async def test_viewers_of_a_chart_cost_one_read_per_status_snapshot(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """Three viewers of a handler's week, within one refresh period: one chart read."""
+    statements: list[str] = []
+    event.listen(outbox_app.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    for _ in range(3):
+        assert 200 == (await client.get("/handlers/mails?range=week", headers=VIEWER)).status_code
+    charted = [s for s in statements if "outbox_throughput" in s and "GROUP BY" in s]
+    assert 1 == len(charted)
 
 
 @SQLITE
