@@ -22,6 +22,8 @@ DISTRIBUTION_MISSING = "outbox.distribute.missing"
 JOBS_RESCUED = "outbox.jobs.rescued"
 WORKER_STARTED = "outbox.worker.started"
 WORKER_STOPPING = "outbox.worker.stopping"
+# An operator asked this worker to drain or stop (outbox workers drain/stop): who, and what.
+WORKER_ASKED = "outbox.worker.asked"
 WORKER_STOPPED = "outbox.worker.stopped"
 WORKER_ABANDONED = "outbox.worker.abandoned"
 WORKER_DATABASE_ERROR = "outbox.worker.database_error"

@@ -14,17 +14,23 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from outbox._db import queries
+from sqlalchemy import Connection
+
+from outbox import operators
+from outbox._db import queries, run_in_transaction
 from outbox._db.queries import WorkerRow as Worker
-from outbox._services.heartbeat import older_release_stale_after
+from outbox._services.heartbeat import heartbeat_interval, older_release_stale_after
 from outbox.app import Handler, Outbox
+from outbox.exceptions import ConfigurationError, OutboxError
 from outbox.generation import GENERATION
+from outbox.schema import OperationAction, WorkerRequest
 
 PAUSES = "pauses"
 CIRCUIT_BREAKERS = "circuit breakers"
 RETRY_AFTER_PAUSES = "Retry-After pauses"
 ORDERING_KEYS = "ordering keys"
 EXACT_RATE_LIMITS = "exact rate limits"
+WORKER_REQUESTS = "requests to drain or stop"
 
 LEVERS: dict[str, int] = {
     PAUSES: 3,
@@ -32,6 +38,7 @@ LEVERS: dict[str, int] = {
     RETRY_AFTER_PAUSES: 3,
     ORDERING_KEYS: 3,
     EXACT_RATE_LIMITS: 4,
+    WORKER_REQUESTS: 7,
 }
 """Each lever the fleet shares, and the schema generation that brought it: workers older than
 that ignore it."""
@@ -114,6 +121,73 @@ def workers(app: Outbox) -> list[Worker]:
         rows = queries.worker_rows(conn, stale)
         leader = queries.leader_worker_id(conn, stale)
     return [dataclasses.replace(row, leader=row.id == leader) for row in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """A request left for one worker (:func:`ask`)."""
+
+    worker: Worker
+    """The worker as it was found."""
+    request: WorkerRequest
+    acts_within: float
+    """Seconds within which it reads the request: its heartbeat interval."""
+
+    def text(self) -> str:
+        """What was asked, in words."""
+        w = self.worker
+        return (
+            f"asked worker {w.id} ({w.hostname}, pid {w.pid}) to {self.request.value}: it acts "
+            f"at its next heartbeat, within {self.acts_within:g} s"
+        )
+
+
+def ask(
+    app: Outbox, worker_id: str, request: WorkerRequest | str, *, actor: str | None = None
+) -> Asked:
+    """Ask one live worker to ``drain`` (finish the groups it holds, however long they take,
+    take no more, exit) or to ``stop`` (as SIGTERM: what it holds finishes within its grace
+    period). Workers run on other hosts: the request is left in the worker's row, which it
+    reads at its next heartbeat, and recorded in ``outbox_operations`` as ``actor`` did it
+    (None: this process's ``user@host``), in one transaction. What was asked of which
+    worker, and within how long it acts.
+
+    Refused, with nothing written: a request other than those two, a worker with no row or
+    one gone silent (ConfigurationError), and a worker of an outbox older than schema
+    generation 7, which never reads the request (OutboxError: stop it with a signal on its
+    host)."""
+    try:
+        asked = WorkerRequest(request)
+    except ValueError:
+        choices = ", ".join(r.value for r in WorkerRequest)
+        raise ConfigurationError(f"request: expected one of {choices}, got {request!r}") from None
+    who = operators.checked_actor(actor)
+    found = {w.id: w for w in workers(app)}
+    worker = found.get(worker_id)
+    if worker is None:
+        raise ConfigurationError(f"worker {worker_id!r}: no such worker (outbox workers list)")
+    if not worker.alive:
+        raise ConfigurationError(
+            f"worker {worker_id!r} is gone (last heartbeat {worker.heartbeat_age:.0f} s ago): "
+            "there is nothing to ask"
+        )
+    since = LEVERS[WORKER_REQUESTS]
+    if worker.generation is None or worker.generation < since:
+        runs = NO_VERSION if worker.version is None else f"outbox {worker.version}"
+        raise OutboxError(
+            f"worker {worker_id!r} runs {runs}, older than schema {since:04d}: it never reads "
+            f"requests to drain or stop; send its process SIGTERM on {worker.hostname}"
+        )
+
+    def work(conn: Connection) -> None:
+        if not queries.ask_worker(conn, worker_id, asked.value, who):
+            raise ConfigurationError(f"worker {worker_id!r} stopped meanwhile: nothing to ask")
+        action = OperationAction(asked.value)
+        where = f"{worker.hostname} pid {worker.pid}"
+        operators.record_in(conn, action, who, {"worker": worker_id}, detail=where)
+
+    run_in_transaction(app.engine, work)
+    return Asked(worker, asked, heartbeat_interval(app.settings))
 
 
 def lever_warnings(app: Outbox, lever: str) -> list[str]:

@@ -12,6 +12,7 @@ when they will be rescued.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection
@@ -21,6 +22,7 @@ from outbox._db import queries
 from outbox._services import distribution_watch
 from outbox._services.heartbeat import silent_after
 from outbox.app import Handler, Outbox, Settings
+from outbox.exceptions import ConfigurationError
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,6 +236,121 @@ def throughput(
         for row in queries.throughput_since(conn, minutes * 60.0):
             found.setdefault(row.handler, []).append(row)
     return found
+
+
+class ThroughputRange(StrEnum):
+    """How far back a throughput chart looks (:func:`throughput_charts`)."""
+
+    HOUR = "hour"
+    """The last hour, a bar a minute."""
+    DAY = "day"
+    """The last day, a bar an hour."""
+    WEEK = "week"
+    """The last week, a bar an hour."""
+
+
+BUCKETS: dict[ThroughputRange, tuple[int, int]] = {
+    ThroughputRange.HOUR: (60, 60),
+    ThroughputRange.DAY: (24, 3600),
+    ThroughputRange.WEEK: (168, 3600),
+}
+"""Each range's buckets: how many, and how many seconds each."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputBucket:
+    """One bar of a chart: what a handler handled in ``bucket_seconds`` that began
+    ``start_ago`` seconds ago (by the database clock)."""
+
+    start_ago: int
+    succeeded: int
+    """Events delivered."""
+    dead: int
+    """Events dead-lettered."""
+    failed: int
+    """Groups that failed an attempt (retried or dead)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputChart:
+    """What a handler handled over a range, bucket by bucket, oldest first; every bucket is
+    there (0 when nothing was counted in it)."""
+
+    handler: str
+    range: ThroughputRange
+    bucket_seconds: int
+    buckets: list[ThroughputBucket]
+
+    @property
+    def succeeded(self) -> int:
+        """Events delivered over the whole range."""
+        return sum(b.succeeded for b in self.buckets)
+
+    @property
+    def failed(self) -> int:
+        """Groups that failed an attempt over the whole range."""
+        return sum(b.failed for b in self.buckets)
+
+    @property
+    def dead(self) -> int:
+        """Events dead-lettered over the whole range."""
+        return sum(b.dead for b in self.buckets)
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the API's answer)."""
+        return {
+            **asdict(self),
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+            "dead": self.dead,
+        }
+
+
+def throughput_range(given: str | None) -> ThroughputRange:
+    """A chart's range from its name (None: the hour); a ConfigurationError naming a wrong
+    one."""
+    if given is None:
+        return ThroughputRange.HOUR
+    try:
+        return ThroughputRange(given)
+    except ValueError:
+        ranges = ", ".join(r.value for r in ThroughputRange)
+        raise ConfigurationError(f"range: expected one of {ranges}, got {given!r}") from None
+
+
+def throughput_charts(
+    app: Outbox, handlers: list[str] | tuple[str, ...], span: ThroughputRange | str
+) -> dict[str, ThroughputChart]:
+    """What each of ``handlers`` handled over ``range`` (an hour: a bar a minute; a day or
+    a week: a bar an hour), summed by the database, as the workers recorded it
+    (``outbox_throughput``). ``outbox prune --older-than`` deletes the minutes past its age:
+    pruned to less than a week, a week's chart shows what is left. ``span``: a
+    :class:`ThroughputRange` or its name (a ConfigurationError for another)."""
+    chosen = throughput_range(str(span))
+    names = [h.name for h in app.select_handlers(handlers)]
+    count, seconds = BUCKETS[chosen]
+    sums: dict[str, list[list[int]]] = {name: [[0, 0, 0] for _ in range(count)] for name in names}
+    with app.engine.connect() as conn:
+        found = queries.throughput_buckets(conn, names, float(count * seconds), seconds)
+    for row in found:
+        # A minute a worker's clock dated a little ahead of the database's is the newest.
+        index = count - 1 - min(max(row.ago, 0), count - 1)
+        counts = sums[row.handler][index]
+        counts[0] += row.succeeded
+        counts[1] += row.dead
+        counts[2] += row.failed
+    return {
+        name: ThroughputChart(
+            name,
+            chosen,
+            seconds,
+            [
+                ThroughputBucket((count - index) * seconds, *counts)
+                for index, counts in enumerate(sums[name])
+            ],
+        )
+        for name in names
+    }
 
 
 def _silent_holdings(conn: Connection, settings: Settings) -> dict[str, list[SilentHolding]]:

@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from outbox._db.dialects import db_now, timestamp
 from outbox._version import VERSION
 
-GENERATION = 6
+GENERATION = 7
 """The schema generation of these tables: the number of the newest migration outbox ships.
 A worker records it as the generation it understands; ``outbox_schema`` records the generation
 the database is at (a test checks that the newest migration declares the same)."""
@@ -152,6 +152,20 @@ class OperationAction(StrEnum):
     """Refused groups given back to the workers, or held ordering keys let go."""
     RETRY = "retry"
     """Groups waiting for a retry or a deferral made due now."""
+    DRAIN = "drain"
+    """A worker asked to finish what it holds, take no more and exit."""
+    STOP = "stop"
+    """A worker asked to stop, as SIGTERM stops it."""
+
+
+class WorkerRequest(StrEnum):
+    """What an operator asked of one worker (``outbox_workers.request``), which it acts on at
+    its next heartbeat."""
+
+    DRAIN = "drain"
+    """Finish the groups it holds, however long they take; take no more; exit."""
+    STOP = "stop"
+    """Stop taking work; what it holds finishes within its shutdown grace period (SIGTERM)."""
 
 
 jobs = Table(
@@ -289,7 +303,7 @@ operations = Table(
         "action",
         String(16),
         nullable=False,
-        comment="replay, edit, discard, pause, resume or release",
+        comment="replay, edit, discard, pause, resume, release, drain or stop",
     ),
     Column("actor", _NAME, nullable=False, comment="who did it: user@host, or a login"),
     Column("selection", Text, nullable=True, comment="the filter it was given, as JSON"),
@@ -377,6 +391,13 @@ workers = Table(
         nullable=True,
         comment="the schema generation the worker understands; NULL: older than 5",
     ),
+    Column(
+        "request",
+        String(8),
+        nullable=True,
+        comment="what an operator asked of the worker: drain or stop; NULL: nothing",
+    ),
+    Column("requested_by", _NAME, nullable=True, comment="who asked it"),
     Index(None, "heartbeat_at"),
 )
 

@@ -8,7 +8,9 @@ Shutdown has two stages. :meth:`Worker.stop` stops taking work and lets in-fligh
 within the grace period; whatever is still running then is abandoned and its leases expire, so
 another worker rescues it (async handlers abandoned so are cancelled). :meth:`Worker.abort`
 abandons in-flight jobs at once. Both are idempotent; signals are wired to them in exactly one
-place, the CLI.
+place, the CLI. :meth:`Worker.drain` stops taking work and waits for what it holds however long
+that takes. An operator asks a worker on another host to drain or stop through its row in
+``outbox_workers`` (``outbox workers drain``), read at each heartbeat.
 """
 
 from __future__ import annotations
@@ -217,6 +219,9 @@ class Worker:
         """Monotonic times at which groups this worker's rate limits gave back are due."""
         self._stopping = threading.Event()
         self._aborted = threading.Event()
+        self._draining = threading.Event()
+        self._asked: str | None = None
+        """The operator's request this worker last acted on."""
         self._threads: list[threading.Thread] = []
         self._maintenance: threading.Thread | None = None
         self._database_down = False
@@ -259,7 +264,18 @@ class Worker:
     # --- control -------------------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop taking work; in-flight jobs finish within the grace period. Idempotent."""
+        """Stop taking work; in-flight jobs finish within the grace period (after a
+        :meth:`drain`, too). Idempotent."""
+        self._draining.clear()
+        self._stop_taking_work()
+
+    def drain(self) -> None:
+        """Stop taking work; in-flight jobs finish, however long they take (no grace period),
+        unless :meth:`stop` or :meth:`abort` comes after. Idempotent."""
+        self._draining.set()
+        self._stop_taking_work()
+
+    def _stop_taking_work(self) -> None:
         if not self._stopping.is_set():
             log.info(_log.WORKER_STOPPING, worker=self.id, in_flight=self.in_flight)
         self._stopping.set()
@@ -789,6 +805,7 @@ class Worker:
                     self._heartbeat()
                     if self.schema_incompatible is None:
                         self._throughput.run_once()
+                        self._read_request()
                 if now >= next_rescue and not self._stopping.is_set():
                     self.rescue()
                     self._look_for_missing_tables()
@@ -821,6 +838,27 @@ class Worker:
     def _heartbeat(self) -> None:
         beat = self._heartbeat_service.run_once()
         self.live_workers, self.leading = beat.live_workers, beat.leading
+
+    def _read_request(self) -> None:
+        """Act on what an operator asked of this worker in its row: drain or stop; a request
+        it does not know (of a newer outbox) is logged and left alone."""
+        asked = self._heartbeat_service.asked()
+        if asked is None or asked.request == self._asked:
+            return
+        self._asked = asked.request
+        known = asked.request in set(schema.WorkerRequest)
+        log.info(
+            _log.WORKER_ASKED,
+            worker=self.id,
+            request=asked.request,
+            requested_by=asked.requested_by,
+            in_flight=self.in_flight,
+            known=known,
+        )
+        if asked.request == schema.WorkerRequest.DRAIN:
+            self.drain()
+        elif asked.request == schema.WorkerRequest.STOP:
+            self.stop()
 
     def _watch_schema(self) -> None:
         """Stop taking work once the database's schema is one this worker may not work on:
@@ -869,8 +907,17 @@ class Worker:
         self._stopping.set()
         if self._listener is not None:
             self._listener.stop()
-        deadline = time.monotonic() + self.shutdown_grace_period
-        while self.in_flight and not self._aborted.is_set() and time.monotonic() < deadline:
+        deadline: float | None = None
+        while self.in_flight and not self._aborted.is_set():
+            # Draining waits for as long as the jobs take; a stop (or one after the drain)
+            # gives them the grace period from then.
+            if self._draining.is_set():
+                deadline = None
+            else:
+                if deadline is None:
+                    deadline = time.monotonic() + self.shutdown_grace_period
+                if time.monotonic() >= deadline:
+                    break
             self._wake.wait(0.1)
             self._wake.clear()
         abandoned = self.in_flight

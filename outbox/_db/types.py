@@ -296,6 +296,20 @@ class WorkerRow:
     """It heartbeated recently enough to count as alive."""
     leader: bool = False
     """It is the live worker that distributes for the fleet."""
+    request: str | None = None
+    """What an operator asked of it (``drain`` or ``stop``, acted on at its next heartbeat);
+    None: nothing."""
+    requested_by: str | None = None
+    """Who asked."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerAsked:
+    """An operator's request to one worker, as its heartbeat reads it."""
+
+    request: str
+    """``drain`` or ``stop``."""
+    requested_by: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,6 +320,19 @@ class ThroughputRow:
     handler: str
     minute: dt.datetime
     """The minute's start, UTC."""
+    succeeded: int
+    dead: int
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class ThroughputBucket:
+    """What a handler handled in one bucket of a chart (``throughput_buckets``): events
+    delivered and dead-lettered, groups that failed an attempt."""
+
+    handler: str
+    ago: int
+    """Buckets back from now: 0 is the newest."""
     succeeded: int
     dead: int
     failed: int

@@ -98,6 +98,14 @@ class Heartbeat:
         self._note_beat()
         return beat
 
+    def asked(self) -> queries.WorkerAsked | None:
+        """What an operator asked of this worker (drain or stop), left in its row; None:
+        nothing. Read on its own, after the heartbeat: a schema downgraded below the
+        generation that brought the request must not stop the heartbeat, nor the schema
+        watch that stops the worker."""
+        with self.app.engine.connect() as conn:
+            return queries.worker_request(conn, self.worker_id)
+
     def _note_beat(self) -> None:
         now = self.clock()
         gap = STEADY_GAP_INTERVALS * heartbeat_interval(self.app.settings)

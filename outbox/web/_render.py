@@ -8,6 +8,7 @@ A page asked for with ``X-Outbox-Fragment: 1`` is drawn as its main part only: w
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import re
 from collections.abc import Mapping
@@ -70,22 +71,56 @@ def _visible(value: Any) -> Any:
 
 
 def duration(seconds: float | None) -> str:
-    """Seconds in words a glance takes in: ``4.2 s``, ``35 s``, ``12 min``, ``3.5 h``,
-    ``2.0 d``; a dash for none."""
-    if seconds is None:
+    """Seconds as a person reads them, to the two largest units: ``4.2 s``, ``45 s``,
+    ``3 min``, ``2 h 5 min``, ``1 d 2 h``; a dash for none. Minutes drop their seconds and
+    larger units what is below their second unit: the exact value is :func:`age`'s title."""
+    if seconds is None or seconds != seconds:
         return "—"
     size = abs(seconds)
     if size < 10:
         text = f"{size:.1f} s"
-    elif size < 120:
+    elif size < 60:
         text = f"{size:.0f} s"
-    elif size < 7200:
-        text = f"{size / 60:.0f} min"
-    elif size < 172_800:
-        text = f"{size / 3600:.1f} h"
     else:
-        text = f"{size / 86_400:.1f} d"
+        whole = int(size)
+        days, rest = divmod(whole, 86_400)
+        hours, rest = divmod(rest, 3600)
+        minutes = rest // 60
+        if days:
+            text = f"{days} d" + (f" {hours} h" if hours else "")
+        elif hours:
+            text = f"{hours} h" + (f" {minutes} min" if minutes else "")
+        else:
+            text = f"{minutes} min"
     return f"-{text}" if seconds < 0 else text
+
+
+def age(seconds: float | None) -> Markup:
+    """:func:`duration` with the exact seconds in its ``title`` (shown on hover); a dash for
+    none. What every page shows of an age or a duration."""
+    if seconds is None or seconds != seconds:
+        return Markup("—")
+    return Markup('<span class="age" title="{exact} s">{text}</span>').format(
+        exact=_exact_seconds(seconds), text=duration(seconds)
+    )
+
+
+def _exact_seconds(seconds: float) -> str:
+    return f"{seconds:,.3f}".rstrip("0").rstrip(".")
+
+
+def moment(value: Any, now: dt.datetime | None = None) -> Markup:
+    """A point in time as its age (``3 min ago``, ``in 2 h 5 min``), the exact time (UTC) in
+    its ``title``; a time without a zone is UTC, as outbox stores every time."""
+    if not isinstance(value, dt.datetime):
+        return Markup("{}").format(_when(value))
+    at = value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+    seconds = ((now or dt.datetime.now(dt.UTC)) - at).total_seconds()
+    text = f"in {duration(-seconds)}" if seconds < 0 else f"{duration(seconds)} ago"
+    exact = at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S.%f UTC")
+    return Markup('<time class="age" datetime="{iso}" title="{exact}">{text}</time>').format(
+        iso=at.isoformat(), exact=exact, text=text
+    )
 
 
 def _count(value: int, cap: int | None = None) -> str:
@@ -158,12 +193,13 @@ def _environment() -> jinja2.Environment:
         lstrip_blocks=True,
     )
     env.filters.update(
-        duration=duration,
+        duration=age,
+        duration_text=duration,
         count=_count,
         first_line=_first_line,
         payload=payload_text,
         preview=payload_preview,
-        when=_when,
+        when=moment,
     )
     env.globals["link"] = _link
     return env

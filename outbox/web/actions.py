@@ -16,9 +16,9 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from outbox import _log, archive, flow, groups, held, refused
+from outbox import _log, archive, fleet, flow, groups, held, refused
 from outbox.exceptions import ConfigurationError
-from outbox.schema import OperationAction
+from outbox.schema import OperationAction, WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web._inputs import DEAD_STATUSES, attempt, filters_of, group_id_of, selection_of_filters
 from outbox.web._render import FLASH_SHOWN, duration, page
@@ -111,6 +111,19 @@ _DONE = {
     OperationAction.RETRY: "made due now",
     OperationAction.DISCARD: "discarded",
 }
+
+
+async def ask_worker(request: Request) -> Response:
+    """Ask one worker to drain (finish what it holds, take no more, exit) or to stop (as
+    SIGTERM); it acts at its next heartbeat."""
+    principal, console, _ = await _write(request)
+    worker_id = request.path_params["worker_id"]
+    asked = WorkerRequest(request.url.path.rsplit("/", 1)[-1])
+    done, problem = await attempt(fleet.ask, console.app, worker_id, asked, actor=principal.name)
+    if problem is not None:
+        return _back(request, "pages.workers", problem, error=True)
+    _record(principal, asked.value, worker=worker_id)
+    return _back(request, "pages.workers", done.text())
 
 
 def _result_text(result: groups.OperationResult) -> str:

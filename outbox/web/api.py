@@ -18,8 +18,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox import _log, archive, fleet, flow, groups, held, ingest, refused, search
+from outbox import _log, archive, fleet, flow, groups, held, ingest, metrics, refused, search
 from outbox.jsonable import jsonable
+from outbox.schema import WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web.auth import Permission, Principal
 
@@ -136,6 +137,17 @@ async def status(request: Request) -> Response:
     return answer(
         {"taken_at": snapshot.taken_at, "handlers": [h.as_dict() for h in snapshot.handlers]}
     )
+
+
+async def throughput(request: Request) -> Response:
+    """``GET /handlers/{handler}/throughput``: what the handler handled over the ``range``
+    (``hour``, a bucket a minute; ``day`` or ``week``, a bucket an hour), oldest first."""
+    await require(request, Permission.READ)
+    console = console_of(request)
+    [name] = handler_names(console, [request.path_params["handler"]])
+    span = request.query_params.get("range", metrics.ThroughputRange.HOUR.value)
+    charts = await call(metrics.throughput_charts, console.app, [name], span)
+    return answer(charts[name].as_dict())
 
 
 async def list_groups(request: Request) -> Response:
@@ -358,6 +370,36 @@ async def resume(request: Request) -> Response:
     return answer({"handler": name, "paused": False, "was_paused": was})
 
 
+async def known_worker(console: Console, worker_id: str) -> None:
+    """404 naming ``worker_id`` when no worker has that id."""
+    found = {w.id for w in await call(fleet.workers, console.app)}
+    if worker_id not in found:
+        raise HTTPException(404, f"no worker {worker_id!r} (GET {PREFIX}/workers lists them)")
+
+
+async def ask_worker(request: Request) -> Response:
+    """``POST /workers/{worker_id}/drain`` or ``/stop``: ask one worker, wherever it runs, to
+    drain (finish what it holds, take no more, exit) or to stop (as SIGTERM); it acts at its
+    next heartbeat, within ``acts_within`` seconds. 409 for a worker too old to read it."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    await _body(request, ())
+    worker_id = request.path_params["worker_id"]
+    asked = WorkerRequest(request.url.path.rsplit("/", 1)[-1])
+    await known_worker(console, worker_id)
+    done = await call(fleet.ask, console.app, worker_id, asked, actor=principal.name)
+    _record(console, principal, asked.value, worker=worker_id)
+    return answer(
+        {
+            "worker": done.worker.id,
+            "hostname": done.worker.hostname,
+            "pid": done.worker.pid,
+            "request": done.request.value,
+            "acts_within": done.acts_within,
+        }
+    )
+
+
 async def release_refused(request: Request) -> Response:
     """``POST /refused/release``: give refused groups back to the workers (``handler``,
     ``group_id``: only those)."""
@@ -445,12 +487,15 @@ ROUTES = [
     Route(f"{PREFIX}/groups/{{group_id}}/events/{{event_id:int}}/replay", edit, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/pause", pause, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/resume", resume, methods=["POST"]),
+    Route(f"{PREFIX}/handlers/{{handler}}/throughput", throughput, methods=["GET"]),
     Route(f"{PREFIX}/handlers/{{handler}}/events", post_events, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/events/{{key}}", put_event, methods=["PUT"]),
     Route(f"{PREFIX}/history", history, methods=["GET"]),
     Route(f"{PREFIX}/archive", archived, methods=["GET"]),
     Route(f"{PREFIX}/search", find, methods=["GET"]),
     Route(f"{PREFIX}/workers", workers, methods=["GET"]),
+    Route(f"{PREFIX}/workers/{{worker_id}}/drain", ask_worker, methods=["POST"]),
+    Route(f"{PREFIX}/workers/{{worker_id}}/stop", ask_worker, methods=["POST"]),
     Route(f"{PREFIX}/held", held_keys, methods=["GET"]),
     Route(f"{PREFIX}/held/release", release_held, methods=["POST"]),
     Route(f"{PREFIX}/refused", refused_groups, methods=["GET"]),

@@ -19,7 +19,8 @@ from outbox._version import VERSION
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.ingest import MAX_EVENTS, decimal_digits, integer_range
-from outbox.schema import ArchiveStatus, GroupStatus, OperationAction
+from outbox.metrics import ThroughputRange
+from outbox.schema import ArchiveStatus, GroupStatus, OperationAction, WorkerRequest
 from outbox.web.api import PREFIX
 
 _ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
@@ -276,6 +277,20 @@ PATHS: dict[str, dict[str, Any]] = {
             requestBody=_json_body(_ANY_OBJECT),
         )
     },
+    "/handlers/{handler}/throughput": {
+        "get": _op(
+            "What a handler handled over an hour, a day or a week, bucket by bucket",
+            {"200": _answer("the chart's buckets, oldest first"), **_errors(400, 404)},
+            parameters=[
+                _path("handler", {"type": "string"}),
+                _query(
+                    "range",
+                    {"type": "string", "enum": [r.value for r in ThroughputRange]},
+                    "hour (a bucket a minute, the default), day or week (a bucket an hour)",
+                ),
+            ],
+        )
+    },
     "/history": {
         "get": _op(
             "Operators' replays, edits and discards, newest first",
@@ -324,6 +339,22 @@ PATHS: dict[str, dict[str, Any]] = {
         "get": _op(
             "The fleet's workers",
             {"200": _answer("workers", {"type": "array", "items": _ANY_OBJECT}), **_errors()},
+        )
+    },
+    **{
+        f"/workers/{{worker_id}}/{asked.value}": {
+            "post": _op(
+                f"Ask one worker to {asked.value}: {what}; it acts at its next heartbeat",
+                {
+                    "200": _answer("the worker asked, and within how many seconds it acts"),
+                    **_errors(400, 404, 409),
+                },
+                parameters=[_path("worker_id", {"type": "string"})],
+            )
+        }
+        for asked, what in (
+            (WorkerRequest.DRAIN, "finish what it holds, take no more, exit"),
+            (WorkerRequest.STOP, "as SIGTERM stops it"),
         )
     },
     "/held": {

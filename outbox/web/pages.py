@@ -126,6 +126,36 @@ class _Deferred:
         return self.counts
 
 
+class _Charts:
+    """Each handler's throughput chart of each range, read once per status snapshot however
+    many viewers refresh it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._read: dict[tuple[str, str], tuple[float, metrics.ThroughputChart]] = {}
+
+    def get(
+        self, console: Console, name: str, given: str, taken_at: float
+    ) -> metrics.ThroughputChart:
+        """``name``'s chart of the range ``given`` (a ConfigurationError naming a wrong one),
+        as of the snapshot taken at ``taken_at``."""
+        span = metrics.throughput_range(given)
+        with self._lock:
+            kept = self._read.get((name, span))
+            if kept is None or kept[0] != taken_at:
+                chart = metrics.throughput_charts(console.app, [name], span)[name]
+                kept = self._read[(name, span)] = (taken_at, chart)
+            return kept[1]
+
+
+def _charts(request: Request) -> _Charts:
+    state = request.app.state
+    if not hasattr(state, "throughput_charts"):
+        state.throughput_charts = _Charts()
+    found: _Charts = state.throughput_charts
+    return found
+
+
 def _deferred(request: Request) -> _Deferred:
     state = request.app.state
     if not hasattr(state, "deferred_groups"):
@@ -150,6 +180,7 @@ async def _status(request: Request) -> tuple[dict[str, Any], list[HandlerRow]]:
         for s in snapshot.handlers
     ]
     said = {
+        "taken_at": snapshot.taken_at,
         "as_of": time.strftime("%H:%M:%S UTC", time.gmtime(snapshot.taken_at)),
         "snapshot_error": console.snapshots.error,
     }
@@ -183,6 +214,8 @@ async def handler_page(request: Request) -> Response:
     )
     handler = console.app.get_handler(name)
     limits = await call(flow.limit_use, console.app, name)
+    span = request.query_params.get("range", "hour")
+    chart = await call(_charts(request).get, console, name, span, said["taken_at"])
     return page(
         request,
         principal,
@@ -196,6 +229,8 @@ async def handler_page(request: Request) -> Response:
             "concurrency": handler.concurrency,
             "limit_use": limits,
             "alert_staleness": handler.urgency.alert_staleness,
+            "chart": chart,
+            "ranges": [r.value for r in metrics.ThroughputRange],
         },
     )
 
@@ -377,7 +412,8 @@ async def search_page(request: Request) -> Response:
 
 
 async def workers_page(request: Request) -> Response:
-    """``/workers``: the fleet's workers."""
+    """``/workers``: the fleet's workers, each with what an operator asked of it, and (for an
+    operator) drain and stop."""
     principal = await require(request, Permission.READ)
     found = await call(fleet.workers, console_of(request).app)
     return page(request, principal, "workers.html", {"workers": found}, nav="workers")
@@ -426,5 +462,7 @@ ROUTES: list[BaseRoute] = [
     Route("/archive", archive_page, methods=["GET"], name="pages.archive"),
     Route("/search", search_page, methods=["GET"], name="pages.search"),
     Route("/workers", workers_page, methods=["GET"], name="pages.workers"),
+    Route("/workers/{worker_id}/drain", actions.ask_worker, methods=["POST"], name="pages.drain"),
+    Route("/workers/{worker_id}/stop", actions.ask_worker, methods=["POST"], name="pages.stop"),
     Route("/static/{name}", static, methods=["GET"], name="pages.static"),
 ]

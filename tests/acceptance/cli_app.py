@@ -44,6 +44,10 @@ CALLS_PER_SECOND_ENV = "OUTBOX_TEST_CALLS_PER_SECOND"
 RATE_LIMIT_ENV = "OUTBOX_TEST_RATE_LIMIT"
 ORDERED_ENV = "OUTBOX_TEST_ORDERED"
 WORKER_STALE_AFTER_ENV = "OUTBOX_TEST_WORKER_STALE_AFTER"
+# A file: each batch, once started, waits while it exists (at most HOLD_SECONDS), so that a
+# test decides when the batch in flight ends.
+HOLD_ENV = "OUTBOX_TEST_HOLD_FILE"
+HOLD_SECONDS = 60.0
 
 STARTED_LOG = "started.log"
 HANDLED_LOG = "handled.log"
@@ -87,6 +91,10 @@ def _handle(batch: Batch[BufferMixin]) -> None:
     prefix = f"{batch.handler} {batch.group_id} {batch.attempt} {os.getpid()}"
     _append(STARTED_LOG, [f"{prefix} {time.time():.6f}"])
     time.sleep(float(os.environ.get(SLEEP_ENV, "0")))
+    hold = os.environ.get(HOLD_ENV)
+    deadline = time.monotonic() + HOLD_SECONDS
+    while hold and Path(hold).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
     fail = float(os.environ.get(FAIL_ENV) or 0)
     if fail >= 1 or (fail > 0 and random.random() < fail):
         raise RuntimeError("the downstream API refused the batch (on purpose)")

@@ -115,8 +115,9 @@ def test_check_warns_of_old_workers_without_failing(
     checked = _outbox(cli, database_url, "check")
     expected = [
         "warning: 1 live worker records no version (older than outbox 0.2): it may ignore "
-        "pauses, circuit breakers, Retry-After pauses, ordering keys (since schema 0003) and "
-        "exact rate limits (since schema 0004); stop or upgrade it",
+        "pauses, circuit breakers, Retry-After pauses, ordering keys (since schema 0003), "
+        "exact rate limits (since schema 0004) and requests to drain or stop (since schema "
+        "0007); stop or upgrade it",
         "all promises hold",
     ]
     assert (0, expected) == (checked.code, checked.stdout.splitlines())

@@ -50,3 +50,31 @@ def test_old_minutes_are_not_read_and_are_pruned(db: Database) -> None:
     with db.engine.connect() as conn:
         left = [r.minute for r in queries.throughput_since(conn, 86_400)]
     assert ([now], 1, [now]) == (read, deleted, left)
+
+
+def test_minutes_are_summed_into_buckets_counted_back_from_now(db: Database) -> None:
+    """Hour buckets of a day: this minute and the one before in bucket 0, a minute three hours
+    back in bucket 2 or 3 (by where in the hour now is) with its neighbour, one two days back
+    outside the day; only the handlers asked for, each on its own."""
+    now = _now_minute()
+    three = now - dt.timedelta(hours=3)
+    rows = [
+        _row("a", now, 5, 1),
+        _row("a", now - dt.timedelta(minutes=1), 2),
+        _row("a", three, 4),
+        _row("a", three + dt.timedelta(minutes=1), 6),
+        _row("a", now - dt.timedelta(days=2), 100),
+        _row("b", now, 7),
+        _row("c", now, 9),
+    ]
+    db.run(lambda conn: queries.add_throughput(conn, db.dialect, rows))
+    with db.engine.connect() as conn:
+        found = queries.throughput_buckets(conn, ["a", "b"], 86_400, 3600)
+    by = {(b.handler, b.ago): (b.succeeded, b.dead, b.failed) for b in found}
+    three_back = {k: v for k, v in by.items() if k[0] == "a" and k[1] != 0}
+    assert ((7, 1, 0), (7, 0, 0), 10, True) == (
+        by[("a", 0)],
+        by[("b", 0)],
+        sum(v[0] for v in three_back.values()),
+        set(three_back) <= {("a", 2), ("a", 3)} and len(by) == 2 + len(three_back),
+    )

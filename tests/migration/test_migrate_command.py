@@ -144,7 +144,7 @@ def test_unknown_revision_is_a_usage_error(
 
     expected = (
         "Error: unknown revision '0099': this outbox knows 0001, 0002, 0003, 0004, 0005, 0006, "
-        "head and base\n"
+        "0007, head and base\n"
     )
     assert (2, expected) == (result.code, result.stderr)
 
@@ -156,7 +156,7 @@ def _stamp(engine: Engine, revision: str) -> None:
 
 
 NEWER = (
-    "Error: this database's outbox tables are at revision 0007, newer than this outbox knows "
+    "Error: this database's outbox tables are at revision 0099, newer than this outbox knows "
     "(newest {newest}): upgrade outbox, or downgrade the tables with the newer outbox's "
     "`outbox migrate --to {newest}`\n"
 )
@@ -168,7 +168,7 @@ def test_migrate_on_a_newer_schema_exits_1_naming_both_revisions(
     """A database at a revision outbox does not ship: migrate exits 1 in one line."""
     engine = engine_on(empty_url)
     migrate(engine)
-    _stamp(engine, "0007")
+    _stamp(engine, "0099")
 
     result = cli.run(*_url(empty_url), "migrate")
 
@@ -182,7 +182,7 @@ def test_commands_on_a_newer_schema_exit_1_naming_both_revisions(
     url = make_empty_database("sqlite")
     engine = engine_on(url)
     migrate(engine)
-    _stamp(engine, "0007")
+    _stamp(engine, "0099")
 
     result = cli.run(*_url(url), "prune", "--older-than", "1d", "--dry-run")
 

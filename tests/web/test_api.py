@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import datetime as dt
 import random
 import threading
 import uuid
@@ -18,7 +19,8 @@ from sqlalchemy import func, insert, select
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
 
-from outbox import Batch, Outbox, RetryPolicy, archive, flow, groups, ingest, metrics, schema
+from outbox import Batch, Outbox, RetryPolicy, archive, fleet, flow, groups, ingest, metrics, schema
+from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError
 from outbox.testing import drain
@@ -688,6 +690,77 @@ async def test_the_status_endpoint_equals_the_status_command(
     response = await client.get("/api/v1/status", headers=bearer("viewer"))
     expected = {h.handler: h.unclaimed for h in metrics.collect(outbox_app)}
     assert expected == {h["handler"]: h["unclaimed"] for h in response.json()["handlers"]}
+
+
+async def test_the_throughput_endpoint_answers_the_chart_of_the_range_asked_for(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """A day of a handler: 24 hourly buckets, oldest first, what the workers recorded this
+    minute in the newest; the API keeps numbers (seconds), as metrics.throughput_charts says.
+    A range it does not know: 400 naming it."""
+    minute = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    row = {"handler": "accounts", "minute": minute, "succeeded": 3, "dead": 0, "failed": 0}
+    with outbox_app.engine.begin() as conn:
+        queries.add_throughput(conn, outbox_app.dialect, [row])
+    response = await client.get(
+        "/api/v1/handlers/accounts/throughput?range=day", headers=bearer("viewer")
+    )
+    wrong = await client.get(
+        "/api/v1/handlers/accounts/throughput?range=year", headers=bearer("viewer")
+    )
+    body = response.json()
+    expected = metrics.throughput_charts(outbox_app, ["accounts"], "day")["accounts"]
+    assert (200, "day", 3600, 24, 3, 3600, expected.as_dict(), 400) == (
+        response.status_code,
+        body["range"],
+        body["bucket_seconds"],
+        len(body["buckets"]),
+        body["buckets"][-1]["succeeded"],
+        body["buckets"][-1]["start_ago"],
+        body,
+        wrong.status_code,
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_an_operator_asks_a_worker_to_drain_or_stop_through_the_api(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """Drain by an operator's token: 200 with the worker and within how many seconds it acts,
+    recorded as the token's principal; a viewer: 403; an unknown worker: 404; one too old to
+    read it: 409 naming why; nothing asked of the old one."""
+    with outbox_app.engine.begin() as conn:
+        for worker_id, generation in (("box:1:new", schema.GENERATION), ("box:2:old", 6)):
+            conn.execute(
+                schema.workers.insert().values(
+                    id=worker_id, hostname="box", pid=1, concurrency=1, version="0.9",
+                    generation=generation,
+                )
+            )  # fmt: skip
+    drained = await client.post("/api/v1/workers/box:1:new/drain", headers=bearer("operator"))
+    viewer = await client.post("/api/v1/workers/box:1:new/stop", headers=bearer("viewer"))
+    unknown = await client.post("/api/v1/workers/box:9:none/stop", headers=bearer("operator"))
+    old = await client.post("/api/v1/workers/box:2:old/stop", headers=bearer("operator"))
+    asked = {w.id: (w.request, w.requested_by) for w in fleet.workers(outbox_app)}
+    [operation] = archive.history(outbox_app)
+    assert (
+        (200, "drain", "box:1:new", True),
+        (403, 404, 409),
+        True,
+        {"box:1:new": ("drain", "operator-bot"), "box:2:old": (None, None)},
+        ("drain", "operator-bot", {"worker": "box:1:new"}),
+    ) == (
+        (
+            drained.status_code,
+            drained.json()["request"],
+            drained.json()["worker"],
+            drained.json()["acts_within"] > 0,
+        ),
+        (viewer.status_code, unknown.status_code, old.status_code),
+        "older than schema 0007" in old.json()["error"],
+        asked,
+        (operation.action, operation.actor, operation.selection),
+    )
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

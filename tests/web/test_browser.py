@@ -13,6 +13,7 @@ chromium``; ``.ci/run`` installs it). Without it the tests are skipped, or fail 
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import re
 import threading
@@ -25,7 +26,7 @@ import pytest
 import uvicorn
 from sqlalchemy import Engine, insert
 
-from outbox import Outbox, add_events, flow, groups, ingest, metrics, schema
+from outbox import Outbox, add_events, fleet, flow, groups, ingest, metrics, schema
 from outbox._db.dialects import db_now_plus
 from outbox.web import Auth, Role, create_app
 from tests._ports import free_ports
@@ -429,6 +430,111 @@ def test_an_operator_pauses_and_resumes_a_handler(app: Outbox, operator: Any) ->
         paused[1].reason if paused[1] else None,
         operator.inner_text("p.state"),
         flow.paused(app),
+    )
+
+
+def test_the_handler_page_switches_its_chart_between_an_hour_a_day_and_a_week(
+    operator: Any,
+) -> None:
+    """Each range link draws the chart again with its buckets (60 minutes, 24 and 168 hours)
+    and marks itself current; a refresh keeps the range."""
+    operator.goto("/handlers/deliver")
+    shown = []
+    for span in ("day", "week", "hour"):
+        with operator.expect_navigation():
+            operator.click(f"nav.ranges a[data-range={span}]")
+        operator.evaluate("() => { window.before = document.querySelector('#main > *'); }")
+        operator.wait_for_function("() => document.querySelector('#main > *') !== window.before")
+        shown.append(
+            (
+                operator.get_attribute("svg.chart", "data-range"),
+                operator.get_attribute("svg.chart", "data-buckets"),
+                operator.get_attribute("nav.ranges a[aria-current]", "data-range"),
+            )
+        )
+    assert [("day", "24", "day"), ("week", "168", "week"), ("hour", "60", "hour")] == shown
+
+
+def test_an_age_reads_in_minutes_with_its_exact_seconds_on_hover(
+    app: Outbox, operator: Any
+) -> None:
+    """An event written 200 s ago to a paused handler: its overview row says the oldest is
+    some minutes old, and the title holds the seconds those minutes round down."""
+    flow.pause(app, "mail", reason="an age to read")
+    try:
+        created = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=200)
+        _commit(app.engine, EmailEvent, [{"address": "old@example.com", "created_at": created}])
+        operator.goto("/")
+        cell = "tr[data-handler=mail] [data-field=oldest_age] .age"
+        operator.wait_for_selector(cell)
+        text, title = operator.inner_text(cell), operator.get_attribute(cell, "title")
+    finally:
+        flow.resume(app, "mail")
+    seconds = float(title.removesuffix(" s").replace(",", ""))
+    assert (True, True, f"{int(seconds // 60)} min") == (
+        bool(re.fullmatch(r"\d+ min", text)),
+        seconds >= 200,
+        text,
+    )
+
+
+def _fragments_after(page: Any) -> list[str]:
+    """The refreshes (fragment requests) the page sends from now on."""
+    sent: list[str] = []
+    page.on(
+        "request",
+        lambda r: sent.append(r.url) if r.headers.get("x-outbox-fragment") == "1" else None,
+    )
+    return sent
+
+
+def test_the_live_toggle_stops_refreshes_and_is_remembered_after_a_reload(
+    operator: Any,
+) -> None:
+    """Paused: periods pass with no refresh sent, and the toggle says so; after a reload it is
+    still paused; resumed, the page refreshes again."""
+    operator.goto("/")
+    operator.click("#live-toggle")
+    sent = _fragments_after(operator)
+    operator.wait_for_function("() => Number(document.getElementById('main').dataset.skipped) >= 2")
+    paused = (operator.inner_text("#live-toggle"), len(sent))
+    operator.reload()
+    operator.wait_for_function("() => Number(document.getElementById('main').dataset.skipped) >= 2")
+    reloaded = (operator.inner_text("#live-toggle"), len(sent))
+    with operator.expect_request(lambda r: r.headers.get("x-outbox-fragment") == "1"):
+        operator.click("#live-toggle")
+    assert (("paused", 0), ("paused", 0), "live") == (
+        paused,
+        reloaded,
+        operator.inner_text("#live-toggle"),
+    )
+
+
+def test_an_operator_drains_a_worker_from_the_workers_page_and_sees_it_leave(
+    database: str, operator: Any, output_dir: Path, tmp_path: Path, app: Outbox
+) -> None:
+    """A second ``outbox work`` process: its Drain button asks it, the page says so, the
+    worker exits 0 and its row leaves the page as it refreshes."""
+    cli = Cli(tmp_path, output_dir)
+    try:
+        second = cli.start("--app", APP, "--database-url", database, "work", *LEASE)
+        pid = second.popen.pid
+        [worker_id] = wait_for(
+            lambda: [w.id for w in fleet.workers(app) if w.pid == pid], "the second worker's row"
+        )
+        operator.on("dialog", lambda dialog: dialog.accept())
+        operator.goto("/workers")
+        with operator.expect_navigation():
+            operator.click(f"tr[data-worker='{worker_id}'] form.drain button")
+        flash = operator.inner_text(".flash")
+        operator.wait_for_selector(f"tr[data-worker='{worker_id}']", state="detached")
+        code = second.wait(timeout=30)
+    finally:
+        cli.close()
+    assert (True, 0, []) == (
+        flash.startswith(f"asked worker {worker_id} ("),
+        code,
+        [w for w in fleet.workers(app) if w.id == worker_id],
     )
 
 

@@ -4,6 +4,7 @@ says and sends the browser back; and nothing a handler's events hold reaches a p
 
 from __future__ import annotations
 
+import datetime as dt
 import html
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import event, insert, select, update
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
@@ -38,10 +39,11 @@ from outbox import (
     schema,
     search,
 )
+from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox.testing import drain
 from outbox.web import create_app
-from outbox.web._render import PAYLOAD_SHOWN, PREVIEW_SHOWN
+from outbox.web._render import PAYLOAD_SHOWN, PREVIEW_SHOWN, age, duration, moment
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD
 from outbox.web.pages import FRAGMENT_HEADER
 from outbox.worker import Worker
@@ -61,6 +63,7 @@ from tests.web._site import (
 
 pytestmark = pytest.mark.anyio
 SQLITE = pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+BUCKET_SECONDS = {"hour": "60", "day": "3,600", "week": "3,600"}
 REMOTE = ("203.0.113.7", 40000)
 ONE_SHOT = RetryPolicy(max_attempts=1)
 HOSTILE = "<script>alert(1)</script>"
@@ -255,6 +258,105 @@ async def test_the_overview_charts_the_last_hour_the_workers_recorded(
         recorded,
         values(page)["mails"]["last_hour"],
         "events in the last hour" in page and "<polyline" in page,
+    )
+
+
+@SQLITE
+@pytest.mark.parametrize(
+    ("span", "buckets", "bucket_text"),
+    [("hour", 60, "1 min"), ("day", 24, "1 h"), ("week", 168, "1 h")],
+)
+async def test_the_handler_page_charts_what_was_handled_over_the_range_asked_for(
+    client: httpx.AsyncClient, outbox_app: Outbox, span: str, buckets: int, bucket_text: str
+) -> None:
+    """The chart has a bar a bucket (a minute for an hour, an hour for a day and a week): a
+    minute two hours back is in the day's and the week's, not the hour's; links switch the
+    range."""
+    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    rows = [
+        {"handler": "mails", "minute": now, "succeeded": 3, "dead": 1, "failed": 1},
+        {
+            "handler": "mails",
+            "minute": now - dt.timedelta(hours=2),
+            "succeeded": 40,
+            "dead": 0,
+            "failed": 0,
+        },
+    ]
+    with outbox_app.engine.begin() as conn:
+        queries.add_throughput(conn, outbox_app.dialect, rows)
+    page = (await client.get(f"/handlers/mails?range={span}", headers=VIEWER)).text
+    bars = pairs(page, "data-bucket", "data-succeeded")
+    expected = 3 if span == "hour" else 43
+    assert (span, str(buckets), buckets, expected, str(expected), 3, True) == (
+        attributes(page, "data-range")[0],
+        pairs(page, "data-range", "data-buckets")[span],
+        len(bars),
+        sum(int(n) for n in bars.values()),
+        values(page)[""]["handled"],
+        int(bars[str(buckets - 1)]),
+        f'a bar <span class="age" title="{BUCKET_SECONDS[span]} s">{bucket_text}</span>' in page,
+    )
+
+
+@SQLITE
+async def test_viewers_of_a_chart_cost_one_read_per_status_snapshot(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """Three viewers of a handler's week, within one refresh period: one chart read."""
+    statements: list[str] = []
+    event.listen(outbox_app.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    for _ in range(3):
+        assert 200 == (await client.get("/handlers/mails?range=week", headers=VIEWER)).status_code
+    charted = [s for s in statements if "outbox_throughput" in s and "GROUP BY" in s]
+    assert 1 == len(charted)
+
+
+@SQLITE
+async def test_the_handler_page_refuses_a_range_it_does_not_know(
+    client: httpx.AsyncClient,
+) -> None:
+    """A range other than hour, day or week: 400 naming it."""
+    response = await client.get("/handlers/mails?range=year", headers=VIEWER)
+    assert (400, True) == (
+        response.status_code,
+        "range: expected one of hour, day, week, got 'year'" in response.text,
+    )
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (None, "—"),
+        (0.25, "0.2 s"),
+        (4.26, "4.3 s"),
+        (45.4, "45 s"),
+        (183.4, "3 min"),
+        (3599, "59 min"),
+        (3600, "1 h"),
+        (7500, "2 h 5 min"),
+        (86_400 + 7200 + 59, "1 d 2 h"),
+        (3 * 86_400, "3 d"),
+        (-183.4, "-3 min"),
+    ],
+)
+def test_ages_read_as_a_person_reads_them(seconds: float | None, text: str) -> None:
+    """Two units at most, the largest first."""
+    assert text == duration(seconds)
+
+
+def test_an_age_carries_its_exact_seconds_and_a_time_its_exact_moment_on_hover() -> None:
+    """The page shows the words; the title, what they round."""
+    now = dt.datetime(2026, 11, 29, 7, 0, 0, tzinfo=dt.UTC)
+    assert (
+        '<span class="age" title="183.4 s">3 min</span>',
+        '<span class="age" title="93,784.125 s">1 d 2 h</span>',
+        '<time class="age" datetime="2026-11-29T06:56:59.500000+00:00" '
+        'title="2026-11-29 06:56:59.500000 UTC">3 min ago</time>',
+    ) == (
+        str(age(183.4)),
+        str(age(93_784.125)),
+        str(moment(dt.datetime(2026, 11, 29, 6, 56, 59, 500_000), now)),
     )
 
 
@@ -507,6 +609,68 @@ async def test_the_workers_page_lists_the_fleet(
     ) == (
         {k: {"pid": str(v.get("pid")), "groups_held": v["groups_held"]} for k, v in shown.items()},
         "leader" in page and "alive" in page,
+    )
+
+
+def _live_worker(app: Outbox, worker_id: str, generation: int = schema.GENERATION) -> None:
+    with app.engine.begin() as conn:
+        conn.execute(
+            insert(schema.workers).values(
+                id=worker_id,
+                hostname="box",
+                pid=7,
+                concurrency=1,
+                version="0.9",
+                generation=generation,
+            )
+        )
+
+
+@SQLITE
+async def test_an_operator_asks_a_worker_to_drain_from_the_workers_page(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """The drain form: back to the workers page saying what was asked and when it acts; the
+    worker's row says draining and who asked; its forms are gone; a viewer sees no form."""
+    _live_worker(outbox_app, "box:7:abc")
+    before = (await client.get("/workers", headers=OPERATOR)).text
+    response = await _post(client, "/workers/box:7:abc/drain")
+    page = (await client.get("/workers", headers=OPERATOR)).text
+    viewed = (await client.get("/workers", headers=VIEWER)).text
+    [worker] = fleet.workers(outbox_app)
+    assert (
+        (303, "/workers", "ok"),
+        True,
+        ("drain", "olga"),
+        {"box:7:abc": {"alive": "alive", "request": "drain"}},
+        (2, 0, 0),
+    ) == (
+        (response.status_code, _flash(response)[0], _flash(response)[2]),
+        _flash(response)[1].startswith("asked worker box:7:abc (box, pid 7) to drain: it acts "),
+        (worker.request, worker.requested_by),
+        {k: {f: v[f] for f in ("alive", "request")} for k, v in values(page, "worker").items()},
+        (
+            before.count('<form method="post" action="/workers/'),
+            page.count('<form method="post" action="/workers/'),
+            viewed.count('<form method="post" action="/workers/'),
+        ),
+    )
+
+
+@SQLITE
+async def test_asking_a_worker_too_old_to_read_it_says_why_and_asks_nothing(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """A worker of generation 6: back to the page with the reason as an error; no request."""
+    _live_worker(outbox_app, "box:7:old", generation=6)
+    response = await _post(client, "/workers/box:7:old/stop")
+    [worker] = fleet.workers(outbox_app)
+    path, message, level = _flash(response)
+    assert ("/workers", True, "error", None) == (
+        path,
+        message.startswith("worker 'box:7:old' runs outbox 0.9, older than schema 0007"),
+        level,
+        worker.request,
     )
 
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from sqlalchemy import literal
+from sqlalchemy import literal, literal_column
 from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.types import (
     DateTime,
     Float,
+    Integer,
     TypeEngine,
 )
 
@@ -65,6 +66,32 @@ class age_seconds(FunctionElement[Any]):  # noqa: N801
 
     type = Float()
     inherit_cache = True
+
+
+class whole_buckets(FunctionElement[Any]):  # noqa: N801
+    """How many whole buckets of ``seconds`` (a number written into the statement) a
+    non-negative number of seconds spans: the floor of their quotient, an integer."""
+
+    type = Integer()
+    inherit_cache = True
+
+    def __init__(self, value: Any, seconds: int) -> None:
+        # Inlined, not bound: a GROUP BY of the expression must read as its SELECT does.
+        super().__init__(value, literal_column(str(int(seconds))))
+
+
+@compiles(whole_buckets)
+def _buckets_default(element: whole_buckets, compiler: Any, **kw: Any) -> str:
+    value, seconds = (compiler.process(clause, **kw) for clause in element.clauses)
+    return f"FLOOR({value} / {seconds})"
+
+
+@compiles(whole_buckets, SQLITE)
+def _buckets_sqlite(element: whole_buckets, compiler: Any, **kw: Any) -> str:
+    # SQLite has FLOOR only when built with its maths functions; a cast truncates, the floor
+    # of a number that is not negative.
+    value, seconds = (compiler.process(clause, **kw) for clause in element.clauses)
+    return f"CAST({value} / {seconds} AS INTEGER)"
 
 
 @compiles(db_now)

@@ -158,9 +158,11 @@ from outbox._db.queries.throughput import (
     THROUGHPUT_COUNTERS,
     add_throughput,
     delete_old_throughput,
+    throughput_buckets,
     throughput_since,
 )
 from outbox._db.queries.workers import (
+    ask_worker,
     count_live_workers,
     database_now,
     delete_stale_workers,
@@ -169,6 +171,7 @@ from outbox._db.queries.workers import (
     leader_worker_id,
     live_worker_versions,
     touch_worker,
+    worker_request,
     worker_rows,
 )
 from outbox._db.types import (
@@ -189,8 +192,10 @@ from outbox._db.types import (
     SchemaGeneration,
     SessionClock,
     SilentHolder,
+    ThroughputBucket,
     ThroughputRow,
     UnreadableRowsError,
+    WorkerAsked,
     WorkerRow,
     WorkerVersion,
 )
@@ -222,8 +227,10 @@ __all__ = [
     "SessionClock",
     "SilentHolder",
     "Spend",
+    "ThroughputBucket",
     "ThroughputRow",
     "UnreadableRowsError",
+    "WorkerAsked",
     "WorkerRow",
     "WorkerVersion",
     "acquire_capped_batch_jobs",
@@ -237,6 +244,7 @@ __all__ = [
     "archive_source",
     "archived_events",
     "archived_of_group",
+    "ask_worker",
     "batch_job_of_group",
     "batch_job_values",
     "browse_archived",
@@ -353,6 +361,7 @@ __all__ = [
     "silent_holders",
     "switch_default_to_utc",
     "table_indexes",
+    "throughput_buckets",
     "throughput_since",
     "touch_worker",
     "try_lock_conversions",
@@ -361,5 +370,6 @@ __all__ = [
     "undistributed_age",
     "unlock_conversions",
     "window_usage",
+    "worker_request",
     "worker_rows",
 ]

@@ -6,12 +6,12 @@ import datetime as dt
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from outbox import schema
 from outbox._db import dialects
-from outbox._db.dialects.clock import db_now_plus
-from outbox._db.types import ThroughputRow
+from outbox._db.dialects.clock import age_seconds, db_now_plus, whole_buckets
+from outbox._db.types import ThroughputBucket, ThroughputRow
 
 _throughput = schema.throughput
 THROUGHPUT_COUNTERS = ("succeeded", "dead", "failed")
@@ -33,6 +33,34 @@ def throughput_since(conn: Connection, seconds: float) -> list[ThroughputRow]:
     )
     return [
         ThroughputRow(r.handler, _utc(r.minute), int(r.succeeded), int(r.dead), int(r.failed))
+        for r in rows
+    ]
+
+
+def throughput_buckets(
+    conn: Connection, handlers: Sequence[str], seconds: float, bucket_seconds: int
+) -> list[ThroughputBucket]:
+    """The counts of ``handlers`` over the last ``seconds``, summed in SQL into buckets of
+    ``bucket_seconds`` counted back from now (``ago`` 0: the newest); the buckets with no row
+    are absent. Each handler's minutes are a range of the primary key (handler, minute): a
+    week reads at most 10,080 rows a handler, however long the table is kept."""
+    ago = whole_buckets(age_seconds(_throughput.c.minute), bucket_seconds).label("ago")
+    rows = conn.execute(
+        select(
+            _throughput.c.handler,
+            ago,
+            func.sum(_throughput.c.succeeded).label("succeeded"),
+            func.sum(_throughput.c.dead).label("dead"),
+            func.sum(_throughput.c.failed).label("failed"),
+        )
+        .where(
+            _throughput.c.handler.in_(list(handlers)),
+            _throughput.c.minute >= db_now_plus(-seconds),
+        )
+        .group_by(_throughput.c.handler, ago)
+    )
+    return [
+        ThroughputBucket(r.handler, int(r.ago), int(r.succeeded), int(r.dead), int(r.failed))
         for r in rows
     ]
 

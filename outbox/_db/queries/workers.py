@@ -19,7 +19,7 @@ from sqlalchemy import (
 
 from outbox import schema
 from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
-from outbox._db.types import WorkerRow, WorkerVersion
+from outbox._db.types import WorkerAsked, WorkerRow, WorkerVersion
 from outbox._version import VERSION
 
 _workers = schema.workers
@@ -47,6 +47,28 @@ def touch_worker(conn: Connection, worker_id: str) -> bool:
         update(_workers).where(_workers.c.id == worker_id).values(heartbeat_at=db_now())
     )
     return result.rowcount == 1
+
+
+def ask_worker(conn: Connection, worker_id: str, request: str, actor: str) -> bool:
+    """Leave an operator's request (``drain`` or ``stop``) in a worker's row, for its next
+    heartbeat; False when it has no row."""
+    result = conn.execute(
+        update(_workers)
+        .where(_workers.c.id == worker_id)
+        .values(request=request, requested_by=actor)
+    )
+    return result.rowcount == 1
+
+
+def worker_request(conn: Connection, worker_id: str) -> WorkerAsked | None:
+    """What an operator asked of this worker, and who; None when nothing (by its primary
+    key: one row)."""
+    row = conn.execute(
+        select(_workers.c.request, _workers.c.requested_by).where(
+            _workers.c.id == worker_id, _workers.c.request.is_not(None)
+        )
+    ).first()
+    return None if row is None else WorkerAsked(row.request, row.requested_by)
 
 
 def delete_worker(conn: Connection, worker_id: str) -> None:
@@ -140,6 +162,8 @@ def worker_rows(conn: Connection, stale_seconds: float) -> list[WorkerRow]:
             age_seconds(_workers.c.started_at).label("started"),
             age_seconds(_workers.c.heartbeat_at).label("heartbeat"),
             held.label("held"),
+            _workers.c.request,
+            _workers.c.requested_by,
         ).order_by(_workers.c.started_at, _workers.c.id)
     )
     return [
@@ -154,6 +178,8 @@ def worker_rows(conn: Connection, stale_seconds: float) -> list[WorkerRow]:
             max(float(r.heartbeat), 0.0),
             int(r.held),
             float(r.heartbeat) <= stale_seconds,
+            request=r.request,
+            requested_by=r.requested_by,
         )
         for r in rows
     ]

@@ -11,6 +11,7 @@ from outbox.cli.commands import (
     schema,
     status,
     work,
+    workers,
 )
 
 __all__ = [
@@ -24,4 +25,5 @@ __all__ = [
     "schema",
     "status",
     "work",
+    "workers",
 ]
