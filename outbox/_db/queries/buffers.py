@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import operator
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -348,6 +348,15 @@ def insert_events_returning(
         return []
     stmt = insert(table).returning(table.c.id, sort_by_parameter_order=True)
     return [int(n) for n in conn.execute(stmt, list(rows)).scalars().all()]
+
+
+def existing_ids(conn: Connection, table: Table, ids: Collection[int]) -> set[int]:
+    """Of ``ids``, those a row of ``table`` has now (a replay's check that an event's own id
+    is free); served by the primary key."""
+    if not ids:
+        return set()
+    found = conn.execute(select(table.c.id).where(table.c.id.in_(sorted(ids)))).scalars()
+    return {int(i) for i in found}
 
 
 def insert_stored_rows(
