@@ -54,6 +54,7 @@ from outbox._db.queries.clock import (
 from outbox._db.queries.groups import (
     ARCHIVED,
     LIVE,
+    archived_age,
     archived_of_group,
     count_dead_events,
     count_dead_groups,
@@ -227,6 +228,7 @@ __all__ = [
     "archive_counts",
     "archive_group_rows",
     "archive_source",
+    "archived_age",
     "archived_of_group",
     "batch_job_of_group",
     "batch_job_values",

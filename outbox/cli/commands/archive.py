@@ -55,7 +55,7 @@ _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
     "event_id",
     type=int,
     default=None,
-    help="With --group and --set: replay this one dead event with values changed.",
+    help="With --group and --set: replay this dead or discarded event with values changed.",
 )
 @click.option(
     "--set",
@@ -63,6 +63,12 @@ _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
     multiple=True,
     metavar="COLUMN=VALUE",
     help="With --event: the new value of a column (repeatable; 'null' for NULL).",
+)
+@click.option(
+    "--new-ids",
+    is_flag=True,
+    help="Give the events new ids: consumers take them as new events (ordered handlers' keep "
+    "theirs).",
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be replayed, change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of text.")
@@ -79,6 +85,7 @@ def replay(
     payload: str | None,
     event_id: int | None,
     changes: tuple[str, ...],
+    new_ids: bool,
     dry_run: bool,
     as_json: bool,
 ) -> None:
@@ -87,14 +94,17 @@ def replay(
     Say which: --status dead for the dead letters (repeat --status for several), --all for
     every status, --group for groups' events, or the filters of `outbox groups` (--older-than,
     --error, --key, --payload) for dead groups. Given none of them, it says what the archive
-    holds and changes nothing. --group G --event ID --set COLUMN=VALUE replays one dead event
-    with values changed, as a new event. Each replay is recorded (`outbox history`); the
-    archive keeps the replayed rows, marked replayed.
+    holds and changes nothing. --group G --event ID --set COLUMN=VALUE replays one dead or
+    discarded event with values changed. Each event goes back under its own id, so sinks send
+    it under its own message id (--new-ids: new ids, new messages). Each replay is recorded
+    (`outbox history`); the archive keeps the replayed rows, marked replayed.
     """
     if statuses and all_statuses:
         fail("--status and --all: give one or the other", EXIT_USAGE)
     if (event_id is None) != (not changes):
         fail("--event and --set go together: the event to edit and its new values", EXIT_USAGE)
+    if new_ids and event_id is not None:
+        fail("--new-ids and --event: an edited event keeps its id", EXIT_USAGE)
     app = ready(ctx.app(), () if handler is None else (handler,))
     if event_id is not None:
         if len(group_ids) != 1:
@@ -123,7 +133,7 @@ def replay(
             payload=payload,
             group_ids=group_ids,
         )
-        print_operation(groups.replay(app, selection, dry_run=dry_run), as_json)
+        print_operation(groups.replay(app, selection, dry_run=dry_run, new_ids=new_ids), as_json)
         return
     if not statuses and not all_statuses and not group_ids:
         found = _by_status(archive.counts(app, handler=handler))
@@ -140,6 +150,7 @@ def replay(
         group_ids=group_ids or None,
         dry_run=dry_run,
         all_statuses=all_statuses,
+        new_ids=new_ids,
     )
     if as_json:
         print_json(result)
