@@ -878,7 +878,7 @@ def test_edit_replays_a_discarded_event_as_it_does_a_dead_one(
     [row] = _archived(app.engine)
     result = archive.edit(app, row.group_id, event_id, {"kind": "fixed"})
     with app.engine.connect() as conn:
-        back = list(conn.execute(select(ActivityEvent.id, ActivityEvent.kind)).tuples())
+        back = [tuple(r) for r in conn.execute(select(ActivityEvent.id, ActivityEvent.kind))]
     [operation] = archive.history(app)
     assert (
         "discarded",
