@@ -239,14 +239,17 @@ def test_a_key_filter_finds_the_groups_of_an_ordering_key(
     assert ([(alpha[0], GroupStatus.HELD)]) == [(g.group_id, g.status) for g in listing.groups]
 
 
+FINITE_AGE = "older_than: expected a finite number of seconds >= 0"
+
+
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(
     ("given", "message"),
     [
         ({"statuses": ("deadd",)}, "statuses: 'deadd' is not a group status"),
-        ({"older_than": -1}, "older_than: expected a finite number of seconds >= 0, got -1"),
-        ({"older_than": float("inf")}, "older_than: expected a finite number of seconds >= 0, got inf"),
-        ({"older_than": float("nan")}, "older_than: expected a finite number of seconds >= 0, got nan"),
+        ({"older_than": -1}, f"{FINITE_AGE}, got -1"),
+        ({"older_than": float("inf")}, f"{FINITE_AGE}, got inf"),
+        ({"older_than": float("nan")}, f"{FINITE_AGE}, got nan"),
         ({"error": ""}, "error: expected some text, got ''"),
         ({"handlers": "fails"}, "handlers: expected a tuple of handler names"),
         ({"group_ids": ("not-a-uuid",)}, "group_ids: expected UUIDs"),
@@ -876,7 +879,7 @@ def test_edit_replays_a_discarded_event_as_it_does_a_dead_one(
     [event_id] = commit_events(app.engine, 1, kind="broken")
     drain(app)
     [row] = _archived(app.engine)
-    result = archive.edit(app, row.group_id, event_id, {"kind": "fixed"})
+    archive.edit(app, row.group_id, event_id, {"kind": "fixed"})
     with app.engine.connect() as conn:
         back = [tuple(r) for r in conn.execute(select(ActivityEvent.id, ActivityEvent.kind))]
     [operation] = archive.history(app)
