@@ -167,6 +167,19 @@ def test_existing_ids_names_the_ids_a_row_holds(db: Database) -> None:
     )
 
 
+def test_insert_stored_rows_keeps_given_ids_and_the_next_event_comes_after_them(
+    db: Database,
+) -> None:
+    """A replayed row keeps the id it is given, and the buffer's next event gets an id past
+    it (PostgreSQL: its sequence is moved; the others move their counters themselves)."""
+    given = max(add_events(db.engine, 1)) + 10_000
+    written = db.run(
+        lambda conn: queries.insert_stored_rows(conn, ACTIVITY, [{"id": given, "activity_id": 1}])
+    )
+    [after] = add_events(db.engine, 1)
+    assert ([given], True) == (written, after > given), after
+
+
 def test_insert_stored_rows_writes_rows_of_different_columns(db: Database) -> None:
     """Rows that lack a column (archived before it was added) are written with the others, and
     their ids come back in the order of the rows."""

@@ -366,7 +366,9 @@ def insert_stored_rows(
     column name: each column bound as its storage type (:func:`outbox._db.dialects.storage_type`),
     so that no TypeDecorator converts a stored value a second time. One executemany per set of
     columns: payloads archived before a column was added lack it. Returns the rows' ids, in
-    the order of ``rows`` (``INSERT ... RETURNING``: PostgreSQL, SQLite and MariaDB have it)."""
+    the order of ``rows`` (``INSERT ... RETURNING``: PostgreSQL, SQLite and MariaDB have it).
+    Rows given their ``id`` keep it, and the id's counter is moved past them where the
+    database does not (:meth:`~outbox._db.dialects.Statements.ids_written`)."""
     by_columns: dict[tuple[str, ...], list[int]] = {}
     for n, row in enumerate(rows):
         by_columns.setdefault(tuple(row), []).append(n)
@@ -384,6 +386,9 @@ def insert_stored_rows(
         new = conn.execute(stmt, [rows[n] for n in positions]).scalars().all()
         for n, new_id in zip(positions, new, strict=True):
             ids[n] = int(new_id)
+    if any("id" in row for row in rows):
+        statements = dialects.statements(dialects.name_of(conn.dialect))
+        statements.ids_written(conn, table, max(ids))
     return ids
 
 
