@@ -777,11 +777,13 @@ def _put_back(
     by_table: dict[str, tuple[Table, list[int], list[dict[str, Any]]]] = {}
     held: set[tuple[str, uuid.UUID]] = set()
     left: dict[int, str] = {}
+    stays: set[tuple[str, uuid.UUID]] = set()
     for row, table, event, ordered, keep in built:
         if keep:
             event_id = int(row["event_id"])
             if event_id in taken[table.name]:
                 left[int(row["id"])] = f"event {event_id}: {_TAKEN} {table.name}"
+                stays.add((row["handler"], row["group_id"]))
                 continue
             taken[table.name].add(event_id)
             event["id"] = event_id
@@ -801,7 +803,8 @@ def _put_back(
         operation_id=operation_id,
         replay_event_ids=put,
     )
-    for handler, group_id in held:
+    # A group with an event left archived keeps holding its keys, as a dead group does.
+    for handler, group_id in held - stays:
         queries.release_held_keys(conn, handler, group_id=group_id)
     return put, left
 
