@@ -188,6 +188,36 @@ def test_show_of_an_unknown_group_exits_1_in_one_line(cli: Cli, database_url: st
 
 
 @on_postgresql
+def test_show_of_a_group_delivered_without_archive_says_so(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """``outbox show`` of a group known only by a failed attempt (its handler deleted its
+    events once delivered, without archiving): succeeded, under its handler, not archived."""
+    engine = connect(database_url)
+    group_id = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.execute(
+            schema.attempts.insert().values(
+                handler="record_activity", group_id=group_id, attempt=1, outcome="failed",
+                worker="host-1-abc", error="RuntimeError: once",
+            )
+        )  # fmt: skip
+    result = cli.run("--app", APP, "--database-url", database_url, "show", str(group_id))
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    assert (
+        0,
+        True,
+        True,
+        True,
+    ) == (
+        result.code,
+        "handler   record_activity" in lines,
+        "status    succeeded" in lines,
+        "archived  no: delivered, and its handler does not archive" in lines,
+    ), result.output
+
+
+@on_postgresql
 def test_dead_list_is_groups_of_status_dead_and_held(
     cli: Cli, database_url: str, connect: Callable[[str], Engine], commit_events: Any
 ) -> None:
