@@ -72,14 +72,16 @@ class ReplayResult:
 
 @dataclass(frozen=True, slots=True)
 class EditResult:
-    """What a replay with edit did: the dead event it took and the event it became."""
+    """What a replay with edit did: the dead (or discarded) event it took and the event it
+    became."""
 
     handler: str
     group_id: uuid.UUID
     event_id: int
-    """The dead event's id."""
+    """The archived event's id."""
     new_event_id: int
-    """The id of the event put back into the buffer (an ordered handler's keeps its id)."""
+    """The id of the event put back into the buffer: its own (``event_id``), as every replay
+    keeps it."""
     changed: tuple[str, ...]
     """The columns changed."""
     operation_id: int
@@ -188,6 +190,9 @@ def counts(
         )
 
 
+# The statuses an edit takes: events that were never delivered, dead or refused for good (a
+# poison value a downstream rejected per record is archived as discarded).
+EDITABLE = (schema.ArchiveStatus.DEAD.value, schema.ArchiveStatus.DISCARDED.value)
 # Every status a replay may take: a replayed event is back in its buffer already.
 REPLAYABLE = frozenset(s.value for s in schema.ArchiveStatus if s != schema.ArchiveStatus.REPLAYED)
 
@@ -206,8 +211,9 @@ def replay(
     operation_id: int | None = None,
     chunk: int = REPLAY_CHUNK,
     progress: Progress | None = None,
+    new_ids: bool = False,
 ) -> ReplayResult:
-    """Put archived events back into their buffers as new events, and mark them replayed.
+    """Put archived events back into their buffers, and mark them replayed.
 
     Which events: those archived with ``status`` (one status or several); every status with
     ``all_statuses=True`` or, given ``group_id`` (or ``group_ids``) alone, every event of those
@@ -215,15 +221,21 @@ def replay(
     rejected for good and succeeded ones delivered, and replay sends them again only when told.
     An event replayed already is never taken again.
 
-    Each replayed event gets a new id and ``created_at`` (an ordered handler's keeps its id, to
-    be handled before the events its key held back, and its group's keys are released); its
-    own columns come from the archived payload. Its archive row stays, marked ``replayed``
-    with the event it became and the operation that did it, recorded as done by ``actor``
-    (default: ``user@host``) with ``selection`` (JSON; default: the filters given), or counted
-    into the operation ``operation_id`` when given (one replay made of several calls). Runs in
-    chunks of ``chunk`` events (:data:`REPLAY_CHUNK`), one transaction each, which also adds
-    them to the operation's record, so a replay interrupted half way leaves every event either
-    archived or back in its buffer, and its record counting those put back.
+    Each replayed event keeps its id: the same event, so a sink derives the same message id
+    from it and a consumer that de-duplicates by message id drops a copy it already took (an
+    ordered handler's is also handled before the events its key held back, and its group's
+    keys are released). It gets a new ``created_at``; its own columns come from the archived
+    payload. An event whose id another row of its buffer holds now stays archived and is
+    named in the :class:`~outbox.exceptions.ReplayError` raised once the rest is replayed.
+    ``new_ids=True`` is the operator's choice of a new identity (a consumer takes each event
+    as a new one): every event but an ordered handler's goes back under a new id. The archive
+    row stays, marked ``replayed`` with the event it became and the operation that did it,
+    recorded as done by ``actor`` (default: ``user@host``) with ``selection`` (JSON; default:
+    the filters given), or counted into the operation ``operation_id`` when given (one replay
+    made of several calls). Runs in chunks of ``chunk`` events (:data:`REPLAY_CHUNK`), one
+    transaction each, which also adds them to the operation's record, so a replay interrupted
+    half way leaves every event either archived or back in its buffer, and its record counting
+    those put back.
 
     ``progress`` (:class:`~outbox.progress.Progress`) is told the events to replay (counted up
     to :data:`~outbox.progress.COUNT_CAP`) and each chunk replayed; when it asks to stop,
@@ -268,9 +280,11 @@ def replay(
         if not dry_run and readable:
             if operation_id is None:
                 operation_id = _record_replay(
-                    app, actor, selection, handler, chosen, group_ids, all_statuses
+                    app, actor, selection, handler, chosen, group_ids, all_statuses, new_ids
                 )
-            _replay_chunk(app, readable, operation_id)
+            left = _replay_chunk(app, readable, operation_id, new_ids)
+            failures += left.values()
+            readable = [row for row in readable if row["id"] not in left]
         phase.advance(len(rows))
         by_handler.update(row["handler"] for row in readable)
         by_status.update(row["status"] for row in readable)
@@ -293,10 +307,18 @@ def replay(
         )
     if failures:
         raise ReplayError(
-            f"{result.events} events replayed; {len(failures)} could not be read and stay "
-            f"archived: {'; '.join(failures[:10])}"
+            f"{result.events} events replayed; {len(failures)} stay archived: "
+            f"{'; '.join(failures[:10])}"
+            + (f"; {_TAKEN_HINT}" if any(_TAKEN in f for f in failures) else "")
         )
     return result
+
+
+_TAKEN = "id taken by another row of"
+_TAKEN_HINT = (
+    "an event whose id is taken goes back only as a new event, which a consumer takes as "
+    "new: replay it with new ids (new_ids=True, --new-ids)"
+)
 
 
 def _record_replay(
@@ -307,11 +329,13 @@ def _record_replay(
     chosen: frozenset[str],
     group_ids: Collection[uuid.UUID] | None,
     all_statuses: bool,
+    new_ids: bool,
 ) -> int:
     if selection is None:
         given: dict[str, Any] = {"handlers": [handler] if handler else []}
         given["statuses"] = [] if all_statuses else sorted(chosen)
         given["group_ids"] = [str(g) for g in group_ids or ()]
+        given["new_ids"] = new_ids
         selection = json.dumps({k: v for k, v in given.items() if v}, sort_keys=True)
     return operators.record(app, schema.OperationAction.REPLAY, checked_actor(actor), selection)
 
@@ -433,10 +457,12 @@ def edit(
     *,
     actor: str | None = None,
 ) -> EditResult:
-    """Replay one dead event with some of its values changed: the buffer model's columns
-    named in ``changes`` take the new values, the others keep the archived ones, and the
-    event goes back into its buffer as a new event (an ordered handler's keeps its id). Its
-    archive row stays, marked ``replayed`` and pointing at the new event; the operation is
+    """Replay one dead or discarded event with some of its values changed: the buffer
+    model's columns named in ``changes`` take the new values, the others keep the archived
+    ones, and the event goes back into its buffer under its own id (the same event for sinks
+    and consumers, fixed; an id another row holds now is a
+    :class:`~outbox.exceptions.ReplayError`, and nothing is written). Its archive row stays,
+    marked ``replayed`` and pointing at the event; the operation is
     recorded as an edit by ``actor`` with the columns changed (not their values, which may be
     personal data).
 
@@ -459,7 +485,7 @@ def edit(
         rows = queries.select_archived(
             conn,
             handler=None,
-            statuses=[schema.ArchiveStatus.DEAD.value],
+            statuses=EDITABLE,
             group_id=group_id,
             after_id=0,
             limit=MAX_BATCH_SIZE,
@@ -469,8 +495,8 @@ def edit(
         raise GroupNotFoundError(group_id)
     if row is None:
         raise ConfigurationError(
-            f"no dead event {event_id} in group {group_id}: `outbox show {group_id}` lists its "
-            "events"
+            f"no dead or discarded event {event_id} in group {group_id}: `outbox show "
+            f"{group_id}` lists its events"
         )
     table = _handler_of(app, row["handler"])
     payload = parse_payload(row["payload"])
@@ -489,8 +515,10 @@ def edit(
             events=1,
             detail=detail,
         )
-        remaining = sum(1 for r in rows if r["id"] != row["id"])
-        new_ids = _put_back(
+        # An ordered handler's group holds its keys while any event of it is dead.
+        dead = schema.ArchiveStatus.DEAD
+        remaining = sum(1 for r in rows if r["id"] != row["id"] and r["status"] == dead)
+        put, left = _put_back(
             conn,
             app,
             [{**row, "payload": payload}],
@@ -498,7 +526,9 @@ def edit(
             edited=edited,
             release_keys=remaining == 0,
         )
-        return operation_id, new_ids[0]
+        if left:
+            raise ReplayError(f"{left[int(row['id'])]} (group {group_id}); nothing written")
+        return operation_id, put[int(row["id"])]
 
     try:
         operation_id, new_id = run_in_transaction(app.engine, work)
@@ -697,13 +727,18 @@ def _prune_chunk(
     )
 
 
-def _replay_chunk(app: Outbox, rows: list[Any], operation_id: int) -> None:
-    def work(conn: Connection) -> None:
-        _put_back(conn, app, rows, operation_id)
-        groups = len({(row["handler"], row["group_id"]) for row in rows})
-        queries.finish_operation(conn, operation_id, groups, len(rows))
+def _replay_chunk(app: Outbox, rows: list[Any], operation_id: int, new_ids: bool) -> dict[int, str]:
+    """Replay a chunk of archive rows in one transaction; those left archived (by archive
+    row id), each with why."""
 
-    run_in_transaction(app.engine, work)
+    def work(conn: Connection) -> dict[int, str]:
+        put, left = _put_back(conn, app, rows, operation_id, new_ids=new_ids)
+        done = [row for row in rows if row["id"] in put]
+        groups = len({(row["handler"], row["group_id"]) for row in done})
+        queries.finish_operation(conn, operation_id, groups, len(done))
+        return left
+
+    return run_in_transaction(app.engine, work)
 
 
 def _select(
@@ -746,13 +781,20 @@ def _put_back(
     *,
     edited: Mapping[str, Any] | None = None,
     release_keys: bool = True,
-) -> list[int]:
+    new_ids: bool = False,
+) -> tuple[dict[int, int], dict[int, str]]:
     """Insert archived events back into their buffers and mark their rows replayed by
-    ``operation_id``; the new events' ids, in the order of ``rows``. ``edited``: stored values
-    that replace the archived ones."""
-    by_table: dict[str, tuple[Table, list[int], list[dict[str, Any]]]] = {}
-    held: set[tuple[str, uuid.UUID]] = set()
-    for n, row in enumerate(rows):
+    ``operation_id``: the events' ids in their buffers, and the rows left archived with why,
+    both by archive row id. ``edited``: stored values that replace the archived ones.
+
+    Each event keeps its own id, the identity sinks derive message ids from, unless
+    ``new_ids`` (then only an ordered handler's does: its place in its key's order). An id
+    another row of the buffer holds now (a row written with explicit ids, a SQLite buffer
+    made without ``AUTOINCREMENT``, an earlier copy in the same rows) is not taken over: that
+    row is left archived.
+    """
+    built = []
+    for row in rows:
         table = _handler_of(app, row["handler"])
         payload = dict(row["payload"])
         json_as_text = bool(payload.pop(JSON_AS_TEXT_MARKER, False))
@@ -764,32 +806,46 @@ def _put_back(
             if column.name not in BufferMixin.OWN_COLUMNS and column.name in payload
         }
         event.update(edited or {})
-        if app.handlers[row["handler"]].ordering_key is not None:
-            # Back where it was in its key's order, ahead of the events its key held back.
-            event["id"] = int(row["event_id"])
-            if row["group_id"] is not None and release_keys:
+        ordered = app.handlers[row["handler"]].ordering_key is not None
+        built.append((row, table, event, ordered, ordered or not new_ids))
+    kept: dict[str, tuple[Table, set[int]]] = {}
+    for row, table, _, _, keep in built:
+        if keep:
+            kept.setdefault(table.name, (table, set()))[1].add(int(row["event_id"]))
+    taken = {name: queries.existing_ids(conn, table, ids) for name, (table, ids) in kept.items()}
+    by_table: dict[str, tuple[Table, list[int], list[dict[str, Any]]]] = {}
+    held: set[tuple[str, uuid.UUID]] = set()
+    left: dict[int, str] = {}
+    stays: set[tuple[str, uuid.UUID]] = set()
+    for row, table, event, ordered, keep in built:
+        if keep:
+            event_id = int(row["event_id"])
+            if event_id in taken[table.name]:
+                left[int(row["id"])] = f"event {event_id}: {_TAKEN} {table.name}"
+                stays.add((row["handler"], row["group_id"]))
+                continue
+            taken[table.name].add(event_id)
+            event["id"] = event_id
+            if ordered and row["group_id"] is not None and release_keys:
                 held.add((row["handler"], row["group_id"]))
         entry = by_table.setdefault(table.name, (table, [], []))
-        entry[1].append(n)
+        entry[1].append(int(row["id"]))
         entry[2].append(event)
-    new_ids = [0] * len(rows)
-    for table, positions, events in by_table.values():
-        for n, new_id in zip(
-            positions, queries.insert_stored_rows(conn, table, events), strict=True
-        ):
-            new_ids[n] = new_id
+    put: dict[int, int] = {}
+    for table, archive_ids, events in by_table.values():
+        new = queries.insert_stored_rows(conn, table, events)
+        put.update(zip(archive_ids, new, strict=True))
     queries.mark_archived(
         conn,
-        [int(row["id"]) for row in rows],
+        list(put),
         status=schema.ArchiveStatus.REPLAYED.value,
         operation_id=operation_id,
-        replay_event_ids={
-            int(row["id"]): new_id for row, new_id in zip(rows, new_ids, strict=True)
-        },
+        replay_event_ids=put,
     )
-    for handler, group_id in held:
+    # A group with an event left archived keeps holding its keys, as a dead group does.
+    for handler, group_id in held - stays:
         queries.release_held_keys(conn, handler, group_id=group_id)
-    return new_ids
+    return put, left
 
 
 def _coerce(

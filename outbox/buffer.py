@@ -31,10 +31,20 @@ class BufferMixin:
     ``ix_<table>_group_id``, partial on ``group_id IS NOT NULL``, which carries loading and
     deleting one group (partial, so that writing an event adds no entry to it).
 
-    Write events with a plain ``session.add(Model(...))`` in the application's transaction.
-    A model that needs table arguments of its own combines them with the buffer indexes::
+    On SQLite the table is declared ``AUTOINCREMENT``: without it SQLite gives a new row the
+    highest id in the table plus one, so an id comes back once the events above it were
+    handled and deleted, and two events would share the message id a sink derives from it
+    (``<table>-<id>``), as would a replayed event and a new one.
 
-        __table_args__ = (*BufferMixin.buffer_indexes("my_events"), UniqueConstraint(...))
+    Write events with a plain ``session.add(Model(...))`` in the application's transaction.
+    A model that needs table arguments of its own combines them with the buffer indexes and
+    options::
+
+        __table_args__ = (
+            *BufferMixin.buffer_indexes("my_events"),
+            UniqueConstraint(...),
+            BufferMixin.buffer_options(),
+        )
     """
 
     id: Mapped[int] = mapped_column(_BIG_ID, primary_key=True, autoincrement=True)
@@ -62,9 +72,16 @@ class BufferMixin:
             ),
         )
 
+    @staticmethod
+    def buffer_options() -> dict[str, Any]:
+        """The table options every buffer table needs (the last item of ``__table_args__``):
+        on SQLite, ids never reused (``AUTOINCREMENT``)."""
+        return {"sqlite_autoincrement": True}
+
     @declared_attr.directive
     def __table_args__(cls) -> tuple[Any, ...]:  # noqa: N805 - a declared_attr takes the class
-        return BufferMixin.buffer_indexes(cls.__tablename__)  # type: ignore[attr-defined]
+        indexes = BufferMixin.buffer_indexes(cls.__tablename__)  # type: ignore[attr-defined]
+        return (*indexes, BufferMixin.buffer_options())
 
     # Columns the framework owns; everything else is the application's payload.
     OWN_COLUMNS = frozenset({"id", "group_id", "created_at"})

@@ -11,6 +11,7 @@ about a huge table costs a bounded amount of work, and a capped count says so.
 from __future__ import annotations
 
 import json
+import math
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -134,9 +135,12 @@ class Selection:
         if self.older_than is not None and (
             isinstance(self.older_than, bool)
             or not isinstance(self.older_than, int | float)
-            or not self.older_than >= 0
+            # Infinite or NaN: no time the database can subtract from now.
+            or not 0 <= self.older_than < math.inf
         ):
-            raise ConfigurationError(f"older_than: expected seconds >= 0, got {self.older_than!r}")
+            raise ConfigurationError(
+                f"older_than: expected a finite number of seconds >= 0, got {self.older_than!r}"
+            )
         _text(self.error, "error")
         _text(self.key, "key")
         _text(self.payload, "payload")
@@ -180,7 +184,8 @@ class Group:
     events: int
     """Its events: in its buffer, or (dead) in the archive."""
     age: float
-    """Seconds since it was made (dead: since it was archived)."""
+    """Seconds since it was made; dead or done: since it was archived (a group delivered by a
+    handler that does not archive: since its last recorded attempt ended)."""
     due_in: float | None
     """Seconds until its next run (< 0: overdue); None in flight, refused or dead."""
     worker: str | None
@@ -250,6 +255,12 @@ class GroupDetail:
     lease: Lease | None
     archived: dict[str, int] = field(default_factory=dict)
     """Its events in the archive by status (a group bisected may have some succeeded)."""
+
+    @property
+    def delivered_unarchived(self) -> bool:
+        """Delivered by a handler that does not archive: its events are gone, and what is
+        known of it is its attempts that did not succeed."""
+        return self.group.status == schema.ArchiveStatus.SUCCEEDED and not self.archived
 
     @property
     def more_events(self) -> int:
@@ -415,7 +426,9 @@ def show(app: Outbox, group_id: uuid.UUID) -> GroupDetail:
     """One group in full: where it stands, its events (the first :data:`SHOWN_EVENTS`), the
     attempts of it that did not end in success, and who holds it. A group with neither a job
     nor a dead event is shown from the archive, with the status its events were archived with;
-    one outbox has no trace of raises :class:`~outbox.exceptions.GroupNotFoundError`."""
+    one with no archived event either but recorded attempts was delivered by a handler that
+    does not archive: ``succeeded``, with no events and ``archived`` empty. One outbox has no
+    trace of raises :class:`~outbox.exceptions.GroupNotFoundError`."""
     if not isinstance(group_id, uuid.UUID):
         raise ConfigurationError(f"group_id: expected a UUID, got {type(group_id).__name__}")
     from outbox.archive import parse_payload
@@ -423,9 +436,10 @@ def show(app: Outbox, group_id: uuid.UUID) -> GroupDetail:
     with app.engine.connect() as conn:
         row = queries.group_job(conn, group_id)
         archived = queries.archived_of_group(conn, group_id)
+        recorded = queries.group_attempts(conn, group_id, SHOWN_ATTEMPTS)
         attempts = [
             Attempt(a.attempt, schema.AttemptOutcome(a.outcome), a.worker, a.error, a.age)
-            for a in queries.group_attempts(conn, group_id, SHOWN_ATTEMPTS)
+            for a in recorded
         ]
         lease = None
         if row is not None:
@@ -461,7 +475,9 @@ def show(app: Outbox, group_id: uuid.UUID) -> GroupDetail:
             if dead:
                 group = _group(dead[0], archived.get(schema.ArchiveStatus.DEAD, 0))
             else:
-                group = _archived_group(group_id, rows, attempts, archived)
+                age = queries.archived_age(conn, group_id)
+                handler_name = rows[0]["handler"] if rows else recorded[-1].handler
+                group = _done_group(group_id, handler_name, age, rows, attempts, archived)
     return GroupDetail(group, events, attempts, lease, archived)
 
 
@@ -477,16 +493,19 @@ def _archived_values(parse: Any, payload: str | None) -> dict[str, Any]:
     return _values(parsed)
 
 
-def _archived_group(
+def _done_group(
     group_id: uuid.UUID,
+    handler: str,
+    archived_age: float | None,
     rows: list[dict[str, Any]],
     attempts: list[Attempt],
     archived: dict[str, int],
 ) -> Group:
     """A group that is done (succeeded, discarded, replayed...): its status is the one most
-    of its events were archived with; a group known only by its attempts, dead."""
-    handler = rows[0]["handler"] if rows else (attempts[-1].worker or "") if attempts else ""
-    most = max(archived.items(), key=lambda item: item[1])[0] if archived else "dead"
+    of its events were archived with. One known only by its attempts has neither a job (so it
+    is not live) nor an archived event (so it is not dead, discarded or expired: those are
+    always archived): its handler deleted its events once delivered, without archiving."""
+    most = max(archived.items(), key=lambda item: item[1])[0] if archived else "succeeded"
     status: GroupStatus | schema.ArchiveStatus = schema.ArchiveStatus(most)
     return Group(
         handler=handler,
@@ -495,7 +514,7 @@ def _archived_group(
         attempts=max([int(r["attempts"]) for r in rows] + [a.attempt for a in attempts] + [0]),
         deferrals=0,
         events=sum(archived.values()),
-        age=0.0,
+        age=archived_age if archived_age is not None else attempts[-1].age,
         due_in=None,
         worker=None,
         error=rows[0]["error"] if rows else (attempts[-1].error if attempts else None),
@@ -582,11 +601,13 @@ def replay(
     page_size: int = REPLAY_PAGE,
     chunk: int | None = None,
     progress: Progress | None = None,
+    new_ids: bool = False,
 ) -> OperationResult:
     """Replay the dead groups ``selection`` matches (held ones too): every event of each goes
-    back into its buffer, as :func:`outbox.archive.replay` does, recorded as one operation by
-    ``actor``. Groups of other statuses it matches are not dead: they are named in
-    ``skipped``. The selection must narrow something: an empty one is refused.
+    back into its buffer, under its own id unless ``new_ids``, as
+    :func:`outbox.archive.replay` does, recorded as one operation by ``actor``. Groups of
+    other statuses it matches are not dead: they are named in ``skipped``. The selection must
+    narrow something: an empty one is refused.
 
     Groups are replayed ``page_size`` (:data:`REPLAY_PAGE`) at a time, their events ``chunk``
     per transaction (:data:`outbox.archive.REPLAY_CHUNK` unless given). ``progress``
@@ -623,15 +644,17 @@ def replay(
             phase.check(operation_id)
             page = dead[start : start + page_size]
             if operation_id is None:
-                operation_id = operators.record(
-                    app, _REPLAY, checked_actor(actor), selection.as_json()
-                )
+                given = selection.as_json()
+                if new_ids:
+                    given = json.dumps({**json.loads(given), "new_ids": True}, sort_keys=True)
+                operation_id = operators.record(app, _REPLAY, checked_actor(actor), given)
             done = archive.replay(
                 app,
                 group_ids=[g.group_id for g in page],
                 status=schema.ArchiveStatus.DEAD,
                 operation_id=operation_id,
                 chunk=archive.REPLAY_CHUNK if chunk is None else chunk,
+                new_ids=new_ids,
             )
             events += done.events
             taken += page

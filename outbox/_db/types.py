@@ -258,6 +258,8 @@ class AttemptRow:
     error: str | None
     age: float
     """Seconds since it ended."""
+    handler: str = ""
+    """The handler whose group it is."""
 
 
 @dataclass(frozen=True, slots=True)

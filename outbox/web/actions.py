@@ -212,7 +212,8 @@ def changes_of(text: str) -> dict[str, str | None]:
 
 
 async def edit_event(request: Request) -> Response:
-    """Replay one dead event with the values given (``changes``: ``column=value`` lines)."""
+    """Replay one dead or discarded event with the values given (``changes``: ``column=value``
+    lines)."""
     principal, console, form = await _write(request)
     group_id = group_id_of(request.path_params["group_id"])
     event_id: int = request.path_params["event_id"]

@@ -329,8 +329,8 @@ async def retry(request: Request) -> Response:
 
 
 async def edit(request: Request) -> Response:
-    """``POST /groups/{group_id}/events/{event_id}/replay``: replay one dead event with the
-    values given in ``values`` changed."""
+    """``POST /groups/{group_id}/events/{event_id}/replay``: replay one dead or discarded
+    event with the values given in ``values`` changed."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
     body = await _body(request, ("values",))

@@ -188,7 +188,7 @@ PATHS: dict[str, dict[str, Any]] = {
     },
     "/groups/{group_id}/events/{event_id}/replay": {
         "post": _op(
-            "Replay one dead event with values changed",
+            "Replay one dead or discarded event with values changed",
             {"200": _answer("the event it became"), **_errors(400, 404)},
             parameters=[_path("group_id", _UUID), _path("event_id", {"type": "integer"})],
             requestBody=_json_body(

@@ -190,6 +190,36 @@ def test_show_of_an_unknown_group_exits_1_in_one_line(cli: Cli, database_url: st
 
 
 @on_postgresql
+def test_show_of_a_group_delivered_without_archive_says_so(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """``outbox show`` of a group known only by a failed attempt (its handler deleted its
+    events once delivered, without archiving): succeeded, under its handler, not archived."""
+    engine = connect(database_url)
+    group_id = uuid.uuid4()
+    with engine.begin() as conn:
+        conn.execute(
+            schema.attempts.insert().values(
+                handler="record_activity", group_id=group_id, attempt=1, outcome="failed",
+                worker="host-1-abc", error="RuntimeError: once",
+            )
+        )  # fmt: skip
+    result = cli.run("--app", APP, "--database-url", database_url, "show", str(group_id))
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    assert (
+        0,
+        True,
+        True,
+        True,
+    ) == (
+        result.code,
+        "handler   record_activity" in lines,
+        "status    succeeded" in lines,
+        "archived  no: delivered, and its handler does not archive" in lines,
+    ), result.output
+
+
+@on_postgresql
 def test_dead_list_is_groups_of_status_dead_and_held(
     cli: Cli, database_url: str, connect: Callable[[str], Engine], commit_events: Any
 ) -> None:
@@ -425,6 +455,51 @@ def test_replay_with_edit_puts_one_event_back_with_the_value_changed(
             (group_id, 3, "dead", None, None),
         ],
     ) == (code, edited["changed"], _buffer(engine), _archive_rows(engine))
+
+
+@on_postgresql
+def test_the_readme_s_poison_example_fixes_a_discarded_event(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """``outbox replay --group G --event ID --set ...`` of an event the downstream refused for
+    good (archived as discarded): exit 0, the event back under its own id with the value
+    changed, its row marked replayed and pointing at it."""
+    engine = connect(database_url)
+    group_id = str(uuid.uuid4())
+    _tables.add_archived(engine, "discarded", 2, group_id=uuid.UUID(group_id))
+    code, edited = _run(
+        cli, database_url, "replay", "--group", group_id, "--event", "2", "--set", "kind=fixed"
+    )
+    assert (
+        0,
+        [(2, 1, "fixed")],
+        [
+            (group_id, 1, "discarded", None, None),
+            (group_id, 2, "replayed", edited["operation_id"], 2),
+        ],
+    ) == (code, _buffer(engine), _archive_rows(engine)), edited
+
+
+@on_postgresql
+def test_replay_leaves_an_event_whose_id_is_taken_and_new_ids_replays_it(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """A dead event whose id a row of its buffer holds: ``outbox replay`` puts the others back
+    under their ids and exits 1 naming it; ``--new-ids`` replays it under a new id."""
+    engine = connect(database_url)
+    _tables.add_archived(engine, "dead", 2)
+    with engine.begin() as conn:
+        conn.execute(ActivityEvent.__table__.insert().values(id=1, activity_id=99))
+    first = cli.run("--app", APP, "--database-url", database_url, "replay", "--status", "dead")
+    code, renewed = _run(cli, database_url, "replay", "--status", "dead", "--new-ids")
+    buffered = [i for i, _, _ in _buffer(engine)]
+    assert (1, True, 0, ([1, 2], 3), [(1, "replayed", buffered[2]), (2, "replayed", 2)]) == (
+        first.code,
+        "event 1: id taken by another row of test_activity_events" in first.stderr,
+        code,
+        (buffered[:2], len(buffered)),
+        [(row[1], row[2], row[4]) for row in _archive_rows(engine)],
+    ), (first.stderr, renewed)
 
 
 @pytest.mark.parametrize(

@@ -147,6 +147,39 @@ def test_insert_events_joins_the_callers_transaction(db: Database) -> None:
     assert [] == buffer_ids(db.engine)
 
 
+def test_a_buffer_never_gives_an_id_twice(db: Database) -> None:
+    """Once every row is deleted, the next event's id is past theirs (SQLite: AUTOINCREMENT):
+    an id, and the message id sinks derive from it, names one event."""
+    first = add_events(db.engine, 3)
+    with db.engine.begin() as conn:
+        conn.execute(ACTIVITY.delete())
+    [after] = add_events(db.engine, 1)
+    assert after > max(first), (first, after)
+
+
+def test_existing_ids_names_the_ids_a_row_holds(db: Database) -> None:
+    """Of the ids asked, those a row of the buffer holds; none asked, none."""
+    held = add_events(db.engine, 2)
+    free = max(held) + 1000
+    assert ({held[1]}, set()) == (
+        db.run(lambda conn: queries.existing_ids(conn, ACTIVITY, [held[1], free])),
+        db.run(lambda conn: queries.existing_ids(conn, ACTIVITY, [])),
+    )
+
+
+def test_insert_stored_rows_keeps_given_ids_and_the_next_event_comes_after_them(
+    db: Database,
+) -> None:
+    """A replayed row keeps the id it is given, and the buffer's next event gets an id past
+    it (PostgreSQL: its sequence is moved; the others move their counters themselves)."""
+    given = max(add_events(db.engine, 1)) + 10_000
+    written = db.run(
+        lambda conn: queries.insert_stored_rows(conn, ACTIVITY, [{"id": given, "activity_id": 1}])
+    )
+    [after] = add_events(db.engine, 1)
+    assert ([given], True) == (written, after > given), after
+
+
 def test_insert_stored_rows_writes_rows_of_different_columns(db: Database) -> None:
     """Rows that lack a column (archived before it was added) are written with the others, and
     their ids come back in the order of the rows."""

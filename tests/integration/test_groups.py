@@ -14,7 +14,7 @@ from sqlalchemy import Engine, func, insert, select, update
 
 from outbox import Batch, Outbox, RetryAfter, RetryPolicy, archive, flow, groups, schema
 from outbox._db.dialects import db_now_plus
-from outbox.exceptions import ConfigurationError, GroupNotFoundError
+from outbox.exceptions import ConfigurationError, GroupNotFoundError, ReplayError
 from outbox.schema import GroupStatus
 from outbox.testing import drain
 from tests.models import ActivityEvent, EmailEvent
@@ -239,17 +239,22 @@ def test_a_key_filter_finds_the_groups_of_an_ordering_key(
     assert ([(alpha[0], GroupStatus.HELD)]) == [(g.group_id, g.status) for g in listing.groups]
 
 
+FINITE_AGE = "older_than: expected a finite number of seconds >= 0"
+
+
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 @pytest.mark.parametrize(
     ("given", "message"),
     [
         ({"statuses": ("deadd",)}, "statuses: 'deadd' is not a group status"),
-        ({"older_than": -1}, "older_than: expected seconds >= 0, got -1"),
+        ({"older_than": -1}, f"{FINITE_AGE}, got -1"),
+        ({"older_than": float("inf")}, f"{FINITE_AGE}, got inf"),
+        ({"older_than": float("nan")}, f"{FINITE_AGE}, got nan"),
         ({"error": ""}, "error: expected some text, got ''"),
         ({"handlers": "fails"}, "handlers: expected a tuple of handler names"),
         ({"group_ids": ("not-a-uuid",)}, "group_ids: expected UUIDs"),
     ],
-    ids=["status", "age", "error", "handlers", "groups"],
+    ids=["status", "age", "infinite-age", "nan-age", "error", "handlers", "groups"],
 )
 def test_a_bad_selection_is_refused_where_it_is_made(
     database_url: str, given: dict[str, Any], message: str
@@ -858,3 +863,174 @@ def test_how_close_a_handler_runs_to_its_rate_limits(
     drain(app)
     found = [(u.unit, u.used, u.capacity, u.period) for u in flow.limit_use(app, "limited")]
     assert [("calls", 3, 100, 3600.0), ("events", 6, 1000, 3600.0)] == found
+
+
+# --- Replay keeps each event's identity -----------------------------------------------------
+
+
+def _buffered_ids(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        return sorted(conn.execute(select(ActivityEvent.id)).scalars())
+
+
+def test_replay_puts_each_event_back_under_its_own_id(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """Replayed events keep their ids (so the message ids sinks derive), an event written
+    after they died gets an id of its own, and each archive row points at the same id."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=5, retry=ONE_SHOT, name="fails")(_always_fail)
+    died = commit_events(app.engine, 3)
+    drain(app)
+    [later] = commit_events(app.engine, 1)
+    archive.replay(app, status="dead")
+    assert ([*died, later], True, [(d, d) for d in died]) == (
+        _buffered_ids(app.engine),
+        later not in died,
+        [(int(r.event_id), r.replay_event_id) for r in _archived(app.engine)],
+    )
+
+
+def test_an_event_replayed_twice_keeps_its_id_both_times(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """An event dead, replayed, dead again and replayed again is the same event each time."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=5, retry=ONE_SHOT, name="fails")(_always_fail)
+    [event_id] = commit_events(app.engine, 1)
+    drain(app)
+    archive.replay(app, status="dead")
+    drain(app)
+    archive.replay(app, status="dead")
+    assert ([event_id], [(event_id, "replayed", event_id)] * 2) == (
+        _buffered_ids(app.engine),
+        [(int(r.event_id), r.status, r.replay_event_id) for r in _archived(app.engine)],
+    )
+
+
+def test_an_event_whose_id_is_taken_stays_archived_unless_new_ids_are_chosen(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A dead event whose id another row of its buffer holds is not replayed under a new id
+    unasked: it stays dead, named in the error, the others go back; ``new_ids=True`` replays
+    it as a new event, the operator's stated choice."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=5, retry=ONE_SHOT, name="fails")(_always_fail)
+    taken, free = commit_events(app.engine, 2)
+    drain(app)
+    with app.engine.begin() as conn:
+        conn.execute(insert(ActivityEvent.__table__).values(id=taken, activity_id=99))
+    with pytest.raises(ReplayError) as raised:
+        archive.replay(app, status="dead")
+    kept = [(int(r.event_id), r.status) for r in _archived(app.engine)]
+    result = archive.replay(app, status="dead", new_ids=True)
+    [renewed] = [r.replay_event_id for r in _archived(app.engine) if int(r.event_id) == taken]
+    assert (
+        True,
+        [(taken, "dead"), (free, "replayed")],
+        1,
+        sorted([taken, free, renewed]),
+        True,
+    ) == (
+        f"event {taken}: id taken by another row of test_activity_events" in str(raised.value),
+        kept,
+        result.events,
+        _buffered_ids(app.engine),
+        renewed not in (taken, free),
+    )
+
+
+def test_edit_keeps_the_event_s_id(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """An edited event goes back under its own id: the same event, with values changed."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=5, retry=ONE_SHOT, name="fails")(_always_fail)
+    [event_id] = commit_events(app.engine, 1)
+    drain(app)
+    [row] = _archived(app.engine)
+    result = archive.edit(app, row.group_id, event_id, {"kind": "fixed"})
+    assert (event_id, [event_id]) == (result.new_event_id, _buffered_ids(app.engine))
+
+
+def test_edit_replays_a_discarded_event_as_it_does_a_dead_one(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """An event the downstream refused for good (discarded) is fixed and replayed, with the
+    same record as a dead one's edit."""
+    app = make_app(database_url)
+
+    def refuse(batch: Batch[Any]) -> None:
+        batch.discard(batch.events, "422 amount: not a number")
+
+    app.handler(ActivityEvent, batch_size=5, retry=ONE_SHOT, name="refuses")(refuse)
+    [event_id] = commit_events(app.engine, 1, kind="broken")
+    drain(app)
+    [row] = _archived(app.engine)
+    archive.edit(app, row.group_id, event_id, {"kind": "fixed"})
+    with app.engine.connect() as conn:
+        back = [tuple(r) for r in conn.execute(select(ActivityEvent.id, ActivityEvent.kind))]
+    [operation] = archive.history(app)
+    assert (
+        "discarded",
+        [(event_id, "fixed")],
+        [("replayed", event_id)],
+        ("edit", f"event {event_id} of group {row.group_id}: kind changed"),
+    ) == (
+        row.status,
+        back,
+        [(r.status, r.replay_event_id) for r in _archived(app.engine)],
+        (operation.action, operation.detail),
+    )
+
+
+# --- A group done, as far as it is known ----------------------------------------------------
+
+
+def test_show_of_a_group_delivered_unarchived_after_a_failure_says_so(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A handler that does not archive, a group that failed once and then succeeded: shown as
+    succeeded (nothing archived), its handler's name, its attempt, its age that attempt's."""
+    app = make_app(database_url)
+    calls = []
+
+    def fail_once(batch: Batch[Any]) -> None:
+        calls.append(1)
+        if len(calls) == 1:
+            raise ValueError("once")
+
+    app.handler(ActivityEvent, batch_size=5, retry=TWO_SHOTS, name="flaky")(fail_once)
+    commit_events(app.engine, 2)
+    drain(app)
+    drain(app)
+    with app.engine.begin() as conn:
+        conn.execute(update(schema.attempts).values(finished_at=db_now_plus(-7200)))
+        [group_id] = conn.execute(select(schema.attempts.c.group_id)).scalars()
+    detail = groups.show(app, group_id)
+    assert (schema.ArchiveStatus.SUCCEEDED, "flaky", {}, ["failed"], None, True) == (
+        detail.group.status,
+        detail.group.handler,
+        detail.archived,
+        [a.outcome.value for a in detail.attempts],
+        detail.group.worker,
+        detail.group.age >= 7200,
+    )
+
+
+def test_a_group_done_is_as_old_as_its_archiving(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A group done and archived an hour ago is an hour old, not 0 s."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=5, name="archives", archive=True)(_succeed)
+    commit_events(app.engine, 2)
+    drain(app)
+    with app.engine.begin() as conn:
+        conn.execute(update(schema.archive).values(archived_at=db_now_plus(-3600)))
+    [group_id] = {row.group_id for row in _archived(app.engine)}
+    detail = groups.show(app, group_id)
+    assert (schema.ArchiveStatus.SUCCEEDED, True) == (
+        detail.group.status,
+        3600 <= detail.group.age < 7200,
+    )

@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 
 from outbox import Batch, Outbox, RetryPolicy, archive, held, metrics, schema
 from outbox._engine import claimer
+from outbox.exceptions import ReplayError
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import NO_RETRY_AFTER_FLOOR
@@ -187,6 +188,27 @@ def test_replaying_a_dead_group_puts_it_back_ahead_of_its_keys_later_events(
     replayed = archive.replay(app, handler="ordered", status="dead")
     drain(app)
     assert (2, dead + later, []) == (replayed.events, handled, held.keys(app))
+
+
+def test_a_dead_group_with_an_event_whose_id_is_taken_keeps_holding_its_key(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """A replay that must leave one of a dead group's events archived (its id taken) puts
+    the other back and keeps the key held: the later events do not pass the one left."""
+    app = make_app(database_url)
+    failing = {1}
+    handled = _dying(app, failing)
+    first, second = commit_events(app.engine, 2, activity_id=1)
+    commit_events(app.engine, 1, activity_id=1)
+    drain(app)  # the first group dies; the later event waits behind it
+    failing.clear()
+    with app.engine.begin() as conn:
+        conn.execute(ActivityEvent.__table__.insert().values(id=first, activity_id=7))
+    with pytest.raises(ReplayError):
+        archive.replay(app, handler="ordered", status="dead")
+    drain(app)
+    assert (["1"], [first]) == ([k.key for k in held.keys(app)], handled)
+    del second
 
 
 def test_keyed_and_ordered_turns_pass_over_a_held_key(

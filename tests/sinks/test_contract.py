@@ -18,7 +18,17 @@ import pytest
 from sqlalchemy import select
 from structlog.testing import capture_logs
 
-from outbox import Batch, DownstreamUnavailableError, Outbox, RetryPolicy, Settings, schema
+from outbox import (
+    Batch,
+    DownstreamError,
+    DownstreamUnavailableError,
+    Outbox,
+    RetryPolicy,
+    Settings,
+    archive,
+    schema,
+)
+from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import SinkEvent
 from tests.sinks import sink_app
@@ -63,6 +73,45 @@ def test_every_committed_event_arrives_once_intact_and_in_order_per_key(
         assert message.key == message.values["account"]
         by_key[message.key].append(event_id(message.message_id))
     assert {key: sorted(ids) for key, ids in by_key.items()} == dict(by_key)
+
+
+def test_an_event_replayed_from_the_archive_arrives_under_its_own_message_id(
+    downstream: Downstream, sqlite_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """Events dead before they were sent, replayed once the downstream is back, arrive under
+    the message ids they had, with their values (``created_at`` is the replay's), and an
+    event written in between under one of its own: a consumer de-duplicating by message id
+    tells a replay from a new event."""
+    from tests.conftest import reset_schema
+
+    reset_schema(sqlite_url)
+    broken = make_app(sqlite_url)
+
+    @broken.handler(SinkEvent, name="to_sink", retry=RetryPolicy(max_attempts=1))
+    def down(batch: Batch[Any]) -> None:
+        raise DownstreamError("the downstream is away")
+
+    died = commit_events(broken.engine, event_rows(3))
+    expected = expected_messages(broken.engine, died)
+    drain(broken)
+    fixed = make_app(sqlite_url)
+    fixed.handler(SinkEvent, name="to_sink")(downstream.sink(sync=True))
+    later = commit_events(fixed.engine, event_rows(1, 100))
+    expected |= expected_messages(fixed.engine, later)
+
+    archive.replay(fixed, status="dead")
+    drain(fixed)
+
+    assert _but_created_at(expected) == _but_created_at(
+        {m.message_id: m.values for m in downstream.stored()}
+    )
+
+
+def _but_created_at(messages: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {
+        message_id: {k: v for k, v in values.items() if k != "created_at"}
+        for message_id, values in messages.items()
+    }
 
 
 def test_an_unreachable_downstream_stops_the_worker_at_start_with_one_line(

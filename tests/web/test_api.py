@@ -489,6 +489,40 @@ async def test_bad_input_gets_a_4xx_naming_it(
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize("older_than", ["inf", "-inf", "nan", "1e999"])
+async def test_an_age_no_clock_can_subtract_is_a_400_naming_it(
+    client: httpx.AsyncClient, older_than: str
+) -> None:
+    """``older_than`` infinite or not a number: 400 naming it, not a database error."""
+    response = await client.get(
+        "/api/v1/groups", params={"older_than": older_than}, headers=bearer("viewer")
+    )
+    assert (400, True) == (
+        response.status_code,
+        response.json()["error"].startswith("older_than: expected a finite number of seconds"),
+    ), response.text
+
+
+async def test_edit_through_the_api_replays_a_discarded_event(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """An event discarded (refused for good) is fixed and replayed through the API as a dead
+    one is, under its own id."""
+    group_id = _dead(outbox_app, commit_events, 1)
+    groups.discard(outbox_app, groups.Selection(group_ids=(group_id,)), actor="ops")
+    [event] = groups.show(outbox_app, group_id).events
+    url = f"/api/v1/groups/{group_id}/events/{event.id}/replay"
+    response = await client.post(
+        url, headers=bearer("operator"), json={"values": {"kind": "fixed"}}
+    )
+    assert ("discarded", 200, [(event.id, "fixed")]) == (
+        event.status,
+        response.status_code,
+        [(row.id, row.kind) for row in _buffered(outbox_app)],
+    ), response.text
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_a_request_body_that_is_not_a_json_object_is_refused(
     client: httpx.AsyncClient,
 ) -> None:

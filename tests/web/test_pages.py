@@ -843,6 +843,27 @@ async def test_an_operator_edits_a_dead_event_and_replays_it(
 
 
 @SQLITE
+async def test_a_discarded_event_is_edited_and_replayed_from_its_group_s_page(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """A discarded group's page offers each event's edit form, and the edit replays it."""
+    group_id = _dead(outbox_app, commit_events, count=1)
+    groups.discard(outbox_app, groups.Selection(group_ids=(group_id,)), actor="ops")
+    [event] = groups.show(outbox_app, group_id).events
+    page = (await client.get(f"/groups/{group_id}", headers=OPERATOR)).text
+    response = await _post(
+        client, f"/groups/{group_id}/events/{event.id}/replay", {"changes": "kind=fixed"}
+    )
+    with outbox_app.engine.connect() as conn:
+        rows = conn.execute(select(ActivityEvent.id, ActivityEvent.kind)).all()
+    assert (True, (303, "ok"), [(event.id, "fixed")]) == (
+        f'id="edit-{event.id}"' in page,
+        (response.status_code, _flash(response)[2]),
+        [tuple(row) for row in rows],
+    )
+
+
+@SQLITE
 @pytest.mark.parametrize(
     ("changes", "said"),
     [

@@ -79,6 +79,8 @@ class Statements(Protocol):
 
     def plan_each_time(self, conn: Connection) -> None: ...
 
+    def ids_written(self, conn: Connection, table: Table, highest: int) -> None: ...
+
     def add_counts(
         self,
         conn: Connection,

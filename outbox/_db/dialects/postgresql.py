@@ -206,6 +206,25 @@ def plan_each_time(conn: Connection) -> None:
     conn.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
 
 
+def ids_written(conn: Connection, table: Table, highest: int) -> None:
+    """After rows written with explicit ids up to ``highest``: move the id's sequence past it
+    when it is behind. A row given its id leaves the sequence where it was, and the
+    application's next event would be given that id again and refused; a replay writes
+    archived ids, which came from the sequence, so it moves only when the sequence was set
+    back (``TRUNCATE ... RESTART IDENTITY``, a restored database)."""
+    name = conn.dialect.identifier_preparer.format_table(table)
+    sequence = conn.execute(select(func.pg_get_serial_sequence(name, "id"))).scalar_one()
+    if sequence is None:
+        return
+    conn.execute(
+        text(
+            "SELECT setval(CAST(:sequence AS regclass), :highest) "
+            "WHERE :highest > coalesce(pg_sequence_last_value(CAST(:sequence AS regclass)), 0)"
+        ),
+        {"sequence": sequence, "highest": highest},
+    )
+
+
 def add_counts(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], counters: Sequence[str]
 ) -> None:

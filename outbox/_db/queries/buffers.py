@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import operator
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
 from typing import Any
 
@@ -350,6 +350,15 @@ def insert_events_returning(
     return [int(n) for n in conn.execute(stmt, list(rows)).scalars().all()]
 
 
+def existing_ids(conn: Connection, table: Table, ids: Collection[int]) -> set[int]:
+    """Of ``ids``, those a row of ``table`` has now (a replay's check that an event's own id
+    is free); served by the primary key."""
+    if not ids:
+        return set()
+    found = conn.execute(select(table.c.id).where(table.c.id.in_(sorted(ids)))).scalars()
+    return {int(i) for i in found}
+
+
 def insert_stored_rows(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
 ) -> list[int]:
@@ -357,7 +366,9 @@ def insert_stored_rows(
     column name: each column bound as its storage type (:func:`outbox._db.dialects.storage_type`),
     so that no TypeDecorator converts a stored value a second time. One executemany per set of
     columns: payloads archived before a column was added lack it. Returns the rows' ids, in
-    the order of ``rows`` (``INSERT ... RETURNING``: PostgreSQL, SQLite and MariaDB have it)."""
+    the order of ``rows`` (``INSERT ... RETURNING``: PostgreSQL, SQLite and MariaDB have it).
+    Rows given their ``id`` keep it, and the id's counter is moved past them where the
+    database does not (:meth:`~outbox._db.dialects.Statements.ids_written`)."""
     by_columns: dict[tuple[str, ...], list[int]] = {}
     for n, row in enumerate(rows):
         by_columns.setdefault(tuple(row), []).append(n)
@@ -375,6 +386,9 @@ def insert_stored_rows(
         new = conn.execute(stmt, [rows[n] for n in positions]).scalars().all()
         for n, new_id in zip(positions, new, strict=True):
             ids[n] = int(new_id)
+    if any("id" in row for row in rows):
+        statements = dialects.statements(dialects.name_of(conn.dialect))
+        statements.ids_written(conn, table, max(ids))
     return ids
 
 

@@ -287,6 +287,7 @@ def group_attempts(conn: Connection, group_id: uuid.UUID, limit: int) -> list[At
             _attempts.c.error,
             age_seconds(_attempts.c.finished_at).label("age"),
             _attempts.c.id,
+            _attempts.c.handler,
         )
         .where(_attempts.c.group_id == group_id)
         .order_by(_attempts.c.id.desc())
@@ -294,7 +295,7 @@ def group_attempts(conn: Connection, group_id: uuid.UUID, limit: int) -> list[At
     )
     rows = list(conn.execute(stmt))
     return [
-        AttemptRow(int(r.attempt), r.outcome, r.worker, r.error, max(float(r.age), 0.0))
+        AttemptRow(int(r.attempt), r.outcome, r.worker, r.error, max(float(r.age), 0.0), r.handler)
         for r in reversed(rows)
     ]
 
@@ -517,6 +518,15 @@ def count_dead_events(conn: Connection, group_ids: Sequence[uuid.UUID]) -> dict[
         .group_by(_archive.c.group_id)
     )
     return {g: int(n) for g, n in rows}
+
+
+def archived_age(conn: Connection, group_id: uuid.UUID) -> float | None:
+    """Seconds since a group's last event was archived; None when none is. Served by
+    ``ix_outbox_archive_group_id``."""
+    age = conn.execute(
+        select(func.min(age_seconds(_archive.c.archived_at))).where(_archive.c.group_id == group_id)
+    ).scalar_one_or_none()
+    return None if age is None else max(float(age), 0.0)
 
 
 def archived_of_group(conn: Connection, group_id: uuid.UUID) -> dict[str, int]:

@@ -56,7 +56,7 @@ _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
     "event_id",
     type=int,
     default=None,
-    help="With --group and --set: replay this one dead event with values changed.",
+    help="With --group and --set: replay this dead or discarded event with values changed.",
 )
 @click.option(
     "--set",
@@ -64,6 +64,12 @@ _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
     multiple=True,
     metavar="COLUMN=VALUE",
     help="With --event: the new value of a column (repeatable; 'null' for NULL).",
+)
+@click.option(
+    "--new-ids",
+    is_flag=True,
+    help="Give the events new ids: consumers take them as new events (ordered handlers' keep "
+    "theirs).",
 )
 @click.option("--dry-run", is_flag=True, help="Show what would be replayed, change nothing.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of text.")
@@ -87,6 +93,7 @@ def replay(
     payload: str | None,
     event_id: int | None,
     changes: tuple[str, ...],
+    new_ids: bool,
     dry_run: bool,
     as_json: bool,
     chunk: int,
@@ -96,14 +103,17 @@ def replay(
     Say which: --status dead for the dead letters (repeat --status for several), --all for
     every status, --group for groups' events, or the filters of `outbox groups` (--older-than,
     --error, --key, --payload) for dead groups. Given none of them, it says what the archive
-    holds and changes nothing. --group G --event ID --set COLUMN=VALUE replays one dead event
-    with values changed, as a new event. Each replay is recorded (`outbox history`); the
-    archive keeps the replayed rows, marked replayed.
+    holds and changes nothing. --group G --event ID --set COLUMN=VALUE replays one dead or
+    discarded event with values changed. Each event goes back under its own id, so sinks send
+    it under its own message id (--new-ids: new ids, new messages). Each replay is recorded
+    (`outbox history`); the archive keeps the replayed rows, marked replayed.
     """
     if statuses and all_statuses:
         fail("--status and --all: give one or the other", EXIT_USAGE)
     if (event_id is None) != (not changes):
         fail("--event and --set go together: the event to edit and its new values", EXIT_USAGE)
+    if new_ids and event_id is not None:
+        fail("--new-ids and --event: an edited event keeps its id", EXIT_USAGE)
     app = ready(ctx.app(), () if handler is None else (handler,))
     if event_id is not None:
         if len(group_ids) != 1:
@@ -134,7 +144,7 @@ def replay(
         )
         with reporting("replay", dry_run=dry_run) as progress:
             replayed = groups.replay(
-                app, selection, dry_run=dry_run, chunk=chunk, progress=progress
+                app, selection, dry_run=dry_run, chunk=chunk, progress=progress, new_ids=new_ids
             )
         print_operation(replayed, as_json)
         return
@@ -156,6 +166,7 @@ def replay(
             all_statuses=all_statuses,
             chunk=chunk,
             progress=progress,
+            new_ids=new_ids,
         )
     if as_json:
         print_json(result)

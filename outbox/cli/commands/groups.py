@@ -219,6 +219,8 @@ def _show(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
         click.echo(
             "  archived  " + ", ".join(f"{n} {s}" for s, n in sorted(detail.archived.items()))
         )
+    elif detail.delivered_unarchived:
+        click.echo("  archived  no: delivered, and its handler does not archive")
     if g.error and not detail.attempts:
         click.echo("last error:")
         click.echo(_indented(g.error, "  "))
