@@ -154,6 +154,7 @@ def test_json_lines_through_structlogs_formatter(structlog_unconfigured: None) -
 
 
 def test_a_process_that_configured_structlog_keeps_its_configuration(
+    structlog_unconfigured: None,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Configured structlog (here: capturing) receives the events, with their levels and
