@@ -864,6 +864,35 @@ async def test_a_discarded_event_is_edited_and_replayed_from_its_group_s_page(
 
 
 @SQLITE
+async def test_an_operator_replays_a_discarded_group_from_its_page(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """A discarded group's page offers Replay (with the CSRF token); it puts every discarded
+    event back under its own id, recorded as a replay by the operator."""
+    group_id = _dead(outbox_app, commit_events, count=2)
+    groups.discard(outbox_app, groups.Selection(group_ids=(group_id,)), actor="ops")
+    event_ids = sorted(e.id for e in groups.show(outbox_app, group_id).events)
+    page = (await client.get(f"/groups/{group_id}", headers=OPERATOR)).text
+    response = await _post(client, f"/groups/{group_id}/replay")
+    with outbox_app.engine.connect() as conn:
+        back = sorted(conn.execute(select(ActivityEvent.id)).scalars())
+    replayed = archive.history(outbox_app, action="replay")
+    assert (
+        (True, True),
+        (303, f"/groups/{group_id}", "ok"),
+        f"replayed 1 group (2 events): operation {replayed[0].id}",
+        event_ids,
+        [("replay", "olga")],
+    ) == (
+        ('id="replay-form"' in page, CSRF_FIELD in page.split('id="replay-form"')[1][:400]),
+        (response.status_code, _flash(response)[0], _flash(response)[2]),
+        _flash(response)[1],
+        back,
+        [(o.action.value, o.actor) for o in replayed],
+    )
+
+
+@SQLITE
 @pytest.mark.parametrize(
     ("changes", "said"),
     [
