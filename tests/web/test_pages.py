@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import re
 import subprocess
 import sys
 import threading
@@ -296,6 +297,48 @@ async def test_the_handler_page_charts_what_was_handled_over_the_range_asked_for
         values(page)[""]["handled"],
         int(bars[str(buckets - 1)]),
         f'a bar <span class="age" title="{BUCKET_SECONDS[span]} s">{bucket_text}</span>' in page,
+    )
+
+
+@SQLITE
+async def test_the_handler_page_charts_failed_attempts_with_a_legend(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """Failed attempts (groups that failed and will be retried) are drawn as a marker on their
+    bar, the higher the more of them, even a minute that delivered nothing; a legend names
+    the three series and each bar's title gives all three counts."""
+    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    rows = [
+        {"handler": "mails", "minute": now, "succeeded": 3, "dead": 1, "failed": 2},
+        {
+            "handler": "mails",
+            "minute": now - dt.timedelta(minutes=10),
+            "succeeded": 0,
+            "dead": 0,
+            "failed": 4,
+        },
+    ]
+    with outbox_app.engine.begin() as conn:
+        queries.add_throughput(conn, outbox_app.dialect, rows)
+    page = (await client.get("/handlers/mails?range=hour", headers=VIEWER)).text
+    bars = dict(re.findall(r'<g data-bucket="(\d+)"[^>]*>(.*?)</g>', page, re.S))
+    markers = {
+        bucket: float(found.group(1))
+        for bucket, bar in bars.items()
+        if (found := re.search(r'class="failed"[^>]* y1="([\d.]+)"', bar))
+    }
+    assert (
+        ["49", "59"],
+        True,
+        ["succeeded", "dead", "failed"],
+        "0 delivered, 0 dead-lettered, 4 failed attempts",
+        "3 delivered, 1 dead-lettered, 2 failed attempts",
+    ) == (
+        sorted(markers),
+        markers["49"] < markers["59"],
+        attributes(page, "data-series"),
+        re.search(r"<title>[^<]*: ([^<]*)</title>", bars["49"]).group(1),  # type: ignore[union-attr]
+        re.search(r"<title>[^<]*: ([^<]*)</title>", bars["59"]).group(1),  # type: ignore[union-attr]
     )
 
 
