@@ -44,6 +44,7 @@ __all__ = [
     "find",
     "parse_statuses",
     "replay",
+    "replay_group",
     "retry",
     "show",
 ]
@@ -664,6 +665,33 @@ def replay(
         after = listing.next
     phase.end()
     return OperationResult(_REPLAY, taken, events, skipped, dry_run, operation_id)
+
+
+def replay_group(
+    app: Outbox, group_id: uuid.UUID, *, actor: str | None = None, dry_run: bool = False
+) -> OperationResult:
+    """Replay one group, as its console page and ``POST /groups/{group_id}/replay`` do: a
+    dead (or held) one as :func:`replay` does; a discarded one (its downstream refused its
+    events for good, and their cause is fixed now), every event of it archived as discarded,
+    each under its own id, as ``outbox replay --group`` does. Either is recorded as one replay
+    by ``actor``. A group of another status is named in ``skipped``, and nothing is done."""
+    from outbox import archive
+
+    group = show(app, group_id).group
+    if group.status in queries.ARCHIVED:
+        return replay(app, Selection(group_ids=(group_id,)), actor=actor, dry_run=dry_run)
+    if group.status != schema.ArchiveStatus.DISCARDED:
+        why = f"{group.status}: not dead or discarded"
+        return OperationResult(_REPLAY, [], 0, [(group, why)], dry_run)
+    done = archive.replay(
+        app,
+        group_ids=[group_id],
+        status=schema.ArchiveStatus.DISCARDED,
+        actor=actor,
+        dry_run=dry_run,
+    )
+    taken = [group] if done.events else []
+    return OperationResult(_REPLAY, taken, done.events, [], dry_run, done.operation_id)
 
 
 def _page_size(size: int) -> None:

@@ -106,13 +106,6 @@ async def resume(request: Request) -> Response:
     return _back(request, "pages.handler", message, handler=name)
 
 
-_DONE = {
-    OperationAction.REPLAY: "replayed",
-    OperationAction.RETRY: "made due now",
-    OperationAction.DISCARD: "discarded",
-}
-
-
 async def ask_worker(request: Request) -> Response:
     """Ask one worker to drain (finish what it holds, take no more, exit) or to stop (as
     SIGTERM); it acts at its next heartbeat."""
@@ -124,6 +117,13 @@ async def ask_worker(request: Request) -> Response:
         return _back(request, "pages.workers", problem, error=True)
     _record(principal, asked.value, worker=worker_id)
     return _back(request, "pages.workers", done.text())
+
+
+_DONE = {
+    OperationAction.REPLAY: "replayed",
+    OperationAction.RETRY: "made due now",
+    OperationAction.DISCARD: "discarded",
+}
 
 
 def _result_text(result: groups.OperationResult) -> str:
@@ -138,14 +138,11 @@ def _result_text(result: groups.OperationResult) -> str:
 
 
 async def replay_group(request: Request) -> Response:
-    """Replay one dead (or held) group."""
+    """Replay one dead (or held) group, or every discarded event of a discarded one."""
     principal, console, _ = await _write(request)
     group_id = group_id_of(request.path_params["group_id"])
     result, problem = await attempt(
-        groups.replay,
-        console.app,
-        groups.Selection(group_ids=(group_id,)),
-        actor=principal.name,
+        groups.replay_group, console.app, group_id, actor=principal.name
     )
     if problem is not None:
         return _back(request, "pages.group", problem, error=True, group_id=group_id)

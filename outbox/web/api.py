@@ -312,6 +312,22 @@ async def replay(request: Request) -> Response:
     return answer(result)
 
 
+async def replay_group(request: Request) -> Response:
+    """``POST /groups/{group_id}/replay``: replay one dead group, or every discarded event of
+    a discarded one (``dry_run`` first)."""
+    principal = await require(request, Permission.OPERATE, write=True)
+    console = console_of(request)
+    body = await _body(request, ("dry_run",))
+    group_id = _uuid(request.path_params["group_id"])
+    dry_run = bool(_field(body, "dry_run", bool, False))
+    result = await call(
+        groups.replay_group, console.app, group_id, actor=principal.name, dry_run=dry_run
+    )
+    if not dry_run:
+        _record(console, principal, "replay", operation=result.operation_id, group_id=str(group_id))
+    return answer(result)
+
+
 async def retry(request: Request) -> Response:
     """``POST /groups/retry``: run now the groups a selection matches that wait for a retry
     or a deferral (``dry_run`` first)."""
@@ -484,6 +500,7 @@ ROUTES = [
     Route(f"{PREFIX}/groups/replay", replay, methods=["POST"]),
     Route(f"{PREFIX}/groups/retry", retry, methods=["POST"]),
     Route(f"{PREFIX}/groups/{{group_id}}", show_group, methods=["GET"]),
+    Route(f"{PREFIX}/groups/{{group_id}}/replay", replay_group, methods=["POST"]),
     Route(f"{PREFIX}/groups/{{group_id}}/events/{{event_id:int}}/replay", edit, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/pause", pause, methods=["POST"]),
     Route(f"{PREFIX}/handlers/{{handler}}/resume", resume, methods=["POST"]),

@@ -186,6 +186,21 @@ PATHS: dict[str, dict[str, Any]] = {
             parameters=[_path("group_id", _UUID)],
         )
     },
+    "/groups/{group_id}/replay": {
+        "post": _op(
+            "Replay one dead group, or every discarded event of a discarded one",
+            {"200": _answer("what was replayed"), **_errors(400, 404)},
+            parameters=[_path("group_id", _UUID)],
+            requestBody={
+                "required": False,
+                "content": {
+                    "application/json": {
+                        "schema": {"type": "object", "properties": {"dry_run": {"type": "boolean"}}}
+                    }
+                },
+            },
+        )
+    },
     "/groups/{group_id}/events/{event_id}/replay": {
         "post": _op(
             "Replay one dead or discarded event with values changed",

@@ -324,7 +324,7 @@ async def group_page(request: Request) -> Response:
             "shows_payloads": console.shows_payloads(detail.group.handler),
             "known_handler": handler is not None,
             "columns": [c for c in columns if c != "created_at"],
-            "replayable": status in DEAD_STATUSES,
+            "replayable": status in DEAD_STATUSES or status == ArchiveStatus.DISCARDED,
             "retryable": status in groups.RETRIED,
             "discardable": isinstance(status, GroupStatus) and status != GroupStatus.IN_FLIGHT,
         },

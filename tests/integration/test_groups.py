@@ -984,6 +984,53 @@ def test_edit_replays_a_discarded_event_as_it_does_a_dead_one(
     )
 
 
+def test_replay_group_replays_a_discarded_group_s_discarded_events_under_their_ids(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """A group the downstream refused for good (discarded) is replayed whole, each event under
+    its own id, recorded as a replay by its actor, as a dead group's replay is."""
+    app = make_app(database_url)
+
+    def refuse(batch: Batch[Any]) -> None:
+        batch.discard(batch.events, "422 amount: not a number")
+
+    app.handler(ActivityEvent, batch_size=5, retry=ONE_SHOT, name="refuses")(refuse)
+    event_ids = commit_events(app.engine, 2, kind="broken")
+    drain(app)
+    [group_id] = {row.group_id for row in _archived(app.engine)}
+    dry = groups.replay_group(app, group_id, actor="olga", dry_run=True)
+    result = groups.replay_group(app, group_id, actor="olga")
+    [operation] = archive.history(app)
+    assert (
+        (2, True, None),
+        ([group_id], 2, operation.id),
+        sorted(event_ids),
+        [("replayed", e) for e in sorted(event_ids)],
+        ("replay", "olga"),
+    ) == (
+        (dry.events, dry.dry_run, dry.operation_id),
+        ([g.group_id for g in result.groups], result.events, result.operation_id),
+        _buffered_ids(app.engine),
+        sorted((r.status, r.replay_event_id) for r in _archived(app.engine)),
+        (operation.action, operation.actor),
+    )
+
+
+def test_replay_group_leaves_a_group_neither_dead_nor_discarded(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """A group waiting for its worker is named as left, and nothing is recorded."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, batch_size=5, retry=ONE_SHOT, name="waits")(_succeed)
+    group_id = _add_job(app.engine, "waits", (False, False, 0, 0, False))
+    result = groups.replay_group(app, group_id, actor="olga")
+    assert ([], [(group_id, "waiting: not dead or discarded")], []) == (
+        result.groups,
+        [(g.group_id, why) for g, why in result.skipped],
+        archive.history(app),
+    )
+
+
 # --- A group done, as far as it is known ----------------------------------------------------
 
 

@@ -522,6 +522,51 @@ async def test_edit_through_the_api_replays_a_discarded_event(
     ), response.text
 
 
+async def test_a_discarded_group_is_replayed_through_the_api(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """``POST /groups/{group_id}/replay`` puts a discarded group's events back under their
+    own ids (a dry run first changes nothing), recorded as a replay by its caller."""
+    group_id = _dead(outbox_app, commit_events, 2)
+    groups.discard(outbox_app, groups.Selection(group_ids=(group_id,)), actor="ops")
+    event_ids = sorted(e.id for e in groups.show(outbox_app, group_id).events)
+    url = f"/api/v1/groups/{group_id}/replay"
+    dry = await client.post(url, headers=bearer("operator"), json={"dry_run": True})
+    before = _buffered(outbox_app)
+    done = await client.post(url, headers=bearer("operator"))
+    replayed = archive.history(outbox_app, action="replay")
+    assert (
+        (200, 2, True, []),
+        (200, 2, [str(group_id)]),
+        event_ids,
+        [("replay", "operator-bot")],
+    ) == (
+        (dry.status_code, dry.json()["events"], dry.json()["dry_run"], before),
+        (done.status_code, done.json()["events"], [g["group_id"] for g in done.json()["groups"]]),
+        sorted(row.id for row in _buffered(outbox_app)),
+        [(o.action.value, o.actor) for o in replayed],
+    ), done.text
+
+
+async def test_a_live_group_is_not_replayed_through_the_api(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """A group put off by its downstream is named as left; nothing is recorded."""
+    deferred = uuid.uuid4()
+    with outbox_app.engine.begin() as conn:
+        conn.execute(insert(schema.jobs).values(
+            kind="batch", handler="fails", group_id=deferred, priority=0, deferrals=1,
+            run_at=db_now_plus(3600),
+        ))  # fmt: skip
+    response = await client.post(f"/api/v1/groups/{deferred}/replay", headers=bearer("operator"))
+    assert (200, [], [[str(deferred), "deferred: not dead or discarded"]], []) == (
+        response.status_code,
+        response.json()["groups"],
+        [[s[0]["group_id"], s[1]] for s in response.json()["skipped"]],
+        archive.history(outbox_app),
+    ), response.text
+
+
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 async def test_a_request_body_that_is_not_a_json_object_is_refused(
     client: httpx.AsyncClient,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import re
 import subprocess
 import sys
 import threading
@@ -296,6 +297,48 @@ async def test_the_handler_page_charts_what_was_handled_over_the_range_asked_for
         values(page)[""]["handled"],
         int(bars[str(buckets - 1)]),
         f'a bar <span class="age" title="{BUCKET_SECONDS[span]} s">{bucket_text}</span>' in page,
+    )
+
+
+@SQLITE
+async def test_the_handler_page_charts_failed_attempts_with_a_legend(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """Failed attempts (groups that failed and will be retried) are drawn as a marker on their
+    bar, the higher the more of them, even a minute that delivered nothing; a legend names
+    the three series and each bar's title gives all three counts."""
+    now = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    rows = [
+        {"handler": "mails", "minute": now, "succeeded": 3, "dead": 1, "failed": 2},
+        {
+            "handler": "mails",
+            "minute": now - dt.timedelta(minutes=10),
+            "succeeded": 0,
+            "dead": 0,
+            "failed": 4,
+        },
+    ]
+    with outbox_app.engine.begin() as conn:
+        queries.add_throughput(conn, outbox_app.dialect, rows)
+    page = (await client.get("/handlers/mails?range=hour", headers=VIEWER)).text
+    bars = dict(re.findall(r'<g data-bucket="(\d+)"[^>]*>(.*?)</g>', page, re.S))
+    markers = {
+        bucket: float(found.group(1))
+        for bucket, bar in bars.items()
+        if (found := re.search(r'class="failed"[^>]* y1="([\d.]+)"', bar))
+    }
+    assert (
+        ["49", "59"],
+        True,
+        ["succeeded", "dead", "failed"],
+        "0 delivered, 0 dead-lettered, 4 failed attempts",
+        "3 delivered, 1 dead-lettered, 2 failed attempts",
+    ) == (
+        sorted(markers),
+        markers["49"] < markers["59"],
+        attributes(page, "data-series"),
+        re.search(r"<title>[^<]*: ([^<]*)</title>", bars["49"]).group(1),  # type: ignore[union-attr]
+        re.search(r"<title>[^<]*: ([^<]*)</title>", bars["59"]).group(1),  # type: ignore[union-attr]
     )
 
 
@@ -860,6 +903,35 @@ async def test_a_discarded_event_is_edited_and_replayed_from_its_group_s_page(
         f'id="edit-{event.id}"' in page,
         (response.status_code, _flash(response)[2]),
         [tuple(row) for row in rows],
+    )
+
+
+@SQLITE
+async def test_an_operator_replays_a_discarded_group_from_its_page(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """A discarded group's page offers Replay (with the CSRF token); it puts every discarded
+    event back under its own id, recorded as a replay by the operator."""
+    group_id = _dead(outbox_app, commit_events, count=2)
+    groups.discard(outbox_app, groups.Selection(group_ids=(group_id,)), actor="ops")
+    event_ids = sorted(e.id for e in groups.show(outbox_app, group_id).events)
+    page = (await client.get(f"/groups/{group_id}", headers=OPERATOR)).text
+    response = await _post(client, f"/groups/{group_id}/replay")
+    with outbox_app.engine.connect() as conn:
+        back = sorted(conn.execute(select(ActivityEvent.id)).scalars())
+    replayed = archive.history(outbox_app, action="replay")
+    assert (
+        (True, True),
+        (303, f"/groups/{group_id}", "ok"),
+        f"replayed 1 group (2 events): operation {replayed[0].id}",
+        event_ids,
+        [("replay", "olga")],
+    ) == (
+        ('id="replay-form"' in page, CSRF_FIELD in page.split('id="replay-form"')[1][:400]),
+        (response.status_code, _flash(response)[0], _flash(response)[2]),
+        _flash(response)[1],
+        back,
+        [(o.action.value, o.actor) for o in replayed],
     )
 
 
