@@ -31,7 +31,7 @@ def duration(seconds: float | None) -> str:
 
 
 def _two_units(whole: int) -> str:
-    parts = []
+    parts: list[tuple[int, str]] = []
     for unit, size in _UNITS:
         count, whole = divmod(whole, size)
         if parts or count:
