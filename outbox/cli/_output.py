@@ -34,7 +34,7 @@ def bytes_text(size: int) -> str:
 
 
 def ratio_text(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return "—" if value is None else f"{value:.2f}"
 
 
 def print_json(value: Any) -> None:
