@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 from outbox import operators
 from outbox._db import queries, run_in_transaction
 from outbox._db.queries import WorkerRow as Worker
+from outbox._duration import duration
 from outbox._services.heartbeat import heartbeat_interval, older_release_stale_after
 from outbox.app import Handler, Outbox
 from outbox.exceptions import ConfigurationError, OutboxError
@@ -138,7 +139,7 @@ class Asked:
         w = self.worker
         return (
             f"asked worker {w.id} ({w.hostname}, pid {w.pid}) to {self.request.value}: it acts "
-            f"at its next heartbeat, within {self.acts_within:g} s"
+            f"at its next heartbeat, within {duration(self.acts_within)}"
         )
 
 
@@ -168,7 +169,7 @@ def ask(
         raise ConfigurationError(f"worker {worker_id!r}: no such worker (outbox workers list)")
     if not worker.alive:
         raise ConfigurationError(
-            f"worker {worker_id!r} is gone (last heartbeat {worker.heartbeat_age:.0f} s ago): "
+            f"worker {worker_id!r} is gone (last heartbeat {duration(worker.heartbeat_age)} ago): "
             "there is nothing to ask"
         )
     since = LEVERS[WORKER_REQUESTS]

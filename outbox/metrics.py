@@ -19,6 +19,7 @@ from sqlalchemy import Connection
 
 from outbox import lifecycle, schema
 from outbox._db import queries
+from outbox._duration import Timed
 from outbox._services import distribution_watch
 from outbox._services.heartbeat import silent_after
 from outbox.app import Handler, Outbox, Settings
@@ -42,13 +43,14 @@ class SilentHolding:
     (``Settings.worker_stale_after``) or its lease runs out, whichever comes first; the next
     rescue, every ``rescue_interval``, frees it."""
 
-    def text(self) -> str:
+    def text(self) -> Timed:
         """One line's worth: what, who, since when, and when it comes back."""
         what = f"group {self.group_id}" if self.group_id else f"a {self.kind} job"
-        when = "now" if self.rescue_in <= 0 else f"in {self.rescue_in:.0f} s"
+        when = Timed("now") if self.rescue_in <= 0 else Timed("in ", self.rescue_in)
         return (
-            f"{what} held by {self.holder}, whose heartbeat stopped {self.heartbeat_age:.0f} s "
-            f"ago: rescued {when}"
+            Timed(f"{what} held by {self.holder}, whose heartbeat stopped ", self.heartbeat_age)
+            + " ago: rescued "
+            + when
         )
 
 
@@ -461,15 +463,15 @@ def _breaker_state(h: Handler[Any], state: queries.HandlerState | None) -> str |
     return "open" if state.paused and state.cause == schema.PauseCause.BREAKER else "probing"
 
 
-def pause_text(cause: str | None, paused_for: float | None, reason: str | None) -> str:
+def pause_text(cause: str | None, paused_for: float | None, reason: str | None) -> Timed:
     """A pause in words: who paused the handler, until when, and why."""
-    until = "until resumed" if paused_for is None else f"for {paused_for:.0f} s more"
+    until = Timed("until resumed") if paused_for is None else Timed("for ", paused_for, " more")
     by = {
         schema.PauseCause.OPERATOR.value: "by an operator",
         schema.PauseCause.RETRY_AFTER.value: "by the downstream's Retry-After",
         schema.PauseCause.BREAKER.value: "by its circuit breaker",
     }.get(str(cause), f"by {cause}")
-    return f"paused {by} {until}" + (f": {reason.splitlines()[0][:200]}" if reason else "")
+    return f"paused {by} " + until + (f": {reason.splitlines()[0][:200]}" if reason else "")
 
 
 def _alerts(
@@ -499,13 +501,16 @@ def _alerts(
         # A paused handler is late for a reason the alert names: no worker runs it. A rate
         # limit may be why too: the backlog cannot drain faster than it allows.
         why = (
-            "" if pause is None else f" ({pause_text(pause.cause, pause.paused_for, pause.reason)})"
+            Timed()
+            if pause is None
+            else " (" + pause_text(pause.cause, pause.paused_for, pause.reason) + ")"
         )
         if h.rate_limits:
             why += f" (rate limit {_rate_limit(h)})"
         alerts.append(
-            f"oldest event is {age:.0f} s old: staleness {staleness:.2f} is above "
-            f"{band.alert_staleness:g} for the {band.name} promise of {band.promise:g} s{why}"
+            Timed("oldest event is ", age, f" old: staleness {staleness:.2f} is above ")
+            + Timed(f"{band.alert_staleness:g} for the {band.name} promise of ", band.promise)
+            + why
         )
     if failed >= band.alert_attempts:
         alerts.append(
@@ -520,9 +525,13 @@ def _dead_alerts(dead: queries.RecentDeadLetters | None) -> list[str]:
         return []
     error = (dead.newest_error or "no error recorded").strip().splitlines() or [""]
     return [
-        f"{dead.count} event{'s' * (dead.count > 1)} dead-lettered in the last "
-        f"{dead.since:g} s, the newest {dead.newest_age:.0f} s ago: {error[0][:ERROR_SHOWN]} "
-        "(outbox replay --status dead)"
+        Timed(
+            f"{dead.count} event{'s' * (dead.count > 1)} dead-lettered in the last ",
+            dead.since,
+            ", the newest ",
+            dead.newest_age,
+            f" ago: {error[0][:ERROR_SHOWN]} (outbox replay --status dead)",
+        )
     ]
 
 

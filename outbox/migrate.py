@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from outbox._db import migration
+from outbox._duration import duration
 from outbox.exceptions import ConfigurationError, OutboxError
 from outbox.progress import Phase, Progress, StoppedError
 
@@ -300,7 +301,7 @@ def _gave_up(
     held = ""
     if holders:
         holder = holders[0]
-        opened = f", transaction open {holder.seconds:.0f} s" if holder.seconds is not None else ""
+        opened = "" if holder.seconds is None else f", transaction open {duration(holder.seconds)}"
         query = f": {holder.query}" if holder.query else ""
         held = f", held by session {holder.pid}{opened}{query}"
     what = "upgrade to" if direction == "up" else "downgrade from"

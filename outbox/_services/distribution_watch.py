@@ -18,6 +18,7 @@ from sqlalchemy import Connection
 
 from outbox import _log
 from outbox._db import queries
+from outbox._duration import Timed
 from outbox.app import Handler, Outbox
 
 log = _log.get_logger(__name__)
@@ -50,11 +51,12 @@ def alert_after(handler: Handler[Any]) -> float:
     return UNDISTRIBUTED_ALERT_SECONDS + (handler.max_wait or 0.0)
 
 
-def alert_text(age: float) -> str:
+def alert_text(age: float) -> Timed:
     """The alert in words: how long, and what to do."""
-    return (
-        f"oldest unclaimed event has waited {age:.0f} s with no claim job: nothing distributes "
-        f"({WHAT_TO_DO})"
+    return Timed(
+        "oldest unclaimed event has waited ",
+        age,
+        f" with no claim job: nothing distributes ({WHAT_TO_DO})",
     )
 
 

@@ -34,16 +34,7 @@ def bytes_text(size: int) -> str:
 
 
 def ratio_text(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
-def age_text(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds / size:.1f}{unit}"
-    return f"{seconds:.1f}s"
+    return "—" if value is None else f"{value:.2f}"
 
 
 def print_json(value: Any) -> None:

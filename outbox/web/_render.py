@@ -22,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
+from outbox._duration import Timed, duration
 from outbox.jsonable import jsonable
 from outbox.web._console import console_of
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD, Permission, Principal, new_csrf_token
@@ -70,31 +71,6 @@ def _visible(value: Any) -> Any:
     return value
 
 
-def duration(seconds: float | None) -> str:
-    """Seconds as a person reads them, to the two largest units: ``4.2 s``, ``45 s``,
-    ``3 min``, ``2 h 5 min``, ``1 d 2 h``; a dash for none. Minutes drop their seconds and
-    larger units what is below their second unit: the exact value is :func:`age`'s title."""
-    if seconds is None or seconds != seconds:
-        return "—"
-    size = abs(seconds)
-    if size < 10:
-        text = f"{size:.1f} s"
-    elif size < 60:
-        text = f"{size:.0f} s"
-    else:
-        whole = int(size)
-        days, rest = divmod(whole, 86_400)
-        hours, rest = divmod(rest, 3600)
-        minutes = rest // 60
-        if days:
-            text = f"{days} d" + (f" {hours} h" if hours else "")
-        elif hours:
-            text = f"{hours} h" + (f" {minutes} min" if minutes else "")
-        else:
-            text = f"{minutes} min"
-    return f"-{text}" if seconds < 0 else text
-
-
 def age(seconds: float | None) -> Markup:
     """:func:`duration` with the exact seconds in its ``title`` (shown on hover); a dash for
     none. What every page shows of an age or a duration."""
@@ -102,6 +78,18 @@ def age(seconds: float | None) -> Markup:
         return Markup("—")
     return Markup('<span class="age" title="{exact} s">{text}</span>').format(
         exact=_exact_seconds(seconds), text=duration(seconds)
+    )
+
+
+def timed(sentence: Any) -> Markup:
+    """A sentence (an alert, a pause, a silent holder) as a page shows it: each of its
+    durations (:class:`outbox._duration.Timed` keeps them) with its exact seconds on hover, the
+    text around them escaped and with its invisible characters spelled out."""
+    if not isinstance(sentence, Timed):
+        return Markup("{}").format(_visible(sentence))
+    return Markup("").join(
+        Markup("{}").format(_visible(part)) if isinstance(part, str) else age(part)
+        for part in sentence.parts
     )
 
 
@@ -199,6 +187,7 @@ def _environment() -> jinja2.Environment:
         first_line=_first_line,
         payload=payload_text,
         preview=payload_preview,
+        timed=timed,
         when=moment,
     )
     env.globals["link"] = _link

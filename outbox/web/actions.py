@@ -17,11 +17,12 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from outbox import _log, archive, fleet, flow, groups, held, refused
+from outbox._duration import duration
 from outbox.exceptions import ConfigurationError
 from outbox.schema import OperationAction, WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web._inputs import DEAD_STATUSES, attempt, filters_of, group_id_of, selection_of_filters
-from outbox.web._render import FLASH_SHOWN, duration, page
+from outbox.web._render import FLASH_SHOWN, page
 from outbox.web.auth import Permission, Principal
 
 log = _log.get_logger(__name__)

@@ -376,6 +376,25 @@ def _deferred_job(engine: Engine) -> str:
     return str(group_id)
 
 
+def test_show_and_the_listing_give_a_groups_age_and_next_run_as_a_person_reads_them(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """A group deferred for an hour: ``outbox show`` and ``outbox groups`` say it runs in 59
+    minutes and some seconds (they said ``in 60.0m``); ``--json`` keeps the seconds."""
+    group_id = _deferred_job(connect(database_url))
+    url = ("--app", APP, "--database-url", database_url)
+    shown = cli.run(*url, "show", group_id).stdout
+    listed = cli.run(*url, "groups", "--status", "deferred").stdout
+    code, detail = _run(cli, database_url, "show", group_id)
+    soon = r"in 59 min( \d+ s)?"
+    assert (True, True, 0, True) == (
+        bool(re.search(rf"^  next run  {soon}$", shown, re.MULTILINE)),
+        bool(re.search(rf"  {soon}  ", listed)),
+        code,
+        3500 < detail["group"]["due_in"] <= 3600,
+    ), shown + listed
+
+
 @on_postgresql
 def test_retry_dry_run_first_then_makes_a_deferred_group_due_and_records_it(
     cli: Cli, database_url: str, connect: Callable[[str], Engine]

@@ -34,4 +34,4 @@ def test_alerts_keep_the_realtime_promise_behind_a_backlog(
 def test_status_shows_both_bands(figures: dict[str, float | str]) -> None:
     """The status printed mid-run has a line per handler and per band."""
     status = str(figures["status_mid_run"])
-    assert (True, True) == ("page_on_call       REALTIME" in status, "DAY       1.0d" in status)
+    assert (True, True) == ("page_on_call       REALTIME" in status, "DAY       1 d " in status)

@@ -44,7 +44,7 @@ from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox.testing import drain
 from outbox.web import create_app
-from outbox.web._render import PAYLOAD_SHOWN, PREVIEW_SHOWN, age, duration, moment
+from outbox.web._render import PAYLOAD_SHOWN, PREVIEW_SHOWN, age, moment
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD
 from outbox.web.pages import FRAGMENT_HEADER
 from outbox.worker import Worker
@@ -367,32 +367,11 @@ async def test_the_handler_page_refuses_a_range_it_does_not_know(
     )
 
 
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (None, "—"),
-        (0.25, "0.2 s"),
-        (4.26, "4.3 s"),
-        (45.4, "45 s"),
-        (183.4, "3 min"),
-        (3599, "59 min"),
-        (3600, "1 h"),
-        (7500, "2 h 5 min"),
-        (86_400 + 7200 + 59, "1 d 2 h"),
-        (3 * 86_400, "3 d"),
-        (-183.4, "-3 min"),
-    ],
-)
-def test_ages_read_as_a_person_reads_them(seconds: float | None, text: str) -> None:
-    """Two units at most, the largest first."""
-    assert text == duration(seconds)
-
-
 def test_an_age_carries_its_exact_seconds_and_a_time_its_exact_moment_on_hover() -> None:
     """The page shows the words; the title, what they round."""
     now = dt.datetime(2026, 11, 29, 7, 0, 0, tzinfo=dt.UTC)
     assert (
-        '<span class="age" title="183.4 s">3 min</span>',
+        '<span class="age" title="183.4 s">3 min 3 s</span>',
         '<span class="age" title="93,784.125 s">1 d 2 h</span>',
         '<time class="age" datetime="2026-11-29T06:56:59.500000+00:00" '
         'title="2026-11-29 06:56:59.500000 UTC">3 min ago</time>',
@@ -400,6 +379,28 @@ def test_an_age_carries_its_exact_seconds_and_a_time_its_exact_moment_on_hover()
         str(age(183.4)),
         str(age(93_784.125)),
         str(moment(dt.datetime(2026, 11, 29, 6, 56, 59, 500_000), now)),
+    )
+
+
+@SQLITE
+async def test_an_alert_and_a_pause_read_their_ages_with_the_exact_seconds_on_hover(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """The sentences metrics writes (a dead-letter alert, a pause) read as the command prints
+    them, each duration in them carrying its exact seconds in its title."""
+    _dead(outbox_app, commit_events)
+    flow.pause(outbox_app, "mails", until=3600.0, reason="quota")
+    handler = (await client.get("/handlers/fails", headers=VIEWER)).text
+    overview = (await client.get("/", headers=VIEWER)).text
+    window = '<span class="age" title="86,400 s">1 d</span>'
+    paused = (
+        r'paused by an operator for <span class="age" title="3,5\d\d(\.\d+)? s">5\d min'
+        r"( \d+ s)?</span> more: quota"
+    )
+    assert (True, True, True) == (
+        f"2 events dead-lettered in the last {window}, the newest " in handler,
+        '<span class="age" title="0' in handler.split("the newest ", 1)[1][:40],
+        bool(re.search(paused, overview)),
     )
 
 

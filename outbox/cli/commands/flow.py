@@ -10,6 +10,7 @@ import click
 
 from outbox import fleet
 from outbox._checks import MAX_WAIT_SECONDS
+from outbox._duration import duration
 from outbox.app import Outbox
 from outbox.cli._context import Context
 from outbox.cli._errors import command, ready
@@ -74,7 +75,7 @@ def pause(
     elif state.seconds_left is None:
         click.echo(f"paused {handler} until resumed (outbox resume {handler})")
     else:
-        click.echo(f"paused {handler} for {state.seconds_left:.0f} s")
+        click.echo(f"paused {handler} for {duration(state.seconds_left)}")
     _warn_of_workers_that_ignore(app, fleet.PAUSES)
 
 

@@ -12,11 +12,12 @@ from typing import Any
 import click
 
 from outbox import archive, groups, schema, search
+from outbox._duration import duration
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_USAGE, command, fail, ready
 from outbox.cli._main import main
 from outbox.cli._options import MAX_PRUNE_AGE_SECONDS, Duration
-from outbox.cli._output import age_text, error_text, json_text, print_json, print_table
+from outbox.cli._output import error_text, json_text, print_json, print_table
 from outbox.cli._progress import reporting
 
 GROUP_STATUS = click.Choice([s.value for s in schema.GroupStatus], case_sensitive=False)
@@ -121,7 +122,7 @@ def _print_groups(listing: groups.Listing) -> None:
                 g.status.value,
                 str(g.events),
                 str(g.attempts) + (f" (+{g.deferrals} deferred)" if g.deferrals else ""),
-                age_text(g.age),
+                duration(g.age),
                 _due_text(g.due_in),
                 g.worker or "-",
                 error_text(g.error, 80),
@@ -139,7 +140,7 @@ def _print_groups(listing: groups.Listing) -> None:
 def _due_text(due_in: float | None) -> str:
     if due_in is None:
         return "-"
-    return "now" if due_in <= 0 else f"in {age_text(due_in)}"
+    return "now" if due_in <= 0 else f"in {duration(due_in)}"
 
 
 def _list(
@@ -200,7 +201,7 @@ def _show(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
     click.echo(f"  status    {g.status.value}")
     click.echo(f"  events    {g.events}")
     click.echo(f"  attempts  {g.attempts}" + (f" (+{g.deferrals} deferred)" if g.deferrals else ""))
-    click.echo(f"  age       {age_text(g.age)}")
+    click.echo(f"  age       {duration(g.age)}")
     click.echo(f"  next run  {_due_text(g.due_in)}")
     if detail.lease is not None:
         lease = detail.lease
@@ -210,7 +211,7 @@ def _show(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
         heartbeat = (
             "no worker row"
             if lease.heartbeat_age is None
-            else f"{age_text(lease.heartbeat_age)} ago"
+            else f"{duration(lease.heartbeat_age)} ago"
         )
         click.echo(
             f"  lease     {lease.worker or '-'}, expires {expires}, last heartbeat {heartbeat}"
@@ -227,7 +228,7 @@ def _show(ctx: Context, group_id: uuid.UUID, as_json: bool) -> None:
     click.echo(f"attempts that did not succeed: {len(detail.attempts)}")
     for attempt in detail.attempts:
         click.echo(
-            f"  #{attempt.attempt} {attempt.outcome.value}, {age_text(attempt.age)} ago, "
+            f"  #{attempt.attempt} {attempt.outcome.value}, {duration(attempt.age)} ago, "
             f"on {attempt.worker or 'a worker not known'}:"
         )
         if attempt.error:

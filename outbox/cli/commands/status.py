@@ -9,11 +9,12 @@ from dataclasses import replace
 import click
 
 from outbox import Outbox, _buffer_clock, fleet, lifecycle, metrics
+from outbox._duration import duration
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_FAILURE, command, ready
 from outbox.cli._main import main
 from outbox.cli._options import MAX_DEAD_SINCE_SECONDS, DurationOrOff
-from outbox.cli._output import age_text, bytes_text, print_table, ratio_text
+from outbox.cli._output import bytes_text, print_table, ratio_text
 from outbox.cli._progress import reporting
 from outbox.metrics import HandlerStatus
 
@@ -77,7 +78,7 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
         ("handler", "urgency", "paused", "unclaimed", "oldest", "staleness",
          "waiting", "in flight", "retrying", "refused", "failed", "dead", "alerts"),
         [
-            (r.handler, r.urgency, _paused(r), str(r.unclaimed), age_text(r.oldest_age),
+            (r.handler, r.urgency, _paused(r), str(r.unclaimed), duration(r.oldest_age),
              ratio_text(r.staleness), str(r.groups_waiting), str(r.groups_in_flight),
              str(r.groups_retrying),
              str(r.groups_refused), str(r.max_failed_attempts), str(r.dead), str(len(r.alerts)))
@@ -88,8 +89,8 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
     print_table(
         ("band", "promise", "handlers", "unclaimed", "oldest", "staleness", "failed", "dead"),
         [
-            (b.urgency, age_text(b.promise), str(len(b.handlers)), str(b.unclaimed),
-             age_text(b.oldest_age), ratio_text(b.staleness), str(b.max_failed_attempts),
+            (b.urgency, duration(b.promise), str(len(b.handlers)), str(b.unclaimed),
+             duration(b.oldest_age), ratio_text(b.staleness), str(b.max_failed_attempts),
              str(b.dead))
             for b in band_rows
         ],
@@ -155,7 +156,7 @@ def _print_fleet(versions: fleet.Fleet) -> None:
 def _paused(row: metrics.HandlerStatus) -> str:
     if not row.paused:
         return "probing" if row.breaker == "probing" else "no"
-    return "until resumed" if row.paused_for is None else age_text(row.paused_for)
+    return "until resumed" if row.paused_for is None else duration(row.paused_for)
 
 
 @main.command()
