@@ -19,7 +19,14 @@ from outbox import _log, archive, flow, groups, held, refused
 from outbox.exceptions import ConfigurationError
 from outbox.schema import OperationAction
 from outbox.web._console import Console, call, console_of, handler_names, require
-from outbox.web._inputs import DEAD_STATUSES, attempt, filters_of, group_id_of, selection_of_filters
+from outbox.web._inputs import (
+    DEAD_STATUSES,
+    attempt,
+    checked_form,
+    filters_of,
+    group_id_of,
+    selection_of_filters,
+)
 from outbox.web._render import FLASH_SHOWN, duration, page
 from outbox.web.auth import Permission, Principal
 
@@ -56,9 +63,9 @@ def _record(principal: Principal, action: str, **fields: Any) -> None:
 
 
 async def _write(request: Request) -> tuple[Principal, Console, FormData]:
-    """An operator's form, its CSRF token checked."""
+    """An operator's form, its CSRF token and its text checked."""
     principal = await require(request, Permission.OPERATE, write=True)
-    return principal, console_of(request), await request.form()
+    return principal, console_of(request), checked_form(await request.form())
 
 
 def _field(form: FormData, name: str) -> str | None:
