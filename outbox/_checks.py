@@ -47,11 +47,17 @@ def text_problem(text: str) -> str | None:
     return f"a lone surrogate ({ascii(found.group())[1:-1]}) is not text"
 
 
-def shown(name: str, limit: int = 80) -> str:
-    """``name`` as a message may say it: escaped where it is not printable text, cut at
-    ``limit`` characters."""
-    text = name if name.isprintable() else ascii(name)[1:-1]
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+def quoted(name: str, limit: int = 80) -> str:
+    """``name`` as a message may quote it: ``repr``'s quotes and escapes (a lone surrogate
+    written as it is would make the message itself unencodable), cut at ``limit``
+    characters."""
+    text = repr(name)
+    return text if len(text) <= limit else text[: limit - 4] + "..." + text[-1]
+
+
+def path_step(name: str) -> str:
+    """An object's key as a step of a path in a message: escaped as :func:`quoted` escapes."""
+    return name if name.isprintable() and len(name) <= 80 else quoted(name)[1:-1]
 
 
 def json_problem(value: Any, path: str = "", max_depth: int = MAX_JSON_DEPTH) -> str | None:
@@ -83,7 +89,7 @@ def _walk(value: Any, path: str) -> Iterator[tuple[str, Any, int]]:
         yield where, item, depth
         if isinstance(item, dict):
             for key, inner in reversed(item.items()):
-                named = f"{where}.{shown(key)}" if where else shown(key)
+                named = f"{where}.{path_step(key)}" if where else path_step(key)
                 stack.append((named, inner, depth + 1))
                 stack.append((named, key, depth))
         elif isinstance(item, list):

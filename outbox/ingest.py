@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Column, Connection, SmallInteger, Table
 from sqlalchemy.exc import IntegrityError
 
-from outbox._checks import json_problem, shown, text_problem
+from outbox._checks import json_problem, quoted, text_problem
 from outbox._db import queries, run_in_transaction
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
@@ -92,7 +92,7 @@ class IngestConflictError(OutboxError):
 
     def __init__(self, events: list[Ingested]) -> None:
         keys = [e.key for e in events if e.result == IngestResult.CONFLICT]
-        named = ", ".join(repr(shown(k)) for k in keys[:10]) + (", ..." if len(keys) > 10 else "")
+        named = ", ".join(quoted(k) for k in keys[:10]) + (", ..." if len(keys) > 10 else "")
         word = "key" if len(keys) == 1 else "keys"
         super().__init__(
             f"{word} {named} written before with other values: nothing of the batch written"
@@ -123,12 +123,12 @@ def ingest(
     problems: list[str] = []
     for position, item in enumerate(events):
         key, values = item if isinstance(item, tuple) and len(item) == 2 else (None, None)
-        where = f"event {position}" + (f" (key {shown(key)!r})" if isinstance(key, str) else "")
+        where = f"event {position}" + (f" (key {quoted(key)})" if isinstance(key, str) else "")
         if not isinstance(key, str) or not 1 <= len(key) <= MAX_KEY_LENGTH:
             problems.append(f"{where}: key: expected text of 1 to {MAX_KEY_LENGTH} characters")
             continue
         if text_problem(key) is not None:
-            problems.append(f"event {position} (key {shown(key)!r}): key: {text_problem(key)}")
+            problems.append(f"event {position} (key {quoted(key)}): key: {text_problem(key)}")
             continue
         if not isinstance(values, Mapping):
             problems.append(f"{where}: values: expected an object of column values")

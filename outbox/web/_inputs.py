@@ -12,7 +12,7 @@ from starlette.datastructures import FormData, ImmutableMultiDict
 from starlette.exceptions import HTTPException
 
 from outbox import groups
-from outbox._checks import shown, text_problem
+from outbox._checks import path_step, text_problem
 from outbox.schema import GroupStatus
 from outbox.web._console import Console, call
 from outbox.web.api import selection_of
@@ -51,7 +51,7 @@ def checked_form(form: FormData) -> FormData:
     for name, value in form.multi_items():
         problem = text_problem(name) or (text_problem(value) if isinstance(value, str) else None)
         if problem is not None:
-            raise HTTPException(400, f"{shown(name)}: {problem}")
+            raise HTTPException(400, f"{path_step(name)}: {problem}")
     return form
 
 

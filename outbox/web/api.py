@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from outbox import _log, archive, fleet, flow, groups, held, ingest, refused
-from outbox._checks import MAX_JSON_DEPTH, json_problem, shown
+from outbox._checks import MAX_JSON_DEPTH, json_problem, quoted
 from outbox.jsonable import jsonable
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web.auth import Permission, Principal
@@ -61,7 +61,7 @@ async def _body(request: Request, fields: tuple[str, ...] | None = None) -> dict
     unknown = sorted(set(body) - set(fields)) if fields is not None else []
     if unknown:
         raise HTTPException(
-            400, f"unknown field {shown(unknown[0])!r}; expected some of {', '.join(fields or ())}"
+            400, f"unknown field {quoted(unknown[0])}; expected some of {', '.join(fields or ())}"
         )
     problem = json_problem(body, max_depth=MAX_BODY_DEPTH)
     if problem is not None:

@@ -373,6 +373,10 @@ async def test_edit_through_the_api_checks_the_values_against_the_columns(
         ),
         ("post", "/api/v1/handlers/fails/pause", {"seconds": -1}, 400, "until"),
         ("post", "/api/v1/history", None, 405, ""),
+        ("get", "/api/v1/groups?payload=a%00", None, 400, "payload: a NUL character"),
+        ("get", "/api/v1/groups?error=%00", None, 400, "error: a NUL character"),
+        ("get", "/api/v1/archive?payload=a%00", None, 400, "payload: a NUL character"),
+        ("get", "/api/v1/groups?older_than=1e308", None, 400, "older_than: expected at most"),
     ],
     ids=[
         "uuid",
@@ -385,6 +389,10 @@ async def test_edit_through_the_api_checks_the_values_against_the_columns(
         "bool",
         "negative",
         "method",
+        "nul-payload",
+        "nul-error",
+        "nul-archive",
+        "older-than-past-years",
     ],
 )
 async def test_bad_input_gets_a_4xx_naming_it(
@@ -775,6 +783,22 @@ async def test_text_no_database_stores_is_a_json_400_naming_its_field(
         response.json()["error"].startswith(f"{field}: a "),
         _nothing_written(outbox_app),
     ), response.text
+
+
+@pytest.mark.parametrize("text", [SURROGATE, NUL], ids=["surrogate", "nul"])
+def test_an_edit_refuses_text_no_database_stores(
+    outbox_app: Outbox, commit_events: Any, text: str
+) -> None:
+    """``archive.edit`` (the API's, the page's and the command's) with a NUL or a lone
+    surrogate: refused naming the column, the event still dead."""
+    group_id = _dead(outbox_app, commit_events, 1)
+    [event] = groups.show(outbox_app, group_id).events
+    with pytest.raises(ConfigurationError) as raised:
+        archive.edit(outbox_app, group_id, event.id, {"kind": text}, actor="ann")
+    assert (True, "dead") == (
+        str(raised.value).startswith("kind: a "),
+        groups.show(outbox_app, group_id).group.status,
+    )
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
