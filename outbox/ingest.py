@@ -87,7 +87,8 @@ class Ingested:
 
 
 class IngestConflictError(OutboxError):
-    """Keys of a batch written before with other values: nothing of the batch was written.
+    """Keys of a batch sent before (or earlier in the batch) with other values: nothing of the
+    batch was written.
     ``events`` says, key by key, what became of each (:class:`IngestResult`)."""
 
     def __init__(self, events: list[Ingested]) -> None:
@@ -95,7 +96,7 @@ class IngestConflictError(OutboxError):
         named = ", ".join(quoted(k) for k in keys[:10]) + (", ..." if len(keys) > 10 else "")
         word = "key" if len(keys) == 1 else "keys"
         super().__init__(
-            f"{word} {named} written before with other values: nothing of the batch written"
+            f"{word} {named} sent before with other values: nothing of the batch written"
         )
         self.events = events
 
@@ -110,9 +111,9 @@ def ingest(
     Every event is checked first (its key, each column named, each value, the columns that must
     have one, text no database stores: NUL characters and lone surrogates): any problem raises
     :class:`IngestError` listing them all, and nothing is written. A key twice in one batch is
-    written once (with other values the second time: an :class:`IngestError`). A key written
-    before returns that event, ``created=False``: ``same`` when its values are these, and when
-    they are not, :class:`IngestConflictError` is raised and nothing of the batch is written.
+    written once. A key written before returns that event, ``created=False``: ``same`` when its
+    values are these; when they are not (or a batch gives a key twice with other values),
+    :class:`IngestConflictError` is raised and nothing of the batch is written.
     """
     target = app.get_handler(handler)
     if not isinstance(events, Sequence) or isinstance(events, str | bytes):
@@ -120,6 +121,7 @@ def ingest(
     if not 1 <= len(events) <= MAX_EVENTS:
         raise IngestError([f"events: expected 1 to {MAX_EVENTS} events, got {len(events)}"])
     rows: dict[str, dict[str, Any]] = {}
+    twice: set[str] = set()
     problems: list[str] = []
     for position, item in enumerate(events):
         key, values = item if isinstance(item, tuple) and len(item) == 2 else (None, None)
@@ -136,13 +138,14 @@ def ingest(
         row, found = _checked(target.table, values)
         problems += [f"{where}: {problem}" for problem in found]
         if not found and rows.setdefault(key, row) != row:
-            problems.append(f"{where}: key: given twice in the batch with other values")
+            twice.add(key)
     if problems:
         raise IngestError(problems)
     for _ in range(_RACES):
         try:
             written = run_in_transaction(
-                app.engine, lambda conn: _write(conn, app.dialect, target.table, handler, rows)
+                app.engine,
+                lambda conn: _write(conn, app.dialect, target.table, handler, rows, twice),
             )
         except IntegrityError:
             continue
@@ -156,13 +159,21 @@ def ingest(
 
 
 def _write(
-    conn: Connection, dialect: str, table: Table, handler: str, rows: dict[str, dict[str, Any]]
+    conn: Connection,
+    dialect: str,
+    table: Table,
+    handler: str,
+    rows: dict[str, dict[str, Any]],
+    twice: set[str],
 ) -> dict[str, Ingested]:
-    """Write the events of keys not held yet; those held are compared. A conflict writes
-    nothing: the answer says what would have been new."""
+    """Write the events of keys not held yet; those held are compared, and those the batch
+    gives twice with other values conflict. A conflict writes nothing: the answer says what
+    would have been new."""
     known = queries.ingested_keys(conn, dialect, handler, list(rows))
-    fresh = [key for key in rows if key not in known]
+    fresh = [key for key in rows if key not in known and key not in twice]
     result = _compared(conn, table, {key: rows[key] for key in known}, known)
+    for key in twice:
+        result[key] = Ingested(key, known.get(key), False, IngestResult.CONFLICT)
     if any(r.result == IngestResult.CONFLICT for r in result.values()):
         result.update({key: Ingested(key, None, False, IngestResult.NEW) for key in fresh})
         return result

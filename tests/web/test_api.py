@@ -988,7 +988,7 @@ async def test_a_key_sent_again_with_other_values_is_a_409_naming_it(
         amounts = list(conn.execute(select(SinkEvent.amount)).scalars())
     assert (
         (201, "new"),
-        (409, "key 'order-7' written before with other values: nothing of the batch written"),
+        (409, "key 'order-7' sent before with other values: nothing of the batch written"),
         ["conflict"],
         (200, "same", first.json()["event_id"]),
         [12.5],
@@ -1069,13 +1069,20 @@ def test_a_key_whose_event_was_delivered_is_unchecked(outbox_app: Outbox) -> Non
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
-def test_a_key_twice_in_a_batch_with_other_values_is_refused(outbox_app: Outbox) -> None:
-    """One batch giving a key two sets of values: an IngestError naming it; nothing written."""
-    with pytest.raises(ingest.IngestError) as raised:
+def test_a_key_twice_in_a_batch_with_other_values_is_a_conflict(outbox_app: Outbox) -> None:
+    """One batch giving a key two sets of values: a conflict naming it; nothing written."""
+    with pytest.raises(ingest.IngestConflictError) as raised:
         ingest.ingest(
-            outbox_app, "accounts", [("k", _sink_values()), ("k", _sink_values(amount=2))]
+            outbox_app,
+            "accounts",
+            [("k", _sink_values()), ("new", _sink_values()), ("k", _sink_values(amount=2))],
         )
-    assert ("event 1 (key 'k'): key: given twice in the batch with other values", 0) == (
+    assert (
+        "key 'k' sent before with other values: nothing of the batch written",
+        [("k", "conflict"), ("new", "new")],
+        0,
+    ) == (
         str(raised.value),
+        sorted((e.key, e.result.value) for e in raised.value.events),
         _count(outbox_app, SinkEvent),
     )
