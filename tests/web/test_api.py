@@ -1086,3 +1086,15 @@ def test_a_key_twice_in_a_batch_with_other_values_is_a_conflict(outbox_app: Outb
         sorted((e.key, e.result.value) for e in raised.value.events),
         _count(outbox_app, SinkEvent),
     )
+
+
+@pytest.mark.parametrize("database_url", ["mariadb"], indirect=True)
+def test_a_key_the_database_matches_spelled_otherwise_is_the_key_held(outbox_app: Outbox) -> None:
+    """MariaDB's collation matches ``A0`` to a held ``a0``: the key given is answered (not a
+    500), compared with the event held under the key it matched."""
+    [first] = ingest.ingest(outbox_app, "accounts", [("a0", _sink_values())])
+    [again] = ingest.ingest(outbox_app, "accounts", [("A0", _sink_values())])
+    assert (("A0", first.event_id, "same"), 1) == (
+        (again.key, again.event_id, again.result.value),
+        _count(outbox_app, SinkEvent),
+    )
