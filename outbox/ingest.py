@@ -7,8 +7,8 @@ time is found by its key and nothing is written twice. The keys live in
 written whole or not at all.
 
 A key sent again with other values is a conflict, as idempotency keys are elsewhere (Stripe
-answers an error for a key reused with other parameters): :class:`IngestConflictError`, and nothing
-of the batch is written. "The same values" are compared as the database stores them (numbers
+answers an error for a key reused with other parameters): :class:`IngestConflictError`, and
+nothing of the batch is written. "The same values" are compared as the database stores them (numbers
 at the column's scale, text, times at the column's precision, JSON as a value), never as the
 bytes sent: ``"12.5"`` and ``12.50`` in a ``NUMERIC(12, 2)`` are the same.
 """
@@ -88,8 +88,8 @@ class Ingested:
 
 class IngestConflictError(OutboxError):
     """Keys of a batch sent before (or earlier in the batch) with other values: nothing of the
-    batch was written.
-    ``events`` says, key by key, what became of each (:class:`IngestResult`)."""
+    batch was written. ``events`` says, key by key, what became of each
+    (:class:`IngestResult`)."""
 
     def __init__(self, events: list[Ingested]) -> None:
         keys = [e.key for e in events if e.result == IngestResult.CONFLICT]
@@ -130,7 +130,7 @@ def ingest(
             problems.append(f"{where}: key: expected text of 1 to {MAX_KEY_LENGTH} characters")
             continue
         if text_problem(key) is not None:
-            problems.append(f"event {position} (key {quoted(key)}): key: {text_problem(key)}")
+            problems.append(f"{where}: key: {text_problem(key)}")
             continue
         if not isinstance(values, Mapping):
             problems.append(f"{where}: values: expected an object of column values")
