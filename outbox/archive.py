@@ -22,6 +22,7 @@ from sqlalchemy import JSON, Column, Connection, Dialect, Float, Table, TypeDeco
 from sqlalchemy.exc import DataError
 
 from outbox import _log, operators, schema
+from outbox._checks import json_problem, text_problem
 from outbox._db import dialects, queries, run_in_transaction
 from outbox._db.dialects import JSON_AS_TEXT_MARKER
 from outbox.app import MAX_BATCH_SIZE, Outbox
@@ -366,6 +367,8 @@ def browse(
         raise ConfigurationError(f"group_id: expected a UUID, got {type(group_id).__name__}")
     if payload is not None and (not isinstance(payload, str) or not payload.strip()):
         raise ConfigurationError(f"payload: expected some text, got {payload!r}")
+    if payload is not None and text_problem(payload) is not None:
+        raise ConfigurationError(f"payload: {text_problem(payload)}")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
         raise ConfigurationError(f"limit: expected 1 to 1000 events, got {limit!r}")
     if before is not None and (
@@ -592,6 +595,9 @@ def _edited_value(column: Column[Any], value: Any, dialect: Dialect) -> Any:
         raise ConfigurationError(
             f"{column.name}: expected {python_type.__name__}, got {type(value).__name__}"
         )
+    problem = json_problem(value, column.name) if isinstance(value, str | dict | list) else None
+    if problem is not None:
+        raise ConfigurationError(problem)
     if isinstance(column.type, TypeDecorator):
         try:
             value = column.type.process_bind_param(value, dialect)

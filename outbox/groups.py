@@ -21,6 +21,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
 from outbox import _log, operators, schema
+from outbox._checks import text_problem
 from outbox._db import queries, run_in_transaction
 from outbox.app import Handler, Outbox
 from outbox.exceptions import ConfigurationError, GroupNotFoundError
@@ -51,6 +52,9 @@ __all__ = [
 
 log = _log.get_logger(__name__)
 
+MAX_AGE_SECONDS = 100 * 365.25 * 86_400
+"""The oldest ``older_than`` a selection takes: further back, the time is past what every
+database computes."""
 DEFAULT_LIMIT = 50
 """Groups a listing shows unless told otherwise."""
 MAX_LIMIT = 1000
@@ -107,6 +111,9 @@ def _text(value: str | None, argument: str) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip():
         raise ConfigurationError(f"{argument}: expected some text, got {value!r}")
+    problem = text_problem(value)
+    if problem is not None:
+        raise ConfigurationError(f"{argument}: {problem}")
     return value
 
 
@@ -141,6 +148,11 @@ class Selection:
         ):
             raise ConfigurationError(
                 f"older_than: expected a finite number of seconds >= 0, got {self.older_than!r}"
+            )
+        if self.older_than is not None and self.older_than > MAX_AGE_SECONDS:
+            raise ConfigurationError(
+                f"older_than: expected at most {MAX_AGE_SECONDS:.0f} seconds (100 years),"
+                f" got {self.older_than!r}"
             )
         _text(self.error, "error")
         _text(self.key, "key")

@@ -21,13 +21,14 @@ from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
-from outbox.web import _render, api, openapi, pages
+from outbox.web import _limits, _render, api, openapi, pages
 from outbox.web._console import REFRESH_SECONDS, Console, call, console_of, require
 from outbox.web.auth import Auth, Permission, Principal, Role
 
@@ -70,7 +71,11 @@ def create_app(
         *api.ROUTES,
         *pages.ROUTES,
     ]
-    starlette = Starlette(routes=routes, exception_handlers={HTTPException: _error})
+    starlette = Starlette(
+        routes=routes,
+        exception_handlers={HTTPException: _error},
+        middleware=[Middleware(_limits.BodyLimit)],
+    )
     starlette.state.console = console
     return starlette
 

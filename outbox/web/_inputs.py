@@ -8,10 +8,11 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from starlette.datastructures import ImmutableMultiDict
+from starlette.datastructures import FormData, ImmutableMultiDict
 from starlette.exceptions import HTTPException
 
 from outbox import groups
+from outbox._checks import path_step, text_problem
 from outbox.schema import GroupStatus
 from outbox.web._console import Console, call
 from outbox.web.api import selection_of
@@ -41,6 +42,17 @@ def selection_of_filters(
         chosen = [s for s in given if s in allowed] or allowed
         pairs = [(k, v) for k, v in pairs if k != "status"] + [("status", s) for s in chosen]
     return selection_of(console, ImmutableMultiDict(pairs), many=True)
+
+
+def checked_form(form: FormData) -> FormData:
+    """``form``, when every field's name and text is text the databases store: a 400 naming
+    the field otherwise (a NUL character, or a lone surrogate a multipart part's charset can
+    decode to), before anything is done with it."""
+    for name, value in form.multi_items():
+        problem = text_problem(name) or (text_problem(value) if isinstance(value, str) else None)
+        if problem is not None:
+            raise HTTPException(400, f"{path_step(name)}: {problem}")
+    return form
 
 
 def group_id_of(text: str) -> uuid.UUID:

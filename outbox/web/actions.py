@@ -21,7 +21,14 @@ from outbox._duration import duration
 from outbox.exceptions import ConfigurationError
 from outbox.schema import OperationAction, WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
-from outbox.web._inputs import DEAD_STATUSES, attempt, filters_of, group_id_of, selection_of_filters
+from outbox.web._inputs import (
+    DEAD_STATUSES,
+    attempt,
+    checked_form,
+    filters_of,
+    group_id_of,
+    selection_of_filters,
+)
 from outbox.web._render import FLASH_SHOWN, page
 from outbox.web.auth import Permission, Principal
 
@@ -58,9 +65,9 @@ def _record(principal: Principal, action: str, **fields: Any) -> None:
 
 
 async def _write(request: Request) -> tuple[Principal, Console, FormData]:
-    """An operator's form, its CSRF token checked."""
+    """An operator's form, its CSRF token and its text checked."""
     principal = await require(request, Permission.OPERATE, write=True)
-    return principal, console_of(request), await request.form()
+    return principal, console_of(request), checked_form(await request.form())
 
 
 def _field(form: FormData, name: str) -> str | None:

@@ -19,14 +19,16 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from outbox import _log, archive, fleet, flow, groups, held, ingest, metrics, refused, search
+from outbox._checks import MAX_JSON_DEPTH, json_problem, quoted
 from outbox.jsonable import jsonable
 from outbox.schema import WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web.auth import Permission, Principal
 
 PREFIX = "/api/v1"
-MAX_BODY_BYTES = 16 * 1024 * 1024
-"""The largest request body the API reads: a batch of ingest at its largest fits."""
+MAX_BODY_DEPTH = MAX_JSON_DEPTH + 8
+"""The deepest request body the API reads: a batch's events, each event's values, and a JSON
+column's value within them nested as deep as outbox stores it."""
 
 log = _log.get_logger(__name__)
 
@@ -40,16 +42,19 @@ SELECTION_FIELDS = ("handler", "status", "older_than", "error", "key", "payload"
 
 
 async def _body(request: Request, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """The request's JSON object: 400 when it is not one, or (given ``fields``) when it has a
-    field not among them; 413 when too large to read."""
-    size = request.headers.get("content-length")
-    if size is not None and size.isdigit() and int(size) > MAX_BODY_BYTES:
-        raise HTTPException(413, f"request body larger than {MAX_BODY_BYTES} bytes")
+    """The request's JSON object: 400 naming what is wrong when it is not one, when (given
+    ``fields``) it has a field not among them, or when a field holds what no database stores
+    (:func:`outbox._checks.json_problem`); 413 past ``MAX_BODY_BYTES``, counted as it is read
+    (:class:`outbox.web._limits.BodyLimit`)."""
     raw = await request.body()
     if not raw:
         return {}
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_not_json, parse_int=_integer)
+    except RecursionError as error:
+        raise HTTPException(
+            400, f"request body is nested deeper than {MAX_BODY_DEPTH} levels"
+        ) from error
     except (ValueError, UnicodeDecodeError) as error:
         raise HTTPException(400, f"request body is not JSON: {error}") from error
     if not isinstance(body, dict):
@@ -57,9 +62,25 @@ async def _body(request: Request, fields: tuple[str, ...] | None = None) -> dict
     unknown = sorted(set(body) - set(fields)) if fields is not None else []
     if unknown:
         raise HTTPException(
-            400, f"unknown field {unknown[0]!r}; expected some of {', '.join(fields or ())}"
+            400, f"unknown field {quoted(unknown[0])}; expected some of {', '.join(fields or ())}"
         )
+    problem = json_problem(body, max_depth=MAX_BODY_DEPTH)
+    if problem is not None:
+        raise HTTPException(400, problem)
     return body
+
+
+def _not_json(constant: str) -> Any:
+    """``NaN``, ``Infinity``: Python's json reads them, JSON has no such number."""
+    raise ValueError(f"{constant} is not a JSON number")
+
+
+def _integer(text: str) -> int:
+    """A JSON integer; one past a double's range (309 digits) is refused before Python spends
+    the time to convert it."""
+    if len(text.lstrip("-")) > 309:
+        raise ValueError(f"a number of {len(text)} digits is past a double's range")
+    return int(text)
 
 
 def _field(
@@ -462,20 +483,39 @@ async def release_held(request: Request) -> Response:
 # --- ingest ---------------------------------------------------------------------------------
 
 
+async def _ingest(
+    console: Console, name: str, pairs: list[Any]
+) -> list[ingest.Ingested] | Response:
+    """``ingest.ingest`` of ``pairs``; a conflict is answered 409, saying key by key what
+    became of each event (``events``), as a batch's answer does."""
+    try:
+        return await call(ingest.ingest, console.app, name, pairs)
+    except HTTPException as error:
+        conflict = error.__cause__
+        if isinstance(conflict, ingest.IngestConflictError):
+            return answer({"error": str(conflict), "events": conflict.events}, 409)
+        raise
+
+
 async def put_event(request: Request) -> Response:
     """``PUT /handlers/{handler}/events/{key}``: write one event (the body: its values) under
-    the producer's idempotency key; 201 when written now, 200 when it was written before."""
+    the producer's idempotency key; 201 when written now, 200 when it was written before with
+    the same values, 409 naming the key when with other values."""
     await require(request, Permission.INGEST, write=True)
     console = console_of(request)
     [name] = handler_names(console, [request.path_params["handler"]])
     values = await _body(request)
-    [written] = await call(ingest.ingest, console.app, name, [(request.path_params["key"], values)])
+    ingested = await _ingest(console, name, [(request.path_params["key"], values)])
+    if isinstance(ingested, Response):
+        return ingested
+    [written] = ingested
     return answer(written, 201 if written.created else 200)
 
 
 async def post_events(request: Request) -> Response:
     """``POST /handlers/{handler}/events``: write a batch (``events``: a list of ``{"key",
-    "values"}``), all or nothing; each event says whether it was written now."""
+    "values"}``), all or nothing; each event says what became of it (``result``: new, same,
+    unchecked; a conflict is a 409 and nothing is written)."""
     await require(request, Permission.INGEST, write=True)
     console = console_of(request)
     [name] = handler_names(console, [request.path_params["handler"]])
@@ -488,7 +528,9 @@ async def post_events(request: Request) -> Response:
         if not isinstance(item, dict):
             raise HTTPException(400, f"events[{position}]: expected an object with key and values")
         pairs.append((item.get("key"), item.get("values")))
-    written = await call(ingest.ingest, console.app, name, pairs)
+    written = await _ingest(console, name, pairs)
+    if isinstance(written, Response):
+        return written
     created = sum(1 for w in written if w.created)
     return answer({"written": created, "duplicates": len(written) - created, "events": written})
 

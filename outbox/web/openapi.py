@@ -18,7 +18,8 @@ from outbox._checks import MAX_WAIT_SECONDS
 from outbox._version import VERSION
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
-from outbox.ingest import MAX_EVENTS, decimal_digits, integer_range
+from outbox.groups import MAX_AGE_SECONDS
+from outbox.ingest import MAX_EVENTS, IngestResult, decimal_digits, integer_range
 from outbox.metrics import ThroughputRange
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction, WorkerRequest
 from outbox.web.api import PREFIX
@@ -32,6 +33,29 @@ def _answer(description: str, schema: dict[str, Any] | None = None) -> dict[str,
         "description": description,
         "content": {"application/json": {"schema": schema or _ANY_OBJECT}},
     }
+
+
+_INGESTED = {
+    "type": "object",
+    "properties": {
+        "key": {"type": "string"},
+        "event_id": {"type": ["integer", "null"]},
+        "created": {"type": "boolean"},
+        "result": {"type": "string", "enum": [r.value for r in IngestResult]},
+    },
+    "required": ["key", "event_id", "created", "result"],
+}
+_CONFLICT = _answer(
+    "a key written before with other values: nothing written; each event's result",
+    {
+        "type": "object",
+        "properties": {
+            "error": {"type": "string"},
+            "events": {"type": "array", "items": _INGESTED},
+        },
+        "required": ["error", "events"],
+    },
+)
 
 
 def _errors(*codes: int) -> dict[str, Any]:
@@ -65,6 +89,33 @@ def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 _UUID = {"type": "string", "format": "uuid"}
+_NO_NUL = r"^[^\u0000]*$"
+"""Every text the API takes: no NUL (nor a lone surrogate, which a pattern cannot say)."""
+
+
+def _json_value(depth: int = 3) -> dict[str, Any]:
+    """Any JSON value whose text holds no NUL, nested ``depth`` levels (outbox takes deeper:
+    up to ``outbox._checks.MAX_JSON_DEPTH``; the document says what every request may hold)."""
+    scalars: list[dict[str, Any]] = [
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "number"},
+        {"type": "string"},
+    ]
+    if depth == 0:
+        return {"anyOf": scalars}
+    inner = _json_value(depth - 1)
+    return {
+        "anyOf": [
+            *scalars,
+            {"type": "array", "items": inner},
+            {"type": "object", "propertyNames": {"type": "string"}, "additionalProperties": inner},
+        ]
+    }
+
+
+_JSON_VALUE = _json_value()
+_AGE = {"type": "number", "minimum": 0, "maximum": MAX_AGE_SECONDS}
 _TEXT = {"type": "string", "minLength": 1, "pattern": r"\S"}  # some text, not only spaces
 _SELECTION_QUERY = [
     _query("handler", {"type": "string"}, "only this handler (repeatable)", many=True),
@@ -74,7 +125,7 @@ _SELECTION_QUERY = [
         "only this status (repeatable)",
         many=True,
     ),
-    _query("older_than", {"type": "number", "minimum": 0}, "made longer ago than these seconds"),
+    _query("older_than", _AGE, "made longer ago than these seconds"),
     _query("error", _TEXT, "text in the last error"),
     _query("key", _TEXT, "an ordering key's value"),
     _query("payload", _TEXT, "text in a dead event's values"),
@@ -92,7 +143,7 @@ _SELECTION_BODY: dict[str, Any] = {
             "minItems": 1,
             "items": {"type": "string", "enum": [s.value for s in GroupStatus]},
         },
-        "older_than": {"type": "number", "minimum": 0},
+        "older_than": _AGE,
         "error": _TEXT,
         "key": _TEXT,
         "payload": _TEXT,
@@ -209,7 +260,14 @@ PATHS: dict[str, dict[str, Any]] = {
             requestBody=_json_body(
                 {
                     "type": "object",
-                    "properties": {"values": {"type": "object", "minProperties": 1}},
+                    "properties": {
+                        "values": {
+                            "type": "object",
+                            "minProperties": 1,
+                            "propertyNames": {"type": "string"},
+                            "additionalProperties": _JSON_VALUE,
+                        }
+                    },
                     "required": ["values"],
                 }
             ),
@@ -251,8 +309,20 @@ PATHS: dict[str, dict[str, Any]] = {
         "post": _op(
             "Write a batch of events, each under its idempotency key, all or nothing",
             {
-                "200": _answer("each event, and whether it was written now"),
+                "200": _answer(
+                    "each event, and what became of it",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "written": {"type": "integer"},
+                            "duplicates": {"type": "integer"},
+                            "events": {"type": "array", "items": _INGESTED},
+                        },
+                        "required": ["written", "duplicates", "events"],
+                    },
+                ),
                 **_errors(400, 404, 413),
+                "409": _CONFLICT,
             },
             parameters=[_path("handler", {"type": "string"})],
             requestBody=_json_body(
@@ -266,7 +336,11 @@ PATHS: dict[str, dict[str, Any]] = {
                                 "type": "object",
                                 "properties": {
                                     "key": {"type": "string", "minLength": 1, "maxLength": 200},
-                                    "values": _ANY_OBJECT,
+                                    "values": {
+                                        "type": "object",
+                                        "propertyNames": {"type": "string"},
+                                        "additionalProperties": _JSON_VALUE,
+                                    },
                                 },
                                 "required": ["key", "values"],
                             },
@@ -281,15 +355,22 @@ PATHS: dict[str, dict[str, Any]] = {
         "put": _op(
             "Write one event under an idempotency key",
             {
-                "201": _answer("written now"),
-                "200": _answer("written before: nothing written"),
+                "201": _answer("written now", _INGESTED),
+                "200": _answer("written before with the same values: nothing written", _INGESTED),
                 **_errors(400, 404, 413),
+                "409": _CONFLICT,
             },
             parameters=[
                 _path("handler", {"type": "string"}),
                 _path("key", {"type": "string", "minLength": 1, "maxLength": 200}),
             ],
-            requestBody=_json_body(_ANY_OBJECT),
+            requestBody=_json_body(
+                {
+                    "type": "object",
+                    "propertyNames": {"type": "string"},
+                    "additionalProperties": _JSON_VALUE,
+                }
+            ),
         )
     },
     "/handlers/{handler}/throughput": {
@@ -439,6 +520,12 @@ def spec(app: Outbox | None = None) -> dict[str, Any]:
     buffer model takes (column by column), so that a producer outside Python reads there what
     to send."""
     paths = _strict(copy.deepcopy(PATHS if app is None else _of_app(app)))
+    for item in paths.values():
+        for operation in item.values():
+            _text(operation.get("parameters", []))
+            _text(operation.get("requestBody", {}))
+            if "requestBody" in operation:
+                operation["responses"].setdefault("413", _errors(413)["413"])
     return {
         "openapi": "3.1.0",
         "info": {"title": "outbox", "version": VERSION},
@@ -479,6 +566,26 @@ def _named(value: Any, names: list[str]) -> Any:
     elif isinstance(value, list):
         for item in value:
             _named(item, names)
+    return value
+
+
+def _text(value: Any) -> Any:
+    """Every text schema of a request's parameters and body says it holds no NUL: in its
+    pattern (some text, not only spaces: ``_TEXT``'s; others' patterns hold no NUL already)."""
+    if isinstance(value, dict):
+        kinds = value.get("type")
+        text = kinds == "string" or (isinstance(kinds, list) and "string" in kinds)
+        if text and "enum" not in value and "format" not in value:
+            pattern = value.get("pattern")
+            if pattern is None:
+                value["pattern"] = _NO_NUL
+            elif pattern == _TEXT["pattern"]:
+                value["pattern"] = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"
+        for item in value.values():
+            _text(item)
+    elif isinstance(value, list):
+        for item in value:
+            _text(item)
     return value
 
 
@@ -548,7 +655,7 @@ def _column_schema(column: Column[Any]) -> dict[str, Any]:
     if isinstance(kind, Enum) and kind.enums:
         return {"type": "string", "enum": list(kind.enums)}
     if isinstance(kind, JSON):
-        return {}
+        return copy.deepcopy(_JSON_VALUE)
     try:
         python_type = kind.python_type
     except NotImplementedError:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import json
 import random
 import threading
 import uuid
@@ -455,6 +456,10 @@ async def test_edit_through_the_api_checks_the_values_against_the_columns(
         ),
         ("post", "/api/v1/handlers/fails/pause", {"seconds": -1}, 400, "until"),
         ("post", "/api/v1/history", None, 405, ""),
+        ("get", "/api/v1/groups?payload=a%00", None, 400, "payload: a NUL character"),
+        ("get", "/api/v1/groups?error=%00", None, 400, "error: a NUL character"),
+        ("get", "/api/v1/archive?payload=a%00", None, 400, "payload: a NUL character"),
+        ("get", "/api/v1/groups?older_than=1e308", None, 400, "older_than: expected at most"),
     ],
     ids=[
         "uuid",
@@ -468,6 +473,10 @@ async def test_edit_through_the_api_checks_the_values_against_the_columns(
         "bool",
         "negative",
         "method",
+        "nul-payload",
+        "nul-error",
+        "nul-archive",
+        "older-than-past-years",
     ],
 )
 async def test_bad_input_gets_a_4xx_naming_it(
@@ -684,8 +693,16 @@ async def test_a_batch_with_one_bad_event_writes_nothing_and_names_every_problem
             {"id": 5, "account": "a", "amount": 1, "ref": str(uuid.UUID(int=1))},
             "'id' is outbox's own column",
         ),
+        (
+            {"account": "a\ud800", "amount": 1, "ref": str(uuid.UUID(int=1))},
+            "event 0 (key 'k'): account: a lone surrogate (\\ud800) is not text",
+        ),
+        (
+            {"account": "a\x00", "amount": 1, "ref": str(uuid.UUID(int=1))},
+            "event 0 (key 'k'): account: a NUL character",
+        ),
     ],
-    ids=["too-long", "bool", "uuid", "null", "own"],
+    ids=["too-long", "bool", "uuid", "null", "own", "surrogate", "nul"],
 )
 def test_ingest_checks_each_value_against_its_column(
     outbox_app: Outbox, values: dict[str, Any], message: str
@@ -929,4 +946,389 @@ async def test_the_archive_endpoint_pages_events_and_hides_what_it_must(
         [e["values"] for e in events],
         rest.json()["next"],
         bad.status_code,
+    )
+
+
+# --- hostile input ------------------------------------------------------------------------
+
+SURROGATE = "a\ud800b"
+NUL = "a\x00b"
+GROUP = uuid.UUID(int=9)
+
+
+def _sink_values(**more: Any) -> dict[str, Any]:
+    return {"account": "a-1", "amount": "12.50", "ref": str(uuid.UUID(int=5)), **more}
+
+
+def _nothing_written(app: Outbox) -> tuple[int, dict[str, Any], list[Any]]:
+    """Events written, handlers paused, operations recorded: what a refused request leaves."""
+    return (_count(app, SinkEvent), flow.paused(app), archive.history(app))
+
+
+@pytest.mark.parametrize("text", [SURROGATE, NUL], ids=["surrogate", "nul"])
+@pytest.mark.parametrize(
+    ("method", "url", "body", "field"),
+    [
+        ("put", "/handlers/accounts/events/k", lambda t: _sink_values(account=t), "account"),
+        (
+            "post",
+            "/handlers/accounts/events",
+            lambda t: {"events": [{"key": "k", "values": _sink_values(data={"note": [t]})}]},
+            "events[0].values.data.note[0]",
+        ),
+        (
+            "post",
+            "/handlers/accounts/events",
+            lambda t: {"events": [{"key": t, "values": _sink_values()}]},
+            "events[0].key",
+        ),
+        ("post", "/handlers/fails/pause", lambda t: {"reason": t}, "reason"),
+        ("post", "/groups/replay", lambda t: {"payload": t}, "payload"),
+        ("post", "/groups/discard", lambda t: {"error": t, "reason": "r"}, "error"),
+        (
+            "post",
+            f"/groups/{GROUP}/events/1/replay",
+            lambda t: {"values": {"kind": t}},
+            "values.kind",
+        ),
+    ],
+    ids=["put", "batch-json", "batch-key", "pause", "replay-filter", "discard-filter", "edit"],
+)
+async def test_text_no_database_stores_is_a_json_400_naming_its_field(
+    client: httpx.AsyncClient,
+    outbox_app: Outbox,
+    method: str,
+    url: str,
+    body: Callable[[str], Any],
+    field: str,
+    text: str,
+) -> None:
+    """A lone surrogate (valid JSON: ``"\\ud800"``) or a NUL in any string of a body: a JSON
+    400 whose message begins with the field, and nothing written, on every database."""
+    response = await client.request(
+        method,
+        f"/api/v1{url}",
+        headers={**bearer("admin"), "content-type": "application/json"},
+        content=json.dumps(body(text)).encode(),
+    )
+    assert (400, "application/json", True, (0, {}, [])) == (
+        response.status_code,
+        response.headers["content-type"],
+        response.json()["error"].startswith(f"{field}: a "),
+        _nothing_written(outbox_app),
+    ), response.text
+
+
+@pytest.mark.parametrize("text", [SURROGATE, NUL], ids=["surrogate", "nul"])
+def test_an_edit_refuses_text_no_database_stores(
+    outbox_app: Outbox, commit_events: Any, text: str
+) -> None:
+    """``archive.edit`` (the API's, the page's and the command's) with a NUL or a lone
+    surrogate: refused naming the column, the event still dead."""
+    group_id = _dead(outbox_app, commit_events, 1)
+    [event] = groups.show(outbox_app, group_id).events
+    with pytest.raises(ConfigurationError) as raised:
+        archive.edit(outbox_app, group_id, event.id, {"kind": text}, actor="ann")
+    assert (True, "dead") == (
+        str(raised.value).startswith("kind: a "),
+        groups.show(outbox_app, group_id).group.status,
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "request body is nested deeper than"),
+        (b'{"reason": ' + b"[" * 50 + b"]" * 50 + b"}", "reason[0][0]"),
+        (b'{"seconds": ' + b"9" * 5000 + b"}", "request body is not JSON: a number of 5000"),
+        (b'{"seconds": ' + b"9" * 400 + b"}", "request body is not JSON: a number of 400"),
+        (b'{"seconds": 1e999}', "seconds: a number past a double's range"),
+        (b'{"seconds": NaN}', "request body is not JSON: NaN is not a JSON number"),
+        (b'{"seconds": -Infinity}', "request body is not JSON: -Infinity is not a JSON number"),
+    ],
+    ids=["deep", "deep-field", "digits", "past-double", "overflow", "nan", "infinity"],
+)
+async def test_deep_nesting_and_huge_numbers_are_a_json_400(
+    client: httpx.AsyncClient, outbox_app: Outbox, body: bytes, message: str
+) -> None:
+    """Nesting past what the API reads, numbers past a double's, JSON's missing NaN: a JSON
+    400 saying which, never a 500; nothing paused."""
+    response = await client.post(
+        "/api/v1/handlers/fails/pause",
+        headers={**bearer("operator"), "content-type": "application/json"},
+        content=body,
+    )
+    assert (400, True, {}) == (
+        response.status_code,
+        response.json()["error"].startswith(message),
+        flow.paused(outbox_app),
+    ), response.text
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (_sink_values(data=json.loads("[" * 32 + "]" * 32)), "data" + "[0]" * 31 + ": nested"),
+        (_sink_values(data={"n": 10**400}), "data.n: a number past a double's range"),
+        (_sink_values(data={"n": float("nan")}), "data.n: a number past a double's range"),
+        (_sink_values(data={NUL: 1}), "data.a\\x00b: a NUL character"),
+    ],
+    ids=["deep", "huge", "nan", "nul-key"],
+)
+def test_ingest_refuses_json_no_database_stores(
+    outbox_app: Outbox, values: dict[str, Any], message: str
+) -> None:
+    """A JSON column's value nested past MariaDB's 32 levels, with a number past a double's
+    range or text no database stores: refused naming the column and where within it."""
+    with pytest.raises(ingest.IngestError) as raised:
+        ingest.ingest(outbox_app, "accounts", [("k", values)])
+    assert (f"event 0 (key 'k'): {message}", 0) == (
+        str(raised.value)[: len(f"event 0 (key 'k'): {message}")],
+        _count(outbox_app, SinkEvent),
+    )
+
+
+CHUNK = 64 * 1024
+
+
+async def _streamed(web: Any, path: str, headers: dict[str, str], size: int) -> tuple[int, Any]:
+    """``size`` bytes of body sent to ``web`` as a chunked request states them (no length), a
+    chunk at each read (JSON's blanks, or a form's field of 64 KiB): how many bytes the
+    application read, and its answer (status, content type, body)."""
+    read = 0
+    form = "form" in headers["content-type"]
+    chunk = b"f=" + b"x" * (CHUNK - 3) + b"&" if form else b" " * CHUNK
+
+    async def receive() -> dict[str, Any]:
+        nonlocal read
+        if read >= size:
+            return {"type": "http.disconnect"}
+        read += CHUNK
+        return {"type": "http.request", "body": chunk, "more_body": read < size}
+
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"transfer-encoding", b"chunked"),
+            *((k.lower().encode(), v.encode()) for k, v in headers.items()),
+        ],
+        "client": REMOTE,
+        "server": ("console", 80),
+        "state": {},
+    }
+    await web(scope, receive, send)
+    [start] = [m for m in sent if m["type"] == "http.response.start"]
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return read, (start["status"], dict(start["headers"]).get(b"content-type"), body)
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("path", "content_type"),
+    [
+        ("/api/v1/handlers/accounts/events", "application/json"),
+        ("/handlers/fails/pause", "application/x-www-form-urlencoded"),
+    ],
+    ids=["json", "form"],
+)
+async def test_a_chunked_body_is_read_no_further_than_the_limit(
+    outbox_app: Outbox, path: str, content_type: str
+) -> None:
+    """A body without a length, past 16 MiB: the application reads at most one chunk past the
+    limit and answers a JSON 413, whether an API body or a page's form."""
+    from outbox.web._limits import MAX_BODY_BYTES
+
+    web = create_app(outbox_app, auth=AUTH)
+    headers = {**bearer("admin"), "content-type": content_type}
+    read, (status, kind, body) = await _streamed(web, path, headers, MAX_BODY_BYTES + 64 * CHUNK)
+    assert (413, b"application/json", f"request body larger than {MAX_BODY_BYTES} bytes") == (
+        status,
+        kind,
+        json.loads(body)["error"],
+    )
+    assert read <= MAX_BODY_BYTES + CHUNK, read
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_server_stops_reading_a_chunked_body_at_the_limit(outbox_app: Outbox) -> None:
+    """Through uvicorn, a producer's token and a chunked 200 MiB body: a JSON 413, and the
+    server stopped taking the body a few socket buffers past the limit."""
+    import uvicorn
+
+    from outbox.web._limits import MAX_BODY_BYTES
+    from tests._ports import free_ports
+    from tests._support import wait_for
+
+    web = create_app(outbox_app, auth=AUTH)
+    port = free_ports()
+    server = uvicorn.Server(
+        uvicorn.Config(web, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    sent = 0
+
+    def body() -> Any:
+        nonlocal sent
+        while sent < 200 * 1024 * 1024:
+            sent += CHUNK
+            yield b" " * CHUNK
+
+    try:
+        wait_for(lambda: server.started, "the console to listen")
+        response = httpx.post(
+            f"http://127.0.0.1:{port}/api/v1/handlers/accounts/events",
+            headers={**bearer("producer"), "content-type": "application/json"},
+            content=body(),
+            timeout=30,
+        )
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+    assert (413, "application/json") == (
+        response.status_code,
+        response.headers["content-type"],
+    )
+    assert sent < MAX_BODY_BYTES + 16 * 1024 * 1024, sent
+
+
+# --- ingest: a key sent again ---------------------------------------------------------------
+
+
+async def test_a_key_sent_again_with_other_values_is_a_409_naming_it(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """PUT under a held key with another amount: 409 naming the key, the event as first
+    written; the same values again: 200, ``same``."""
+    url = "/api/v1/handlers/accounts/events/order-7"
+    first = await client.put(url, headers=bearer("producer"), json=_sink_values())
+    other = await client.put(url, headers=bearer("producer"), json=_sink_values(amount="13"))
+    again = await client.put(url, headers=bearer("producer"), json=_sink_values())
+    with outbox_app.engine.connect() as conn:
+        amounts = list(conn.execute(select(SinkEvent.amount)).scalars())
+    assert (
+        (201, "new"),
+        (409, "key 'order-7' sent before with other values: nothing of the batch written"),
+        ["conflict"],
+        (200, "same", first.json()["event_id"]),
+        [12.5],
+    ) == (
+        (first.status_code, first.json()["result"]),
+        (other.status_code, other.json()["error"]),
+        [e["result"] for e in other.json()["events"]],
+        (again.status_code, again.json()["result"], again.json()["event_id"]),
+        [float(a) for a in amounts],
+    )
+
+
+async def test_the_same_values_are_compared_as_the_database_stores_them(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """Another spelling of the same values (a number as text or with more zeros, a UUID in
+    capitals, an object's keys in another order, a NULL left out) is the same event."""
+    ref = uuid.UUID(int=77)
+    url = "/api/v1/handlers/accounts/events/k-same"
+    given = {"account": "a", "amount": "12.5", "ref": str(ref), "data": {"x": 1, "y": [1, 2]}}
+    spelled = {"account": "a", "amount": 12.50, "ref": str(ref).upper(), "note": None}
+    spelled["data"] = {"y": [1, 2], "x": 1.0}
+    first = await client.put(url, headers=bearer("producer"), json=given)
+    again = await client.put(url, headers=bearer("producer"), json=spelled)
+    assert (201, 200, "same", 1) == (
+        first.status_code,
+        again.status_code,
+        again.json()["result"],
+        _count(outbox_app, SinkEvent),
+    ), again.text
+
+
+async def test_a_batch_says_key_by_key_and_a_conflict_writes_nothing(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """A batch of a key held with the same values, one held with others and a new one: 409,
+    each key's result, and the new one not written; without the conflict: 200, written."""
+    url = "/api/v1/handlers/accounts/events"
+    held = [{"key": k, "values": _sink_values(account=k)} for k in ("same", "changed")]
+    await client.post(url, headers=bearer("producer"), json={"events": held})
+    changed = {"key": "changed", "values": _sink_values(account="other")}
+    new = {"key": "new", "values": _sink_values(account="new")}
+    refused = await client.post(
+        url, headers=bearer("producer"), json={"events": [held[0], changed, new]}
+    )
+    counted = _count(outbox_app, SinkEvent)
+    done = await client.post(url, headers=bearer("producer"), json={"events": [held[0], new]})
+    assert (
+        (409, [("same", "same"), ("changed", "conflict"), ("new", "new")], None, 2),
+        (200, [("same", "same"), ("new", "new")], 3),
+    ) == (
+        (
+            refused.status_code,
+            [(e["key"], e["result"]) for e in refused.json()["events"]],
+            refused.json()["events"][2]["event_id"],
+            counted,
+        ),
+        (
+            done.status_code,
+            [(e["key"], e["result"]) for e in done.json()["events"]],
+            _count(outbox_app, SinkEvent),
+        ),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_key_whose_event_was_delivered_is_unchecked(outbox_app: Outbox) -> None:
+    """Once its event has left the buffer, a key's values cannot be compared: ``unchecked``,
+    nothing written."""
+    ingest.ingest(outbox_app, "accounts", [("k", _sink_values())])
+    drain(outbox_app, handlers=["accounts"])
+    [again] = ingest.ingest(outbox_app, "accounts", [("k", _sink_values(amount="99"))])
+    assert (ingest.IngestResult.UNCHECKED, False, 0) == (
+        again.result,
+        again.created,
+        _count(outbox_app, SinkEvent),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_key_twice_in_a_batch_with_other_values_is_a_conflict(outbox_app: Outbox) -> None:
+    """One batch giving a key two sets of values: a conflict naming it; nothing written."""
+    with pytest.raises(ingest.IngestConflictError) as raised:
+        ingest.ingest(
+            outbox_app,
+            "accounts",
+            [("k", _sink_values()), ("new", _sink_values()), ("k", _sink_values(amount=2))],
+        )
+    assert (
+        "key 'k' sent before with other values: nothing of the batch written",
+        [("k", "conflict"), ("new", "new")],
+        0,
+    ) == (
+        str(raised.value),
+        sorted((e.key, e.result.value) for e in raised.value.events),
+        _count(outbox_app, SinkEvent),
+    )
+
+
+@pytest.mark.parametrize("database_url", ["mariadb"], indirect=True)
+def test_a_key_the_database_matches_spelled_otherwise_is_the_key_held(outbox_app: Outbox) -> None:
+    """MariaDB's collation matches ``A0`` to a held ``a0``: the key given is answered (not a
+    500), compared with the event held under the key it matched."""
+    [first] = ingest.ingest(outbox_app, "accounts", [("a0", _sink_values())])
+    [again] = ingest.ingest(outbox_app, "accounts", [("A0", _sink_values())])
+    assert (("A0", first.event_id, "same"), 1) == (
+        (again.key, again.event_id, again.result.value),
+        _count(outbox_app, SinkEvent),
     )

@@ -1382,3 +1382,37 @@ async def test_the_handler_page_says_how_close_it_runs_to_its_cap_and_what_it_de
         "events delivered" in page,
         " of 5 calls in the last " in page,
     )
+
+
+@pytest.mark.parametrize(
+    ("content", "content_type"),
+    [
+        (b"reason=a%00b", "application/x-www-form-urlencoded"),
+        (
+            b'--b\r\nContent-Disposition: form-data; name="reason"\r\n\r\na\\ud800b\r\n--b--\r\n',
+            # A part's text decoded by the charset the request names: this one makes
+            # the escape a lone surrogate.
+            "multipart/form-data; boundary=b; charset=unicode_escape",
+        ),
+    ],
+    ids=["nul", "surrogate"],
+)
+async def test_a_form_field_no_database_stores_is_refused_naming_it(
+    client: httpx.AsyncClient, outbox_app: Outbox, content: bytes, content_type: str
+) -> None:
+    """A NUL or a lone surrogate in a form's field: the page says which field, nothing is
+    paused, on every database."""
+    response = await client.post(
+        "/handlers/mails/pause",
+        content=content,
+        headers={
+            "Authorization": f"Bearer {OPERATOR_TOKEN}",
+            "content-type": content_type,
+            "accept": "text/html",
+        },
+    )
+    assert (400, True, {}) == (
+        response.status_code,
+        "reason: a " in html.unescape(response.text),
+        flow.paused(outbox_app),
+    ), response.text

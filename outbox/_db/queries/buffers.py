@@ -359,6 +359,28 @@ def existing_ids(conn: Connection, table: Table, ids: Collection[int]) -> set[in
     return {int(i) for i in found}
 
 
+def events_by_id(conn: Connection, table: Table, ids: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """The rows of ``ids`` still in a buffer, each as its columns' values by name (served by
+    the primary key)."""
+    if not ids:
+        return {}
+    rows = conn.execute(select(table).where(table.c.id.in_(list(ids)))).mappings()
+    return {int(row["id"]): {c.name: row[c] for c in table.columns} for row in rows}
+
+
+def as_stored(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``rows`` as the database stores them (its rounding, lengths, time precision): inserted
+    in a savepoint, read back and rolled back, so that nothing is written (a NOTIFY of a
+    rolled-back savepoint is never sent). In the order of ``rows``."""
+    with conn.begin_nested() as savepoint:
+        ids = insert_events_returning(conn, table, rows)
+        stored = events_by_id(conn, table, ids)
+        savepoint.rollback()
+    return [stored[n] for n in ids]
+
+
 def insert_stored_rows(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
 ) -> list[int]:

@@ -563,7 +563,21 @@ def ingested_keys(
             ingest.c.handler == handler, ingest.c.key.in_(list(keys))
         )
     )
-    return {key: int(event_id) for key, event_id in rows}
+    found = {key: int(event_id) for key, event_id in rows}
+    given = set(keys)
+    if given.issuperset(found):
+        return found
+    # The column's collation matched a key spelled otherwise (MariaDB's compares case, accents
+    # and trailing spaces away): each key not found as given is asked alone, so that the
+    # answer is by the keys given, matched as the primary key matches them.
+    matched = {key: event_id for key, event_id in found.items() if key in given}
+    for key in given - set(found):
+        event_id = conn.execute(
+            select(ingest.c.event_id).where(ingest.c.handler == handler, ingest.c.key == key)
+        ).scalar_one_or_none()
+        if event_id is not None:
+            matched[key] = int(event_id)
+    return matched
 
 
 def record_ingested(conn: Connection, handler: str, written: dict[str, int]) -> None:
