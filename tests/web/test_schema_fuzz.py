@@ -202,7 +202,7 @@ def test_hostile_bodies_are_a_json_400_and_write_nothing(
 
         refused()
     # The generic ones with a body and each handler's two ingest paths.
-    assert 6 + 2 * 2 == len(with_body)
+    assert 8 + 2 * 2 == len(with_body)
 
 
 def test_hostile_query_text_is_a_json_400_naming_it(
@@ -231,4 +231,4 @@ def test_hostile_query_text_is_a_json_400_naming_it(
             ), (name, response.status_code, response.text[:300])
 
         refused()
-    assert 5 == len(with_query)
+    assert 7 == len(with_query)
