@@ -319,8 +319,22 @@ def _decimal(column: Column[Any], number: decimal.Decimal) -> decimal.Decimal:
     if not number.is_finite():
         raise ValueError(f"{number} is not a finite number")
     whole = decimal_digits(column)
-    if whole is not None and abs(number) >= 10**whole:
+    if whole is None:
+        return number
+    if abs(number) >= 10**whole:
         raise ValueError(f"{number} has more than the column's {whole} digits before the point")
+    # The database rounds to the column's scale, half away from zero (PostgreSQL and MariaDB
+    # alike): a number just under the bound can round onto it, which it then refuses.
+    scale = getattr(column.type, "scale", None) or 0
+    stored = number.quantize(
+        decimal.Decimal(1).scaleb(-scale),
+        rounding=decimal.ROUND_HALF_UP,
+        context=decimal.Context(prec=whole + scale + 1),
+    )
+    if abs(stored) >= 10**whole:
+        raise ValueError(
+            f"{number} rounds to {stored}, more than the column's {whole} digits before the point"
+        )
     return number
 
 

@@ -671,10 +671,15 @@ def _column_schema(column: Column[Any]) -> dict[str, Any]:
         whole = decimal_digits(column)
         if whole is None:
             return {"type": ["string", "number"], "pattern": r"^-?[0-9]+(\.[0-9]+)?$"}
-        bound = 10**whole
+        # A number is rounded to the column's scale as it is stored: one that rounds onto the
+        # bound is refused, so the bound is half a unit of the last place below it; text keeps
+        # to the column's places, and so never rounds.
+        scale = getattr(kind, "scale", None) or 0
+        bound = float(decimal.Decimal(10**whole) - decimal.Decimal(5).scaleb(-scale - 1))
+        places = rf"(\.[0-9]{{1,{scale}}})?" if scale else ""
         return {
             "type": ["string", "number"],
-            "pattern": rf"^-?[0-9]{{1,{whole}}}(\.[0-9]+)?$",
+            "pattern": rf"^-?[0-9]{{1,{whole}}}{places}$",
             "exclusiveMinimum": -bound,
             "exclusiveMaximum": bound,
         }

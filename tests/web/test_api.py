@@ -701,8 +701,12 @@ async def test_a_batch_with_one_bad_event_writes_nothing_and_names_every_problem
             {"account": "a\x00", "amount": 1, "ref": str(uuid.UUID(int=1))},
             "event 0 (key 'k'): account: a NUL character",
         ),
+        (
+            {"account": "a", "amount": -9999999999.995, "ref": str(uuid.UUID(int=1))},
+            "amount: -9999999999.995 rounds to -10000000000.00, more than the column's 10 digits",
+        ),
     ],
-    ids=["too-long", "bool", "uuid", "null", "own", "surrogate", "nul"],
+    ids=["too-long", "bool", "uuid", "null", "own", "surrogate", "nul", "rounds-over"],
 )
 def test_ingest_checks_each_value_against_its_column(
     outbox_app: Outbox, values: dict[str, Any], message: str
