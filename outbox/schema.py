@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from outbox._db.dialects import db_now, timestamp
 from outbox._version import VERSION
 
-GENERATION = 7
+GENERATION = 8
 """The schema generation of these tables: the number of the newest migration outbox ships.
 A worker records it as the generation it understands; ``outbox_schema`` records the generation
 the database is at (a test checks that the newest migration declares the same)."""
@@ -271,6 +271,12 @@ handlers = Table(
         server_default=text("0"),
         comment="consecutive openings of the circuit breaker; > 0 while it probes",
     ),
+    Column(
+        "distributed_tick",
+        BigInteger,
+        nullable=True,
+        comment="the newest distribution tick taken for the handler; NULL: none yet",
+    ),
 )
 
 attempts = Table(
@@ -333,6 +339,20 @@ throughput = Table(
     Column("succeeded", BigInteger, nullable=False, server_default=text("0")),
     Column("dead", BigInteger, nullable=False, server_default=text("0")),
     Column("failed", BigInteger, nullable=False, server_default=text("0"), comment="groups"),
+    Column(
+        "satisfied",
+        BigInteger,
+        nullable=False,
+        server_default=text("0"),
+        comment="events handled within their band's promise",
+    ),
+    Column(
+        "tolerating",
+        BigInteger,
+        nullable=False,
+        server_default=text("0"),
+        comment="events handled later than their band's promise, within four times it",
+    ),
 )
 
 held_keys = Table(
