@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import sqlite3
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -46,13 +48,31 @@ def configure_sqlite(engine: Engine) -> None:
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
         if engine.url.database not in (None, "", ":memory:"):
-            cursor.execute("PRAGMA journal_mode = WAL")
+            _enter_wal(cursor)
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
+def _enter_wal(cursor: Any) -> None:
+    """Switch the database to WAL, waiting for another connection's lock as long as the busy
+    timeout would: SQLite asks no busy handler before it changes the journal mode, so a
+    connection that meets a lock there (another process switching the same new file, or
+    writing to it before the switch) would be refused at once with "database is locked"."""
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_SECONDS
+    pause = 0.001
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() >= deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.1)
 
 
 # --- statements of SQLite's own --------------------------------------------------------------
