@@ -85,6 +85,8 @@ from outbox._db.queries.groups import (
     retry_job_now,
 )
 from outbox._db.queries.handlers import (
+    distributed_ticks,
+    ensure_handler_row,
     handler_states,
     lock_handler_state,
     not_paused,
@@ -92,6 +94,7 @@ from outbox._db.queries.handlers import (
     reset_breaker,
     resume_handler,
     set_breaker_counts,
+    take_distribution_tick,
 )
 from outbox._db.queries.held import (
     group_keys,
@@ -125,6 +128,7 @@ from outbox._db.queries.jobs import (
     insert_claim_jobs,
     job_counts,
     max_failed_attempts,
+    next_job_due,
     refused_groups,
     release_job,
     release_refused_jobs,
@@ -166,6 +170,7 @@ from outbox._db.queries.throughput import (
     throughput_since,
 )
 from outbox._db.queries.workers import (
+    RUN_ONCE_PREFIX,
     ask_worker,
     count_live_workers,
     database_now,
@@ -212,6 +217,7 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "NOTIFY_FUNCTION",
     "RESCUED_ERROR",
+    "RUN_ONCE_PREFIX",
     "THROUGHPUT_COUNTERS",
     "AttemptRow",
     "Conversion",
@@ -292,9 +298,11 @@ __all__ = [
     "delete_stale_workers",
     "delete_worker",
     "discard_dead_rows",
+    "distributed_ticks",
     "drop_conversions_if_done",
     "drop_index_concurrently",
     "drop_notify_trigger_ddl",
+    "ensure_handler_row",
     "estimated_rows",
     "events_by_id",
     "existing_ids",
@@ -333,6 +341,7 @@ __all__ = [
     "mark_group_operation",
     "max_failed_attempts",
     "move_rows_to_group",
+    "next_job_due",
     "next_key",
     "not_paused",
     "notify_function_ddl",
@@ -369,6 +378,7 @@ __all__ = [
     "silent_holders",
     "switch_default_to_utc",
     "table_indexes",
+    "take_distribution_tick",
     "throughput_buckets",
     "throughput_since",
     "touch_worker",
