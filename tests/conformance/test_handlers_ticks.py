@@ -145,8 +145,8 @@ def test_the_soonest_job_to_come_says_when(db: Database) -> None:
     """Jobs due later: the seconds until the soonest."""
     add_batch_job(db.engine, due_in=300.0)
     add_claim_job(db.engine, 0, due_in=30.0)
-    due = _next_due(db)
-    assert due is not None and 25.0 < due <= 30.0
+    due = _next_due(db) or 0.0
+    assert (True, True) == (25.0 < due, due <= 30.0)
 
 
 def test_another_handlers_jobs_do_not_count(db: Database) -> None:
