@@ -54,6 +54,9 @@ from outbox.results import BatchResult, Outcome
 
 __all__ = [
     "DEFAULT_BUDGET_SECONDS",
+    "MAX_BUDGET_SECONDS",
+    "MAX_EVERY_SECONDS",
+    "MIN_EVERY_SECONDS",
     "DistributionResult",
     "HandlerDistribution",
     "RescueResult",
@@ -73,6 +76,10 @@ DEFAULT_BUDGET_SECONDS = 50.0
 seconds left for the job in flight to finish and the process to exit before the next."""
 MAX_BUDGET_SECONDS = 86_400.0
 """The longest budget: a day. A longer one is a typo (milliseconds given as seconds)."""
+MIN_EVERY_SECONDS = distributor.MIN_TICK_SECONDS
+"""The shortest schedule ``every`` takes: ticks are named by their start in milliseconds."""
+MAX_EVERY_SECONDS = distributor.MAX_TICK_SECONDS
+"""The longest schedule ``every`` takes: a week."""
 BACKLOG_COUNT_CAP = 100_000
 """Events counted per handler for a result's backlog, at most: a bounded read however deep
 the backlog (a count equal to it means at least that many, see ``backlog_capped``)."""
