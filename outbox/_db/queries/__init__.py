@@ -154,6 +154,7 @@ from outbox._db.queries.notify import (
     notify_jobs,
     notify_trigger_ddl,
 )
+from outbox._db.queries.scaling import scaling_rows
 from outbox._db.queries.schema_state import record_schema_generation, schema_generation
 from outbox._db.queries.search import (
     archived_events,
@@ -198,6 +199,7 @@ from outbox._db.types import (
     PrunedChunk,
     RecentDeadLetters,
     RefusedGroup,
+    ScalingRow,
     SchemaGeneration,
     SessionClock,
     SilentHolder,
@@ -233,6 +235,7 @@ __all__ = [
     "PrunedChunk",
     "RecentDeadLetters",
     "RefusedGroup",
+    "ScalingRow",
     "SchemaGeneration",
     "SessionClock",
     "SilentHolder",
@@ -369,6 +372,7 @@ __all__ = [
     "resume_handler",
     "retry_job_now",
     "return_job",
+    "scaling_rows",
     "schema_generation",
     "select_archived",
     "select_claimed_rows",
