@@ -51,6 +51,7 @@ from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.rescuer import Rescuer
 from outbox.app import Handler, Outbox
 from outbox.results import BatchResult, Outcome
+from outbox.scaling import Scaling, read_scaling
 
 __all__ = [
     "DEFAULT_BUDGET_SECONDS",
@@ -228,11 +229,20 @@ class WorkResult:
 
 @dataclass(frozen=True, slots=True)
 class RunResult:
-    """What :func:`run_once` did: its rescue, its distribution and its work."""
+    """What :func:`run_once` did: its rescue, its distribution and its work; and what the
+    fleet should be now (:func:`outbox.scaling.read_scaling`), read after the work."""
 
     rescue: RescueResult
     distribution: DistributionResult
     work: WorkResult
+    scaling: Scaling
+
+    @property
+    def desired_workers(self) -> int:
+        """Worker slots that keep every band's promise with the backlog left (never 0 while a
+        lease is live or runnable work waits): what an autoscaler, or a scheduler deciding
+        whether to call again sooner or start more callers, follows."""
+        return self.scaling.desired_workers
 
     @property
     def needs_operator(self) -> bool:
@@ -393,7 +403,7 @@ def run_once(
     rescued = rescue_once(app)
     distributed = distribute_once(app, every=every, handlers=handlers)
     worked = work_once(app, budget_seconds=budget_seconds, max_groups=max_groups, handlers=handlers)
-    result = RunResult(rescued, distributed, worked)
+    result = RunResult(rescued, distributed, worked, read_scaling(app, handlers))
     log.info(
         _log.RUN_ONCE_DONE,
         rescued=rescued.rescued,
@@ -405,6 +415,7 @@ def run_once(
         groups_dead=worked.groups_dead,
         backlog=worked.backlog,
         next_due_in=worked.next_due_in,
+        desired_workers=result.desired_workers,
     )
     return result
 

@@ -136,6 +136,27 @@ def test_the_budget_stops_new_jobs_and_what_is_left_is_due_now(
     assert (Stopped.BUDGET, True, 0.0) == (work.stopped, 0 < work.backlog < 20, work.next_due_in)
 
 
+def test_the_result_asks_for_workers_while_runnable_events_are_left(
+    make_app: Callable[..., Outbox], database_url: str, commit_events: Callable[..., list[int]]
+) -> None:
+    """A run stopped by its budget with events runnable asks for at least one worker slot;
+    the run that drains them asks for none."""
+    app = make_app(database_url)
+
+    @app.handler(ActivityEvent, batch_size=1)
+    def slow(batch: Batch[ActivityEvent]) -> None:
+        time.sleep(0.1)
+
+    commit_events(app.engine, 14)
+    stopped = run_once(app, budget_seconds=0.05)
+    drained = run_once(app)
+    assert (True, 0, 0) == (
+        stopped.desired_workers >= 1,
+        drained.desired_workers,
+        drained.work.backlog,
+    )
+
+
 def test_distribution_on_a_tick_is_done_once_and_the_second_caller_learns_it_lost(
     app: Outbox, commit_events: Callable[..., list[int]]
 ) -> None:
@@ -246,12 +267,14 @@ def test_the_result_prints_as_json(app: Outbox, commit_events: Callable[..., lis
     """Through outbox's one JSON conversion: the parts, their counts and their properties."""
     commit_events(app.engine, 5)
     data = json.loads(json.dumps(jsonable(run_once(app, every=HOUR))))
-    assert (["record"], 1, "idle", 1, False) == (
+    assert (["record"], 1, "idle", 1, False, 0, 0) == (
         data["distribution"]["won"],
         data["distribution"]["enqueued"],
         data["work"]["stopped"],
         data["work"]["groups_succeeded"],
         data["needs_operator"],
+        data["desired_workers"],
+        data["scaling"]["desired_workers"],
     )
 
 
