@@ -62,8 +62,7 @@ def test_three_runs_at_once_on_one_tick_distribute_once_and_two_learn_they_lost(
     email = commit_events(engine, 15, EmailEvent)
 
     running = [
-        cli.start(*_run_once(database_url, "--every", HOUR, "--json"))
-        for _ in range(RUNS_AT_ONCE)
+        cli.start(*_run_once(database_url, "--every", HOUR, "--json")) for _ in range(RUNS_AT_ONCE)
     ]
     results = [r.result() for r in running]
 
