@@ -310,9 +310,16 @@ def distribute_once(
 
 def rescue_once(app: Outbox) -> RescueResult:
     """Free the jobs whose leases ran out, so that they are due again (their attempt stays
-    counted). It never takes a silent worker for gone before its leases end: that is for a
-    worker whose own heartbeats have been steady (``outbox work``)."""
-    return RescueResult(Rescuer(app, _caller_id()).run_once())
+    counted), and forget the rows of run-once callers killed before they could delete them,
+    once silent for longer than a lease and the stale age. It never takes a silent worker for
+    gone before its leases end: that is for a worker whose own heartbeats have been steady
+    (``outbox work``)."""
+    rescued = Rescuer(app, _caller_id()).run_once()
+    silent = app.settings.lease_seconds + app.settings.worker_stale_after
+    run_in_transaction(
+        app.engine, lambda conn: queries.delete_silent_run_once_callers(conn, silent)
+    )
+    return RescueResult(rescued)
 
 
 # --- work ---------------------------------------------------------------------------------------

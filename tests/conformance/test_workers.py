@@ -108,3 +108,15 @@ def test_with_only_run_once_callers_no_one_leads(db: Database) -> None:
     """No worker distributes as the leader while only run-once callers have rows."""
     add_worker(db.engine, f"{queries.RUN_ONCE_PREFIX}host:1:ab", started_ago=300.0)
     assert None is db.run(lambda conn: queries.leader_worker_id(conn, STALE))
+
+
+def test_silent_run_once_callers_are_forgotten_and_nothing_else(db: Database) -> None:
+    """A run-once caller silent past the age goes; a live one and a silent worker stay (a
+    worker is judged by the rescue of a worker that may judge)."""
+    killed = f"{queries.RUN_ONCE_PREFIX}host:1:killed"
+    live = f"{queries.RUN_ONCE_PREFIX}host:2:live"
+    add_worker(db.engine, killed, heartbeat_ago=STALE + 30)
+    add_worker(db.engine, live)
+    add_worker(db.engine, "silent-worker", heartbeat_ago=STALE + 30)
+    deleted = db.run(lambda conn: queries.delete_silent_run_once_callers(conn, STALE))
+    assert (1, sorted([live, "silent-worker"])) == (deleted, worker_ids(db.engine))

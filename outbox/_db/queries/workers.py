@@ -86,6 +86,18 @@ def delete_stale_workers(conn: Connection, stale_seconds: float, older_seconds: 
     return conn.execute(delete(_workers).where(~_live(stale_seconds, older_seconds))).rowcount
 
 
+def delete_silent_run_once_callers(conn: Connection, silent_seconds: float) -> int:
+    """Forget run-once callers (ids beginning with :data:`RUN_ONCE_PREFIX`) silent for longer
+    than ``silent_seconds``: runs killed before they could delete their rows. Judges nothing
+    when ``silent_seconds`` is at least a lease: no lease of theirs is extended since."""
+    return conn.execute(
+        delete(_workers).where(
+            _workers.c.id.startswith(RUN_ONCE_PREFIX, autoescape=True),
+            _workers.c.heartbeat_at < db_now_plus(-silent_seconds),
+        )
+    ).rowcount
+
+
 def gone_workers(stale_seconds: float) -> Select[tuple[str]]:
     """The ids of workers judged gone: silent for ``stale_seconds``. Only workers that record
     a generation (0.2 and newer) are judged so: they heartbeat at least three times in that
