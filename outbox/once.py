@@ -95,6 +95,8 @@ class Stopped(StrEnum):
     """Its time budget was spent; jobs may still be due."""
     MAX_GROUPS = "max_groups"
     """It ran the most groups it was given; jobs may still be due."""
+    STOPPED = "stopped"
+    """Its caller asked it to stop (``stop``: a SIGTERM, an application shutting down)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,6 +333,7 @@ def work_once(
     budget_seconds: float = DEFAULT_BUDGET_SECONDS,
     max_groups: int | None = None,
     handlers: tuple[str, ...] | list[str] = (),
+    stop: threading.Event | None = None,
 ) -> WorkResult:
     """Run the jobs that are due now, one at a time, in this thread; return what it did and
     what is left.
@@ -339,10 +342,11 @@ def work_once(
     ran ``max_groups`` groups (None: no such bound); the job in flight then finishes, so a
     call may take a job's time longer than its budget. A claim job may handle several full
     batches in a row (for up to a second), so a call may run a few groups more than
-    ``max_groups``. Handler objects are started before the first job and stopped after the
-    last (:mod:`outbox.lifecycle`). Events written while it runs wait for the next
-    distribution. Raises BufferTableMissingError, before doing anything, when a buffer table
-    of its handlers does not exist.
+    ``max_groups``. ``stop``: once set (a SIGTERM, an application shutting down), it starts no
+    more jobs and returns when the one in flight is done. Handler objects are started before
+    the first job and stopped after the last (:mod:`outbox.lifecycle`). Events written while
+    it runs wait for the next distribution. Raises BufferTableMissingError, before doing
+    anything, when a buffer table of its handlers does not exist.
     """
     if isinstance(budget_seconds, bool) or not 0 < budget_seconds <= MAX_BUDGET_SECONDS:
         raise ValueError(
@@ -368,6 +372,7 @@ def work_once(
             deadline=started + budget_seconds,
             max_groups=max_groups,
             done=counts.groups,
+            stop=stop or threading.Event(),
         )
     seconds = time.monotonic() - started
     left = _left(app, selected)
@@ -399,6 +404,7 @@ def run_once(
     budget_seconds: float = DEFAULT_BUDGET_SECONDS,
     max_groups: int | None = None,
     handlers: tuple[str, ...] | list[str] = (),
+    stop: threading.Event | None = None,
 ) -> RunResult:
     """Rescue, distribute, and run what is due, once: what a cron line or a scheduler's task
     calls (see :func:`rescue_once`, :func:`distribute_once`, :func:`work_once` for each
@@ -409,7 +415,9 @@ def run_once(
     """
     rescued = rescue_once(app)
     distributed = distribute_once(app, every=every, handlers=handlers)
-    worked = work_once(app, budget_seconds=budget_seconds, max_groups=max_groups, handlers=handlers)
+    worked = work_once(
+        app, budget_seconds=budget_seconds, max_groups=max_groups, handlers=handlers, stop=stop
+    )
     result = RunResult(rescued, distributed, worked, read_scaling(app, handlers))
     log.info(
         _log.RUN_ONCE_DONE,
@@ -519,8 +527,10 @@ class _Caller:
         deadline: float,
         max_groups: int | None,
         done: Callable[[], int],
+        stop: threading.Event,
     ) -> Stopped:
-        """Run due jobs one at a time until none is due, the deadline or ``max_groups``."""
+        """Run due jobs one at a time until none is due, the deadline, ``max_groups`` or
+        ``stop``."""
         from outbox.worker import Worker
 
         worker = Worker(
@@ -533,6 +543,8 @@ class _Caller:
         worker.id = self.id
         try:
             while True:
+                if stop.is_set():
+                    return Stopped.STOPPED
                 if max_groups is not None and done() >= max_groups:
                     return Stopped.MAX_GROUPS
                 if time.monotonic() >= deadline:
