@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -45,11 +45,16 @@ from sqlalchemy.exc import DBAPIError
 from outbox import _buffer_clock, _log, generation, lifecycle
 from outbox._db import check_buffer_tables, queries, run_in_transaction
 from outbox._db.dialects import error_summary
-from outbox._engine import distributor
+from outbox._engine import acquisition, distributor
 from outbox._engine.claimer import claimable
+from outbox._engine.flow_state import FlowState
+from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner
+from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.rescuer import Rescuer
+from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
+from outbox.exceptions import BufferTableMissingError
 from outbox.results import BatchResult, Outcome
 from outbox.scaling import Scaling, read_scaling
 
@@ -338,12 +343,12 @@ def work_once(
     """Run the jobs that are due now, one at a time, in this thread; return what it did and
     what is left.
 
-    It stops starting jobs once none is due, once ``budget_seconds`` have passed, or once it
-    ran ``max_groups`` groups (None: no such bound); the job in flight then finishes, so a
-    call may take a job's time longer than its budget. A claim job may handle several full
-    batches in a row (for up to a second), so a call may run a few groups more than
-    ``max_groups``. ``stop``: once set (a SIGTERM, an application shutting down), it starts no
-    more jobs and returns when the one in flight is done. Handler objects are started before
+    It stops starting jobs once none is due, once ``budget_seconds`` have passed, once it ran
+    ``max_groups`` groups (None: no such bound), or once ``stop`` is set (a SIGTERM, an
+    application shutting down). The group in flight then finishes, so a call may take a
+    group's time longer than its budget; a claim job claims no further group, and goes back
+    to the job table for the next caller. Every job runs through the runner a worker runs it
+    through (``outbox._engine.runner``). Handler objects are started before
     the first job and stopped after the last (:mod:`outbox.lifecycle`). Events written while
     it runs wait for the next distribution. Raises BufferTableMissingError, before doing
     anything, when a buffer table of its handlers does not exist.
@@ -529,30 +534,76 @@ class _Caller:
         done: Callable[[], int],
         stop: threading.Event,
     ) -> Stopped:
-        """Run due jobs one at a time until none is due, the deadline, ``max_groups`` or
-        ``stop``."""
-        from outbox.worker import Worker
+        """Lease one due job at a time and run it through the runner, until none is due, the
+        deadline, ``max_groups`` or ``stop``. A claim job stops claiming as soon as one of the
+        last three comes (the runner's ``stopping``), and goes back to the job table. A handler
+        whose buffer table is found missing is set aside while the others go on; then
+        BufferTableMissingError names it."""
+        names = [h.name for h in handlers]
+        flow = FlowState(self.app, refresh_every=FLOW_STATE_REFRESH_SECONDS)
+        throughput = Throughput(self.app)
+        set_aside: dict[str, str] = {}
 
-        worker = Worker(
+        def why_stop() -> Stopped | None:
+            if stop.is_set():
+                return Stopped.STOPPED
+            if max_groups is not None and done() >= max_groups:
+                return Stopped.MAX_GROUPS
+            if time.monotonic() >= deadline:
+                return Stopped.BUDGET
+            return None
+
+        def note_missing(missing: Mapping[str, str]) -> None:
+            found = {h: t for h, t in missing.items() if h not in set_aside}
+            set_aside.update(found)
+            for name, table in found.items():
+                log.error(_log.BUFFER_TABLE_MISSING, worker=self.id, handler=name, table=table)
+
+        runner = Runner(
             self.app,
-            concurrency=1,
-            handlers=[h.name for h in handlers],
-            distribute_every=None,
+            worker_id=self.id,
+            handlers={h.name: h for h in handlers},
+            flow=flow,
+            claims_in_flight=1,
             on_result=record,
+            throughput=throughput,
+            set_aside=note_missing,
+            database_error=self._report_database_error,
+            hold=self.hold,
+            let_go=self.let_go,
+            stopping=lambda: why_stop() is not None,
         )
-        worker.id = self.id
         try:
-            while True:
-                if stop.is_set():
-                    return Stopped.STOPPED
-                if max_groups is not None and done() >= max_groups:
-                    return Stopped.MAX_GROUPS
-                if time.monotonic() >= deadline:
-                    return Stopped.BUDGET
-                if not worker.run_once():
-                    return Stopped.IDLE
+            while (stopped := why_stop()) is None:
+                flow.refresh_if_due()
+                jobs = acquisition.acquire(
+                    self.app,
+                    worker_id=self.id,
+                    serving=[name for name in names if name not in set_aside],
+                    handlers=names,
+                    cap=runner.cap,
+                    probing=flow.probing,
+                    limit=1,
+                )
+                if not jobs:
+                    stopped = Stopped.IDLE
+                    break
+                (job,) = jobs
+                self.hold(job.id)
+                try:
+                    crash_point(AFTER_ACQUIRE)
+                    runner.run(job)
+                finally:
+                    self.let_go(job.id)
         finally:
-            worker.flush_throughput()
+            throughput.run_once()
+        if set_aside:
+            raise BufferTableMissingError(set_aside)
+        return stopped
+
+    def _report_database_error(self, error: DBAPIError) -> None:
+        # The outcome is written; only a count (the circuit breaker's) missed it.
+        log.warning(_log.WORKER_DATABASE_ERROR, worker=self.id, error=error_summary(error))
 
 
 @contextmanager
