@@ -79,11 +79,11 @@ def sqlite_app(make_app: Callable[..., Outbox], sqlite_database: str, recorder: 
 
 
 def test_run_once_handles_every_waiting_event_and_says_nothing_is_left(
-    app: Outbox, recorder: Recorder, commit_events: Callable[..., list[int]]
+    sqlite_app: Outbox, recorder: Recorder, commit_events: Callable[..., list[int]]
 ) -> None:
     """25 events, batches of 10: three groups succeed; the buffer is empty, nothing is due."""
-    ids = commit_events(app.engine, 25)
-    result = run_once(app)
+    ids = commit_events(sqlite_app.engine, 25)
+    result = run_once(sqlite_app)
     work = result.work
     assert (ids, Stopped.IDLE, 3, 25, 0, None, None) == (
         sorted(recorder.ids),
@@ -97,10 +97,10 @@ def test_run_once_handles_every_waiting_event_and_says_nothing_is_left(
 
 
 def test_a_failed_group_is_counted_and_its_retry_is_when_work_is_next_due(
-    make_app: Callable[..., Outbox], database_url: str, commit_events: Callable[..., list[int]]
+    make_app: Callable[..., Outbox], sqlite_database: str, commit_events: Callable[..., list[int]]
 ) -> None:
     """The handler fails: one group failed, its events left, due again after its backoff."""
-    app = make_app(database_url)
+    app = make_app(sqlite_database)
 
     @app.handler(
         ActivityEvent, retry=RetryPolicy(max_attempts=3, scale=0.0, base_delay=60.0, jitter=0.0)
@@ -254,13 +254,13 @@ def test_the_tick_is_read_from_the_databases_clock(app: Outbox) -> None:
 
 
 def test_rescue_once_frees_a_lease_that_ran_out(
-    app: Outbox, recorder: Recorder, commit_events: Callable[..., list[int]]
+    sqlite_app: Outbox, recorder: Recorder, commit_events: Callable[..., list[int]]
 ) -> None:
     """A run killed mid-way left a group leased; once the lease ended, the next run's rescue
     frees it and its work handles it."""
-    ids = commit_events(app.engine, 3)
-    distribute_once(app)
-    with app.engine.begin() as conn:
+    ids = commit_events(sqlite_app.engine, 3)
+    distribute_once(sqlite_app)
+    with sqlite_app.engine.begin() as conn:
         conn.execute(
             update(schema.jobs).values(
                 lease_owner=f"{queries.RUN_ONCE_PREFIX}gone:1:ab",
@@ -268,8 +268,8 @@ def test_rescue_once_frees_a_lease_that_ran_out(
                 lease_expires_at=queries.database_now(conn).replace(year=2000),
             )
         )
-    assert (1, 0) == (rescue_once(app).rescued, rescue_once(app).rescued)
-    run_once(app)
+    assert (1, 0) == (rescue_once(sqlite_app).rescued, rescue_once(sqlite_app).rescued)
+    run_once(sqlite_app)
     assert ids == sorted(recorder.ids)
 
 
