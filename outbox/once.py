@@ -42,7 +42,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _buffer_clock, _log, generation, lifecycle
+from outbox import _buffer_clock, _log, generation, lifecycle, schema
 from outbox._db import check_buffer_tables, queries, run_in_transaction
 from outbox._db.dialects import error_summary
 from outbox._engine import acquisition, distributor
@@ -101,7 +101,8 @@ class Stopped(StrEnum):
     MAX_GROUPS = "max_groups"
     """It ran the most groups it was given; jobs may still be due."""
     STOPPED = "stopped"
-    """Its caller asked it to stop (``stop``: a SIGTERM, an application shutting down)."""
+    """Asked to stop: by its caller (``stop``: a SIGTERM, an application shutting down), or
+    by an operator (``outbox workers drain|stop``, read at its heartbeat)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -494,6 +495,9 @@ class _Caller:
         self._lock = threading.Lock()
         self._holding: set[int] = set()
         self._stopping = threading.Event()
+        self.asked = threading.Event()
+        """An operator asked it to drain or stop (``outbox workers drain|stop``): it starts
+        no more jobs."""
         self.heartbeat = Heartbeat(
             app, self.id, 1, running=self.holding, stopping=self._stopping.is_set
         )
@@ -512,14 +516,29 @@ class _Caller:
             self._holding.discard(job_id)
 
     def beat_until_stopped(self) -> None:
-        """Heartbeat every interval until it stops; a failed beat is logged, and the next one
-        tried at its time (the leases last a whole lease meanwhile)."""
+        """Heartbeat every interval until it stops, and read what an operator asked of it; a
+        failed beat is logged, and the next one tried at its time (the leases last a whole
+        lease meanwhile)."""
         interval = heartbeat_interval(self.app.settings)
         while not self._stopping.wait(interval):
             try:
                 self.heartbeat.run_once()
+                asked = self.heartbeat.asked()
             except DBAPIError as error:
                 log.warning(_log.WORKER_DATABASE_ERROR, worker=self.id, error=error_summary(error))
+                continue
+            if asked is not None and not self.asked.is_set():
+                # Drain or stop alike: a run holds one job, which finishes either way.
+                log.info(
+                    _log.WORKER_ASKED,
+                    worker=self.id,
+                    request=asked.request,
+                    requested_by=asked.requested_by,
+                    in_flight=len(self.holding()),
+                    known=asked.request in set(schema.WorkerRequest),
+                )
+                if asked.request in set(schema.WorkerRequest):
+                    self.asked.set()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -545,7 +564,7 @@ class _Caller:
         set_aside: dict[str, str] = {}
 
         def why_stop() -> Stopped | None:
-            if stop.is_set():
+            if stop.is_set() or self.asked.is_set():
                 return Stopped.STOPPED
             if max_groups is not None and done() >= max_groups:
                 return Stopped.MAX_GROUPS
@@ -596,7 +615,11 @@ class _Caller:
                 finally:
                     self.let_go(job.id)
         finally:
-            throughput.run_once()
+            try:
+                throughput.run_once()
+            except DBAPIError as error:
+                # Only the dashboard's counts of this run are lost; what raised goes on up.
+                self._report_database_error(error)
         if set_aside:
             raise BufferTableMissingError(set_aside)
         return stopped
@@ -621,7 +644,12 @@ def _registered(app: Outbox) -> Iterator[_Caller]:
     finally:
         caller.stop()
         beating.join()
-        run_in_transaction(app.engine, lambda conn: queries.delete_worker(conn, caller.id))
+        try:
+            run_in_transaction(app.engine, lambda conn: queries.delete_worker(conn, caller.id))
+        except DBAPIError as error:
+            # Left behind, it is forgotten by a later run's rescue (rescue_once); what
+            # raised, if anything, goes on up.
+            log.warning(_log.WORKER_DATABASE_ERROR, worker=caller.id, error=error_summary(error))
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from outbox import (
     Batch,
     Outbox,
     RetryPolicy,
+    Settings,
     distribute_once,
     fleet,
     rescue_once,
@@ -201,6 +202,27 @@ def test_a_stop_set_while_a_group_runs_lets_it_finish_and_starts_no_other(
         len(recorder.ids),
         work.backlog,
     )
+
+
+def test_an_operators_stop_lets_the_group_in_flight_finish_and_starts_no_other(
+    make_app: Callable[..., Outbox], sqlite_database: str, commit_events: Callable[..., list[int]]
+) -> None:
+    """``outbox workers stop`` of a run-once caller, as of any worker: read at its next
+    heartbeat, the group in flight finishes and no other starts."""
+    app = make_app(sqlite_database, Settings(lease_seconds=1.5))  # a heartbeat every 0.5 s
+
+    asked: list[str] = []
+
+    @app.handler(ActivityEvent, batch_size=10)
+    def slow(batch: Batch[ActivityEvent]) -> None:
+        if not asked:
+            (caller,) = fleet.workers(app)
+            asked.append(fleet.ask(app, caller.id, "stop", actor="ops").worker.id)
+        time.sleep(1.6)  # the work itself: three heartbeats long
+
+    commit_events(app.engine, 30)
+    work = run_once(app).work
+    assert (Stopped.STOPPED, 1, 20) == (work.stopped, work.groups_succeeded, work.backlog)
 
 
 def _stopping_after_one(recorder: Recorder, stop: threading.Event) -> Callable[..., None]:
