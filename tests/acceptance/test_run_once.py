@@ -122,12 +122,6 @@ def test_a_run_whose_groups_fail_and_will_be_retried_exits_0(
     assert (0, 1) == (result.code, json.loads(result.stdout)["work"]["groups_failed"])
 
 
-def test_run_without_once_is_a_usage_error_naming_the_option(cli: Cli, sqlite_url: str) -> None:
-    """``outbox run`` alone: exit 2, naming ``--once``."""
-    result = cli.run("--app", APP, "--database-url", sqlite_url, "run")
-    assert (2, True) == (result.code, "--once" in result.stderr)
-
-
 def test_sigterm_lets_the_batch_in_flight_finish_starts_nothing_more_and_exits_0(
     cli: Cli,
     database_url: str,
