@@ -91,6 +91,11 @@ BACKLOG_COUNT_CAP = 100_000
 the backlog (a count equal to it means at least that many, see ``backlog_capped``)."""
 
 
+_CLOCK_WARNED: set[int] = set()
+"""The applications (by id) whose buffers' clocks this process has warned about."""
+_CLOCK_WARNED_LOCK = threading.Lock()
+
+
 class Stopped(StrEnum):
     """Why :func:`work_once` stopped starting jobs."""
 
@@ -368,7 +373,11 @@ def work_once(
     selected = app.select_handlers(handlers)
     check_buffer_tables(app.engine, {h.name: h.table for h in selected})
     generation.check(app.engine)
-    _buffer_clock.enforce(app, [h.table for h in selected])
+    with _CLOCK_WARNED_LOCK:
+        # Once per application and process: a web application's task calls every few seconds.
+        warn = id(app) not in _CLOCK_WARNED
+        _CLOCK_WARNED.add(id(app))
+    _buffer_clock.enforce(app, [h.table for h in selected], warn=warn)
     counts = _Counts()
     started = time.monotonic()
     with _started(app, selected), _registered(app) as caller:
