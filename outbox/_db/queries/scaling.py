@@ -12,7 +12,9 @@ with) and of all its ids (the primary key) stand for how many rows there are; th
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -23,6 +25,7 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    bindparam,
     case,
     cast,
     func,
@@ -62,15 +65,9 @@ def scaling_rows(
     """
     if not buffers:
         return []
-    slots = (
-        select(func.coalesce(func.sum(_workers.c.concurrency), 0))
-        .where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
-        .scalar_subquery()
-    )
-    parts = [
-        _one_handler(name, table, rate_seconds, apdex_seconds, slots) for name, table in buffers
-    ]
-    statement = parts[0] if len(parts) == 1 else union_all(*parts)
+    values = {"rate_back": -rate_seconds, "apdex_back": -apdex_seconds}
+    values["window_back"] = min(values["rate_back"], values["apdex_back"])
+    values["stale_back"] = -stale_seconds
     return [
         ScalingRow(
             handler=r.handler,
@@ -90,17 +87,30 @@ def scaling_rows(
             tolerating=int(r.tolerating or 0),
             fleet_slots=int(r.fleet_slots or 0),
         )
-        for r in conn.execute(statement)
+        for r in conn.execute(_statement(tuple(buffers)), values)
     ]
 
 
-def _one_handler(
-    name: str,
-    table: Table,
-    rate_seconds: float,
-    apdex_seconds: float,
-    slots: ColumnElement[int],
-) -> Select[tuple[object, ...]]:
+@functools.lru_cache(maxsize=64)
+def _statement(buffers: tuple[tuple[str, Table], ...]) -> Any:
+    """The read of ``buffers``, built once per set of handlers: the windows are bound, so that
+    a caller polling every few seconds neither builds nor compiles it again."""
+    slots = (
+        select(func.coalesce(func.sum(_workers.c.concurrency), 0))
+        .where(_workers.c.heartbeat_at >= db_now_plus(_BACK["stale_back"]))
+        .scalar_subquery()
+    )
+    parts = [_one_handler(name, table, slots) for name, table in buffers]
+    return parts[0] if len(parts) == 1 else union_all(*parts)
+
+
+_BACK = {
+    name: bindparam(name, type_=Float())
+    for name in ("rate_back", "apdex_back", "window_back", "stale_back")
+}
+
+
+def _one_handler(name: str, table: Table, slots: ColumnElement[int]) -> Select[tuple[object, ...]]:
     unclaimed = table.c.group_id.is_(None)
     # ORDER BY id LIMIT 1 rather than min()/max(): the form every database serves from the
     # index's end (SQLite does not take min() of a partial index's column from its end).
@@ -131,13 +141,12 @@ def _one_handler(
     paused = select(func.count()).where(_handlers.c.name == name, paused_now()).scalar_subquery()
     minutes = _throughput.c.handler == name
     events = _throughput.c.succeeded + _throughput.c.dead
-    recent = _throughput.c.minute >= db_now_plus(-rate_seconds)
+    recent = _throughput.c.minute >= db_now_plus(_BACK["rate_back"])
     age = age_seconds(_throughput.c.minute)
     # The seconds a minute row covers: 60 for a past minute, the part gone by of this one
     # (a worker's clock a little ahead of the database's counts as one second).
     covered = case((age >= MINUTE_SECONDS, MINUTE_SECONDS), (age < 1.0, 1.0), else_=age)
-    in_apdex = _throughput.c.minute >= db_now_plus(-apdex_seconds)
-    window = max(rate_seconds, apdex_seconds)
+    in_apdex = _throughput.c.minute >= db_now_plus(_BACK["apdex_back"])
     counted = (
         select(
             func.sum(case((recent, events), else_=0)).label("recent_handled"),
@@ -146,7 +155,7 @@ def _one_handler(
             func.sum(case((in_apdex, _throughput.c.satisfied), else_=0)).label("satisfied"),
             func.sum(case((in_apdex, _throughput.c.tolerating), else_=0)).label("tolerating"),
         )
-        .where(minutes, _throughput.c.minute >= db_now_plus(-window))
+        .where(minutes, _throughput.c.minute >= db_now_plus(_BACK["window_back"]))
         .subquery()
     )
     return select(
