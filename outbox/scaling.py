@@ -62,8 +62,10 @@ DEFAULT_TARGET = 0.5
 """The share of its band's promise within which a backlog is planned to drain."""
 MIN_HORIZON_SHARE = 0.1
 """The shortest horizon a backlog is planned to drain within, as a share of its promise."""
-DEFAULT_RATE_WINDOW_SECONDS = 300.0
-"""How far back the handled events count towards a slot's rate: five minutes."""
+MIN_SPAN_SECONDS = 1.0
+"""The shortest time over which the rows waiting are taken to have been written."""
+DEFAULT_RATE_WINDOW_SECONDS = 120.0
+"""How far back the handled events count towards a slot's rate: this minute and the one before."""
 DEFAULT_APDEX_WINDOW_SECONDS = 3600.0
 """How far back the handled events count towards Apdex: an hour."""
 MAX_WINDOW_SECONDS = 7 * 86_400.0
@@ -89,6 +91,11 @@ class HandlerScaling:
     rate_per_slot: float | None
     """Events one slot handles a second, as measured; None when nothing was handled in the
     rate window."""
+    arrival_rate: float | None
+    """Events arriving a second, as the fleet must keep up with: the rate at which the rows
+    waiting were written (their ids over their ages), and never more than the handler handled
+    a second lately (a backfill written at once is a backlog, not a rate); None when nothing
+    is runnable or nothing was handled lately."""
     slots: float
     """The slots that keep its promise, before rounding (0 when nothing is runnable)."""
     work_seconds: float | None
@@ -264,9 +271,11 @@ def plan(
 def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> HandlerScaling:
     """What one handler asks of the fleet, from what the read found of it."""
     runnable, newest = (0, None) if row.paused else _runnable(h, row)
-    rate = None
+    rate = handled = None
     if row.recent_handled and row.recent_seconds > 0:
-        rate = row.recent_handled / row.recent_seconds / max(row.live_leases, 1)
+        handled = row.recent_handled / row.recent_seconds
+        rate = handled / max(row.live_leases, 1)
+    arrivals = None if handled is None or not runnable else min(_written(row), handled)
     promise = h.urgency.promise
     slots = 0.0
     if runnable:
@@ -274,7 +283,9 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
             slots = 1.0
         else:
             horizon = max(target * promise - (newest or 0.0), MIN_HORIZON_SHARE * promise)
-            slots = min(runnable / (rate * horizon), _usable(h, runnable, rate))
+            # Keep up with what arrives, and drain what waits before the horizon.
+            needed = (arrivals or 0.0) + runnable / horizon
+            slots = min(needed / rate, _usable(h, runnable, rate))
     return HandlerScaling(
         handler=h.name,
         urgency=h.urgency.name,
@@ -284,6 +295,7 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
         oldest_age=row.oldest_age,
         live_leases=row.live_leases,
         rate_per_slot=rate,
+        arrival_rate=arrivals,
         slots=slots,
         work_seconds=None if rate is None else runnable / rate,
         paused=row.paused,
@@ -291,6 +303,16 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
         satisfied=row.satisfied,
         tolerating=row.tolerating,
     )
+
+
+def _written(row: queries.ScalingRow) -> float:
+    """Rows written a second over the time the buffer's rows were written in: their ids
+    (ids only grow) over the ages of the oldest and the newest (at least a second apart)."""
+    if row.first_id is None or row.last_id is None or row.oldest_age is None:
+        return 0.0
+    newest = row.newest_unclaimed_age if row.newest_unclaimed_age is not None else 0.0
+    span = max(row.oldest_age - newest, MIN_SPAN_SECONDS)
+    return (row.last_id - row.first_id + 1) / span
 
 
 def _runnable(h: Handler[Any], row: queries.ScalingRow) -> tuple[int, float | None]:

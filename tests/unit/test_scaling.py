@@ -47,8 +47,8 @@ def _app(**options: Any) -> Outbox:
 
 
 def _waiting(handler: str, events: int, **more: Any) -> ScalingRow:
-    """``events`` unclaimed rows, the newest just written, and 100 events a second handled by
-    one slot over the last minute."""
+    """``events`` unclaimed rows written at 10 a second until now, and 100 events a second
+    handled by one slot over the last minute."""
     values: dict[str, Any] = {
         "handler": handler,
         "first_unclaimed": 1 if events else None,
@@ -56,7 +56,7 @@ def _waiting(handler: str, events: int, **more: Any) -> ScalingRow:
         "newest_unclaimed_age": 0.0 if events else None,
         "first_id": 1 if events else None,
         "last_id": events if events else None,
-        "oldest_age": 5.0 if events else None,
+        "oldest_age": events / 10 if events else None,
         "recent_handled": 6000,
         "recent_seconds": 60.0,
     }
@@ -67,11 +67,12 @@ def _plan(app: Outbox, *rows: ScalingRow) -> Any:
     return plan(list(app.handlers.values()), list(rows))
 
 
-def test_a_backlog_asks_for_the_slots_that_drain_it_within_half_its_promise() -> None:
-    """12,000 REALTIME events at 100 a second a slot: 12,000 / (100 x 30 s) = 4 slots; the
-    DAY band with nothing waiting asks for none; the fleet's 4 slots drain it in 30 s."""
-    found = _plan(_app(), _waiting("fast", 12_000), _waiting("slow", 0))
-    assert (4, [4, 0], 30.0, 12_000) == (
+def test_a_backlog_asks_for_the_slots_that_keep_up_and_drain_it_in_half_its_promise() -> None:
+    """11,700 REALTIME events arriving at 10 a second, 100 a second a slot: (10 + 11,700 /
+    30 s) / 100 = 4 slots; the DAY band with nothing waiting asks for none; the fleet's 4 slots
+    drain it in 117 slot-seconds / 4."""
+    found = _plan(_app(), _waiting("fast", 11_700), _waiting("slow", 0))
+    assert (4, [4, 0], 29.25, 11_700) == (
         found.desired_workers,
         [b.desired_workers for b in found.bands],
         found.drain_seconds,
@@ -80,10 +81,22 @@ def test_a_backlog_asks_for_the_slots_that_drain_it_within_half_its_promise() ->
 
 
 def test_the_newest_events_age_shortens_the_horizon() -> None:
-    """A backlog whose newest event already waited 20 s has 10 s left of half a minute: 12
-    slots for 12,000 events."""
-    found = _plan(_app(), _waiting("fast", 12_000, newest_unclaimed_age=20.0), _waiting("slow", 0))
+    """The same backlog, whose newest event already waited 20 s, has 10 s left of half a
+    minute: (10 + 1,170) / 100, 12 slots."""
+    found = _plan(
+        _app(),
+        _waiting("fast", 11_700, newest_unclaimed_age=20.0, oldest_age=1_190.0),
+        _waiting("slow", 0),
+    )
     assert 12 == found.desired_workers
+
+
+def test_arrivals_are_never_taken_above_the_rate_handled() -> None:
+    """A backfill of 3,000 events written at once is a backlog, not a rate of 3,000 a second:
+    arrivals count at the 100 a second handled lately, (100 + 3,000 / 30) / 100 = 2 slots."""
+    backfill = _waiting("fast", 3000, newest_unclaimed_age=0.0, oldest_age=0.0)
+    found = _plan(_app(), backfill, _waiting("slow", 0))
+    assert (100.0, 2) == (found.handlers[0].arrival_rate, found.desired_workers)
 
 
 def test_a_paused_handler_is_no_demand() -> None:
@@ -119,9 +132,9 @@ def test_a_handler_never_measured_asks_for_one_slot() -> None:
 
 
 def test_the_rate_of_a_slot_is_the_handlers_rate_over_its_slots_in_flight() -> None:
-    """6,000 events a minute by 4 slots in flight: 25 a slot a second, so 12,000 events in 30 s
-    take 16 slots."""
-    found = _plan(_app(), _waiting("fast", 12_000, live_leases=4), _waiting("slow", 0))
+    """6,000 events a minute by 4 slots in flight: 25 a slot a second, so (10 + 11,700 / 30) /
+    25 = 16 slots."""
+    found = _plan(_app(), _waiting("fast", 11_700, live_leases=4), _waiting("slow", 0))
     assert (25.0, 16) == (found.handlers[0].rate_per_slot, found.desired_workers)
 
 
@@ -161,8 +174,8 @@ def test_bands_drain_in_order_of_urgency() -> None:
 
 
 def test_workers_for_rounds_slots_up_to_whole_processes() -> None:
-    """Ten slots are three workers of four."""
-    found = _plan(_app(), _waiting("fast", 30_000), _waiting("slow", 0))
+    """Ten slots ((10 + 29,700 / 30) / 100) are three workers of four."""
+    found = _plan(_app(), _waiting("fast", 29_700), _waiting("slow", 0))
     assert (10, 3) == (found.desired_workers, found.workers_for(4))
 
 
