@@ -87,9 +87,7 @@ def delete_oldest_waiting(dsn: str, rows: int, groups: int) -> None:
     dead, at the start of the unclaimed index."""
     first = groups * GROUP_ROWS + 1
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(
-            "DELETE FROM bench_events WHERE id >= %s AND id < %s", (first, first + rows)
-        )
+        conn.execute("DELETE FROM bench_events WHERE id >= %s AND id < %s", (first, first + rows))
 
 
 def time_reads(app: Outbox, reads: int) -> dict[str, Any]:
