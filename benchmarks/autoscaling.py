@@ -216,13 +216,14 @@ def scaling_row(
     waiting = round(flow.waiting)
     newest = now - flow.queue[-1][0] if flow.queue else None
     oldest = now - flow.queue[0][0] if flow.queue else None
-    handled = 0.0
-    covered = 0.0
-    for minute, count in flow.minutes.items():
+    handled = covered = newest_handled = newest_covered = 0.0
+    for minute, count in sorted(flow.minutes.items()):
         start = minute * 60
         if start >= now - rate_window and count > 0:
-            handled += count
-            covered += min(60.0, max(1.0, float(now - start)))
+            newest_handled = count
+            newest_covered = min(60.0, max(1.0, float(now - start)))
+            handled += newest_handled
+            covered += newest_covered
     last = round(flow.written)
     first = last - waiting + 1
     return ScalingRow(
@@ -238,6 +239,8 @@ def scaling_row(
         paused=False,
         recent_handled=round(handled),
         recent_seconds=covered,
+        newest_minute_handled=round(newest_handled),
+        newest_minute_seconds=newest_covered,
         handled=0,
         satisfied=0,
         tolerating=0,
@@ -373,7 +376,10 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--measure-events", type=int, default=3000)
     parser.add_argument("--base-rate", type=float, default=200.0)
-    parser.add_argument("--step-rate", type=float, default=3000.0)
+    parser.add_argument(
+        "--step-rates", default="1500,3000,6000", help="The steps, each a scenario alone."
+    )
+    parser.add_argument("--step-rate", type=float, default=3000.0, help="The step with backfill.")
     parser.add_argument("--step-at", type=int, default=600)
     parser.add_argument("--step-seconds", type=int, default=1200)
     parser.add_argument("--backfill", type=int, default=600_000)
@@ -393,7 +399,6 @@ def main() -> None:
     fleet = Fleet(args.concurrency, args.startup, args.poll, args.stabilization)
     shape = {
         "base_rate": args.base_rate,
-        "step_rate": args.step_rate,
         "step_at": args.step_at,
         "step_seconds": args.step_seconds,
         "backfill_at": args.backfill_at,
@@ -401,9 +406,14 @@ def main() -> None:
         "batch_size": args.batch_size,
     }
     scenarios = {
-        "load step": scenario_flows((rate, rate), backfill=0, **shape),
-        "load step and backfill": scenario_flows((rate, rate), backfill=args.backfill, **shape),
+        f"step to {float(step):g}/s": scenario_flows(
+            (rate, rate), step_rate=float(step), backfill=0, **shape
+        )
+        for step in args.step_rates.split(",")
     }
+    scenarios[f"step to {args.step_rate:g}/s, backfill {args.backfill:,}"] = scenario_flows(
+        (rate, rate), step_rate=args.step_rate, backfill=args.backfill, **shape
+    )
     target, outcomes = compare(scenarios, fleet, args.seconds)
     data = {
         "benchmark": "autoscaling",
@@ -434,7 +444,7 @@ def main() -> None:
     for name, pair in outcomes.items():
         for o in pair:
             print(
-                f"{name:24} {o.policy:22} worker-seconds {o.worker_seconds:7.0f}  "
+                f"{name:36} {o.policy:22} worker-seconds {o.worker_seconds:7.0f}  "
                 f"peak {o.peak_workers:3}  kept {o.kept}  staleness {o.staleness}"
             )
     print(f"written to {path}")

@@ -119,8 +119,9 @@ def time_reads(app: Outbox, reads: int) -> dict[str, Any]:
     }
 
 
-def explain(dsn: str, app: Outbox) -> str:
-    """The read's plan with its timings (EXPLAIN ANALYZE, BUFFERS)."""
+def explain(dsn: str, app: Outbox, runs: int = 21) -> dict[str, Any]:
+    """The read's plan with its timings (EXPLAIN ANALYZE, BUFFERS), and the median planning
+    and execution milliseconds the server reports over ``runs`` of it."""
     captured: list[tuple[str, Any]] = []
 
     def capture(conn: Any, cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
@@ -129,10 +130,19 @@ def explain(dsn: str, app: Outbox) -> str:
     event.listen(app.engine, "before_cursor_execute", capture)
     read_scaling(app)
     event.remove(app.engine, "before_cursor_execute", capture)
+    statement, parameters = captured[-1]
+    planning, execution = [], []
     with psycopg.connect(dsn, autocommit=True) as conn:
-        statement, parameters = captured[-1]
-        rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, parameters).fetchall()
-    return "\n".join(r[0] for r in rows)
+        for _ in range(runs):
+            rows = conn.execute("EXPLAIN (ANALYZE, BUFFERS) " + statement, parameters).fetchall()
+            lines = [r[0] for r in rows]
+            planning.append(float(lines[-2].split()[-2]))
+            execution.append(float(lines[-1].split()[-2]))
+    return {
+        "planning_ms_p50": round(statistics.median(planning), 3),
+        "execution_ms_p50": round(statistics.median(execution), 3),
+        "plan": lines,
+    }
 
 
 def main() -> None:
@@ -155,10 +165,10 @@ def main() -> None:
         )
         app.handler(TypedBenchEvent, name="typed", urgency=Urgency.REALTIME)(lambda batch: None)
         vacuumed = time_reads(app, args.reads)
-        plan = explain(libpq_url(url), app)
+        vacuumed["server"] = explain(libpq_url(url), app)
         delete_oldest_waiting(libpq_url(url), args.handled_rows, args.groups)
         dead_entries = time_reads(app, args.reads)
-        dead_plan = explain(libpq_url(url), app)
+        dead_entries["server"] = explain(libpq_url(url), app)
         app.engine.dispose()
         data = {
             "benchmark": "scaling_read",
@@ -171,15 +181,15 @@ def main() -> None:
             "target_ms": TARGET_MS,
             "vacuumed": vacuumed,
             "dead_index_entries": dead_entries,
-            "plan": plan.splitlines(),
-            "plan_dead_index_entries": dead_plan.splitlines(),
         }
         path = write(f"scaling_read_{args.waiting_rows}", data)
         for name, figures in (("vacuumed", vacuumed), ("dead entries", dead_entries)):
             print(
                 f"{name:14} p50 {figures['p50_ms']:6.2f} ms  p95 {figures['p95_ms']:6.2f} ms  "
                 f"max {figures['max_ms']:6.2f} ms  statements {figures['statements_per_read']}  "
-                f"desired {figures['desired_workers']}  runnable {figures['runnable']}"
+                f"desired {figures['desired_workers']}  runnable {figures['runnable']}  "
+                f"server: planning {figures['server']['planning_ms_p50']} ms, "
+                f"execution {figures['server']['execution_ms_p50']} ms"
             )
         print(f"written to {path}")
     finally:

@@ -62,6 +62,9 @@ DEFAULT_TARGET = 0.5
 """The share of its band's promise within which a backlog is planned to drain."""
 MIN_HORIZON_SHARE = 0.1
 """The shortest horizon a backlog is planned to drain within, as a share of its promise."""
+MIN_MINUTE_SECONDS = 15.0
+"""The newest minute counted measures the rate of a slot alone once it covers this many
+seconds; before, the whole rate window does."""
 MIN_SPAN_SECONDS = 1.0
 """The shortest time over which the rows waiting are taken to have been written."""
 DEFAULT_RATE_WINDOW_SECONDS = 120.0
@@ -274,6 +277,9 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
     rate = handled = None
     if row.recent_handled and row.recent_seconds > 0:
         handled = row.recent_handled / row.recent_seconds
+        if row.newest_minute_handled and row.newest_minute_seconds >= MIN_MINUTE_SECONDS:
+            # The newest minute alone, once it says enough: the slots in flight now did it.
+            handled = row.newest_minute_handled / row.newest_minute_seconds
         rate = handled / max(row.live_leases, 1)
     arrivals = None if handled is None or not runnable else min(_written(row), handled)
     promise = h.urgency.promise

@@ -30,6 +30,8 @@ EMPTY = ScalingRow(
     paused=False,
     recent_handled=0,
     recent_seconds=0.0,
+    newest_minute_handled=0,
+    newest_minute_seconds=0.0,
     handled=0,
     satisfied=0,
     tolerating=0,
@@ -59,6 +61,8 @@ def _waiting(handler: str, events: int, **more: Any) -> ScalingRow:
         "oldest_age": events / 10 if events else None,
         "recent_handled": 6000,
         "recent_seconds": 60.0,
+        "newest_minute_handled": 6000,
+        "newest_minute_seconds": 60.0,
     }
     return replace(EMPTY, **{**values, **more})
 
@@ -126,7 +130,9 @@ def test_a_live_lease_keeps_one_slot_asked_for() -> None:
 def test_a_handler_never_measured_asks_for_one_slot() -> None:
     """Without a rate, a slot comes first and measures it; the drain time is not known."""
     found = _plan(
-        _app(), _waiting("fast", 12_000, recent_handled=0, recent_seconds=0.0), _waiting("slow", 0)
+        _app(),
+        _waiting("fast", 12_000, recent_handled=0, recent_seconds=0.0, newest_minute_handled=0),
+        _waiting("slow", 0),
     )
     assert (1, None) == (found.desired_workers, found.drain_seconds)
 
@@ -136,6 +142,20 @@ def test_the_rate_of_a_slot_is_the_handlers_rate_over_its_slots_in_flight() -> N
     25 = 16 slots."""
     found = _plan(_app(), _waiting("fast", 11_700, live_leases=4), _waiting("slow", 0))
     assert (25.0, 16) == (found.handlers[0].rate_per_slot, found.desired_workers)
+
+
+def test_the_newest_minute_alone_measures_once_it_covers_fifteen_seconds() -> None:
+    """Two minutes of 6,000 and 2,000 events over 80 s: the newest, 2,000 in 20 s, says 100 a
+    second; at 10 s it is too short, and the window's 8,000 in 70 s is taken."""
+    long = _waiting("fast", 100, recent_handled=8000, recent_seconds=80.0)
+    newest = replace(long, newest_minute_handled=2000, newest_minute_seconds=20.0)
+    short = replace(
+        long, recent_seconds=70.0, newest_minute_handled=1000, newest_minute_seconds=10.0
+    )
+    rates = [
+        _plan(_app(), row, _waiting("slow", 0)).handlers[0].rate_per_slot for row in (newest, short)
+    ]
+    assert [100.0, 8000 / 70] == rates
 
 
 def test_a_concurrency_cap_bounds_the_slots() -> None:

@@ -82,6 +82,8 @@ def scaling_rows(
             paused=bool(r.paused),
             recent_handled=int(r.recent_handled or 0),
             recent_seconds=float(r.recent_seconds or 0.0),
+            newest_minute_handled=int(r.newest_minute_handled or 0),
+            newest_minute_seconds=float(r.newest_minute_seconds or 0.0),
             handled=int(r.handled or 0),
             satisfied=int(r.satisfied or 0),
             tolerating=int(r.tolerating or 0),
@@ -147,6 +149,16 @@ def _one_handler(name: str, table: Table, slots: ColumnElement[int]) -> Select[t
     # (a worker's clock a little ahead of the database's counts as one second).
     covered = case((age >= MINUTE_SECONDS, MINUTE_SECONDS), (age < 1.0, 1.0), else_=age)
     in_apdex = _throughput.c.minute >= db_now_plus(_BACK["apdex_back"])
+    # The newest minute counted: what the slots holding its jobs now did lately, unmixed with
+    # minutes before a change of the fleet (served by the primary key's end).
+    newest = (
+        select(events, covered)
+        .where(minutes, recent)
+        .order_by(_throughput.c.minute.desc())
+        .limit(1)
+    )
+    newest_handled = newest.with_only_columns(events).scalar_subquery()
+    newest_seconds = newest.with_only_columns(covered).scalar_subquery()
     counted = (
         select(
             func.sum(case((recent, events), else_=0)).label("recent_handled"),
@@ -171,6 +183,8 @@ def _one_handler(name: str, table: Table, slots: ColumnElement[int]) -> Select[t
         cast(paused, Integer).label("paused"),
         cast(counted.c.recent_handled, BigInteger).label("recent_handled"),
         cast(counted.c.recent_seconds, Float).label("recent_seconds"),
+        cast(newest_handled, BigInteger).label("newest_minute_handled"),
+        cast(newest_seconds, Float).label("newest_minute_seconds"),
         cast(counted.c.handled, BigInteger).label("handled"),
         cast(counted.c.satisfied, BigInteger).label("satisfied"),
         cast(counted.c.tolerating, BigInteger).label("tolerating"),
