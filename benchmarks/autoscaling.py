@@ -14,17 +14,19 @@ from then.
 
 - *desired workers*: replicas = ceil(``desired_workers`` / slots per worker), where
   ``desired_workers`` is :func:`outbox.scaling.plan`'s, fed what ``read_scaling`` would read
-  from the model's state (the backlog, the newest and oldest ages, the slots in flight, the
-  minutes counted) - KEDA's metrics-api scaler on ``GET /api/v1/scaling``;
+  from the model's state (the backlog as a run of ids, the newest and oldest ages, the slots in
+  flight counted at an instant, the minutes counted) - KEDA's metrics-api scaler on
+  ``GET /api/v1/scaling``;
 - *row count*: replicas = ceil(rows waiting / T) - KEDA's postgresql scaler on
-  ``count(*)``, given its best ``T``: the largest of a doubling series that still keeps every
-  promise in the scenario.
+  ``count(*)``, given its best ``T``: the largest of a doubling series that keeps every
+  promise in every scenario.
 
-The scenario: a REALTIME handler whose arrivals step from ``--base-rate`` to ``--step-rate``
-events a second for ``--step-seconds``, and an HOUR handler behind a fleet-wide rate limit that
-receives a backfill of ``--backfill`` events at once. Each figure is the worker-seconds spent
-(starting workers included), the highest wait over each handler's promise (above 1: broken),
-each handler's Apdex, and the most workers at once.
+The scenarios: a REALTIME handler whose arrivals step from ``--base-rate`` to each of
+``--step-rates`` events a second for ``--step-seconds``, alone; and the step to
+``--step-rate`` while an HOUR handler behind a fleet-wide rate limit (``--limit-calls`` calls a
+second) receives a backfill of ``--backfill`` events at once. Each figure is the
+worker-seconds spent (starting workers included), the highest wait over each handler's
+promise (above 1: broken), each handler's Apdex, and the most workers at once.
 
     python -m benchmarks.autoscaling
 """

@@ -7,10 +7,11 @@ caller pays the same few milliseconds with ten million events waiting as with te
 
 **Desired workers** are worker slots (``outbox work --concurrency`` units), summed over the
 handlers: a handler with ``Q`` events runnable now, of which the newest has waited ``a``
-seconds, whose band promises ``P`` seconds, and whose slots each handle ``r`` events a second,
-asks for ``Q / (r * (target * P - a))`` slots: with them, its backlog drains, oldest first,
-before the newest event is ``target * P`` old (``target``: :data:`DEFAULT_TARGET`, half the
-promise, leaves the other half for what arrives meanwhile and for the autoscaler's own lag). The
+seconds, to which ``λ`` events arrive a second, whose band promises ``P`` seconds, and whose
+slots each handle ``r`` events a second, asks for ``(λ + Q / (target * P - a)) / r`` slots:
+with them, it keeps up with what arrives and its backlog drains, oldest first, before the
+newest event is ``target * P`` old (``target``: :data:`DEFAULT_TARGET`, half the promise,
+leaves the other half for the autoscaler's own lag: its polling, workers' start-up). The
 horizon is never taken below :data:`MIN_HORIZON_SHARE` of the promise: a promise already broken
 asks for many slots, not for infinitely many.
 
@@ -24,10 +25,15 @@ asks for many slots, not for infinitely many.
   buffer holds beyond its unclaimed rows. Ids skipped by rolled-back transactions count as
   events, so ``Q`` may be a little high, never low.
 - ``r``, the rate of one slot: what the handler handled (delivered or dead-lettered) per second
-  over the minutes of the last ``rate_window`` in which it handled anything (``outbox_throughput``,
-  which every worker writes at each heartbeat), divided by the slots that hold its jobs now (at
-  least one). A handler that handled nothing in the window asks for one slot while it has
-  runnable events: its first minute measures it.
+  in the newest minute counted (``outbox_throughput``, which every worker writes at each
+  heartbeat), or over the minutes of the last ``rate_window`` while that minute is younger
+  than :data:`MIN_MINUTE_SECONDS`, divided by the slots that hold its jobs now (at least one).
+  A handler idle most of the time, or whose slots just grew, measures slower than it is: the
+  ask errs high, never low. One that handled nothing in the window asks for one slot while it
+  has runnable events: its first minute measures it.
+- ``λ``, the arrivals: the rate at which the buffer's rows were written (their ids over the
+  ages of the oldest and the newest), never above the rate handled lately: a backfill written
+  at once is a backlog to drain within the horizon, not a rate to keep up with.
 - A handler never asks for more slots than it can use: its ``concurrency`` cap, one slot per
   group it has runnable, and, under a fleet-wide rate limit, the slots that the limit keeps busy.
 - A band asks for the sum of its handlers' slots, rounded up; the total is the sum of all of
@@ -43,7 +49,7 @@ live.
 handled, where satisfied events were delivered within their band's promise, tolerating ones
 within four times it, and handled counts every event delivered or dead-lettered (a dead letter
 frustrates); None when nothing was handled in the window. The counts come from
-``outbox_throughput``, filled by workers of outbox 0.8 and newer.
+``outbox_throughput``, filled by workers of schema generation 8 and newer.
 """
 
 from __future__ import annotations
