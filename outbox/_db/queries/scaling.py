@@ -6,8 +6,10 @@ costs the same with ten rows waiting as with ten million: the ends of a buffer's
 (the partial index ``ix_<table>_unclaimed`` on PostgreSQL and SQLite; on MariaDB the index on
 ``group_id``, whose NULL entries are ordered by id, the primary key every InnoDB index ends
 with) and of all its ids (the primary key) stand for how many rows there are; the small
-``outbox_jobs`` is counted per handler through ``uq_outbox_jobs_claim_slot (handler, slot)``;
-``outbox_throughput`` is read as each handler's range of its primary key (handler, minute).
+``outbox_jobs`` is counted per handler (through ``uq_outbox_jobs_claim_slot (handler, slot)``,
+or by the planner's scan of the small table); ``outbox_throughput`` is read as each handler's
+range of its primary key (handler, minute). Each probe is a scalar subquery: one round trip,
+and on PostgreSQL one InitPlan each.
 """
 
 from __future__ import annotations
