@@ -95,6 +95,21 @@ def test_a_drained_backlog_asks_for_no_worker(
     )
 
 
+def test_the_gauge_is_the_desired_workers_read(
+    app: Outbox, commit_events: Callable[..., list[int]], registry: CollectorRegistry
+) -> None:
+    """A backlog after a measured drain: ``outbox_desired_workers`` asks for more than one slot,
+    all of them for the one band, and ``outbox_worker_slots`` counts none live."""
+    commit_events(app.engine, 50)
+    _drain(app)
+    commit_events(app.engine, 1000)
+    register(app, registry)
+    total = registry.get_sample_value("outbox_desired_workers")
+    band = registry.get_sample_value("outbox_band_desired_workers", {"band": "SECOND"})
+    slots = registry.get_sample_value("outbox_worker_slots")
+    assert (True, total, 0.0) == (total is not None and total > 1, band, slots)
+
+
 def test_a_paused_handlers_backlog_asks_for_no_worker(
     app: Outbox, commit_events: Callable[..., list[int]]
 ) -> None:
