@@ -24,7 +24,8 @@ from then.
 The scenarios: a REALTIME handler whose arrivals step from ``--base-rate`` to each of
 ``--step-rates`` events a second for ``--step-seconds``, alone; and the step to
 ``--step-rate`` while an HOUR handler behind a fleet-wide rate limit (``--limit-calls`` calls a
-second) receives a backfill of ``--backfill`` events at once. Each figure is the
+second) receives a backfill of ``--backfill`` events at once, and while the same handler
+without a limit receives ``--big-backfill``. Each figure is the
 worker-seconds spent (starting workers included), the highest wait over each handler's
 promise (above 1: broken), each handler's Apdex, and the most workers at once.
 
@@ -339,12 +340,13 @@ def scenario_flows(
     step_seconds: int,
     backfill: int,
     backfill_at: int,
-    limit_calls: int,
+    limit_calls: int | None,
     batch_size: int,
     bands: tuple[Urgency, Urgency] = (Urgency.REALTIME, Urgency.HOUR),
 ) -> list[Flow]:
-    """A handler whose arrivals step up and down, and a rate-limited one given a backfill (the
-    application is never connected to: its handlers' registrations are what the model reads)."""
+    """A handler whose arrivals step up and down, and one given a backfill, rate-limited to
+    ``limit_calls`` calls a second unless None (the application is never connected to: its
+    handlers' registrations are what the model reads)."""
     app = Outbox("sqlite://")
     alerts = app.handler(BenchEvent, batch_size=batch_size, urgency=bands[0], name="alerts")(
         lambda batch: None
@@ -354,7 +356,7 @@ def scenario_flows(
         batch_size=batch_size,
         urgency=bands[1],
         name="crm_sync",
-        rate_limit=RateLimit(calls=limit_calls),
+        rate_limit=None if limit_calls is None else RateLimit(calls=limit_calls),
     )(lambda batch: None)
     _ = (alerts, sync)
 
@@ -387,6 +389,9 @@ def main() -> None:
     parser.add_argument("--backfill", type=int, default=600_000)
     parser.add_argument("--backfill-at", type=int, default=300)
     parser.add_argument("--limit-calls", type=int, default=5, help="crm_sync's calls a second.")
+    parser.add_argument(
+        "--big-backfill", type=int, default=6_000_000, help="A backfill without a rate limit."
+    )
     parser.add_argument("--seconds", type=int, default=7200)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--startup", type=int, default=20)
@@ -404,17 +409,29 @@ def main() -> None:
         "step_at": args.step_at,
         "step_seconds": args.step_seconds,
         "backfill_at": args.backfill_at,
-        "limit_calls": args.limit_calls,
         "batch_size": args.batch_size,
     }
     scenarios = {
         f"step to {float(step):g}/s": scenario_flows(
-            (rate, rate), step_rate=float(step), backfill=0, **shape
+            (rate, rate), step_rate=float(step), backfill=0, limit_calls=args.limit_calls, **shape
         )
         for step in args.step_rates.split(",")
     }
-    scenarios[f"step to {args.step_rate:g}/s, backfill {args.backfill:,}"] = scenario_flows(
-        (rate, rate), step_rate=args.step_rate, backfill=args.backfill, **shape
+    scenarios[f"step to {args.step_rate:g}/s, rate-limited backfill {args.backfill:,}"] = (
+        scenario_flows(
+            (rate, rate),
+            step_rate=args.step_rate,
+            backfill=args.backfill,
+            limit_calls=args.limit_calls,
+            **shape,
+        )
+    )
+    scenarios[f"step to {args.step_rate:g}/s, backfill {args.big_backfill:,}"] = scenario_flows(
+        (rate, rate),
+        step_rate=args.step_rate,
+        backfill=args.big_backfill,
+        limit_calls=None,
+        **shape,
     )
     target, outcomes = compare(scenarios, fleet, args.seconds)
     data = {

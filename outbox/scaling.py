@@ -32,8 +32,9 @@ asks for many slots, not for infinitely many.
   ask errs high, never low. One that handled nothing in the window asks for one slot while it
   has runnable events: its first minute measures it.
 - ``λ``, the arrivals: the rate at which the buffer's rows were written (their ids over the
-  ages of the oldest and the newest), never above the rate handled lately: a backfill written
-  at once is a backlog to drain within the horizon, not a rate to keep up with.
+  ages of the oldest and the newest), while it is at most :data:`STREAM_RATIO` times the rate
+  handled lately (a stream the fleet keeps up with); written faster (a backfill, a step up),
+  they are a backlog to drain within the horizon, and ``λ`` is 0.
 - A handler never asks for more slots than it can use: its ``concurrency`` cap, one slot per
   group it has runnable, and, under a fleet-wide rate limit, the slots that the limit keeps busy.
 - A band asks for the sum of its handlers' slots, rounded up; the total is the sum of all of
@@ -71,6 +72,9 @@ MIN_HORIZON_SHARE = 0.1
 MIN_MINUTE_SECONDS = 15.0
 """The newest minute counted measures the rate of a slot alone once it covers this many
 seconds; before, the whole rate window does."""
+STREAM_RATIO = 2.0
+"""Rows written at most this many times as fast as the handler handled lately are a stream to
+keep up with; faster, a backlog to drain."""
 MIN_SPAN_SECONDS = 1.0
 """The shortest time over which the rows waiting are taken to have been written."""
 DEFAULT_RATE_WINDOW_SECONDS = 120.0
@@ -102,9 +106,9 @@ class HandlerScaling:
     rate window."""
     arrival_rate: float | None
     """Events arriving a second, as the fleet must keep up with: the rate at which the rows
-    waiting were written (their ids over their ages), and never more than the handler handled
-    a second lately (a backfill written at once is a backlog, not a rate); None when nothing
-    is runnable or nothing was handled lately."""
+    waiting were written (their ids over their ages) while it is about the rate handled lately
+    (at most :data:`STREAM_RATIO` times it); 0 when they were written faster (a backfill, a
+    step up: a backlog); None when nothing is runnable or nothing was handled lately."""
     slots: float
     """The slots that keep its promise, before rounding (0 when nothing is runnable)."""
     work_seconds: float | None
@@ -287,7 +291,14 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
             # The newest minute alone, once it says enough: the slots in flight now did it.
             handled = row.newest_minute_handled / row.newest_minute_seconds
         rate = handled / max(row.live_leases, 1)
-    arrivals = None if handled is None or not runnable else min(_written(row), handled)
+    arrivals = None
+    if handled is not None and runnable:
+        written = _written(row)
+        # Rows written about as fast as they are handled: a stream the fleet keeps up with.
+        # Written much faster, they are a backlog (a backfill, a step up): the backlog's own
+        # term drains them, and counting them as a rate too would hold every slot they keep
+        # busy for as long as they last.
+        arrivals = written if written <= STREAM_RATIO * handled else 0.0
     promise = h.urgency.promise
     slots = 0.0
     if runnable:

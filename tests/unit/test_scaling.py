@@ -95,12 +95,20 @@ def test_the_newest_events_age_shortens_the_horizon() -> None:
     assert 12 == found.desired_workers
 
 
-def test_arrivals_are_never_taken_above_the_rate_handled() -> None:
-    """A backfill of 3,000 events written at once is a backlog, not a rate of 3,000 a second:
-    arrivals count at the 100 a second handled lately, (100 + 3,000 / 30) / 100 = 2 slots."""
+def test_rows_written_much_faster_than_handled_are_a_backlog_not_a_rate() -> None:
+    """A backfill of 3,000 events written at once, with 100 a second handled: no arrivals to
+    keep up with, only a backlog to drain, 3,000 / 30 s / 100 = 1 slot."""
     backfill = _waiting("fast", 3000, newest_unclaimed_age=0.0, oldest_age=0.0)
     found = _plan(_app(), backfill, _waiting("slow", 0))
-    assert (100.0, 2) == (found.handlers[0].arrival_rate, found.desired_workers)
+    assert (0.0, 1) == (found.handlers[0].arrival_rate, found.desired_workers)
+
+
+def test_rows_written_about_as_fast_as_handled_are_a_rate_to_keep_up_with() -> None:
+    """150 events waiting, written over the last second, 100 a second handled: 150 a second
+    arrive, (150 + 150 / 30) / 100 = 1.55, 2 slots."""
+    stream = _waiting("fast", 150, newest_unclaimed_age=0.0, oldest_age=1.0)
+    found = _plan(_app(), stream, _waiting("slow", 0))
+    assert (150.0, 2) == (found.handlers[0].arrival_rate, found.desired_workers)
 
 
 def test_a_paused_handler_is_no_demand() -> None:
