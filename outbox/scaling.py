@@ -176,7 +176,7 @@ class Scaling:
     rate_window: float
     apdex_window: float
     bands: tuple[BandScaling, ...]
-    """Most urgent band first."""
+    """Most urgent band first (by priority)."""
     handlers: tuple[HandlerScaling, ...]
 
     def workers_for(self, concurrency: int) -> int:
@@ -247,7 +247,9 @@ def plan(
     bands: list[BandScaling] = []
     done: float | None = 0.0
     by_band: dict[str, list[HandlerScaling]] = {}
-    for h in sorted(found, key=lambda s: s.promise):
+    # Work is taken by priority: a band drains after every more urgent one.
+    priority = {h.name: (h.urgency.priority, h.urgency.promise) for h in selected}
+    for h in sorted(found, key=lambda s: priority[s.handler]):
         by_band.setdefault(h.urgency, []).append(h)
     for name, members in by_band.items():
         runnable = sum(m.runnable for m in members)

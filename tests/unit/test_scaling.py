@@ -246,3 +246,13 @@ def test_naive_creation_times_are_read_as_utc() -> None:
     result = _result([30.0, 90.0], succeeded=2)
     naive = replace(result, created_at=tuple(c.replace(tzinfo=None) for c in result.created_at))
     assert (1, 1) == timeliness(naive)
+
+
+def test_bands_come_in_order_of_priority_not_of_promise() -> None:
+    """A NIGHTLY band of a shorter promise but a later priority than DAY drains after it."""
+    app = Outbox("sqlite://")
+    nightly = Urgency("NIGHTLY", priority=35, promise=43_200.0)
+    app.handler(ActivityEvent, name="fast", urgency=nightly, batch_size=100)(lambda batch: None)
+    app.handler(EmailEvent, name="slow", urgency=Urgency.DAY, batch_size=100)(lambda batch: None)
+    found = _plan(app, _waiting("fast", 12_000), _waiting("slow", 24_000))
+    assert [("DAY", 60.0), ("NIGHTLY", 90.0)] == [(b.urgency, b.drain_seconds) for b in found.bands]
