@@ -7,10 +7,11 @@ caller pays the same few milliseconds with ten million events waiting as with te
 
 **Desired workers** are worker slots (``outbox work --concurrency`` units), summed over the
 handlers: a handler with ``Q`` events runnable now, of which the newest has waited ``a``
-seconds, whose band promises ``P`` seconds, and whose slots each handle ``r`` events a second,
-asks for ``Q / (r * (target * P - a))`` slots: with them, its backlog drains, oldest first,
-before the newest event is ``target * P`` old (``target``: :data:`DEFAULT_TARGET`, half the
-promise, leaves the other half for what arrives meanwhile and for the autoscaler's own lag). The
+seconds, to which ``λ`` events arrive a second, whose band promises ``P`` seconds, and whose
+slots each handle ``r`` events a second, asks for ``(λ + Q / (target * P - a)) / r`` slots:
+with them, it keeps up with what arrives and its backlog drains, oldest first, before the
+newest event is ``target * P`` old (``target``: :data:`DEFAULT_TARGET`, half the promise,
+leaves the other half for the autoscaler's own lag: its polling, workers' start-up). The
 horizon is never taken below :data:`MIN_HORIZON_SHARE` of the promise: a promise already broken
 asks for many slots, not for infinitely many.
 
@@ -24,10 +25,16 @@ asks for many slots, not for infinitely many.
   buffer holds beyond its unclaimed rows. Ids skipped by rolled-back transactions count as
   events, so ``Q`` may be a little high, never low.
 - ``r``, the rate of one slot: what the handler handled (delivered or dead-lettered) per second
-  over the minutes of the last ``rate_window`` in which it handled anything (``outbox_throughput``,
-  which every worker writes at each heartbeat), divided by the slots that hold its jobs now (at
-  least one). A handler that handled nothing in the window asks for one slot while it has
-  runnable events: its first minute measures it.
+  in the newest minute counted (``outbox_throughput``, which every worker writes at each
+  heartbeat), or over the minutes of the last ``rate_window`` while that minute is younger
+  than :data:`MIN_MINUTE_SECONDS`, divided by the slots that hold its jobs now (at least one).
+  A handler idle most of the time, or whose slots just grew, measures slower than it is: the
+  ask errs high, never low. One that handled nothing in the window asks for one slot while it
+  has runnable events: its first minute measures it.
+- ``λ``, the arrivals: the rate at which the buffer's rows were written (their ids over the
+  ages of the oldest and the newest), while it is at most :data:`STREAM_RATIO` times the rate
+  handled lately (a stream the fleet keeps up with); written faster (a backfill, a step up),
+  they are a backlog to drain within the horizon, and ``λ`` is 0.
 - A handler never asks for more slots than it can use: its ``concurrency`` cap, one slot per
   group it has runnable, and, under a fleet-wide rate limit, the slots that the limit keeps busy.
 - A band asks for the sum of its handlers' slots, rounded up; the total is the sum of all of
@@ -43,7 +50,7 @@ live.
 handled, where satisfied events were delivered within their band's promise, tolerating ones
 within four times it, and handled counts every event delivered or dead-lettered (a dead letter
 frustrates); None when nothing was handled in the window. The counts come from
-``outbox_throughput``, filled by workers of outbox 0.8 and newer.
+``outbox_throughput``, filled by workers of schema generation 8 and newer.
 """
 
 from __future__ import annotations
@@ -62,8 +69,16 @@ DEFAULT_TARGET = 0.5
 """The share of its band's promise within which a backlog is planned to drain."""
 MIN_HORIZON_SHARE = 0.1
 """The shortest horizon a backlog is planned to drain within, as a share of its promise."""
-DEFAULT_RATE_WINDOW_SECONDS = 300.0
-"""How far back the handled events count towards a slot's rate: five minutes."""
+MIN_MINUTE_SECONDS = 15.0
+"""The newest minute counted measures the rate of a slot alone once it covers this many
+seconds; before, the whole rate window does."""
+STREAM_RATIO = 2.0
+"""Rows written at most this many times as fast as the handler handled lately are a stream to
+keep up with; faster, a backlog to drain."""
+MIN_SPAN_SECONDS = 1.0
+"""The shortest time over which the rows waiting are taken to have been written."""
+DEFAULT_RATE_WINDOW_SECONDS = 120.0
+"""How far back the handled events count towards a slot's rate: this minute and the one before."""
 DEFAULT_APDEX_WINDOW_SECONDS = 3600.0
 """How far back the handled events count towards Apdex: an hour."""
 MAX_WINDOW_SECONDS = 7 * 86_400.0
@@ -89,6 +104,11 @@ class HandlerScaling:
     rate_per_slot: float | None
     """Events one slot handles a second, as measured; None when nothing was handled in the
     rate window."""
+    arrival_rate: float | None
+    """Events arriving a second, as the fleet must keep up with: the rate at which the rows
+    waiting were written (their ids over their ages) while it is about the rate handled lately
+    (at most :data:`STREAM_RATIO` times it); 0 when they were written faster (a backfill, a
+    step up: a backlog); None when nothing is runnable or nothing was handled lately."""
     slots: float
     """The slots that keep its promise, before rounding (0 when nothing is runnable)."""
     work_seconds: float | None
@@ -156,7 +176,7 @@ class Scaling:
     rate_window: float
     apdex_window: float
     bands: tuple[BandScaling, ...]
-    """Most urgent band first."""
+    """Most urgent band first (by priority)."""
     handlers: tuple[HandlerScaling, ...]
 
     def workers_for(self, concurrency: int) -> int:
@@ -227,7 +247,9 @@ def plan(
     bands: list[BandScaling] = []
     done: float | None = 0.0
     by_band: dict[str, list[HandlerScaling]] = {}
-    for h in sorted(found, key=lambda s: s.promise):
+    # Work is taken by priority: a band drains after every more urgent one.
+    priority = {h.name: (h.urgency.priority, h.urgency.promise) for h in selected}
+    for h in sorted(found, key=lambda s: priority[s.handler]):
         by_band.setdefault(h.urgency, []).append(h)
     for name, members in by_band.items():
         runnable = sum(m.runnable for m in members)
@@ -264,9 +286,21 @@ def plan(
 def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> HandlerScaling:
     """What one handler asks of the fleet, from what the read found of it."""
     runnable, newest = (0, None) if row.paused else _runnable(h, row)
-    rate = None
+    rate = handled = None
     if row.recent_handled and row.recent_seconds > 0:
-        rate = row.recent_handled / row.recent_seconds / max(row.live_leases, 1)
+        handled = row.recent_handled / row.recent_seconds
+        if row.newest_minute_handled and row.newest_minute_seconds >= MIN_MINUTE_SECONDS:
+            # The newest minute alone, once it says enough: the slots in flight now did it.
+            handled = row.newest_minute_handled / row.newest_minute_seconds
+        rate = handled / max(row.live_leases, 1)
+    arrivals = None
+    if handled is not None and runnable:
+        written = _written(row)
+        # Rows written about as fast as they are handled: a stream the fleet keeps up with.
+        # Written much faster, they are a backlog (a backfill, a step up): the backlog's own
+        # term drains them, and counting them as a rate too would hold every slot they keep
+        # busy for as long as they last.
+        arrivals = written if written <= STREAM_RATIO * handled else 0.0
     promise = h.urgency.promise
     slots = 0.0
     if runnable:
@@ -274,7 +308,9 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
             slots = 1.0
         else:
             horizon = max(target * promise - (newest or 0.0), MIN_HORIZON_SHARE * promise)
-            slots = min(runnable / (rate * horizon), _usable(h, runnable, rate))
+            # Keep up with what arrives, and drain what waits before the horizon.
+            needed = (arrivals or 0.0) + runnable / horizon
+            slots = min(needed / rate, _usable(h, runnable, rate))
     return HandlerScaling(
         handler=h.name,
         urgency=h.urgency.name,
@@ -284,6 +320,7 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
         oldest_age=row.oldest_age,
         live_leases=row.live_leases,
         rate_per_slot=rate,
+        arrival_rate=arrivals,
         slots=slots,
         work_seconds=None if rate is None else runnable / rate,
         paused=row.paused,
@@ -291,6 +328,16 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
         satisfied=row.satisfied,
         tolerating=row.tolerating,
     )
+
+
+def _written(row: queries.ScalingRow) -> float:
+    """Rows written a second over the time the buffer's rows were written in: their ids
+    (ids only grow) over the ages of the oldest and the newest (at least a second apart)."""
+    if row.first_id is None or row.last_id is None or row.oldest_age is None:
+        return 0.0
+    newest = row.newest_unclaimed_age if row.newest_unclaimed_age is not None else 0.0
+    span = max(row.oldest_age - newest, MIN_SPAN_SECONDS)
+    return (row.last_id - row.first_id + 1) / span
 
 
 def _runnable(h: Handler[Any], row: queries.ScalingRow) -> tuple[int, float | None]:

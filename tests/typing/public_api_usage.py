@@ -32,6 +32,7 @@ from outbox import (
 from outbox.metrics import HandlerStatus, collect
 from outbox.once import Stopped
 from outbox.progress import Progress, StoppedError
+from outbox.scaling import Scaling, read_scaling
 from outbox.sinks import Rejection
 from outbox.sinks.http import AsyncBulkHTTPSink, BulkHTTPSink, ErrorsById, StatusList
 from outbox.sinks.nats import AsyncJetStreamSink, JetStreamSink
@@ -108,6 +109,9 @@ async_app = Outbox(engine=create_async_engine("postgresql+asyncpg://app@db/shop"
 def operate() -> None:
     result: DrainResult = drain(app)
     statuses: list[HandlerStatus] = collect(app)
+    scaling: Scaling = read_scaling(app, target=0.5, apdex_window=86_400.0)
+    replicas: int = scaling.workers_for(8)
+    apdex: list[float | None] = [band.apdex for band in scaling.bands]
     worker = Worker(app, concurrency=4, burst=True)
     clean: bool = worker.run()
     delay: float = RetryPolicy().delay(3)
@@ -116,7 +120,7 @@ def operate() -> None:
     except ConfigurationError as error:
         root: OutboxError = error
         del root
-    del result, statuses, clean, delay
+    del result, statuses, scaling, replicas, apdex, clean, delay
 
 
 class LoggedProgress(Progress):

@@ -6,13 +6,17 @@ costs the same with ten rows waiting as with ten million: the ends of a buffer's
 (the partial index ``ix_<table>_unclaimed`` on PostgreSQL and SQLite; on MariaDB the index on
 ``group_id``, whose NULL entries are ordered by id, the primary key every InnoDB index ends
 with) and of all its ids (the primary key) stand for how many rows there are; the small
-``outbox_jobs`` is counted per handler through ``uq_outbox_jobs_claim_slot (handler, slot)``;
-``outbox_throughput`` is read as each handler's range of its primary key (handler, minute).
+``outbox_jobs`` is counted per handler (through ``uq_outbox_jobs_claim_slot (handler, slot)``,
+or by the planner's scan of the small table); ``outbox_throughput`` is read as each handler's
+range of its primary key (handler, minute). Each probe is a scalar subquery: one round trip,
+and on PostgreSQL one InitPlan each.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -23,6 +27,7 @@ from sqlalchemy import (
     Select,
     String,
     Table,
+    bindparam,
     case,
     cast,
     func,
@@ -62,15 +67,9 @@ def scaling_rows(
     """
     if not buffers:
         return []
-    slots = (
-        select(func.coalesce(func.sum(_workers.c.concurrency), 0))
-        .where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
-        .scalar_subquery()
-    )
-    parts = [
-        _one_handler(name, table, rate_seconds, apdex_seconds, slots) for name, table in buffers
-    ]
-    statement = parts[0] if len(parts) == 1 else union_all(*parts)
+    values = {"rate_back": -rate_seconds, "apdex_back": -apdex_seconds}
+    values["window_back"] = min(values["rate_back"], values["apdex_back"])
+    values["stale_back"] = -stale_seconds
     return [
         ScalingRow(
             handler=r.handler,
@@ -85,22 +84,37 @@ def scaling_rows(
             paused=bool(r.paused),
             recent_handled=int(r.recent_handled or 0),
             recent_seconds=float(r.recent_seconds or 0.0),
+            newest_minute_handled=int(r.newest_minute_handled or 0),
+            newest_minute_seconds=float(r.newest_minute_seconds or 0.0),
             handled=int(r.handled or 0),
             satisfied=int(r.satisfied or 0),
             tolerating=int(r.tolerating or 0),
             fleet_slots=int(r.fleet_slots or 0),
         )
-        for r in conn.execute(statement)
+        for r in conn.execute(_statement(tuple(buffers)), values)
     ]
 
 
-def _one_handler(
-    name: str,
-    table: Table,
-    rate_seconds: float,
-    apdex_seconds: float,
-    slots: ColumnElement[int],
-) -> Select[tuple[object, ...]]:
+@functools.lru_cache(maxsize=64)
+def _statement(buffers: tuple[tuple[str, Table], ...]) -> Any:
+    """The read of ``buffers``, built once per set of handlers: the windows are bound, so that
+    a caller polling every few seconds neither builds nor compiles it again."""
+    slots = (
+        select(func.coalesce(func.sum(_workers.c.concurrency), 0))
+        .where(_workers.c.heartbeat_at >= db_now_plus(_BACK["stale_back"]))
+        .scalar_subquery()
+    )
+    parts = [_one_handler(name, table, slots) for name, table in buffers]
+    return parts[0] if len(parts) == 1 else union_all(*parts)
+
+
+_BACK = {
+    name: bindparam(name, type_=Float())
+    for name in ("rate_back", "apdex_back", "window_back", "stale_back")
+}
+
+
+def _one_handler(name: str, table: Table, slots: ColumnElement[int]) -> Select[tuple[object, ...]]:
     unclaimed = table.c.group_id.is_(None)
     # ORDER BY id LIMIT 1 rather than min()/max(): the form every database serves from the
     # index's end (SQLite does not take min() of a partial index's column from its end).
@@ -131,13 +145,22 @@ def _one_handler(
     paused = select(func.count()).where(_handlers.c.name == name, paused_now()).scalar_subquery()
     minutes = _throughput.c.handler == name
     events = _throughput.c.succeeded + _throughput.c.dead
-    recent = _throughput.c.minute >= db_now_plus(-rate_seconds)
+    recent = _throughput.c.minute >= db_now_plus(_BACK["rate_back"])
     age = age_seconds(_throughput.c.minute)
     # The seconds a minute row covers: 60 for a past minute, the part gone by of this one
     # (a worker's clock a little ahead of the database's counts as one second).
     covered = case((age >= MINUTE_SECONDS, MINUTE_SECONDS), (age < 1.0, 1.0), else_=age)
-    in_apdex = _throughput.c.minute >= db_now_plus(-apdex_seconds)
-    window = max(rate_seconds, apdex_seconds)
+    in_apdex = _throughput.c.minute >= db_now_plus(_BACK["apdex_back"])
+    # The newest minute counted: what the slots holding its jobs now did lately, unmixed with
+    # minutes before a change of the fleet (served by the primary key's end).
+    newest = (
+        select(events, covered)
+        .where(minutes, recent)
+        .order_by(_throughput.c.minute.desc())
+        .limit(1)
+    )
+    newest_handled = newest.with_only_columns(events).scalar_subquery()
+    newest_seconds = newest.with_only_columns(covered).scalar_subquery()
     counted = (
         select(
             func.sum(case((recent, events), else_=0)).label("recent_handled"),
@@ -146,7 +169,7 @@ def _one_handler(
             func.sum(case((in_apdex, _throughput.c.satisfied), else_=0)).label("satisfied"),
             func.sum(case((in_apdex, _throughput.c.tolerating), else_=0)).label("tolerating"),
         )
-        .where(minutes, _throughput.c.minute >= db_now_plus(-window))
+        .where(minutes, _throughput.c.minute >= db_now_plus(_BACK["window_back"]))
         .subquery()
     )
     return select(
@@ -162,6 +185,8 @@ def _one_handler(
         cast(paused, Integer).label("paused"),
         cast(counted.c.recent_handled, BigInteger).label("recent_handled"),
         cast(counted.c.recent_seconds, Float).label("recent_seconds"),
+        cast(newest_handled, BigInteger).label("newest_minute_handled"),
+        cast(newest_seconds, Float).label("newest_minute_seconds"),
         cast(counted.c.handled, BigInteger).label("handled"),
         cast(counted.c.satisfied, BigInteger).label("satisfied"),
         cast(counted.c.tolerating, BigInteger).label("tolerating"),

@@ -137,9 +137,8 @@ def _started(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> list[
 def _print_scaling(wanted: scaling.Scaling) -> None:
     """Desired worker slots against the fleet's, the drain time, and each band's Apdex."""
     drain = "" if wanted.drain_seconds is None else f", drains in {duration(wanted.drain_seconds)}"
-    click.echo(
-        f"desired workers: {wanted.desired_workers} slots (live: {wanted.fleet_slots}){drain}"
-    )
+    wanted_slots = f"{wanted.desired_workers} slot{'s' * (wanted.desired_workers != 1)}"
+    click.echo(f"desired workers: {wanted_slots} (live: {wanted.fleet_slots}){drain}")
     apdex = [
         f"{b.urgency} {b.apdex:.2f} ({b.handled} events)"
         for b in wanted.bands
