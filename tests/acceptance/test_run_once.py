@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import signal
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -14,12 +15,14 @@ from sqlalchemy import Engine
 from outbox import schema
 from tests._support import wait_for
 from tests.acceptance import _tables
-from tests.acceptance._cli import APP, Cli, handled, started
+from tests.acceptance._cli import APP, Cli, handled, handled_ids, started
 from tests.acceptance.cli_app import HOLD_ENV
 from tests.models import ActivityEvent, EmailEvent
 
 RUNS_AT_ONCE = 3
 HOUR = "3600"
+LEASE = "3"
+"""A killed run's groups wait this long: short, for the test's time."""
 """A schedule long enough that runs started together share its tick."""
 
 
@@ -154,4 +157,39 @@ def test_sigterm_lets_the_batch_in_flight_finish_starts_nothing_more_and_exits_0
         len(handled(output_dir)),
         _tables.count(engine, ActivityEvent.__table__),
         _tables.count(engine, schema.workers),
+    )
+
+
+def test_a_killed_runs_group_is_handled_by_a_later_run_once_its_lease_ends(
+    cli: Cli,
+    database_url: str,
+    connect: Callable[[str], Engine],
+    commit_events: Any,
+    output_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """SIGKILL mid-batch (an OOM kill, a lost node): the group stays leased until its lease
+    ends; the next run after that rescues it and handles it, each event exactly once."""
+    engine = connect(database_url)
+    ids = commit_events(engine, 10)
+    hold = tmp_path / "hold"
+    hold.touch()
+    killed = cli.start(
+        *_run_once(database_url, "--handler", "record_activity", "--lease", LEASE),
+        env={HOLD_ENV: str(hold)},
+    )
+    (line,) = wait_for(lambda: started(output_dir), "a batch to start")
+    killed.send(signal.SIGKILL)
+    killed.wait(timeout=30)
+    hold.unlink()
+    wait_for(lambda: _tables.lease_expired(engine, uuid.UUID(line.group_id)), "the lease to end")
+
+    result = cli.run(*_run_once(database_url, "--handler", "record_activity", "--json"))
+
+    document = json.loads(result.stdout)
+    assert (0, True, 1, ids) == (
+        result.code,
+        document["rescue"]["rescued"] >= 1,  # the group's job, and the claim job if it ran out
+        document["work"]["groups_succeeded"],
+        handled_ids(output_dir),
     )
