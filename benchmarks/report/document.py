@@ -41,6 +41,7 @@ from benchmarks.report.generic import generic
 from benchmarks.report.latency import latency_rate, wakeup_latency, wakeup_latency_group
 from benchmarks.report.memory import autovacuum, gc_settle, memory_bloat
 from benchmarks.report.peers import judged_peers, peers
+from benchmarks.report.scaling import autoscaling, scaling_read
 from benchmarks.report.sections import ORDER, TITLES
 from benchmarks.report.sinks import sink_nats, sink_rabbitmq, sink_redis
 from benchmarks.report.targets import LATENCY_RATE
@@ -64,6 +65,8 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "sink_redis": sink_redis,
     "console_big_tables": console_big_tables,
     "ingest_http": ingest_http,
+    "scaling_read": scaling_read,
+    "autoscaling": autoscaling,
 }
 
 

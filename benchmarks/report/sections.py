@@ -22,6 +22,8 @@ ORDER = (
     "sink_redis",
     "console_big_tables",
     "ingest_http",
+    "scaling_read",
+    "autoscaling",
 )
 
 
@@ -44,5 +46,7 @@ TITLES = {
     "sink_redis": "Redis Streams sink",
     "console_big_tables": "The operators' console on big tables",
     "ingest_http": "Ingest over HTTP",
+    "scaling_read": "The desired-workers read",
+    "autoscaling": "Autoscaling",
     "migrations": "outbox migrate with 1,000,000 archive rows, per revision, up and down",
 }

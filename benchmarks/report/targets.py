@@ -69,3 +69,6 @@ CONSOLE_READS_PER_PERIOD = 1.0  # status reads per refresh period, whatever the 
 
 
 INGEST_EVENTS_PER_SECOND = 5000.0  # through the batch endpoint into PostgreSQL, one process
+
+
+SCALING_READ_MS = 5.0  # the desired-workers read from Python, 10,000,000 events waiting

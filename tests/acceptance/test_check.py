@@ -118,3 +118,19 @@ def test_status_shows_the_dead_letter_alert(
         handler["recent_dead"],
         handler["alerts"][0].startswith(alert),
     )
+
+
+def test_status_shows_desired_workers(
+    cli: Cli, database_url: str, connect: Callable[[str], Engine]
+) -> None:
+    """``outbox status`` says how many worker slots keep every promise, and ``--json`` has
+    them, per band, under ``scaling``; with nothing waiting and nothing running, none."""
+    base = ("--app", APP, "--database-url", database_url, "status")
+    table = cli.run(*base)
+    document = json.loads(cli.run(*base, "--json").stdout)
+    assert (0, True, 0, 0) == (
+        table.code,
+        "desired workers: 0 slots (live: 0)" in table.stdout,
+        document["scaling"]["desired_workers"],
+        sum(b["desired_workers"] for b in document["scaling"]["bands"]),
+    )

@@ -792,6 +792,36 @@ async def test_the_status_endpoint_equals_the_status_command(
     assert expected == {h["handler"]: h["unclaimed"] for h in response.json()["handlers"]}
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_the_scaling_endpoint_answers_desired_workers_as_read_scaling_does(
+    client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
+) -> None:
+    """Five events waiting: one slot wanted, per band and in total, as
+    ``outbox.scaling.read_scaling`` says; a target it does not take, and one that is not a
+    number: 400 naming it; a handler it does not know: 404."""
+    from outbox.scaling import read_scaling
+
+    commit_events(outbox_app.engine, 5)
+    response = await client.get("/api/v1/scaling?handler=fails", headers=bearer("viewer"))
+    too_big = await client.get("/api/v1/scaling?target=2", headers=bearer("viewer"))
+    not_a_number = await client.get("/api/v1/scaling?target=half", headers=bearer("viewer"))
+    unknown = await client.get("/api/v1/scaling?handler=nope", headers=bearer("viewer"))
+    body = response.json()
+    expected = read_scaling(outbox_app, ["fails"])
+    assert (200, 1, 5, [1], 400, True, 400, "target", 404) == (
+        response.status_code,
+        body["desired_workers"],
+        body["runnable"],
+        [b["desired_workers"] for b in body["bands"]],
+        too_big.status_code,
+        "target" in too_big.json()["error"],
+        not_a_number.status_code,
+        not_a_number.json()["error"].split(":")[0],
+        unknown.status_code,
+    )
+    assert expected.desired_workers == body["desired_workers"]
+
+
 async def test_the_throughput_endpoint_answers_the_chart_of_the_range_asked_for(
     client: httpx.AsyncClient, outbox_app: Outbox
 ) -> None:
