@@ -57,7 +57,7 @@ import signal
 import socket
 import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -129,7 +129,12 @@ def install(
 
     Every setting of ``celery_app.conf`` stays as it was, but for the two entries named in
     ``BEAT_ENTRIES`` added to ``beat_schedule``; routing is by each message's ``queue`` option
-    (the beat entries' and :meth:`CeleryExecutor.publish`'s), not ``task_routes``. Call it once per Celery application, after configuring it.
+    (the beat entries' and :meth:`CeleryExecutor.publish`'s), not ``task_routes``. Call it once
+    per Celery application, after configuring it.
+
+    Raises TypeError for a ``celery_app`` or ``outbox_app`` of another kind (an async engine,
+    a module), ValueError for a period that is not a positive number of seconds, a blank
+    queue, a handler the app does not have, or a second install on one Celery application.
     """
     if not isinstance(celery_app, Celery):
         raise TypeError(f"celery_app must be a celery.Celery application, got {celery_app!r}")
@@ -159,11 +164,7 @@ def install(
 
 
 def _check_seconds(name: str, value: object) -> None:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not 0 < value < math.inf
-    ):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
         raise ValueError(f"{name} must be > 0 seconds and finite, got {value!r}")
 
 
@@ -359,7 +360,8 @@ class CeleryExecutor:
     def _tasks(self, options: dict[str, Any]) -> tuple[Any, Any, Any]:
         """The three tasks, plain functions (Celery reads their signatures) that call this
         executor."""
-        task = self.celery.task
+        # Celery is untyped: its decorator is Any, and so are the tasks it makes.
+        task: Callable[..., Callable[[Callable[..., None]], Any]] = self.celery.task
 
         @task(name=RUN_JOB_TASK, **options)
         def run_job(job_id: int) -> None:
@@ -420,9 +422,7 @@ class CeleryExecutor:
             if capped and run.outcome == RunOutcome.RAN:
                 # Room under the cap: the next of the handler's due batch jobs, or, after a
                 # claim (which leaves a capped group's job to acquisition), the new one.
-                following = queries.overdue_jobs(
-                    conn, [job.handler], overdue_seconds=0.0, limit=1
-                )
+                following = queries.overdue_jobs(conn, [job.handler], overdue_seconds=0.0, limit=1)
                 if job.kind == schema.JobKind.CLAIM:
                     following.append(job.id)  # given back with rows waiting, or gone
         for job_id, due_in in later:
@@ -459,9 +459,7 @@ class CeleryExecutor:
         names = self._names(process)
         with self.outbox.engine.connect() as conn:
             ids = (
-                queries.newest_due_jobs(
-                    conn, names, limit=freed, last_error=queries.RESCUED_ERROR
-                )
+                queries.newest_due_jobs(conn, names, limit=freed, last_error=queries.RESCUED_ERROR)
                 if freed
                 else []
             )
