@@ -20,8 +20,10 @@ up):
 
 ``outbox.distribute``
     On the beat schedule every ``distribute_every`` seconds: the claim jobs the handlers'
-    unclaimed events need (the distributor of ``outbox distribute``), then a message for each
-    new claim job.
+    unclaimed events need (:func:`outbox.once.distribute_once` on the beat's tick), then a
+    message for each new claim job. The tick is taken in the database, per handler: of any
+    number of beats sending the task on one tick, one distributes, and the others' messages
+    find the tick taken and do nothing.
 ``outbox.run_job``
     Runs one job, named by its id in the message, through the job runner that ``outbox work``
     runs it with: a claim job claims full batches and hands each to its handler at once, for
@@ -65,10 +67,10 @@ from typing import Any
 from celery import Celery, signals
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, lifecycle, schema
+from outbox import _log, lifecycle, once, schema
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary
-from outbox._engine import distributor
+from outbox._engine.distributor import MAX_TICK_SECONDS, MIN_TICK_SECONDS
 from outbox._engine.runner import JobRun, Runner, RunOutcome, lease_job
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.rescuer import Rescuer
@@ -122,7 +124,8 @@ def install(
     whose handlers run. ``queue``: the queue the tasks and their messages go to; run a worker
     that consumes it (``celery worker --queues outbox``), and only it, so that the
     application's long tasks never starve outbox's. ``distribute_every``: seconds between
-    distributions (beat entry ``outbox.distribute``). ``rescue_every``: seconds between rescues
+    distributions (beat entry ``outbox.distribute``), also the length of the tick each
+    distribution takes in the database. ``rescue_every``: seconds between rescues
     and sweeps (beat entry ``outbox.rescue``); the app's ``Settings.rescue_interval`` by
     default. ``handlers``: the names of the handlers run on this Celery application (all, by
     default, those registered when a worker process starts).
@@ -142,9 +145,9 @@ def install(
         raise TypeError(f"outbox_app must be an outbox.Outbox, got {outbox_app!r}")
     if not isinstance(queue, str) or not queue.strip():
         raise ValueError(f"queue must be a queue's name, got {queue!r}")
-    _check_seconds("distribute_every", distribute_every)
+    _check_seconds("distribute_every", distribute_every, MIN_TICK_SECONDS, MAX_TICK_SECONDS)
     if rescue_every is not None:
-        _check_seconds("rescue_every", rescue_every)
+        _check_seconds("rescue_every", rescue_every, MIN_TICK_SECONDS, MAX_TICK_SECONDS)
     if isinstance(handlers, str):
         raise TypeError(f"handlers must be a sequence of handler names, got {handlers!r}")
     names = tuple(handlers)
@@ -163,9 +166,14 @@ def install(
     )
 
 
-def _check_seconds(name: str, value: object) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
-        raise ValueError(f"{name} must be > 0 seconds and finite, got {value!r}")
+def _check_seconds(name: str, value: object, least: float, most: float) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or math.isnan(value)
+        or not least <= value <= most
+    ):
+        raise ValueError(f"{name} must be {least:g} to {most:g} seconds, got {value!r}")
 
 
 @dataclass
@@ -432,12 +440,16 @@ class CeleryExecutor:
             self.publish(job_id)
 
     def distribute_here(self) -> int:
-        """Distribute for the handlers, and publish a message for each claim job enqueued;
-        returns how many."""
+        """Distribute for the handlers on the beat's current tick (of any number of beats
+        sending it, one distributes: the tick is taken in the database, per handler), and
+        publish a message for each claim job enqueued; returns how many."""
         published = 0
         for handler in self.outbox.select_handlers(self.handler_names):
             try:
-                done = distributor.distribute_handler(self.outbox, handler)
+                # Per handler: a buffer table that does not exist holds up its handler only.
+                done = once.distribute_once(
+                    self.outbox, every=self.distribute_every, handlers=[handler.name]
+                )
             except BufferTableMissingError as error:
                 for name, table in error.missing.items():
                     log.error(_log.BUFFER_TABLE_MISSING, handler=name, table=table)
