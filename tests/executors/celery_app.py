@@ -25,6 +25,7 @@ QUEUE_ENV = "EXECUTOR_QUEUE"
 CALLS_ENV = "EXECUTOR_CALLS"
 SLOW_ENV = "EXECUTOR_SLOW_SECONDS"
 OUTBOX_LEVEL_ENV = "EXECUTOR_OUTBOX_LEVEL"
+SOFT_SHUTDOWN_ENV = "EXECUTOR_SOFT_SHUTDOWN_SECONDS"
 BATCH_SIZE = 100
 # Long enough that only a give-back, never a silent heartbeat or a lease's end, explains a job
 # taken again within a test's wait.
@@ -62,6 +63,8 @@ def deliver(batch: Batch[Delivery]) -> None:
 broker = os.environ.get(BROKER_URL_ENV, "redis://127.0.0.1:6379/0")
 celery = Celery("executor_tests", broker=broker)
 celery.conf.update(worker_log_format=LOG_FORMAT, worker_hijack_root_logger=True)
+if SOFT_SHUTDOWN_ENV in os.environ:
+    celery.conf.worker_soft_shutdown_timeout = float(os.environ[SOFT_SHUTDOWN_ENV])
 if OUTBOX_LEVEL_ENV in os.environ:
     logging.getLogger("outbox").setLevel(os.environ[OUTBOX_LEVEL_ENV])
 

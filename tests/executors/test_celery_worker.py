@@ -160,6 +160,27 @@ def test_a_sigterm_gives_back_the_leases_of_a_worker_process(
     assert "outbox.jobs.given_back" in processes.output()
 
 
+def test_a_cold_shutdown_gives_back_the_leases_of_its_processes(
+    processes: _processes.Celery,
+) -> None:
+    """Celery's cold shutdown (SIGQUIT) after its soft shutdown's second: the worker's children,
+    stopped mid-handler, give back their group, and a second worker runs it at once."""
+    _processes.prepare(processes.database_url, EVENTS)
+    job_id = _claim_job(processes.database_url)
+    first = processes.worker(
+        name="w1", **{celery_app.SLOW_ENV: "300", celery_app.SOFT_SHUTDOWN_ENV: "1"}
+    )
+    _send(processes, job_id)
+    wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
+    processes.worker(name="w2")
+    first.stop(signal.SIGQUIT)
+    wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the group to be run again")
+    assert "outbox.jobs.given_back" in first.output()
+    assert [str(EVENTS), str(EVENTS)] == [
+        line.split()[0] for line in processes.calls.read_text().splitlines()
+    ]
+
+
 def _cli(processes: _processes.Celery, *args: str) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
     env.update(processes.env())
