@@ -392,18 +392,18 @@ class CeleryExecutor:
 
     def run_job_here(self, job_id: int) -> JobRun | None:
         """Lease the job ``job_id`` and run it in this process; None when it is leased,
-        finished, not due yet or its handler paused (a duplicate message: logged at debug)."""
+        finished, not due yet, its handler paused or not served here (a duplicate message:
+        logged at debug)."""
         process = self._here()
         self._take_sigterm(process)
-        job = lease_job(self.outbox, job_id, process.worker_id)
+        job = lease_job(self.outbox, job_id, process.worker_id, handlers=list(process.handlers))
         if job is None:
             log.debug(_log.EXECUTOR_MESSAGE_SKIPPED, job_id=job_id, worker=process.worker_id)
             return None
         process.running.add(job.id)
         try:
-            handler = process.handlers.get(job.handler)
-            if handler is None or not process.start_handler(handler):
-                # Not served here, or its object could not start: as if never leased.
+            if not process.start_handler(process.handlers[job.handler]):
+                # Its object could not start (a sink's downstream is down): as if never leased.
                 process.runner.give_back(job, counted=False)
                 return None
             run = process.runner.run(job)
