@@ -21,6 +21,7 @@ from outbox import Outbox, flow, schema
 from outbox._engine import distributor
 from outbox.executors.celery import RUN_JOB_TASK
 from tests._support import wait_for
+from tests.conftest import FULL_RUN_ENV, reset_schema
 from tests.executors import _processes, celery_app
 from tests.executors._processes import BROKERS, REDIS_URL
 
@@ -31,10 +32,26 @@ DRAIN_SECONDS = 60.0
 CLI_TIMEOUT_SECONDS = 60.0
 
 
-@pytest.fixture(params=sorted(BROKERS))
-def broker_url(request: pytest.FixtureRequest) -> str:
-    """Each broker: Redis, RabbitMQ."""
-    return BROKERS[request.param]
+# (database, broker): each database and each broker by default; every pair in the full run.
+BACKENDS = [("postgresql", "redis"), ("mariadb", "rabbitmq")]
+FULL_RUN_BACKENDS = [("postgresql", "rabbitmq"), ("mariadb", "redis"), ("sqlite", "redis")]
+
+
+@pytest.fixture(
+    params=BACKENDS + (FULL_RUN_BACKENDS if os.environ.get(FULL_RUN_ENV) == "1" else []),
+    ids="-".join,
+)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_processes.Celery]:
+    """A database (reset) and a broker, and the test's processes on them, not started yet."""
+    database, broker = request.param
+    if database == "sqlite":
+        url = f"sqlite:///{tmp_path}/outbox.sqlite3"
+    else:
+        url = request.getfixturevalue(f"{database.replace('postgresql', 'postgres')}_url")
+    reset_schema(url)
+    running = _processes.new(tmp_path, url, BROKERS[broker])
+    yield running
+    running.stop()
 
 
 @pytest.fixture
@@ -81,30 +98,20 @@ def _skipped(processes: _processes.Celery, job_id: int) -> list[str]:
     return [line for line in processes.output().splitlines() if pattern.search(line)]
 
 
-def test_a_backlog_is_delivered_in_full_groups(
-    tmp_path: Path, database_url: str, broker_url: str
-) -> None:
+def test_a_backlog_is_delivered_in_full_groups(backend: _processes.Celery) -> None:
     """1,000 waiting events, a beat and a prefork worker of two children: each event delivered,
     in ten groups of 100, the groups ``outbox work`` makes."""
-    running = _processes.new(tmp_path, database_url, broker_url)
-    _processes.prepare(database_url, BACKLOG)
-    try:
-        running.worker()
-        running.beat()
-        wait_for(
-            lambda: _processes.waiting(database_url) == 0, "the backlog to drain", DRAIN_SECONDS
-        )
-        delivered = wait_for(
-            lambda: (
-                len(_processes.archived(database_url)) == BACKLOG
-                and _processes.archived(database_url)
-            ),
-            "every event archived",
-        )
-    finally:
-        running.stop()
+    url = backend.database_url
+    _processes.prepare(url, BACKLOG)
+    backend.worker()
+    backend.beat()
+    wait_for(lambda: _processes.waiting(url) == 0, "the backlog to drain", DRAIN_SECONDS)
+    delivered = wait_for(
+        lambda: len(found := _processes.archived(url)) == BACKLOG and found, "every event archived"
+    )
+    backend.stop()
     assert list(range(1, BACKLOG + 1)) == delivered
-    assert [celery_app.BATCH_SIZE] * (BACKLOG // celery_app.BATCH_SIZE) == running.call_sizes()
+    assert [celery_app.BATCH_SIZE] * (BACKLOG // celery_app.BATCH_SIZE) == backend.call_sizes()
 
 
 def test_a_message_delivered_twice_runs_its_job_once(processes: _processes.Celery) -> None:
