@@ -186,6 +186,8 @@ class _Process:
     handlers: dict[str, Handler[Any]]
     pid: int = field(default_factory=os.getpid)
     running: set[int] = field(default_factory=set)
+    slots: int = 1
+    """Jobs it runs at once: one in a prefork child, the pool's size in a threads pool."""
     started: set[str] = field(default_factory=set)
     stopping: threading.Event = field(default_factory=threading.Event)
     stopped: threading.Event = field(default_factory=threading.Event)
@@ -198,7 +200,7 @@ class _Process:
         app = self.executor.outbox
         self.throughput = Throughput(app)
         self.heartbeat = Heartbeat(
-            app, self.worker_id, 1, running=self.running_now, stopping=self.stopping.is_set
+            app, self.worker_id, self.slots, running=self.running_now, stopping=self.stopping.is_set
         )
         self.rescuer = Rescuer(
             app, self.worker_id, judge_heartbeats=self.heartbeat.may_judge_others
@@ -346,6 +348,7 @@ class CeleryExecutor:
         self._process: _Process | None = None
         self._process_lock = threading.Lock()
         self._hostname: str | None = None
+        self._slots = 1
         # The queue goes with each message (publish, the beat entries), not on the tasks:
         # Celery deprecates a task's ``queue`` attribute, and ``task_routes`` is the app's.
         options = {"ignore_result": True, "shared": False}
@@ -526,7 +529,7 @@ class CeleryExecutor:
         host = self._hostname or f"celery@{socket.gethostname()}"
         worker_id = f"{host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         handlers = {h.name: h for h in self.outbox.select_handlers(self.handler_names)}
-        process = _Process(self, worker_id, handlers)
+        process = _Process(self, worker_id, handlers, slots=self._slots)
         self._process = process
         process.start()
         return process
@@ -570,6 +573,8 @@ class CeleryExecutor:
         hostname = getattr(sender, "hostname", None)
         if isinstance(hostname, str):
             self._hostname = hostname
+        limit = getattr(pool, "limit", None)
+        self._slots = limit if isinstance(limit, int) and limit > 0 else 1
         self._here()
 
     def _on_worker_shutdown(self, **_: Any) -> None:
