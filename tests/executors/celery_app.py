@@ -27,9 +27,10 @@ SLOW_ENV = "EXECUTOR_SLOW_SECONDS"
 OUTBOX_LEVEL_ENV = "EXECUTOR_OUTBOX_LEVEL"
 SOFT_SHUTDOWN_ENV = "EXECUTOR_SOFT_SHUTDOWN_SECONDS"
 BATCH_SIZE = 100
+STALE_ENV = "EXECUTOR_STALE_SECONDS"
 # Long enough that only a give-back, never a silent heartbeat or a lease's end, explains a job
-# taken again within a test's wait.
-SETTINGS = Settings(lease_seconds=120.0, worker_stale_after=120.0)
+# taken again within a test's wait; a test of a silent heartbeat shortens the stale age alone.
+SETTINGS = Settings(lease_seconds=120.0, worker_stale_after=float(os.environ.get(STALE_ENV, "120")))
 LOG_FORMAT = "[%(asctime)s: %(levelname)s/%(processName)s] %(name)s: %(message)s"
 
 

@@ -167,6 +167,25 @@ def test_a_sigterm_gives_back_the_leases_of_a_worker_process(
     assert "outbox.jobs.given_back" in processes.output()
 
 
+def test_a_killed_processs_group_is_taken_again_once_its_heartbeat_is_silent(
+    processes: _processes.Celery,
+) -> None:
+    """``kill -9`` of the child mid-handler: its heartbeat stops, and after the stale age (3 s)
+    another child's rescue frees its group and runs it, long before its lease (120 s) ends."""
+    _processes.prepare(processes.database_url, EVENTS)
+    job_id = _claim_job(processes.database_url)
+    processes.worker(**{celery_app.SLOW_ENV: "300", celery_app.STALE_ENV: "3"})
+    processes.beat()
+    _send(processes, job_id)
+    leased = wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
+    pid = int(str(leased["lease_owner"]).split(":")[1])
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the group to be run again")
+    calls = [line.split() for line in processes.calls.read_text().splitlines()]
+    assert [str(pid)] == [p for _, _, p in calls if p == str(pid)]
+    assert "holder_gone=1" in processes.output()
+
+
 def test_a_cold_shutdown_gives_back_the_leases_of_its_processes(
     processes: _processes.Celery,
 ) -> None:
