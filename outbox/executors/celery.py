@@ -59,6 +59,7 @@ import signal
 import socket
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -109,6 +110,11 @@ GIVE_BACK_SECONDS = 5.0
 STOP_JOIN_SECONDS = 5.0
 
 
+# The Celery applications outbox is installed on (read without finalizing one: asking it for its
+# tasks would).
+_INSTALLED: weakref.WeakSet[Celery] = weakref.WeakSet()
+
+
 def install(
     celery_app: Celery,
     outbox_app: Outbox,
@@ -152,9 +158,9 @@ def install(
         raise TypeError(f"handlers must be a sequence of handler names, got {handlers!r}")
     names = tuple(handlers)
     outbox_app.select_handlers(names)  # refuses a name the app does not know
-    if RUN_JOB_TASK in celery_app.tasks:
+    if celery_app in _INSTALLED:
         raise ValueError(f"outbox is already installed on {celery_app.main or celery_app!r}")
-    return CeleryExecutor(
+    executor = CeleryExecutor(
         celery_app,
         outbox_app,
         queue=queue,
@@ -164,6 +170,8 @@ def install(
         ),
         handlers=names,
     )
+    _INSTALLED.add(celery_app)
+    return executor
 
 
 def _check_seconds(name: str, value: object, least: float, most: float) -> None:
