@@ -194,6 +194,8 @@ class _Process:
     handlers: dict[str, Handler[Any]]
     pid: int = field(default_factory=os.getpid)
     running: set[int] = field(default_factory=set)
+    # The heartbeat's thread reads what the task threads change.
+    lock: threading.Lock = field(default_factory=threading.Lock)
     slots: int = 1
     """Jobs it runs at once: one in a prefork child, the pool's size in a threads pool."""
     started: set[str] = field(default_factory=set)
@@ -218,8 +220,8 @@ class _Process:
             worker_id=self.worker_id,
             handlers=self.handlers,
             throughput=self.throughput,
-            hold=self.running.add,
-            let_go=self.running.discard,
+            hold=self.hold,
+            let_go=self.let_go,
             database_error=self.report_database_error,
             stopping=self.stopping.is_set,
         )
@@ -228,7 +230,17 @@ class _Process:
         )
 
     def running_now(self) -> list[int]:
-        return sorted(self.running)
+        """The jobs it runs now: the leases its heartbeat extends."""
+        with self.lock:
+            return sorted(self.running)
+
+    def hold(self, job_id: int) -> None:
+        with self.lock:
+            self.running.add(job_id)
+
+    def let_go(self, job_id: int) -> None:
+        with self.lock:
+            self.running.discard(job_id)
 
     def start(self) -> None:
         self.thread.start()
@@ -411,7 +423,7 @@ class CeleryExecutor:
         if job is None:
             log.debug(_log.EXECUTOR_MESSAGE_SKIPPED, job_id=job_id, worker=process.worker_id)
             return None
-        process.running.add(job.id)
+        process.hold(job.id)
         try:
             if not process.start_handler(process.handlers[job.handler]):
                 # Its object could not start (a sink's downstream is down): as if never leased.
@@ -419,7 +431,7 @@ class CeleryExecutor:
                 return None
             run = process.runner.run(job)
         finally:
-            process.running.discard(job.id)
+            process.let_go(job.id)
         self._follow(process, run)
         return run
 

@@ -178,3 +178,17 @@ def sinks() -> None:
     shop.handler(ShipmentEvent, name="to_nats", ordering_key="customer")(jetstream)
     JetStreamSink(subject="orders.all")
     del guarantee
+
+
+def celery_executor() -> None:
+    # outbox on the application's own Celery: one call, and what it returns.
+    from celery import Celery
+
+    from outbox.executors.celery import CeleryExecutor, install
+
+    celery = Celery("shop", broker="memory://")
+    executor: CeleryExecutor = install(
+        celery, Outbox("sqlite://"), queue="outbox", distribute_every=1.0, rescue_every=5.0
+    )
+    sent: bool = executor.publish(42, countdown=1.5)
+    del sent
