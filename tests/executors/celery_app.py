@@ -4,7 +4,8 @@ worker`` and ``celery beat`` processes, configured by environment variables.
 ``deliver`` appends one line per call (its group's size and first event's id) to the file
 ``CALLS_ENV`` names, so a test counts calls and sizes across processes; on a group's first
 attempt it sleeps ``SLOW_ENV`` seconds when set (a handler that is busy when its process is
-stopped). Its events are archived when they succeed: the archive tells which were delivered.
+stopped), and with ``FAIL_FIRST_ENV`` set it fails it. Its events are archived when they
+succeed: the archive tells which were delivered.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ CALLS_ENV = "EXECUTOR_CALLS"
 SLOW_ENV = "EXECUTOR_SLOW_SECONDS"
 OUTBOX_LEVEL_ENV = "EXECUTOR_OUTBOX_LEVEL"
 SOFT_SHUTDOWN_ENV = "EXECUTOR_SOFT_SHUTDOWN_SECONDS"
+FAIL_FIRST_ENV = "EXECUTOR_FAIL_FIRST"
 BATCH_SIZE = 100
 STALE_ENV = "EXECUTOR_STALE_SECONDS"
 # Long enough that only a give-back, never a silent heartbeat or a lease's end, explains a job
@@ -51,11 +53,14 @@ outbox = Outbox(os.environ.get(DATABASE_URL_ENV, "sqlite://"), settings=SETTINGS
 
 @outbox.handler(Delivery, batch_size=BATCH_SIZE, archive=True)
 def deliver(batch: Batch[Delivery]) -> None:
-    """Record the call; on a first attempt, take ``SLOW_ENV`` seconds."""
+    """Record the call; on a first attempt, fail (``FAIL_FIRST_ENV``) or take ``SLOW_ENV``
+    seconds."""
     calls = os.environ.get(CALLS_ENV)
     if calls:
         with open(calls, "a", encoding="utf-8") as out:
             out.write(f"{len(batch.events)} {batch.events[0].id} {os.getpid()}\n")
+    if os.environ.get(FAIL_FIRST_ENV) and batch.attempt == 1:
+        raise RuntimeError("the downstream is down")
     slow = float(os.environ.get(SLOW_ENV, "0"))
     if slow and batch.attempt == 1:
         time.sleep(slow)

@@ -141,6 +141,18 @@ def test_a_paused_handlers_job_is_not_run(processes: _processes.Celery) -> None:
     assert EVENTS == _processes.waiting(processes.database_url)
 
 
+def test_a_failed_group_is_retried_when_its_backoff_ends(processes: _processes.Celery) -> None:
+    """A group whose first attempt fails is due again 6 s later: its message comes with that
+    countdown, and the second attempt succeeds, long before a sweep (30 s) would find it."""
+    _processes.prepare(processes.database_url, EVENTS)
+    job_id = _claim_job(processes.database_url)
+    processes.worker(**{celery_app.FAIL_FIRST_ENV: "1"})
+    _send(processes, job_id)
+    wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the retry to succeed")
+    assert [EVENTS, EVENTS] == processes.call_sizes()
+    assert "attempt=2 outcome=succeeded" in processes.output()
+
+
 def _leased_batch_job(url: str) -> dict[str, object] | None:
     batch = [j for j in _processes.jobs(url) if j["kind"] == schema.JobKind.BATCH]
     return batch[0] if batch and batch[0]["lease_owner"] else None
