@@ -444,16 +444,20 @@ class CeleryExecutor:
         soon = [
             r for r in run.results if r.due_in is not None and r.due_in <= MAX_COUNTDOWN_SECONDS
         ]
-        capped = process.runner.cap(job.handler) is not None
-        if not soon and not (capped and run.outcome == RunOutcome.RAN):
+        cap = process.runner.cap(job.handler)
+        room = cap is not None and run.outcome == RunOutcome.RAN
+        if not soon and not room:
             return
         with self.outbox.engine.connect() as conn:
             later = [(queries.batch_job_of_group(conn, r.group_id), r.due_in) for r in soon]
             following: list[int] = []
-            if capped and run.outcome == RunOutcome.RAN:
-                # Room under the cap: the next of the handler's due batch jobs, or, after a
-                # claim (which leaves a capped group's job to acquisition), the new one.
-                following = queries.overdue_jobs(conn, [job.handler], overdue_seconds=0.0, limit=1)
+            if cap is not None and room:
+                # A capped handler's message finds no room while the cap is full, and does
+                # nothing: as one of its groups ends, the next due ones (the group a claim
+                # left to acquisition among them) get a message each, up to the cap.
+                following = queries.overdue_jobs(
+                    conn, [job.handler], overdue_seconds=0.0, limit=cap
+                )
                 if job.kind == schema.JobKind.CLAIM:
                     following.append(job.id)  # given back with rows waiting, or gone
         for job_id, due_in in later:

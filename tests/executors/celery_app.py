@@ -66,6 +66,34 @@ def deliver(batch: Batch[Delivery]) -> None:
         time.sleep(slow)
 
 
+class CappedDelivery(BufferMixin, Base):
+    """An event of a handler that may run one group at a time, fleet-wide."""
+
+    __tablename__ = "executor_capped_deliveries"
+
+    n: Mapped[int]
+
+
+@outbox.handler(CappedDelivery, batch_size=BATCH_SIZE, archive=True, concurrency=1)
+def deliver_one_at_a_time(batch: Batch[CappedDelivery]) -> None:
+    """Record the call, and ``overlap`` when another call of it is under way in any process
+    (its marker file exists): the cap of one was not held."""
+    calls = os.environ[CALLS_ENV]
+    marker = f"{calls}.running"
+    try:
+        fd = os.open(marker, os.O_CREAT | os.O_EXCL)
+    except FileExistsError:
+        fd = None
+    try:
+        with open(calls, "a", encoding="utf-8") as out:
+            out.write(f"{len(batch.events)} capped {'ok' if fd is not None else 'overlap'}\n")
+        time.sleep(0.3)  # long enough for a second call to start, were one let in
+    finally:
+        if fd is not None:
+            os.close(fd)
+            os.remove(marker)
+
+
 broker = os.environ.get(BROKER_URL_ENV, "redis://127.0.0.1:6379/0")
 celery = Celery("executor_tests", broker=broker)
 celery.conf.update(worker_log_format=LOG_FORMAT, worker_hijack_root_logger=True)

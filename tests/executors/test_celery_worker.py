@@ -114,6 +114,20 @@ def test_a_backlog_is_delivered_in_full_groups(backend: _processes.Celery) -> No
     assert [celery_app.BATCH_SIZE] * (BACKLOG // celery_app.BATCH_SIZE) == backend.call_sizes()
 
 
+def test_a_handlers_fleet_wide_cap_holds_across_worker_processes(
+    processes: _processes.Celery,
+) -> None:
+    """A handler capped at one group at a time, three groups waiting, two children: the groups
+    run one after the other, never two at once, and all of them run."""
+    _processes.prepare(processes.database_url, 0)
+    _processes.prepare_capped(processes.database_url, 3 * celery_app.BATCH_SIZE)
+    processes.worker()
+    processes.beat()
+    wait_for(lambda: _processes.waiting_capped(processes.database_url) == 0, "the groups to run")
+    calls = [line.split() for line in processes.calls.read_text().splitlines()]
+    assert [[str(celery_app.BATCH_SIZE), "capped", "ok"]] * 3 == calls
+
+
 def test_a_message_delivered_twice_runs_its_job_once(processes: _processes.Celery) -> None:
     """The same job's message published twice: the job runs once, the other delivery finds it
     leased or gone and says so at debug."""
