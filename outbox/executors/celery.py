@@ -79,6 +79,20 @@ from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
 from outbox.exceptions import BufferTableMissingError
 
+__all__ = [
+    "BEAT_ENTRIES",
+    "DEFAULT_DISTRIBUTE_EVERY_SECONDS",
+    "DEFAULT_QUEUE",
+    "DISTRIBUTE_TASK",
+    "MAX_COUNTDOWN_SECONDS",
+    "OVERDUE_AFTER_SECONDS",
+    "RESCUE_TASK",
+    "RUN_JOB_TASK",
+    "SWEEP_LIMIT",
+    "CeleryExecutor",
+    "install",
+]
+
 log = _log.get_logger(__name__)
 
 DEFAULT_QUEUE = "outbox"
