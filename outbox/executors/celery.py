@@ -48,7 +48,8 @@ extended, and a killed child's jobs are freed once its heartbeat goes silent, no
 Engines are made per child: the pool a child inherits from the parent is disposed of
 (``engine.dispose(close=False)``) when it starts. A child stopped with SIGTERM (Celery's cold
 shutdown, the end of a ``worker_soft_shutdown_timeout``) gives back the leases it holds, and
-their work is taken again at once.
+their work is taken again at once. ``outbox workers drain`` or ``stop`` of one of them, read at
+its heartbeat, shuts its Celery worker down warm.
 """
 
 from __future__ import annotations
@@ -219,6 +220,8 @@ class _Process:
     child: bool = False
     """A prefork child (its SIGTERM is outbox's once it runs a job)."""
     takes_sigterm: bool = False
+    asked: str | None = None
+    """The operator's request it acted on."""
 
     def __post_init__(self) -> None:
         app = self.executor.outbox
@@ -272,6 +275,7 @@ class _Process:
             try:
                 self.heartbeat.run_once()
                 self.throughput.run_once()
+                self._read_request()
                 if self.database_down:
                     self.database_down = False
                     log.info(_log.WORKER_DATABASE_RECOVERED, worker=self.worker_id)
@@ -280,6 +284,28 @@ class _Process:
             except Exception as error:  # the heartbeat must outlive anything one beat meets
                 log.exception(_log.WORKER_LOOP_ERROR, worker=self.worker_id, error=str(error))
             self.stopping.wait(every)
+
+    def _read_request(self) -> None:
+        """Act on what an operator asked of this process in its row (``outbox workers drain``
+        or ``stop``), once: ask its Celery worker to shut down warm, as ``celery control
+        shutdown`` does. The worker stops taking messages, its processes finish what they run,
+        then leave the fleet. A request it does not know (of a newer outbox) is logged and
+        left alone."""
+        asked = self.heartbeat.asked()
+        if asked is None or self.asked is not None:
+            return
+        self.asked = asked.request
+        known = asked.request in set(schema.WorkerRequest)
+        log.info(
+            _log.WORKER_ASKED,
+            worker=self.worker_id,
+            request=asked.request,
+            requested_by=asked.requested_by,
+            in_flight=len(self.running_now()),
+            known=known,
+        )
+        if known:
+            self.executor.celery.control.shutdown(destination=[self.executor.node])
 
     def report_database_error(self, error: DBAPIError) -> None:
         # Once per outage, not once per heartbeat.
@@ -563,9 +589,13 @@ class CeleryExecutor:
                 process = self._start_process()
             return process
 
+    @property
+    def node(self) -> str:
+        """The Celery worker's node name (``celery@host`` unless ``--hostname`` says otherwise)."""
+        return self._hostname or f"celery@{socket.gethostname()}"
+
     def _start_process(self) -> _Process:
-        host = self._hostname or f"celery@{socket.gethostname()}"
-        worker_id = f"{host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        worker_id = f"{self.node}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         handlers = {h.name: h for h in self.outbox.select_handlers(self.handler_names)}
         process = _Process(self, worker_id, handlers, slots=self._slots)
         self._process = process

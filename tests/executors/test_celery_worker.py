@@ -261,3 +261,21 @@ def test_each_worker_process_is_a_worker_of_outbox_status(processes: _processes.
     node = f"w1-{processes.queue}@"
     assert [True, True] == [str(w["id"]).startswith(node) for w in workers]
     assert re.search(r"\b2\s*$", _cli(processes, "status"), re.MULTILINE)
+
+
+def test_an_operators_drain_shuts_the_celery_worker_down(processes: _processes.Celery) -> None:
+    """``outbox workers drain`` of one of its processes: the Celery worker shuts down warm,
+    and its processes leave the fleet. (A stale age of 3 s: a heartbeat, which reads the
+    request, every second.)"""
+    _processes.prepare(processes.database_url, 0)
+    worker = processes.worker(concurrency=2, **{celery_app.STALE_ENV: "3"})
+
+    def workers() -> list[dict[str, object]]:
+        found = json.loads(_cli(processes, "workers", "list", "--json"))
+        return found if len(found) == 2 else []
+
+    first = str(wait_for(workers, "two live workers")[0]["id"])
+    _cli(processes, "workers", "drain", first)
+    wait_for(lambda: worker.popen.poll() is not None, "the worker to exit")
+    assert [] == json.loads(_cli(processes, "workers", "list", "--json"))
+    assert "outbox.worker.asked" in worker.output()
