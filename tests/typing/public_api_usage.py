@@ -197,3 +197,17 @@ def scheduled_run(stop: threading.Event) -> bool:
     slots: int = result.desired_workers
     bounded: bool = result.work.stopped in (Stopped.BUDGET, Stopped.MAX_GROUPS)
     return result.needs_operator or (bounded and bool(lost) and waiting == 0.0 and slots > 1)
+
+
+def celery_executor() -> None:
+    # outbox on the application's own Celery: one call, and what it returns.
+    from celery import Celery
+
+    from outbox.executors.celery import CeleryExecutor, install
+
+    celery = Celery("shop", broker="memory://")
+    executor: CeleryExecutor = install(
+        celery, Outbox("sqlite://"), queue="outbox", distribute_every=1.0, rescue_every=5.0
+    )
+    sent: bool = executor.publish(42, countdown=1.5)
+    del sent

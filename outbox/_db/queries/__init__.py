@@ -54,6 +54,7 @@ from outbox._db.queries.clock import (
     try_lock_conversions,
     unlock_conversions,
 )
+from outbox._db.queries.deliveries import give_back_jobs_of, newest_due_jobs, overdue_jobs
 from outbox._db.queries.groups import (
     ARCHIVED,
     LIVE,
@@ -317,6 +318,7 @@ __all__ = [
     "fetch_claimed",
     "finish_operation",
     "finish_succeeded_group",
+    "give_back_jobs_of",
     "group_attempts",
     "group_job",
     "group_keys",
@@ -348,6 +350,7 @@ __all__ = [
     "mark_group_operation",
     "max_failed_attempts",
     "move_rows_to_group",
+    "newest_due_jobs",
     "next_job_due",
     "next_key",
     "not_paused",
@@ -357,6 +360,7 @@ __all__ = [
     "oldest_event_age",
     "oldest_unclaimed_age",
     "operations",
+    "overdue_jobs",
     "pause_handler",
     "recent_dead_letters",
     "record_attempt",
