@@ -151,9 +151,7 @@ class Inline:
     def __enter__(self) -> Inline:
         if self._worker is not None:
             raise RuntimeError("this inline executor is running already")
-        worker = Worker(
-            self.app, concurrency=1, handlers=self.handler_names, on_result=self._record
-        )
+        worker = Worker(self.app, concurrency=1, handlers=self.handler_names)
         check_buffer_tables(self.app.engine, {n: h.table for n, h in worker.handlers.items()})
         worker.start_handlers()
         self._worker = worker
@@ -172,10 +170,7 @@ class Inline:
             event.remove(Session, name, listener)
         worker, self._worker = self._worker, None
         if worker is not None:
-            try:
-                worker.flush_throughput()
-            finally:
-                worker.stop_handlers()
+            worker.stop_handlers()
         if error is None:
             self.check()
 
@@ -254,26 +249,34 @@ class Inline:
     def _run(self) -> DrainResult:
         """Run what is due; a commit made while a run is under way (a handler that writes
         events, another thread) is run by that run before it returns."""
-        worker = self._running()
+        self._running()
         with self._lock:
             self._pending = True
             if self._draining:
                 return DrainResult(0, WorkerStats())
             self._draining = True
-        worker.stats = WorkerStats()
+        # A worker of its own for each run: it reads pauses and breakers afresh, as a test
+        # that pauses or resumes a handler between commits expects; the handler objects stay
+        # started by the block's worker.
+        worker = Worker(
+            self.app, concurrency=1, handlers=self.handler_names, on_result=self._record
+        )
         jobs = 0
         try:
             while True:
                 with self._lock:
                     if not self._pending:
                         self._draining = False
-                        return DrainResult(jobs, worker.stats)
+                        break
                     self._pending = False
                 jobs += _drain(self.app, worker, self.max_rounds).jobs
         except BaseException:
             with self._lock:
                 self._draining = self._pending = False
             raise
+        finally:
+            worker.flush_throughput()
+        return DrainResult(jobs, worker.stats)
 
 
 def inline(
