@@ -5,6 +5,10 @@ the real code paths: distribution, claims, batch jobs, retries that are already 
 handlers run on outbox's own event loop thread, as in a worker, so ``drain`` works the same
 when called from inside a running event loop (an async test, an async endpoint); it blocks
 that loop while it runs.
+
+``inline(app)`` does the same by itself as each session's transaction that wrote events
+commits, for the length of a ``with`` block. ``assert_enqueued`` and ``assert_not_enqueued``
+look at what waits in a buffer.
 """
 
 from __future__ import annotations
