@@ -16,13 +16,12 @@ from sqlalchemy import select, update
 from outbox import Batch, Outbox, RateLimit, RetryPolicy, flow, schema
 from outbox._db import queries
 from outbox._engine import claimer
-from tests.executors._executors import Executor
-from tests.models import ActivityEvent
+from tests.executors._executors import ELSEWHERE, Executor, idle
+from tests.models import ActivityEvent, EmailEvent
 
 App = Callable[..., Outbox]
 IMMEDIATE = RetryPolicy(max_attempts=3, scale=0.0, base_delay=0.0, jitter=0.0)
 """Three attempts, each due at once: a failing group is dead within one run."""
-ELSEWHERE = "a-worker-elsewhere:1:0000"
 
 
 def _rows(*activity_ids: int) -> list[dict[str, Any]]:
@@ -86,6 +85,20 @@ def test_committed_events_are_handled_once(executor: Executor, outbox_app: App) 
     executor.write(app, ActivityEvent, _rows(1, 2, 3))
     executor.run_due()
     assert ([1, 2, 3], [], []) == (sorted(sink.handled), _buffered(app), _jobs(app))
+
+
+def test_a_run_ends_holding_no_lease_with_nothing_due(executor: Executor, outbox_app: App) -> None:
+    """After a run, with groups succeeded, one failed and due later and one waiting for its
+    rate limit's turn, no job is due now and none is leased."""
+    app = outbox_app()
+    app.handler(ActivityEvent, batch_size=1, name="sink")(Recorder(failing={2}))
+    limit = RateLimit(calls=1, per=60.0)
+    app.handler(EmailEvent, batch_size=1, rate_limit=limit, name="mailer")(lambda batch: None)
+    executor.start(app)
+    executor.write(app, ActivityEvent, _rows(1, 2))
+    executor.write(app, EmailEvent, [{"address": f"{n}@example.com"} for n in range(2)])
+    executor.run_due()
+    assert (True, 2) == (idle(app), len(_jobs(app)))
 
 
 def test_a_group_leased_to_another_worker_is_not_run(executor: Executor, outbox_app: App) -> None:
