@@ -1,10 +1,11 @@
 """Helpers for the tests of applications that use outbox.
 
 ``drain(app)`` runs everything that is due now, synchronously in the calling thread, through
-the real code paths: distribution, claims, batch jobs, retries that are already due. Async
-handlers run on outbox's own event loop thread, as in a worker, so ``drain`` works the same
-when called from inside a running event loop (an async test, an async endpoint); it blocks
-that loop while it runs.
+the real code paths: distribution, claims, batch jobs, retries that are already due. Each job
+runs through the same runner a worker runs it through (:mod:`outbox._engine.runner`); no
+worker is built. Async handlers run on outbox's own event loop thread, as in a worker, so
+``drain`` works the same when called from inside a running event loop (an async test, an async
+endpoint); it blocks that loop while it runs.
 
 ``inline(app)`` does the same by itself as each session's transaction that wrote events
 commits, for the length of a ``with`` block. ``assert_enqueued`` and ``assert_not_enqueued``
@@ -23,6 +24,7 @@ from typing import Any, cast, overload
 
 from sqlalchemy import ClauseElement, ColumnElement, Connection, Engine, Table, and_, event, true
 from sqlalchemy import inspect as sa_inspect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -31,13 +33,22 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import ORMExecuteState, Session, SessionTransaction, scoped_session
 
+from outbox import _log, lifecycle
 from outbox._db import check_buffer_tables, queries
-from outbox._engine import distributor
+from outbox._db.dialects import error_summary
+from outbox._engine import acquisition, distributor
+from outbox._engine.flow_state import FlowState
+from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner, new_worker_id
+from outbox._engine.stats import WorkerStats
+from outbox._faults import AFTER_ACQUIRE, crash_point
+from outbox._services.rescuer import Rescuer
+from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
 from outbox.buffer import BufferMixin
-from outbox.exceptions import OutboxError
+from outbox.exceptions import BufferTableMissingError, OutboxError
 from outbox.results import DEAD, REFUSED, RETRYING, BatchResult
-from outbox.worker import Worker, WorkerStats
+
+log = _log.get_logger(__name__)
 
 DEFAULT_MAX_ROUNDS = 10_000
 
@@ -65,29 +76,124 @@ def drain(
     ``RuntimeError`` after ``max_rounds`` rounds, which means a handler keeps producing work,
     and ``BufferTableMissingError`` when a handler's buffer table does not exist.
     """
-    worker = Worker(app, concurrency=1, handlers=handlers)
-    check_buffer_tables(app.engine, {name: h.table for name, h in worker.handlers.items()})
-    worker.start_handlers()
+    draining = _Drain(app, app.select_handlers(handlers))
+    check_buffer_tables(app.engine, {name: h.table for name, h in draining.handlers.items()})
+    draining.start_handlers()
     try:
-        return _drain(app, worker, max_rounds)
+        return draining.run(max_rounds)
     finally:
-        worker.flush_throughput()
-        worker.stop_handlers()
+        draining.throughput.run_once()
+        draining.stop_handlers()
 
 
-def _drain(app: Outbox, worker: Worker, max_rounds: int) -> DrainResult:
-    jobs = 0
-    for _ in range(max_rounds):
-        ran = worker.run_once()
-        jobs += ran
-        if ran:
-            continue
-        worker.rescue()
-        if not distributor.enqueued(distributor.run_once(app, list(worker.handlers))):
-            if not worker.run_once():
-                return DrainResult(jobs, worker.stats)
-            jobs += 1
-    raise RuntimeError(f"drain did not finish within {max_rounds} rounds")
+class _Drain:
+    """One drain: a runner, and what a worker's loop would keep around it, in one thread."""
+
+    def __init__(
+        self,
+        app: Outbox,
+        handlers: list[Handler[Any]],
+        on_result: Callable[[BatchResult], None] | None = None,
+    ) -> None:
+        self.app = app
+        self.id = new_worker_id()
+        self.handlers = {h.name: h for h in handlers}
+        self.stats = WorkerStats()
+        self.flow = FlowState(app, refresh_every=FLOW_STATE_REFRESH_SECONDS)
+        self.throughput = Throughput(app)
+        self.set_aside: dict[str, str] = {}
+        """Handlers whose buffer table was found missing, with the table: not served."""
+        self._database_down = False
+        self.runner = Runner(
+            app,
+            worker_id=self.id,
+            handlers=self.handlers,
+            flow=self.flow,
+            stats=self.stats,
+            claims_in_flight=1,
+            throughput=self.throughput,
+            set_aside=self._set_aside,
+            database_error=self._report_database_error,
+            on_result=on_result,
+        )
+        self.rescuer = Rescuer(app, self.id)
+
+    def run(self, max_rounds: int) -> DrainResult:
+        jobs = 0
+        for _ in range(max_rounds):
+            ran = self.run_once()
+            jobs += ran
+            if ran:
+                continue
+            self.rescuer.run_once()
+            if not distributor.enqueued(distributor.run_once(self.app, list(self.handlers))):
+                if not self.run_once():
+                    return DrainResult(jobs, self.stats)
+                jobs += 1
+        raise RuntimeError(f"drain did not finish within {max_rounds} rounds")
+
+    def run_once(self) -> int:
+        """Lease one due job and run it; how many ran. A job that found its buffer table
+        missing is given back untouched and its handler set aside; BufferTableMissingError
+        then names the table."""
+        known = set(self.set_aside)
+        self.flow.refresh_if_due()
+        serving = [name for name in self.handlers if name not in self.set_aside]
+        jobs = acquisition.acquire(
+            self.app,
+            worker_id=self.id,
+            serving=serving,
+            handlers=list(self.handlers),
+            cap=self.runner.cap,
+            probing=self.flow.probing,
+            limit=1,
+        )
+        if jobs:
+            crash_point(AFTER_ACQUIRE)
+        for job in jobs:
+            self.runner.run(job)
+        found = {h: t for h, t in self.set_aside.items() if h not in known}
+        if found:
+            raise BufferTableMissingError(found)
+        return len(jobs)
+
+    def _set_aside(self, missing: Mapping[str, str]) -> None:
+        found = {h: t for h, t in missing.items() if h not in self.set_aside}
+        self.set_aside.update(found)
+        for name, table in found.items():
+            log.error(_log.BUFFER_TABLE_MISSING, worker=self.id, handler=name, table=table)
+
+    def _report_database_error(self, error: DBAPIError) -> None:
+        # Once per drain, not once per group.
+        if not self._database_down:
+            self._database_down = True
+            log.warning(_log.WORKER_DATABASE_ERROR, worker=self.id, error=error_summary(error))
+
+    def start_handlers(self) -> None:
+        """Each handler object's ``outbox_start``; what one raises stops the drain here, the
+        handlers started before it stopped again."""
+        started: list[Handler[Any]] = []
+        try:
+            for handler in self.handlers.values():
+                lifecycle.start(self.app, handler)
+                started.append(handler)
+        except BaseException:
+            self.stop_handlers(started)
+            raise
+
+    def stop_handlers(self, handlers: list[Handler[Any]] | None = None) -> None:
+        """Each handler object's ``outbox_stop``, once; what one raises is logged."""
+        for handler in self.handlers.values() if handlers is None else handlers:
+            if isinstance(handler.func, lifecycle.Stops):
+                try:
+                    lifecycle.stop(handler)
+                except Exception as error:
+                    log.warning(
+                        _log.HANDLER_STOP_FAILED,
+                        worker=self.id,
+                        handler=handler.name,
+                        error=f"{type(error).__name__}: {error}",
+                    )
 
 
 # --- the inline executor -------------------------------------------------------------------------
@@ -137,14 +243,17 @@ class Inline:
         if max_rounds < 1:
             raise ValueError(f"max_rounds must be >= 1, got {max_rounds}")
         self.app = app
-        self.handler_names = [h.name for h in app.select_handlers(handlers)]
+        self.handlers = app.select_handlers(handlers)
+        self.handler_names = [h.name for h in self.handlers]
         self.raise_errors = raise_errors
         self.max_rounds = max_rounds
         self.results: list[BatchResult] = []
         """Every batch result since the block began, in the order they ran."""
         self._raised = 0
         """How many of :attr:`failures` were raised already."""
-        self._worker: Worker | None = None
+        self._started: _Drain | None = None
+        """What started the handler objects, and stops them at the block's end; None outside
+        the block."""
         self._lock = threading.Lock()
         self._results_lock = threading.Lock()
         self._draining = False
@@ -153,13 +262,13 @@ class Inline:
     # --- the block -------------------------------------------------------------------------
 
     def __enter__(self) -> Inline:
-        if self._worker is not None:
+        if self._started is not None:
             raise RuntimeError("this inline executor is running already")
-        worker = Worker(self.app, concurrency=1, handlers=self.handler_names)
-        check_buffer_tables(self.app.engine, {n: h.table for n, h in worker.handlers.items()})
-        worker.start_handlers()
-        self._worker = worker
-        self._tables = {h.table: h.name for h in worker.handlers.values()}
+        started = _Drain(self.app, self.handlers)
+        check_buffer_tables(self.app.engine, {h.name: h.table for h in self.handlers})
+        started.start_handlers()
+        self._started = started
+        self._tables = {h.table: h.name for h in self.handlers}
         for name, listener in self._listeners():
             event.listen(Session, name, listener)
         return self
@@ -172,9 +281,9 @@ class Inline:
     ) -> None:
         for name, listener in self._listeners():
             event.remove(Session, name, listener)
-        worker, self._worker = self._worker, None
-        if worker is not None:
-            worker.stop_handlers()
+        started, self._started = self._started, None
+        if started is not None:
+            started.stop_handlers()
         if error is None:
             self.check()
 
@@ -215,10 +324,9 @@ class Inline:
 
     # --- how commits are followed ------------------------------------------------------------
 
-    def _running(self) -> Worker:
-        if self._worker is None:
+    def _running(self) -> None:
+        if self._started is None:
             raise RuntimeError("the inline executor runs inside its with block only")
-        return self._worker
 
     def _record(self, result: BatchResult) -> None:
         with self._results_lock:
@@ -247,7 +355,7 @@ class Inline:
         if transaction.parent is not None:
             return
         session.info.pop(_WRITTEN, None)
-        if session.info.pop(_COMMITTED, None) and self._worker is not None:
+        if session.info.pop(_COMMITTED, None) and self._started is not None:
             self._run()
 
     def _run(self) -> DrainResult:
@@ -259,12 +367,10 @@ class Inline:
             if self._draining:
                 return DrainResult(0, WorkerStats())
             self._draining = True
-        # A worker of its own for each run: it reads pauses and breakers afresh, as a test
-        # that pauses or resumes a handler between commits expects; the handler objects stay
-        # started by the block's worker.
-        worker = Worker(
-            self.app, concurrency=1, handlers=self.handler_names, on_result=self._record
-        )
+        # A drain of its own for each run, through the runner every executor runs jobs with:
+        # it reads pauses and breakers afresh, as a test that pauses or resumes a handler
+        # between commits expects; the handler objects stay started by the block.
+        draining = _Drain(self.app, self.handlers, on_result=self._record)
         jobs = 0
         try:
             while True:
@@ -273,14 +379,14 @@ class Inline:
                         self._draining = False
                         break
                     self._pending = False
-                jobs += _drain(self.app, worker, self.max_rounds).jobs
+                jobs += draining.run(self.max_rounds).jobs
         except BaseException:
             with self._lock:
                 self._draining = self._pending = False
             raise
         finally:
-            worker.flush_throughput()
-        return DrainResult(jobs, worker.stats)
+            draining.throughput.run_once()
+        return DrainResult(jobs, draining.stats)
 
 
 def inline(
