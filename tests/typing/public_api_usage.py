@@ -27,12 +27,12 @@ from outbox import (
 )
 from outbox.metrics import HandlerStatus, collect
 from outbox.progress import Progress, StoppedError
+from outbox.results import BatchResult
 from outbox.sinks import Rejection
 from outbox.sinks.http import AsyncBulkHTTPSink, BulkHTTPSink, ErrorsById, StatusList
 from outbox.sinks.nats import AsyncJetStreamSink, JetStreamSink
 from outbox.sinks.rabbitmq import AsyncRabbitMQSink, RabbitMQSink
 from outbox.sinks.redis import AsyncRedisStreamSink, RedisStreamSink
-from outbox.results import BatchResult
 from outbox.testing import (
     DrainResult,
     HandlerFailedError,
