@@ -256,3 +256,25 @@ def test_inline_refuses_bad_input(
     with pytest.raises((TypeError, ValueError)) as raised:
         inline(app if given is None else given, **options)
     assert message == str(raised.value)
+
+
+def test_drain_raises_the_failures_it_ran_into(sqlite_database: str, make_app: App) -> None:
+    """An explicit ``drain()`` raises HandlerFailedError for the failed attempts it ran."""
+    app = make_app(sqlite_database)
+    _failing(app, RetryPolicy(max_attempts=3))
+    with inline(app) as runner:
+        with app.engine.begin() as conn:
+            add_events(conn, EmailEvent, [{"address": "a@example.com"}])
+        with pytest.raises(HandlerFailedError) as raised:
+            runner.drain()
+    assert ["mailer"] == [result.handler for result in raised.value.results]
+
+
+def test_drain_outside_the_block_is_refused(sqlite_database: str, make_app: App) -> None:
+    """An inline executor runs nothing outside its block: ``drain()`` there says so."""
+    app = make_app(sqlite_database)
+    _recorded(app)
+    runner = inline(app)
+    with pytest.raises(RuntimeError) as raised:
+        runner.drain()
+    assert "the inline executor runs inside its with block only" == str(raised.value)
