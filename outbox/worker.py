@@ -237,8 +237,8 @@ class Worker:
     def run_once(self) -> int:
         """Lease up to ``concurrency`` due jobs and run them here, one after the other.
 
-        Returns how many jobs ran. The building block of :meth:`run` and of
-        ``outbox.testing.drain``. A job that found its buffer table missing is given back
+        Returns how many jobs ran, each through the runner (:mod:`outbox._engine.runner`), as
+        in :meth:`run`. A job that found its buffer table missing is given back
         untouched and its handler set aside (see :attr:`missing_tables`); once the other jobs
         have run, BufferTableMissingError names the tables.
         """

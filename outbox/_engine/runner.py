@@ -32,7 +32,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -124,7 +124,8 @@ class Runner:
     back by its rate limits) is due again; ``note_turn(seconds)`` when that group was given
     back by its rate limits; ``set_aside(missing)`` with the handlers whose buffer table does not
     exist (handler -> table); ``database_error(error)`` with a statement's failure the runner
-    goes on after (the breaker's count: the outcome is written); ``hold(job_id)`` and
+    goes on after (the breaker's count: the outcome is written; without it, the failure goes
+    up to the caller); ``hold(job_id)`` and
     ``let_go(job_id)`` around a claimed group's batch job, leased here while it runs (the
     leases a worker extends); ``stopping()``: whether its caller is stopping (a claim job then
     goes back to the job table rather than claiming again).
@@ -366,10 +367,16 @@ def new_worker_id() -> str:
 
 
 def lease_job(
-    app: Outbox, job_id: int, worker_id: str, lease_seconds: float | None = None
+    app: Outbox,
+    job_id: int,
+    worker_id: str,
+    lease_seconds: float | None = None,
+    *,
+    handlers: Collection[str] | None = None,
 ) -> queries.JobRow | None:
-    """Lease one job by its id, when it is due, unleased and its handler not paused; None
-    otherwise (leased by another, finished and gone, not due yet, or paused).
+    """Lease one job by its id to ``worker_id``, when it is due, unleased, and of a handler of
+    ``handlers`` (the app's registered handlers by default) not paused; None otherwise (leased
+    by another, finished and gone, not due yet, paused, or a handler not served here).
 
     For an executor handed a job's id (a message a broker may deliver twice): the job table
     decides who runs it, so a second delivery finds it leased or gone and does nothing. A
@@ -379,7 +386,8 @@ def lease_job(
     seconds = app.settings.lease_seconds if lease_seconds is None else lease_seconds
     if not 0 < seconds < float("inf"):
         raise ValueError(f"lease_seconds must be > 0 and finite, got {lease_seconds!r}")
-    caps = {h.name: h.concurrency for h in app.handlers.values() if h.concurrency is not None}
+    served = list(app.handlers) if handlers is None else list(handlers)
+    caps = {h.name: h.concurrency for h in app.select_handlers(served) if h.concurrency is not None}
     return run_in_transaction(
         app.engine,
         lambda conn: queries.lease_job(
@@ -389,6 +397,7 @@ def lease_job(
             worker_id=worker_id,
             token=uuid.uuid4(),
             lease_seconds=seconds,
+            handlers=served,
             caps=caps,
         ),
     )

@@ -38,6 +38,7 @@ def _lease_job(
     job_id: int,
     *,
     token: uuid.UUID | None = None,
+    handlers: list[str] | None = None,
     caps: dict[str, int] | None = None,
 ) -> queries.JobRow | None:
     return queries.lease_job(
@@ -47,6 +48,7 @@ def _lease_job(
         worker_id=WORKER,
         token=token or uuid.uuid4(),
         lease_seconds=LEASE,
+        handlers=handlers,
         caps=caps,
     )
 
@@ -154,6 +156,19 @@ def test_lease_job_of_a_paused_handler_leases_nothing(db: Database) -> None:
         )
     )
     assert None is _leased_id(db, job_id)
+
+
+def test_lease_job_of_a_handler_not_named_leases_nothing(db: Database) -> None:
+    """A job of a handler the caller does not serve stays for those that do."""
+    job_id = add_batch_job(db.engine, handler=OTHER_HANDLER)
+    assert None is db.run(lambda conn: _lease_job(conn, db, job_id, handlers=[HANDLER]))
+
+
+def test_lease_job_of_a_handler_named_leases_the_job(db: Database) -> None:
+    """A job of one of the handlers named is leased."""
+    job_id = add_batch_job(db.engine)
+    job = db.run(lambda conn: _lease_job(conn, db, job_id, handlers=[OTHER_HANDLER, HANDLER]))
+    assert job_id == (job and job.id)
 
 
 def test_lease_job_under_a_cap_with_room_leases_the_batch_job(db: Database) -> None:

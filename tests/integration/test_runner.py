@@ -73,6 +73,18 @@ def test_lease_job_of_a_job_already_leased_returns_none(
     assert (job_id, None) == (first and first.id, lease_job(app, job_id, new_worker_id()))
 
 
+def test_lease_job_of_a_handler_not_registered_here_returns_none(
+    app: Outbox, commit_events: Callable[..., list[int]], make_app: Callable[..., Outbox]
+) -> None:
+    """An app that does not register the job's handler does not lease its job."""
+    app.handler(ActivityEvent, name="activities")(_handled([]))
+    commit_events(app.engine, 1)
+    job_id = _claim_job_id(app)
+    other = make_app(app.url, FAST)
+    other.handler(EmailEvent, name="emails")(_handled([]))
+    assert None is lease_job(other, job_id, new_worker_id())
+
+
 def test_lease_job_refuses_a_lease_of_no_seconds(app: Outbox) -> None:
     """A lease that would end at once is refused where it is passed, naming it."""
     with pytest.raises(ValueError, match="lease_seconds"):

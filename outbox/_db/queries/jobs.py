@@ -154,10 +154,12 @@ def lease_job(
     worker_id: str,
     token: uuid.UUID,
     lease_seconds: float,
+    handlers: Sequence[str] | None = None,
     caps: Mapping[str, int] | None = None,
 ) -> JobRow | None:
-    """Lease the job ``job_id`` when it is due, unleased and its handler not paused; None
-    otherwise (leased by another, gone, not due yet, paused).
+    """Lease the job ``job_id`` when it is due, unleased and its handler not paused (and one of
+    ``handlers``, when given); None otherwise (leased by another, gone, not due yet, paused,
+    another handler's).
 
     For an executor handed one job's id. The row is picked by its primary key ``FOR UPDATE SKIP
     LOCKED`` (SQLite: its transaction holds the write lock), so that two transactions leasing
@@ -185,6 +187,7 @@ def lease_job(
         _jobs.c.lease_token.is_(None),
         _jobs.c.run_at <= db_now(),
         not_paused(_jobs.c.handler),
+        *([] if handlers is None else [_jobs.c.handler.in_(handlers)]),
     )
     rows = dialects.statements(dialect).update_picked(
         conn, _jobs, pick, _lease(worker_id, token, lease_seconds), _LEASED
