@@ -20,6 +20,8 @@ Every exception derives from :class:`OutboxError`::
     ├── DataError               raised by a handler: the events caused this failure (the
     │                           downstream refused them), not the downstream
     ├── DownstreamError         raised by a handler: the downstream failed (down, 5xx, timeout)
+    ├── HandlerFailedError      (in ``outbox.testing``; an AssertionError too) handlers failed
+    │                           while ``outbox.testing.inline`` ran them in a test
     └── RetryAfter              raised by a handler: the downstream said when to come back
                                 (in ``outbox.retry``; a deferral, not a failed attempt)
 """

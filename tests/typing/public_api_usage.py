@@ -32,13 +32,22 @@ from outbox import (
 from outbox.metrics import HandlerStatus, collect
 from outbox.once import Stopped
 from outbox.progress import Progress, StoppedError
+from outbox.results import BatchResult
 from outbox.scaling import Scaling, read_scaling
 from outbox.sinks import Rejection
 from outbox.sinks.http import AsyncBulkHTTPSink, BulkHTTPSink, ErrorsById, StatusList
 from outbox.sinks.nats import AsyncJetStreamSink, JetStreamSink
 from outbox.sinks.rabbitmq import AsyncRabbitMQSink, RabbitMQSink
 from outbox.sinks.redis import AsyncRedisStreamSink, RedisStreamSink
-from outbox.testing import DrainResult, drain
+from outbox.testing import (
+    DrainResult,
+    HandlerFailedError,
+    Inline,
+    assert_enqueued,
+    assert_not_enqueued,
+    drain,
+    inline,
+)
 from outbox.worker import Worker
 
 
@@ -121,6 +130,42 @@ def operate() -> None:
         root: OutboxError = error
         del root
     del result, statuses, scaling, replicas, apdex, clean, delay
+
+
+def test_with_inline(session: Session) -> None:
+    # Handled as the commit ends; a handler's failure is raised at the block's end.
+    with inline(app) as runner:
+        write(session)
+        session.commit()
+        assert_not_enqueued(session, ContactActivityEvent)
+        again: DrainResult = runner.drain()
+        del again
+    try:
+        with inline(app, handlers=["sync_marketing"], raise_errors=True):
+            write(session)
+            session.commit()
+    except HandlerFailedError as failed:
+        results: tuple[BatchResult, ...] = failed.results
+        del results
+    quiet: Inline = inline(app, raise_errors=False)
+    with quiet:
+        write(session)
+        session.commit()
+    failures: list[BatchResult] = quiet.failures
+    del failures
+
+
+def test_enqueued(session: Session) -> None:
+    write(session)
+    assert_enqueued(session, ContactActivityEvent, count=2)
+    assert_enqueued(app, "sync_marketing", where={"activity_id": 1})
+    assert_enqueued(app.engine, app.get_handler("sync_marketing"))
+    assert_not_enqueued(app, ContactActivityEvent, where=ContactActivityEvent.activity_id > 9)
+
+
+async def test_enqueued_async(session: AsyncSession) -> None:
+    await assert_enqueued(session, ContactActivityEvent, count=1)
+    await assert_not_enqueued(session, ContactActivityEvent, where={"email": "x@example.com"})
 
 
 class LoggedProgress(Progress):

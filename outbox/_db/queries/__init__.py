@@ -41,6 +41,7 @@ from outbox._db.queries.buffers import (
     select_group_rows,
     unclaim_rows,
     unclaimed_after,
+    waiting_rows,
 )
 from outbox._db.queries.clock import (
     conversions_under_way,
@@ -399,6 +400,7 @@ __all__ = [
     "unclaimed_after",
     "undistributed_age",
     "unlock_conversions",
+    "waiting_rows",
     "window_usage",
     "worker_request",
     "worker_rows",

@@ -651,6 +651,25 @@ def count_buffer_rows(
     return int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
 
 
+def waiting_rows(
+    conn: Connection | Session,
+    table: Table,
+    condition: ColumnElement[bool] | None,
+    limit: int,
+) -> tuple[int, list[Any]]:
+    """Rows still in a buffer (unclaimed, or in a group not yet finished) that meet
+    ``condition`` (all of them when None): how many, and the first ``limit`` of them by id.
+
+    For the assertions of users' tests (``outbox.testing.assert_enqueued``), run in the
+    caller's transaction so that its own unflushed-to-commit writes count: a full count, as a
+    test's buffer is small.
+    """
+    where = true() if condition is None else condition
+    count = conn.execute(select(func.count()).select_from(table).where(where)).scalar_one()
+    rows = conn.execute(select(table).where(where).order_by(table.c.id).limit(limit)).all()
+    return int(count), list(rows)
+
+
 def oldest_event_age(conn: Connection, table: Table) -> float | None:
     """Seconds since the oldest event still in a buffer was written; None when it is empty.
 
