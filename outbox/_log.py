@@ -49,6 +49,8 @@ EXECUTOR_MESSAGE_SKIPPED = "outbox.executor.skipped"
 EXECUTOR_PUBLISH_FAILED = "outbox.executor.publish_failed"
 # A handler object's outbox_start raised in an executor's process: its jobs are given back.
 EXECUTOR_HANDLER_START_FAILED = "outbox.executor.handler_start_failed"
+# A paused handler whose messages an executor dropped is no longer paused: its due jobs sent.
+EXECUTOR_RESUMED = "outbox.executor.resumed"
 # A process stopping mid-job gave back the leases it held: due again at once.
 JOBS_GIVEN_BACK = "outbox.jobs.given_back"
 WORKER_PROCESS_RESTARTING = "outbox.worker.process_restarting"

@@ -59,6 +59,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -71,14 +72,15 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox import _log, lifecycle, once, schema
 from outbox._db import queries, run_in_transaction
-from outbox._db.dialects import error_summary
+from outbox._db.dialects import error_summary, is_transient
 from outbox._engine.distributor import MAX_TICK_SECONDS, MIN_TICK_SECONDS
 from outbox._engine.runner import JobRun, Runner, RunOutcome, lease_job
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.rescuer import Rescuer
+from outbox._services.schema_watch import SchemaWatch
 from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
-from outbox.exceptions import BufferTableMissingError
+from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
 
 __all__ = [
     "BEAT_ENTRIES",
@@ -222,9 +224,19 @@ class _Process:
     takes_sigterm: bool = False
     asked: str | None = None
     """The operator's request it acted on."""
+    schema_incompatible: SchemaIncompatibleError | None = None
+    """Why the database's schema is one it may not work on (it then takes no more jobs)."""
+    wake: threading.Event = field(default_factory=threading.Event)
+    """Set to make the heartbeat thread look at once: at the schema after a statement failed
+    for good."""
+    schema_suspect: threading.Event = field(default_factory=threading.Event)
+    parked: set[str] = field(default_factory=set)
+    """Handlers a message was dropped for while they were paused: once their pause ends, this
+    process publishes their due jobs (guarded by ``lock``)."""
 
     def __post_init__(self) -> None:
         app = self.executor.outbox
+        self.schema_watch = SchemaWatch(app)
         self.throughput = Throughput(app)
         self.heartbeat = Heartbeat(
             app, self.worker_id, self.slots, running=self.running_now, stopping=self.stopping.is_set
@@ -271,19 +283,123 @@ class _Process:
 
     def _heartbeat_main(self) -> None:
         every = heartbeat_interval(self.executor.outbox.settings)
+        next_heartbeat = time.monotonic()
         while not self.stopping.is_set():
+            now = time.monotonic()
+            heartbeat_due = now >= next_heartbeat
+            if heartbeat_due:
+                next_heartbeat = now + every
+            if heartbeat_due or self.schema_suspect.is_set():
+                # First, and on its own, as ``outbox work`` does: on a schema it may not work
+                # on, any step below may fail, and none may keep it from finding out.
+                self._watch_schema()
             try:
-                self.heartbeat.run_once()
-                self.throughput.run_once()
-                self._read_request()
+                if heartbeat_due:
+                    self.heartbeat.run_once()
+                    if self.schema_incompatible is None:
+                        self.throughput.run_once()
+                        self._read_request()
+                if self.schema_incompatible is None:
+                    self._publish_resumed()
                 if self.database_down:
                     self.database_down = False
                     log.info(_log.WORKER_DATABASE_RECOVERED, worker=self.worker_id)
             except DBAPIError as error:
+                self.suspect_schema(error)
                 self.report_database_error(error)
             except Exception as error:  # the heartbeat must outlive anything one beat meets
                 log.exception(_log.WORKER_LOOP_ERROR, worker=self.worker_id, error=str(error))
-            self.stopping.wait(every)
+            wait = next_heartbeat - time.monotonic()
+            if self.has_parked():
+                # Look for the end of a pause about once a distribution period.
+                wait = min(wait, self.executor.distribute_every)
+            if self.schema_suspect.is_set():
+                wait = 0.0
+            self.wake.wait(max(wait, 0.05))
+            self.wake.clear()
+
+    def wake_up(self) -> None:
+        self.wake.set()
+
+    def _watch_schema(self) -> None:
+        """Take no more jobs once the database's schema is one this process may not work on,
+        and shut its Celery worker down warm, as ``outbox workers stop`` does. Says why once,
+        in the line ``outbox work`` logs."""
+        self.schema_suspect.clear()
+        if self.schema_incompatible is not None:
+            return
+        try:
+            problem = self.schema_watch.run_once()
+        except DBAPIError as error:
+            self.report_database_error(error)
+            return
+        if problem is None:
+            return
+        self.schema_incompatible = problem
+        log.error(
+            _log.WORKER_SCHEMA_INCOMPATIBLE,
+            worker=self.worker_id,
+            schema_generation=problem.generation,
+            workers_from=problem.workers_from,
+            worker_generation=problem.worker_generation,
+            reason=str(problem),
+        )
+        self.executor.shut_down_node()
+
+    def suspect_schema(self, error: DBAPIError) -> None:
+        """A statement failed for good (not contention, not a dropped connection): a table or a
+        column it names may be gone. The heartbeat thread looks at the schema now rather than
+        at its next beat."""
+        if not is_transient(error):
+            self.schema_suspect.set()
+            self.wake.set()
+
+    # --- pauses that end -------------------------------------------------------------------
+
+    def park(self, handlers: Iterable[str]) -> None:
+        """A message of these paused handlers' jobs was dropped: publish their due jobs once
+        their pause ends."""
+        names = set(handlers)
+        if not names:
+            return
+        with self.lock:
+            fresh = not self.parked
+            self.parked |= names
+        if fresh:
+            self.wake.set()  # to look again within a distribution period, not a heartbeat
+
+    def has_parked(self) -> bool:
+        with self.lock:
+            return bool(self.parked)
+
+    def _publish_resumed(self) -> None:
+        """Publish the due jobs of the parked handlers whose pause has ended (an operator's
+        resume, a Retry-After's end, a circuit breaker's probe): at most their cap (one while
+        the breaker probes), or ``SWEEP_LIMIT``."""
+        with self.lock:
+            parked = sorted(self.parked)
+        if not parked:
+            return
+        flow = self.runner.flow
+        flow.refresh()
+        resumed = [name for name in parked if not flow.paused(name)]
+        if not resumed:
+            return
+        with self.executor.outbox.engine.connect() as conn:
+            due = {
+                name: queries.overdue_jobs(
+                    conn,
+                    [name],
+                    overdue_seconds=0.0,
+                    limit=self.runner.cap(name) or SWEEP_LIMIT,
+                )
+                for name in resumed
+            }
+        with self.lock:
+            self.parked -= set(resumed)
+        for name, ids in due.items():
+            published = self.executor.publish_all(ids)
+            log.debug(_log.EXECUTOR_RESUMED, handler=name, worker=self.worker_id, jobs=published)
 
     def _read_request(self) -> None:
         """Act on what an operator asked of this process in its row (``outbox workers drain``
@@ -305,7 +421,7 @@ class _Process:
             known=known,
         )
         if known:
-            self.executor.celery.control.shutdown(destination=[self.executor.node])
+            self.executor.shut_down_node()
 
     def report_database_error(self, error: DBAPIError) -> None:
         # Once per outage, not once per heartbeat.
@@ -350,7 +466,8 @@ class _Process:
                     app.engine,
                     lambda conn: queries.give_back_jobs_of(conn, app.dialect, self.worker_id),
                 )
-            self.throughput.run_once()
+            if self.schema_incompatible is None:  # its table may be gone
+                self.throughput.run_once()
             run_in_transaction(app.engine, lambda conn: queries.delete_worker(conn, self.worker_id))
         except DBAPIError as error:
             self.report_database_error(error)
@@ -456,12 +573,30 @@ class CeleryExecutor:
     def run_job_here(self, job_id: int) -> JobRun | None:
         """Lease the job ``job_id`` and run it in this process; None when it is leased,
         finished, not due yet, its handler paused or not served here (a duplicate message:
-        logged at debug)."""
+        logged at debug), or when the database's schema is one this process may not work on
+        (the job waits for a worker that may)."""
         process = self._here()
         self._take_sigterm(process)
+        if process.schema_incompatible is not None:
+            log.debug(_log.EXECUTOR_MESSAGE_SKIPPED, job_id=job_id, worker=process.worker_id)
+            return None
+        try:
+            run = self._lease_and_run(process, job_id)
+        except DBAPIError as error:
+            process.suspect_schema(error)
+            raise
+        if run is not None:
+            self._follow(process, run)
+        return run
+
+    def _lease_and_run(self, process: _Process, job_id: int) -> JobRun | None:
         job = lease_job(self.outbox, job_id, process.worker_id, handlers=list(process.handlers))
         if job is None:
             log.debug(_log.EXECUTOR_MESSAGE_SKIPPED, job_id=job_id, worker=process.worker_id)
+            # Perhaps dropped for a pause: its handler's due jobs are published when it ends.
+            flow = process.runner.flow
+            flow.refresh()  # a pause begun this second counts
+            process.park(name for name in process.handlers if flow.paused(name))
             return None
         process.hold(job.id)
         try:
@@ -472,7 +607,9 @@ class CeleryExecutor:
             run = process.runner.run(job)
         finally:
             process.let_go(job.id)
-        self._follow(process, run)
+        if run.outcome == RunOutcome.PAUSED:
+            # Given back unattempted, with no message: sent again when the pause ends.
+            process.park([job.handler])
         return run
 
     def _follow(self, process: _Process, run: JobRun) -> None:
@@ -509,7 +646,11 @@ class CeleryExecutor:
     def distribute_here(self) -> int:
         """Distribute for the handlers on the beat's current tick (of any number of beats
         sending it, one distributes: the tick is taken in the database, per handler), and
-        publish a message for each claim job enqueued; returns how many."""
+        publish a message for each claim job enqueued; returns how many (none on a schema this
+        process may not work on)."""
+        process = self._process
+        if process is not None and process.schema_incompatible is not None:
+            return 0
         published = 0
         for handler in self.outbox.select_handlers(self.handler_names):
             try:
@@ -534,6 +675,8 @@ class CeleryExecutor:
         """Free the jobs of gone workers and expired leases, and publish a message for each
         job freed and each overdue job no message has taken; returns how many."""
         process = self._here()
+        if process.schema_incompatible is not None:
+            return 0
         freed = process.rescuer.run_once()
         names = self._names(process)
         with self.outbox.engine.connect() as conn:
@@ -556,6 +699,12 @@ class CeleryExecutor:
                 conn, names, limit=freed, last_error=queries.RESCUED_ERROR
             )
         return self.publish_all(ids)
+
+    def shut_down_node(self) -> None:
+        """Ask this process's Celery worker to shut down warm, as ``celery control shutdown``
+        does: it takes no more messages, its processes finish what they run, then leave the
+        fleet."""
+        self.celery.control.shutdown(destination=[self.node])
 
     def publish(self, job_id: int, *, countdown: float | None = None) -> bool:
         """Send the message that runs the job ``job_id`` (after ``countdown`` seconds); False
