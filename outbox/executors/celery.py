@@ -318,9 +318,6 @@ class _Process:
             self.wake.wait(max(wait, 0.05))
             self.wake.clear()
 
-    def wake_up(self) -> None:
-        self.wake.set()
-
     def _watch_schema(self) -> None:
         """Take no more jobs once the database's schema is one this process may not work on,
         and shut its Celery worker down warm, as ``outbox workers stop`` does. Says why once,
@@ -456,6 +453,7 @@ class _Process:
             return
         self.stopped.set()
         self.stopping.set()
+        self.wake.set()  # the heartbeat thread waits on it
         if self.thread.is_alive() and self.thread is not threading.current_thread():
             self.thread.join(timeout=STOP_JOIN_SECONDS)
         app = self.executor.outbox
