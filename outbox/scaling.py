@@ -8,12 +8,18 @@ caller pays the same few milliseconds with ten million events waiting as with te
 **Desired workers** are worker slots (``outbox work --concurrency`` units), summed over the
 handlers: a handler with ``Q`` events runnable now, of which the newest has waited ``a``
 seconds, to which ``λ`` events arrive a second, whose band promises ``P`` seconds, and whose
-slots each handle ``r`` events a second, asks for ``(λ + Q / (target * P - a)) / r`` slots:
-with them, it keeps up with what arrives and its backlog drains, oldest first, before the
-newest event is ``target * P`` old (``target``: :data:`DEFAULT_TARGET`, half the promise,
-leaves the other half for the autoscaler's own lag: its polling, workers' start-up). The
-horizon is never taken below :data:`MIN_HORIZON_SHARE` of the promise: a promise already broken
-asks for many slots, not for infinitely many.
+slots each handle ``r`` events a second, asks for ``max(Q / (W - a), (Q + λ * L) / (W + L)) /
+r`` slots, where ``W = target * P`` and ``L = (1 - target) * P`` (``target``:
+:data:`DEFAULT_TARGET`, half the promise). Events are handled oldest first; with these slots
+alone, every event waiting now and every event arriving over the next ``L`` seconds is handled
+within ``W`` of being written: the first term for the newest waiting, the second for the last
+to arrive. ``L``, the rest of the promise, is the autoscaler's own lag (its polling, workers'
+start-up): within it the autoscaler asks again, so the slots need not keep up with the arrivals
+for ever, only until then. A stream that outgrows the fleet asks for more only once its
+backlog, grown over ``L``, would wait longer than ``W``, as a row-count autoscaler at its best
+threshold does, but from the promise rather than from a threshold tuned by hand. The horizon
+``W - a`` is never taken below :data:`MIN_HORIZON_SHARE` of the promise: a promise already
+broken asks for many slots, not for infinitely many.
 
 - *Runnable* events only: the unclaimed ones (once a full batch waits, or the oldest has waited
   the handler's ``max_wait``) and those of groups due now. The events of a paused handler, and
@@ -24,13 +30,15 @@ asks for many slots, not for infinitely many.
   highest id, and for claimed groups at most ``batch_size`` events each and no more than the
   buffer holds beyond its unclaimed rows. Ids skipped by rolled-back transactions count as
   events, so ``Q`` may be a little high, never low.
-- ``r``, the rate of one slot: what the handler handled (delivered or dead-lettered) per second
-  in the newest minute counted (``outbox_throughput``, which every worker writes at each
-  heartbeat), or over the minutes of the last ``rate_window`` while that minute is younger
-  than :data:`MIN_MINUTE_SECONDS`, divided by the slots that hold its jobs now (at least one).
-  A handler idle most of the time, or whose slots just grew, measures slower than it is: the
-  ask errs high, never low. One that handled nothing in the window asks for one slot while it
-  has runnable events: its first minute measures it.
+- ``r``, the rate of one slot: what the handler handled (delivered or dead-lettered) over the
+  seconds its slots spent running its groups, in the last ``rate_window``
+  (``outbox_throughput``'s counts and ``busy_seconds``, which every worker adds to at each
+  heartbeat, a batch's whole duration, whatever became of it). A slot's idle time is not in
+  it: a handler idle for minutes, or whose slots just grew, measures what a busy slot does.
+  Minutes of workers that keep no busy time (older than schema generation 8) count as
+  before it: the handler's rate divided by the slots that hold its jobs now. One that handled
+  nothing in the window asks for one slot while it has runnable events: its first minute
+  measures it. A slot waiting for a turn of a rate limit is busy (it holds the group).
 - ``λ``, the arrivals: the rate at which the buffer's rows were written (their ids over the
   ages of the oldest and the newest), while it is at most :data:`STREAM_RATIO` times the rate
   handled lately (a stream the fleet keeps up with); written faster (a backfill, a step up),
@@ -66,12 +74,10 @@ from outbox.exceptions import ConfigurationError
 from outbox.ratelimit import Unit
 
 DEFAULT_TARGET = 0.5
-"""The share of its band's promise within which a backlog is planned to drain."""
+"""The share of its band's promise within which events are planned to be handled; the rest is
+the autoscaler's lag, over which arrivals are planned for."""
 MIN_HORIZON_SHARE = 0.1
 """The shortest horizon a backlog is planned to drain within, as a share of its promise."""
-MIN_MINUTE_SECONDS = 15.0
-"""The newest minute counted measures the rate of a slot alone once it covers this many
-seconds; before, the whole rate window does."""
 STREAM_RATIO = 2.0
 """Rows written at most this many times as fast as the handler handled lately are a stream to
 keep up with; faster, a backlog to drain."""
@@ -172,7 +178,7 @@ class Scaling:
     None when not known."""
     runnable: int
     target: float
-    """The share of each promise within which a backlog is planned to drain."""
+    """The share of each promise within which events are planned to be handled."""
     rate_window: float
     apdex_window: float
     bands: tuple[BandScaling, ...]
@@ -211,16 +217,18 @@ def read_scaling(
     """Desired worker slots, drain time and Apdex of every handler (or the named ones), per
     band and in total, from one statement (see the module's docstring for the formula).
 
-    ``target``: the share of each band's promise within which a backlog is planned to drain
-    (0 < target <= 1). ``rate_window`` and ``apdex_window``: seconds back that the measured
-    rate and Apdex count (60 s to a week). A value out of bounds raises
-    :class:`~outbox.exceptions.ConfigurationError` naming it.
+    ``target``: the share of each band's promise within which events are planned to be
+    handled (0 < target <= 1); the rest is the autoscaler's lag, over which arrivals are
+    planned for (at 1, none are: the autoscaler is taken to act at once). ``rate_window``
+    and ``apdex_window``: seconds back that the measured rate and Apdex count (60 s to a
+    week). A value out of bounds raises :class:`~outbox.exceptions.ConfigurationError`
+    naming it.
     """
     _check_share("target", target)
     _check_window("rate_window", rate_window)
     _check_window("apdex_window", apdex_window)
     selected = app.select_handlers(handlers)
-    with app.engine.connect() as conn:
+    with queries.reading_connection(app.engine) as conn:
         rows = queries.scaling_rows(
             conn,
             [(h.name, h.table) for h in selected],
@@ -289,10 +297,12 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
     rate = handled = None
     if row.recent_handled and row.recent_seconds > 0:
         handled = row.recent_handled / row.recent_seconds
-        if row.newest_minute_handled and row.newest_minute_seconds >= MIN_MINUTE_SECONDS:
-            # The newest minute alone, once it says enough: the slots in flight now did it.
-            handled = row.newest_minute_handled / row.newest_minute_seconds
-        rate = handled / max(row.live_leases, 1)
+        if row.busy_handled and row.recent_busy > 0:
+            # What a slot does while it runs the handler's groups, however many sat idle.
+            rate = row.busy_handled / row.recent_busy
+        else:
+            # No busy time kept (older workers): the slots in flight now did it.
+            rate = handled / max(row.live_leases, 1)
     arrivals = None
     if handled is not None and runnable:
         written = _written(row)
@@ -309,7 +319,11 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
         else:
             horizon = max(target * promise - (newest or 0.0), MIN_HORIZON_SHARE * promise)
             # Keep up with what arrives, and drain what waits before the horizon.
-            needed = (arrivals or 0.0) + runnable / horizon
+            # Oldest first: the newest waiting is handled within the horizon, and so is the
+            # last to arrive before the autoscaler's lag is over (it asks again by then).
+            lag = (1.0 - target) * promise
+            arriving = (arrivals or 0.0) * lag
+            needed = max(runnable / horizon, (runnable + arriving) / promise)  # W + L = P
             slots = min(needed / rate, _usable(h, runnable, rate))
     return HandlerScaling(
         handler=h.name,

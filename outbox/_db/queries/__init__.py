@@ -150,7 +150,7 @@ from outbox._db.queries.notify import (
     notify_jobs,
     notify_trigger_ddl,
 )
-from outbox._db.queries.scaling import scaling_rows
+from outbox._db.queries.scaling import reading_connection, scaling_rows
 from outbox._db.queries.schema_state import record_schema_generation, schema_generation
 from outbox._db.queries.search import (
     archived_events,
@@ -160,6 +160,7 @@ from outbox._db.queries.search import (
     ingested_event,
 )
 from outbox._db.queries.throughput import (
+    THROUGHPUT_BUSY,
     THROUGHPUT_COUNTERS,
     add_throughput,
     delete_old_throughput,
@@ -214,6 +215,7 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "NOTIFY_FUNCTION",
     "RESCUED_ERROR",
+    "THROUGHPUT_BUSY",
     "THROUGHPUT_COUNTERS",
     "AttemptRow",
     "Conversion",
@@ -345,6 +347,7 @@ __all__ = [
     "oldest_unclaimed_age",
     "operations",
     "pause_handler",
+    "reading_connection",
     "recent_dead_letters",
     "record_attempt",
     "record_attempts",
