@@ -15,8 +15,8 @@ from then.
 - *desired workers*: replicas = ceil(``desired_workers`` / slots per worker), where
   ``desired_workers`` is :func:`outbox.scaling.plan`'s, fed what ``read_scaling`` would read
   from the model's state (the backlog as a run of ids, the newest and oldest ages, the slots in
-  flight counted at an instant, the minutes counted) - KEDA's metrics-api scaler on
-  ``GET /api/v1/scaling``;
+  flight counted at an instant, the minutes counted with their busy seconds) - KEDA's
+  metrics-api scaler on ``GET /api/v1/scaling``;
 - *row count*: replicas = ceil(rows waiting / T) - KEDA's postgresql scaler on
   ``count(*)``, given its best ``T``: the largest of a doubling series that keeps every
   promise in every scenario.

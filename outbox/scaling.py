@@ -41,8 +41,8 @@ broken asks for many slots, not for infinitely many.
   measures it. A slot waiting for a turn of a rate limit is busy (it holds the group).
 - ``λ``, the arrivals: the rate at which the buffer's rows were written (their ids over the
   ages of the oldest and the newest), while it is at most :data:`STREAM_RATIO` times the rate
-  handled lately (a stream the fleet keeps up with); written faster (a backfill, a step up),
-  they are a backlog to drain within the horizon, and ``λ`` is 0.
+  handled lately (a stream, planned for over the autoscaler's lag); written faster (a
+  backfill, a step up), they are a backlog to drain within the horizon, and ``λ`` is 0.
 - A handler never asks for more slots than it can use: its ``concurrency`` cap, one slot per
   group it has runnable, and, under a fleet-wide rate limit, the slots that the limit keeps busy.
 - A band asks for the sum of its handlers' slots, rounded up; the total is the sum of all of
@@ -80,7 +80,7 @@ MIN_HORIZON_SHARE = 0.1
 """The shortest horizon a backlog is planned to drain within, as a share of its promise."""
 STREAM_RATIO = 2.0
 """Rows written at most this many times as fast as the handler handled lately are a stream to
-keep up with; faster, a backlog to drain."""
+plan for; faster, a backlog to drain."""
 MIN_SPAN_SECONDS = 1.0
 """The shortest time over which the rows waiting are taken to have been written."""
 DEFAULT_RATE_WINDOW_SECONDS = 120.0
@@ -111,10 +111,11 @@ class HandlerScaling:
     """Events one slot handles a second, as measured; None when nothing was handled in the
     rate window."""
     arrival_rate: float | None
-    """Events arriving a second, as the fleet must keep up with: the rate at which the rows
-    waiting were written (their ids over their ages) while it is about the rate handled lately
-    (at most :data:`STREAM_RATIO` times it); 0 when they were written faster (a backfill, a
-    step up: a backlog); None when nothing is runnable or nothing was handled lately."""
+    """Events arriving a second, as planned for over the autoscaler's lag: the rate at which
+    the rows waiting were written (their ids over their ages) while it is about the rate
+    handled lately (at most :data:`STREAM_RATIO` times it); 0 when they were written faster (a
+    backfill, a step up: a backlog); None when nothing is runnable or nothing was handled
+    lately."""
     slots: float
     """The slots that keep its promise, before rounding (0 when nothing is runnable)."""
     work_seconds: float | None
@@ -306,10 +307,10 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
     arrivals = None
     if handled is not None and runnable:
         written = _written(row)
-        # Rows written about as fast as they are handled: a stream the fleet keeps up with.
-        # Written much faster, they are a backlog (a backfill, a step up): the backlog's own
-        # term drains them, and counting them as a rate too would hold every slot they keep
-        # busy for as long as they last.
+        # Rows written about as fast as they are handled: a stream to plan for. Written much
+        # faster, they are a backlog (a backfill, a step up): the backlog's own term drains
+        # them, and counting them as a rate too would ask for every slot they would keep busy
+        # over the lag.
         arrivals = written if written <= STREAM_RATIO * handled else 0.0
     promise = h.urgency.promise
     slots = 0.0

@@ -6,11 +6,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import func, select, update
 
 from outbox import Batch, Outbox, Settings, Urgency, flow, schema
+from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox.prometheus import register
 from outbox.results import BatchResult
@@ -182,3 +184,22 @@ def test_apdex_is_what_the_drain_did(
         gauge,
     )
     assert len(fresh) == satisfied
+
+
+def test_on_postgresql_the_read_opens_no_transaction_around_its_statement(
+    make_app: Callable[[str], Outbox], postgres_database: str
+) -> None:
+    """The read runs in autocommit: after its statement the server's session is idle, no
+    BEGIN was sent and no ROLLBACK is owed (two round trips saved a read)."""
+    app = make_app(postgres_database)
+    app.handler(ActivityEvent, name="timed")(lambda batch: None)
+    with queries.reading_connection(app.engine) as conn:
+        queries.scaling_rows(
+            conn,
+            [("timed", app.get_handler("timed").table)],
+            rate_seconds=120.0,
+            apdex_seconds=3600.0,
+            stale_seconds=60.0,
+        )
+        status = conn.connection.driver_connection.info.transaction_status  # type: ignore[union-attr]
+    assert psycopg.pq.TransactionStatus.IDLE == status
