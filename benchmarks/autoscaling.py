@@ -15,8 +15,8 @@ from then.
 - *desired workers*: replicas = ceil(``desired_workers`` / slots per worker), where
   ``desired_workers`` is :func:`outbox.scaling.plan`'s, fed what ``read_scaling`` would read
   from the model's state (the backlog as a run of ids, the newest and oldest ages, the slots in
-  flight counted at an instant, the minutes counted) - KEDA's metrics-api scaler on
-  ``GET /api/v1/scaling``;
+  flight counted at an instant, the minutes counted with their busy seconds) - KEDA's
+  metrics-api scaler on ``GET /api/v1/scaling``;
 - *row count*: replicas = ceil(rows waiting / T) - KEDA's postgresql scaler on
   ``count(*)``, given its best ``T``: the largest of a doubling series that keeps every
   promise in every scenario.
@@ -68,6 +68,9 @@ class Flow:
     queue: deque[list[float]] = field(default_factory=deque)
     """Cohorts waiting, oldest first: [second written, events]."""
     minutes: dict[int, float] = field(default_factory=dict)
+    """Events handled in each minute."""
+    busy: dict[int, float] = field(default_factory=dict)
+    """Slot-seconds spent in each minute."""
     written: float = 0.0
     """Events written so far: the highest id."""
     slots: float = 0.0
@@ -133,6 +136,7 @@ def simulate(
     for flow in flows:
         flow.queue.clear()
         flow.minutes.clear()
+        flow.busy.clear()
         flow.slots = flow.max_wait = flow.handled = flow.satisfied = flow.tolerating = 0.0
         flow.written = 0.0
     ordered = sorted(flows, key=lambda f: f.handler.urgency.priority)
@@ -171,6 +175,8 @@ def simulate(
                 can = min(can, float(cap))
             flow.slots = min(can, free)
             free -= flow.slots
+            if flow.slots > 0:
+                flow.busy[now // 60] = flow.busy.get(now // 60, 0.0) + flow.slots
             _serve(flow, flow.slots * flow.rate, now + 1)
     return Outcome(
         policy=name,
@@ -214,19 +220,19 @@ def scaling_row(
     """What ``read_scaling`` would read of the flow at second ``now``: its waiting events as
     the run of ids up to the events written so far, the ages of the newest and oldest, the
     slots holding its jobs, and its counted minutes in the rate window (each covering 60 s,
-    this one as far as it went). The slots holding its jobs are counted at an instant, as the
-    read counts leases: a whole number whose mean is the slots it held (``sample`` rounds)."""
+    this one as far as it went) with the slot-seconds spent in them. The slots holding its
+    jobs are counted at an instant, as the read counts leases: a whole number whose mean is
+    the slots it held (``sample`` rounds)."""
     waiting = round(flow.waiting)
     newest = now - flow.queue[-1][0] if flow.queue else None
     oldest = now - flow.queue[0][0] if flow.queue else None
-    handled = covered = newest_handled = newest_covered = 0.0
+    handled = covered = busy = 0.0
     for minute, count in sorted(flow.minutes.items()):
         start = minute * 60
         if start >= now - rate_window and count > 0:
-            newest_handled = count
-            newest_covered = min(60.0, max(1.0, float(now - start)))
-            handled += newest_handled
-            covered += newest_covered
+            handled += count
+            covered += min(60.0, max(1.0, float(now - start)))
+            busy += flow.busy.get(minute, 0.0)
     last = round(flow.written)
     first = last - waiting + 1
     return ScalingRow(
@@ -242,8 +248,8 @@ def scaling_row(
         paused=False,
         recent_handled=round(handled),
         recent_seconds=covered,
-        newest_minute_handled=round(newest_handled),
-        newest_minute_seconds=newest_covered,
+        recent_busy=busy,
+        busy_handled=round(handled),
         handled=0,
         satisfied=0,
         tolerating=0,

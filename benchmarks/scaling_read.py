@@ -69,9 +69,9 @@ def load(dsn: str, waiting_rows: int, groups: int) -> None:
         )
         conn.execute(
             "INSERT INTO outbox_throughput (handler, minute, succeeded, dead, failed, "
-            "satisfied, tolerating) "
+            "satisfied, tolerating, busy_seconds) "
             "SELECT h, date_trunc('minute', now()) - make_interval(mins => m), "
-            "6000, 1, 0, 5900, 80 "
+            "6000, 1, 0, 5900, 80, 14.0 "
             "FROM generate_series(0, 10079) AS m, unnest(ARRAY['bench', 'typed']) AS h"
         )
         conn.execute(

@@ -8,12 +8,18 @@ caller pays the same few milliseconds with ten million events waiting as with te
 **Desired workers** are worker slots (``outbox work --concurrency`` units), summed over the
 handlers: a handler with ``Q`` events runnable now, of which the newest has waited ``a``
 seconds, to which ``λ`` events arrive a second, whose band promises ``P`` seconds, and whose
-slots each handle ``r`` events a second, asks for ``(λ + Q / (target * P - a)) / r`` slots:
-with them, it keeps up with what arrives and its backlog drains, oldest first, before the
-newest event is ``target * P`` old (``target``: :data:`DEFAULT_TARGET`, half the promise,
-leaves the other half for the autoscaler's own lag: its polling, workers' start-up). The
-horizon is never taken below :data:`MIN_HORIZON_SHARE` of the promise: a promise already broken
-asks for many slots, not for infinitely many.
+slots each handle ``r`` events a second, asks for ``max(Q / (W - a), (Q + λ * L) / (W + L)) /
+r`` slots, where ``W = target * P`` and ``L = (1 - target) * P`` (``target``:
+:data:`DEFAULT_TARGET`, half the promise). Events are handled oldest first; with these slots
+alone, every event waiting now and every event arriving over the next ``L`` seconds is handled
+within ``W`` of being written: the first term for the newest waiting, the second for the last
+to arrive. ``L``, the rest of the promise, is the autoscaler's own lag (its polling, workers'
+start-up): within it the autoscaler asks again, so the slots need not keep up with the arrivals
+for ever, only until then. A stream that outgrows the fleet asks for more only once its
+backlog, grown over ``L``, would wait longer than ``W``, as a row-count autoscaler at its best
+threshold does, but from the promise rather than from a threshold tuned by hand. The horizon
+``W - a`` is never taken below :data:`MIN_HORIZON_SHARE` of the promise: a promise already
+broken asks for many slots, not for infinitely many.
 
 - *Runnable* events only: the unclaimed ones (once a full batch waits, or the oldest has waited
   the handler's ``max_wait``) and those of groups due now. The events of a paused handler, and
@@ -24,17 +30,19 @@ asks for many slots, not for infinitely many.
   highest id, and for claimed groups at most ``batch_size`` events each and no more than the
   buffer holds beyond its unclaimed rows. Ids skipped by rolled-back transactions count as
   events, so ``Q`` may be a little high, never low.
-- ``r``, the rate of one slot: what the handler handled (delivered or dead-lettered) per second
-  in the newest minute counted (``outbox_throughput``, which every worker writes at each
-  heartbeat), or over the minutes of the last ``rate_window`` while that minute is younger
-  than :data:`MIN_MINUTE_SECONDS`, divided by the slots that hold its jobs now (at least one).
-  A handler idle most of the time, or whose slots just grew, measures slower than it is: the
-  ask errs high, never low. One that handled nothing in the window asks for one slot while it
-  has runnable events: its first minute measures it.
+- ``r``, the rate of one slot: what the handler handled (delivered or dead-lettered) over the
+  seconds its slots spent running its groups, in the last ``rate_window``
+  (``outbox_throughput``'s counts and ``busy_seconds``, which every worker adds to at each
+  heartbeat, a batch's whole duration, whatever became of it). A slot's idle time is not in
+  it: a handler idle for minutes, or whose slots just grew, measures what a busy slot does.
+  Minutes of workers that keep no busy time (older than schema generation 8) count as
+  before it: the handler's rate divided by the slots that hold its jobs now. One that handled
+  nothing in the window asks for one slot while it has runnable events: its first minute
+  measures it. A slot waiting for a turn of a rate limit is busy (it holds the group).
 - ``λ``, the arrivals: the rate at which the buffer's rows were written (their ids over the
   ages of the oldest and the newest), while it is at most :data:`STREAM_RATIO` times the rate
-  handled lately (a stream the fleet keeps up with); written faster (a backfill, a step up),
-  they are a backlog to drain within the horizon, and ``λ`` is 0.
+  handled lately (a stream, planned for over the autoscaler's lag); written faster (a
+  backfill, a step up), they are a backlog to drain within the horizon, and ``λ`` is 0.
 - A handler never asks for more slots than it can use: its ``concurrency`` cap, one slot per
   group it has runnable, and, under a fleet-wide rate limit, the slots that the limit keeps busy.
 - A band asks for the sum of its handlers' slots, rounded up; the total is the sum of all of
@@ -66,15 +74,13 @@ from outbox.exceptions import ConfigurationError
 from outbox.ratelimit import Unit
 
 DEFAULT_TARGET = 0.5
-"""The share of its band's promise within which a backlog is planned to drain."""
+"""The share of its band's promise within which events are planned to be handled; the rest is
+the autoscaler's lag, over which arrivals are planned for."""
 MIN_HORIZON_SHARE = 0.1
 """The shortest horizon a backlog is planned to drain within, as a share of its promise."""
-MIN_MINUTE_SECONDS = 15.0
-"""The newest minute counted measures the rate of a slot alone once it covers this many
-seconds; before, the whole rate window does."""
 STREAM_RATIO = 2.0
 """Rows written at most this many times as fast as the handler handled lately are a stream to
-keep up with; faster, a backlog to drain."""
+plan for; faster, a backlog to drain."""
 MIN_SPAN_SECONDS = 1.0
 """The shortest time over which the rows waiting are taken to have been written."""
 DEFAULT_RATE_WINDOW_SECONDS = 120.0
@@ -105,10 +111,11 @@ class HandlerScaling:
     """Events one slot handles a second, as measured; None when nothing was handled in the
     rate window."""
     arrival_rate: float | None
-    """Events arriving a second, as the fleet must keep up with: the rate at which the rows
-    waiting were written (their ids over their ages) while it is about the rate handled lately
-    (at most :data:`STREAM_RATIO` times it); 0 when they were written faster (a backfill, a
-    step up: a backlog); None when nothing is runnable or nothing was handled lately."""
+    """Events arriving a second, as planned for over the autoscaler's lag: the rate at which
+    the rows waiting were written (their ids over their ages) while it is about the rate
+    handled lately (at most :data:`STREAM_RATIO` times it); 0 when they were written faster (a
+    backfill, a step up: a backlog); None when nothing is runnable or nothing was handled
+    lately."""
     slots: float
     """The slots that keep its promise, before rounding (0 when nothing is runnable)."""
     work_seconds: float | None
@@ -172,7 +179,7 @@ class Scaling:
     None when not known."""
     runnable: int
     target: float
-    """The share of each promise within which a backlog is planned to drain."""
+    """The share of each promise within which events are planned to be handled."""
     rate_window: float
     apdex_window: float
     bands: tuple[BandScaling, ...]
@@ -211,16 +218,18 @@ def read_scaling(
     """Desired worker slots, drain time and Apdex of every handler (or the named ones), per
     band and in total, from one statement (see the module's docstring for the formula).
 
-    ``target``: the share of each band's promise within which a backlog is planned to drain
-    (0 < target <= 1). ``rate_window`` and ``apdex_window``: seconds back that the measured
-    rate and Apdex count (60 s to a week). A value out of bounds raises
-    :class:`~outbox.exceptions.ConfigurationError` naming it.
+    ``target``: the share of each band's promise within which events are planned to be
+    handled (0 < target <= 1); the rest is the autoscaler's lag, over which arrivals are
+    planned for (at 1, none are: the autoscaler is taken to act at once). ``rate_window``
+    and ``apdex_window``: seconds back that the measured rate and Apdex count (60 s to a
+    week). A value out of bounds raises :class:`~outbox.exceptions.ConfigurationError`
+    naming it.
     """
     _check_share("target", target)
     _check_window("rate_window", rate_window)
     _check_window("apdex_window", apdex_window)
     selected = app.select_handlers(handlers)
-    with app.engine.connect() as conn:
+    with queries.reading_connection(app.engine) as conn:
         rows = queries.scaling_rows(
             conn,
             [(h.name, h.table) for h in selected],
@@ -289,17 +298,19 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
     rate = handled = None
     if row.recent_handled and row.recent_seconds > 0:
         handled = row.recent_handled / row.recent_seconds
-        if row.newest_minute_handled and row.newest_minute_seconds >= MIN_MINUTE_SECONDS:
-            # The newest minute alone, once it says enough: the slots in flight now did it.
-            handled = row.newest_minute_handled / row.newest_minute_seconds
-        rate = handled / max(row.live_leases, 1)
+        if row.busy_handled and row.recent_busy > 0:
+            # What a slot does while it runs the handler's groups, however many sat idle.
+            rate = row.busy_handled / row.recent_busy
+        else:
+            # No busy time kept (older workers): the slots in flight now did it.
+            rate = handled / max(row.live_leases, 1)
     arrivals = None
     if handled is not None and runnable:
         written = _written(row)
-        # Rows written about as fast as they are handled: a stream the fleet keeps up with.
-        # Written much faster, they are a backlog (a backfill, a step up): the backlog's own
-        # term drains them, and counting them as a rate too would hold every slot they keep
-        # busy for as long as they last.
+        # Rows written about as fast as they are handled: a stream to plan for. Written much
+        # faster, they are a backlog (a backfill, a step up): the backlog's own term drains
+        # them, and counting them as a rate too would ask for every slot they would keep busy
+        # over the lag.
         arrivals = written if written <= STREAM_RATIO * handled else 0.0
     promise = h.urgency.promise
     slots = 0.0
@@ -309,7 +320,11 @@ def handler_scaling(h: Handler[Any], row: queries.ScalingRow, target: float) -> 
         else:
             horizon = max(target * promise - (newest or 0.0), MIN_HORIZON_SHARE * promise)
             # Keep up with what arrives, and drain what waits before the horizon.
-            needed = (arrivals or 0.0) + runnable / horizon
+            # Oldest first: the newest waiting is handled within the horizon, and so is the
+            # last to arrive before the autoscaler's lag is over (it asks again by then).
+            lag = (1.0 - target) * promise
+            arriving = (arrivals or 0.0) * lag
+            needed = max(runnable / horizon, (runnable + arriving) / promise)  # W + L = P
             slots = min(needed / rate, _usable(h, runnable, rate))
     return HandlerScaling(
         handler=h.name,

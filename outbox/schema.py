@@ -14,6 +14,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Connection,
+    Double,
     Index,
     Insert,
     Integer,
@@ -352,6 +353,13 @@ throughput = Table(
         nullable=False,
         server_default=text("0"),
         comment="events handled later than their band's promise, within four times it",
+    ),
+    Column(
+        "busy_seconds",
+        Double,
+        nullable=False,
+        server_default=text("0"),
+        comment="seconds worker slots spent running this handler's groups in the minute",
     ),
 )
 

@@ -16,7 +16,7 @@ def scaling_read(results: Results) -> Rendered:
         f"claimed groups of 100 (their batch jobs a third leased, a third backing off, a third "
         f"due) and a week of throughput minutes, on PostgreSQL, loaded in "
         f"{data['load_seconds']} s; `read_scaling` of two handlers (the bench buffer's and an "
-        "empty one's), one statement. Milliseconds:",
+        "empty one's), one statement, in autocommit. Milliseconds:",
         "",
     ]
     cases = {

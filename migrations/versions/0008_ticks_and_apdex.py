@@ -11,9 +11,12 @@ learn it from the row count and distribute nothing, so any number of schedulers 
 
 ``outbox_throughput.satisfied`` and ``.tolerating``: of the events handled in the minute, how
 many within their band's promise, and how many within four times it (Apdex).
+``outbox_throughput.busy_seconds``: the seconds worker slots spent running the handler's groups
+in the minute, so that the rate of one slot (desired workers) is what was handled over the time
+spent handling it, however many slots sat idle.
 
 Only additions: an older worker never reads or writes the columns (its events count in neither
-Apdex column, and its distributions take no tick).
+Apdex column, its minutes have no busy time, and its distributions take no tick).
 """
 
 from __future__ import annotations
@@ -49,10 +52,21 @@ def upgrade() -> None:
                 column, sa.BigInteger, nullable=False, server_default=sa.text("0"), comment=comment
             ),
         )
+    op.add_column(
+        "outbox_throughput",
+        sa.Column(
+            "busy_seconds",
+            sa.Double,
+            nullable=False,
+            server_default=sa.text("0"),
+            comment="seconds worker slots spent running this handler's groups in the minute",
+        ),
+    )
 
 
 def downgrade() -> None:
     with op.batch_alter_table("outbox_throughput") as batch:
+        batch.drop_column("busy_seconds")
         for column in reversed(list(_APDEX)):
             batch.drop_column(column)
     with op.batch_alter_table("outbox_handlers") as batch:

@@ -368,10 +368,11 @@ class ScalingRow:
     recent_seconds: float
     """Seconds the minutes of ``recent_handled`` cover (the minutes in which it handled
     something; this minute as far as it has gone)."""
-    newest_minute_handled: int
-    """Events succeeded or dead-lettered in the newest minute of the rate window counted."""
-    newest_minute_seconds: float
-    """Seconds that minute covers."""
+    recent_busy: float
+    """Seconds worker slots spent running the handler's groups over the rate window (in the
+    minutes that recorded it)."""
+    busy_handled: int
+    """Events succeeded or dead-lettered in the minutes of ``recent_busy``."""
     handled: int
     """Events succeeded or dead-lettered over the Apdex window."""
     satisfied: int

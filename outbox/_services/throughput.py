@@ -1,6 +1,7 @@
-"""A worker's counts of what its handlers handled, added to ``outbox_throughput`` minute by
-minute (the dashboard's charts): counted in memory as results come, written by ``run_once()``
-in one statement, so that the hot path pays nothing and the database one row per handler and
+"""A worker's counts of what its handlers handled, and of the seconds its slots spent on
+them, added to ``outbox_throughput`` minute by minute (the dashboard's charts, desired
+workers' rate of a slot): counted in memory as results come, written by ``run_once()`` in one
+statement, so that the hot path pays nothing and the database one row per handler and
 minute."""
 
 from __future__ import annotations
@@ -67,10 +68,12 @@ class Throughput:
         self._clock = clock
         self._lock = threading.Lock()
         self._counts: dict[Key, Counter[str]] = {}
+        self._busy: dict[Key, float] = {}
 
     def note(self, result: BatchResult) -> None:
-        """Count what one group's attempt did, and how many of its delivered events were
-        delivered in time (:func:`timeliness`)."""
+        """Count what one group's attempt did, how many of its delivered events were
+        delivered in time (:func:`timeliness`), and the seconds its slot spent on it (the
+        batch's duration, whatever became of it: the slot was held all along)."""
         satisfied, tolerating = timeliness(result)
         counts = Counter(
             succeeded=result.succeeded,
@@ -79,21 +82,29 @@ class Throughput:
             satisfied=satisfied,
             tolerating=tolerating,
         )
-        if not +counts:
+        busy = max(result.duration, 0.0)
+        if not +counts and not busy:
             return
         key = (result.handler, self._clock())
         with self._lock:
             self._counts.setdefault(key, Counter()).update(counts)
+            self._busy[key] = self._busy.get(key, 0.0) + busy
 
     def run_once(self) -> int:
         """Write the counts kept so far; how many rows were added to. On a database error the
         counts stay, to be written with the next ones."""
         with self._lock:
             counts, self._counts = self._counts, {}
+            busy, self._busy = self._busy, {}
         if not counts:
             return 0
         rows = [
-            {"handler": handler, "minute": minute, **{c: n[c] for c in queries.THROUGHPUT_COUNTERS}}
+            {
+                "handler": handler,
+                "minute": minute,
+                **{c: n[c] for c in queries.THROUGHPUT_COUNTERS},
+                queries.THROUGHPUT_BUSY: busy.get((handler, minute), 0.0),
+            }
             for (handler, minute), n in counts.items()
         ]
         try:
@@ -104,5 +115,7 @@ class Throughput:
             with self._lock:
                 for key, n in counts.items():
                     self._counts.setdefault(key, Counter()).update(n)
+                for key, seconds in busy.items():
+                    self._busy[key] = self._busy.get(key, 0.0) + seconds
             raise
         return len(rows)

@@ -105,18 +105,18 @@ def test_a_paused_handler_reads_as_paused(db: Database) -> None:
 
 
 def test_handled_events_are_summed_over_each_window(db: Database) -> None:
-    """Events delivered and dead count as handled; the rate window sums the minutes within it
-    and the seconds they cover (60 for a past minute) and reads its newest minute apart, the
-    Apdex window its own minutes with the satisfied and tolerating counts; another handler's
-    minutes stay apart."""
+    """Events delivered and dead count as handled; the rate window sums the minutes within it,
+    the seconds they cover (60 for a past minute), and the slots' busy seconds with the events
+    of the minutes that kept them, the Apdex window its own minutes with the satisfied and
+    tolerating counts; another handler's minutes stay apart."""
 
-    def row(handler: str, ago: int, succeeded: int, **more: int) -> dict[str, object]:
+    def row(handler: str, ago: int, succeeded: int, **more: float) -> dict[str, object]:
         values = {"succeeded": succeeded, "dead": 0, "failed": 0, "satisfied": 0, "tolerating": 0}
         return {"handler": handler, "minute": _minute(ago), **values, **more}
 
     rows = [
         row(HANDLER, 3, 40),
-        row(HANDLER, 2, 100, dead=20, satisfied=90, tolerating=5),
+        row(HANDLER, 2, 100, dead=20, satisfied=90, tolerating=5, busy_seconds=2.5),
         row(HANDLER, 30, 1000, satisfied=10, tolerating=500),
         row(HANDLER, 120, 7, satisfied=7),
         row(OTHER_HANDLER, 2, 3, satisfied=3),
@@ -124,12 +124,12 @@ def test_handled_events_are_summed_over_each_window(db: Database) -> None:
     db.run(lambda conn: queries.add_throughput(conn, db.dialect, rows))
     found = _read(db, rate=300.0, apdex=3600.0)
     mine = found[HANDLER]
-    assert ((160, 120.0, 120, 60.0, 1160, 100, 505), (3, 3)) == (
+    assert ((160, 120.0, 2.5, 120, 1160, 100, 505), (3, 3)) == (
         (
             mine.recent_handled,
             mine.recent_seconds,
-            mine.newest_minute_handled,
-            mine.newest_minute_seconds,
+            mine.recent_busy,
+            mine.busy_handled,
             mine.handled,
             mine.satisfied,
             mine.tolerating,

@@ -6,11 +6,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+import psycopg
 import pytest
 from prometheus_client import CollectorRegistry
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
-from outbox import Batch, Outbox, Settings, Urgency, flow
+from outbox import Batch, Outbox, Settings, Urgency, flow, schema
+from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox.prometheus import register
 from outbox.results import BatchResult
@@ -80,6 +82,26 @@ def test_a_backlog_one_slot_cannot_drain_in_time_asks_for_more(
     )
 
 
+def test_a_drain_records_its_slots_busy_seconds_and_the_rate_is_measured_over_them(
+    app: Outbox, commit_events: Callable[..., list[int]]
+) -> None:
+    """50 events in 5 batches: the handler's busy seconds are the batches' durations, and a
+    slot's rate is what it handled over them."""
+    commit_events(app.engine, 50)
+    results = _drain(app)
+    with app.engine.connect() as conn:
+        busy = conn.execute(
+            select(func.sum(schema.throughput.c.busy_seconds)).where(
+                schema.throughput.c.handler == "timed"
+            )
+        ).scalar_one()
+    (timed,) = read_scaling(app).handlers
+    assert (pytest.approx(sum(r.duration for r in results)), pytest.approx(50 / busy)) == (
+        busy,
+        timed.rate_per_slot,
+    )
+
+
 def test_a_drained_backlog_asks_for_no_worker(
     app: Outbox, commit_events: Callable[..., list[int]]
 ) -> None:
@@ -104,9 +126,13 @@ def test_the_gauge_is_the_desired_workers_read(
     _drain(app)
     commit_events(app.engine, 1000)
     register(app, registry)
-    total = registry.get_sample_value("outbox_desired_workers")
-    band = registry.get_sample_value("outbox_band_desired_workers", {"band": "SECOND"})
-    slots = registry.get_sample_value("outbox_worker_slots")
+    # One scrape for all three: each scrape reads anew, and the backlog ages between them.
+    samples = {
+        (s.name, s.labels.get("band")): s.value for m in registry.collect() for s in m.samples
+    }
+    total = samples.get(("outbox_desired_workers", None))
+    band = samples.get(("outbox_band_desired_workers", "SECOND"))
+    slots = samples.get(("outbox_worker_slots", None))
     assert (True, total, 0.0) == (total is not None and total > 1, band, slots)
 
 
@@ -158,3 +184,22 @@ def test_apdex_is_what_the_drain_did(
         gauge,
     )
     assert len(fresh) == satisfied
+
+
+def test_on_postgresql_the_read_opens_no_transaction_around_its_statement(
+    make_app: Callable[[str], Outbox], postgres_database: str
+) -> None:
+    """The read runs in autocommit: after its statement the server's session is idle, no
+    BEGIN was sent and no ROLLBACK is owed (two round trips saved a read)."""
+    app = make_app(postgres_database)
+    app.handler(ActivityEvent, name="timed")(lambda batch: None)
+    with queries.reading_connection(app.engine) as conn:
+        queries.scaling_rows(
+            conn,
+            [("timed", app.get_handler("timed").table)],
+            rate_seconds=120.0,
+            apdex_seconds=3600.0,
+            stale_seconds=60.0,
+        )
+        status = conn.connection.driver_connection.info.transaction_status  # type: ignore[union-attr]
+    assert psycopg.pq.TransactionStatus.IDLE == status

@@ -30,8 +30,8 @@ EMPTY = ScalingRow(
     paused=False,
     recent_handled=0,
     recent_seconds=0.0,
-    newest_minute_handled=0,
-    newest_minute_seconds=0.0,
+    recent_busy=0.0,
+    busy_handled=0,
     handled=0,
     satisfied=0,
     tolerating=0,
@@ -61,8 +61,8 @@ def _waiting(handler: str, events: int, **more: Any) -> ScalingRow:
         "oldest_age": events / 10 if events else None,
         "recent_handled": 6000,
         "recent_seconds": 60.0,
-        "newest_minute_handled": 6000,
-        "newest_minute_seconds": 60.0,
+        "recent_busy": 60.0,
+        "busy_handled": 6000,
     }
     return replace(EMPTY, **{**values, **more})
 
@@ -72,9 +72,10 @@ def _plan(app: Outbox, *rows: ScalingRow) -> Any:
 
 
 def test_a_backlog_asks_for_the_slots_that_keep_up_and_drain_it_in_half_its_promise() -> None:
-    """11,700 REALTIME events arriving at 10 a second, 100 a second a slot: (10 + 11,700 /
-    30 s) / 100 = 4 slots; the DAY band with nothing waiting asks for none; the fleet's 4 slots
-    drain it in 117 slot-seconds / 4."""
+    """11,700 REALTIME events arriving at 10 a second, 100 a second a slot: the newest handled
+    within 30 s asks for 11,700 / 30 / 100 = 3.9, 4 slots (the arrivals of the next 30 s
+    within a minute, (11,700 + 300) / 60 / 100, fewer); the DAY band with nothing waiting asks
+    for none; the fleet's 4 slots drain it in 117 slot-seconds / 4."""
     found = _plan(_app(), _waiting("fast", 11_700), _waiting("slow", 0))
     assert (4, [4, 0], 29.25, 11_700) == (
         found.desired_workers,
@@ -86,7 +87,7 @@ def test_a_backlog_asks_for_the_slots_that_keep_up_and_drain_it_in_half_its_prom
 
 def test_the_newest_events_age_shortens_the_horizon() -> None:
     """The same backlog, whose newest event already waited 20 s, has 10 s left of half a
-    minute: (10 + 1,170) / 100, 12 slots."""
+    minute: 1,170 / 100, 12 slots."""
     found = _plan(
         _app(),
         _waiting("fast", 11_700, newest_unclaimed_age=20.0, oldest_age=1_190.0),
@@ -103,12 +104,27 @@ def test_rows_written_much_faster_than_handled_are_a_backlog_not_a_rate() -> Non
     assert (0.0, 1) == (found.handlers[0].arrival_rate, found.desired_workers)
 
 
-def test_rows_written_about_as_fast_as_handled_are_a_rate_to_keep_up_with() -> None:
-    """150 events waiting, written over the last second, 100 a second handled: 150 a second
-    arrive, (150 + 150 / 30) / 100 = 1.55, 2 slots."""
-    stream = _waiting("fast", 150, newest_unclaimed_age=0.0, oldest_age=1.0)
+def test_rows_written_about_as_fast_as_handled_are_a_rate_to_plan_for() -> None:
+    """3,000 events waiting, written over the last 20 s, 100 a second handled: 150 a second
+    arrive, and those of the autoscaler's lag (30 s) are handled within 30 s too: (3,000 +
+    4,500) / 60 / 100 = 1.25, 2 slots, where the backlog alone asks for 1."""
+    stream = _waiting("fast", 3000, newest_unclaimed_age=0.0, oldest_age=20.0)
     found = _plan(_app(), stream, _waiting("slow", 0))
-    assert (150.0, 2) == (found.handlers[0].arrival_rate, found.desired_workers)
+    assert (150.0, 1.25, 2) == (
+        found.handlers[0].arrival_rate,
+        found.handlers[0].slots,
+        found.desired_workers,
+    )
+
+
+def test_a_stream_outgrowing_the_fleet_asks_for_more_only_once_its_backlog_would_be_late() -> None:
+    """150 a second arriving, one slot handling 100: with 150 waiting, one slot still handles
+    all that arrives over the autoscaler's lag within 30 s ((150 + 4,500) / 60 = 77.5 a
+    second); with 3,000 waiting it does not, and two are asked for."""
+    young = _waiting("fast", 150, newest_unclaimed_age=0.0, oldest_age=1.0)
+    grown = _waiting("fast", 3000, newest_unclaimed_age=0.0, oldest_age=20.0)
+    asked = [_plan(_app(), row, _waiting("slow", 0)).desired_workers for row in (young, grown)]
+    assert [1, 2] == asked
 
 
 def test_a_paused_handler_is_no_demand() -> None:
@@ -139,31 +155,44 @@ def test_a_handler_never_measured_asks_for_one_slot() -> None:
     """Without a rate, a slot comes first and measures it; the drain time is not known."""
     found = _plan(
         _app(),
-        _waiting("fast", 12_000, recent_handled=0, recent_seconds=0.0, newest_minute_handled=0),
+        _waiting(
+            "fast", 12_000, recent_handled=0, recent_seconds=0.0, recent_busy=0.0, busy_handled=0
+        ),
         _waiting("slow", 0),
     )
     assert (1, None) == (found.desired_workers, found.drain_seconds)
 
 
-def test_the_rate_of_a_slot_is_the_handlers_rate_over_its_slots_in_flight() -> None:
-    """6,000 events a minute by 4 slots in flight: 25 a slot a second, so (10 + 11,700 / 30) /
-    25 = 16 slots."""
-    found = _plan(_app(), _waiting("fast", 11_700, live_leases=4), _waiting("slow", 0))
+def test_the_rate_of_a_slot_is_what_was_handled_over_the_slots_busy_seconds() -> None:
+    """6,000 events in 240 busy slot-seconds: 25 a slot a second, so (10 + 11,700 / 30) / 25
+    = 16 slots."""
+    row = _waiting("fast", 11_700, recent_busy=240.0)
+    found = _plan(_app(), row, _waiting("slow", 0))
     assert (25.0, 16) == (found.handlers[0].rate_per_slot, found.desired_workers)
 
 
-def test_the_newest_minute_alone_measures_once_it_covers_fifteen_seconds() -> None:
-    """Two minutes of 6,000 and 2,000 events over 80 s: the newest, 2,000 in 20 s, says 100 a
-    second; at 10 s it is too short, and the window's 8,000 in 70 s is taken."""
-    long = _waiting("fast", 100, recent_handled=8000, recent_seconds=80.0)
-    newest = replace(long, newest_minute_handled=2000, newest_minute_seconds=20.0)
-    short = replace(
-        long, recent_seconds=70.0, newest_minute_handled=1000, newest_minute_seconds=10.0
+def test_the_rate_of_a_slot_after_an_idle_spell_is_its_busy_rate() -> None:
+    """Two minutes in which 1,200 events took 12 busy slot-seconds, mostly idle, with 4 slots
+    in flight now after a scale-up: a slot does 100 a second, not 1,200 / 120 s / 4 = 2.5."""
+    row = _waiting(
+        "fast",
+        11_700,
+        recent_handled=1200,
+        recent_seconds=120.0,
+        recent_busy=12.0,
+        busy_handled=1200,
+        live_leases=4,
     )
-    rates = [
-        _plan(_app(), row, _waiting("slow", 0)).handlers[0].rate_per_slot for row in (newest, short)
-    ]
-    assert [100.0, 8000 / 70] == rates
+    found = _plan(_app(), row, _waiting("slow", 0))
+    assert (100.0, 4) == (found.handlers[0].rate_per_slot, found.desired_workers)
+
+
+def test_without_busy_time_the_rate_of_a_slot_is_the_handlers_over_its_slots_in_flight() -> None:
+    """Minutes of workers that keep no busy time: 6,000 events a minute by 4 slots in flight
+    are 25 a slot a second."""
+    row = _waiting("fast", 11_700, recent_busy=0.0, busy_handled=0, live_leases=4)
+    found = _plan(_app(), row, _waiting("slow", 0))
+    assert 25.0 == found.handlers[0].rate_per_slot
 
 
 def test_a_concurrency_cap_bounds_the_slots() -> None:

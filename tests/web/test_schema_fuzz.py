@@ -231,4 +231,4 @@ def test_hostile_query_text_is_a_json_400_naming_it(
             ), (name, response.status_code, response.text[:300])
 
         refused()
-    assert 7 == len(with_query)
+    assert 8 == len(with_query)

@@ -157,7 +157,7 @@ from outbox._db.queries.notify import (
     notify_jobs,
     notify_trigger_ddl,
 )
-from outbox._db.queries.scaling import scaling_rows
+from outbox._db.queries.scaling import reading_connection, scaling_rows
 from outbox._db.queries.schema_state import record_schema_generation, schema_generation
 from outbox._db.queries.search import (
     archived_events,
@@ -167,6 +167,7 @@ from outbox._db.queries.search import (
     ingested_event,
 )
 from outbox._db.queries.throughput import (
+    THROUGHPUT_BUSY,
     THROUGHPUT_COUNTERS,
     add_throughput,
     delete_old_throughput,
@@ -224,6 +225,7 @@ __all__ = [
     "NOTIFY_FUNCTION",
     "RESCUED_ERROR",
     "RUN_ONCE_PREFIX",
+    "THROUGHPUT_BUSY",
     "THROUGHPUT_COUNTERS",
     "AttemptRow",
     "Conversion",
@@ -363,6 +365,7 @@ __all__ = [
     "operations",
     "overdue_jobs",
     "pause_handler",
+    "reading_connection",
     "recent_dead_letters",
     "record_attempt",
     "record_attempts",

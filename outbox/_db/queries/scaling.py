@@ -22,11 +22,14 @@ from sqlalchemy import (
     BigInteger,
     ColumnElement,
     Connection,
+    Double,
+    Engine,
     Float,
     Integer,
     Select,
     String,
     Table,
+    and_,
     bindparam,
     case,
     cast,
@@ -47,6 +50,18 @@ _throughput = schema.throughput
 _workers = schema.workers
 
 MINUTE_SECONDS = 60.0
+
+
+def reading_connection(engine: Engine) -> Connection:
+    """A connection for the one statement of :func:`scaling_rows`. On PostgreSQL in
+    autocommit, which psycopg switches on and off without a word to the server: no ``BEGIN``
+    and ``ROLLBACK`` around the statement (nor the idle timeout's ``SET LOCAL``), which cost the
+    read more round trips than its statement (one statement reads one snapshot either way).
+    Elsewhere as it comes: MariaDB's drivers send a statement to switch autocommit."""
+    conn = engine.connect()
+    if engine.dialect.name == "postgresql":
+        return conn.execution_options(isolation_level="AUTOCOMMIT")
+    return conn
 
 
 def scaling_rows(
@@ -84,8 +99,8 @@ def scaling_rows(
             paused=bool(r.paused),
             recent_handled=int(r.recent_handled or 0),
             recent_seconds=float(r.recent_seconds or 0.0),
-            newest_minute_handled=int(r.newest_minute_handled or 0),
-            newest_minute_seconds=float(r.newest_minute_seconds or 0.0),
+            recent_busy=float(r.recent_busy or 0.0),
+            busy_handled=int(r.busy_handled or 0),
             handled=int(r.handled or 0),
             satisfied=int(r.satisfied or 0),
             tolerating=int(r.tolerating or 0),
@@ -151,20 +166,16 @@ def _one_handler(name: str, table: Table, slots: ColumnElement[int]) -> Select[t
     # (a worker's clock a little ahead of the database's counts as one second).
     covered = case((age >= MINUTE_SECONDS, MINUTE_SECONDS), (age < 1.0, 1.0), else_=age)
     in_apdex = _throughput.c.minute >= db_now_plus(_BACK["apdex_back"])
-    # The newest minute counted: what the slots holding its jobs now did lately, unmixed with
-    # minutes before a change of the fleet (served by the primary key's end).
-    newest = (
-        select(events, covered)
-        .where(minutes, recent)
-        .order_by(_throughput.c.minute.desc())
-        .limit(1)
-    )
-    newest_handled = newest.with_only_columns(events).scalar_subquery()
-    newest_seconds = newest.with_only_columns(covered).scalar_subquery()
+    busy = _throughput.c.busy_seconds
+    # Minutes with busy time: what was handled in them over the slots' time spent on it
+    # (minutes of workers that keep no busy time stay out of it).
+    timed = and_(recent, busy > 0)
     counted = (
         select(
             func.sum(case((recent, events), else_=0)).label("recent_handled"),
             func.sum(case((recent, covered), else_=0.0)).label("recent_seconds"),
+            func.sum(case((timed, busy), else_=0.0)).label("recent_busy"),
+            func.sum(case((timed, events), else_=0)).label("busy_handled"),
             func.sum(case((in_apdex, events), else_=0)).label("handled"),
             func.sum(case((in_apdex, _throughput.c.satisfied), else_=0)).label("satisfied"),
             func.sum(case((in_apdex, _throughput.c.tolerating), else_=0)).label("tolerating"),
@@ -185,8 +196,9 @@ def _one_handler(name: str, table: Table, slots: ColumnElement[int]) -> Select[t
         cast(paused, Integer).label("paused"),
         cast(counted.c.recent_handled, BigInteger).label("recent_handled"),
         cast(counted.c.recent_seconds, Float).label("recent_seconds"),
-        cast(newest_handled, BigInteger).label("newest_minute_handled"),
-        cast(newest_seconds, Float).label("newest_minute_seconds"),
+        # Double: MariaDB's CAST AS FLOAT keeps single precision.
+        cast(counted.c.recent_busy, Double).label("recent_busy"),
+        cast(counted.c.busy_handled, BigInteger).label("busy_handled"),
         cast(counted.c.handled, BigInteger).label("handled"),
         cast(counted.c.satisfied, BigInteger).label("satisfied"),
         cast(counted.c.tolerating, BigInteger).label("tolerating"),

@@ -15,13 +15,18 @@ from outbox._db.types import ThroughputBucket, ThroughputRow
 
 _throughput = schema.throughput
 THROUGHPUT_COUNTERS = ("succeeded", "dead", "failed", "satisfied", "tolerating")
+THROUGHPUT_BUSY = "busy_seconds"
+"""The float column added to as the counters are: the seconds slots spent on the handler."""
 
 
 def add_throughput(conn: Connection, dialect: str, rows: Sequence[Mapping[str, Any]]) -> None:
     """Add counts to their (handler, minute) rows, made when missing: one statement. ``rows``:
-    ``handler``, ``minute`` (UTC, whole minutes) and the ``THROUGHPUT_COUNTERS``."""
+    ``handler``, ``minute`` (UTC, whole minutes), the ``THROUGHPUT_COUNTERS`` and
+    ``THROUGHPUT_BUSY`` (0 when absent)."""
     if rows:
-        dialects.statements(dialect).add_counts(conn, _throughput, rows, THROUGHPUT_COUNTERS)
+        filled = [{THROUGHPUT_BUSY: 0.0, **row} for row in rows]
+        added = (*THROUGHPUT_COUNTERS, THROUGHPUT_BUSY)
+        dialects.statements(dialect).add_counts(conn, _throughput, filled, added)
 
 
 def throughput_since(conn: Connection, seconds: float) -> list[ThroughputRow]:
