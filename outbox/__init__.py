@@ -26,6 +26,16 @@ from outbox.exceptions import (
     SchemaMissingError,
     UnsupportedDatabaseError,
 )
+from outbox.once import (
+    DistributionResult,
+    RescueResult,
+    RunResult,
+    WorkResult,
+    distribute_once,
+    rescue_once,
+    run_once,
+    work_once,
+)
 from outbox.ratelimit import RateLimit
 from outbox.retry import RetryAfter, RetryPolicy
 from outbox.urgency import Urgency
@@ -39,6 +49,7 @@ __all__ = [
     "DataError",
     "DatabaseUnavailableError",
     "Delivery",
+    "DistributionResult",
     "DownstreamError",
     "DownstreamUnavailableError",
     "GroupNotFoundError",
@@ -49,14 +60,21 @@ __all__ = [
     "OutboxError",
     "RateLimit",
     "ReplayError",
+    "RescueResult",
     "RetryAfter",
     "RetryPolicy",
+    "RunResult",
     "SchemaIncompatibleError",
     "SchemaMissingError",
     "Settings",
     "UnsupportedDatabaseError",
     "Urgency",
+    "WorkResult",
     "add_events",
     "add_events_async",
     "db_now",
+    "distribute_once",
+    "rescue_once",
+    "run_once",
+    "work_once",
 ]

@@ -19,6 +19,10 @@ GROUP_CLAIMED = "outbox.group.claimed"
 CLAIMS_ENQUEUED = "outbox.distribute.enqueued"
 # Events wait with no claim job and nothing distributes (no cron, workers with --no-distribute).
 DISTRIBUTION_MISSING = "outbox.distribute.missing"
+# A scheduled caller found the distribution tick taken by another (debug: expected, not news).
+DISTRIBUTE_TICK_LOST = "outbox.distribute.tick_lost"
+# One line per run-once call (outbox run --once, outbox.run_once.run_once): what it did, left.
+RUN_ONCE_DONE = "outbox.run_once.done"
 JOBS_RESCUED = "outbox.jobs.rescued"
 WORKER_STARTED = "outbox.worker.started"
 WORKER_STOPPING = "outbox.worker.stopping"
@@ -39,6 +43,14 @@ BUFFER_CLOCK_LOCAL = "outbox.worker.buffer_clock_local"
 BUFFER_TABLE_FOUND = "outbox.worker.buffer_table_found"  # there again: served again
 HANDLER_STOP_FAILED = "outbox.worker.handler_stop_failed"  # a handler's outbox_stop raised
 WORKER_PROCESS_EXITED = "outbox.worker.process_exited"
+# An executor's message named a job that is leased, finished, not due or paused: nothing done.
+EXECUTOR_MESSAGE_SKIPPED = "outbox.executor.skipped"
+# An executor could not publish the message for a due job: its sweep publishes it later.
+EXECUTOR_PUBLISH_FAILED = "outbox.executor.publish_failed"
+# A handler object's outbox_start raised in an executor's process: its jobs are given back.
+EXECUTOR_HANDLER_START_FAILED = "outbox.executor.handler_start_failed"
+# A process stopping mid-job gave back the leases it held: due again at once.
+JOBS_GIVEN_BACK = "outbox.jobs.given_back"
 WORKER_PROCESS_RESTARTING = "outbox.worker.process_restarting"
 WORKER_PROCESS_FAILED = "outbox.worker.process_failed"
 DATABASE_RETRYING = "outbox.database.retrying"

@@ -32,7 +32,7 @@ except ImportError as error:  # the extra is optional; say how to get it
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from outbox import _log, metrics
+from outbox import _log, metrics, scaling
 from outbox.app import Outbox
 from outbox.exceptions import OutboxError
 from outbox.results import (
@@ -87,6 +87,7 @@ class OutboxCollector:
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """The metric families without samples, so that registering does not query."""
         yield from _families().values()
+        yield from _scaling_families(None)
         yield from _scrape_families(error=None, duration=None)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -94,6 +95,7 @@ class OutboxCollector:
         started = time.monotonic()
         try:
             rows = metrics.collect(self.app, self.handlers)
+            wanted = scaling.read_scaling(self.app, self.handlers)
         except (SQLAlchemyError, OutboxError) as error:
             self._report_failure(error)
             yield from _scrape_families(error=True, duration=time.monotonic() - started)
@@ -122,6 +124,7 @@ class OutboxCollector:
             for name, value in values.items():
                 families[name].add_metric(labels, value)
         yield from families.values()
+        yield from _scaling_families(wanted)
         yield from _scrape_families(error=False, duration=time.monotonic() - started)
 
     def _report_failure(self, error: Exception) -> None:
@@ -185,6 +188,50 @@ def _families() -> dict[str, GaugeMetricFamily]:
     return {
         name: GaugeMetricFamily(name, text, labels=_LABELS) for name, text in documentation.items()
     }
+
+
+def _scaling_families(wanted: scaling.Scaling | None) -> Iterator[GaugeMetricFamily]:
+    """The fleet's desired size, per band and in total, the drain time and Apdex
+    (:mod:`outbox.scaling`); no samples when ``wanted`` is None. A value not known (no rate
+    measured, nothing handled in the window) has no sample rather than a made-up one."""
+    desired = GaugeMetricFamily(
+        "outbox_desired_workers",
+        "Worker slots (concurrency units) that keep every promise: what an autoscaler follows.",
+        value=None if wanted is None else wanted.desired_workers,
+    )
+    slots = GaugeMetricFamily(
+        "outbox_worker_slots",
+        "Slots of the live workers now (the sum of their concurrency).",
+        value=None if wanted is None else wanted.fleet_slots,
+    )
+    drain = GaugeMetricFamily(
+        "outbox_drain_seconds",
+        "Seconds the live workers take to drain every runnable event at the measured rates.",
+        value=None if wanted is None else wanted.drain_seconds,
+    )
+    band_desired = GaugeMetricFamily(
+        "outbox_band_desired_workers",
+        "Worker slots that keep the band's promise.",
+        labels=("band",),
+    )
+    band_drain = GaugeMetricFamily(
+        "outbox_band_drain_seconds",
+        "Seconds the live workers take to drain the band and every more urgent one.",
+        labels=("band",),
+    )
+    band_apdex = GaugeMetricFamily(
+        "outbox_band_apdex",
+        "Share of the band's events handled within its promise, tolerating up to four times "
+        "it at half weight, over the Apdex window (an hour).",
+        labels=("band",),
+    )
+    for band in () if wanted is None else wanted.bands:
+        band_desired.add_metric((band.urgency,), band.desired_workers)
+        if band.drain_seconds is not None:
+            band_drain.add_metric((band.urgency,), band.drain_seconds)
+        if band.apdex is not None:
+            band_apdex.add_metric((band.urgency,), band.apdex)
+    yield from (desired, slots, drain, band_desired, band_drain, band_apdex)
 
 
 def _scrape_families(

@@ -338,3 +338,39 @@ class ThroughputBucket:
     succeeded: int
     dead: int
     failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingRow:
+    """What one handler has waiting, running and handled, as the scaling read finds it
+    (``scaling_rows``): index ends rather than counts. Ages are float seconds, by the
+    database clock."""
+
+    handler: str
+    first_unclaimed: int | None
+    """The lowest id of an unclaimed row; None when none waits unclaimed."""
+    last_unclaimed: int | None
+    newest_unclaimed_age: float | None
+    """Age of the newest unclaimed row."""
+    first_id: int | None
+    """The lowest id in the buffer; None when it is empty."""
+    last_id: int | None
+    oldest_age: float | None
+    """Age of the oldest row in the buffer."""
+    runnable_groups: int
+    """Batch jobs a worker may lease now: not leased, due (not deferred, throttled or backing
+    off)."""
+    live_leases: int
+    """Jobs of the handler leased now, lease not run out."""
+    paused: bool
+    recent_handled: int
+    """Events succeeded or dead-lettered over the rate window."""
+    recent_seconds: float
+    """Seconds the minutes of ``recent_handled`` cover (the minutes in which it handled
+    something; this minute as far as it has gone)."""
+    handled: int
+    """Events succeeded or dead-lettered over the Apdex window."""
+    satisfied: int
+    tolerating: int
+    fleet_slots: int
+    """Slots of the live workers (the sum of their concurrency), fleet-wide."""

@@ -18,7 +18,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox import _log, archive, fleet, flow, groups, held, ingest, metrics, refused, search
+from outbox import (
+    _log,
+    archive,
+    fleet,
+    flow,
+    groups,
+    held,
+    ingest,
+    metrics,
+    refused,
+    scaling,
+    search,
+)
 from outbox._checks import MAX_JSON_DEPTH, json_problem, quoted
 from outbox.jsonable import jsonable
 from outbox.schema import WorkerRequest
@@ -158,6 +170,25 @@ async def status(request: Request) -> Response:
     return answer(
         {"taken_at": snapshot.taken_at, "handlers": [h.as_dict() for h in snapshot.handlers]}
     )
+
+
+async def desired_workers(request: Request) -> Response:
+    """``GET /scaling``: the worker slots that keep every promise, per band and in total, the
+    time to drain at the fleet's size now, and each band's Apdex (:mod:`outbox.scaling`);
+    ``desired_workers`` is what an autoscaler follows (KEDA's metrics-api scaler)."""
+    await require(request, Permission.READ)
+    console = console_of(request)
+    names = handler_names(console, request.query_params.getlist("handler"))
+    options: dict[str, float] = {}
+    for name in ("target", "rate_window", "apdex_window"):
+        given = request.query_params.get(name)
+        if given is not None:
+            try:
+                options[name] = float(given)
+            except ValueError:
+                raise HTTPException(400, f"{name}: expected a number, got {given!r}") from None
+    found = await call(scaling.read_scaling, console.app, names, **options)
+    return answer(found.as_dict())
 
 
 async def throughput(request: Request) -> Response:
@@ -537,6 +568,7 @@ async def post_events(request: Request) -> Response:
 
 ROUTES = [
     Route(f"{PREFIX}/status", status, methods=["GET"]),
+    Route(f"{PREFIX}/scaling", desired_workers, methods=["GET"]),
     Route(f"{PREFIX}/groups", list_groups, methods=["GET"]),
     Route(f"{PREFIX}/groups/discard", discard, methods=["POST"]),
     Route(f"{PREFIX}/groups/replay", replay, methods=["POST"]),

@@ -21,6 +21,11 @@ from outbox.buffer import BufferMixin
 from outbox.groups import MAX_AGE_SECONDS
 from outbox.ingest import MAX_EVENTS, IngestResult, decimal_digits, integer_range
 from outbox.metrics import ThroughputRange
+from outbox.scaling import (
+    DEFAULT_APDEX_WINDOW_SECONDS,
+    DEFAULT_RATE_WINDOW_SECONDS,
+    MAX_WINDOW_SECONDS,
+)
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction, WorkerRequest
 from outbox.web.api import PREFIX
 
@@ -164,6 +169,31 @@ def _op(summary: str, answers: dict[str, Any], **more: Any) -> dict[str, Any]:
 
 PATHS: dict[str, dict[str, Any]] = {
     "/status": {"get": _op("Every handler's status", {"200": _answer("statuses"), **_errors()})},
+    "/scaling": {
+        "get": _op(
+            "Desired worker slots per band and in total, the time to drain, and Apdex",
+            {"200": _answer("the fleet's desired size"), **_errors(400, 404)},
+            parameters=[
+                _query("handler", {"type": "string"}, "only these handlers", many=True),
+                _query(
+                    "target",
+                    {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+                    "the share of each promise a backlog is planned to drain within (0.5)",
+                ),
+                *(
+                    _query(
+                        name,
+                        {"type": "number", "minimum": 60, "maximum": MAX_WINDOW_SECONDS},
+                        f"seconds back that {what} counts (default {default:g})",
+                    )
+                    for name, what, default in (
+                        ("rate_window", "the measured rate", DEFAULT_RATE_WINDOW_SECONDS),
+                        ("apdex_window", "Apdex", DEFAULT_APDEX_WINDOW_SECONDS),
+                    )
+                ),
+            ],
+        )
+    },
     "/groups": {
         "get": _op(
             "The groups a selection matches, a page at a time",

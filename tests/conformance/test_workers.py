@@ -94,3 +94,29 @@ def test_an_older_release_worker_is_forgotten_only_past_its_own_age(db: Database
     add_worker(db.engine, "older-gone", heartbeat_ago=3 * STALE + 30, older_release=True)
     deleted = db.run(lambda conn: queries.delete_stale_workers(conn, STALE, 3 * STALE))
     assert (1, ["older-live"]) == (deleted, worker_ids(db.engine))
+
+
+def test_a_run_once_caller_never_leads_however_long_it_runs(db: Database) -> None:
+    """A run-once caller's row (its id begins with ``once:``) is passed over: the oldest live
+    worker leads."""
+    add_worker(db.engine, f"{queries.RUN_ONCE_PREFIX}host:1:ab", started_ago=300.0)
+    add_worker(db.engine, "worker-younger", started_ago=100.0)
+    assert "worker-younger" == db.run(lambda conn: queries.leader_worker_id(conn, STALE))
+
+
+def test_with_only_run_once_callers_no_one_leads(db: Database) -> None:
+    """No worker distributes as the leader while only run-once callers have rows."""
+    add_worker(db.engine, f"{queries.RUN_ONCE_PREFIX}host:1:ab", started_ago=300.0)
+    assert None is db.run(lambda conn: queries.leader_worker_id(conn, STALE))
+
+
+def test_silent_run_once_callers_are_forgotten_and_nothing_else(db: Database) -> None:
+    """A run-once caller silent past the age goes; a live one and a silent worker stay (a
+    worker is judged by the rescue of a worker that may judge)."""
+    killed = f"{queries.RUN_ONCE_PREFIX}host:1:killed"
+    live = f"{queries.RUN_ONCE_PREFIX}host:2:live"
+    add_worker(db.engine, killed, heartbeat_ago=STALE + 30)
+    add_worker(db.engine, live)
+    add_worker(db.engine, "silent-worker", heartbeat_ago=STALE + 30)
+    deleted = db.run(lambda conn: queries.delete_silent_run_once_callers(conn, STALE))
+    assert (1, sorted([live, "silent-worker"])) == (deleted, worker_ids(db.engine))

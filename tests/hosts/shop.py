@@ -8,6 +8,7 @@ burst mode, the public way to run everything due now from inside another process
 
 from __future__ import annotations
 
+import logging
 import os
 
 from sqlalchemy import String, create_engine
@@ -15,6 +16,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from outbox import Batch, BufferMixin, Outbox, RetryPolicy, schema
 from outbox.worker import Worker
+
+log = logging.getLogger(__name__)
 
 DATABASE_URL_ENV = "SHOP_DATABASE_URL"
 # The retry is an hour away: nothing of it is due in the run that failed.

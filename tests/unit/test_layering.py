@@ -132,3 +132,36 @@ def test_faces_do_not_reach_into_the_sql_layer() -> None:
             if bad:
                 offenders[str(path.relative_to(package))] = sorted(set(bad))
     assert {} == offenders
+
+
+# Executors run jobs through the job runner, as the worker does: beside the worker, not on it.
+EXECUTORS_MUST_NOT_IMPORT = ("outbox.worker", "outbox.cli", "outbox.web")
+INNER = ("_db", "_engine", "_services", "worker.py", "app.py")
+
+
+def test_executors_sit_beside_the_worker() -> None:
+    """An executor imports no worker, command or web face; no inner layer (the database layer,
+    the engine, the services, the worker, the application object) imports an executor."""
+    package = Path(outbox.__file__).parent
+    offenders = {}
+    for path in sorted((package / "executors").rglob("*.py")):
+        bad = [
+            name
+            for name in _imports(path.read_text(encoding="utf-8"))
+            if any(name == f or name.startswith(f + ".") for f in EXECUTORS_MUST_NOT_IMPORT)
+        ]
+        if bad:
+            offenders[str(path.relative_to(package))] = sorted(set(bad))
+    for layer in INNER:
+        paths = (
+            [package / layer] if layer.endswith(".py") else sorted((package / layer).rglob("*.py"))
+        )
+        for path in paths:
+            bad = [
+                n
+                for n in _imports(path.read_text(encoding="utf-8"))
+                if n.startswith("outbox.executors")
+            ]
+            if bad:
+                offenders[str(path.relative_to(package))] = sorted(set(bad))
+    assert {} == offenders

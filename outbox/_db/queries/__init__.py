@@ -54,6 +54,7 @@ from outbox._db.queries.clock import (
     try_lock_conversions,
     unlock_conversions,
 )
+from outbox._db.queries.deliveries import give_back_jobs_of, newest_due_jobs, overdue_jobs
 from outbox._db.queries.groups import (
     ARCHIVED,
     LIVE,
@@ -85,6 +86,8 @@ from outbox._db.queries.groups import (
     retry_job_now,
 )
 from outbox._db.queries.handlers import (
+    distributed_ticks,
+    ensure_handler_row,
     handler_states,
     lock_handler_state,
     not_paused,
@@ -92,6 +95,7 @@ from outbox._db.queries.handlers import (
     reset_breaker,
     resume_handler,
     set_breaker_counts,
+    take_distribution_tick,
 )
 from outbox._db.queries.held import (
     group_keys,
@@ -125,6 +129,7 @@ from outbox._db.queries.jobs import (
     insert_claim_jobs,
     job_counts,
     max_failed_attempts,
+    next_job_due,
     refused_groups,
     release_job,
     release_refused_jobs,
@@ -150,6 +155,7 @@ from outbox._db.queries.notify import (
     notify_jobs,
     notify_trigger_ddl,
 )
+from outbox._db.queries.scaling import scaling_rows
 from outbox._db.queries.schema_state import record_schema_generation, schema_generation
 from outbox._db.queries.search import (
     archived_events,
@@ -166,9 +172,11 @@ from outbox._db.queries.throughput import (
     throughput_since,
 )
 from outbox._db.queries.workers import (
+    RUN_ONCE_PREFIX,
     ask_worker,
     count_live_workers,
     database_now,
+    delete_silent_run_once_callers,
     delete_stale_workers,
     delete_worker,
     insert_worker,
@@ -193,6 +201,7 @@ from outbox._db.types import (
     PrunedChunk,
     RecentDeadLetters,
     RefusedGroup,
+    ScalingRow,
     SchemaGeneration,
     SessionClock,
     SilentHolder,
@@ -212,6 +221,7 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "NOTIFY_FUNCTION",
     "RESCUED_ERROR",
+    "RUN_ONCE_PREFIX",
     "THROUGHPUT_COUNTERS",
     "AttemptRow",
     "Conversion",
@@ -227,6 +237,7 @@ __all__ = [
     "PrunedChunk",
     "RecentDeadLetters",
     "RefusedGroup",
+    "ScalingRow",
     "SchemaGeneration",
     "SessionClock",
     "SilentHolder",
@@ -289,12 +300,15 @@ __all__ = [
     "delete_old_ingest_keys",
     "delete_old_throughput",
     "delete_pending_claim_jobs",
+    "delete_silent_run_once_callers",
     "delete_stale_workers",
     "delete_worker",
     "discard_dead_rows",
+    "distributed_ticks",
     "drop_conversions_if_done",
     "drop_index_concurrently",
     "drop_notify_trigger_ddl",
+    "ensure_handler_row",
     "estimated_rows",
     "events_by_id",
     "existing_ids",
@@ -303,6 +317,7 @@ __all__ = [
     "fetch_claimed",
     "finish_operation",
     "finish_succeeded_group",
+    "give_back_jobs_of",
     "group_attempts",
     "group_job",
     "group_keys",
@@ -333,6 +348,8 @@ __all__ = [
     "mark_group_operation",
     "max_failed_attempts",
     "move_rows_to_group",
+    "newest_due_jobs",
+    "next_job_due",
     "next_key",
     "not_paused",
     "notify_function_ddl",
@@ -341,6 +358,7 @@ __all__ = [
     "oldest_event_age",
     "oldest_unclaimed_age",
     "operations",
+    "overdue_jobs",
     "pause_handler",
     "recent_dead_letters",
     "record_attempt",
@@ -360,6 +378,7 @@ __all__ = [
     "resume_handler",
     "retry_job_now",
     "return_job",
+    "scaling_rows",
     "schema_generation",
     "select_archived",
     "select_claimed_rows",
@@ -369,6 +388,7 @@ __all__ = [
     "silent_holders",
     "switch_default_to_utc",
     "table_indexes",
+    "take_distribution_tick",
     "throughput_buckets",
     "throughput_since",
     "touch_worker",

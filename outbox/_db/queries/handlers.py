@@ -1,4 +1,5 @@
-"""Statements on ``outbox_handlers``: what the fleet agrees on about a handler (its pause)."""
+"""Statements on ``outbox_handlers``: what the fleet agrees on about a handler (its pause, its
+circuit breaker, the newest distribution tick taken for it)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,48 @@ def pause_handler(
         "pause_reason": reason,
     }
     return conn.execute(stmt.values(values)).rowcount == 1
+
+
+def take_distribution_tick(conn: Connection, name: str, tick: int) -> bool | None:
+    """Take the distribution tick ``tick`` for a handler: True for the one caller that moves
+    ``distributed_tick`` forward to it, False for every other caller of the same tick (or of
+    an older one); None when the handler has no row yet (:func:`ensure_handler_row`, in a
+    transaction of its own, then take the tick again).
+
+    One conditional UPDATE of the handler's row, no lock taken beforehand: on PostgreSQL and
+    MariaDB a second UPDATE of the row waits for the first to commit, then reads the committed
+    tick again (PostgreSQL re-checks its WHERE on the new row version; InnoDB's locking read
+    sees the latest committed one) and matches nothing; SQLite's transaction holds the
+    database's write lock from BEGIN. The row count tells the winner; only a loser reads the
+    row's primary key to tell a tick taken from a row missing. The transaction should commit
+    at once: the row stays locked until then.
+    """
+    stmt = (
+        update(_handlers)
+        .where(
+            _handlers.c.name == name,
+            or_(_handlers.c.distributed_tick.is_(None), _handlers.c.distributed_tick < tick),
+        )
+        .values(distributed_tick=tick)
+    )
+    if conn.execute(stmt).rowcount == 1:
+        return True
+    present = conn.execute(select(_handlers.c.name).where(_handlers.c.name == name)).first()
+    return False if present is not None else None
+
+
+def ensure_handler_row(conn: Connection, dialect: str, name: str) -> None:
+    """Make a handler's row if it has none. In a transaction of its own before a tick is
+    taken, not in the tick's: MariaDB's INSERT IGNORE of a row another session is inserting
+    leaves a shared lock on it, which an UPDATE in the same transaction would have to raise
+    to an exclusive one; two sessions doing so at once deadlock."""
+    _ensure_row(conn, dialect, name)
+
+
+def distributed_ticks(conn: Connection) -> dict[str, int | None]:
+    """The newest distribution tick taken for each handler that has a row (None: none yet)."""
+    rows = conn.execute(select(_handlers.c.name, _handlers.c.distributed_tick))
+    return {name: None if tick is None else int(tick) for name, tick in rows}
 
 
 def resume_handler(conn: Connection, name: str) -> bool:

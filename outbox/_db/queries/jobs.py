@@ -335,6 +335,28 @@ def undistributed_age(
     return None if age is None else max(float(age), 0.0)
 
 
+def next_job_due(conn: Connection, handlers: Sequence[str]) -> float | None:
+    """Seconds until the soonest job of ``handlers`` that nobody holds is due (0: due now);
+    None when none waits.
+
+    A paused handler's jobs and refused groups (they hold a token) do not count: nothing may
+    run them now. A held job is its holder's, or the rescue's once its lease ends. One read of
+    ``MIN(run_at)`` over the free jobs (the partial index ``ix_outbox_jobs_ready`` holds
+    them); the job table is small: jobs, not events.
+    """
+    soonest = (
+        select(func.min(_jobs.c.run_at))
+        .where(
+            _jobs.c.handler.in_(list(handlers)),
+            _jobs.c.lease_token.is_(None),
+            not_paused(_jobs.c.handler),
+        )
+        .scalar_subquery()
+    )
+    age = conn.execute(select(age_seconds(soonest))).scalar_one_or_none()
+    return None if age is None else max(-float(age), 0.0)
+
+
 def delete_job(conn: Connection, job_id: int, token: uuid.UUID) -> bool:
     """Delete a finished job; False when its lease is no longer ours (the fence)."""
     result = conn.execute(delete(_jobs).where(_jobs.c.id == job_id, _jobs.c.lease_token == token))

@@ -14,7 +14,7 @@ from outbox._db.dialects.clock import age_seconds, db_now_plus, whole_buckets
 from outbox._db.types import ThroughputBucket, ThroughputRow
 
 _throughput = schema.throughput
-THROUGHPUT_COUNTERS = ("succeeded", "dead", "failed")
+THROUGHPUT_COUNTERS = ("succeeded", "dead", "failed", "satisfied", "tolerating")
 
 
 def add_throughput(conn: Connection, dialect: str, rows: Sequence[Mapping[str, Any]]) -> None:

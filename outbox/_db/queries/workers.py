@@ -24,6 +24,10 @@ from outbox._version import VERSION
 
 _workers = schema.workers
 
+RUN_ONCE_PREFIX = "once:"
+"""How the id of a run-once caller's row begins (``outbox.run_once``): it works for a bounded
+time and leaves, so it never leads the fleet, whose leader distributes."""
+
 
 def insert_worker(
     conn: Connection, worker_id: str, hostname: str, pid: int, concurrency: int
@@ -82,6 +86,18 @@ def delete_stale_workers(conn: Connection, stale_seconds: float, older_seconds: 
     return conn.execute(delete(_workers).where(~_live(stale_seconds, older_seconds))).rowcount
 
 
+def delete_silent_run_once_callers(conn: Connection, silent_seconds: float) -> int:
+    """Forget run-once callers (ids beginning with :data:`RUN_ONCE_PREFIX`) silent for longer
+    than ``silent_seconds``: runs killed before they could delete their rows. Judges nothing
+    when ``silent_seconds`` is at least a lease: no lease of theirs is extended since."""
+    return conn.execute(
+        delete(_workers).where(
+            _workers.c.id.startswith(RUN_ONCE_PREFIX, autoescape=True),
+            _workers.c.heartbeat_at < db_now_plus(-silent_seconds),
+        )
+    ).rowcount
+
+
 def gone_workers(stale_seconds: float) -> Select[tuple[str]]:
     """The ids of workers judged gone: silent for ``stale_seconds``. Only workers that record
     a generation (0.2 and newer) are judged so: they heartbeat at least three times in that
@@ -109,10 +125,14 @@ def _live(stale_seconds: float, older_seconds: float) -> ColumnElement[bool]:
 
 
 def leader_worker_id(conn: Connection, stale_seconds: float) -> str | None:
-    """The live worker that runs distribution: the longest-running one."""
+    """The live worker that runs distribution: the longest-running one, never a run-once
+    caller (its id begins with :data:`RUN_ONCE_PREFIX`)."""
     return conn.execute(
         select(_workers.c.id)
-        .where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
+        .where(
+            _workers.c.heartbeat_at >= db_now_plus(-stale_seconds),
+            ~_workers.c.id.startswith(RUN_ONCE_PREFIX, autoescape=True),
+        )
         .order_by(_workers.c.started_at, _workers.c.id)
         .limit(1)
     ).scalar_one_or_none()

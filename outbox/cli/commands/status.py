@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import click
 
-from outbox import Outbox, _buffer_clock, fleet, lifecycle, metrics
+from outbox import Outbox, _buffer_clock, fleet, lifecycle, metrics, scaling
 from outbox._duration import duration
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_FAILURE, command, ready
@@ -66,11 +66,13 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
     rows = _started(app, handlers, dead_since)
     band_rows = metrics.bands(rows)
     versions = fleet.fleet(app)
+    wanted = scaling.read_scaling(app, handlers)
     if as_json:
         document = {
             "handlers": [r.as_dict() for r in rows],
             "bands": [b.as_dict() for b in band_rows],
             "fleet": versions.as_dict(),
+            "scaling": wanted.as_dict(),
         }
         click.echo(json.dumps(document, indent=2))
         return
@@ -96,6 +98,7 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
         ],
     )  # fmt: skip
     click.echo()
+    _print_scaling(wanted)
     _print_fleet(versions)
     for r in rows:
         if r.paused:
@@ -129,6 +132,21 @@ def _started(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> list[
     refused = lifecycle.refusals(app, app.select_handlers(handlers))
     rows = metrics.collect(app, handlers, dead_since=dead_since)
     return [replace(r, refused_at_start=refused.get(r.handler)) for r in rows]
+
+
+def _print_scaling(wanted: scaling.Scaling) -> None:
+    """Desired worker slots against the fleet's, the drain time, and each band's Apdex."""
+    drain = "" if wanted.drain_seconds is None else f", drains in {duration(wanted.drain_seconds)}"
+    click.echo(
+        f"desired workers: {wanted.desired_workers} slots (live: {wanted.fleet_slots}){drain}"
+    )
+    apdex = [
+        f"{b.urgency} {b.apdex:.2f} ({b.handled} events)"
+        for b in wanted.bands
+        if b.apdex is not None
+    ]
+    if apdex:
+        click.echo(f"apdex over the last {duration(wanted.apdex_window)}: {', '.join(apdex)}")
 
 
 def _print_fleet(versions: fleet.Fleet) -> None:

@@ -1,0 +1,616 @@
+"""outbox on the application's own Celery: claim and batch jobs as Celery tasks.
+
+One call, :func:`install`, puts outbox on a Celery application (the application, its broker
+and its result backend stay the user's)::
+
+    from celery import Celery
+    from outbox.executors.celery import install
+
+    celery = Celery("shop", broker="amqp://guest:guest@localhost//")
+    executor = install(celery, outbox_app)
+
+and two commands run it, beside the application's own workers::
+
+    celery -A shop.tasks worker --queues outbox --concurrency 4
+    celery -A shop.tasks beat
+
+It registers three tasks, whose messages all go to a queue of their own (``queue``, named in
+each message's options, so the application's ``task_routes`` and long tasks never hold them
+up):
+
+``outbox.distribute``
+    On the beat schedule every ``distribute_every`` seconds: the claim jobs the handlers'
+    unclaimed events need (:func:`outbox.once.distribute_once` on the beat's tick), then a
+    message for each new claim job. The tick is taken in the database, per handler: of any
+    number of beats sending the task on one tick, one distributes, and the others' messages
+    find the tick taken and do nothing.
+``outbox.run_job``
+    Runs one job, named by its id in the message, through the job runner that ``outbox work``
+    runs it with: a claim job claims full batches and hands each to its handler at once, for
+    up to a second, exactly as under ``outbox work``; a batch job hands its group to its
+    handler. Pauses, rate limits, fleet-wide caps, circuit breakers and ordering live in the
+    database and hold across Celery workers and ``outbox work`` processes alike.
+``outbox.rescue``
+    On the beat schedule every ``rescue_every`` seconds: frees the jobs of gone workers and of
+    expired leases, then publishes a message for each job it freed and for any due job that no
+    message has taken for ``OVERDUE_AFTER_SECONDS`` (a message lost with a broker, or never
+    published), at most ``SWEEP_LIMIT`` a run.
+
+The job table stays the source of truth. A message names a job; the task leases that job only
+when it is due and unleased, so a message delivered twice (a visibility timeout, ``acks_late``,
+a lost worker, a duplicate publish) finds it leased or gone and does nothing (logged at debug,
+``outbox.executor.skipped``). Nothing depends on ``acks_late`` or
+``task_reject_on_worker_lost``: a killed worker loses only its lease.
+
+Each worker process (each prefork child) registers in ``outbox_workers`` and heartbeats, so
+``outbox status`` and the console show it like any worker, its running job's lease is
+extended, and a killed child's jobs are freed once its heartbeat goes silent, not at lease end.
+Engines are made per child: the pool a child inherits from the parent is disposed of
+(``engine.dispose(close=False)``) when it starts. A child stopped with SIGTERM (Celery's cold
+shutdown, the end of a ``worker_soft_shutdown_timeout``) gives back the leases it holds, and
+their work is taken again at once.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from celery import Celery, signals
+from sqlalchemy.exc import DBAPIError
+
+from outbox import _log, lifecycle, once, schema
+from outbox._db import queries, run_in_transaction
+from outbox._db.dialects import error_summary
+from outbox._engine.distributor import MAX_TICK_SECONDS, MIN_TICK_SECONDS
+from outbox._engine.runner import JobRun, Runner, RunOutcome, lease_job
+from outbox._services.heartbeat import Heartbeat, heartbeat_interval
+from outbox._services.rescuer import Rescuer
+from outbox._services.throughput import Throughput
+from outbox.app import Handler, Outbox
+from outbox.exceptions import BufferTableMissingError
+
+log = _log.get_logger(__name__)
+
+DEFAULT_QUEUE = "outbox"
+DEFAULT_DISTRIBUTE_EVERY_SECONDS = 1.0
+"""Seconds between distributions: a new event waits about this long for its claim job (the
+same as ``outbox work``'s default)."""
+RUN_JOB_TASK = "outbox.run_job"
+DISTRIBUTE_TASK = "outbox.distribute"
+RESCUE_TASK = "outbox.rescue"
+BEAT_ENTRIES = (DISTRIBUTE_TASK, RESCUE_TASK)
+"""The names of the entries :func:`install` adds to the beat schedule (the tasks' own names)."""
+OVERDUE_AFTER_SECONDS = 30.0
+"""A due job that no message has taken for this long gets one from the rescue task's sweep. A
+message waiting behind a queue's backlog is taken for lost too, and its job gets a second one,
+which finds the job leased or gone: a no-op."""
+SWEEP_LIMIT = 100
+"""The most messages one sweep publishes for overdue jobs (the most urgent first)."""
+MAX_COUNTDOWN_SECONDS = 300.0
+"""A group due again within this long (a retry's backoff, a deferral, a rate limit's turn) gets
+its message at once with a countdown; one due later is left to the sweep, so that a worker does
+not hold hours of countdown messages in memory."""
+DUE_MARGIN_SECONDS = 0.05
+"""A countdown message arrives this long after its job is due: the database's clock decides."""
+MESSAGE_EXPIRY_PERIODS = 10
+"""A beat message that waited this many of its periods is dropped: a later one does its work."""
+GIVE_BACK_SECONDS = 5.0
+"""How long a child stopped by SIGTERM spends giving back its leases before it exits anyway
+(the rescue frees them then, once its heartbeat is silent)."""
+STOP_JOIN_SECONDS = 5.0
+
+
+def install(
+    celery_app: Celery,
+    outbox_app: Outbox,
+    *,
+    queue: str = DEFAULT_QUEUE,
+    distribute_every: float = DEFAULT_DISTRIBUTE_EVERY_SECONDS,
+    rescue_every: float | None = None,
+    handlers: Sequence[str] = (),
+) -> CeleryExecutor:
+    """Install outbox on ``celery_app``: its three tasks and two beat entries.
+
+    ``celery_app``: the application's ``celery.Celery``. ``outbox_app``: the :class:`Outbox`
+    whose handlers run. ``queue``: the queue the tasks and their messages go to; run a worker
+    that consumes it (``celery worker --queues outbox``), and only it, so that the
+    application's long tasks never starve outbox's. ``distribute_every``: seconds between
+    distributions (beat entry ``outbox.distribute``), also the length of the tick each
+    distribution takes in the database. ``rescue_every``: seconds between rescues
+    and sweeps (beat entry ``outbox.rescue``); the app's ``Settings.rescue_interval`` by
+    default. ``handlers``: the names of the handlers run on this Celery application (all, by
+    default, those registered when a worker process starts).
+
+    Every setting of ``celery_app.conf`` stays as it was, but for the two entries named in
+    ``BEAT_ENTRIES`` added to ``beat_schedule``; routing is by each message's ``queue`` option
+    (the beat entries' and :meth:`CeleryExecutor.publish`'s), not ``task_routes``. Call it once
+    per Celery application, after configuring it.
+
+    Raises TypeError for a ``celery_app`` or ``outbox_app`` of another kind (an async engine,
+    a module), ValueError for a period that is not a positive number of seconds, a blank
+    queue, a handler the app does not have, or a second install on one Celery application.
+    """
+    if not isinstance(celery_app, Celery):
+        raise TypeError(f"celery_app must be a celery.Celery application, got {celery_app!r}")
+    if not isinstance(outbox_app, Outbox):
+        raise TypeError(f"outbox_app must be an outbox.Outbox, got {outbox_app!r}")
+    if not isinstance(queue, str) or not queue.strip():
+        raise ValueError(f"queue must be a queue's name, got {queue!r}")
+    _check_seconds("distribute_every", distribute_every, MIN_TICK_SECONDS, MAX_TICK_SECONDS)
+    if rescue_every is not None:
+        _check_seconds("rescue_every", rescue_every, MIN_TICK_SECONDS, MAX_TICK_SECONDS)
+    if isinstance(handlers, str):
+        raise TypeError(f"handlers must be a sequence of handler names, got {handlers!r}")
+    names = tuple(handlers)
+    outbox_app.select_handlers(names)  # refuses a name the app does not know
+    if RUN_JOB_TASK in celery_app.tasks:
+        raise ValueError(f"outbox is already installed on {celery_app.main or celery_app!r}")
+    return CeleryExecutor(
+        celery_app,
+        outbox_app,
+        queue=queue,
+        distribute_every=float(distribute_every),
+        rescue_every=float(
+            outbox_app.settings.rescue_interval if rescue_every is None else rescue_every
+        ),
+        handlers=names,
+    )
+
+
+def _check_seconds(name: str, value: object, least: float, most: float) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or math.isnan(value)
+        or not least <= value <= most
+    ):
+        raise ValueError(f"{name} must be {least:g} to {most:g} seconds, got {value!r}")
+
+
+@dataclass
+class _Process:
+    """What one worker process (a prefork child, or a solo worker) holds: its worker row's id,
+    its heartbeat, the job runner, and the jobs it runs now."""
+
+    executor: CeleryExecutor
+    worker_id: str
+    handlers: dict[str, Handler[Any]]
+    pid: int = field(default_factory=os.getpid)
+    running: set[int] = field(default_factory=set)
+    started: set[str] = field(default_factory=set)
+    stopping: threading.Event = field(default_factory=threading.Event)
+    stopped: threading.Event = field(default_factory=threading.Event)
+    database_down: bool = False
+    child: bool = False
+    """A prefork child (its SIGTERM is outbox's once it runs a job)."""
+    takes_sigterm: bool = False
+
+    def __post_init__(self) -> None:
+        app = self.executor.outbox
+        self.throughput = Throughput(app)
+        self.heartbeat = Heartbeat(
+            app, self.worker_id, 1, running=self.running_now, stopping=self.stopping.is_set
+        )
+        self.rescuer = Rescuer(
+            app, self.worker_id, judge_heartbeats=self.heartbeat.may_judge_others
+        )
+        self.runner = Runner(
+            app,
+            worker_id=self.worker_id,
+            handlers=self.handlers,
+            throughput=self.throughput,
+            hold=self.running.add,
+            let_go=self.running.discard,
+            database_error=self.report_database_error,
+            stopping=self.stopping.is_set,
+        )
+        self.thread = threading.Thread(
+            target=self._heartbeat_main, name="outbox-heartbeat", daemon=True
+        )
+
+    def running_now(self) -> list[int]:
+        return sorted(self.running)
+
+    def start(self) -> None:
+        self.thread.start()
+        log.info(
+            _log.WORKER_STARTED,
+            worker=self.worker_id,
+            executor="celery",
+            queue=self.executor.queue,
+            handlers=sorted(self.handlers),
+        )
+
+    def _heartbeat_main(self) -> None:
+        every = heartbeat_interval(self.executor.outbox.settings)
+        while not self.stopping.is_set():
+            try:
+                self.heartbeat.run_once()
+                self.throughput.run_once()
+                if self.database_down:
+                    self.database_down = False
+                    log.info(_log.WORKER_DATABASE_RECOVERED, worker=self.worker_id)
+            except DBAPIError as error:
+                self.report_database_error(error)
+            except Exception as error:  # the heartbeat must outlive anything one beat meets
+                log.exception(_log.WORKER_LOOP_ERROR, worker=self.worker_id, error=str(error))
+            self.stopping.wait(every)
+
+    def report_database_error(self, error: DBAPIError) -> None:
+        # Once per outage, not once per heartbeat.
+        if not self.database_down:
+            self.database_down = True
+            log.warning(
+                _log.WORKER_DATABASE_ERROR, worker=self.worker_id, error=error_summary(error)
+            )
+
+    def start_handler(self, handler: Handler[Any]) -> bool:
+        """Its object's ``outbox_start`` once in this process (a sink connects); False when
+        it raised (logged), to be tried again with the next job."""
+        if handler.name in self.started:
+            return True
+        try:
+            lifecycle.start(self.executor.outbox, handler)
+        except Exception as error:
+            log.error(
+                _log.EXECUTOR_HANDLER_START_FAILED,
+                worker=self.worker_id,
+                handler=handler.name,
+                error=f"{type(error).__name__}: {error}",
+            )
+            return False
+        self.started.add(handler.name)
+        return True
+
+    def stop(self, *, give_back: bool) -> None:
+        """Stop heartbeating; give back what it holds (``give_back``), write its counts, leave
+        the fleet (its row deleted) and stop its handler objects. Once."""
+        if self.stopped.is_set():
+            return
+        self.stopped.set()
+        self.stopping.set()
+        if self.thread.is_alive() and self.thread is not threading.current_thread():
+            self.thread.join(timeout=STOP_JOIN_SECONDS)
+        app = self.executor.outbox
+        given = 0
+        try:
+            if give_back:
+                given = run_in_transaction(
+                    app.engine,
+                    lambda conn: queries.give_back_jobs_of(conn, app.dialect, self.worker_id),
+                )
+            self.throughput.run_once()
+            run_in_transaction(app.engine, lambda conn: queries.delete_worker(conn, self.worker_id))
+        except DBAPIError as error:
+            self.report_database_error(error)
+        if given:
+            log.info(_log.JOBS_GIVEN_BACK, worker=self.worker_id, jobs=given)
+            self.executor.publish_rescued(given)
+        for name in sorted(self.started):
+            handler = self.handlers[name]
+            if isinstance(handler.func, lifecycle.Stops):
+                try:
+                    lifecycle.stop(handler)
+                except Exception as error:
+                    log.warning(
+                        _log.HANDLER_STOP_FAILED,
+                        worker=self.worker_id,
+                        handler=name,
+                        error=f"{type(error).__name__}: {error}",
+                    )
+        stats = self.runner.stats
+        log.info(
+            _log.WORKER_STOPPED,
+            worker=self.worker_id,
+            executor="celery",
+            groups_succeeded=stats.groups_succeeded,
+            groups_retried=stats.groups_retried,
+            groups_dead=stats.groups_dead,
+            leases_lost=stats.leases_lost,
+            events_succeeded=stats.events_succeeded,
+        )
+
+
+class CeleryExecutor:
+    """outbox installed on a Celery application (made by :func:`install`).
+
+    ``run_job``, ``distribute`` and ``rescue`` are the Celery tasks; :meth:`publish` sends the
+    message that runs one job. The other methods are what the tasks and Celery's signals call.
+    """
+
+    def __init__(
+        self,
+        celery_app: Celery,
+        outbox_app: Outbox,
+        *,
+        queue: str,
+        distribute_every: float,
+        rescue_every: float,
+        handlers: tuple[str, ...],
+    ) -> None:
+        self.celery = celery_app
+        self.outbox = outbox_app
+        self.queue = queue
+        self.distribute_every = distribute_every
+        self.rescue_every = rescue_every
+        self.handler_names = handlers
+        self._process: _Process | None = None
+        self._process_lock = threading.Lock()
+        self._hostname: str | None = None
+        # The queue goes with each message (publish, the beat entries), not on the tasks:
+        # Celery deprecates a task's ``queue`` attribute, and ``task_routes`` is the app's.
+        options = {"ignore_result": True, "shared": False}
+        self.run_job, self.distribute, self.rescue = self._tasks(options)
+        for name, every in ((DISTRIBUTE_TASK, distribute_every), (RESCUE_TASK, rescue_every)):
+            celery_app.add_periodic_task(
+                every,
+                celery_app.signature(name),
+                name=name,
+                queue=queue,
+                expires=every * MESSAGE_EXPIRY_PERIODS,
+            )
+        signals.worker_process_init.connect(self._on_process_init, weak=False)
+        signals.worker_process_shutdown.connect(self._on_process_shutdown, weak=False)
+        signals.worker_ready.connect(self._on_worker_ready, weak=False)
+        signals.worker_shutdown.connect(self._on_worker_shutdown, weak=False)
+
+    # --- the tasks -------------------------------------------------------------------------
+
+    def _tasks(self, options: dict[str, Any]) -> tuple[Any, Any, Any]:
+        """The three tasks, plain functions (Celery reads their signatures) that call this
+        executor."""
+        # Celery is untyped: its decorator is Any, and so are the tasks it makes.
+        task: Callable[..., Callable[[Callable[..., None]], Any]] = self.celery.task
+
+        @task(name=RUN_JOB_TASK, **options)
+        def run_job(job_id: int) -> None:
+            """Run the job ``job_id`` here when it is due and unleased; nothing otherwise."""
+            self.run_job_here(int(job_id))
+
+        @task(name=DISTRIBUTE_TASK, **options)
+        def distribute() -> None:
+            """Distribute, and publish a message for each claim job enqueued."""
+            self.distribute_here()
+
+        @task(name=RESCUE_TASK, **options)
+        def rescue() -> None:
+            """Rescue, and publish a message for each job freed or overdue."""
+            self.rescue_here()
+
+        return run_job, distribute, rescue
+
+    # --- what they do ------------------------------------------------------------------------
+
+    def run_job_here(self, job_id: int) -> JobRun | None:
+        """Lease the job ``job_id`` and run it in this process; None when it is leased,
+        finished, not due yet or its handler paused (a duplicate message: logged at debug)."""
+        process = self._here()
+        self._take_sigterm(process)
+        job = lease_job(self.outbox, job_id, process.worker_id)
+        if job is None:
+            log.debug(_log.EXECUTOR_MESSAGE_SKIPPED, job_id=job_id, worker=process.worker_id)
+            return None
+        process.running.add(job.id)
+        try:
+            handler = process.handlers.get(job.handler)
+            if handler is None or not process.start_handler(handler):
+                # Not served here, or its object could not start: as if never leased.
+                process.runner.give_back(job, counted=False)
+                return None
+            run = process.runner.run(job)
+        finally:
+            process.running.discard(job.id)
+        self._follow(process, run)
+        return run
+
+    def _follow(self, process: _Process, run: JobRun) -> None:
+        """Publish what a job's run leaves due: a claim job given back with rows waiting, a
+        group due again soon, and a capped handler's next batch job."""
+        job = run.job
+        if run.released:
+            self.publish(job.id)
+        soon = [
+            r for r in run.results if r.due_in is not None and r.due_in <= MAX_COUNTDOWN_SECONDS
+        ]
+        capped = process.runner.cap(job.handler) is not None
+        if not soon and not (capped and run.outcome == RunOutcome.RAN):
+            return
+        with self.outbox.engine.connect() as conn:
+            later = [(queries.batch_job_of_group(conn, r.group_id), r.due_in) for r in soon]
+            following: list[int] = []
+            if capped and run.outcome == RunOutcome.RAN:
+                # Room under the cap: the next of the handler's due batch jobs, or, after a
+                # claim (which leaves a capped group's job to acquisition), the new one.
+                following = queries.overdue_jobs(conn, [job.handler], overdue_seconds=0.0, limit=1)
+                if job.kind == schema.JobKind.CLAIM:
+                    following.append(job.id)  # given back with rows waiting, or gone
+        for job_id, due_in in later:
+            if job_id is not None and due_in is not None:
+                self.publish(job_id, countdown=due_in + DUE_MARGIN_SECONDS)
+        for job_id in following:
+            self.publish(job_id)
+
+    def distribute_here(self) -> int:
+        """Distribute for the handlers on the beat's current tick (of any number of beats
+        sending it, one distributes: the tick is taken in the database, per handler), and
+        publish a message for each claim job enqueued; returns how many."""
+        published = 0
+        for handler in self.outbox.select_handlers(self.handler_names):
+            try:
+                # Per handler: a buffer table that does not exist holds up its handler only.
+                done = once.distribute_once(
+                    self.outbox, every=self.distribute_every, handlers=[handler.name]
+                )
+            except BufferTableMissingError as error:
+                for name, table in error.missing.items():
+                    log.error(_log.BUFFER_TABLE_MISSING, handler=name, table=table)
+                continue
+            if not done.enqueued:
+                continue
+            with self.outbox.engine.connect() as conn:
+                new = queries.newest_due_jobs(
+                    conn, [handler.name], kind=schema.JobKind.CLAIM, limit=done.enqueued
+                )
+            published += self.publish_all(new)
+        return published
+
+    def rescue_here(self) -> int:
+        """Free the jobs of gone workers and expired leases, and publish a message for each
+        job freed and each overdue job no message has taken; returns how many."""
+        process = self._here()
+        freed = process.rescuer.run_once()
+        names = self._names(process)
+        with self.outbox.engine.connect() as conn:
+            ids = (
+                queries.newest_due_jobs(conn, names, limit=freed, last_error=queries.RESCUED_ERROR)
+                if freed
+                else []
+            )
+            ids += queries.overdue_jobs(
+                conn, names, overdue_seconds=OVERDUE_AFTER_SECONDS, limit=SWEEP_LIMIT
+            )
+        return self.publish_all(dict.fromkeys(ids))
+
+    def publish_rescued(self, freed: int) -> int:
+        """Publish a message for each of the ``freed`` jobs a rescue (or a give-back) just
+        freed."""
+        names = sorted(h.name for h in self.outbox.select_handlers(self.handler_names))
+        with self.outbox.engine.connect() as conn:
+            ids = queries.newest_due_jobs(
+                conn, names, limit=freed, last_error=queries.RESCUED_ERROR
+            )
+        return self.publish_all(ids)
+
+    def publish(self, job_id: int, *, countdown: float | None = None) -> bool:
+        """Send the message that runs the job ``job_id`` (after ``countdown`` seconds); False
+        when the broker refused it (logged: the sweep publishes it later)."""
+        try:
+            self.run_job.apply_async((job_id,), countdown=countdown, queue=self.queue)
+        except Exception as error:  # the broker is down: the job waits for the sweep
+            log.warning(
+                _log.EXECUTOR_PUBLISH_FAILED,
+                job_id=job_id,
+                error=f"{type(error).__name__}: {error}",
+            )
+            return False
+        return True
+
+    def publish_all(self, job_ids: Iterable[int]) -> int:
+        """Publish a message for each job; how many went out."""
+        return sum(self.publish(job_id) for job_id in job_ids)
+
+    def _names(self, process: _Process) -> list[str]:
+        return sorted(process.handlers)
+
+    # --- one worker process ----------------------------------------------------------------
+
+    def _here(self) -> _Process:
+        """This process's registration, made on first use where no signal made it (a solo or
+        threads pool, a task called eagerly)."""
+        with self._process_lock:
+            process = self._process
+            if process is None or process.pid != os.getpid():
+                process = self._start_process()
+            return process
+
+    def _start_process(self) -> _Process:
+        host = self._hostname or f"celery@{socket.gethostname()}"
+        worker_id = f"{host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        handlers = {h.name: h for h in self.outbox.select_handlers(self.handler_names)}
+        process = _Process(self, worker_id, handlers)
+        self._process = process
+        process.start()
+        return process
+
+    def _ours(self) -> bool:
+        """Whether the worker running in this process is of this executor's Celery application
+        and consumes its queue."""
+        from celery import current_app
+
+        if current_app._get_current_object() is not self.celery:
+            return False
+        queues = self.celery.amqp.queues
+        return self.queue in (queues.consume_from or queues)
+
+    def _on_process_init(self, sender: Any = None, **_: Any) -> None:
+        """A prefork child starts: a pool of its own, a worker row and a heartbeat, and a
+        SIGTERM that gives back its leases."""
+        if not self._ours():
+            return
+        engine = self.outbox._engine
+        if engine is not None:
+            # The parent's connections are the parent's: this child opens its own, and leaves
+            # the inherited ones for the parent to close (closing them here would break its).
+            engine.dispose(close=False)
+        if isinstance(sender, str):
+            self._hostname = sender
+        with self._process_lock:
+            self._process = None
+            self._start_process().child = True
+
+    def _on_process_shutdown(self, **_: Any) -> None:
+        """A prefork child exits normally: it leaves the fleet."""
+        self._stop_here(give_back=True)
+
+    def _on_worker_ready(self, sender: Any = None, **_: Any) -> None:
+        """A worker whose tasks run in its own process (solo, threads) registers at once, so
+        that ``outbox status`` shows it before its first job."""
+        pool = getattr(sender, "pool", None)
+        if pool is None or type(pool).__module__.endswith(".prefork") or not self._ours():
+            return
+        hostname = getattr(sender, "hostname", None)
+        if isinstance(hostname, str):
+            self._hostname = hostname
+        self._here()
+
+    def _on_worker_shutdown(self, **_: Any) -> None:
+        """The worker stops: a process that ran jobs itself (solo, threads) leaves the fleet."""
+        self._stop_here(give_back=True)
+
+    def _stop_here(self, *, give_back: bool) -> None:
+        process = self._process
+        if process is not None and process.pid == os.getpid():
+            process.stop(give_back=give_back)
+
+    def _take_sigterm(self, process: _Process) -> None:
+        """Handle SIGTERM in this process from now on (once, from the thread that runs tasks:
+        the main thread of a prefork child).
+
+        In place of billiard's handler, set in a child after ``worker_process_init``, which
+        raises SystemExit in the main thread: a handler running there would take it for its
+        own failure, and the child would live on. Left alone where SIGTERM is ignored (the
+        worker's ``REMAP_SIGTERM``) or where tasks run in the worker's own process (solo,
+        threads: Celery's shutdown is the worker's).
+        """
+        if process.takes_sigterm or threading.current_thread() is not threading.main_thread():
+            return
+        process.takes_sigterm = True
+        if not process.child or signal.getsignal(signal.SIGTERM) is signal.SIG_IGN:
+            return
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        """SIGTERM in a prefork child (a cold shutdown, the end of a soft shutdown): give back
+        the leases it holds, leave the fleet, then die of SIGTERM as it would have.
+
+        The work is done in a thread of its own, waited for at most ``GIVE_BACK_SECONDS``: the
+        interrupted main thread may hold a lock (a row, the logging module's) that the work
+        would wait for, and it cannot let go while this handler runs.
+        """
+        worker = threading.Thread(
+            target=self._stop_here, kwargs={"give_back": True}, name="outbox-give-back"
+        )
+        worker.daemon = True
+        worker.start()
+        worker.join(timeout=GIVE_BACK_SECONDS)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)

@@ -1,0 +1,190 @@
+"""outbox on Celery, in real ``celery worker`` (prefork, two children) and ``celery beat``
+processes on real brokers and databases: every event of a backlog delivered in full groups, a
+message delivered twice run once, a paused handler left alone, a SIGTERM's leases given back
+and taken again at once, each child a worker of ``outbox status``."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from celery import Celery as CeleryClient
+
+from outbox import Outbox, flow, schema
+from outbox._engine import distributor
+from outbox.executors.celery import RUN_JOB_TASK
+from tests._support import wait_for
+from tests.executors import _processes, celery_app
+from tests.executors._processes import BROKERS, REDIS_URL
+
+BACKLOG = 1000
+EVENTS = 10
+# Long enough for a backlog to drain through worker and beat processes that start first.
+DRAIN_SECONDS = 60.0
+CLI_TIMEOUT_SECONDS = 60.0
+
+
+@pytest.fixture(params=sorted(BROKERS))
+def broker_url(request: pytest.FixtureRequest) -> str:
+    """Each broker: Redis, RabbitMQ."""
+    return BROKERS[request.param]
+
+
+@pytest.fixture
+def processes(tmp_path: Path, postgres_database: str) -> Iterator[_processes.Celery]:
+    """The test's worker and beat on PostgreSQL and Redis, not started yet."""
+    running = _processes.new(tmp_path, postgres_database, REDIS_URL)
+    yield running
+    running.stop()
+
+
+def _app(url: str) -> Outbox:
+    """The test application's outbox, in the test's process (its handler is not run here)."""
+    app = Outbox(url, settings=celery_app.SETTINGS)
+    app.handler(
+        celery_app.Delivery, batch_size=celery_app.BATCH_SIZE, archive=True, name="deliver"
+    )(lambda batch: None)
+    return app
+
+
+def _claim_job(url: str) -> int:
+    """Distribute for the waiting events, in the test's process; the claim job's id."""
+    app = _app(url)
+    try:
+        distributor.run_once(app)
+    finally:
+        app.engine.dispose()
+    (job,) = _processes.jobs(url)
+    return int(job["id"])  # type: ignore[call-overload]
+
+
+def _send(processes: _processes.Celery, job_id: int, times: int = 1) -> None:
+    """Publish the message that runs ``job_id``, ``times`` times, as a duplicate publish would."""
+    client = CeleryClient("client", broker=processes.broker_url)
+    try:
+        for _ in range(times):
+            client.send_task(RUN_JOB_TASK, args=(job_id,), queue=processes.queue)
+    finally:
+        client.close()
+
+
+def _skipped(processes: _processes.Celery, job_id: int) -> list[str]:
+    """The worker's debug lines saying a message for ``job_id`` found nothing to do."""
+    pattern = re.compile(rf"DEBUG/.*outbox\.executor\.skipped job_id={job_id}\b")
+    return [line for line in processes.output().splitlines() if pattern.search(line)]
+
+
+def test_a_backlog_is_delivered_in_full_groups(
+    tmp_path: Path, database_url: str, broker_url: str
+) -> None:
+    """1,000 waiting events, a beat and a prefork worker of two children: each event delivered,
+    in ten groups of 100, the groups ``outbox work`` makes."""
+    running = _processes.new(tmp_path, database_url, broker_url)
+    _processes.prepare(database_url, BACKLOG)
+    try:
+        running.worker()
+        running.beat()
+        wait_for(
+            lambda: _processes.waiting(database_url) == 0, "the backlog to drain", DRAIN_SECONDS
+        )
+        delivered = wait_for(
+            lambda: (
+                len(_processes.archived(database_url)) == BACKLOG
+                and _processes.archived(database_url)
+            ),
+            "every event archived",
+        )
+    finally:
+        running.stop()
+    assert list(range(1, BACKLOG + 1)) == delivered
+    assert [celery_app.BATCH_SIZE] * (BACKLOG // celery_app.BATCH_SIZE) == running.call_sizes()
+
+
+def test_a_message_delivered_twice_runs_its_job_once(processes: _processes.Celery) -> None:
+    """The same job's message published twice: the job runs once, the other delivery finds it
+    leased or gone and says so at debug."""
+    _processes.prepare(processes.database_url, EVENTS)
+    job_id = _claim_job(processes.database_url)
+    processes.worker()
+    _send(processes, job_id, times=2)
+    wait_for(lambda: _skipped(processes, job_id), "the second delivery to be skipped")
+    wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the events to be delivered")
+    assert [EVENTS] == processes.call_sizes()
+    assert 1 == len(_skipped(processes, job_id))
+
+
+def test_a_paused_handlers_job_is_not_run(processes: _processes.Celery) -> None:
+    """A message for a paused handler's job: the handler is not called, the events wait."""
+    _processes.prepare(processes.database_url, EVENTS)
+    job_id = _claim_job(processes.database_url)
+    app = _app(processes.database_url)
+    flow.pause(app, "deliver", actor="test")
+    app.engine.dispose()
+    processes.worker()
+    _send(processes, job_id)
+    wait_for(lambda: _skipped(processes, job_id), "the message to be skipped")
+    assert [] == processes.call_sizes()
+    assert EVENTS == _processes.waiting(processes.database_url)
+
+
+def _leased_batch_job(url: str) -> dict[str, object] | None:
+    batch = [j for j in _processes.jobs(url) if j["kind"] == schema.JobKind.BATCH]
+    return batch[0] if batch and batch[0]["lease_owner"] else None
+
+
+def test_a_sigterm_gives_back_the_leases_of_a_worker_process(
+    processes: _processes.Celery,
+) -> None:
+    """A child stopped by SIGTERM mid-handler gives back its group's lease, and another child
+    runs the group at once: long before a lease (or a silent heartbeat) of 120 s would free it."""
+    _processes.prepare(processes.database_url, EVENTS)
+    job_id = _claim_job(processes.database_url)
+    processes.worker(**{celery_app.SLOW_ENV: "300"})
+    _send(processes, job_id)
+    leased = wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
+    owner = str(leased["lease_owner"])
+    pid = int(owner.split(":")[1])
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the group to be run again")
+    calls = [line.split() for line in processes.calls.read_text().splitlines()]
+    assert [str(EVENTS), str(EVENTS)] == [size for size, _, _ in calls]
+    assert str(pid) == calls[0][2]
+    assert str(pid) != calls[1][2]
+    assert "outbox.jobs.given_back" in processes.output()
+
+
+def _cli(processes: _processes.Celery, *args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    env.update(processes.env())
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox", "--app", "tests.executors.celery_app:outbox", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_SECONDS,
+        check=True,
+    )
+    return done.stdout
+
+
+def test_each_worker_process_is_a_worker_of_outbox_status(processes: _processes.Celery) -> None:
+    """A prefork worker of two children: two live workers in ``outbox workers list`` and
+    ``outbox status``, named for the Celery node."""
+    _processes.prepare(processes.database_url, 0)
+    processes.worker(concurrency=2)
+
+    def alive() -> list[dict[str, object]]:
+        found = json.loads(_cli(processes, "workers", "list", "--json"))
+        return [w for w in found if w["alive"]] if len(found) == 2 else []
+
+    workers = wait_for(alive, "two live workers")
+    node = f"w1-{processes.queue}@"
+    assert [True, True] == [str(w["id"]).startswith(node) for w in workers]
+    assert re.search(r"\b2\s*$", _cli(processes, "status"), re.MULTILINE)
