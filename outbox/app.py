@@ -14,10 +14,9 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import URL
 from sqlalchemy.types import TypeEngine
 
-from outbox import _db, _log
+from outbox import _db, _handler_kind, _log
 from outbox._checks import MAX_WAIT_SECONDS, is_number
 from outbox._db import dialects
-from outbox._engine import invoke as _invoke
 from outbox.batch import Batch
 from outbox.breaker import CircuitBreaker
 from outbox.buffer import BufferMixin
@@ -137,7 +136,7 @@ class Handler(Generic[EventT]):
     for those that name none), the key named as the table names its column."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "is_async", _invoke.is_async(self.func))
+        object.__setattr__(self, "is_async", _handler_kind.is_async(self.func))
         object.__setattr__(self, "rate_limits", _rate_limits(self))
 
     @property
@@ -312,7 +311,7 @@ class Outbox:
         ) -> Callable[[Batch[EventT]], _ReturnT]:
             self.add_handler(
                 Handler(
-                    name=name or _invoke.default_name(func),
+                    name=name or _handler_kind.default_name(func),
                     model=model,
                     func=func,
                     batch_size=batch_size,
@@ -533,7 +532,7 @@ def _validated(handler: Handler[Any]) -> Handler[Any]:
                 f"handler {handler.name!r}: {option} must be {lowest} seconds and at most a "
                 f"year ({MAX_WAIT_SECONDS:.0f}), or None, got {value!r}"
             )
-    refused = _invoke.refusal(handler.name, handler.func)
+    refused = _handler_kind.refusal(handler.name, handler.func)
     if refused is not None:
         raise ConfigurationError(refused)
     return replace(

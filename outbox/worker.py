@@ -24,29 +24,27 @@ import random
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
 from outbox import _buffer_clock, _log, fleet, generation, lifecycle, schema
 from outbox._db import (
-    buffer_table_missing,
     check_buffer_tables,
     missing_buffer_tables,
     queries,
     run_in_transaction,
 )
 from outbox._db.dialects import behind_pooler, error_summary, is_transient
-from outbox._engine import breaker as _breaker
-from outbox._engine import claimer, distributor
+from outbox._engine import acquisition, claimer, distributor
 from outbox._engine import invoke as _invoke
 from outbox._engine import limiter as _limiter
-from outbox._engine.batch_job import run_batch_job
-from outbox._engine.completion import FinishRefused, pauses_on_retry_after
 from outbox._engine.flow_state import FlowState
+from outbox._engine.runner import CLAIM_LOOP_SECONDS as CLAIM_LOOP_SECONDS
+from outbox._engine.runner import CLAIMS_IN_FLIGHT_PER_HANDLER as CLAIMS_IN_FLIGHT_PER_HANDLER
+from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner, new_worker_id
+from outbox._engine.stats import WorkerStats as WorkerStats
 from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox._services.distribution_watch import DistributionWatch
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
@@ -56,16 +54,7 @@ from outbox._services.schema_watch import SchemaWatch
 from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
 from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
-from outbox.results import (
-    DEAD,
-    DEFERRED,
-    LEASE_LOST,
-    REFUSED,
-    RETRYING,
-    SUCCEEDED,
-    THROTTLED,
-    BatchResult,
-)
+from outbox.results import BatchResult
 
 log = _log.get_logger(__name__)
 
@@ -77,17 +66,6 @@ MAX_CONCURRENCY = 1000
 DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS = 30.0
 MAX_ERROR_BACKOFF_SECONDS = 30.0
 MAINTENANCE_JOIN_SECONDS = 10.0
-# How long a thread may keep claiming and handling one handler's full batches in a row.
-CLAIM_LOOP_SECONDS = 1.0
-# Claims of one handler a worker command runs at once, across its processes. A claim steps
-# over every row that concurrent claims hold locked (about 0.9 us each, `python -m
-# benchmarks.claim_contention`): with fast handlers, all of a worker's threads would be
-# claiming side by side, mostly paying for each other's locks. Two keep one claim going while
-# the last one commits. `outbox work --processes N` gives each process its share, and at least
-# one. Slow handlers never meet this limit: their threads spend their time in the handler.
-CLAIMS_IN_FLIGHT_PER_HANDLER = 2
-# How often a worker reads the handlers' pauses and breakers again (its own count at once).
-FLOW_STATE_REFRESH_SECONDS = 1.0
 # A worker wakes this long after a group it put off is due (the database's clock, not its own,
 # decides when the group is due; the commit came a little after the delay was set).
 DUE_MARGIN_SECONDS = 0.02
@@ -99,56 +77,6 @@ MAX_DUE_NOTED = 1024
 # within a second or two. One distribution is a capped count and an insert per handler, a few
 # milliseconds, and only the leader runs it, however many workers there are.
 DEFAULT_DISTRIBUTE_EVERY_SECONDS = 1.0
-
-
-@dataclass
-class WorkerStats:
-    """Counters of what a worker did (read them after :meth:`Worker.run`)."""
-
-    claims: int = 0
-    groups_succeeded: int = 0
-    groups_retried: int = 0
-    groups_deferred: int = 0
-    groups_throttled: int = 0
-    groups_dead: int = 0
-    groups_refused: int = 0
-    leases_lost: int = 0
-    events_succeeded: int = 0
-    events_retried: int = 0
-    events_deferred: int = 0
-    events_discarded: int = 0
-    events_dead: int = 0
-    events_expired: int = 0
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def record_claim(self) -> None:
-        """Count one group claimed."""
-        with self._lock:
-            self.claims += 1
-
-    def record(self, result: BatchResult) -> None:
-        """Count one batch result."""
-        with self._lock:
-            if result.outcome == SUCCEEDED:
-                self.groups_succeeded += 1
-            elif result.outcome == RETRYING:
-                self.groups_retried += 1
-            elif result.outcome == DEFERRED:
-                self.groups_deferred += 1
-            elif result.outcome == THROTTLED:
-                self.groups_throttled += 1
-            elif result.outcome == DEAD:
-                self.groups_dead += 1
-            elif result.outcome == REFUSED:
-                self.groups_refused += 1
-            elif result.outcome == LEASE_LOST:
-                self.leases_lost += 1
-            self.events_succeeded += result.succeeded
-            self.events_retried += result.retried
-            self.events_deferred += result.deferred
-            self.events_discarded += result.discarded
-            self.events_dead += result.dead
-            self.events_expired += result.expired
 
 
 class Worker:
@@ -201,16 +129,13 @@ class Worker:
         self.distribute_every = distribute_every
         self.shutdown_grace_period = shutdown_grace_period
         self.on_result = on_result
-        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.id = new_worker_id()
         self.stats = WorkerStats()
         self._tasks: queue.Queue[Callable[[], None] | None] = queue.Queue()
         self._in_flight = 0
         self._in_flight_lock = threading.Lock()
         self._running: set[int] = set()
         """Ids of the jobs this worker holds and is working on: the leases it extends."""
-        self._claim_gates = {
-            name: threading.BoundedSemaphore(claims_in_flight) for name in self.handlers
-        }
         self._wake = threading.Event()
         self._due: list[float] = []
         """Monotonic times at which groups this worker put off are due again (a heap)."""
@@ -230,9 +155,6 @@ class Worker:
         self.leading = False
         """Whether this worker led the fleet at its last heartbeat (it distributes)."""
         self._tables = {h.table.name: h.name for h in self.handlers.values()}
-        self._capped = {
-            h.name: h.concurrency for h in self.handlers.values() if h.concurrency is not None
-        }
         self._notified: set[str] = set()
         self._notified_lock = threading.Lock()
         self._set_aside_lock = threading.Lock()
@@ -257,6 +179,24 @@ class Worker:
         self._schema_watch = SchemaWatch(app)
         self._schema_suspect = threading.Event()
         """A statement failed in a way a schema change explains: look at the schema now."""
+        self._runner = Runner(
+            app,
+            worker_id=self.id,
+            handlers=self.handlers,
+            flow=self._flow,
+            stats=self.stats,
+            claims_in_flight=claims_in_flight,
+            on_result=self._on_result,
+            throughput=self._throughput,
+            note_due=self._note_due,
+            note_turn=self._note_turn,
+            set_aside=self._set_aside_handlers,
+            database_error=self._breaker_database_error,
+            hold=lambda job_id: self._hold([job_id]),
+            let_go=self._let_go,
+            stopping=self._stopping.is_set,
+        )
+        """Runs each job this worker leases (:mod:`outbox._engine.runner`)."""
         self.schema_incompatible: SchemaIncompatibleError | None = None
         """Why this worker stopped on its own: the database's schema became one it may not
         work on (too new for it, or downgraded under it); None otherwise."""
@@ -297,8 +237,8 @@ class Worker:
     def run_once(self) -> int:
         """Lease up to ``concurrency`` due jobs and run them here, one after the other.
 
-        Returns how many jobs ran. The building block of :meth:`run` and of
-        ``outbox.testing.drain``. A job that found its buffer table missing is given back
+        Returns how many jobs ran, each through the runner (:mod:`outbox._engine.runner`), as
+        in :meth:`run`. A job that found its buffer table missing is given back
         untouched and its handler set aside (see :attr:`missing_tables`); once the other jobs
         have run, BufferTableMissingError names the tables.
         """
@@ -513,47 +453,25 @@ class Worker:
                 self._due = heapq.nsmallest(MAX_DUE_NOTED // 2, self._due)
 
     def _acquire(self, limit: int) -> list[queries.JobRow]:
-        """Lease up to ``limit`` due jobs.
-
-        Handlers with a fleet-wide ``concurrency`` cap are served first, each in a short
-        transaction of its own; their cap keeps them from taking more than their share, and
-        serving them first keeps an uncapped backlog from starving them.
-        """
-        token = uuid.uuid4()
-        settings = self.app.settings
-        serving = self._serving
-        jobs: list[queries.JobRow] = []
-        caps = {name: cap for name in serving if (cap := self._cap(name)) is not None}
-        for name, cap in caps.items():
-            if len(jobs) < limit:
-                jobs += self._acquire_capped(name, cap, token, limit - len(jobs))
-        uncapped = [name for name in self.handlers if name not in caps]
-        room = limit - len(jobs)
-        if room > 0 and serving:
-            jobs += run_in_transaction(
-                self.app.engine,
-                lambda conn: queries.acquire_jobs(
-                    conn,
-                    self.app.dialect,
-                    handlers=serving,
-                    batch_handlers=uncapped if caps else None,
-                    worker_id=self.id,
-                    token=token,
-                    limit=room,
-                    lease_seconds=settings.lease_seconds,
-                ),
-            )
+        """Lease up to ``limit`` due jobs (capped handlers first: see
+        :func:`outbox._engine.acquisition.acquire`)."""
+        jobs = acquisition.acquire(
+            self.app,
+            worker_id=self.id,
+            serving=self._serving,
+            handlers=list(self.handlers),
+            cap=self._cap,
+            probing=self._flow.probing,
+            limit=limit,
+        )
         if jobs:
             self._hold(job.id for job in jobs)
             crash_point(AFTER_ACQUIRE)
         return jobs
 
     def _cap(self, name: str) -> int | None:
-        """The most groups of a handler in flight fleet-wide: its ``concurrency``, or one while
-        its circuit breaker probes; None when uncapped."""
-        if self._flow.probing(name):
-            return 1
-        return self._capped.get(name)
+        """The most groups of a handler in flight fleet-wide (see :meth:`Runner.cap`)."""
+        return self._runner.cap(name)
 
     def _running_now(self) -> list[int]:
         with self._in_flight_lock:
@@ -566,25 +484,6 @@ class Worker:
     def _let_go(self, job_id: int) -> None:
         with self._in_flight_lock:
             self._running.discard(job_id)
-
-    def _acquire_capped(
-        self, name: str, cap: int, token: uuid.UUID, limit: int
-    ) -> list[queries.JobRow]:
-        return run_in_transaction(
-            self.app.engine,
-            lambda conn: queries.acquire_capped_batch_jobs(
-                conn,
-                self.app.dialect,
-                handler=name,
-                cap=cap,
-                worker_id=self.id,
-                token=token,
-                limit=limit,
-                lease_seconds=self.app.settings.lease_seconds,
-                # A probe is a group not known to be poison: one never attempted, if any.
-                fresh_first=self._flow.probing(name),
-            ),
-        )
 
     def _thread_main(self) -> None:
         while True:
@@ -604,72 +503,10 @@ class Worker:
                 self._wake.set()
 
     def _run_job(self, job: queries.JobRow) -> None:
-        handler = self.handlers[job.handler]
         try:
-            if job.kind == schema.JobKind.CLAIM:
-                self._run_claim_job(handler, job)
-            else:
-                self._run_batch_job(handler, job)
+            self._runner.run(job)
         finally:
             self._let_go(job.id)
-
-    def _run_batch_job(
-        self, handler: Handler[Any], job: queries.JobRow, preloaded: list[Any] | None = None
-    ) -> None:
-        if self._flow.paused(handler.name):
-            # Leased before the pause began, or claimed since: not attempted while it lasts.
-            self._give_back(job, counted=False)
-            return
-        try:
-            result = run_batch_job(self.app, handler, job, preloaded=preloaded)
-        except FinishRefused as refused:
-            # Refused while dead-lettering the group: its attempts are spent, and stay counted;
-            # it is dead-lettered once its table is back.
-            if not self._table_missing(handler, refused.error):
-                raise
-            self._give_back(job, counted=True)
-            return
-        except DBAPIError as error:
-            # Raised before the handler was called: no attempt was made.
-            if not self._table_missing(handler, error):
-                raise
-            self._give_back(job, counted=False)
-            return
-        self._record(result)
-
-    def _run_claim_job(self, handler: Handler[Any], job: queries.JobRow) -> None:
-        """Claim, handle, and claim again while full batches wait, for up to a second.
-
-        The claimed group's batch job comes back leased to this worker with its rows, and is
-        handled here at once: no second trip through the job table. While full batches keep
-        coming, the claim job stays leased and runs again; after ``CLAIM_LOOP_SECONDS`` it goes
-        back through acquisition, so a long backlog cannot keep this thread from more urgent
-        work. A capped handler's groups wait for a capped acquisition instead.
-        """
-        capped = self._cap(handler.name) is not None
-        deadline = time.monotonic() + CLAIM_LOOP_SECONDS
-        while True:
-            if self._flow.paused(handler.name):
-                self._give_back(job, counted=False)
-                return
-            with self._claim_gates[handler.name]:
-                lease_to = None if capped else self.id
-                try:
-                    claim = claimer.run_claim_job(
-                        self.app, handler, job, lease_to=lease_to, keep=not capped
-                    )
-                except DBAPIError as error:
-                    if not self._table_missing(handler, error):
-                        raise
-                    self._give_back(job, counted=False)
-                    return
-            self._handle_claim(claim)
-            if claim is None or not claim.more:
-                return
-            if self._stopping.is_set() or time.monotonic() >= deadline:
-                # Still held, more rows waiting: back to the job table for whoever is next.
-                claimer.release_claim_job(self.app, job)
-                return
 
     def _claim_directly(self, name: str) -> None:
         """Claim a group without a claim job (woken by a notification) and handle it."""
@@ -677,46 +514,27 @@ class Worker:
         try:
             claim = claimer.run_once(self.app, handler, lease_to=self.id)
         except DBAPIError as error:
-            if not self._table_missing(handler, error):
+            if self._runner.table_missing(handler, error) is None:
                 raise
             return
-        self._handle_claim(claim)
+        self._runner.handle_claim(claim)
         if claim is not None and claim.size == handler.batch_size:
             # A full batch: more is probably waiting; let the fleet's claim jobs take it.
             self._distribute([name])
 
-    def _handle_claim(self, claim: claimer.Claim | None) -> None:
-        if claim is None or claim.job is None:
-            return
-        self.stats.record_claim()
-        handler = self.handlers[claim.handler]
-        self._hold([claim.job.id])
-        try:
-            self._run_batch_job(handler, claim.job, preloaded=claim.rows)
-        finally:
-            self._let_go(claim.job.id)
-
-    def _record(self, result: BatchResult) -> None:
-        handler = self.handlers[result.handler]
-        if result.due_in is not None:
-            self._note_due(result.due_in)
-            if result.outcome == THROTTLED:
-                with self._due_lock:
-                    self._turns.append(time.monotonic() + result.due_in)
-        if result.retry_after is not None and pauses_on_retry_after(handler):
-            self._flow.note(result.handler, result.retry_after)
-        self.stats.record(result)
-        self._throughput.note(result)
-        if handler.circuit_breaker is not None:
-            try:
-                if _breaker.record(self.app, handler, handler.circuit_breaker, result):
-                    self._flow.refresh()  # it opened or closed: known here at once
-            except DBAPIError as error:
-                # The outcome is written; only the breaker's count missed it.
-                self._suspect_schema(error)
-                self._report_database_error(error)
+    def _on_result(self, result: BatchResult) -> None:
         if self.on_result is not None:
             self.on_result(result)
+
+    def _note_turn(self, seconds: float) -> None:
+        """A group this worker's rate limits gave back is due in ``seconds`` (see
+        :meth:`_next_turn`)."""
+        with self._due_lock:
+            self._turns.append(time.monotonic() + seconds)
+
+    def _breaker_database_error(self, error: DBAPIError) -> None:
+        self._suspect_schema(error)
+        self._report_database_error(error)
 
     # --- buffer tables that do not exist ------------------------------------------------------
 
@@ -730,15 +548,6 @@ class Worker:
             except BufferTableMissingError as error:
                 self._set_aside_handlers(error.missing)
         return enqueued
-
-    def _table_missing(self, handler: Handler[Any], error: DBAPIError) -> bool:
-        """Did ``error`` come from the handler's buffer table not existing? If so, set the
-        handler aside."""
-        missing = buffer_table_missing(self.app.engine, error, {handler.name: handler.table})
-        if missing is None:
-            return False
-        self._set_aside_handlers(missing.missing)
-        return True
 
     def _set_aside_handlers(self, missing: Mapping[str, str]) -> None:
         """Stop serving these handlers (their tables are missing); one line for each."""
@@ -765,22 +574,6 @@ class Worker:
             log.info(_log.BUFFER_TABLE_FOUND, worker=self.id, handler=name, table=table)
         if back:
             self._wake.set()
-
-    def _give_back(self, job: queries.JobRow, *, counted: bool) -> None:
-        """Give back a job that could not run here: its buffer table is missing, or its handler
-        is paused.
-
-        ``counted``: the attempt was made (the handler ran), and stays counted.
-        """
-
-        def work(conn: Any) -> bool:
-            if counted:
-                return queries.release_job(
-                    conn, job.id, job.lease_token, delay_seconds=0, error=job.last_error
-                )
-            return queries.return_job(conn, job.id, job.lease_token)
-
-        run_in_transaction(self.app.engine, work)
 
     # --- maintenance: heartbeats, leases, rescue, distribution --------------------------------
 

@@ -22,6 +22,7 @@ from outbox import (
     HandlerTimeoutError,
     Outbox,
     RetryPolicy,
+    _handler_kind,
 )
 from outbox._engine import invoke as _invoke
 from outbox.urgency import Urgency
@@ -98,7 +99,7 @@ class _Sender:
 )
 def test_default_name_is_the_function_s_or_the_class_s(func: Any, expected: str) -> None:
     """Without name=, a handler is named after its function (through partials) or its class."""
-    assert expected == _invoke.default_name(func)
+    assert expected == _handler_kind.default_name(func)
 
 
 def test_a_callable_object_registers_under_its_class_name() -> None:

@@ -60,6 +60,10 @@ INWARD = {
     "_engine": ("outbox.cli", "outbox.worker", "outbox._services"),
     "_services": ("outbox.cli", "outbox.worker", "outbox._engine"),
     "worker.py": ("outbox.cli",),
+    "app.py": ("outbox.cli", "outbox.worker", "outbox._engine", "outbox._services"),
+    "_handler_kind.py": ("outbox.app", "outbox._engine"),
+    # The testing helpers run jobs through the runner, as any executor does: no worker.
+    "testing.py": ("outbox.cli", "outbox.worker"),
 }
 
 
@@ -78,7 +82,8 @@ def _imports(source: str) -> list[str]:
 
 def test_dependencies_point_inwards() -> None:
     """The database layer imports no engine, service, worker or command; the engine and the
-    services no worker or command; the worker no command."""
+    services no worker or command; the worker no command; the application object no engine;
+    the testing helpers no worker."""
     package = Path(outbox.__file__).parent
     offenders = {}
     for layer, forbidden in INWARD.items():
@@ -165,3 +170,86 @@ def test_executors_sit_beside_the_worker() -> None:
             if bad:
                 offenders[str(path.relative_to(package))] = sorted(set(bad))
     assert {} == offenders
+
+
+def _module_name(path: Path, package: Path) -> str:
+    parts = ("outbox", *path.relative_to(package).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _outbox_imports(source: str, known: set[str]) -> set[str]:
+    """The modules of ``known`` that ``source`` imports, wherever it does: for the types only
+    (``if TYPE_CHECKING:``) or inside a function, the one module depends on the other all the
+    same."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [f"{node.module}.{alias.name}" for alias in node.names]
+            modules = [name for name in names if name in known]
+            found.update(modules or ([node.module] if node.module in known else []))
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names if alias.name in known)
+    return found
+
+
+def _import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The cycles of ``graph`` (module -> modules it imports), each as the modules in it,
+    sorted: its strongly connected parts of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles: list[list[str]] = []
+
+    def connect(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in graph.get(node, ()):
+            if target not in index:
+                connect(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                member = stack.pop()
+                part.append(member)
+                if member == node:
+                    break
+            if len(part) > 1:
+                cycles.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            connect(node)
+    return sorted(cycles)
+
+
+def _package_graph() -> dict[str, set[str]]:
+    package = Path(outbox.__file__).parent
+    paths = sorted(package.rglob("*.py"))
+    known = {_module_name(path, package) for path in paths}
+    # A package's own __init__ imports its modules to re-export them: not an import circle.
+    return {
+        name: {m for m in _outbox_imports(path.read_text(encoding="utf-8"), known) if m != name}
+        for path in paths
+        if (name := _module_name(path, package)) != "outbox"
+    }
+
+
+def test_the_application_object_imports_no_engine() -> None:
+    """``app`` sits below the engine: what it asks of a handler (async or not, its name, why
+    refused) comes from ``_handler_kind``, so ``app`` and ``_engine`` import no circle."""
+    graph = _package_graph()
+    assert [] == sorted(m for m in graph["outbox.app"] if m.startswith("outbox._engine"))
+
+
+def test_no_modules_import_each_other_in_a_circle() -> None:
+    """No module of outbox imports a module that imports it back, even for the types only."""
+    assert [] == _import_cycles(_package_graph())
+
+
+def test_the_check_finds_an_import_circle() -> None:
+    """Two modules importing each other, through a third, are one circle; a chain is none."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert [["a", "b", "c"]] == _import_cycles(graph)

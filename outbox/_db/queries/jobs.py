@@ -4,7 +4,7 @@ groups, and the counts ``status`` shows."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -107,30 +107,92 @@ def acquire_jobs(
         )
         .limit(limit)
     )
-    values = {
+    rows = dialects.statements(dialect).update_picked(
+        conn,
+        _jobs,
+        pick,
+        _lease(worker_id, token, lease_seconds),
+        _LEASED,
+        index="ix_outbox_jobs_ready",
+    )
+    jobs = [JobRow(**row._mapping) for row in rows]
+    return sorted(jobs, key=lambda j: (j.priority, j.id))
+
+
+# What a worker holds of a job it leased (:class:`JobRow`).
+_LEASED = (
+    _jobs.c.id,
+    _jobs.c.kind,
+    _jobs.c.handler,
+    _jobs.c.slot,
+    _jobs.c.group_id,
+    _jobs.c.priority,
+    _jobs.c.attempts,
+    _jobs.c.lease_token,
+    _jobs.c.last_error,
+    _jobs.c.deferrals,
+    _jobs.c.lease_owner,
+)
+
+
+def _lease(worker_id: str, token: uuid.UUID, lease_seconds: float) -> dict[str, Any]:
+    """The values that lease a job: its holder, the fence's token, when the lease ends, and one
+    attempt more."""
+    return {
         "lease_owner": worker_id,
         "lease_token": token,
         "lease_expires_at": db_now_plus(lease_seconds),
         "attempts": _jobs.c.attempts + 1,
     }
-    columns = (
-        _jobs.c.id,
-        _jobs.c.kind,
-        _jobs.c.handler,
-        _jobs.c.slot,
-        _jobs.c.group_id,
-        _jobs.c.priority,
-        _jobs.c.attempts,
-        _jobs.c.lease_token,
-        _jobs.c.last_error,
-        _jobs.c.deferrals,
-        _jobs.c.lease_owner,
+
+
+def lease_job(
+    conn: Connection,
+    dialect: str,
+    *,
+    job_id: int,
+    worker_id: str,
+    token: uuid.UUID,
+    lease_seconds: float,
+    handlers: Sequence[str] | None = None,
+    caps: Mapping[str, int] | None = None,
+) -> JobRow | None:
+    """Lease the job ``job_id`` when it is due, unleased and its handler not paused (and one of
+    ``handlers``, when given); None otherwise (leased by another, gone, not due yet, paused,
+    another handler's).
+
+    For an executor handed one job's id. The row is picked by its primary key ``FOR UPDATE SKIP
+    LOCKED`` (SQLite: its transaction holds the write lock), so that two transactions leasing
+    the same job at once never both get it: the second skips it and gets None rather than
+    waiting. ``caps``: handler -> its fleet-wide cap on groups in flight; a batch job of a
+    capped handler is leased only while fewer than its cap are, counted as
+    :func:`acquire_capped_batch_jobs` counts.
+    """
+    if caps:
+        found = conn.execute(
+            select(_jobs.c.handler, _jobs.c.kind).where(_jobs.c.id == job_id)
+        ).first()
+        if found is None:
+            return None
+        cap = caps.get(found.handler)
+        if cap is not None and found.kind == schema.JobKind.BATCH:
+            mine = (_jobs.c.handler == found.handler, _jobs.c.kind == schema.JobKind.BATCH)
+            running = dialects.statements(dialect).count_exclusively(
+                conn, f"outbox:{found.handler}", mine, _jobs.c.lease_expires_at.is_not(None)
+            )
+            if running >= cap:
+                return None
+    pick = select(_jobs.c.id).where(
+        _jobs.c.id == job_id,
+        _jobs.c.lease_token.is_(None),
+        _jobs.c.run_at <= db_now(),
+        not_paused(_jobs.c.handler),
+        *([] if handlers is None else [_jobs.c.handler.in_(handlers)]),
     )
     rows = dialects.statements(dialect).update_picked(
-        conn, _jobs, pick, values, columns, index="ix_outbox_jobs_ready"
+        conn, _jobs, pick, _lease(worker_id, token, lease_seconds), _LEASED
     )
-    jobs = [JobRow(**row._mapping) for row in rows]
-    return sorted(jobs, key=lambda j: (j.priority, j.id))
+    return JobRow(**rows[0]._mapping) if rows else None
 
 
 def acquire_capped_batch_jobs(
