@@ -7,7 +7,7 @@ beat's task of a tick but one learns that it lost, and does nothing. The proof c
 tick taken through a trigger (a tick taken twice would be recorded twice) and SIGKILLs one
 beat halfway: the other two keep every tick.
 
-``OUTBOX_FULL_RUN=1``: 1,000 ticks on each database; the default run: 20.
+``OUTBOX_FULL_RUN=1``: 1,000 ticks on each database; the default run: 20, on PostgreSQL.
 ``OUTBOX_CELERY_TICK_SECONDS`` sets the tick (0.25 s).
 """
 
@@ -27,8 +27,9 @@ TICKS = 1_000 if FULL else 20
 BEATS = 3
 EVERY = float(os.environ.get("OUTBOX_CELERY_TICK_SECONDS", "0.25"))
 EVERY_MS = round(EVERY * 1000)
-# Every database, each on one of the brokers.
-CASES = [("rabbitmq", "postgresql"), ("redis", "mariadb")]
+# Every database, each on one of the brokers; the default run: one of them (the tick's one
+# statement runs on every database in the conformance tier).
+CASES = [("rabbitmq", "postgresql"), ("redis", "mariadb")] if FULL else [("rabbitmq", "postgresql")]
 STARTUP_SECONDS = 60.0
 
 pytestmark = pytest.mark.timeout(3 * TICKS * EVERY + 300)
