@@ -119,12 +119,14 @@ class Celeries:
         }
 
     def worker(self, name: str, *, concurrency: int, prefetch: int) -> Host:
-        """Start ``celery worker`` (prefork) serving the app's queue and outbox's."""
+        """Start ``celery worker`` (prefork) serving the app's queue and outbox's, named after
+        the proof's queue: a node name is one RabbitMQ queue (its remote control's), which a
+        second run of the proofs at the same time must not share."""
         return self._start(
             name,
             ["worker", "--loglevel", "INFO", "--pool", "prefork",
              "--concurrency", str(concurrency), "--prefetch-multiplier", str(prefetch),
-             "--queues", f"{self.queue},{self.outbox_queue}", "--hostname", f"{name}@%h",
+             "--queues", f"{self.queue},{self.outbox_queue}", "--hostname", f"{name}-{self.queue}@%h",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
         )  # fmt: skip
 
