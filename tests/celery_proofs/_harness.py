@@ -126,7 +126,8 @@ class Celeries:
             name,
             ["worker", "--loglevel", "INFO", "--pool", "prefork",
              "--concurrency", str(concurrency), "--prefetch-multiplier", str(prefetch),
-             "--queues", f"{self.queue},{self.outbox_queue}", "--hostname", f"{name}-{self.queue}@%h",
+             "--queues", f"{self.queue},{self.outbox_queue}",
+             "--hostname", f"{name}-{self.queue}@%h",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
         )  # fmt: skip
 
