@@ -80,11 +80,11 @@ pytestmark = pytest.mark.timeout(KILLS * 60 + 300)
 
 
 def _victim(calls: list[Call], killed: set[str]) -> list[Call]:
-    """The calls begun less than 0.6 of a call ago (a kill can still land before they end),
-    those of groups not killed yet first, newest first."""
+    """The calls of groups not killed yet begun less than 0.6 of a call ago (a kill can still
+    land before they end), newest first: each kill is of another group."""
     now = time.time()
-    fresh = [c for c in calls if now - c.at < 0.6 * HANDLER_SECONDS]
-    return sorted(fresh, key=lambda c: (c.group in killed, -c.at))
+    fresh = [c for c in calls if now - c.at < 0.6 * HANDLER_SECONDS and c.group not in killed]
+    return sorted(fresh, key=lambda c: -c.at)
 
 
 @pytest.mark.parametrize(
@@ -156,5 +156,5 @@ def test_children_killed_mid_batch_lose_nothing(
         f"{LEASE_SECONDS} s, silent worker {STALE_SECONDS} s)"
     )
     assert ([], [], KILLS, []) == (counts.lost, counts.phantom, len(mid_batch), dead)
-    assert set() == repeated_groups - killed_groups
+    assert (KILLS, set()) == (len(killed_groups), repeated_groups - killed_groups)
     assert [] == [s for s in recoveries if s > LEASE_SECONDS + NOTICED_WITHIN_SECONDS]
