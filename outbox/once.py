@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
@@ -42,14 +42,19 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _buffer_clock, _log, generation, lifecycle
+from outbox import _buffer_clock, _log, generation, lifecycle, schema
 from outbox._db import check_buffer_tables, queries, run_in_transaction
 from outbox._db.dialects import error_summary
-from outbox._engine import distributor
+from outbox._engine import acquisition, distributor
 from outbox._engine.claimer import claimable
+from outbox._engine.flow_state import FlowState
+from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner
+from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.rescuer import Rescuer
+from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
+from outbox.exceptions import BufferTableMissingError
 from outbox.results import BatchResult, Outcome
 from outbox.scaling import Scaling, read_scaling
 
@@ -86,6 +91,11 @@ BACKLOG_COUNT_CAP = 100_000
 the backlog (a count equal to it means at least that many, see ``backlog_capped``)."""
 
 
+_CLOCK_WARNED: set[int] = set()
+"""The applications (by id) whose buffers' clocks this process has warned about."""
+_CLOCK_WARNED_LOCK = threading.Lock()
+
+
 class Stopped(StrEnum):
     """Why :func:`work_once` stopped starting jobs."""
 
@@ -95,6 +105,9 @@ class Stopped(StrEnum):
     """Its time budget was spent; jobs may still be due."""
     MAX_GROUPS = "max_groups"
     """It ran the most groups it was given; jobs may still be due."""
+    STOPPED = "stopped"
+    """Asked to stop: by its caller (``stop``: a SIGTERM, an application shutting down), or
+    by an operator (``outbox workers drain|stop``, read at its heartbeat)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,18 +344,20 @@ def work_once(
     budget_seconds: float = DEFAULT_BUDGET_SECONDS,
     max_groups: int | None = None,
     handlers: tuple[str, ...] | list[str] = (),
+    stop: threading.Event | None = None,
 ) -> WorkResult:
     """Run the jobs that are due now, one at a time, in this thread; return what it did and
     what is left.
 
-    It stops starting jobs once none is due, once ``budget_seconds`` have passed, or once it
-    ran ``max_groups`` groups (None: no such bound); the job in flight then finishes, so a
-    call may take a job's time longer than its budget. A claim job may handle several full
-    batches in a row (for up to a second), so a call may run a few groups more than
-    ``max_groups``. Handler objects are started before the first job and stopped after the
-    last (:mod:`outbox.lifecycle`). Events written while it runs wait for the next
-    distribution. Raises BufferTableMissingError, before doing anything, when a buffer table
-    of its handlers does not exist.
+    It stops starting jobs once none is due, once ``budget_seconds`` have passed, once it ran
+    ``max_groups`` groups (None: no such bound), or once ``stop`` is set (a SIGTERM, an
+    application shutting down). The group in flight then finishes, so a call may take a
+    group's time longer than its budget; a claim job claims no further group, and goes back
+    to the job table for the next caller. Every job runs through the runner a worker runs it
+    through (``outbox._engine.runner``). Handler objects are started before
+    the first job and stopped after the last (:mod:`outbox.lifecycle`). Events written while
+    it runs wait for the next distribution. Raises BufferTableMissingError, before doing
+    anything, when a buffer table of its handlers does not exist.
     """
     if isinstance(budget_seconds, bool) or not 0 < budget_seconds <= MAX_BUDGET_SECONDS:
         raise ValueError(
@@ -358,7 +373,11 @@ def work_once(
     selected = app.select_handlers(handlers)
     check_buffer_tables(app.engine, {h.name: h.table for h in selected})
     generation.check(app.engine)
-    _buffer_clock.enforce(app, [h.table for h in selected])
+    with _CLOCK_WARNED_LOCK:
+        # Once per application and process: a web application's task calls every few seconds.
+        warn = id(app) not in _CLOCK_WARNED
+        _CLOCK_WARNED.add(id(app))
+    _buffer_clock.enforce(app, [h.table for h in selected], warn=warn)
     counts = _Counts()
     started = time.monotonic()
     with _started(app, selected), _registered(app) as caller:
@@ -368,6 +387,7 @@ def work_once(
             deadline=started + budget_seconds,
             max_groups=max_groups,
             done=counts.groups,
+            stop=stop or threading.Event(),
         )
     seconds = time.monotonic() - started
     left = _left(app, selected)
@@ -399,6 +419,7 @@ def run_once(
     budget_seconds: float = DEFAULT_BUDGET_SECONDS,
     max_groups: int | None = None,
     handlers: tuple[str, ...] | list[str] = (),
+    stop: threading.Event | None = None,
 ) -> RunResult:
     """Rescue, distribute, and run what is due, once: what a cron line or a scheduler's task
     calls (see :func:`rescue_once`, :func:`distribute_once`, :func:`work_once` for each
@@ -409,7 +430,9 @@ def run_once(
     """
     rescued = rescue_once(app)
     distributed = distribute_once(app, every=every, handlers=handlers)
-    worked = work_once(app, budget_seconds=budget_seconds, max_groups=max_groups, handlers=handlers)
+    worked = work_once(
+        app, budget_seconds=budget_seconds, max_groups=max_groups, handlers=handlers, stop=stop
+    )
     result = RunResult(rescued, distributed, worked, read_scaling(app, handlers))
     log.info(
         _log.RUN_ONCE_DONE,
@@ -481,6 +504,9 @@ class _Caller:
         self._lock = threading.Lock()
         self._holding: set[int] = set()
         self._stopping = threading.Event()
+        self.asked = threading.Event()
+        """An operator asked it to drain or stop (``outbox workers drain|stop``): it starts
+        no more jobs."""
         self.heartbeat = Heartbeat(
             app, self.id, 1, running=self.holding, stopping=self._stopping.is_set
         )
@@ -499,14 +525,29 @@ class _Caller:
             self._holding.discard(job_id)
 
     def beat_until_stopped(self) -> None:
-        """Heartbeat every interval until it stops; a failed beat is logged, and the next one
-        tried at its time (the leases last a whole lease meanwhile)."""
+        """Heartbeat every interval until it stops, and read what an operator asked of it; a
+        failed beat is logged, and the next one tried at its time (the leases last a whole
+        lease meanwhile)."""
         interval = heartbeat_interval(self.app.settings)
         while not self._stopping.wait(interval):
             try:
                 self.heartbeat.run_once()
+                asked = self.heartbeat.asked()
             except DBAPIError as error:
                 log.warning(_log.WORKER_DATABASE_ERROR, worker=self.id, error=error_summary(error))
+                continue
+            if asked is not None and not self.asked.is_set():
+                # Drain or stop alike: a run holds one job, which finishes either way.
+                log.info(
+                    _log.WORKER_ASKED,
+                    worker=self.id,
+                    request=asked.request,
+                    requested_by=asked.requested_by,
+                    in_flight=len(self.holding()),
+                    known=asked.request in set(schema.WorkerRequest),
+                )
+                if asked.request in set(schema.WorkerRequest):
+                    self.asked.set()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -519,28 +560,82 @@ class _Caller:
         deadline: float,
         max_groups: int | None,
         done: Callable[[], int],
+        stop: threading.Event,
     ) -> Stopped:
-        """Run due jobs one at a time until none is due, the deadline or ``max_groups``."""
-        from outbox.worker import Worker
+        """Lease one due job at a time and run it through the runner, until none is due, the
+        deadline, ``max_groups`` or ``stop``. A claim job stops claiming as soon as one of the
+        last three comes (the runner's ``stopping``), and goes back to the job table. A handler
+        whose buffer table is found missing is set aside while the others go on; then
+        BufferTableMissingError names it."""
+        names = [h.name for h in handlers]
+        flow = FlowState(self.app, refresh_every=FLOW_STATE_REFRESH_SECONDS)
+        throughput = Throughput(self.app)
+        set_aside: dict[str, str] = {}
 
-        worker = Worker(
+        def why_stop() -> Stopped | None:
+            if stop.is_set() or self.asked.is_set():
+                return Stopped.STOPPED
+            if max_groups is not None and done() >= max_groups:
+                return Stopped.MAX_GROUPS
+            if time.monotonic() >= deadline:
+                return Stopped.BUDGET
+            return None
+
+        def note_missing(missing: Mapping[str, str]) -> None:
+            found = {h: t for h, t in missing.items() if h not in set_aside}
+            set_aside.update(found)
+            for name, table in found.items():
+                log.error(_log.BUFFER_TABLE_MISSING, worker=self.id, handler=name, table=table)
+
+        runner = Runner(
             self.app,
-            concurrency=1,
-            handlers=[h.name for h in handlers],
-            distribute_every=None,
+            worker_id=self.id,
+            handlers={h.name: h for h in handlers},
+            flow=flow,
+            claims_in_flight=1,
             on_result=record,
+            throughput=throughput,
+            set_aside=note_missing,
+            database_error=self._report_database_error,
+            hold=self.hold,
+            let_go=self.let_go,
+            stopping=lambda: why_stop() is not None,
         )
-        worker.id = self.id
         try:
-            while True:
-                if max_groups is not None and done() >= max_groups:
-                    return Stopped.MAX_GROUPS
-                if time.monotonic() >= deadline:
-                    return Stopped.BUDGET
-                if not worker.run_once():
-                    return Stopped.IDLE
+            while (stopped := why_stop()) is None:
+                flow.refresh_if_due()
+                jobs = acquisition.acquire(
+                    self.app,
+                    worker_id=self.id,
+                    serving=[name for name in names if name not in set_aside],
+                    handlers=names,
+                    cap=runner.cap,
+                    probing=flow.probing,
+                    limit=1,
+                )
+                if not jobs:
+                    stopped = Stopped.IDLE
+                    break
+                (job,) = jobs
+                self.hold(job.id)
+                try:
+                    crash_point(AFTER_ACQUIRE)
+                    runner.run(job)
+                finally:
+                    self.let_go(job.id)
         finally:
-            worker.flush_throughput()
+            try:
+                throughput.run_once()
+            except DBAPIError as error:
+                # Only the dashboard's counts of this run are lost; what raised goes on up.
+                self._report_database_error(error)
+        if set_aside:
+            raise BufferTableMissingError(set_aside)
+        return stopped
+
+    def _report_database_error(self, error: DBAPIError) -> None:
+        # The outcome is written; only a count (the circuit breaker's) missed it.
+        log.warning(_log.WORKER_DATABASE_ERROR, worker=self.id, error=error_summary(error))
 
 
 @contextmanager
@@ -558,7 +653,12 @@ def _registered(app: Outbox) -> Iterator[_Caller]:
     finally:
         caller.stop()
         beating.join()
-        run_in_transaction(app.engine, lambda conn: queries.delete_worker(conn, caller.id))
+        try:
+            run_in_transaction(app.engine, lambda conn: queries.delete_worker(conn, caller.id))
+        except DBAPIError as error:
+            # Left behind, it is forgotten by a later run's rescue (rescue_once); what
+            # raised, if anything, goes on up.
+            log.warning(_log.WORKER_DATABASE_ERROR, worker=caller.id, error=error_summary(error))
 
 
 @dataclass(frozen=True, slots=True)

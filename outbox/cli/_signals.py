@@ -1,6 +1,7 @@
 """Every signal the ``outbox`` command handles, in one place: a worker's two-stage stop,
-several worker processes from one ``outbox work`` command (``--processes N``, POSIX), and a
-Ctrl-C the demo checks for between steps (:func:`interrupt_flag`).
+several worker processes from one ``outbox work`` command (``--processes N``, POSIX), a
+Ctrl-C the demo checks for between steps (:func:`interrupt_flag`), and the stop request of
+``outbox run --once`` (:func:`stop_flag`).
 
 The parent loads the application once (imports, mappers, the schema check) and then forks the
 workers: N processes pay for one start-up, and share the loaded code's memory pages. It stays
@@ -63,6 +64,28 @@ def interrupt_flag() -> Iterator[threading.Event]:
         yield interrupted
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@contextmanager
+def stop_flag(signals: frozenset[signal.Signals] = STOP_SIGNALS) -> Iterator[threading.Event]:
+    """A stop request as a flag for a command that finishes what it holds and exits (``outbox
+    run --once``): the first SIGTERM or SIGINT sets it; a second one ends the process at once,
+    as the signal's default would."""
+    stop = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        if stop.is_set():
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        stop.set()
+
+    previous = {signum: signal.signal(signum, handle) for signum in signals}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def run_processes(

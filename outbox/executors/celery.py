@@ -48,7 +48,8 @@ extended, and a killed child's jobs are freed once its heartbeat goes silent, no
 Engines are made per child: the pool a child inherits from the parent is disposed of
 (``engine.dispose(close=False)``) when it starts. A child stopped with SIGTERM (Celery's cold
 shutdown, the end of a ``worker_soft_shutdown_timeout``) gives back the leases it holds, and
-their work is taken again at once.
+their work is taken again at once. ``outbox workers drain`` or ``stop`` of one of them, read at
+its heartbeat, shuts its Celery worker down warm.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ import signal
 import socket
 import threading
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
@@ -77,6 +79,20 @@ from outbox._services.rescuer import Rescuer
 from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
 from outbox.exceptions import BufferTableMissingError
+
+__all__ = [
+    "BEAT_ENTRIES",
+    "DEFAULT_DISTRIBUTE_EVERY_SECONDS",
+    "DEFAULT_QUEUE",
+    "DISTRIBUTE_TASK",
+    "MAX_COUNTDOWN_SECONDS",
+    "OVERDUE_AFTER_SECONDS",
+    "RESCUE_TASK",
+    "RUN_JOB_TASK",
+    "SWEEP_LIMIT",
+    "CeleryExecutor",
+    "install",
+]
 
 log = _log.get_logger(__name__)
 
@@ -107,6 +123,11 @@ GIVE_BACK_SECONDS = 5.0
 """How long a child stopped by SIGTERM spends giving back its leases before it exits anyway
 (the rescue frees them then, once its heartbeat is silent)."""
 STOP_JOIN_SECONDS = 5.0
+
+
+# The Celery applications outbox is installed on (read without finalizing one: asking it for its
+# tasks would).
+_INSTALLED: weakref.WeakSet[Celery] = weakref.WeakSet()
 
 
 def install(
@@ -152,9 +173,9 @@ def install(
         raise TypeError(f"handlers must be a sequence of handler names, got {handlers!r}")
     names = tuple(handlers)
     outbox_app.select_handlers(names)  # refuses a name the app does not know
-    if RUN_JOB_TASK in celery_app.tasks:
+    if celery_app in _INSTALLED:
         raise ValueError(f"outbox is already installed on {celery_app.main or celery_app!r}")
-    return CeleryExecutor(
+    executor = CeleryExecutor(
         celery_app,
         outbox_app,
         queue=queue,
@@ -164,6 +185,8 @@ def install(
         ),
         handlers=names,
     )
+    _INSTALLED.add(celery_app)
+    return executor
 
 
 def _check_seconds(name: str, value: object, least: float, most: float) -> None:
@@ -186,6 +209,10 @@ class _Process:
     handlers: dict[str, Handler[Any]]
     pid: int = field(default_factory=os.getpid)
     running: set[int] = field(default_factory=set)
+    # The heartbeat's thread reads what the task threads change.
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    slots: int = 1
+    """Jobs it runs at once: one in a prefork child, the pool's size in a threads pool."""
     started: set[str] = field(default_factory=set)
     stopping: threading.Event = field(default_factory=threading.Event)
     stopped: threading.Event = field(default_factory=threading.Event)
@@ -193,12 +220,14 @@ class _Process:
     child: bool = False
     """A prefork child (its SIGTERM is outbox's once it runs a job)."""
     takes_sigterm: bool = False
+    asked: str | None = None
+    """The operator's request it acted on."""
 
     def __post_init__(self) -> None:
         app = self.executor.outbox
         self.throughput = Throughput(app)
         self.heartbeat = Heartbeat(
-            app, self.worker_id, 1, running=self.running_now, stopping=self.stopping.is_set
+            app, self.worker_id, self.slots, running=self.running_now, stopping=self.stopping.is_set
         )
         self.rescuer = Rescuer(
             app, self.worker_id, judge_heartbeats=self.heartbeat.may_judge_others
@@ -208,8 +237,8 @@ class _Process:
             worker_id=self.worker_id,
             handlers=self.handlers,
             throughput=self.throughput,
-            hold=self.running.add,
-            let_go=self.running.discard,
+            hold=self.hold,
+            let_go=self.let_go,
             database_error=self.report_database_error,
             stopping=self.stopping.is_set,
         )
@@ -218,7 +247,17 @@ class _Process:
         )
 
     def running_now(self) -> list[int]:
-        return sorted(self.running)
+        """The jobs it runs now: the leases its heartbeat extends."""
+        with self.lock:
+            return sorted(self.running)
+
+    def hold(self, job_id: int) -> None:
+        with self.lock:
+            self.running.add(job_id)
+
+    def let_go(self, job_id: int) -> None:
+        with self.lock:
+            self.running.discard(job_id)
 
     def start(self) -> None:
         self.thread.start()
@@ -236,6 +275,7 @@ class _Process:
             try:
                 self.heartbeat.run_once()
                 self.throughput.run_once()
+                self._read_request()
                 if self.database_down:
                     self.database_down = False
                     log.info(_log.WORKER_DATABASE_RECOVERED, worker=self.worker_id)
@@ -244,6 +284,28 @@ class _Process:
             except Exception as error:  # the heartbeat must outlive anything one beat meets
                 log.exception(_log.WORKER_LOOP_ERROR, worker=self.worker_id, error=str(error))
             self.stopping.wait(every)
+
+    def _read_request(self) -> None:
+        """Act on what an operator asked of this process in its row (``outbox workers drain``
+        or ``stop``), once: ask its Celery worker to shut down warm, as ``celery control
+        shutdown`` does. The worker stops taking messages, its processes finish what they run,
+        then leave the fleet. A request it does not know (of a newer outbox) is logged and
+        left alone."""
+        asked = self.heartbeat.asked()
+        if asked is None or self.asked is not None:
+            return
+        self.asked = asked.request
+        known = asked.request in set(schema.WorkerRequest)
+        log.info(
+            _log.WORKER_ASKED,
+            worker=self.worker_id,
+            request=asked.request,
+            requested_by=asked.requested_by,
+            in_flight=len(self.running_now()),
+            known=known,
+        )
+        if known:
+            self.executor.celery.control.shutdown(destination=[self.executor.node])
 
     def report_database_error(self, error: DBAPIError) -> None:
         # Once per outage, not once per heartbeat.
@@ -346,6 +408,7 @@ class CeleryExecutor:
         self._process: _Process | None = None
         self._process_lock = threading.Lock()
         self._hostname: str | None = None
+        self._slots = 1
         # The queue goes with each message (publish, the beat entries), not on the tasks:
         # Celery deprecates a task's ``queue`` attribute, and ``task_routes`` is the app's.
         options = {"ignore_result": True, "shared": False}
@@ -392,23 +455,23 @@ class CeleryExecutor:
 
     def run_job_here(self, job_id: int) -> JobRun | None:
         """Lease the job ``job_id`` and run it in this process; None when it is leased,
-        finished, not due yet or its handler paused (a duplicate message: logged at debug)."""
+        finished, not due yet, its handler paused or not served here (a duplicate message:
+        logged at debug)."""
         process = self._here()
         self._take_sigterm(process)
-        job = lease_job(self.outbox, job_id, process.worker_id)
+        job = lease_job(self.outbox, job_id, process.worker_id, handlers=list(process.handlers))
         if job is None:
             log.debug(_log.EXECUTOR_MESSAGE_SKIPPED, job_id=job_id, worker=process.worker_id)
             return None
-        process.running.add(job.id)
+        process.hold(job.id)
         try:
-            handler = process.handlers.get(job.handler)
-            if handler is None or not process.start_handler(handler):
-                # Not served here, or its object could not start: as if never leased.
+            if not process.start_handler(process.handlers[job.handler]):
+                # Its object could not start (a sink's downstream is down): as if never leased.
                 process.runner.give_back(job, counted=False)
                 return None
             run = process.runner.run(job)
         finally:
-            process.running.discard(job.id)
+            process.let_go(job.id)
         self._follow(process, run)
         return run
 
@@ -421,16 +484,20 @@ class CeleryExecutor:
         soon = [
             r for r in run.results if r.due_in is not None and r.due_in <= MAX_COUNTDOWN_SECONDS
         ]
-        capped = process.runner.cap(job.handler) is not None
-        if not soon and not (capped and run.outcome == RunOutcome.RAN):
+        cap = process.runner.cap(job.handler)
+        room = cap is not None and run.outcome == RunOutcome.RAN
+        if not soon and not room:
             return
         with self.outbox.engine.connect() as conn:
             later = [(queries.batch_job_of_group(conn, r.group_id), r.due_in) for r in soon]
             following: list[int] = []
-            if capped and run.outcome == RunOutcome.RAN:
-                # Room under the cap: the next of the handler's due batch jobs, or, after a
-                # claim (which leaves a capped group's job to acquisition), the new one.
-                following = queries.overdue_jobs(conn, [job.handler], overdue_seconds=0.0, limit=1)
+            if cap is not None and room:
+                # A capped handler's message finds no room while the cap is full, and does
+                # nothing: as one of its groups ends, the next due ones (the group a claim
+                # left to acquisition among them) get a message each, up to the cap.
+                following = queries.overdue_jobs(
+                    conn, [job.handler], overdue_seconds=0.0, limit=cap
+                )
                 if job.kind == schema.JobKind.CLAIM:
                     following.append(job.id)  # given back with rows waiting, or gone
         for job_id, due_in in later:
@@ -522,11 +589,15 @@ class CeleryExecutor:
                 process = self._start_process()
             return process
 
+    @property
+    def node(self) -> str:
+        """The Celery worker's node name (``celery@host`` unless ``--hostname`` says otherwise)."""
+        return self._hostname or f"celery@{socket.gethostname()}"
+
     def _start_process(self) -> _Process:
-        host = self._hostname or f"celery@{socket.gethostname()}"
-        worker_id = f"{host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        worker_id = f"{self.node}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         handlers = {h.name: h for h in self.outbox.select_handlers(self.handler_names)}
-        process = _Process(self, worker_id, handlers)
+        process = _Process(self, worker_id, handlers, slots=self._slots)
         self._process = process
         process.start()
         return process
@@ -570,6 +641,8 @@ class CeleryExecutor:
         hostname = getattr(sender, "hostname", None)
         if isinstance(hostname, str):
             self._hostname = hostname
+        limit = getattr(pool, "limit", None)
+        self._slots = limit if isinstance(limit, int) and limit > 0 else 1
         self._here()
 
     def _on_worker_shutdown(self, **_: Any) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -10,8 +11,11 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from outbox import schema
+from tests._support import wait_for
 from tests.acceptance import _tables
-from tests.acceptance._cli import APP, Cli, handled
+from tests.acceptance._cli import APP, Cli, handled, started
+from tests.acceptance.cli_app import HOLD_ENV
 from tests.models import ActivityEvent, EmailEvent
 
 RUNS_AT_ONCE = 3
@@ -118,7 +122,36 @@ def test_a_run_whose_groups_fail_and_will_be_retried_exits_0(
     assert (0, 1) == (result.code, json.loads(result.stdout)["work"]["groups_failed"])
 
 
-def test_run_without_once_is_a_usage_error_naming_the_option(cli: Cli, sqlite_url: str) -> None:
-    """``outbox run`` alone: exit 2, naming ``--once``."""
-    result = cli.run("--app", APP, "--database-url", sqlite_url, "run")
-    assert (2, True) == (result.code, "--once" in result.stderr)
+def test_sigterm_lets_the_batch_in_flight_finish_starts_nothing_more_and_exits_0(
+    cli: Cli,
+    database_url: str,
+    connect: Callable[[str], Engine],
+    commit_events: Any,
+    output_dir: Path,
+    tmp_path: Path,
+) -> None:
+    """SIGTERM mid-batch (a CronJob's deadline, a node drain): the batch in flight is handled
+    and written, no other starts, the run says it was stopped, exits 0 and leaves no worker
+    row; the events not started wait for the next run."""
+    engine = connect(database_url)
+    commit_events(engine, 30)
+    hold = tmp_path / "hold"
+    hold.touch()
+    running = cli.start(
+        *_run_once(database_url, "--handler", "record_activity", "--json"),
+        env={HOLD_ENV: str(hold)},
+    )
+    wait_for(lambda: started(output_dir), "a batch to start")
+    running.send(signal.SIGTERM)
+    hold.unlink()
+    result = running.result()
+
+    document = json.loads(result.stdout)
+    assert (0, "stopped", 1, 10, 20, 0) == (
+        result.code,
+        document["work"]["stopped"],
+        document["work"]["groups_succeeded"],
+        len(handled(output_dir)),
+        _tables.count(engine, ActivityEvent.__table__),
+        _tables.count(engine, schema.workers),
+    )

@@ -16,7 +16,9 @@ missing; an HTTP sink is built and registered, not started (its API is the reade
 The command: every ``outbox`` command line in a shell block (``sh``, ``bash``, ``console``)
 names a command that exists, with options it has; so does an inline code span or a line of
 another block that begins with ``outbox`` and a command's name or an option (``outbox tables
-are up to date`` is output); so does each row of the command table of docs/operations.md.
+are up to date`` is output); so does the command of a ``crontab`` line and a container's
+``command:`` or ``args:`` list in a ``yaml`` block (a Kubernetes CronJob); so does each row of
+the command table of docs/operations.md.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import ast
 import asyncio
 import builtins
 import importlib.util
+import json
 import re
 import shlex
 import sys
@@ -323,6 +326,7 @@ def _command_lines() -> list[CommandLine]:
         for block in (b for b in BLOCKS if b.page == name):
             strict = block.language in SHELL and block.language != ""
             lines += [(strict, line) for line in block.text.splitlines()]
+            lines += [(True, line) for line in _scheduled_commands(block)]
         for strict, line in lines:
             match = re.match(r"\s*(?:\$ )?(?:\S*/)?outbox((?: +\S+)+)", line)
             if match is None:
@@ -331,6 +335,21 @@ def _command_lines() -> list[CommandLine]:
             if strict or words[0].startswith("-") or words[0] in main.commands:
                 found.append(CommandLine(name, words))
     return found
+
+
+def _scheduled_commands(block: Block) -> list[str]:
+    """The command lines a crontab entry runs (after its five time fields, each part of a
+    ``&&``), and a container's ``command: [...]`` or ``args: [...]`` in a YAML block."""
+    found = []
+    if block.language == "crontab":
+        for line in block.text.splitlines():
+            fields = line.split(None, 5)
+            if len(fields) == 6 and not line.lstrip().startswith("#"):
+                found += [part.strip() for part in re.split(r"&&|;", fields[5])]
+    elif block.language in ("yaml", "yml"):
+        for match in re.finditer(r"^\s*(?:command|args):\s*(\[.*\])\s*$", block.text, re.M):
+            found.append(shlex.join(json.loads(match.group(1))))
+    return [line for line in found if re.match(r"(?:\S*/)?outbox\s", line)]
 
 
 def _split(text: str) -> list[str]:

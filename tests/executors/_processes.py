@@ -99,6 +99,27 @@ def prepare(database_url: str, events: int) -> None:
         engine.dispose()
 
 
+def prepare_capped(database_url: str, events: int) -> None:
+    """``events`` events waiting for the handler capped at one group at a time."""
+    engine = create_engine(database_url)
+    try:
+        with Session(engine) as session, session.begin():
+            session.add_all(celery_app.CappedDelivery(n=n) for n in range(events))
+    finally:
+        engine.dispose()
+
+
+def waiting_capped(database_url: str) -> int:
+    """Events of the capped handler still in its buffer."""
+    engine = create_engine(database_url)
+    try:
+        with engine.connect() as conn:
+            count = select(func.count()).select_from(celery_app.CappedDelivery)
+            return int(conn.execute(count).scalar_one())
+    finally:
+        engine.dispose()
+
+
 def archived(database_url: str) -> list[int]:
     """The ids of the events archived as succeeded."""
     engine = create_engine(database_url)
@@ -106,7 +127,8 @@ def archived(database_url: str) -> list[int]:
         with engine.connect() as conn:
             rows = conn.execute(
                 select(schema.archive.c.event_id).where(
-                    schema.archive.c.status == schema.ArchiveStatus.SUCCEEDED
+                    schema.archive.c.status == schema.ArchiveStatus.SUCCEEDED,
+                    schema.archive.c.handler == "deliver",
                 )
             )
             return sorted(int(event_id) for (event_id,) in rows)

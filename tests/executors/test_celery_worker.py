@@ -21,6 +21,7 @@ from outbox import Outbox, flow, schema
 from outbox._engine import distributor
 from outbox.executors.celery import RUN_JOB_TASK
 from tests._support import wait_for
+from tests.conftest import FULL_RUN_ENV, reset_schema
 from tests.executors import _processes, celery_app
 from tests.executors._processes import BROKERS, REDIS_URL
 
@@ -31,10 +32,26 @@ DRAIN_SECONDS = 60.0
 CLI_TIMEOUT_SECONDS = 60.0
 
 
-@pytest.fixture(params=sorted(BROKERS))
-def broker_url(request: pytest.FixtureRequest) -> str:
-    """Each broker: Redis, RabbitMQ."""
-    return BROKERS[request.param]
+# (database, broker): each database and each broker by default; every pair in the full run.
+BACKENDS = [("postgresql", "redis"), ("mariadb", "rabbitmq")]
+FULL_RUN_BACKENDS = [("postgresql", "rabbitmq"), ("mariadb", "redis"), ("sqlite", "redis")]
+
+
+@pytest.fixture(
+    params=BACKENDS + (FULL_RUN_BACKENDS if os.environ.get(FULL_RUN_ENV) == "1" else []),
+    ids="-".join,
+)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_processes.Celery]:
+    """A database (reset) and a broker, and the test's processes on them, not started yet."""
+    database, broker = request.param
+    if database == "sqlite":
+        url = f"sqlite:///{tmp_path}/outbox.sqlite3"
+    else:
+        url = request.getfixturevalue(f"{database.replace('postgresql', 'postgres')}_url")
+    reset_schema(url)
+    running = _processes.new(tmp_path, url, BROKERS[broker])
+    yield running
+    running.stop()
 
 
 @pytest.fixture
@@ -81,30 +98,34 @@ def _skipped(processes: _processes.Celery, job_id: int) -> list[str]:
     return [line for line in processes.output().splitlines() if pattern.search(line)]
 
 
-def test_a_backlog_is_delivered_in_full_groups(
-    tmp_path: Path, database_url: str, broker_url: str
-) -> None:
+def test_a_backlog_is_delivered_in_full_groups(backend: _processes.Celery) -> None:
     """1,000 waiting events, a beat and a prefork worker of two children: each event delivered,
     in ten groups of 100, the groups ``outbox work`` makes."""
-    running = _processes.new(tmp_path, database_url, broker_url)
-    _processes.prepare(database_url, BACKLOG)
-    try:
-        running.worker()
-        running.beat()
-        wait_for(
-            lambda: _processes.waiting(database_url) == 0, "the backlog to drain", DRAIN_SECONDS
-        )
-        delivered = wait_for(
-            lambda: (
-                len(_processes.archived(database_url)) == BACKLOG
-                and _processes.archived(database_url)
-            ),
-            "every event archived",
-        )
-    finally:
-        running.stop()
+    url = backend.database_url
+    _processes.prepare(url, BACKLOG)
+    backend.worker()
+    backend.beat()
+    wait_for(lambda: _processes.waiting(url) == 0, "the backlog to drain", DRAIN_SECONDS)
+    delivered = wait_for(
+        lambda: len(found := _processes.archived(url)) == BACKLOG and found, "every event archived"
+    )
+    backend.stop()
     assert list(range(1, BACKLOG + 1)) == delivered
-    assert [celery_app.BATCH_SIZE] * (BACKLOG // celery_app.BATCH_SIZE) == running.call_sizes()
+    assert [celery_app.BATCH_SIZE] * (BACKLOG // celery_app.BATCH_SIZE) == backend.call_sizes()
+
+
+def test_a_handlers_fleet_wide_cap_holds_across_worker_processes(
+    processes: _processes.Celery,
+) -> None:
+    """A handler capped at one group at a time, three groups waiting, two children: the groups
+    run one after the other, never two at once, and all of them run."""
+    _processes.prepare(processes.database_url, 0)
+    _processes.prepare_capped(processes.database_url, 3 * celery_app.BATCH_SIZE)
+    processes.worker()
+    processes.beat()
+    wait_for(lambda: _processes.waiting_capped(processes.database_url) == 0, "the groups to run")
+    calls = [line.split() for line in processes.calls.read_text().splitlines()]
+    assert [[str(celery_app.BATCH_SIZE), "capped", "ok"]] * 3 == calls
 
 
 def test_a_message_delivered_twice_runs_its_job_once(processes: _processes.Celery) -> None:
@@ -134,6 +155,18 @@ def test_a_paused_handlers_job_is_not_run(processes: _processes.Celery) -> None:
     assert EVENTS == _processes.waiting(processes.database_url)
 
 
+def test_a_failed_group_is_retried_when_its_backoff_ends(processes: _processes.Celery) -> None:
+    """A group whose first attempt fails is due again 6 s later: its message comes with that
+    countdown, and the second attempt succeeds, long before a sweep (30 s) would find it."""
+    _processes.prepare(processes.database_url, EVENTS)
+    job_id = _claim_job(processes.database_url)
+    processes.worker(**{celery_app.FAIL_FIRST_ENV: "1"})
+    _send(processes, job_id)
+    wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the retry to succeed")
+    assert [EVENTS, EVENTS] == processes.call_sizes()
+    assert "attempt=2 outcome=succeeded" in processes.output()
+
+
 def _leased_batch_job(url: str) -> dict[str, object] | None:
     batch = [j for j in _processes.jobs(url) if j["kind"] == schema.JobKind.BATCH]
     return batch[0] if batch and batch[0]["lease_owner"] else None
@@ -158,6 +191,46 @@ def test_a_sigterm_gives_back_the_leases_of_a_worker_process(
     assert str(pid) == calls[0][2]
     assert str(pid) != calls[1][2]
     assert "outbox.jobs.given_back" in processes.output()
+
+
+def test_a_killed_processs_group_is_taken_again_once_its_heartbeat_is_silent(
+    processes: _processes.Celery,
+) -> None:
+    """``kill -9`` of the child mid-handler: its heartbeat stops, and after the stale age (3 s)
+    another child's rescue frees its group and runs it, long before its lease (120 s) ends."""
+    _processes.prepare(processes.database_url, EVENTS)
+    job_id = _claim_job(processes.database_url)
+    processes.worker(**{celery_app.SLOW_ENV: "300", celery_app.STALE_ENV: "3"})
+    processes.beat()
+    _send(processes, job_id)
+    leased = wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
+    pid = int(str(leased["lease_owner"]).split(":")[1])
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the group to be run again")
+    calls = [line.split() for line in processes.calls.read_text().splitlines()]
+    assert [str(pid)] == [p for _, _, p in calls if p == str(pid)]
+    assert "holder_gone=1" in processes.output()
+
+
+def test_a_cold_shutdown_gives_back_the_leases_of_its_processes(
+    processes: _processes.Celery,
+) -> None:
+    """Celery's cold shutdown (SIGQUIT) after its soft shutdown's second: the worker's children,
+    stopped mid-handler, give back their group, and a second worker runs it at once."""
+    _processes.prepare(processes.database_url, EVENTS)
+    job_id = _claim_job(processes.database_url)
+    first = processes.worker(
+        name="w1", **{celery_app.SLOW_ENV: "300", celery_app.SOFT_SHUTDOWN_ENV: "1"}
+    )
+    _send(processes, job_id)
+    wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
+    processes.worker(name="w2")
+    first.stop(signal.SIGQUIT)
+    wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the group to be run again")
+    assert "outbox.jobs.given_back" in first.output()
+    assert [str(EVENTS), str(EVENTS)] == [
+        line.split()[0] for line in processes.calls.read_text().splitlines()
+    ]
 
 
 def _cli(processes: _processes.Celery, *args: str) -> str:
@@ -188,3 +261,21 @@ def test_each_worker_process_is_a_worker_of_outbox_status(processes: _processes.
     node = f"w1-{processes.queue}@"
     assert [True, True] == [str(w["id"]).startswith(node) for w in workers]
     assert re.search(r"\b2\s*$", _cli(processes, "status"), re.MULTILINE)
+
+
+def test_an_operators_drain_shuts_the_celery_worker_down(processes: _processes.Celery) -> None:
+    """``outbox workers drain`` of one of its processes: the Celery worker shuts down warm,
+    and its processes leave the fleet. (A stale age of 3 s: a heartbeat, which reads the
+    request, every second.)"""
+    _processes.prepare(processes.database_url, 0)
+    worker = processes.worker(concurrency=2, **{celery_app.STALE_ENV: "3"})
+
+    def workers() -> list[dict[str, object]]:
+        found = json.loads(_cli(processes, "workers", "list", "--json"))
+        return found if len(found) == 2 else []
+
+    first = str(wait_for(workers, "two live workers")[0]["id"])
+    _cli(processes, "workers", "drain", first)
+    wait_for(lambda: worker.popen.poll() is not None, "the worker to exit")
+    assert [] == json.loads(_cli(processes, "workers", "list", "--json"))
+    assert "outbox.worker.asked" in worker.output()

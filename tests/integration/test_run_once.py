@@ -19,6 +19,7 @@ from outbox import (
     Batch,
     Outbox,
     RetryPolicy,
+    Settings,
     distribute_once,
     fleet,
     rescue_once,
@@ -29,6 +30,7 @@ from outbox import (
 from outbox._db import queries
 from outbox.jsonable import jsonable
 from outbox.once import Stopped
+from tests.conftest import reset_schema
 from tests.models import ActivityEvent, EmailEvent
 
 HOUR = 3600.0
@@ -55,18 +57,34 @@ def recorder() -> Recorder:
 
 @pytest.fixture
 def app(make_app: Callable[..., Outbox], database_url: str, recorder: Recorder) -> Outbox:
-    """An application with one handler of batch size 10."""
+    """An application with one handler of batch size 10, on each database."""
     app = make_app(database_url)
     app.handler(ActivityEvent, name="record", batch_size=10)(recorder)
     return app
 
 
+@pytest.fixture
+def sqlite_database(sqlite_url: str) -> str:
+    """A migrated SQLite file: for what the run-once API decides itself, the same on every
+    database (what each database does is the tests above, and tests/conformance's)."""
+    reset_schema(sqlite_url)
+    return sqlite_url
+
+
+@pytest.fixture
+def sqlite_app(make_app: Callable[..., Outbox], sqlite_database: str, recorder: Recorder) -> Outbox:
+    """An application with one handler of batch size 10, on SQLite."""
+    app = make_app(sqlite_database)
+    app.handler(ActivityEvent, name="record", batch_size=10)(recorder)
+    return app
+
+
 def test_run_once_handles_every_waiting_event_and_says_nothing_is_left(
-    app: Outbox, recorder: Recorder, commit_events: Callable[..., list[int]]
+    sqlite_app: Outbox, recorder: Recorder, commit_events: Callable[..., list[int]]
 ) -> None:
     """25 events, batches of 10: three groups succeed; the buffer is empty, nothing is due."""
-    ids = commit_events(app.engine, 25)
-    result = run_once(app)
+    ids = commit_events(sqlite_app.engine, 25)
+    result = run_once(sqlite_app)
     work = result.work
     assert (ids, Stopped.IDLE, 3, 25, 0, None, None) == (
         sorted(recorder.ids),
@@ -80,10 +98,10 @@ def test_run_once_handles_every_waiting_event_and_says_nothing_is_left(
 
 
 def test_a_failed_group_is_counted_and_its_retry_is_when_work_is_next_due(
-    make_app: Callable[..., Outbox], database_url: str, commit_events: Callable[..., list[int]]
+    make_app: Callable[..., Outbox], sqlite_database: str, commit_events: Callable[..., list[int]]
 ) -> None:
     """The handler fails: one group failed, its events left, due again after its backoff."""
-    app = make_app(database_url)
+    app = make_app(sqlite_database)
 
     @app.handler(
         ActivityEvent, retry=RetryPolicy(max_attempts=3, scale=0.0, base_delay=60.0, jitter=0.0)
@@ -104,10 +122,10 @@ def test_a_failed_group_is_counted_and_its_retry_is_when_work_is_next_due(
 
 
 def test_a_dead_lettered_group_needs_an_operator(
-    make_app: Callable[..., Outbox], database_url: str, commit_events: Callable[..., list[int]]
+    make_app: Callable[..., Outbox], sqlite_database: str, commit_events: Callable[..., list[int]]
 ) -> None:
     """A group out of attempts is dead: counted, and the result says someone should look."""
-    app = make_app(database_url)
+    app = make_app(sqlite_database)
 
     @app.handler(ActivityEvent, retry=RetryPolicy(max_attempts=1))
     def failing(batch: Batch[ActivityEvent]) -> None:
@@ -119,13 +137,10 @@ def test_a_dead_lettered_group_needs_an_operator(
 
 
 def test_the_budget_stops_new_jobs_and_what_is_left_is_due_now(
-    make_app: Callable[..., Outbox], sqlite_url: str, commit_events: Callable[..., list[int]]
+    make_app: Callable[..., Outbox], sqlite_database: str, commit_events: Callable[..., list[int]]
 ) -> None:
     """Slow batches and a short budget: it stops for the budget, events left, due now."""
-    from tests.conftest import reset_schema
-
-    reset_schema(sqlite_url)
-    app = make_app(sqlite_url)
+    app = make_app(sqlite_database)
 
     @app.handler(ActivityEvent, batch_size=1)
     def slow(batch: Batch[ActivityEvent]) -> None:
@@ -137,24 +152,85 @@ def test_the_budget_stops_new_jobs_and_what_is_left_is_due_now(
 
 
 def test_the_result_asks_for_workers_while_runnable_events_are_left(
-    make_app: Callable[..., Outbox], database_url: str, commit_events: Callable[..., list[int]]
+    make_app: Callable[..., Outbox], sqlite_database: str, commit_events: Callable[..., list[int]]
 ) -> None:
-    """A run stopped by its budget with events runnable asks for at least one worker slot;
-    the run that drains them asks for none."""
-    app = make_app(database_url)
-
-    @app.handler(ActivityEvent, batch_size=1)
-    def slow(batch: Batch[ActivityEvent]) -> None:
-        time.sleep(0.1)
-
-    commit_events(app.engine, 14)
-    stopped = run_once(app, budget_seconds=0.05)
+    """A run stopped by its group bound with events runnable asks for at least one worker
+    slot; the run that drains them asks for none."""
+    app = make_app(sqlite_database)
+    app.handler(ActivityEvent, name="record", batch_size=1)(Recorder())
+    commit_events(app.engine, 5)
+    stopped = run_once(app, max_groups=1)
     drained = run_once(app)
     assert (True, 0, 0) == (
         stopped.desired_workers >= 1,
         drained.desired_workers,
         drained.work.backlog,
     )
+
+
+def test_max_groups_bounds_the_groups_run_even_inside_one_claim_job(
+    sqlite_app: Outbox, recorder: Recorder, commit_events: Callable[..., list[int]]
+) -> None:
+    """Five full batches waiting, one claim job's worth: two groups are run, and the rest is
+    left, due now, for the next caller."""
+    commit_events(sqlite_app.engine, 50)
+    work = run_once(sqlite_app, max_groups=2).work
+    assert (Stopped.MAX_GROUPS, 2, 20, 30, 0.0) == (
+        work.stopped,
+        work.groups,
+        len(recorder.ids),
+        work.backlog,
+        work.next_due_in,
+    )
+
+
+def test_a_stop_set_while_a_group_runs_lets_it_finish_and_starts_no_other(
+    make_app: Callable[..., Outbox],
+    sqlite_database: str,
+    recorder: Recorder,
+    commit_events: Callable[..., list[int]],
+) -> None:
+    """The application shuts down during the first group: it is handled, no other starts."""
+    stop = threading.Event()
+    app = make_app(sqlite_database)
+    app.handler(ActivityEvent, name="record", batch_size=10)(_stopping_after_one(recorder, stop))
+    commit_events(app.engine, 30)
+    work = run_once(app, stop=stop).work
+    assert (Stopped.STOPPED, 1, 10, 20) == (
+        work.stopped,
+        work.groups_succeeded,
+        len(recorder.ids),
+        work.backlog,
+    )
+
+
+def test_an_operators_stop_lets_the_group_in_flight_finish_and_starts_no_other(
+    make_app: Callable[..., Outbox], sqlite_database: str, commit_events: Callable[..., list[int]]
+) -> None:
+    """``outbox workers stop`` of a run-once caller, as of any worker: read at its next
+    heartbeat, the group in flight finishes and no other starts."""
+    app = make_app(sqlite_database, Settings(lease_seconds=1.5))  # a heartbeat every 0.5 s
+
+    asked: list[str] = []
+
+    @app.handler(ActivityEvent, batch_size=10)
+    def slow(batch: Batch[ActivityEvent]) -> None:
+        if not asked:
+            (caller,) = fleet.workers(app)
+            asked.append(fleet.ask(app, caller.id, "stop", actor="ops").worker.id)
+        time.sleep(1.6)  # the work itself: three heartbeats long
+
+    commit_events(app.engine, 30)
+    work = run_once(app).work
+    assert (Stopped.STOPPED, 1, 20) == (work.stopped, work.groups_succeeded, work.backlog)
+
+
+def _stopping_after_one(recorder: Recorder, stop: threading.Event) -> Callable[..., None]:
+    def handle(batch: Batch[Any]) -> None:
+        recorder(batch)
+        stop.set()
+
+    return handle
 
 
 def test_distribution_on_a_tick_is_done_once_and_the_second_caller_learns_it_lost(
@@ -177,12 +253,12 @@ def test_distribution_on_a_tick_is_done_once_and_the_second_caller_learns_it_los
 
 
 def test_without_a_schedule_every_call_distributes(
-    app: Outbox, commit_events: Callable[..., list[int]]
+    sqlite_app: Outbox, commit_events: Callable[..., list[int]]
 ) -> None:
     """No ``every``: no tick; each call distributes (the second finds the claim jobs there)."""
-    commit_events(app.engine, 25)
-    first = distribute_once(app)
-    second = distribute_once(app)
+    commit_events(sqlite_app.engine, 25)
+    first = distribute_once(sqlite_app)
+    second = distribute_once(sqlite_app)
     assert ((None, ["record"], 3), (None, ["record"], 0)) == (
         (first.tick, first.won, first.enqueued),
         (second.tick, second.won, second.enqueued),
@@ -200,13 +276,13 @@ def test_the_tick_is_read_from_the_databases_clock(app: Outbox) -> None:
 
 
 def test_rescue_once_frees_a_lease_that_ran_out(
-    app: Outbox, recorder: Recorder, commit_events: Callable[..., list[int]]
+    sqlite_app: Outbox, recorder: Recorder, commit_events: Callable[..., list[int]]
 ) -> None:
     """A run killed mid-way left a group leased; once the lease ended, the next run's rescue
     frees it and its work handles it."""
-    ids = commit_events(app.engine, 3)
-    distribute_once(app)
-    with app.engine.begin() as conn:
+    ids = commit_events(sqlite_app.engine, 3)
+    distribute_once(sqlite_app)
+    with sqlite_app.engine.begin() as conn:
         conn.execute(
             update(schema.jobs).values(
                 lease_owner=f"{queries.RUN_ONCE_PREFIX}gone:1:ab",
@@ -214,8 +290,8 @@ def test_rescue_once_frees_a_lease_that_ran_out(
                 lease_expires_at=queries.database_now(conn).replace(year=2000),
             )
         )
-    assert (1, 0) == (rescue_once(app).rescued, rescue_once(app).rescued)
-    run_once(app)
+    assert (1, 0) == (rescue_once(sqlite_app).rescued, rescue_once(sqlite_app).rescued)
+    run_once(sqlite_app)
     assert ids == sorted(recorder.ids)
 
 
@@ -237,13 +313,10 @@ def test_a_caller_is_listed_with_the_workers_while_it_works_and_leaves_no_row(
 
 
 def test_handler_objects_are_started_before_and_stopped_after(
-    make_app: Callable[..., Outbox], sqlite_url: str, commit_events: Callable[..., list[int]]
+    make_app: Callable[..., Outbox], sqlite_database: str, commit_events: Callable[..., list[int]]
 ) -> None:
     """A sink-like object is started before its first batch and stopped after the last."""
-    from tests.conftest import reset_schema
-
-    reset_schema(sqlite_url)
-    app = make_app(sqlite_url)
+    app = make_app(sqlite_database)
     calls: list[str] = []
 
     class Sink:
@@ -263,10 +336,12 @@ def test_handler_objects_are_started_before_and_stopped_after(
     assert ["start", "stop", "start", "batch", "stop"] == calls
 
 
-def test_the_result_prints_as_json(app: Outbox, commit_events: Callable[..., list[int]]) -> None:
+def test_the_result_prints_as_json(
+    sqlite_app: Outbox, commit_events: Callable[..., list[int]]
+) -> None:
     """Through outbox's one JSON conversion: the parts, their counts and their properties."""
-    commit_events(app.engine, 5)
-    data = json.loads(json.dumps(jsonable(run_once(app, every=HOUR))))
+    commit_events(sqlite_app.engine, 5)
+    data = json.loads(json.dumps(jsonable(run_once(sqlite_app, every=HOUR))))
     assert (["record"], 1, "idle", 1, False, 0, 0) == (
         data["distribution"]["won"],
         data["distribution"]["enqueued"],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -19,13 +20,17 @@ from outbox import (
     Outbox,
     OutboxError,
     RetryPolicy,
+    RunResult,
     Settings,
     Urgency,
     add_events,
     add_events_async,
     archive,
+    distribute_once,
+    run_once,
 )
 from outbox.metrics import HandlerStatus, collect
+from outbox.once import Stopped
 from outbox.progress import Progress, StoppedError
 from outbox.sinks import Rejection
 from outbox.sinks.http import AsyncBulkHTTPSink, BulkHTTPSink, ErrorsById, StatusList
@@ -178,3 +183,27 @@ def sinks() -> None:
     shop.handler(ShipmentEvent, name="to_nats", ordering_key="customer")(jetstream)
     JetStreamSink(subject="orders.all")
     del guarantee
+
+
+def scheduled_run(stop: threading.Event) -> bool:
+    """A scheduler's task: run once on a minute's tick; True when someone should look."""
+    result: RunResult = run_once(app, every=60.0, budget_seconds=50.0, max_groups=100, stop=stop)
+    lost: list[str] = distribute_once(app, every=60.0).lost
+    waiting: float | None = result.work.next_due_in
+    slots: int = result.desired_workers
+    bounded: bool = result.work.stopped in (Stopped.BUDGET, Stopped.MAX_GROUPS)
+    return result.needs_operator or (bounded and bool(lost) and waiting == 0.0 and slots > 1)
+
+
+def celery_executor() -> None:
+    # outbox on the application's own Celery: one call, and what it returns.
+    from celery import Celery
+
+    from outbox.executors.celery import CeleryExecutor, install
+
+    celery = Celery("shop", broker="memory://")
+    executor: CeleryExecutor = install(
+        celery, Outbox("sqlite://"), queue="outbox", distribute_every=1.0, rescue_every=5.0
+    )
+    sent: bool = executor.publish(42, countdown=1.5)
+    del sent

@@ -139,39 +139,6 @@ def test_faces_do_not_reach_into_the_sql_layer() -> None:
     assert {} == offenders
 
 
-# Executors run jobs through the job runner, as the worker does: beside the worker, not on it.
-EXECUTORS_MUST_NOT_IMPORT = ("outbox.worker", "outbox.cli", "outbox.web")
-INNER = ("_db", "_engine", "_services", "worker.py", "app.py")
-
-
-def test_executors_sit_beside_the_worker() -> None:
-    """An executor imports no worker, command or web face; no inner layer (the database layer,
-    the engine, the services, the worker, the application object) imports an executor."""
-    package = Path(outbox.__file__).parent
-    offenders = {}
-    for path in sorted((package / "executors").rglob("*.py")):
-        bad = [
-            name
-            for name in _imports(path.read_text(encoding="utf-8"))
-            if any(name == f or name.startswith(f + ".") for f in EXECUTORS_MUST_NOT_IMPORT)
-        ]
-        if bad:
-            offenders[str(path.relative_to(package))] = sorted(set(bad))
-    for layer in INNER:
-        paths = (
-            [package / layer] if layer.endswith(".py") else sorted((package / layer).rglob("*.py"))
-        )
-        for path in paths:
-            bad = [
-                n
-                for n in _imports(path.read_text(encoding="utf-8"))
-                if n.startswith("outbox.executors")
-            ]
-            if bad:
-                offenders[str(path.relative_to(package))] = sorted(set(bad))
-    assert {} == offenders
-
-
 def _module_name(path: Path, package: Path) -> str:
     parts = ("outbox", *path.relative_to(package).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -253,3 +220,36 @@ def test_the_check_finds_an_import_circle() -> None:
     """Two modules importing each other, through a third, are one circle; a chain is none."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert [["a", "b", "c"]] == _import_cycles(graph)
+
+
+# Executors run jobs through the job runner, as the worker does: beside the worker, not on it.
+EXECUTORS_MUST_NOT_IMPORT = ("outbox.worker", "outbox.cli", "outbox.web")
+INNER = ("_db", "_engine", "_services", "worker.py", "app.py")
+
+
+def test_executors_sit_beside_the_worker() -> None:
+    """An executor imports no worker, command or web face; no inner layer (the database layer,
+    the engine, the services, the worker, the application object) imports an executor."""
+    package = Path(outbox.__file__).parent
+    offenders = {}
+    for path in sorted((package / "executors").rglob("*.py")):
+        bad = [
+            name
+            for name in _imports(path.read_text(encoding="utf-8"))
+            if any(name == f or name.startswith(f + ".") for f in EXECUTORS_MUST_NOT_IMPORT)
+        ]
+        if bad:
+            offenders[str(path.relative_to(package))] = sorted(set(bad))
+    for layer in INNER:
+        paths = (
+            [package / layer] if layer.endswith(".py") else sorted((package / layer).rglob("*.py"))
+        )
+        for path in paths:
+            bad = [
+                n
+                for n in _imports(path.read_text(encoding="utf-8"))
+                if n.startswith("outbox.executors")
+            ]
+            if bad:
+                offenders[str(path.relative_to(package))] = sorted(set(bad))
+    assert {} == offenders

@@ -16,6 +16,7 @@ from outbox.cli._errors import EXIT_FAILURE, command, fail, ready
 from outbox.cli._main import main
 from outbox.cli._options import LEASE, Seconds
 from outbox.cli._output import json_text
+from outbox.cli._signals import stop_flag
 from outbox.once import (
     DEFAULT_BUDGET_SECONDS,
     MAX_BUDGET_SECONDS,
@@ -81,14 +82,21 @@ def run(
     as_json: bool,
 ) -> None:
     """Run outbox's work once and exit: from cron, safe to overlap (exit 1 when groups were
-    dead-lettered or held as refused)."""
+    dead-lettered or held as refused). SIGTERM/SIGINT: start no more jobs, finish the one in
+    flight and exit as usual; twice: at once."""
     app = ctx.app()
     if lease is not None:
         app.with_settings(lease_seconds=lease)
     ready(app, handlers)
-    result = run_once(
-        app, every=every, budget_seconds=budget, max_groups=max_groups, handlers=handlers
-    )
+    with stop_flag() as stop:
+        result = run_once(
+            app,
+            every=every,
+            budget_seconds=budget,
+            max_groups=max_groups,
+            handlers=handlers,
+            stop=stop,
+        )
     click.echo(json_text(result) if as_json else result.summary())
     if result.needs_operator:
         work = result.work
