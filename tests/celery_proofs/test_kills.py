@@ -5,8 +5,8 @@ Celery loses the executing and reserved tasks of a killed or OOM-killed child (c
 #1628). Under outbox a killed child loses only a lease: the job table says which group it
 held, and the group is handed over again when the lease ends (or sooner). Two workers
 (prefork, two children each) at a prefetch multiplier of 1, 4 and 100 drain rounds of events;
-each round, the child that has just begun a group (its handler has recorded the start) is
-SIGKILLed a random moment later, before the call ends, and the proof waits for that group to
+each round, a child that has just begun a group not killed before (its handler has recorded
+the start) is SIGKILLed a random moment later, before the call ends, and the proof waits for that group to
 be begun again by another child. Then, once drained: every committed event delivered (0
 lost), nothing delivered that was not committed (0 phantom), repeats only of the killed
 groups, no dead letter, and each killed group begun again within one lease of its kill (plus
