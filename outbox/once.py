@@ -28,6 +28,7 @@ heartbeats have not been steady long enough to tell a dead holder from a databas
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import socket
 import threading
@@ -281,6 +282,7 @@ def distribute_once(
     every: float | None = None,
     handlers: tuple[str, ...] | list[str] = (),
     patience: float = 0.0,
+    at: dt.datetime | None = None,
 ) -> DistributionResult:
     """Enqueue the claim jobs every handler (or the named ones) needs, once.
 
@@ -291,7 +293,17 @@ def distribute_once(
     distributes (overlapping calls are safe, only wasted). ``patience``: seconds to keep
     retrying through a database outage. A buffer table that does not exist raises
     BufferTableMissingError.
+
+    ``at`` (with ``every``): the moment the caller's schedule meant, by the scheduler's clock
+    (a Celery beat's send time, a CronJob's scheduled time): the tick it falls in is taken,
+    rather than the one the database's clock is in when the call runs, so that a call that
+    waited in a queue past its tick's end still takes its own tick. A moment more than
+    :data:`SKEW_TICKS` ticks before the database's tick, or more than one tick after it (a
+    scheduler's clock that is wrong, a call that waited too long), is not trusted: the
+    database's tick is taken then.
     """
+    if at is not None and (not isinstance(at, dt.datetime) or at.tzinfo is None):
+        raise ValueError(f"at must be a datetime with a time zone, got {at!r}")
     selected = [h.name for h in app.select_handlers(handlers)]
     if every is None:
         done = distributor.run_once(app, selected, patience=patience)
@@ -302,6 +314,8 @@ def distribute_once(
         )
     every = distributor.check_tick_seconds(every)
     tick = distributor.database_tick(app, every)
+    if at is not None:
+        tick = _named_tick(distributor.tick_of(at, every), tick, every)
     taken = distributor.run_on_tick(app, tick, selected, patience=patience)
     found = tuple(
         HandlerDistribution(
@@ -316,6 +330,22 @@ def distribute_once(
     if result.lost:
         log.debug(_log.DISTRIBUTE_TICK_LOST, tick=tick, every=every, handlers=result.lost)
     return result
+
+
+SKEW_TICKS = 2
+"""How many ticks before the database's a scheduler's named tick may be and still be taken
+(``distribute_once``'s ``at``): a message that waited in a queue this long still takes its own
+tick, when no later one was taken."""
+
+
+def _named_tick(named: int, database: int, every: float) -> int:
+    """The tick a caller that named ``named`` takes, the database's clock being in
+    ``database``: the named one, within ``SKEW_TICKS`` ticks before it to one tick after."""
+    every_ms = round(every * 1000)
+    if database - SKEW_TICKS * every_ms <= named <= database + every_ms:
+        return named
+    log.info(_log.DISTRIBUTE_TICK_SKEWED, named=named, database=database, every=every)
+    return database
 
 
 # --- rescue -------------------------------------------------------------------------------------

@@ -113,6 +113,17 @@ class Heartbeat:
             self._steady_since = now
         self._last_beat = now
 
+    def judges_in(self) -> float | None:
+        """Seconds until :meth:`may_judge_others` holds, if this worker's heartbeats stay
+        steady (0.0: it holds now); None when they are not steady now (no heartbeat yet, or
+        the last one too long ago)."""
+        if self._steady_since is None or self._last_beat is None:
+            return None
+        now = self.clock()
+        if now - self._last_beat > STEADY_GAP_INTERVALS * heartbeat_interval(self.app.settings):
+            return None
+        return max(0.0, self._steady_since + self.app.settings.worker_stale_after - now)
+
     def may_judge_others(self) -> bool:
         """Whether this worker's own heartbeats have been steady for a whole stale age, so that
         another worker silent that long is gone rather than cut off with it."""

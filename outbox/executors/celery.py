@@ -19,11 +19,13 @@ each message's options, so the application's ``task_routes`` and long tasks neve
 up):
 
 ``outbox.distribute``
-    On the beat schedule every ``distribute_every`` seconds: the claim jobs the handlers'
-    unclaimed events need (:func:`outbox.once.distribute_once` on the beat's tick), then a
-    message for each new claim job. The tick is taken in the database, per handler: of any
-    number of beats sending the task on one tick, one distributes, and the others' messages
-    find the tick taken and do nothing.
+    On the beat schedule ``BEAT_SENDS_PER_TICK`` times every ``distribute_every`` seconds: the
+    claim jobs the handlers' unclaimed events need (:func:`outbox.once.distribute_once` on the
+    tick the beat sent the message in, stamped in its ``SENT_AT_HEADER``), then a message for
+    each new claim job. The tick is taken in the database, per handler: of any number of
+    messages naming one tick (from any number of beats), one distributes, and the others find
+    the tick taken and do nothing. A message that waits in the queue past its tick's end still
+    takes its own tick.
 ``outbox.run_job``
     Runs one job, named by its id in the message, through the job runner that ``outbox work``
     runs it with: a claim job claims full batches and hands each to its handler at once, for
@@ -54,6 +56,7 @@ its heartbeat, shuts its Celery worker down warm.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
 import signal
@@ -73,7 +76,7 @@ from sqlalchemy.exc import DBAPIError
 from outbox import _log, lifecycle, once, schema
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary, is_transient
-from outbox._engine.distributor import MAX_TICK_SECONDS, MIN_TICK_SECONDS
+from outbox._engine.distributor import MAX_TICK_SECONDS, MIN_TICK_SECONDS, tick_of
 from outbox._engine.runner import JobRun, Runner, RunOutcome, lease_job
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.rescuer import Rescuer
@@ -84,6 +87,7 @@ from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
 
 __all__ = [
     "BEAT_ENTRIES",
+    "BEAT_SENDS_PER_TICK",
     "DEFAULT_DISTRIBUTE_EVERY_SECONDS",
     "DEFAULT_QUEUE",
     "DISTRIBUTE_TASK",
@@ -91,6 +95,7 @@ __all__ = [
     "OVERDUE_AFTER_SECONDS",
     "RESCUE_TASK",
     "RUN_JOB_TASK",
+    "SENT_AT_HEADER",
     "SWEEP_LIMIT",
     "CeleryExecutor",
     "install",
@@ -120,6 +125,21 @@ not hold hours of countdown messages in memory."""
 DUE_MARGIN_SECONDS = 0.05
 """A countdown message arrives this long after its job is due: the database's clock decides."""
 MESSAGE_EXPIRY_PERIODS = 10
+BEAT_SENDS_PER_TICK = 4
+"""The beat sends ``outbox.distribute`` this many times a tick: a beat sends each entry a
+little later than its period (about 1.24 s for 1 s here), and a tick that no message names is
+not distributed. Each message names the tick it was sent in (``SENT_AT_HEADER``); the first to
+run takes it, the others find it taken (at no cost in a process that took or found it taken
+already), and extra messages cost little."""
+SENT_AT_HEADER = "outbox_sent_at"
+"""The header a distribution message carries: when it was sent (Unix seconds, by the sending
+host's clock), which names the tick the message is for."""
+RECENT_TICKS = 16
+"""Ticks a process remembers having taken or found taken, so that the other messages of one
+tick cost it no statement."""
+RESCUE_HOPS = 3
+"""How many times a rescue that ran in a process not yet allowed to judge another worker gone
+sends itself on (at once, then when the process will be allowed)."""
 """A beat message that waited this many of its periods is dropped: a later one does its work."""
 GIVE_BACK_SECONDS = 5.0
 """How long a child stopped by SIGTERM spends giving back its leases before it exits anyway
@@ -528,14 +548,20 @@ class CeleryExecutor:
         # Celery deprecates a task's ``queue`` attribute, and ``task_routes`` is the app's.
         options = {"ignore_result": True, "shared": False}
         self.run_job, self.distribute, self.rescue = self._tasks(options)
-        for name, every in ((DISTRIBUTE_TASK, distribute_every), (RESCUE_TASK, rescue_every)):
+        self._recent_ticks: list[int] = []
+        periods = (
+            (DISTRIBUTE_TASK, distribute_every / BEAT_SENDS_PER_TICK, distribute_every),
+            (RESCUE_TASK, rescue_every, rescue_every),
+        )
+        for name, sent_every, every in periods:
             celery_app.add_periodic_task(
-                every,
+                sent_every,
                 celery_app.signature(name),
                 name=name,
                 queue=queue,
                 expires=every * MESSAGE_EXPIRY_PERIODS,
             )
+        signals.before_task_publish.connect(_stamp_sent_at, weak=False)
         signals.worker_process_init.connect(self._on_process_init, weak=False)
         signals.worker_process_shutdown.connect(self._on_process_shutdown, weak=False)
         signals.worker_ready.connect(self._on_worker_ready, weak=False)
@@ -556,13 +582,14 @@ class CeleryExecutor:
 
         @task(name=DISTRIBUTE_TASK, **options)
         def distribute() -> None:
-            """Distribute, and publish a message for each claim job enqueued."""
-            self.distribute_here()
+            """Distribute on the tick the message was sent in, and publish a message for each
+            claim job enqueued."""
+            self.distribute_here(_sent_at(self.distribute.request))
 
         @task(name=RESCUE_TASK, **options)
-        def rescue() -> None:
+        def rescue(hops: int = 0) -> None:
             """Rescue, and publish a message for each job freed or overdue."""
-            self.rescue_here()
+            self.rescue_here(hops=int(hops))
 
         return run_job, distribute, rescue
 
@@ -641,25 +668,34 @@ class CeleryExecutor:
         for job_id in following:
             self.publish(job_id)
 
-    def distribute_here(self) -> int:
-        """Distribute for the handlers on the beat's current tick (of any number of beats
-        sending it, one distributes: the tick is taken in the database, per handler), and
-        publish a message for each claim job enqueued; returns how many (none on a schema this
-        process may not work on)."""
+    def distribute_here(self, sent_at: dt.datetime | None = None) -> int:
+        """Distribute for the handlers on the tick the message was sent in (``sent_at``, by
+        the beat's clock; None: the tick the database's clock is in now), and publish a
+        message for each claim job enqueued; returns how many (none on a schema this process
+        may not work on, or on a tick this process took or found taken already).
+
+        Of any number of messages naming one tick (several beats, each sending a few times a
+        tick), one distributes: the tick is taken in the database, per handler
+        (:func:`outbox.once.distribute_once`, whose ``at`` says which ticks are trusted)."""
         process = self._process
         if process is not None and process.schema_incompatible is not None:
             return 0
+        named = None if sent_at is None else tick_of(sent_at, self.distribute_every)
+        if named is not None and named in self._recent_ticks:
+            return 0
         published = 0
+        trusted = True
         for handler in self.outbox.select_handlers(self.handler_names):
             try:
                 # Per handler: a buffer table that does not exist holds up its handler only.
                 done = once.distribute_once(
-                    self.outbox, every=self.distribute_every, handlers=[handler.name]
+                    self.outbox, every=self.distribute_every, handlers=[handler.name], at=sent_at
                 )
             except BufferTableMissingError as error:
                 for name, table in error.missing.items():
                     log.error(_log.BUFFER_TABLE_MISSING, handler=name, table=table)
                 continue
+            trusted = trusted and done.tick == named
             if not done.enqueued:
                 continue
             with self.outbox.engine.connect() as conn:
@@ -667,14 +703,28 @@ class CeleryExecutor:
                     conn, [handler.name], kind=schema.JobKind.CLAIM, limit=done.enqueued
                 )
             published += self.publish_all(new)
+        if named is not None and trusted:
+            self._remember_tick(named)
         return published
 
-    def rescue_here(self) -> int:
+    def _remember_tick(self, tick: int) -> None:
+        """Remember a tick taken (by this process or another) for every handler: its other
+        messages here need no statement."""
+        self._recent_ticks = [*self._recent_ticks, tick][-RECENT_TICKS:]
+
+    def rescue_here(self, *, hops: int = 0) -> int:
         """Free the jobs of gone workers and expired leases, and publish a message for each
-        job freed and each overdue job no message has taken; returns how many."""
+        job freed and each overdue job no message has taken; returns how many.
+
+        In a process not yet allowed to judge another worker gone (a child just started, as
+        after a kill: its own heartbeats are not yet steady for ``worker_stale_after``), it
+        frees expired leases only, and sends the rescue on (``hops``: how often it was): at
+        once, to be taken by another process, then for when this one will be allowed."""
         process = self._here()
         if process.schema_incompatible is not None:
             return 0
+        if hops < RESCUE_HOPS and not process.heartbeat.may_judge_others():
+            self._send_rescue_on(process, hops)
         freed = process.rescuer.run_once()
         names = self._names(process)
         with self.outbox.engine.connect() as conn:
@@ -687,6 +737,24 @@ class CeleryExecutor:
                 conn, names, overdue_seconds=OVERDUE_AFTER_SECONDS, limit=SWEEP_LIMIT
             )
         return self.publish_all(dict.fromkeys(ids))
+
+    def _send_rescue_on(self, process: _Process, hops: int) -> None:
+        wait = process.heartbeat.judges_in() if hops else 0.0
+        if wait is None:  # not steady now: about when it could be, were it back
+            wait = self.outbox.settings.worker_stale_after
+        try:
+            self.rescue.apply_async(
+                kwargs={"hops": hops + 1},
+                countdown=wait + DUE_MARGIN_SECONDS if wait else None,
+                queue=self.queue,
+                expires=wait + self.rescue_every * MESSAGE_EXPIRY_PERIODS,
+            )
+        except Exception as error:  # the broker is down: the next beat's rescue does it
+            log.warning(
+                _log.EXECUTOR_PUBLISH_FAILED,
+                task=RESCUE_TASK,
+                error=f"{type(error).__name__}: {error}",
+            )
 
     def publish_rescued(self, freed: int) -> int:
         """Publish a message for each of the ``freed`` jobs a rescue (or a give-back) just
@@ -834,3 +902,23 @@ class CeleryExecutor:
         worker.join(timeout=GIVE_BACK_SECONDS)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
+
+
+def _stamp_sent_at(sender: Any = None, headers: Any = None, **_: Any) -> None:
+    """Stamp a distribution message with when it was sent (the beat's clock), which names its
+    tick, unless its sender stamped it already."""
+    if sender == DISTRIBUTE_TASK and isinstance(headers, dict):
+        headers.setdefault(SENT_AT_HEADER, time.time())
+
+
+def _sent_at(request: Any) -> dt.datetime | None:
+    """When a distribution message was sent, from its header; None when it has none (sent
+    by an older outbox, called eagerly) or an unreadable one: the task then takes the tick the
+    database's clock is in."""
+    value = getattr(request, SENT_AT_HEADER, None)
+    if value is None:
+        headers = getattr(request, "headers", None)
+        value = headers.get(SENT_AT_HEADER) if isinstance(headers, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return dt.datetime.fromtimestamp(value, dt.UTC)

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from outbox import Batch, Outbox
 from outbox.executors.celery import (
     BEAT_ENTRIES,
+    BEAT_SENDS_PER_TICK,
     DISTRIBUTE_TASK,
     RESCUE_TASK,
     RUN_JOB_TASK,
@@ -86,12 +87,13 @@ def test_install_keeps_no_results() -> None:
 
 
 def test_install_schedules_distribution_and_rescue_as_asked() -> None:
-    """``distribute_every`` and ``rescue_every`` are the beat entries' periods."""
+    """The rescue's beat entry comes every ``rescue_every``, the distribution's
+    ``BEAT_SENDS_PER_TICK`` times every ``distribute_every``."""
     celery = _celery()
     executor = install(celery, _outbox(), distribute_every=2.5, rescue_every=7.0)
     schedule = celery.conf.beat_schedule
     assert isinstance(executor, CeleryExecutor)
-    assert (2.5, 7.0) == (
+    assert (2.5 / BEAT_SENDS_PER_TICK, 7.0) == (
         schedule[DISTRIBUTE_TASK]["schedule"],
         schedule[RESCUE_TASK]["schedule"],
     )
