@@ -71,3 +71,24 @@ def test_a_gap_in_its_own_heartbeats_starts_the_count_again(
     beat.run_once()
     after_gap = beat.may_judge_others()
     assert (True, False, False) == (steady, overdue, after_gap)
+
+
+def test_a_worker_knows_how_long_until_it_may_judge_others(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """None before its first beat; then the rest of a stale age; 0 once it may; None once its
+    own last beat is overdue."""
+    clock = _Clock()
+    beat = _heartbeat(_app(make_app, database_url), clock)
+    before = beat.judges_in()
+    beat.run_once()
+    clock.now += 2.0
+    beat.run_once()
+    steadying = beat.judges_in()
+    clock.now += 2.0
+    beat.run_once()
+    clock.now += 2.0
+    beat.run_once()
+    steady = beat.judges_in()
+    clock.now += 10.0
+    assert (None, STALE - 2.0, 0.0, None) == (before, steadying, steady, beat.judges_in())

@@ -275,6 +275,28 @@ def test_the_tick_is_read_from_the_databases_clock(app: Outbox) -> None:
     assert int(now.replace(minute=0, second=0, microsecond=0).timestamp()) * 1000 == result.tick
 
 
+def test_a_tick_named_by_the_callers_schedule_is_taken_when_near_the_databases(
+    app: Outbox,
+) -> None:
+    """``at`` in the hour before the database's: that hour's tick is taken."""
+    at = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=HOUR)
+    result = distribute_once(app, every=HOUR, at=at)
+    assert (int(at.replace(minute=0, second=0, microsecond=0).timestamp()) * 1000, ["record"]) == (
+        result.tick,
+        result.won,
+    )
+
+
+def test_a_tick_named_far_from_the_databases_is_not_trusted(app: Outbox) -> None:
+    """``at`` a day ahead of the database's clock: the database's tick is taken instead."""
+    result = distribute_once(app, every=HOUR, at=dt.datetime.now(dt.UTC) + dt.timedelta(days=1))
+    with app.engine.connect() as conn:
+        now = queries.database_now(conn)
+    if now.tzinfo is None:  # SQLite and MariaDB: UTC without a zone
+        now = now.replace(tzinfo=dt.UTC)
+    assert int(now.replace(minute=0, second=0, microsecond=0).timestamp()) * 1000 == result.tick
+
+
 def test_rescue_once_frees_a_lease_that_ran_out(
     sqlite_app: Outbox, recorder: Recorder, commit_events: Callable[..., list[int]]
 ) -> None:
@@ -409,6 +431,10 @@ def test_three_schedulers_on_one_tick_distribute_once_and_handle_each_event_once
         (lambda app: work_once(app, max_groups=0), "max_groups must be a whole number >= 1"),
         (lambda app: distribute_once(app, every=0), "every must be 0.001 to"),
         (lambda app: distribute_once(app, every=float("inf")), "every must be 0.001 to"),
+        (
+            lambda app: distribute_once(app, every=60.0, at=dt.datetime(2026, 1, 1)),
+            "at must be a datetime with a time zone",
+        ),
     ],
 )
 def test_bad_bounds_are_refused_naming_them(
