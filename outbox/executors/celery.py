@@ -36,7 +36,9 @@ up):
     On the beat schedule every ``rescue_every`` seconds: frees the jobs of gone workers and of
     expired leases, then publishes a message for each job it freed and for any due job that no
     message has taken for ``OVERDUE_AFTER_SECONDS`` (a message lost with a broker, or never
-    published), at most ``SWEEP_LIMIT`` a run.
+    published), at most ``SWEEP_LIMIT`` a run. In a process not yet allowed to judge another
+    worker gone (a child started just now), it frees expired leases only and sends itself on
+    for another process (at most ``RESCUE_HOPS`` times).
 
 The job table stays the source of truth. A message names a job; the task leases that job only
 when it is due and unleased, so a message delivered twice (a visibility timeout, ``acks_late``,
