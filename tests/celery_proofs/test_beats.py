@@ -9,8 +9,10 @@ beat halfway: the other two keep every tick.
 
 ``OUTBOX_FULL_RUN=1``: 1,000 ticks on each database; the default run: 10, on PostgreSQL.
 ``OUTBOX_CELERY_TICK_SECONDS`` sets the tick (1 s, the executor's default). A beat sends an
-entry a little later each period (it schedules the next from when it sent the last): a tick as
-short as the beat's own latencies can pass with no beat's message in it.
+entry a little later each period (it schedules the next from when it sent the last), so the
+executor's entry comes four times a tick, and each message takes the tick it was sent in, even
+when it runs after that tick ended: a tick as short as the beat's own latencies can still pass
+with no beat's message in it.
 """
 
 from __future__ import annotations
