@@ -172,28 +172,11 @@ class _Drain:
     def start_handlers(self) -> None:
         """Each handler object's ``outbox_start``; what one raises stops the drain here, the
         handlers started before it stopped again."""
-        started: list[Handler[Any]] = []
-        try:
-            for handler in self.handlers.values():
-                lifecycle.start(self.app, handler)
-                started.append(handler)
-        except BaseException:
-            self.stop_handlers(started)
-            raise
+        lifecycle.start_all(self.app, self.handlers.values(), log, worker=self.id)
 
-    def stop_handlers(self, handlers: list[Handler[Any]] | None = None) -> None:
+    def stop_handlers(self) -> None:
         """Each handler object's ``outbox_stop``, once; what one raises is logged."""
-        for handler in self.handlers.values() if handlers is None else handlers:
-            if isinstance(handler.func, lifecycle.Stops):
-                try:
-                    lifecycle.stop(handler)
-                except Exception as error:
-                    log.warning(
-                        _log.HANDLER_STOP_FAILED,
-                        worker=self.id,
-                        handler=handler.name,
-                        error=f"{type(error).__name__}: {error}",
-                    )
+        lifecycle.stop_all(self.handlers.values(), log, worker=self.id)
 
 
 # --- the inline executor -------------------------------------------------------------------------

@@ -659,22 +659,10 @@ class Worker:
         self._schema_suspect.clear()
         if self._stopping.is_set():
             return
-        try:
-            problem = self._schema_watch.run_once()
-        except DBAPIError as error:
-            self._report_database_error(error)
-            return
+        problem = self._schema_watch.watch(self.id, self._report_database_error, log)
         if problem is None:
             return
         self.schema_incompatible = problem
-        log.error(
-            _log.WORKER_SCHEMA_INCOMPATIBLE,
-            worker=self.id,
-            schema_generation=problem.generation,
-            workers_from=problem.workers_from,
-            worker_generation=problem.worker_generation,
-            reason=str(problem),
-        )
         self.stop()
 
     def _report_database_error(self, error: DBAPIError) -> None:
@@ -754,28 +742,13 @@ class Worker:
         """Each handler object's ``outbox_start`` (:mod:`outbox.lifecycle`): what it raises (a
         downstream that cannot be reached, a configuration it refuses) stops the worker here,
         before it runs any group, rather than failing every group."""
-        started: list[Handler[Any]] = []
-        try:
-            for handler in self.handlers.values():
-                lifecycle.start(self.app, handler)
-                started.append(handler)
-        except BaseException:
-            self.stop_handlers(started)
-            raise
+        lifecycle.start_all(self.app, self.handlers.values(), log, worker=self.id)
 
     def stop_handlers(self, handlers: Iterable[Handler[Any]] | None = None) -> None:
         """Each handler object's ``outbox_stop``, once; what one raises is logged."""
-        for handler in self.handlers.values() if handlers is None else handlers:
-            if isinstance(handler.func, lifecycle.Stops):
-                try:
-                    lifecycle.stop(handler)
-                except Exception as error:
-                    log.warning(
-                        _log.HANDLER_STOP_FAILED,
-                        worker=self.id,
-                        handler=handler.name,
-                        error=f"{type(error).__name__}: {error}",
-                    )
+        lifecycle.stop_all(
+            self.handlers.values() if handlers is None else handlers, log, worker=self.id
+        )
 
     def _stats_fields(self) -> dict[str, int]:
         s = self.stats

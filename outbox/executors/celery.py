@@ -325,22 +325,10 @@ class _Process:
         self.schema_suspect.clear()
         if self.schema_incompatible is not None:
             return
-        try:
-            problem = self.schema_watch.run_once()
-        except DBAPIError as error:
-            self.report_database_error(error)
-            return
+        problem = self.schema_watch.watch(self.worker_id, self.report_database_error, log)
         if problem is None:
             return
         self.schema_incompatible = problem
-        log.error(
-            _log.WORKER_SCHEMA_INCOMPATIBLE,
-            worker=self.worker_id,
-            schema_generation=problem.generation,
-            workers_from=problem.workers_from,
-            worker_generation=problem.worker_generation,
-            reason=str(problem),
-        )
         self.executor.shut_down_node()
 
     def suspect_schema(self, error: DBAPIError) -> None:
@@ -472,18 +460,9 @@ class _Process:
         if given:
             log.info(_log.JOBS_GIVEN_BACK, worker=self.worker_id, jobs=given)
             self.executor.publish_rescued(given)
-        for name in sorted(self.started):
-            handler = self.handlers[name]
-            if isinstance(handler.func, lifecycle.Stops):
-                try:
-                    lifecycle.stop(handler)
-                except Exception as error:
-                    log.warning(
-                        _log.HANDLER_STOP_FAILED,
-                        worker=self.worker_id,
-                        handler=name,
-                        error=f"{type(error).__name__}: {error}",
-                    )
+        lifecycle.stop_all(
+            [self.handlers[name] for name in sorted(self.started)], log, worker=self.worker_id
+        )
         stats = self.runner.stats
         log.info(
             _log.WORKER_STOPPED,
