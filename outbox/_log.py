@@ -21,7 +21,7 @@ CLAIMS_ENQUEUED = "outbox.distribute.enqueued"
 DISTRIBUTION_MISSING = "outbox.distribute.missing"
 # A scheduled caller found the distribution tick taken by another (debug: expected, not news).
 DISTRIBUTE_TICK_LOST = "outbox.distribute.tick_lost"
-# One line per run-once call (outbox run --once, outbox.run_once.run_once): what it did, left.
+# One line per run-once call (outbox run --once, outbox.run_once): what it did, what is left.
 RUN_ONCE_DONE = "outbox.run_once.done"
 JOBS_RESCUED = "outbox.jobs.rescued"
 WORKER_STARTED = "outbox.worker.started"
