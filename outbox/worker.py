@@ -617,7 +617,12 @@ class Worker:
                     next_distribution = now + self.distribute_every
             except DBAPIError as error:
                 self._suspect_schema(error)
-                self._outage.report(error)
+                if self._schema_suspect.is_set():
+                    # A column or a table gone: a schema taken back under this worker says
+                    # why in its own line, and the error it explains is not one to report.
+                    self._watch_schema()
+                if self.schema_incompatible is None:
+                    self._outage.report(error)
             except Exception as error:
                 log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, error=str(error))
             if self._stopping.is_set() and self.in_flight == 0:
