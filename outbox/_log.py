@@ -24,7 +24,7 @@ DISTRIBUTE_TICK_LOST = "outbox.distribute.tick_lost"
 # A scheduler named a tick too far from the database's (its clock is off, or its message waited
 # long in a queue): the database's tick was taken instead.
 DISTRIBUTE_TICK_SKEWED = "outbox.distribute.tick_skewed"
-# One line per run-once call (outbox run --once, outbox.run_once.run_once): what it did, left.
+# One line per run-once call (outbox run --once, outbox.run_once): what it did, what is left.
 RUN_ONCE_DONE = "outbox.run_once.done"
 JOBS_RESCUED = "outbox.jobs.rescued"
 WORKER_STARTED = "outbox.worker.started"

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from outbox import _log
 from outbox._engine import invoke as _invoke
 from outbox.exceptions import ConfigurationError, DownstreamUnavailableError
 
@@ -73,6 +74,39 @@ def stop(handler: Handler[Any]) -> None:
     func = handler.func
     if isinstance(func, Stops):
         _invoke.call_hook(handler, func.outbox_stop)
+
+
+def start_all(
+    app: Outbox, handlers: Iterable[Handler[Any]], log: _log.Logger, **log_fields: Any
+) -> None:
+    """:func:`start` each of ``handlers`` in turn, as a worker does before it runs any group:
+    what one raises is raised here, once the handlers started before it are stopped again
+    (:func:`stop_all`, which logs on ``log`` with ``log_fields``)."""
+    started: list[Handler[Any]] = []
+    try:
+        for handler in handlers:
+            start(app, handler)
+            started.append(handler)
+    except BaseException:
+        stop_all(started, log, **log_fields)
+        raise
+
+
+def stop_all(handlers: Iterable[Handler[Any]], log: _log.Logger, **log_fields: Any) -> None:
+    """:func:`stop` each of ``handlers`` in turn; what one raises is logged on ``log`` (the
+    caller's, so that the line keeps its logger's name), with ``log_fields`` such as the
+    worker's id, and the next is stopped all the same."""
+    for handler in handlers:
+        if isinstance(handler.func, Stops):
+            try:
+                stop(handler)
+            except Exception as error:
+                log.warning(
+                    _log.HANDLER_STOP_FAILED,
+                    **log_fields,
+                    handler=handler.name,
+                    error=f"{type(error).__name__}: {error}",
+                )
 
 
 def refusal(app: Outbox, handler: Handler[Any]) -> str | None:

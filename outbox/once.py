@@ -507,22 +507,11 @@ class _Counts:
 def _started(app: Outbox, handlers: list[Handler[Any]]) -> Iterator[None]:
     """The handler objects started (each ``outbox_start``), and stopped after, as a worker
     starts and stops them; what a stop raises is logged."""
-    started: list[Handler[Any]] = []
+    lifecycle.start_all(app, handlers, log)
     try:
-        for handler in handlers:
-            lifecycle.start(app, handler)
-            started.append(handler)
         yield
     finally:
-        for handler in started:
-            try:
-                lifecycle.stop(handler)
-            except Exception as error:
-                log.warning(
-                    _log.HANDLER_STOP_FAILED,
-                    handler=handler.name,
-                    error=f"{type(error).__name__}: {error}",
-                )
+        lifecycle.stop_all(handlers, log)
 
 
 class _Caller:

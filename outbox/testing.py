@@ -24,7 +24,6 @@ from typing import Any, cast, overload
 
 from sqlalchemy import ClauseElement, ColumnElement, Connection, Engine, Table, and_, event, true
 from sqlalchemy import inspect as sa_inspect
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
     AsyncConnection,
     AsyncEngine,
@@ -35,12 +34,12 @@ from sqlalchemy.orm import ORMExecuteState, Session, SessionTransaction, scoped_
 
 from outbox import _log, lifecycle
 from outbox._db import check_buffer_tables, queries
-from outbox._db.dialects import error_summary
 from outbox._engine import acquisition, distributor
 from outbox._engine.flow_state import FlowState
 from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner, new_worker_id
 from outbox._engine.stats import WorkerStats
 from outbox._faults import AFTER_ACQUIRE, crash_point
+from outbox._services.outage import Outage
 from outbox._services.rescuer import Rescuer
 from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
@@ -103,7 +102,8 @@ class _Drain:
         self.throughput = Throughput(app)
         self.set_aside: dict[str, str] = {}
         """Handlers whose buffer table was found missing, with the table: not served."""
-        self._database_down = False
+        self._outage = Outage(self.id, log)
+        """Said once per drain: a drain never says the database is back."""
         self.runner = Runner(
             app,
             worker_id=self.id,
@@ -113,7 +113,7 @@ class _Drain:
             claims_in_flight=1,
             throughput=self.throughput,
             set_aside=self._set_aside,
-            database_error=self._report_database_error,
+            database_error=self._outage.report,
             on_result=on_result,
         )
         self.rescuer = Rescuer(app, self.id)
@@ -163,37 +163,14 @@ class _Drain:
         for name, table in found.items():
             log.error(_log.BUFFER_TABLE_MISSING, worker=self.id, handler=name, table=table)
 
-    def _report_database_error(self, error: DBAPIError) -> None:
-        # Once per drain, not once per group.
-        if not self._database_down:
-            self._database_down = True
-            log.warning(_log.WORKER_DATABASE_ERROR, worker=self.id, error=error_summary(error))
-
     def start_handlers(self) -> None:
         """Each handler object's ``outbox_start``; what one raises stops the drain here, the
         handlers started before it stopped again."""
-        started: list[Handler[Any]] = []
-        try:
-            for handler in self.handlers.values():
-                lifecycle.start(self.app, handler)
-                started.append(handler)
-        except BaseException:
-            self.stop_handlers(started)
-            raise
+        lifecycle.start_all(self.app, self.handlers.values(), log, worker=self.id)
 
-    def stop_handlers(self, handlers: list[Handler[Any]] | None = None) -> None:
+    def stop_handlers(self) -> None:
         """Each handler object's ``outbox_stop``, once; what one raises is logged."""
-        for handler in self.handlers.values() if handlers is None else handlers:
-            if isinstance(handler.func, lifecycle.Stops):
-                try:
-                    lifecycle.stop(handler)
-                except Exception as error:
-                    log.warning(
-                        _log.HANDLER_STOP_FAILED,
-                        worker=self.id,
-                        handler=handler.name,
-                        error=f"{type(error).__name__}: {error}",
-                    )
+        lifecycle.stop_all(self.handlers.values(), log, worker=self.id)
 
 
 # --- the inline executor -------------------------------------------------------------------------

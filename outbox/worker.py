@@ -49,6 +49,7 @@ from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox._services.distribution_watch import DistributionWatch
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.listener import Listener
+from outbox._services.outage import Outage
 from outbox._services.rescuer import Rescuer
 from outbox._services.schema_watch import SchemaWatch
 from outbox._services.throughput import Throughput
@@ -149,7 +150,7 @@ class Worker:
         """The operator's request this worker last acted on."""
         self._threads: list[threading.Thread] = []
         self._maintenance: threading.Thread | None = None
-        self._database_down = False
+        self._outage = Outage(self.id, log)
         self.live_workers = 1
         """Live workers in the fleet, as of this worker's last heartbeat."""
         self.leading = False
@@ -340,14 +341,12 @@ class Worker:
                     # A group its rate limit gave back is the fleet's own pacing, due within
                     # the wait a worker holds a group for: a burst run handles it too.
                     self._stopping.wait(turn)
-                if self._database_down:
-                    self._database_down = False
-                    log.info(_log.WORKER_DATABASE_RECOVERED, worker=self.id)
+                self._outage.recovered()
                 backoff = 0.0
             except DBAPIError as error:
                 backoff = min(max(backoff * 2, 0.5), MAX_ERROR_BACKOFF_SECONDS)
                 self._suspect_schema(error)
-                self._report_database_error(error)
+                self._outage.report(error)
                 self._stopping.wait(backoff * (0.5 + random.random()))
                 continue
             if acquired or idle_burst:
@@ -534,7 +533,7 @@ class Worker:
 
     def _breaker_database_error(self, error: DBAPIError) -> None:
         self._suspect_schema(error)
-        self._report_database_error(error)
+        self._outage.report(error)
 
     # --- buffer tables that do not exist ------------------------------------------------------
 
@@ -618,7 +617,12 @@ class Worker:
                     next_distribution = now + self.distribute_every
             except DBAPIError as error:
                 self._suspect_schema(error)
-                self._report_database_error(error)
+                if self._schema_suspect.is_set():
+                    # A column or a table gone: a schema taken back under this worker says
+                    # why in its own line, and the error it explains is not one to report.
+                    self._watch_schema()
+                if self.schema_incompatible is None:
+                    self._outage.report(error)
             except Exception as error:
                 log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, error=str(error))
             if self._stopping.is_set() and self.in_flight == 0:
@@ -659,33 +663,11 @@ class Worker:
         self._schema_suspect.clear()
         if self._stopping.is_set():
             return
-        try:
-            problem = self._schema_watch.run_once()
-        except DBAPIError as error:
-            self._report_database_error(error)
-            return
+        problem = self._schema_watch.watch(self.id, self._outage.report, log)
         if problem is None:
             return
         self.schema_incompatible = problem
-        log.error(
-            _log.WORKER_SCHEMA_INCOMPATIBLE,
-            worker=self.id,
-            schema_generation=problem.generation,
-            workers_from=problem.workers_from,
-            worker_generation=problem.worker_generation,
-            reason=str(problem),
-        )
         self.stop()
-
-    def _report_database_error(self, error: DBAPIError) -> None:
-        # Once per outage, not once per poll.
-        if not self._database_down:
-            self._database_down = True
-            log.warning(
-                _log.WORKER_DATABASE_ERROR,
-                worker=self.id,
-                error=error_summary(error),
-            )
 
     def _suspect_schema(self, error: DBAPIError) -> None:
         """A statement failed for good (not contention, not a dropped connection): a table or a
@@ -730,14 +712,14 @@ class Worker:
         try:
             self.flush_throughput()
         except DBAPIError as error:
-            self._report_database_error(error)
+            self._outage.report(error)
         if not abandoned:
             try:
                 run_in_transaction(
                     self.app.engine, lambda conn: queries.delete_worker(conn, self.id)
                 )
             except DBAPIError as error:
-                self._report_database_error(error)
+                self._outage.report(error)
         self.stop_handlers()
         log.info(_log.WORKER_STOPPED, worker=self.id, **self._stats_fields())
         return abandoned == 0
@@ -754,28 +736,13 @@ class Worker:
         """Each handler object's ``outbox_start`` (:mod:`outbox.lifecycle`): what it raises (a
         downstream that cannot be reached, a configuration it refuses) stops the worker here,
         before it runs any group, rather than failing every group."""
-        started: list[Handler[Any]] = []
-        try:
-            for handler in self.handlers.values():
-                lifecycle.start(self.app, handler)
-                started.append(handler)
-        except BaseException:
-            self.stop_handlers(started)
-            raise
+        lifecycle.start_all(self.app, self.handlers.values(), log, worker=self.id)
 
     def stop_handlers(self, handlers: Iterable[Handler[Any]] | None = None) -> None:
         """Each handler object's ``outbox_stop``, once; what one raises is logged."""
-        for handler in self.handlers.values() if handlers is None else handlers:
-            if isinstance(handler.func, lifecycle.Stops):
-                try:
-                    lifecycle.stop(handler)
-                except Exception as error:
-                    log.warning(
-                        _log.HANDLER_STOP_FAILED,
-                        worker=self.id,
-                        handler=handler.name,
-                        error=f"{type(error).__name__}: {error}",
-                    )
+        lifecycle.stop_all(
+            self.handlers.values() if handlers is None else handlers, log, worker=self.id
+        )
 
     def _stats_fields(self) -> dict[str, int]:
         s = self.stats

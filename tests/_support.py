@@ -5,9 +5,9 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, create_engine, func, select, text
 from sqlalchemy.exc import DBAPIError
 
 from outbox import Settings
@@ -74,3 +74,14 @@ def allow_deletes(engine: Engine, table: str) -> None:
     """Drop the trigger of :func:`refuse_deletes`, if it is there."""
     with contextlib.suppress(DBAPIError), engine.begin() as conn:
         conn.execute(text(_ALLOW_DELETES[engine.dialect.name].format(table=table)))
+
+
+def count_rows(url: str, table: Any) -> int:
+    """The rows of ``table`` in the database at ``url`` now, read on an engine of its own (for
+    a test whose application runs in other processes)."""
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
+    finally:
+        engine.dispose()

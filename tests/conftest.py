@@ -29,6 +29,10 @@ _FULL_RUN_PATHS = (
     "tests/sinks/test_kills.py",
     "tests/acceptance/test_bulk_api.py",  # 100,000 events; the figure is drain_rate_limited's
     "tests/model/",  # generated cases and killed processes; nox -s model runs 200 per profile
+    # Celery's ticks and redeliveries: a tick's key is the conformance tier's, a duplicate
+    # message's no-op tests/executors'; the kill and poison proofs stay in every run.
+    "tests/celery_proofs/test_beats.py",
+    "tests/celery_proofs/test_redelivery.py",
 )
 # End-to-end tiers (processes, signals, outages) whose cases on other databases than PostgreSQL
 # are the full run's, by tier and database: how each database behaves is what the conformance,

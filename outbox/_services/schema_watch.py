@@ -8,11 +8,12 @@ understands, makes :meth:`SchemaWatch.run_once` return why; the worker then stop
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import generation
+from outbox import _log, generation
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import is_missing_table
 from outbox.app import Outbox
@@ -35,3 +36,27 @@ class SchemaWatch:
             # It was there when the worker started: the tables were downgraded under it.
             return generation.incompatibility(None, table_missing=True)
         return generation.incompatibility(state)
+
+    def watch(
+        self, worker_id: str, database_error: Callable[[DBAPIError], None], log: _log.Logger
+    ) -> SchemaIncompatibleError | None:
+        """:meth:`run_once`, and when the schema is one the worker ``worker_id`` may not work
+        on, say why in one line on ``log``, the caller's logger
+        (``outbox.worker.schema_incompatible``): the caller stops looking then, so it is said
+        once. A database error is handed to ``database_error`` and answers None: the next look
+        decides."""
+        try:
+            problem = self.run_once()
+        except DBAPIError as error:
+            database_error(error)
+            return None
+        if problem is not None:
+            log.error(
+                _log.WORKER_SCHEMA_INCOMPATIBLE,
+                worker=worker_id,
+                schema_generation=problem.generation,
+                workers_from=problem.workers_from,
+                worker_generation=problem.worker_generation,
+                reason=str(problem),
+            )
+        return problem

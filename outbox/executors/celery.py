@@ -77,10 +77,11 @@ from sqlalchemy.exc import DBAPIError
 
 from outbox import _log, lifecycle, once, schema
 from outbox._db import queries, run_in_transaction
-from outbox._db.dialects import error_summary, is_transient
+from outbox._db.dialects import is_transient
 from outbox._engine.distributor import MAX_TICK_SECONDS, MIN_TICK_SECONDS, tick_of
 from outbox._engine.runner import JobRun, Runner, RunOutcome, lease_job
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
+from outbox._services.outage import Outage
 from outbox._services.rescuer import Rescuer
 from outbox._services.schema_watch import SchemaWatch
 from outbox._services.throughput import Throughput
@@ -240,7 +241,6 @@ class _Process:
     started: set[str] = field(default_factory=set)
     stopping: threading.Event = field(default_factory=threading.Event)
     stopped: threading.Event = field(default_factory=threading.Event)
-    database_down: bool = False
     child: bool = False
     """A prefork child (its SIGTERM is outbox's once it runs a job)."""
     takes_sigterm: bool = False
@@ -259,6 +259,7 @@ class _Process:
     def __post_init__(self) -> None:
         app = self.executor.outbox
         self.schema_watch = SchemaWatch(app)
+        self.outage = Outage(self.worker_id, log)
         self.throughput = Throughput(app)
         self.heartbeat = Heartbeat(
             app, self.worker_id, self.slots, running=self.running_now, stopping=self.stopping.is_set
@@ -273,7 +274,7 @@ class _Process:
             throughput=self.throughput,
             hold=self.hold,
             let_go=self.let_go,
-            database_error=self.report_database_error,
+            database_error=self.outage.report,
             stopping=self.stopping.is_set,
         )
         self.thread = threading.Thread(
@@ -323,12 +324,10 @@ class _Process:
                         self._read_request()
                 if self.schema_incompatible is None:
                     self._publish_resumed()
-                if self.database_down:
-                    self.database_down = False
-                    log.info(_log.WORKER_DATABASE_RECOVERED, worker=self.worker_id)
+                self.outage.recovered()
             except DBAPIError as error:
                 self.suspect_schema(error)
-                self.report_database_error(error)
+                self.outage.report(error)
             except Exception as error:  # the heartbeat must outlive anything one beat meets
                 log.exception(_log.WORKER_LOOP_ERROR, worker=self.worker_id, error=str(error))
             wait = next_heartbeat - time.monotonic()
@@ -347,22 +346,10 @@ class _Process:
         self.schema_suspect.clear()
         if self.schema_incompatible is not None:
             return
-        try:
-            problem = self.schema_watch.run_once()
-        except DBAPIError as error:
-            self.report_database_error(error)
-            return
+        problem = self.schema_watch.watch(self.worker_id, self.outage.report, log)
         if problem is None:
             return
         self.schema_incompatible = problem
-        log.error(
-            _log.WORKER_SCHEMA_INCOMPATIBLE,
-            worker=self.worker_id,
-            schema_generation=problem.generation,
-            workers_from=problem.workers_from,
-            worker_generation=problem.worker_generation,
-            reason=str(problem),
-        )
         self.executor.shut_down_node()
 
     def suspect_schema(self, error: DBAPIError) -> None:
@@ -442,14 +429,6 @@ class _Process:
         if known:
             self.executor.shut_down_node()
 
-    def report_database_error(self, error: DBAPIError) -> None:
-        # Once per outage, not once per heartbeat.
-        if not self.database_down:
-            self.database_down = True
-            log.warning(
-                _log.WORKER_DATABASE_ERROR, worker=self.worker_id, error=error_summary(error)
-            )
-
     def start_handler(self, handler: Handler[Any]) -> bool:
         """Its object's ``outbox_start`` once in this process (a sink connects); False when
         it raised (logged), to be tried again with the next job."""
@@ -490,22 +469,13 @@ class _Process:
                 self.throughput.run_once()
             run_in_transaction(app.engine, lambda conn: queries.delete_worker(conn, self.worker_id))
         except DBAPIError as error:
-            self.report_database_error(error)
+            self.outage.report(error)
         if given:
             log.info(_log.JOBS_GIVEN_BACK, worker=self.worker_id, jobs=given)
             self.executor.publish_rescued(given)
-        for name in sorted(self.started):
-            handler = self.handlers[name]
-            if isinstance(handler.func, lifecycle.Stops):
-                try:
-                    lifecycle.stop(handler)
-                except Exception as error:
-                    log.warning(
-                        _log.HANDLER_STOP_FAILED,
-                        worker=self.worker_id,
-                        handler=name,
-                        error=f"{type(error).__name__}: {error}",
-                    )
+        lifecycle.stop_all(
+            [self.handlers[name] for name in sorted(self.started)], log, worker=self.worker_id
+        )
         stats = self.runner.stats
         log.info(
             _log.WORKER_STOPPED,

@@ -21,9 +21,9 @@ from tests.models import ActivityEvent, EmailEvent
 
 RUNS_AT_ONCE = 3
 HOUR = "3600"
+"""A schedule long enough that runs started together share its tick."""
 LEASE = "3"
 """A killed run's groups wait this long: short, for the test's time."""
-"""A schedule long enough that runs started together share its tick."""
 
 
 def _run_once(database_url: str, *args: str) -> tuple[str, ...]:

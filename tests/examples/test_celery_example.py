@@ -13,12 +13,11 @@ from typing import Any
 
 import pika
 import pytest
-from sqlalchemy import create_engine, func, select
 
 from examples.celery_orders import shop, tasks
 from examples.celery_orders.models import OrderPlaced
 from outbox import schema
-from tests._support import wait_for
+from tests._support import count_rows, wait_for
 from tests.conftest import reset_schema
 from tests.executors._processes import RABBITMQ_URL
 from tests.hosts._hosts import Host, start
@@ -34,15 +33,6 @@ class Run:
     placed: list[int]
     received: list[dict[str, Any]]
     archived_groups: int
-
-
-def _count(url: str, table: Any) -> int:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-    finally:
-        engine.dispose()
 
 
 def _delete_queue(queue: str) -> None:
@@ -81,11 +71,11 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
     ]  # fmt: skip
     try:
         placed = shop.place_orders(url, ORDERS)
-        wait_for(lambda: _count(url, OrderPlaced) == 0, "every event published", DRAIN_SECONDS)
+        wait_for(lambda: count_rows(url, OrderPlaced) == 0, "every event published", DRAIN_SECONDS)
         yield Run(
             placed,
             shop.received(RABBITMQ_URL, env[tasks.PLACED_QUEUE_ENV]),
-            _count(url, schema.archive),
+            count_rows(url, schema.archive),
         )
     finally:
         for host in reversed(hosts):

@@ -9,10 +9,13 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from celery import Celery as CeleryClient
 from sqlalchemy import create_engine, func, select
 from sqlalchemy.orm import Session
 
-from outbox import schema
+from outbox import Outbox, schema
+from outbox._engine import distributor
+from outbox.executors.celery import RUN_JOB_TASK
 from tests.executors import celery_app
 from tests.hosts._hosts import Host, start
 
@@ -154,3 +157,33 @@ def jobs(database_url: str) -> list[dict[str, object]]:
             return [dict(row._mapping) for row in conn.execute(select(schema.jobs))]
     finally:
         engine.dispose()
+
+
+def app(url: str) -> Outbox:
+    """The test application's outbox, in the test's process (its handler is not run here)."""
+    outbox = Outbox(url, settings=celery_app.SETTINGS)
+    outbox.handler(
+        celery_app.Delivery, batch_size=celery_app.BATCH_SIZE, archive=True, name="deliver"
+    )(lambda batch: None)
+    return outbox
+
+
+def claim_job(url: str) -> int:
+    """Distribute for the waiting events, in the test's process; the claim job's id."""
+    outbox = app(url)
+    try:
+        distributor.run_once(outbox)
+    finally:
+        outbox.engine.dispose()
+    (job,) = jobs(url)
+    return int(job["id"])  # type: ignore[call-overload]
+
+
+def send(processes: Celery, job_id: int, times: int = 1) -> None:
+    """Publish the message that runs ``job_id``, ``times`` times, as a duplicate publish would."""
+    client = CeleryClient("client", broker=processes.broker_url)
+    try:
+        for _ in range(times):
+            client.send_task(RUN_JOB_TASK, args=(job_id,), queue=processes.queue)
+    finally:
+        client.close()

@@ -19,7 +19,9 @@ from sqlalchemy import create_engine, delete
 
 from outbox import Outbox, Settings, schema
 from tests.conftest import FULL_RUN_ENV, reset_schema
+from tests.executors import _processes
 from tests.executors._executors import EXECUTORS, Executor
+from tests.executors._processes import REDIS_URL
 from tests.models import Base
 
 DATABASES = ("sqlite", "postgresql", "mariadb")
@@ -96,3 +98,12 @@ def executor(case: tuple[str, str]) -> Iterator[Executor]:
         yield running
     finally:
         running.stop()
+
+
+@pytest.fixture
+def processes(tmp_path: Path, postgres_database: str) -> Iterator[_processes.Celery]:
+    """The test's Celery processes (a worker, a beat) on PostgreSQL and Redis, not started
+    yet."""
+    running = _processes.new(tmp_path, postgres_database, REDIS_URL)
+    yield running
+    running.stop()

@@ -15,15 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from celery import Celery as CeleryClient
 
-from outbox import Outbox, flow, schema
-from outbox._engine import distributor
-from outbox.executors.celery import RUN_JOB_TASK
+from outbox import flow, schema
 from tests._support import wait_for
 from tests.conftest import FULL_RUN_ENV, reset_schema
 from tests.executors import _processes, celery_app
-from tests.executors._processes import BROKERS, REDIS_URL
+from tests.executors._processes import BROKERS
 
 BACKLOG = 1000
 EVENTS = 10
@@ -52,44 +49,6 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[_process
     running = _processes.new(tmp_path, url, BROKERS[broker])
     yield running
     running.stop()
-
-
-@pytest.fixture
-def processes(tmp_path: Path, postgres_database: str) -> Iterator[_processes.Celery]:
-    """The test's worker and beat on PostgreSQL and Redis, not started yet."""
-    running = _processes.new(tmp_path, postgres_database, REDIS_URL)
-    yield running
-    running.stop()
-
-
-def _app(url: str) -> Outbox:
-    """The test application's outbox, in the test's process (its handler is not run here)."""
-    app = Outbox(url, settings=celery_app.SETTINGS)
-    app.handler(
-        celery_app.Delivery, batch_size=celery_app.BATCH_SIZE, archive=True, name="deliver"
-    )(lambda batch: None)
-    return app
-
-
-def _claim_job(url: str) -> int:
-    """Distribute for the waiting events, in the test's process; the claim job's id."""
-    app = _app(url)
-    try:
-        distributor.run_once(app)
-    finally:
-        app.engine.dispose()
-    (job,) = _processes.jobs(url)
-    return int(job["id"])  # type: ignore[call-overload]
-
-
-def _send(processes: _processes.Celery, job_id: int, times: int = 1) -> None:
-    """Publish the message that runs ``job_id``, ``times`` times, as a duplicate publish would."""
-    client = CeleryClient("client", broker=processes.broker_url)
-    try:
-        for _ in range(times):
-            client.send_task(RUN_JOB_TASK, args=(job_id,), queue=processes.queue)
-    finally:
-        client.close()
 
 
 def _skipped(processes: _processes.Celery, job_id: int) -> list[str]:
@@ -132,9 +91,9 @@ def test_a_message_delivered_twice_runs_its_job_once(processes: _processes.Celer
     """The same job's message published twice: the job runs once, the other delivery finds it
     leased or gone and says so at debug."""
     _processes.prepare(processes.database_url, EVENTS)
-    job_id = _claim_job(processes.database_url)
+    job_id = _processes.claim_job(processes.database_url)
     processes.worker()
-    _send(processes, job_id, times=2)
+    _processes.send(processes, job_id, times=2)
     wait_for(lambda: _skipped(processes, job_id), "the second delivery to be skipped")
     wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the events to be delivered")
     assert [EVENTS] == processes.call_sizes()
@@ -144,12 +103,12 @@ def test_a_message_delivered_twice_runs_its_job_once(processes: _processes.Celer
 def test_a_paused_handlers_job_is_not_run(processes: _processes.Celery) -> None:
     """A message for a paused handler's job: the handler is not called, the events wait."""
     _processes.prepare(processes.database_url, EVENTS)
-    job_id = _claim_job(processes.database_url)
-    app = _app(processes.database_url)
+    job_id = _processes.claim_job(processes.database_url)
+    app = _processes.app(processes.database_url)
     flow.pause(app, "deliver", actor="test")
     app.engine.dispose()
     processes.worker()
-    _send(processes, job_id)
+    _processes.send(processes, job_id)
     wait_for(lambda: _skipped(processes, job_id), "the message to be skipped")
     assert [] == processes.call_sizes()
     assert EVENTS == _processes.waiting(processes.database_url)
@@ -159,9 +118,9 @@ def test_a_failed_group_is_retried_when_its_backoff_ends(processes: _processes.C
     """A group whose first attempt fails is due again 6 s later: its message comes with that
     countdown, and the second attempt succeeds, long before a sweep (30 s) would find it."""
     _processes.prepare(processes.database_url, EVENTS)
-    job_id = _claim_job(processes.database_url)
+    job_id = _processes.claim_job(processes.database_url)
     processes.worker(**{celery_app.FAIL_FIRST_ENV: "1"})
-    _send(processes, job_id)
+    _processes.send(processes, job_id)
     wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the retry to succeed")
     assert [EVENTS, EVENTS] == processes.call_sizes()
     assert "attempt=2 outcome=succeeded" in processes.output()
@@ -178,9 +137,9 @@ def test_a_sigterm_gives_back_the_leases_of_a_worker_process(
     """A child stopped by SIGTERM mid-handler gives back its group's lease, and another child
     runs the group at once: long before a lease (or a silent heartbeat) of 120 s would free it."""
     _processes.prepare(processes.database_url, EVENTS)
-    job_id = _claim_job(processes.database_url)
+    job_id = _processes.claim_job(processes.database_url)
     processes.worker(**{celery_app.SLOW_ENV: "300"})
-    _send(processes, job_id)
+    _processes.send(processes, job_id)
     leased = wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
     owner = str(leased["lease_owner"])
     pid = int(owner.split(":")[1])
@@ -199,10 +158,10 @@ def test_a_killed_processs_group_is_taken_again_once_its_heartbeat_is_silent(
     """``kill -9`` of the child mid-handler: its heartbeat stops, and after the stale age (3 s)
     another child's rescue frees its group and runs it, long before its lease (120 s) ends."""
     _processes.prepare(processes.database_url, EVENTS)
-    job_id = _claim_job(processes.database_url)
+    job_id = _processes.claim_job(processes.database_url)
     processes.worker(**{celery_app.SLOW_ENV: "300", celery_app.STALE_ENV: "3"})
     processes.beat()
-    _send(processes, job_id)
+    _processes.send(processes, job_id)
     leased = wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
     pid = int(str(leased["lease_owner"]).split(":")[1])
     os.kill(pid, signal.SIGKILL)
@@ -218,11 +177,11 @@ def test_a_cold_shutdown_gives_back_the_leases_of_its_processes(
     """Celery's cold shutdown (SIGQUIT) after its soft shutdown's second: the worker's children,
     stopped mid-handler, give back their group, and a second worker runs it at once."""
     _processes.prepare(processes.database_url, EVENTS)
-    job_id = _claim_job(processes.database_url)
+    job_id = _processes.claim_job(processes.database_url)
     first = processes.worker(
         name="w1", **{celery_app.SLOW_ENV: "300", celery_app.SOFT_SHUTDOWN_ENV: "1"}
     )
-    _send(processes, job_id)
+    _processes.send(processes, job_id)
     wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
     processes.worker(name="w2")
     first.stop(signal.SIGQUIT)

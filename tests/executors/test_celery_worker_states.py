@@ -9,20 +9,15 @@ import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
 
-from outbox import Outbox, _log, flow, schema
-from outbox._engine import distributor
-from outbox.executors.celery import RUN_JOB_TASK
+from outbox import _log, flow, schema
 from outbox.migrate import VERSION_TABLE
 from tests._support import wait_for
 from tests.conftest import Base
 from tests.executors import _processes, celery_app
-from tests.executors._processes import REDIS_URL
 from tests.hosts._hosts import Host, start
 
 EVENTS = 10
@@ -35,51 +30,12 @@ SHUTDOWN_SECONDS = 30.0
 OLDER_REVISION = "0007"
 
 
-@pytest.fixture
-def processes(tmp_path: Path, postgres_database: str) -> Iterator[_processes.Celery]:
-    """The test's worker on PostgreSQL and Redis, not started yet."""
-    running = _processes.new(tmp_path, postgres_database, REDIS_URL)
-    yield running
-    running.stop()
-
-
-def _app(url: str) -> Outbox:
-    """The test application's outbox, in the test's process (its handler is not run here)."""
-    app = Outbox(url, settings=celery_app.SETTINGS)
-    app.handler(
-        celery_app.Delivery, batch_size=celery_app.BATCH_SIZE, archive=True, name="deliver"
-    )(lambda batch: None)
-    return app
-
-
-def _claim_job(url: str) -> int:
-    """Distribute for the waiting events, in the test's process; the claim job's id."""
-    app = _app(url)
-    try:
-        distributor.run_once(app)
-    finally:
-        app.engine.dispose()
-    (job,) = _processes.jobs(url)
-    return int(job["id"])  # type: ignore[call-overload]
-
-
-def _send(processes: _processes.Celery, job_id: int) -> None:
-    """Publish the message that runs ``job_id``."""
-    from celery import Celery
-
-    client = Celery("client", broker=processes.broker_url)
-    try:
-        client.send_task(RUN_JOB_TASK, args=(job_id,), queue=processes.queue)
-    finally:
-        client.close()
-
-
 def _skipped(processes: _processes.Celery, job_id: int) -> bool:
     return f"outbox.executor.skipped job_id={job_id} " in processes.output()
 
 
 def _pause(url: str, until: float | None = None) -> None:
-    app = _app(url)
+    app = _processes.app(url)
     try:
         flow.pause(app, "deliver", until=until, actor="test")
     finally:
@@ -87,7 +43,7 @@ def _pause(url: str, until: float | None = None) -> None:
 
 
 def _resume(url: str) -> None:
-    app = _app(url)
+    app = _processes.app(url)
     try:
         flow.resume(app, "deliver", actor="test")
     finally:
@@ -101,10 +57,10 @@ def test_a_resumed_handlers_job_runs_without_waiting_for_the_sweep(
     the process that dropped it publishes the job again, and its events are delivered."""
     url = processes.database_url
     _processes.prepare(url, EVENTS)
-    job_id = _claim_job(url)
+    job_id = _processes.claim_job(url)
     _pause(url)
     processes.worker(concurrency=1)
-    _send(processes, job_id)
+    _processes.send(processes, job_id)
     wait_for(lambda: _skipped(processes, job_id), "the message to be skipped")
     _resume(url)
     wait_for(lambda: _processes.waiting(url) == 0, "the events", RESUMED_WITHIN_SECONDS)
@@ -118,10 +74,10 @@ def test_a_job_dropped_in_a_pause_with_an_end_runs_once_it_ends(
     the job runs, with no resume and no sweep."""
     url = processes.database_url
     _processes.prepare(url, EVENTS)
-    job_id = _claim_job(url)
+    job_id = _processes.claim_job(url)
     _pause(url, until=3.0)
     processes.worker(concurrency=1)
-    _send(processes, job_id)
+    _processes.send(processes, job_id)
     wait_for(lambda: _skipped(processes, job_id), "the message to be skipped")
     wait_for(lambda: _processes.waiting(url) == 0, "the events", RESUMED_WITHIN_SECONDS)
     assert [EVENTS] == processes.call_sizes()

@@ -13,11 +13,10 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, func, select
 
 from outbox import schema
 from tests._ports import free_ports
-from tests._support import wait_for
+from tests._support import count_rows, wait_for
 from tests.acceptance._cli import ROOT
 from tests.hosts import fastapi_run_once_host, shop
 from tests.hosts._hosts import Host, start
@@ -25,15 +24,6 @@ from tests.hosts._hosts import Host, start
 UVICORN_WORKERS = 2
 TICK_SECONDS = "1"
 HOUR = "3600"
-
-
-def _count(url: str, table: Any) -> int:
-    engine = create_engine(url)
-    try:
-        with engine.connect() as conn:
-            return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
-    finally:
-        engine.dispose()
 
 
 def _runs(runs_dir: Path) -> list[dict[str, Any]]:
@@ -81,7 +71,7 @@ def test_a_fastapi_lifespan_task_in_two_processes_handles_every_event_distributi
     finishes and leaves no worker row behind."""
     host, base, url, runs_dir = fastapi_server
     wait_for(lambda: _serving(base), "uvicorn to serve")
-    wait_for(lambda: _count(url, shop.Signup.__table__) == 0, "the signups to be handled")
+    wait_for(lambda: count_rows(url, shop.Signup.__table__) == 0, "the signups to be handled")
     wait_for(
         lambda: {r["distribution"]["lost"] != [] for r in _runs(runs_dir)} == {True, False},
         "a run to lose a tick to the other process",
@@ -97,7 +87,7 @@ def test_a_fastapi_lifespan_task_in_two_processes_handles_every_event_distributi
         host.popen.returncode,
         set(winners.values()),
         succeeded,
-        _count(url, schema.workers),
+        count_rows(url, schema.workers),
     )
 
 
