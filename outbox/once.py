@@ -653,7 +653,8 @@ class _Caller:
         return stopped
 
     def _report_database_error(self, error: DBAPIError) -> None:
-        # The outcome is written; only a count (the circuit breaker's) missed it.
+        # A count missed it (the circuit breaker's, or this run's throughput); the outcome is
+        # written. A run is short: each such error is said, not once per outage as a worker.
         log.warning(_log.WORKER_DATABASE_ERROR, worker=self.id, error=error_summary(error))
 
 
