@@ -13,7 +13,7 @@ scaling down; a new worker is ready ``--startup`` seconds after it is asked for,
 from then.
 
 - *desired workers*: replicas = ceil(``desired_workers`` / slots per worker), where
-  ``desired_workers`` is :func:`outbox.scaling.plan`'s, fed what ``read_scaling`` would read
+  ``desired_workers`` is :func:`outbox.ops.scaling.plan`'s, fed what ``read_scaling`` would read
   from the model's state (the backlog as a run of ids, the newest and oldest ages, the slots in
   flight counted at an instant, the minutes counted with their busy seconds) - KEDA's
   metrics-api scaler on ``GET /api/v1/scaling``;
@@ -50,7 +50,7 @@ from benchmarks.bench_app import Base, BenchEvent, TypedBenchEvent
 from outbox import Outbox, RateLimit, Urgency, add_events
 from outbox._db.types import ScalingRow
 from outbox.app import Handler
-from outbox.scaling import DEFAULT_RATE_WINDOW_SECONDS, plan
+from outbox.ops.scaling import DEFAULT_RATE_WINDOW_SECONDS, plan
 from outbox.worker import Worker
 
 TOLERATED = 4.0

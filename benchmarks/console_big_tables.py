@@ -41,7 +41,8 @@ from benchmarks._common import (
     write,
 )
 from benchmarks.bench_app import Base, BenchEvent
-from outbox import Outbox, groups
+from outbox import Outbox
+from outbox.ops import groups
 from outbox.web import Auth, Principal, Role, create_app
 
 TOKEN = "benchmark-token-0123456789"  # noqa: S105 - a loopback benchmark's own viewer

@@ -29,8 +29,9 @@ from sqlalchemy import String, event, insert
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
-from outbox import BufferMixin, Outbox, add_events, notify, schema
+from outbox import BufferMixin, Outbox, add_events, schema
 from outbox._db import queries
+from outbox.ops import notify
 
 
 class Base(DeclarativeBase):

@@ -5,7 +5,7 @@ Per database (PostgreSQL, MariaDB) and run: a scratch database migrated to 0001,
 ``--archive-rows`` archived events (a small JSON payload each) and ``--jobs`` jobs loaded, then
 each revision applied alone and timed, then each undone alone and timed. The migrations run from
 the code of ``--code`` (a git revision, checked out in a temporary worktree; default: this
-working tree), in a process of their own, through ``outbox.migrate.upgrade`` and alembic's
+working tree), in a process of their own, through ``outbox.ops.migrate.upgrade`` and alembic's
 ``downgrade`` (present in every version), so that an older outbox's migrations can be timed
 beside the current ones; ``--label`` names the results file.
 
@@ -46,7 +46,7 @@ STEP = """
 import json, sys, time
 from alembic import command
 from sqlalchemy import create_engine
-from outbox.migrate import alembic_config, upgrade
+from outbox.ops.migrate import alembic_config, upgrade
 url, direction, revision = sys.argv[1:4]
 engine = create_engine(url)
 started = time.perf_counter()

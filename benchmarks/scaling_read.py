@@ -1,4 +1,4 @@
-"""The desired-workers read (:func:`outbox.scaling.read_scaling`) with millions of events
+"""The desired-workers read (:func:`outbox.ops.scaling.read_scaling`) with millions of events
 waiting, on PostgreSQL: what a KEDA poll, a Prometheus scrape or a run-once caller pays.
 
 The buffer holds ``--waiting-rows`` unclaimed events and, ahead of them, ``--groups`` claimed
@@ -34,7 +34,7 @@ from benchmarks._common import (
 )
 from benchmarks.bench_app import Base, BenchEvent, TypedBenchEvent
 from outbox import Outbox, Urgency
-from outbox.scaling import read_scaling
+from outbox.ops.scaling import read_scaling
 
 DATABASE = "outbox_bench_scaling_read"
 TARGET_MS = 5.0

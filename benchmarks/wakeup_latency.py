@@ -49,7 +49,8 @@ from benchmarks._common import (
     summary,
     write,
 )
-from outbox import Batch, BufferMixin, Outbox, Settings, Urgency, notify, schema
+from outbox import Batch, BufferMixin, Outbox, Settings, Urgency, schema
+from outbox.ops import notify
 from outbox.worker import Worker
 
 

@@ -10,8 +10,8 @@ from alembic import context
 from sqlalchemy import Connection, Engine, create_engine
 
 from outbox import schema
-from outbox.generation import record_migration
-from outbox.migrate import VERSION_TABLE
+from outbox._db.generation import record_migration
+from outbox.ops.migrate import VERSION_TABLE
 
 config = context.config
 

@@ -5,6 +5,7 @@ groups and hands each group, in bulk, to a batch handler, with retries, dead let
 archive. See the README for a tour.
 """
 
+from outbox._core.values import jsonable
 from outbox._db.dialects import db_now
 from outbox.app import Delivery, Handler, Outbox, Settings
 from outbox.batch import Batch
@@ -74,6 +75,7 @@ __all__ = [
     "add_events_async",
     "db_now",
     "distribute_once",
+    "jsonable",
     "rescue_once",
     "run_once",
     "work_once",

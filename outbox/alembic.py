@@ -35,7 +35,7 @@ from sqlalchemy.schema import DefaultClause, SchemaItem
 
 from outbox import schema
 from outbox._db.dialects import db_now
-from outbox.migrate import VERSION_TABLE
+from outbox.ops.migrate import VERSION_TABLE
 
 if TYPE_CHECKING:
     from alembic.autogenerate.api import AutogenContext

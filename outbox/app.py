@@ -14,8 +14,10 @@ from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.engine import URL
 from sqlalchemy.types import TypeEngine
 
-from outbox import _db, _handler_kind, _log
-from outbox._checks import MAX_WAIT_SECONDS, is_number
+from outbox import _db
+from outbox._core import handler_kind as _handler_kind
+from outbox._core import log as _log
+from outbox._core.checks import MAX_WAIT_SECONDS, is_number
 from outbox._db import dialects
 from outbox.batch import Batch
 from outbox.breaker import CircuitBreaker

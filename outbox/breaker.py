@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from outbox._checks import MAX_WAIT_SECONDS, is_number, is_whole
+from outbox._core.checks import MAX_WAIT_SECONDS, is_number, is_whole
 from outbox.exceptions import ConfigurationError
 
 DEFAULT_FAILURES = 5

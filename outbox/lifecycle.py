@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from outbox import _log
+from outbox._core import log as _log
 from outbox._engine import invoke as _invoke
 from outbox.exceptions import ConfigurationError, DownstreamUnavailableError
 

@@ -12,7 +12,7 @@ Three steps, each a call of its own, and :func:`run_once` for all three:
   time budget is spent, or it has run ``max_groups`` groups.
 
 Each returns a frozen result to branch on, which prints as JSON through
-:func:`outbox.jsonable.jsonable`. Every job runs through the same leases, fences, attempts,
+:func:`outbox.jsonable`. Every job runs through the same leases, fences, attempts,
 pauses, limits and dead letters as under ``outbox work``; any number of callers may run at
 once. While it works, a caller registers in ``outbox_workers`` (``outbox status`` lists it,
 its id begins with ``once:``) and heartbeats, which keeps the leases of the jobs it runs; it
@@ -43,21 +43,23 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _buffer_clock, _log, generation, lifecycle, schema
-from outbox._db import check_buffer_tables, queries, run_in_transaction
+from outbox import lifecycle, schema
+from outbox._core import log as _log
+from outbox._core.faults import AFTER_ACQUIRE, crash_point
+from outbox._db import check_buffer_tables, generation, queries, run_in_transaction
 from outbox._db.dialects import error_summary
 from outbox._engine import acquisition, distributor
 from outbox._engine.claimer import claimable
 from outbox._engine.flow_state import FlowState
 from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner
-from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.rescuer import Rescuer
 from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
 from outbox.exceptions import BufferTableMissingError
+from outbox.ops import buffer_clock
+from outbox.ops.scaling import Scaling, read_scaling
 from outbox.results import BatchResult, Outcome
-from outbox.scaling import Scaling, read_scaling
 
 __all__ = [
     "DEFAULT_BUDGET_SECONDS",
@@ -244,7 +246,7 @@ class WorkResult:
 @dataclass(frozen=True, slots=True)
 class RunResult:
     """What :func:`run_once` did: its rescue, its distribution and its work; and what the
-    fleet should be now (:func:`outbox.scaling.read_scaling`), read after the work."""
+    fleet should be now (:func:`outbox.ops.scaling.read_scaling`), read after the work."""
 
     rescue: RescueResult
     distribution: DistributionResult
@@ -407,7 +409,7 @@ def work_once(
         # Once per application and process: a web application's task calls every few seconds.
         warn = id(app) not in _CLOCK_WARNED
         _CLOCK_WARNED.add(id(app))
-    _buffer_clock.enforce(app, [h.table for h in selected], warn=warn)
+    buffer_clock.enforce(app, [h.table for h in selected], warn=warn)
     counts = _Counts()
     started = time.monotonic()
     with _started(app, selected), _registered(app) as caller:

@@ -2,7 +2,7 @@
 
 Needs the ``metrics`` extra (``pip install 'sqlalchemy-outbox[metrics]'``). Two halves:
 
-- :class:`OutboxCollector` reads :func:`outbox.metrics.collect` on every scrape, so its gauges
+- :class:`OutboxCollector` reads :func:`outbox.ops.metrics.collect` on every scrape, so its gauges
   are the same numbers as ``outbox status``, from whichever process is scraped. A scrape that
   cannot reach the database reports ``outbox_scrape_error 1`` instead of failing.
 - :class:`WorkerMetrics` counts what one process's workers did, from the
@@ -32,9 +32,10 @@ except ImportError as error:  # the extra is optional; say how to get it
 
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
-from outbox import _log, metrics, scaling
+from outbox._core import log as _log
 from outbox.app import Outbox
 from outbox.exceptions import OutboxError
+from outbox.ops import metrics, scaling
 from outbox.results import (
     DEAD,
     DEFERRED,
@@ -192,7 +193,7 @@ def _families() -> dict[str, GaugeMetricFamily]:
 
 def _scaling_families(wanted: scaling.Scaling | None) -> Iterator[GaugeMetricFamily]:
     """The fleet's desired size, per band and in total, the drain time and Apdex
-    (:mod:`outbox.scaling`); no samples when ``wanted`` is None. A value not known (no rate
+    (:mod:`outbox.ops.scaling`); no samples when ``wanted`` is None. A value not known (no rate
     measured, nothing handled in the window) has no sample rather than a made-up one."""
     desired = GaugeMetricFamily(
         "outbox_desired_workers",

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from outbox._checks import MAX_WAIT_SECONDS, is_number, is_whole
+from outbox._core.checks import MAX_WAIT_SECONDS, is_number, is_whole
 from outbox.exceptions import ConfigurationError
 
 MARGIN_SECONDS = 0.03

@@ -9,8 +9,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from outbox import _log
-from outbox._checks import MAX_WAIT_SECONDS, is_number, is_whole
+from outbox._core import log as _log
+from outbox._core.checks import MAX_WAIT_SECONDS, is_number, is_whole
 from outbox.exceptions import ConfigurationError, OutboxError
 
 DEFAULT_MAX_ATTEMPTS = 8

@@ -30,8 +30,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
+from outbox._core.version import VERSION
 from outbox._db.dialects import db_now, timestamp
-from outbox._version import VERSION
 
 GENERATION = 8
 """The schema generation of these tables: the number of the newest migration outbox ships.
@@ -79,7 +79,7 @@ class PauseCause(StrEnum):
     """Who paused a handler (``outbox_handlers.pause_cause``)."""
 
     OPERATOR = "operator"
-    """``outbox pause`` or :func:`outbox.flow.pause`: until the given time, or until resumed."""
+    """``outbox pause`` or :func:`outbox.ops.flow.pause`: until the given time, or until resumed."""
     RETRY_AFTER = "retry_after"
     """A handler raised :class:`outbox.RetryAfter` for a whole group: until then."""
     BREAKER = "breaker"

@@ -32,13 +32,14 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import ORMExecuteState, Session, SessionTransaction, scoped_session
 
-from outbox import _log, lifecycle
+from outbox import lifecycle
+from outbox._core import log as _log
+from outbox._core.faults import AFTER_ACQUIRE, crash_point
 from outbox._db import check_buffer_tables, queries
 from outbox._engine import acquisition, distributor
 from outbox._engine.flow_state import FlowState
 from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner, new_worker_id
 from outbox._engine.stats import WorkerStats
-from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox._services.outage import Outage
 from outbox._services.rescuer import Rescuer
 from outbox._services.throughput import Throughput

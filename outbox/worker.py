@@ -29,9 +29,12 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _buffer_clock, _log, fleet, generation, lifecycle, schema
+from outbox import lifecycle, schema
+from outbox._core import log as _log
+from outbox._core.faults import AFTER_ACQUIRE, crash_point
 from outbox._db import (
     check_buffer_tables,
+    generation,
     missing_buffer_tables,
     queries,
     run_in_transaction,
@@ -45,7 +48,6 @@ from outbox._engine.runner import CLAIM_LOOP_SECONDS as CLAIM_LOOP_SECONDS
 from outbox._engine.runner import CLAIMS_IN_FLIGHT_PER_HANDLER as CLAIMS_IN_FLIGHT_PER_HANDLER
 from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner, new_worker_id
 from outbox._engine.stats import WorkerStats as WorkerStats
-from outbox._faults import AFTER_ACQUIRE, crash_point
 from outbox._services.distribution_watch import DistributionWatch
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.listener import Listener
@@ -55,6 +57,7 @@ from outbox._services.schema_watch import SchemaWatch
 from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
 from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
+from outbox.ops import buffer_clock, fleet
 from outbox.results import BatchResult
 
 log = _log.get_logger(__name__)
@@ -283,7 +286,7 @@ class Worker:
         """
         check_buffer_tables(self.app.engine, {name: h.table for name, h in self.handlers.items()})
         generation.check(self.app.engine)
-        _buffer_clock.enforce(self.app, [h.table for h in self.handlers.values()])
+        buffer_clock.enforce(self.app, [h.table for h in self.handlers.values()])
         self.start_handlers()
         run_in_transaction(
             self.app.engine,

@@ -36,13 +36,11 @@ from outbox import (
     RetryPolicy,
     Urgency,
     add_events,
-    archive,
-    flow,
-    groups,
     schema,
 )
 from outbox._db import queries  # the past hour of throughput, as workers write it
 from outbox._db.dialects import db_now_plus  # backdating events, as the tests do
+from outbox.ops import archive, flow, groups
 from outbox.testing import drain
 from outbox.web import Auth, Role, create_app
 from outbox.worker import Worker

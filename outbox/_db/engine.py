@@ -15,7 +15,8 @@ from sqlalchemy import Connection, Engine, Table, create_engine, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, NoSuchModuleError
 
-from outbox import _log, schema
+from outbox import schema
+from outbox._core import log as _log
 from outbox._db import dialects
 from outbox.exceptions import (
     BufferTableMissingError,

@@ -18,7 +18,12 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log
+from outbox._core import log as _log
+from outbox._core.faults import (
+    AFTER_HANDLER,
+    BEFORE_HANDLER,
+    crash_point,
+)
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary, is_missing_table
 from outbox._engine import invoke as _invoke
@@ -38,11 +43,6 @@ from outbox._engine.completion import (
     lease_lost,
 )
 from outbox._engine.invoke import HandlerAbandoned
-from outbox._faults import (
-    AFTER_HANDLER,
-    BEFORE_HANDLER,
-    crash_point,
-)
 from outbox.app import Delivery, Handler, Outbox
 from outbox.batch import Batch, column_values
 from outbox.exceptions import HandlerTimeoutError

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from outbox import _log
+from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
 from outbox.app import Handler, Outbox
 from outbox.breaker import CircuitBreaker

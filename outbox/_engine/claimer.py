@@ -14,9 +14,10 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection
 
-from outbox import _log, schema
+from outbox import schema
+from outbox._core import log as _log
+from outbox._core.faults import AFTER_CLAIM, crash_point
 from outbox._db import queries, run_in_transaction
-from outbox._faults import AFTER_CLAIM, crash_point
 from outbox.app import Handler, Outbox
 
 log = _log.get_logger(__name__)

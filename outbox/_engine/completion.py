@@ -15,17 +15,17 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log
-from outbox._checks import MAX_WAIT_SECONDS
-from outbox._db import queries, run_in_transaction
-from outbox._db.dialects import error_summary, is_missing_table, is_transient
-from outbox._engine import limiter as _limiter
-from outbox._engine.claimer import LeaseLost
-from outbox._faults import (
+from outbox._core import log as _log
+from outbox._core.checks import MAX_WAIT_SECONDS
+from outbox._core.faults import (
     AFTER_COMMIT,
     IN_COMPLETION,
     crash_point,
 )
+from outbox._db import queries, run_in_transaction
+from outbox._db.dialects import error_summary, is_missing_table, is_transient
+from outbox._engine import limiter as _limiter
+from outbox._engine.claimer import LeaseLost
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
 from outbox.results import (

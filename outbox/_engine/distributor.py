@@ -28,7 +28,7 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log
+from outbox._core import log as _log
 from outbox._db import buffer_table_missing, queries, run_in_transaction
 from outbox._engine.claimer import claimable, partial_batch_due
 from outbox.app import Handler, Outbox

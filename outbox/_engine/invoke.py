@@ -10,8 +10,8 @@ a time, so a worker with ``concurrency`` N has up to N coroutines in flight on t
 coroutine that overruns its ``timeout`` is cancelled.
 
 Whether a callable is async is decided once, at registration
-(:func:`outbox._handler_kind.is_async`), and what outbox cannot call correctly is refused there
-(:func:`outbox._handler_kind.refusal`), never run the wrong way.
+(:func:`outbox._core.handler_kind.is_async`), and what outbox cannot call correctly is refused there
+(:func:`outbox._core.handler_kind.refusal`), never run the wrong way.
 """
 
 from __future__ import annotations

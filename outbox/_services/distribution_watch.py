@@ -16,9 +16,9 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from outbox import _log
+from outbox._core import log as _log
+from outbox._core.durations import Timed
 from outbox._db import queries
-from outbox._duration import Timed
 from outbox.app import Handler, Outbox
 
 log = _log.get_logger(__name__)

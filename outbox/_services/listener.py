@@ -1,5 +1,6 @@
 """The listener: on PostgreSQL, a thread LISTENs on the ``outbox`` channel so that a worker
-wakes at once when events are committed (``outbox.notify`` installs the triggers that NOTIFY)."""
+wakes at once when events are committed (``outbox.ops.notify`` installs the triggers that
+NOTIFY)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from outbox import _log
+from outbox._core import log as _log
 from outbox._db import queries
 from outbox.app import Outbox
 

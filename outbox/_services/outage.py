@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log
+from outbox._core import log as _log
 from outbox._db.dialects import error_summary
 
 

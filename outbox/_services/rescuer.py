@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from outbox import _log
+from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
 from outbox._services.heartbeat import older_release_stale_after
 from outbox.app import Outbox

@@ -3,7 +3,7 @@ is still one it may work on (one row of ``outbox_schema``, by its key).
 
 A migration that needs newer workers, or a downgrade below the generation the worker
 understands, makes :meth:`SchemaWatch.run_once` return why; the worker then stops taking work
-(:mod:`outbox.generation`).
+(:mod:`outbox._db.generation`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, generation
-from outbox._db import queries, run_in_transaction
+from outbox._core import log as _log
+from outbox._db import generation, queries, run_in_transaction
 from outbox._db.dialects import is_missing_table
 from outbox.app import Outbox
 from outbox.exceptions import SchemaIncompatibleError

@@ -13,11 +13,11 @@ import click
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError
 
-from outbox import database
 from outbox.app import DATABASE_URL_ENV, Outbox
 from outbox.exceptions import (
     ConfigurationError,
 )
+from outbox.ops import database
 
 APP_ENV = "OUTBOX_APP"
 

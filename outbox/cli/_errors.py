@@ -10,7 +10,6 @@ from typing import Any, NoReturn
 import click
 from sqlalchemy.exc import OperationalError
 
-from outbox import database, generation
 from outbox.app import Outbox
 from outbox.cli._context import Context
 from outbox.exceptions import (
@@ -21,7 +20,8 @@ from outbox.exceptions import (
     OutboxError,
     SchemaMissingError,
 )
-from outbox.progress import StoppedError
+from outbox.ops import database
+from outbox.ops.progress import StoppedError
 
 EXIT_OK = 0
 EXIT_FAILURE = 1
@@ -73,7 +73,7 @@ def ready(app: Outbox, handlers: tuple[str, ...] | None = None) -> Outbox:
     try:
         database.check_schema(app.engine)
     except SchemaMissingError as missing:
-        older = generation.recorded_incompatibility(app.engine)
+        older = database.recorded_incompatibility(app.engine)
         if older is not None:
             raise older from missing
         raise
@@ -85,7 +85,7 @@ def ready(app: Outbox, handlers: tuple[str, ...] | None = None) -> Outbox:
 
 def check_schema_revision(app: Outbox) -> None:
     """Refuse tables a newer outbox migrated past the revisions this one ships."""
-    from outbox.migrate import check_revision
+    from outbox.ops.migrate import check_revision
 
     check_revision(app.engine)
 

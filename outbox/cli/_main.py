@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 from click.core import ParameterSource
 
-from outbox._version import VERSION
+from outbox._core.version import VERSION
 from outbox.app import DATABASE_URL_ENV
 from outbox.cli._context import APP_ENV, Context
 from outbox.cli._logging import configure_logging

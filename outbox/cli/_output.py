@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from outbox.jsonable import jsonable
+from outbox._core.values import jsonable
 
 
 def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:

@@ -15,11 +15,11 @@ from typing import Any
 
 import click
 
-from outbox import _log
+from outbox._core import log as _log
 from outbox.cli._errors import exit_interrupted
 from outbox.cli._signals import interrupt_flag
 from outbox.exceptions import ConfigurationError
-from outbox.progress import Progress
+from outbox.ops.progress import Progress
 
 log = _log.get_logger(__name__)
 
@@ -33,8 +33,8 @@ MAX_PROGRESS_INTERVAL_SECONDS = 86_400.0
 
 
 class CommandProgress(Progress):
-    """A command's :class:`~outbox.progress.Progress`: click's bar on stderr when stderr is a
-    terminal (done of the count, rate, time left), else an ``outbox.progress`` log line (JSON
+    """A command's :class:`~outbox.ops.progress.Progress`: click's bar on stderr when stderr is a
+    terminal (done of the count, rate, time left), else an ``outbox.ops.progress`` log line (JSON
     off a terminal) at intervals; it asks to stop once ``interrupted`` is set."""
 
     def __init__(
@@ -145,7 +145,7 @@ class CommandProgress(Progress):
 @contextmanager
 def reporting(command: str, *, dry_run: bool = False) -> Iterator[CommandProgress | None]:
     """A progress for ``command``'s operation, with Ctrl-C as its stop request: the operation
-    raises :class:`~outbox.progress.StoppedError` before its next batch (the command's error
+    raises :class:`~outbox.ops.progress.StoppedError` before its next batch (the command's error
     mapping says what was done and exits with :data:`EXIT_INTERRUPTED`). A second Ctrl-C stops
     at once, in the middle of a batch, which its transaction commits whole or not at all.
 

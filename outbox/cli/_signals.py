@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from outbox import _log
+from outbox._core import log as _log
 from outbox.worker import Worker
 
 log = _log.get_logger(__name__)

@@ -75,7 +75,8 @@ from typing import Any
 from celery import Celery, signals
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, lifecycle, once, schema
+from outbox import lifecycle, once, schema
+from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import is_transient
 from outbox._engine.distributor import MAX_TICK_SECONDS, MIN_TICK_SECONDS, tick_of

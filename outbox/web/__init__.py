@@ -9,9 +9,10 @@ application, or runs alone (``outbox dashboard``).
     console = create_app(app, auth=Auth(tokens={token: Principal("ci", Role.VIEWER)}))
     fastapi_app.mount("/outbox", console)
 
-Pages and endpoints ask the same operations layer as the command line (``outbox.groups``,
-``outbox.archive``, ``outbox.metrics``...), so the three always agree. Nothing is served to a
-request that does not authenticate (:class:`Auth`); every write is recorded with who made it.
+Pages and endpoints ask the same operations layer as the command line (``outbox.ops.groups``,
+``outbox.ops.archive``, ``outbox.ops.metrics``...), so the three
+always agree. Nothing is served to a request that does not authenticate (:class:`Auth`); every
+write is recorded with who made it.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ async def _error(request: Request, error: Exception) -> Response:
 async def healthz(request: Request) -> Response:
     """``GET /healthz``: 200 when the database answers, 503 otherwise; no authentication,
     and nothing in it but that."""
-    from outbox import database
+    from outbox.ops import database
 
     try:
         await call(database.check_connection, console_of(request).app.engine)

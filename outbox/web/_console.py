@@ -15,9 +15,10 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from outbox import _log, database, metrics
+from outbox._core import log as _log
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError, GroupNotFoundError, OutboxError
+from outbox.ops import database, metrics
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD, CSRF_HEADER, Auth, Permission, Principal
 
 log = _log.get_logger(__name__)
@@ -38,7 +39,7 @@ class Snapshot:
     taken_at: float
     """``time.time()`` when it was read."""
     throughput: dict[str, list[Any]] = field(default_factory=dict)
-    """Each handler's last hour, minute by minute (:func:`outbox.metrics.throughput`)."""
+    """Each handler's last hour, minute by minute (:func:`outbox.ops.metrics.throughput`)."""
 
 
 class Snapshots:

@@ -11,8 +11,8 @@ from typing import Any
 from starlette.datastructures import FormData, ImmutableMultiDict
 from starlette.exceptions import HTTPException
 
-from outbox import groups
-from outbox._checks import path_step, text_problem
+from outbox._core.checks import path_step, text_problem
+from outbox.ops import groups
 from outbox.schema import GroupStatus
 from outbox.web._console import Console, call
 from outbox.web.api import selection_of

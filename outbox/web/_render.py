@@ -22,8 +22,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
-from outbox._duration import Timed, duration
-from outbox.jsonable import jsonable
+from outbox._core.durations import Timed, duration
+from outbox._core.values import jsonable
 from outbox.web._console import console_of
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD, Permission, Principal, new_csrf_token
 
@@ -83,7 +83,8 @@ def age(seconds: float | None) -> Markup:
 
 def timed(sentence: Any) -> Markup:
     """A sentence (an alert, a pause, a silent holder) as a page shows it: each of its
-    durations (:class:`outbox._duration.Timed` keeps them) with its exact seconds on hover, the
+    durations (:class:`outbox._core.durations.Timed` keeps them) with its exact seconds on hover,
+    the
     text around them escaped and with its invisible characters spelled out."""
     if not isinstance(sentence, Timed):
         return Markup("{}").format(_visible(sentence))

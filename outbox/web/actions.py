@@ -1,7 +1,7 @@
 """The dashboard's writes: each a POST form that needs an operator and the CSRF token of the
 ``outbox_csrf`` cookie (which pages set), does what it says through the operations layer the
-API and the command line use (``outbox.flow``, ``outbox.groups``, ``outbox.archive``,
-``outbox.held``, ``outbox.refused``), and sends the browser back (303) with a message saying
+API and the command line use (``outbox.ops.flow``, ``outbox.ops.groups``, ``outbox.ops.archive``,
+``outbox.ops.holds``), and sends the browser back (303) with a message saying
 what was done. A write to many groups (a filter's, or those ticked on a listing) shows its dry
 run first, with a button that confirms it.
 """
@@ -16,9 +16,10 @@ from starlette.datastructures import FormData
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from outbox import _log, archive, fleet, flow, groups, held, refused
-from outbox._duration import duration
+from outbox._core import log as _log
+from outbox._core.durations import duration
 from outbox.exceptions import ConfigurationError
+from outbox.ops import archive, fleet, flow, groups, holds
 from outbox.schema import OperationAction, WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web._inputs import (
@@ -309,7 +310,7 @@ async def release_held(request: Request) -> Response:
     principal, console, form = await _write(request)
     group = _field(form, "group_id")
     count, problem = await attempt(
-        held.release,
+        holds.release_keys,
         console.app,
         _field(form, "handler"),
         _field(form, "key"),
@@ -329,7 +330,7 @@ async def release_refused(request: Request) -> Response:
     group = _field(form, "group_id")
     handler = _field(form, "handler")
     count, problem = await attempt(
-        refused.release,
+        holds.release_refused,
         console.app,
         handler,
         None if group is None else group_id_of(group),

@@ -1,8 +1,8 @@
 """The HTTP API: JSON for everything the dashboard shows and every action it offers, and
 ingest for producers outside Python; under ``/api/v1``, described by ``/api/v1/openapi.json``.
 
-Each endpoint asks the operations layer (``outbox.groups``, ``outbox.archive``,
-``outbox.flow``, ``outbox.ingest``...), as the command line does, so the two always agree.
+Each endpoint asks the operations layer (``outbox.ops.groups``, ``outbox.ops.archive``,
+``outbox.ops.flow``, ``outbox.ops.ingest``...), as the command line does, so the two always agree.
 """
 
 from __future__ import annotations
@@ -18,21 +18,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from outbox import (
-    _log,
-    archive,
-    fleet,
-    flow,
-    groups,
-    held,
-    ingest,
-    metrics,
-    refused,
-    scaling,
-    search,
-)
-from outbox._checks import MAX_JSON_DEPTH, json_problem, quoted
-from outbox.jsonable import jsonable
+from outbox._core import log as _log
+from outbox._core.checks import MAX_JSON_DEPTH, json_problem, quoted
+from outbox._core.values import jsonable
+from outbox.ops import archive, fleet, flow, groups, holds, ingest, metrics, scaling, search
 from outbox.schema import WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web.auth import Permission, Principal
@@ -56,7 +45,7 @@ SELECTION_FIELDS = ("handler", "status", "older_than", "error", "key", "payload"
 async def _body(request: Request, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
     """The request's JSON object: 400 naming what is wrong when it is not one, when (given
     ``fields``) it has a field not among them, or when a field holds what no database stores
-    (:func:`outbox._checks.json_problem`); 413 past ``MAX_BODY_BYTES``, counted as it is read
+    (:func:`outbox._core.checks.json_problem`); 413 past ``MAX_BODY_BYTES``, counted as it is read
     (:class:`outbox.web._limits.BodyLimit`)."""
     raw = await request.body()
     if not raw:
@@ -174,7 +163,7 @@ async def status(request: Request) -> Response:
 
 async def desired_workers(request: Request) -> Response:
     """``GET /scaling``: the worker slots that keep every promise, per band and in total, the
-    time to drain at the fleet's size now, and each band's Apdex (:mod:`outbox.scaling`);
+    time to drain at the fleet's size now, and each band's Apdex (:mod:`outbox.ops.scaling`);
     ``desired_workers`` is what an autoscaler follows (KEDA's metrics-api scaler)."""
     await require(request, Permission.READ)
     console = console_of(request)
@@ -310,7 +299,7 @@ async def held_keys(request: Request) -> Response:
     handler = request.query_params.get("handler")
     if handler is not None:
         handler_names(console_of(request), [handler])
-    return answer(await call(held.keys, console_of(request).app, handler))
+    return answer(await call(holds.held_keys, console_of(request).app, handler))
 
 
 async def refused_groups(request: Request) -> Response:
@@ -319,7 +308,7 @@ async def refused_groups(request: Request) -> Response:
     handler = request.query_params.get("handler")
     if handler is not None:
         handler_names(console_of(request), [handler])
-    return answer(await call(refused.groups, console_of(request).app, handler))
+    return answer(await call(holds.refused_groups, console_of(request).app, handler))
 
 
 # --- actions --------------------------------------------------------------------------------
@@ -479,7 +468,7 @@ async def release_refused(request: Request) -> Response:
         handler_names(console, [handler])
     group = _field(body, "group_id", str)
     count = await call(
-        refused.release,
+        holds.release_refused,
         console.app,
         handler,
         None if group is None else _uuid(group),
@@ -500,7 +489,7 @@ async def release_held(request: Request) -> Response:
     if handler is not None:
         handler_names(console, [handler])
     count = await call(
-        held.release,
+        holds.release_keys,
         console.app,
         handler,
         _field(body, "key", str),

@@ -14,14 +14,14 @@ from sqlalchemy import JSON, Column, Enum, Table
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from outbox._checks import MAX_WAIT_SECONDS
-from outbox._version import VERSION
+from outbox._core.checks import MAX_WAIT_SECONDS
+from outbox._core.version import VERSION
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
-from outbox.groups import MAX_AGE_SECONDS
-from outbox.ingest import MAX_EVENTS, IngestResult, decimal_digits, integer_range
-from outbox.metrics import ThroughputRange
-from outbox.scaling import (
+from outbox.ops.groups import MAX_AGE_SECONDS
+from outbox.ops.ingest import MAX_EVENTS, IngestResult, decimal_digits, integer_range
+from outbox.ops.metrics import ThroughputRange
+from outbox.ops.scaling import (
     DEFAULT_APDEX_WINDOW_SECONDS,
     DEFAULT_RATE_WINDOW_SECONDS,
     MAX_WINDOW_SECONDS,
@@ -100,7 +100,7 @@ _NO_NUL = r"^[^\u0000]*$"
 
 def _json_value(depth: int = 3) -> dict[str, Any]:
     """Any JSON value whose text holds no NUL, nested ``depth`` levels (outbox takes deeper:
-    up to ``outbox._checks.MAX_JSON_DEPTH``; the document says what every request may hold)."""
+    up to ``outbox._core.checks.MAX_JSON_DEPTH``; the document says what every request may hold)."""
     scalars: list[dict[str, Any]] = [
         {"type": "null"},
         {"type": "boolean"},

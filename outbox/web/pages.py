@@ -1,9 +1,9 @@
 """The dashboard's pages: server-rendered HTML (Jinja2), refreshed in place by a little plain
 JavaScript, every action a form that carries the page's CSRF token.
 
-Each page asks the operations layer the API asks (``outbox.metrics`` through the shared
-snapshot, ``outbox.groups``, ``outbox.archive``, ``outbox.fleet``, ``outbox.held``,
-``outbox.refused``), so pages, API and command line always agree. A page asked
+Each page asks the operations layer the API asks (``outbox.ops.metrics`` through the shared
+snapshot, ``outbox.ops.groups``, ``outbox.ops.archive``, ``outbox.ops.fleet``,
+``outbox.ops.holds``), so pages, API and command line always agree. A page asked
 for with ``X-Outbox-Fragment: 1`` answers its main part only: what ``static/console.js`` swaps
 in every refresh period. How a page is drawn is :mod:`outbox.web._render`; what its forms do,
 :mod:`outbox.web.actions`. :data:`ROUTES` serves both.
@@ -24,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from outbox import archive, fleet, flow, groups, held, metrics, refused, search
+from outbox.ops import archive, fleet, flow, groups, holds, metrics, search
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction
 from outbox.web import actions
 from outbox.web._console import Console, call, console_of, handler_names, require
@@ -293,8 +293,8 @@ async def dead_page(request: Request) -> Response:
     pairs, listing, problem = await _listing(request, DEAD_STATUSES)
     chosen = [v for k, v in pairs if k == "handler"]
     only = chosen[0] if len(chosen) == 1 and chosen[0] in console.app.handlers else None
-    keys = await call(held.keys, console.app, only)
-    held_back = await call(refused.groups, console.app, only)
+    keys = await call(holds.held_keys, console.app, only)
+    held_back = await call(holds.refused_groups, console.app, only)
     context = _listing_context(console, request, pairs, listing, problem, DEAD_STATUSES)
     context.update(page="pages.dead", from_page="dead", held_keys=keys, refused=held_back)
     context.update(listed=LISTED)

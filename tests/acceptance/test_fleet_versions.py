@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import Engine, insert
 
 from outbox import schema
-from outbox._version import VERSION
-from outbox.fleet import NO_VERSION
+from outbox._core.version import VERSION
+from outbox.ops.fleet import NO_VERSION
 from tests._support import wait_for
 from tests.acceptance._cli import APP, Cli, handled_ids, start_work
 from tests.acceptance.cli_app import CALLS_PER_SECOND_ENV

@@ -27,7 +27,7 @@ from sqlalchemy import Engine, func, select
 import outbox
 from examples.marketing_sync.fake_api import FakeMarketingAPIProcess
 from outbox import add_events, schema
-from outbox._log import BREAKER_OPENED
+from outbox._core.log import BREAKER_OPENED
 from tests._support import wait_for
 from tests.acceptance import _tables
 from tests.acceptance import accounts_bulk_app as bulk

@@ -19,11 +19,12 @@ import pytest
 from sqlalchemy import Engine, func, insert, select, text
 from sqlalchemy.engine import make_url
 
-from outbox import _log, schema
+from outbox import schema
+from outbox._core import log as _log
 from outbox._db.dialects import db_now_plus
 from outbox.cli._errors import EXIT_INTERRUPTED
 from outbox.cli._progress import PROGRESS_INTERVAL_ENV
-from outbox.groups import COUNT_CAP
+from outbox.ops.groups import COUNT_CAP
 from tests._support import wait_for
 from tests.acceptance import _tables
 from tests.acceptance._cli import APP, OUTBOX, ROOT, Cli, Result
@@ -87,7 +88,7 @@ def _writes_held(engine: Engine, url: str) -> Iterator[None]:
 
 
 def _progress(stderr: str) -> list[dict[str, Any]]:
-    """The ``outbox.progress`` lines a command logged."""
+    """The ``outbox.ops.progress`` lines a command logged."""
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     return [line for line in lines if line["event"] == _log.PROGRESS]
 
@@ -253,7 +254,7 @@ def _operations(engine: Engine) -> list[dict[str, Any]]:
 def test_prune_off_a_terminal_logs_its_counts_as_json_lines_on_stderr(
     cli: Cli, database_url: str, connect: Callable[[str], Engine]
 ) -> None:
-    """Without a terminal, a prune logs ``outbox.progress`` JSON lines on stderr (here after
+    """Without a terminal, a prune logs ``outbox.ops.progress`` JSON lines on stderr (here after
     every chunk: OUTBOX_PROGRESS_INTERVAL=0) and keeps stdout for its answer."""
     engine = connect(database_url)
     _archive(engine, "succeeded", 30)

@@ -16,9 +16,10 @@ import pytest
 from alembic import command
 from sqlalchemy import Engine, create_engine, update
 
-from outbox import _log, schema
-from outbox._version import VERSION
-from outbox.migrate import alembic_config
+from outbox import schema
+from outbox._core import log as _log
+from outbox._core.version import VERSION
+from outbox.ops.migrate import alembic_config
 from tests._support import wait_for
 from tests.acceptance._cli import APP, Cli, handled_ids, start_work
 from tests.acceptance.cli_app import SLEEP_ENV

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, select
 
-from outbox import _log, schema
+from outbox import schema
+from outbox._core import log as _log
 from tests._support import wait_for
 from tests.acceptance import _tables
 from tests.acceptance._cli import (

@@ -28,8 +28,8 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from outbox import BufferMixin, schema
+from outbox._core.version import VERSION
 from outbox._db.dialects import db_now_plus
-from outbox._version import VERSION
 from tests.models import ActivityEvent
 
 HANDLER = "conformance"

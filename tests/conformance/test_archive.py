@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, select
 
-from outbox import BufferMixin, archive, schema
+from outbox import BufferMixin, schema
 from outbox._db import queries
 from outbox._db.dialects import JSON_AS_TEXT_MARKER
+from outbox.ops import archive
 from tests.conformance._database import Database
 from tests.conformance._factories import (
     ACTIVITY,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from sqlalchemy import Connection, event, select, update
 
 from outbox import schema
-from outbox._checks import MAX_WAIT_SECONDS
+from outbox._core.checks import MAX_WAIT_SECONDS
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox._db.queries.limits import GRAIN_PER_WINDOW

@@ -8,8 +8,8 @@ understands; the live workers are counted by both.
 from __future__ import annotations
 
 from outbox import schema
+from outbox._core.version import VERSION
 from outbox._db import queries
-from outbox._version import VERSION
 from tests.conformance._database import Database
 from tests.conformance._factories import add_worker, worker
 

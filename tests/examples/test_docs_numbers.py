@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from outbox import schema
-from outbox._version import VERSION
-from outbox.migrate import known_revisions
+from outbox._core.version import VERSION
+from outbox.ops.migrate import known_revisions
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 RELEASE = ".".join(VERSION.split(".")[:2])

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from outbox import flow, schema
+from outbox import schema
+from outbox.ops import flow
 from tests._support import wait_for
 from tests.conftest import FULL_RUN_ENV, reset_schema
 from tests.executors import _processes, celery_app

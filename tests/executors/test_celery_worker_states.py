@@ -13,8 +13,10 @@ import sys
 import pytest
 from sqlalchemy import create_engine, text
 
-from outbox import _log, flow, schema
-from outbox.migrate import VERSION_TABLE
+from outbox import schema
+from outbox._core import log as _log
+from outbox.ops import flow
+from outbox.ops.migrate import VERSION_TABLE
 from tests._support import wait_for
 from tests.conftest import Base
 from tests.executors import _processes, celery_app

@@ -13,9 +13,10 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from outbox import Batch, Outbox, RateLimit, RetryPolicy, flow, schema
+from outbox import Batch, Outbox, RateLimit, RetryPolicy, schema
 from outbox._db import queries
 from outbox._engine import claimer
+from outbox.ops import flow
 from tests.executors._executors import ELSEWHERE, Executor, idle
 from tests.models import ActivityEvent, EmailEvent
 

@@ -1,6 +1,6 @@
 """A worker SIGKILLed at each named crash point loses nothing, and the next worker finishes.
 
-For every point of ``outbox._faults.POINTS``: commit events (and roll some back), run
+For every point of ``outbox._core.faults.POINTS``: commit events (and roll some back), run
 ``outbox work --burst`` with ``OUTBOX_CRASH_POINT`` set so that it kills itself the second
 time it reaches the point, wait for its lease to run out, run a healthy ``outbox work
 --burst``, and check what became of every event. Only a kill after the handler returned and
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine
 
-from outbox._faults import (
+from outbox._core.faults import (
     AFTER_HANDLER,
     CRASH_AFTER_ENV,
     CRASH_POINT_ENV,

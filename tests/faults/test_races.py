@@ -19,7 +19,8 @@ import pytest
 from sqlalchemy import Engine, create_engine, event, func, select, text, update
 from structlog.testing import capture_logs
 
-from outbox import Batch, Outbox, RetryPolicy, _log, add_events, schema
+from outbox import Batch, Outbox, RetryPolicy, add_events, schema
+from outbox._core import log as _log
 from outbox._db import queries
 from outbox._engine import claimer, distributor
 from outbox._engine.claimer import Claim

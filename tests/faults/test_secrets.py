@@ -43,9 +43,10 @@ from sqlalchemy import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from outbox import Batch, BufferMixin, ConfigurationError, Outbox, RetryPolicy, notify, schema
-from outbox.archive import replay
+from outbox import Batch, BufferMixin, ConfigurationError, Outbox, RetryPolicy, schema
 from outbox.cli import configure_logging
+from outbox.ops import notify
+from outbox.ops.archive import replay
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.acceptance._cli import APP, Cli

@@ -20,7 +20,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 import outbox
-from outbox.jsonable import jsonable
+from outbox import jsonable
 from tests.hosts import shop
 
 RUNS_DIR_ENV = "SHOP_RUNS_DIR"

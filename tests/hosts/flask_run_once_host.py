@@ -10,7 +10,7 @@ import click
 from flask import Flask
 
 import outbox
-from outbox.jsonable import jsonable
+from outbox import jsonable
 from tests.hosts import shop
 
 app = Flask(__name__)

@@ -10,7 +10,7 @@ from sqlalchemy import update
 from outbox import Batch, Outbox, RetryPolicy, Urgency
 from outbox._db.dialects import db_now_plus
 from outbox._engine import distributor
-from outbox.metrics import bands, collect
+from outbox.ops.metrics import bands, collect
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent, EmailEvent

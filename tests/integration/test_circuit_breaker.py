@@ -10,18 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
-from outbox import (
-    Batch,
-    CircuitBreaker,
-    ConfigurationError,
-    Outbox,
-    RetryAfter,
-    RetryPolicy,
-    flow,
-    metrics,
-)
+from outbox import Batch, CircuitBreaker, ConfigurationError, Outbox, RetryAfter, RetryPolicy
 from outbox._db import queries
 from outbox._engine import claimer
+from outbox.ops import flow, metrics
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent

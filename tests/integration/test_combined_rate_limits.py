@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 import pytest
 
-from outbox import Batch, ConfigurationError, Outbox, RateLimit, RetryAfter, flow, metrics
+from outbox import Batch, ConfigurationError, Outbox, RateLimit, RetryAfter
 from outbox._engine.completion import pauses_on_retry_after
+from outbox.ops import flow, metrics
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.integration.test_rate_limits import NO_WAIT, most_in_any_window

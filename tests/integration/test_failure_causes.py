@@ -10,18 +10,10 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import select
 
-from outbox import (
-    Batch,
-    CircuitBreaker,
-    DataError,
-    DownstreamError,
-    Outbox,
-    RetryPolicy,
-    metrics,
-    schema,
-)
+from outbox import Batch, CircuitBreaker, DataError, DownstreamError, Outbox, RetryPolicy, schema
 from outbox._db import queries
 from outbox._engine import claimer
+from outbox.ops import metrics
 from outbox.testing import drain
 from tests.models import ActivityEvent
 

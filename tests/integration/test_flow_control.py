@@ -13,8 +13,9 @@ import pytest
 import structlog
 from sqlalchemy import func, select, update
 
-from outbox import Batch, ConfigurationError, Outbox, RetryAfter, RetryPolicy, flow, schema
+from outbox import Batch, ConfigurationError, Outbox, RetryAfter, RetryPolicy, schema
 from outbox._db import queries
+from outbox.ops import flow
 from outbox.retry import DEFAULT_RETRY_AFTER_SECONDS
 from outbox.testing import drain
 from outbox.worker import Worker

@@ -1,5 +1,6 @@
-"""The operations layer's groups (``outbox.groups``): where each group stands, one group in full,
-discard and replay by a selection, the attempts recorded, on SQLite, PostgreSQL and MariaDB."""
+"""The operations layer's groups (``outbox.ops.groups``): where each group stands, one group in
+full, discard and replay by a selection, the attempts recorded, on SQLite, PostgreSQL and
+MariaDB."""
 
 from __future__ import annotations
 
@@ -12,9 +13,10 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, insert, select, update
 
-from outbox import Batch, Outbox, RetryAfter, RetryPolicy, archive, flow, groups, schema
+from outbox import Batch, Outbox, RetryAfter, RetryPolicy, schema
 from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError, GroupNotFoundError, ReplayError
+from outbox.ops import archive, flow, groups
 from outbox.schema import GroupStatus
 from outbox.testing import drain
 from tests.models import ActivityEvent, EmailEvent
@@ -732,7 +734,7 @@ def test_a_capped_status_counts_no_further_than_its_cap(
             .where(ActivityEvent.id.in_(ids[2:]))
             .values(group_id=uuid.uuid4())
         )
-    from outbox import metrics
+    from outbox.ops import metrics
 
     [capped] = [s for s in metrics.collect(app, count_cap=1) if s.handler == "fails"]
     [exact] = [s for s in metrics.collect(app) if s.handler == "fails"]
@@ -746,14 +748,14 @@ def test_pauses_resumes_and_releases_are_recorded_with_who_made_them(
     database_url: str, make_app: Callable[[str], Outbox]
 ) -> None:
     """Each lever an operator pulls leaves a record: action, actor, what it took."""
-    from outbox import held, refused
+    from outbox.ops import holds
 
     app = make_app(database_url)
     _two_handlers(app)
     flow.pause(app, "running", until=600, reason="maintenance", actor="ops@host")
     flow.resume(app, "running", actor="ops@host")
-    held.release(app, "running", actor="ann")
-    refused.release(app, actor="ann")
+    holds.release_keys(app, "running", actor="ann")
+    holds.release_refused(app, actor="ann")
     found = [
         (o.action.value, o.actor, o.selection, o.detail) for o in reversed(archive.history(app))
     ]
@@ -770,7 +772,7 @@ def test_what_workers_handle_is_counted_minute_by_minute(
 ) -> None:
     """A drain records each handler's delivered and dead events, and failed groups, in the
     current minute."""
-    from outbox import metrics
+    from outbox.ops import metrics
 
     app = make_app(database_url)
     app.handler(ActivityEvent, batch_size=2, retry=ONE_SHOT, name="fails")(_always_fail)

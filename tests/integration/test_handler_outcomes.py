@@ -17,9 +17,10 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import select
 
-from outbox import Batch, Outbox, RetryAfter, RetryPolicy, Settings, metrics, refused, schema
+from outbox import Batch, Outbox, RetryAfter, RetryPolicy, Settings, schema
 from outbox._engine import batch_job
 from outbox.cli import main
+from outbox.ops import holds, metrics
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import wait_for
@@ -161,7 +162,7 @@ def test_outboxs_own_bookkeeping_failing_holds_the_group_and_never_runs_the_hand
     assert "1 groups held as refused" in run.output
     drain(app)
     assert calls == [ids]
-    (held,) = refused.groups(app)
+    (held,) = holds.refused_groups(app)
     assert held.error is not None
     assert held.error.startswith(
         "outbox could not record what the handler did: TypeError: unsupported operand"

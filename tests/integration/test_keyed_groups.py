@@ -10,18 +10,10 @@ import pytest
 from sqlalchemy import Engine, Index, String, insert, select, text, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from outbox import (
-    Batch,
-    BufferMixin,
-    ConfigurationError,
-    Outbox,
-    RateLimit,
-    RetryPolicy,
-    held,
-    schema,
-)
+from outbox import Batch, BufferMixin, ConfigurationError, Outbox, RateLimit, RetryPolicy, schema
 from outbox._db.dialects import db_now_plus
 from outbox._engine import claimer, distributor
+from outbox.ops import holds
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent
@@ -167,7 +159,7 @@ def test_events_with_no_ordering_key_are_not_ordered_nor_held(accounts: Outbox) 
         while_retrying,
         delivered,
         waiting,
-        [key.key for key in held.keys(app)],
+        [key.key for key in holds.held_keys(app)],
     )
 
 

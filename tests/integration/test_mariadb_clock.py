@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, create_engine, event, text
 
-from outbox import LocalClockError, Outbox, metrics, schema
-from outbox._buffer_clock import check, migrate_buffers
+from outbox import LocalClockError, Outbox, schema
 from outbox._db import queries
-from outbox.migrate import VERSION_TABLE, current_revision, upgrade
-from outbox.progress import Progress, StoppedError
+from outbox.ops import metrics
+from outbox.ops.buffer_clock import check, migrate_buffers
+from outbox.ops.migrate import VERSION_TABLE, current_revision, upgrade
+from outbox.ops.progress import Progress, StoppedError
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.conftest import reset_schema

@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from outbox import ConfigurationError, Outbox, notify
+from outbox import ConfigurationError, Outbox
+from outbox.ops import notify
 from outbox.worker import Worker
 from tests.models import ActivityEvent
 

@@ -22,12 +22,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Urgency, archive, schema
+from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Urgency, schema
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
-from outbox.archive import prune, replay
 from outbox.exceptions import ConfigurationError
-from outbox.metrics import collect
+from outbox.ops import archive
+from outbox.ops.archive import prune, replay
+from outbox.ops.metrics import collect
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent

@@ -12,9 +12,10 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import func, select
 
-from outbox import Batch, Outbox, RetryPolicy, archive, held, metrics, schema
+from outbox import Batch, Outbox, RetryPolicy, schema
 from outbox._engine import claimer
 from outbox.exceptions import ReplayError
+from outbox.ops import archive, holds, metrics
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import NO_RETRY_AFTER_FLOOR
@@ -154,7 +155,7 @@ def test_a_dead_group_holds_its_keys_later_events_other_keys_flow(
     status = metrics.collect(app)[0]
     assert (other, 2, ["1"]) == (handled, _buffered(app), status.held_keys)
     assert any("held by dead groups" in alert for alert in status.alerts)
-    assert [("ordered", "1")] == [(k.handler, k.key) for k in held.keys(app)]
+    assert [("ordered", "1")] == [(k.handler, k.key) for k in holds.held_keys(app)]
     del first, later
 
 
@@ -170,9 +171,9 @@ def test_releasing_a_held_key_lets_its_later_events_go(
     later = commit_events(app.engine, 2, activity_id=1)
     drain(app)
     held_back = list(handled)
-    assert 1 == held.release(app, "ordered", key="1")
+    assert 1 == holds.release_keys(app, "ordered", key="1")
     drain(app)
-    assert ([], later, []) == (held_back, handled, held.keys(app))
+    assert ([], later, []) == (held_back, handled, holds.held_keys(app))
 
 
 def test_replaying_a_dead_group_puts_it_back_ahead_of_its_keys_later_events(
@@ -187,7 +188,7 @@ def test_replaying_a_dead_group_puts_it_back_ahead_of_its_keys_later_events(
     failing.clear()
     replayed = archive.replay(app, handler="ordered", status="dead")
     drain(app)
-    assert (2, dead + later, []) == (replayed.events, handled, held.keys(app))
+    assert (2, dead + later, []) == (replayed.events, handled, holds.held_keys(app))
 
 
 def test_a_dead_group_with_an_event_whose_id_is_taken_keeps_holding_its_key(
@@ -207,7 +208,7 @@ def test_a_dead_group_with_an_event_whose_id_is_taken_keeps_holding_its_key(
     with pytest.raises(ReplayError):
         archive.replay(app, handler="ordered", status="dead")
     drain(app)
-    assert (["1"], [first]) == ([k.key for k in held.keys(app)], handled)
+    assert (["1"], [first]) == ([k.key for k in holds.held_keys(app)], handled)
     del second
 
 
@@ -237,6 +238,6 @@ def test_keyed_and_ordered_turns_pass_over_a_held_key(
     commit_events(app.engine, 1, activity_id=1)  # waits behind the dead group
     (waiting,) = commit_events(app.engine, 1, activity_id=2)
     claim = claimer.run_once(app, app.get_handler("both"))
-    assert (1, ["1"]) == (claim.size if claim else 0, [k.key for k in held.keys(app)])
+    assert (1, ["1"]) == (claim.size if claim else 0, [k.key for k in holds.held_keys(app)])
     drain(app)
     assert waiting in handled

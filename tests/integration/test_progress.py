@@ -1,5 +1,5 @@
 """A long operation tells its Progress what it is about to do and each batch it commits, and
-stops between two batches when asked (outbox.progress)."""
+stops between two batches when asked (outbox.ops.progress)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import func, insert, select
 
-from outbox import Outbox, groups, schema
+from outbox import Outbox, schema
 from outbox._db.dialects import db_now_plus
-from outbox.archive import history, prune, replay
 from outbox.exceptions import ConfigurationError
-from outbox.progress import Progress, StoppedError
+from outbox.ops import groups
+from outbox.ops.archive import history, prune, replay
+from outbox.ops.progress import Progress, StoppedError
 from tests.models import ActivityEvent
 
 

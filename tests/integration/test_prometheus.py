@@ -11,7 +11,7 @@ from sqlalchemy import update
 
 from outbox import Batch, Outbox, RetryPolicy, Settings, Urgency
 from outbox._db.dialects import db_now_plus
-from outbox.metrics import collect
+from outbox.ops.metrics import collect
 from outbox.prometheus import WorkerMetrics, register, start_http_server
 from outbox.results import BatchResult
 from outbox.worker import Worker

@@ -11,20 +11,11 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import select, update
 
-from outbox import (
-    Batch,
-    ConfigurationError,
-    Outbox,
-    RateLimit,
-    RetryAfter,
-    RetryPolicy,
-    flow,
-    metrics,
-    schema,
-)
+from outbox import Batch, ConfigurationError, Outbox, RateLimit, RetryAfter, RetryPolicy, schema
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox._engine import claimer
+from outbox.ops import flow, metrics
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent

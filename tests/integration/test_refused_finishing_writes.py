@@ -14,8 +14,9 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, func, select
 
-from outbox import Batch, Outbox, RetryPolicy, refused, schema
-from outbox.metrics import collect
+from outbox import Batch, Outbox, RetryPolicy, schema
+from outbox.ops import holds
+from outbox.ops.metrics import collect
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import REFUSAL, allow_deletes, refuse_deletes
@@ -68,7 +69,7 @@ def test_a_succeeded_group_the_database_will_not_record_is_held_not_delivered_ag
     commit_events(app.engine, 3)
 
     run_everything_due_twice(app)
-    (held,) = refused.groups(app)
+    (held,) = holds.refused_groups(app)
     (status,) = collect(app)
 
     assert ([1], 1, 3, True, True) == (
@@ -89,7 +90,7 @@ def test_a_group_out_of_attempts_is_held_when_its_dead_letter_is_refused(
     commit_events(app.engine, 3)
 
     run_everything_due_twice(app)
-    (held,) = refused.groups(app)
+    (held,) = holds.refused_groups(app)
 
     assert ([1, 2], 2, "dead") == (
         recorder.attempts,
@@ -108,13 +109,13 @@ def test_a_released_group_is_handled_again_once_the_cause_is_fixed(
     drain(app)
     allow_deletes(app.engine, TABLE)
 
-    released = refused.release(app, handler="push")
+    released = holds.release_refused(app, handler="push")
     drain(app)
 
     assert (1, [1, 2], [], 0) == (
         released,
         recorder.attempts,
-        refused.groups(app),
+        holds.refused_groups(app),
         buffered(app.engine),
     )
 
@@ -134,4 +135,4 @@ def test_refused_groups_do_not_count_against_a_concurrency_cap(
 
     with app.engine.connect() as conn:
         jobs = conn.execute(select(func.count()).select_from(schema.jobs)).scalar_one()
-    assert ([1, 1], 1, 1) == (recorder.attempts, len(refused.groups(app)), jobs)
+    assert ([1, 1], 1, 1) == (recorder.attempts, len(holds.refused_groups(app)), jobs)

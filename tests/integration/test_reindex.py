@@ -8,9 +8,10 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, text
 
-from outbox import Outbox, reindex
+from outbox import Outbox
 from outbox.exceptions import ConfigurationError
-from outbox.progress import Progress, StoppedError
+from outbox.ops import reindex
+from outbox.ops.progress import Progress, StoppedError
 from tests.models import ActivityEvent, EmailEvent
 
 TABLE = "test_activity_events"

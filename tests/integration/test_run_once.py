@@ -21,15 +21,15 @@ from outbox import (
     RetryPolicy,
     Settings,
     distribute_once,
-    fleet,
+    jsonable,
     rescue_once,
     run_once,
     schema,
     work_once,
 )
 from outbox._db import queries
-from outbox.jsonable import jsonable
 from outbox.once import Stopped
+from outbox.ops import fleet
 from tests.conftest import reset_schema
 from tests.models import ActivityEvent, EmailEvent
 

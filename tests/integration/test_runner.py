@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from outbox import Batch, Outbox, Settings, flow, schema
+from outbox import Batch, Outbox, Settings, schema
 from outbox._engine import distributor
 from outbox._engine.runner import JobRun, Runner, RunOutcome, lease_job, new_worker_id
+from outbox.ops import flow
 from outbox.results import SUCCEEDED
 from tests.models import ActivityEvent, EmailEvent
 

@@ -11,12 +11,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 from sqlalchemy import func, select, update
 
-from outbox import Batch, Outbox, Settings, Urgency, flow, schema
+from outbox import Batch, Outbox, Settings, Urgency, schema
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
+from outbox.ops import flow
+from outbox.ops.scaling import read_scaling
 from outbox.prometheus import register
 from outbox.results import BatchResult
-from outbox.scaling import read_scaling
 from outbox.worker import Worker
 from tests.models import ActivityEvent
 

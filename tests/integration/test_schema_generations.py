@@ -16,9 +16,10 @@ from alembic import command
 from sqlalchemy import delete, func, select, update
 from structlog.testing import capture_logs
 
-from outbox import Batch, Outbox, SchemaIncompatibleError, Settings, _log, schema
-from outbox._version import VERSION
-from outbox.migrate import alembic_config, migrate
+from outbox import Batch, Outbox, SchemaIncompatibleError, Settings, schema
+from outbox._core import log as _log
+from outbox._core.version import VERSION
+from outbox.ops.migrate import alembic_config, migrate
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.models import ActivityEvent

@@ -1,4 +1,4 @@
-"""Where something is (``outbox.search``): an event id, a group id, an ordering key and an
+"""Where something is (``outbox.ops.search``): an event id, a group id, an ordering key and an
 ingest key, each found in the buffer, a group with a job, a dead group or the archive, on
 SQLite, PostgreSQL and MariaDB."""
 
@@ -12,9 +12,10 @@ import pytest
 from sqlalchemy import Index, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from outbox import Batch, BufferMixin, Outbox, RetryPolicy, groups, ingest, search
+from outbox import Batch, BufferMixin, Outbox, RetryPolicy
 from outbox.exceptions import ConfigurationError
-from outbox.search import Place, Taken
+from outbox.ops import groups, ingest, search
+from outbox.ops.search import Place, Taken
 from outbox.testing import drain
 from tests.models import ActivityEvent, EmailEvent
 

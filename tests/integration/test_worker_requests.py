@@ -14,9 +14,10 @@ import pytest
 from sqlalchemy import insert, select, text, update
 from structlog.testing import capture_logs
 
-from outbox import Batch, Outbox, Settings, fleet, schema
+from outbox import Batch, Outbox, Settings, schema
 from outbox._services.heartbeat import Heartbeat
 from outbox.exceptions import ConfigurationError, OutboxError
+from outbox.ops import fleet
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.models import ActivityEvent

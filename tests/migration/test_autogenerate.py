@@ -36,8 +36,9 @@ from sqlalchemy import (
 )
 
 import outbox.alembic
-from outbox import Outbox, db_now, notify, schema
-from outbox.migrate import upgrade
+from outbox import Outbox, db_now, schema
+from outbox.ops import notify
+from outbox.ops.migrate import upgrade
 from tests.migration.conftest import empty_databases
 
 # Every supported database: each generates a migration, and each runs every one generated.

@@ -17,9 +17,9 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, inspect
 
 from outbox import schema
+from outbox._core.version import VERSION
 from outbox._db import queries
-from outbox._version import VERSION
-from outbox.migrate import VERSION_TABLE, alembic_config, migrations_dir, upgrade
+from outbox.ops.migrate import VERSION_TABLE, alembic_config, migrations_dir, upgrade
 
 # A revision after the newest, as a release to come would write one: it needs new workers.
 NEXT_REVISION = """\

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from sqlalchemy import Connection, Engine, func, select
 
 from outbox import schema
-from outbox.migrate import current_revision, head_revision, migrate
+from outbox.ops.migrate import current_revision, head_revision, migrate
 from tests._support import wait_for
 from tests.acceptance._cli import Cli
 

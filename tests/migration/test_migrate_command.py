@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import Engine, insert, text
 
 from outbox import schema
-from outbox.migrate import current_revision, head_revision, migrate
+from outbox.ops.migrate import current_revision, head_revision, migrate
 from tests.acceptance._cli import Cli
 
 

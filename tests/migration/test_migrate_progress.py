@@ -1,4 +1,4 @@
-"""``outbox migrate`` told to stop between two revisions (outbox.progress)."""
+"""``outbox migrate`` told to stop between two revisions (outbox.ops.progress)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections.abc import Callable
 import pytest
 from sqlalchemy import Engine
 
-from outbox.migrate import current_revision, known_revisions, migrate
-from outbox.progress import Progress, StoppedError
+from outbox.ops.migrate import current_revision, known_revisions, migrate
+from outbox.ops.progress import Progress, StoppedError
 
 
 class StopAfterOne(Progress):

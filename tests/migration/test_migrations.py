@@ -15,7 +15,7 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, create_engine, event, inspect
 
 from outbox import schema
-from outbox.migrate import (
+from outbox.ops.migrate import (
     VERSION_TABLE,
     current_revision,
     head_revision,

@@ -10,8 +10,9 @@ import pytest
 from sqlalchemy import Engine, event, text
 from sqlalchemy.exc import DBAPIError
 
-from outbox import Outbox, Settings, notify
+from outbox import Outbox, Settings
 from outbox._db.dialects import behind_pooler
+from outbox.ops import notify
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.models import ActivityEvent

@@ -23,7 +23,8 @@ import pytest
 from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
-from outbox import Outbox, RetryPolicy, add_events, metrics, schema
+from outbox import Outbox, RetryPolicy, add_events, schema
+from outbox.ops import metrics
 from outbox.sinks.base import json_payload
 from outbox.worker import Worker
 from tests.models import SinkEvent

@@ -25,9 +25,9 @@ from outbox import (
     Outbox,
     RetryPolicy,
     Settings,
-    archive,
     schema,
 )
+from outbox.ops import archive
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import SinkEvent

@@ -17,15 +17,8 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 from structlog.testing import capture_logs
 
-from outbox import (
-    CircuitBreaker,
-    ConfigurationError,
-    Outbox,
-    RetryPolicy,
-    Settings,
-    metrics,
-    schema,
-)
+from outbox import CircuitBreaker, ConfigurationError, Outbox, RetryPolicy, Settings, schema
+from outbox.ops import metrics
 from outbox.results import BatchResult, FailureCause, Outcome
 from outbox.sinks.base import MASK, json_default
 from outbox.sinks.http import (

@@ -29,8 +29,8 @@ from outbox import (
     Outbox,
     RetryPolicy,
     Settings,
-    metrics,
 )
+from outbox.ops import metrics
 from outbox.sinks.redis import AsyncRedisStreamSink, RedisStreamSink
 from outbox.worker import Worker
 from tests._support import wait_for

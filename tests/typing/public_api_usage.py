@@ -25,15 +25,15 @@ from outbox import (
     Urgency,
     add_events,
     add_events_async,
-    archive,
     distribute_once,
     run_once,
 )
-from outbox.metrics import HandlerStatus, collect
 from outbox.once import Stopped
-from outbox.progress import Progress, StoppedError
+from outbox.ops import archive
+from outbox.ops.metrics import HandlerStatus, collect
+from outbox.ops.progress import Progress, StoppedError
+from outbox.ops.scaling import Scaling, read_scaling
 from outbox.results import BatchResult
-from outbox.scaling import Scaling, read_scaling
 from outbox.sinks import Rejection
 from outbox.sinks.http import AsyncBulkHTTPSink, BulkHTTPSink, ErrorsById, StatusList
 from outbox.sinks.nats import AsyncJetStreamSink, JetStreamSink

@@ -11,7 +11,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from structlog.testing import capture_logs
 
-from outbox import ConfigurationError, Outbox, _log
+from outbox import ConfigurationError, Outbox
+from outbox._core import log as _log
 from outbox._db import sync_url
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from outbox import _log
+from outbox._core import log as _log
 from outbox.cli import configure_logging
 
 

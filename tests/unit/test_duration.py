@@ -7,7 +7,7 @@ import copy
 
 import pytest
 
-from outbox._duration import Timed, duration
+from outbox._core.durations import Timed, duration
 
 
 @pytest.mark.parametrize(

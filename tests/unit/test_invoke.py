@@ -15,15 +15,8 @@ from typing import Any
 
 import pytest
 
-from outbox import (
-    Batch,
-    ConfigurationError,
-    Handler,
-    HandlerTimeoutError,
-    Outbox,
-    RetryPolicy,
-    _handler_kind,
-)
+from outbox import Batch, ConfigurationError, Handler, HandlerTimeoutError, Outbox, RetryPolicy
+from outbox._core import handler_kind as _handler_kind
 from outbox._engine import invoke as _invoke
 from outbox.urgency import Urgency
 from tests.handler_kinds import HANDLER_KINDS, HandlerKind, kind_id

@@ -61,10 +61,40 @@ INWARD = {
     "_services": ("outbox.cli", "outbox.worker", "outbox._engine"),
     "worker.py": ("outbox.cli",),
     "app.py": ("outbox.cli", "outbox.worker", "outbox._engine", "outbox._services"),
-    "_handler_kind.py": ("outbox.app", "outbox._engine"),
     # The testing helpers run jobs through the runner, as any executor does: no worker.
     "testing.py": ("outbox.cli", "outbox.worker"),
+    # The operations layer is what the faces call: it asks the engine, the services and the
+    # database layer, and knows no face, no process kind that runs work, no executor.
+    "ops": (
+        "outbox.cli",
+        "outbox.web",
+        "outbox.worker",
+        "outbox.once",
+        "outbox.executors",
+        "outbox.testing",
+        "outbox.prometheus",
+    ),
 }
+# Who may use the operations layer: the faces, the process kinds and integrations above it.
+# Nothing it stands on (the database layer, the engine, the services, the application object
+# and the other modules of the user's API) imports it.
+BELOW_THE_OPERATIONS_LAYER = (
+    "_core",
+    "_db",
+    "_engine",
+    "_services",
+    "app.py",
+    "batch.py",
+    "breaker.py",
+    "buffer.py",
+    "exceptions.py",
+    "lifecycle.py",
+    "ratelimit.py",
+    "results.py",
+    "retry.py",
+    "schema.py",
+    "urgency.py",
+)
 
 
 def _imports(source: str) -> list[str]:
@@ -101,6 +131,55 @@ def test_dependencies_point_inwards() -> None:
     assert {} == offenders
 
 
+def _layer_paths(package: Path, layer: str) -> list[Path]:
+    return [package / layer] if layer.endswith(".py") else sorted((package / layer).rglob("*.py"))
+
+
+def test_nothing_the_operations_layer_stands_on_imports_it() -> None:
+    """The database layer, the engine, the services, the application object and the user's API
+    import nothing of ``outbox.ops``: the levers sit above what they pull."""
+    package = Path(outbox.__file__).parent
+    offenders = {}
+    for layer in BELOW_THE_OPERATIONS_LAYER:
+        for path in _layer_paths(package, layer):
+            bad = [
+                name
+                for name in _imports(path.read_text(encoding="utf-8"))
+                if name == "outbox.ops" or name.startswith("outbox.ops.")
+            ]
+            if bad:
+                offenders[str(path.relative_to(package))] = sorted(set(bad))
+    assert {} == offenders
+
+
+def test_the_core_imports_nothing_of_outbox() -> None:
+    """``outbox._core`` (input checks, durations, the log catalogue, fault points, handler
+    kinds, the version) is what every layer may use, so it uses no other part of outbox."""
+    package = Path(outbox.__file__).parent
+    offenders = {}
+    for path in _layer_paths(package, "_core"):
+        bad = [
+            name
+            for name in _imports(path.read_text(encoding="utf-8"))
+            if (name == "outbox" or name.startswith("outbox."))
+            and not name.startswith("outbox._core")
+        ]
+        if bad:
+            offenders[str(path.relative_to(package))] = sorted(set(bad))
+    assert {} == offenders
+
+
+def test_the_top_level_holds_only_the_user_s_api_and_the_flat_integrations() -> None:
+    """A module at the package's top level is one a user imports: the user's API (what
+    ``outbox.__all__`` names comes from there), the integrations flat by convention, the entry
+    points. The levers live in ``outbox.ops``, private helpers in ``outbox._core``."""
+    package = Path(outbox.__file__).parent
+    top = {path.stem for path in package.glob("*.py")}
+    assert TOP_LEVEL == top
+    origins = {getattr(outbox, name).__module__.split(".")[1] for name in outbox.__all__}
+    assert origins <= top | {"ops", "_core", "_db"}
+
+
 def test_sinks_use_the_public_api_only() -> None:
     """A sink imports no private module of outbox (``outbox._db``, ``outbox._engine``...), no
     worker and no command: the sinks depend on outbox's public API only."""
@@ -116,6 +195,30 @@ def test_sinks_use_the_public_api_only() -> None:
             offenders[str(path.relative_to(package))] = sorted(set(bad))
     assert {} == offenders
 
+
+TOP_LEVEL = {
+    # the package and its entry point
+    "__init__",
+    "__main__",
+    # the user's API: the application, handlers and their results, events, run-once, worker
+    "app",
+    "batch",
+    "breaker",
+    "buffer",
+    "exceptions",
+    "lifecycle",
+    "once",
+    "ratelimit",
+    "results",
+    "retry",
+    "schema",
+    "urgency",
+    "worker",
+    # integrations flat by convention
+    "alembic",
+    "prometheus",
+    "testing",
+}
 
 # The faces (the command line, a web face) share one operations layer: the public modules.
 FACES = ("cli", "web")

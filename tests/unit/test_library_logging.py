@@ -16,7 +16,7 @@ import structlog
 from structlog.testing import capture_logs
 
 import outbox
-from outbox import _log
+from outbox._core import log as _log
 
 LEVELS = {"debug", "info", "warning", "error", "exception"}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from outbox import ConfigurationError, RetryPolicy
-from outbox._checks import MAX_WAIT_SECONDS
+from outbox._core.checks import MAX_WAIT_SECONDS
 
 
 @pytest.mark.parametrize(("attempt", "expected"), [(1, 6.0), (2, 21.0), (3, 86.0), (4, 261.0)])

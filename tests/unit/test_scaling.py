@@ -1,5 +1,5 @@
 """Desired workers, drain time and Apdex from what the scaling read found: the arithmetic of
-outbox.scaling, and the worker's count of events delivered in time."""
+outbox.ops.scaling, and the worker's count of events delivered in time."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from outbox import ConfigurationError, Outbox, RateLimit, Urgency
 from outbox._db.types import ScalingRow
 from outbox._services.throughput import timeliness
+from outbox.ops.scaling import plan, read_scaling
 from outbox.results import SUCCEEDED, BatchResult
-from outbox.scaling import plan, read_scaling
 from tests.models import ActivityEvent, EmailEvent
 
 EMPTY = ScalingRow(

@@ -4,7 +4,7 @@ person reads them, and each keeps its seconds for a page's hover."""
 from __future__ import annotations
 
 from outbox._services import distribution_watch
-from outbox.metrics import SilentHolding, pause_text
+from outbox.ops.metrics import SilentHolding, pause_text
 
 
 def test_a_silent_holder_reads_its_heartbeat_and_rescue_in_readable_units() -> None:

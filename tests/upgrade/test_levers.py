@@ -21,7 +21,7 @@ from collections.abc import Callable
 import pytest
 
 from outbox.app import DEFAULT_RESCUE_INTERVAL_SECONDS, DEFAULT_WORKER_STALE_SECONDS
-from outbox.migrate import head_revision
+from outbox.ops.migrate import head_revision
 from tests.upgrade._harness import SIZE_ENV, LongReader, Upgrade, longest_gap
 
 # How much longer than the lock timeout the fleet may go without starting a group while a

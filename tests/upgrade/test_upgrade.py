@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import outbox
-from outbox.migrate import head_revision
+from outbox.ops.migrate import head_revision
 from outbox.worker import FLOW_STATE_REFRESH_SECONDS
 from tests._support import wait_for
 from tests.upgrade._harness import CURRENT, Upgrade

@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import Engine, String, literal, select, update
 from sqlalchemy.orm import Session
 
-from outbox import Batch, Outbox, RateLimit, RetryAfter, RetryPolicy, archive, schema
+from outbox import Batch, Outbox, RateLimit, RetryAfter, RetryPolicy, schema
+from outbox.ops import archive
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import NO_RETRY_AFTER_FLOOR

@@ -20,10 +20,11 @@ from sqlalchemy import func, insert, select
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
 
-from outbox import Batch, Outbox, RetryPolicy, archive, fleet, flow, groups, ingest, metrics, schema
+from outbox import Batch, Outbox, RetryPolicy, schema
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError
+from outbox.ops import archive, fleet, flow, groups, ingest, metrics
 from outbox.testing import drain
 from outbox.web import Auth, Principal, Role, api, create_app, openapi
 from outbox.web.auth import CSRF_COOKIE, CSRF_HEADER
@@ -797,9 +798,9 @@ async def test_the_scaling_endpoint_answers_desired_workers_as_read_scaling_does
     client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
 ) -> None:
     """Five events waiting: one slot wanted, per band and in total, as
-    ``outbox.scaling.read_scaling`` says; a target it does not take, and one that is not a
+    ``outbox.ops.scaling.read_scaling`` says; a target it does not take, and one that is not a
     number: 400 naming it; a handler it does not know: 404."""
-    from outbox.scaling import read_scaling
+    from outbox.ops.scaling import read_scaling
 
     commit_events(outbox_app.engine, 5)
     response = await client.get("/api/v1/scaling?handler=fails", headers=bearer("viewer"))

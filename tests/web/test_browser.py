@@ -26,8 +26,9 @@ import pytest
 import uvicorn
 from sqlalchemy import Engine, insert
 
-from outbox import Outbox, add_events, fleet, flow, groups, ingest, metrics, schema
+from outbox import Outbox, add_events, schema
 from outbox._db.dialects import db_now_plus
+from outbox.ops import fleet, flow, groups, ingest, metrics
 from outbox.web import Auth, Role, create_app
 from tests._ports import free_ports
 from tests._support import wait_for

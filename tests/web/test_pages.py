@@ -23,25 +23,10 @@ from sqlalchemy import event, insert, select, update
 from starlette.applications import Starlette
 from starlette.routing import Mount
 
-from outbox import (
-    Batch,
-    CircuitBreaker,
-    Outbox,
-    RateLimit,
-    RetryPolicy,
-    add_events,
-    archive,
-    fleet,
-    flow,
-    groups,
-    held,
-    metrics,
-    refused,
-    schema,
-    search,
-)
+from outbox import Batch, CircuitBreaker, Outbox, RateLimit, RetryPolicy, add_events, schema
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
+from outbox.ops import archive, fleet, flow, groups, holds, metrics, search
 from outbox.testing import drain
 from outbox.web import create_app
 from outbox.web._render import PAYLOAD_SHOWN, PREVIEW_SHOWN, age, moment
@@ -582,7 +567,7 @@ async def test_the_dead_page_lists_dead_and_held_groups_and_held_keys(
     ) == shown
     assert (303, [], "released 1 held key") == (
         released.status_code,
-        held.keys(outbox_app),
+        holds.held_keys(outbox_app),
         _flash(released)[1],
     )
 
@@ -597,14 +582,14 @@ async def test_the_dead_page_lists_refused_groups_and_an_operator_releases_them(
     commit_events(outbox_app.engine, 1, model=EmailEvent)
     drain(outbox_app, handlers=["mails"])
     allow_deletes(outbox_app.engine, "test_email_events")
-    [group] = refused.groups(outbox_app)
+    [group] = holds.refused_groups(outbox_app)
     page = (await client.get("/dead", headers=VIEWER)).text
     released = await _post(client, "/refused/release", {"group_id": str(group.group_id)})
     assert ([str(group.group_id)], True, "released 1 refused group", []) == (
         attributes(page, "data-refused"),
         REFUSAL in page,
         _flash(released)[1],
-        refused.groups(outbox_app),
+        holds.refused_groups(outbox_app),
     )
 
 

@@ -18,7 +18,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import func, select
 
-from outbox import Batch, Outbox, RetryPolicy, flow, schema
+from outbox import Batch, Outbox, RetryPolicy, schema
+from outbox.ops import flow
 from outbox.web import Auth, Principal, Role, create_app
 from tests.conftest import FULL_RUN_ENV
 from tests.models import ActivityEvent, SinkEvent

@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.sql import ColumnElement
 
-from outbox import _log
+from outbox._core import log as _log
 
 log = _log.get_logger(__name__)
 

@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, and_, delete, or_, select, update
 
 from outbox import schema
-from outbox._checks import MAX_WAIT_SECONDS
+from outbox._core.checks import MAX_WAIT_SECONDS
 from outbox._db import dialects
 from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus, time_plus
 

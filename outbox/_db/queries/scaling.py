@@ -1,4 +1,4 @@
-"""The one read behind desired workers and Apdex: every number :mod:`outbox.scaling` needs,
+"""The one read behind desired workers and Apdex: every number :mod:`outbox.ops.scaling` needs,
 for every handler, in one statement.
 
 Every number is an index probe or a short range, never a count of buffer rows, so that the read

@@ -6,7 +6,7 @@ import uuid
 
 import click
 
-from outbox import archive, groups, schema
+from outbox import schema
 from outbox.app import MAX_BATCH_SIZE
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_USAGE, command, fail, ready
@@ -15,6 +15,7 @@ from outbox.cli._options import ARCHIVE_STATUS, MAX_PRUNE_AGE_SECONDS, Duration
 from outbox.cli._output import error_text, json_text, print_json, print_table
 from outbox.cli._progress import reporting
 from outbox.cli.commands.groups import print_operation
+from outbox.ops import archive, groups
 
 _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
 
@@ -215,10 +216,10 @@ def refused_group() -> None:
 @command
 def refused_list(ctx: Context, handler: str | None, as_json: bool) -> None:
     """Each held group: handler, group id, attempts, and the database's error."""
-    from outbox import refused
+    from outbox.ops import holds
 
     app = ready(ctx.app())
-    held = refused.groups(app, handler)
+    held = holds.refused_groups(app, handler)
     if as_json:
         print_json(held)
         return
@@ -235,10 +236,10 @@ def refused_list(ctx: Context, handler: str | None, as_json: bool) -> None:
 @command
 def refused_release(ctx: Context, handler: str | None, group_id: uuid.UUID | None) -> None:
     """Give held groups back to the workers, to be handled again (fix the cause first)."""
-    from outbox import refused
+    from outbox.ops import holds
 
     app = ready(ctx.app())
-    count = refused.release(app, handler, group_id)
+    count = holds.release_refused(app, handler, group_id)
     click.echo(f"released {count} refused group{'s' * (count != 1)}")
 
 
@@ -286,7 +287,7 @@ def prune(
 
     Dead letters are kept unless named: --status dead, or --all.
     """
-    from outbox import flow
+    from outbox.ops import flow
 
     if statuses and all_statuses:
         fail("--status and --all: give one or the other", EXIT_USAGE)

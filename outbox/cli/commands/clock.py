@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import click
 
-from outbox import _buffer_clock, database
 from outbox.cli._context import Context
 from outbox.cli._errors import check_buffers, command
 from outbox.cli._main import main
 from outbox.cli._progress import reporting
+from outbox.ops import buffer_clock, database
 
 
 @main.command("migrate-buffers")
@@ -31,6 +31,6 @@ def migrate_buffers(ctx: Context, dry_run: bool) -> None:
         click.echo("nothing to do: the application has no handlers, so no buffers")
         return
     with reporting("migrate-buffers", dry_run=dry_run) as progress:
-        done = _buffer_clock.migrate_buffers(app, tables, dry_run=dry_run, progress=progress)
+        done = buffer_clock.migrate_buffers(app, tables, dry_run=dry_run, progress=progress)
     for migration in done:
         click.echo(migration.text())

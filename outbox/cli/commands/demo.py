@@ -25,7 +25,7 @@ from outbox.cli._signals import interrupt_flag
 @command
 def demo(ctx: Context, click_ctx: click.Context, events: int, demo_url: str | None) -> None:
     """Write events through simulated transactions and drain them, on SQLite by default."""
-    from outbox.demo import run_demo
+    from outbox.cli._demo import run_demo
 
     group = click_ctx.parent
     if group is not None and group.get_parameter_source("log_level") is ParameterSource.DEFAULT:

@@ -8,15 +8,15 @@ import uuid
 
 import click
 
-from outbox import fleet
-from outbox._checks import MAX_WAIT_SECONDS
-from outbox._duration import duration
+from outbox._core.checks import MAX_WAIT_SECONDS
+from outbox._core.durations import duration
 from outbox.app import Outbox
 from outbox.cli._context import Context
 from outbox.cli._errors import command, ready
 from outbox.cli._main import main
 from outbox.cli._options import Duration
 from outbox.cli._output import error_text, print_json, print_table
+from outbox.ops import fleet
 
 
 class _Moment(click.ParamType[dt.datetime]):
@@ -63,7 +63,7 @@ def pause(
 ) -> None:
     """Pause HANDLER on every worker: its events wait, nothing is lost (until resumed, or
     --for / --until)."""
-    from outbox import flow
+    from outbox.ops import flow
 
     if for_ is not None and until is not None:
         raise click.UsageError("give --for or --until, not both")
@@ -84,7 +84,7 @@ def pause(
 @command
 def resume(ctx: Context, handler: str) -> None:
     """End HANDLER's pause now, whoever paused it, and close its circuit breaker."""
-    from outbox import flow
+    from outbox.ops import flow
 
     app = ready(ctx.app())
     was_paused = flow.resume(app, handler)
@@ -110,10 +110,10 @@ def held_group() -> None:
 @command
 def held_list(ctx: Context, handler: str | None, as_json: bool) -> None:
     """Each held key: handler, key, the dead group holding it, and its error."""
-    from outbox import held
+    from outbox.ops import holds
 
     app = ready(ctx.app())
-    keys = held.keys(app, handler)
+    keys = holds.held_keys(app, handler)
     if as_json:
         print_json(keys)
         return
@@ -134,8 +134,8 @@ def held_release(
 ) -> None:
     """Let held keys' later events go without their dead events (replay them instead to have
     them handled first)."""
-    from outbox import held
+    from outbox.ops import holds
 
     app = ready(ctx.app())
-    count = held.release(app, handler, key, group_id)
+    count = holds.release_keys(app, handler, key, group_id)
     click.echo(f"released {count} held key{'s' * (count != 1)}")

@@ -11,14 +11,15 @@ from typing import Any
 
 import click
 
-from outbox import archive, groups, schema, search
-from outbox._duration import duration
+from outbox import schema
+from outbox._core.durations import duration
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_USAGE, command, fail, ready
 from outbox.cli._main import main
 from outbox.cli._options import MAX_PRUNE_AGE_SECONDS, Duration
 from outbox.cli._output import error_text, json_text, print_json, print_table
 from outbox.cli._progress import reporting
+from outbox.ops import archive, groups, search
 
 GROUP_STATUS = click.Choice([s.value for s in schema.GroupStatus], case_sensitive=False)
 _DEAD = (schema.GroupStatus.DEAD, schema.GroupStatus.HELD)
@@ -31,7 +32,7 @@ def selection_options(
     *, statuses: tuple[schema.GroupStatus, ...] | None = None
 ) -> Callable[[Callable[..., Any]], Any]:
     """The filters every group command takes, in one place, so that they read the same; the
-    command gets them as one ``selection`` (a :class:`outbox.groups.Selection`, or the error
+    command gets them as one ``selection`` (a :class:`outbox.ops.groups.Selection`, or the error
     that makes it fail, raised where the command's errors are mapped). ``statuses``: those
     the command always takes (no ``--status``)."""
 

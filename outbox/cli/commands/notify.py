@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import click
 
-from outbox import database
 from outbox.cli._context import Context
 from outbox.cli._errors import check_buffers, command
 from outbox.cli._main import main
+from outbox.ops import database
 
 
 @main.group("notify")
@@ -20,7 +20,7 @@ def notify_group() -> None:
 @command
 def notify_install(ctx: Context, handlers: tuple[str, ...]) -> None:
     """Create (or replace) the notify trigger of each buffer; idempotent."""
-    from outbox import notify
+    from outbox.ops import notify
 
     app = ctx.app()
     database.check_connection(app.engine)
@@ -34,7 +34,7 @@ def notify_install(ctx: Context, handlers: tuple[str, ...]) -> None:
 @command
 def notify_remove(ctx: Context, handlers: tuple[str, ...]) -> None:
     """Drop the notify trigger of each buffer (workers fall back to polling)."""
-    from outbox import notify
+    from outbox.ops import notify
 
     app = ctx.app()
     database.check_connection(app.engine)
@@ -48,7 +48,7 @@ def notify_remove(ctx: Context, handlers: tuple[str, ...]) -> None:
 @command
 def notify_sql(ctx: Context, handlers: tuple[str, ...]) -> None:
     """Print the trigger DDL, for an application's own migrations."""
-    from outbox import notify
+    from outbox.ops import notify
 
     for statement in notify.ddl(ctx.app(), handlers):
         click.echo(statement + ";")

@@ -6,12 +6,13 @@ import os
 
 import click
 
-from outbox import database, schema
+from outbox import schema
 from outbox.app import DATABASE_URL_ENV
 from outbox.cli._context import Context, parse_url
 from outbox.cli._errors import command
 from outbox.cli._main import main
 from outbox.cli._progress import reporting
+from outbox.ops import database
 
 
 @main.command()
@@ -40,8 +41,8 @@ from outbox.cli._progress import reporting
 def migrate(ctx: Context, to: str, yes: bool, lock_timeout: float | None) -> None:
     """Create, upgrade or downgrade outbox's own tables (idempotent; one run at a time)."""
     # Imported here: alembic is only needed by this command.
-    from outbox.migrate import DEFAULT_LOCK_TIMEOUT_SECONDS
-    from outbox.migrate import migrate as run_migrations
+    from outbox.ops.migrate import DEFAULT_LOCK_TIMEOUT_SECONDS
+    from outbox.ops.migrate import migrate as run_migrations
 
     app = ctx.bare_app()
     database.check_connection(app.engine)

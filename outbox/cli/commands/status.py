@@ -8,15 +8,16 @@ from dataclasses import replace
 
 import click
 
-from outbox import Outbox, _buffer_clock, fleet, lifecycle, metrics, scaling
-from outbox._duration import duration
+from outbox import Outbox, lifecycle
+from outbox._core.durations import duration
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_FAILURE, command, ready
 from outbox.cli._main import main
 from outbox.cli._options import MAX_DEAD_SINCE_SECONDS, DurationOrOff
 from outbox.cli._output import bytes_text, print_table, ratio_text
 from outbox.cli._progress import reporting
-from outbox.metrics import HandlerStatus
+from outbox.ops import buffer_clock, fleet, metrics, scaling
+from outbox.ops.metrics import HandlerStatus
 
 # Held ordering keys listed by `outbox status`; `outbox held list` lists them all.
 HELD_KEYS_SHOWN = 10
@@ -28,7 +29,7 @@ HELD_KEYS_SHOWN = 10
 @command
 def reindex(ctx: Context, handlers: tuple[str, ...], dry_run: bool) -> None:
     """Rebuild bloated buffer indexes after a backlog drained (PostgreSQL; safe from cron)."""
-    from outbox.reindex import reindex as reindex_buffers
+    from outbox.ops.reindex import reindex as reindex_buffers
 
     app = ready(ctx.app(), handlers)
     with reporting("reindex", dry_run=dry_run) as progress:
@@ -194,7 +195,7 @@ def check(ctx: Context, handlers: tuple[str, ...], dead_since: float) -> None:
         click.echo(f"alert: {reason}")
     # A buffer whose times outbox would misread (a worker refuses to start) is an alert; one
     # that only sessions in other zones would date wrongly is a warning.
-    clocks = _buffer_clock.check(app, [h.table for h in app.select_handlers(handlers)])
+    clocks = buffer_clock.check(app, [h.table for h in app.select_handlers(handlers)])
     for finding in clocks:
         click.echo(f"{'alert' if finding.refuse else 'warning'}: {finding.text}")
     # Old workers alive break no promise yet: a warning, not an alert.

@@ -10,7 +10,6 @@ from typing import Any
 
 import click
 
-from outbox import _buffer_clock, distribution, generation
 from outbox.app import Outbox
 from outbox.cli._context import Context
 from outbox.cli._errors import (
@@ -26,6 +25,7 @@ from outbox.cli._main import main
 from outbox.cli._options import GRACE_PERIOD, INTERVAL, LEASE
 from outbox.cli._signals import MAX_PROCESSES, run_processes, stop_on_signals
 from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
+from outbox.ops import buffer_clock, database, flow
 from outbox.worker import (
     CLAIMS_IN_FLIGHT_PER_HANDLER,
     DEFAULT_CONCURRENCY,
@@ -49,7 +49,7 @@ DISTRIBUTE_PATIENCE_SECONDS = 30.0
 def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
     """Enqueue the claim jobs each handler needs (safe from cron, safe to overlap)."""
     app = ready(ctx.app(), handlers)
-    for result in distribution.distribute(app, handlers, patience=DISTRIBUTE_PATIENCE_SECONDS):
+    for result in flow.distribute(app, handlers, patience=DISTRIBUTE_PATIENCE_SECONDS):
         click.echo(result.summary())
 
 
@@ -169,11 +169,11 @@ def work(
     changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
     app.with_settings(**{k: v for k, v in changes.items() if v is not None})
     ready(app, handlers)
-    generation.check(app.engine)
+    database.check_generation(app.engine)
     if processes > 1:
         # Refused once here rather than by every forked worker, each restarted in turn; the
         # workers log the warnings themselves.
-        _buffer_clock.enforce(app, [h.table for h in app.select_handlers(handlers)], warn=False)
+        buffer_clock.enforce(app, [h.table for h in app.select_handlers(handlers)], warn=False)
 
     def run_worker(index: int, signals: tuple[signal.Signals, ...]) -> None:
         worker = Worker(

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import click
 
-from outbox import fleet
 from outbox.cli._context import Context
 from outbox.cli._errors import command, ready
 from outbox.cli._main import main
 from outbox.cli._output import print_json, print_table
+from outbox.ops import fleet
 from outbox.schema import WorkerRequest
 
 

@@ -26,7 +26,7 @@ from typing import Any
 from sqlalchemy import JSON, BigInteger, Column, Connection, SmallInteger, Table
 from sqlalchemy.exc import IntegrityError
 
-from outbox._checks import json_problem, quoted, text_problem
+from outbox._core.checks import json_problem, quoted, text_problem
 from outbox._db import queries, run_in_transaction
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin

@@ -22,7 +22,7 @@ from sqlalchemy import Connection, Table
 from outbox._db import queries
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
-from outbox.progress import Phase, Progress
+from outbox.ops.progress import Phase, Progress
 
 BLOAT_FACTOR = 4
 """An index is bloated above this many times the size its table's rows need."""
@@ -68,9 +68,9 @@ def reindex(
     any transaction, as ``REINDEX ... CONCURRENTLY`` requires; a rebuild takes as long as
     building the index, and waits for transactions already running on the table.
 
-    ``progress`` (:class:`~outbox.progress.Progress`) is told the tables and each one done (a
+    ``progress`` (:class:`~outbox.ops.progress.Progress`) is told the tables and each one done (a
     rebuild is one statement, which reports nothing while it runs); when it asks to stop,
-    :class:`~outbox.progress.StoppedError` is raised between two tables.
+    :class:`~outbox.ops.progress.StoppedError` is raised between two tables.
     """
     if not app.supports.concurrent_reindex:
         raise ConfigurationError(f"outbox reindex runs on PostgreSQL, not on {app.dialect}")

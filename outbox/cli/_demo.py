@@ -20,11 +20,12 @@ import click
 from sqlalchemy import String, func, select
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from outbox import _db, schema
+from outbox import schema
 from outbox.app import Outbox, Settings
 from outbox.batch import Batch
 from outbox.buffer import BufferMixin
-from outbox.migrate import upgrade
+from outbox.ops import database
+from outbox.ops.migrate import upgrade
 from outbox.results import BatchResult
 from outbox.retry import RetryPolicy
 from outbox.urgency import Urgency
@@ -116,7 +117,7 @@ def _run(app: Outbox, events: int, interrupted: threading.Event) -> dict[str, fl
     )
 
     click.echo(f"outbox demo on {app.url.render_as_string(hide_password=True)}")
-    _db.check_connection(app.engine)
+    database.check_connection(app.engine)
     upgrade(app.engine)
     with app.engine.begin() as conn:
         DemoBase.metadata.drop_all(conn)

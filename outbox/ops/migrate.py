@@ -24,10 +24,10 @@ from alembic.script import Script, ScriptDirectory
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from outbox._core.durations import duration
 from outbox._db import migration
-from outbox._duration import duration
 from outbox.exceptions import ConfigurationError, OutboxError
-from outbox.progress import Phase, Progress, StoppedError
+from outbox.ops.progress import Phase, Progress, StoppedError
 
 VERSION_TABLE = "outbox_alembic_version"
 
@@ -70,7 +70,7 @@ class MigrationBusyError(OutboxError):
 
 def migrations_dir() -> Path:
     """Where the migration scripts are: inside the installed package, or the source tree."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # the outbox package
     for candidate in (package / "_migrations", package.parent / "migrations"):
         if (candidate / "env.py").is_file():
             return candidate
@@ -144,10 +144,10 @@ def migrate(
     ``accept_losses``. ``lock_timeout`` (float seconds): see :data:`DEFAULT_LOCK_TIMEOUT_SECONDS`;
     ``on_retry`` is told, in one line, of each revision put off for a lock.
 
-    ``progress`` (:class:`~outbox.progress.Progress`) is told the revisions to apply and each
+    ``progress`` (:class:`~outbox.ops.progress.Progress`) is told the revisions to apply and each
     one applied: a revision is one transaction, whose statements (a table rewritten, say)
     report nothing while they run. When it asks to stop,
-    :class:`~outbox.progress.StoppedError` is raised between two revisions; on SQLite, whose
+    :class:`~outbox.ops.progress.StoppedError` is raised between two revisions; on SQLite, whose
     run is one transaction, none of the run's revisions stays.
     """
     target = _resolve(to)

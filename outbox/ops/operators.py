@@ -1,5 +1,5 @@
 """Who an operator's write is recorded as, and its record (``outbox_operations``): what the
-replays, edits and discards of :mod:`outbox.groups` and :mod:`outbox.archive` share."""
+replays, edits and discards of :mod:`outbox.ops.groups` and :mod:`outbox.ops.archive` share."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """The database an application points at: its URL and driver, the checks that it answers and
-holds outbox's tables, a dialect to compile DDL for, and a database error in one line.
+holds outbox's tables of a generation this outbox works with, a dialect to compile DDL for, and
+a database error in one line.
 
 What the command line (and any other face) asks of a database before it runs anything. The
 answers come from the database layer (``outbox._db``), which keeps the SQL; this module is
@@ -20,17 +21,21 @@ from outbox._db import (
     parse_url,
 )
 from outbox._db.dialects import dialect_named, error_summary
+from outbox._db.generation import check as check_generation
+from outbox._db.generation import recorded_incompatibility
 
 __all__ = [
     "URL_FORM",
     "check_buffer_tables",
     "check_connection",
+    "check_generation",
     "check_schema",
     "describe",
     "dialect_named",
     "error_summary",
     "load_driver",
     "parse_url",
+    "recorded_incompatibility",
 ]
 
 

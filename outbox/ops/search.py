@@ -5,7 +5,7 @@ with a job, the dead groups and the archive.
 Every look is bounded, so that a search costs a few index probes however big the tables:
 an event id by each buffer's primary key and among the newest :data:`ARCHIVE_SCAN` archived
 events; a group id by the jobs' and the archive's group indexes; an ingest key by its primary
-key; an ordering key by the held keys, the groups that have one (:func:`outbox.groups.find`)
+key; an ordering key by the held keys, the groups that have one (:func:`outbox.ops.groups.find`)
 and, where the key column has an index of its own, the events not yet in a group. What was
 not looked at is said in :attr:`SearchResult.notes`.
 """
@@ -20,10 +20,11 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, UniqueConstraint
 
-from outbox import archive, groups, schema
+from outbox import schema
 from outbox._db import queries
 from outbox.app import Handler, Outbox
 from outbox.exceptions import ConfigurationError
+from outbox.ops import archive, groups
 
 __all__ = ["ARCHIVE_SCAN", "Found", "Place", "SearchResult", "Taken", "search"]
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass, replace
 from sqlalchemy import Connection, Table
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _db, _log
+from outbox import _db
+from outbox._core import log as _log
 from outbox._db import queries
 from outbox._db.dialects import is_transient
 from outbox._db.types import CreatedAtClock, SessionClock
 from outbox.app import Outbox
 from outbox.exceptions import LocalClockError, OutboxError
-from outbox.progress import Phase, Progress
+from outbox.ops.progress import Phase, Progress
 
 log = _log.get_logger(__name__)
 
@@ -168,9 +169,9 @@ def migrate_buffers(
     midway is finished by the next, which converts each row once: outbox keeps the
     conversion's bounds and progress in a table of its own while it runs.
 
-    ``progress`` (:class:`~outbox.progress.Progress`) is told each buffer's rows as they are
+    ``progress`` (:class:`~outbox.ops.progress.Progress`) is told each buffer's rows as they are
     converted, a batch at a time (not counted first: the count would read the table once more);
-    when it asks to stop, :class:`~outbox.progress.StoppedError` is raised between two batches,
+    when it asks to stop, :class:`~outbox.ops.progress.StoppedError` is raised between two batches,
     and the next run goes on from there.
     """
     unique = {table.fullname: table for table in tables}

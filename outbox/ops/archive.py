@@ -21,15 +21,17 @@ from typing import Any
 from sqlalchemy import JSON, Column, Connection, Dialect, Float, Table, TypeDecorator
 from sqlalchemy.exc import DataError
 
-from outbox import _log, operators, schema
-from outbox._checks import json_problem, text_problem
+from outbox import schema
+from outbox._core import log as _log
+from outbox._core.checks import json_problem, text_problem
 from outbox._db import dialects, queries, run_in_transaction
 from outbox._db.dialects import JSON_AS_TEXT_MARKER
 from outbox.app import MAX_BATCH_SIZE, Outbox
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError, GroupNotFoundError, ReplayError
-from outbox.operators import checked_actor
-from outbox.progress import COUNT_CAP, Phase, Progress, capped
+from outbox.ops import operators
+from outbox.ops.operators import checked_actor
+from outbox.ops.progress import COUNT_CAP, Phase, Progress, capped
 
 log = _log.get_logger(__name__)
 
@@ -238,9 +240,9 @@ def replay(
     half way leaves every event either archived or back in its buffer, and its record counting
     those put back.
 
-    ``progress`` (:class:`~outbox.progress.Progress`) is told the events to replay (counted up
-    to :data:`~outbox.progress.COUNT_CAP`) and each chunk replayed; when it asks to stop,
-    :class:`~outbox.progress.StoppedError` is raised between two chunks.
+    ``progress`` (:class:`~outbox.ops.progress.Progress`) is told the events to replay (counted up
+    to :data:`~outbox.ops.progress.COUNT_CAP`) and each chunk replayed; when it asks to stop,
+    :class:`~outbox.ops.progress.StoppedError` is raised between two chunks.
     """
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= MAX_BATCH_SIZE:
         raise ConfigurationError(f"chunk: expected 1 to {MAX_BATCH_SIZE} events, got {chunk!r}")
@@ -674,9 +676,9 @@ def prune(
     too (a producer retrying later than that writes its event again); the record of
     operators' operations stays.
 
-    ``progress`` (:class:`~outbox.progress.Progress`) is told the archive rows to delete
-    (counted up to :data:`~outbox.progress.COUNT_CAP`) and each chunk deleted; when it asks to
-    stop, :class:`~outbox.progress.StoppedError` is raised between two chunks.
+    ``progress`` (:class:`~outbox.ops.progress.Progress`) is told the archive rows to delete
+    (counted up to :data:`~outbox.ops.progress.COUNT_CAP`) and each chunk deleted; when it asks to
+    stop, :class:`~outbox.ops.progress.StoppedError` is raised between two chunks.
     """
     if older_than < 0:
         raise ValueError("older_than must be >= 0 seconds")

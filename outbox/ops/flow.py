@@ -1,5 +1,7 @@
 """Flow control: a handler says when the downstream wants it back (:class:`RetryAfter`), and
-handlers are paused and resumed across the whole fleet (:func:`pause`, :func:`resume`).
+handlers are paused and resumed across the whole fleet (:func:`pause`, :func:`resume`), and the
+claim jobs each handler needs are enqueued now (:func:`distribute`, what ``outbox distribute``
+runs from cron).
 
 A pause lives in the database (``outbox_handlers``): no worker anywhere leases a paused
 handler's jobs, and a worker that already holds one gives it back unattempted. The handler's
@@ -14,20 +16,24 @@ from dataclasses import dataclass
 
 from sqlalchemy import Connection
 
-from outbox import operators
 from outbox._db import queries, run_in_transaction
+from outbox._engine import distributor
+from outbox._engine.distributor import Distribution
 from outbox._engine.limiter import row_name
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
+from outbox.ops import operators
 from outbox.retry import RetryAfter, When, seconds_until
 from outbox.schema import OperationAction, PauseCause
 
 __all__ = [
     "IDLE_LIMIT_SECONDS",
+    "Distribution",
     "LimitUse",
     "Pause",
     "PauseCause",
     "RetryAfter",
+    "distribute",
     "forget_idle_limits",
     "limit_use",
     "pause",
@@ -165,3 +171,16 @@ def _operator_seconds(until: When) -> float:
     if not ahead:
         raise ConfigurationError(f"pause until: expected a time ahead of now, got {until!r}")
     return seconds
+
+
+def distribute(
+    app: Outbox, handlers: tuple[str, ...] | list[str] = (), *, patience: float = 0.0
+) -> list[Distribution]:
+    """Enqueue the claim jobs every handler (or the named ones) needs; what each one did.
+
+    How many a handler needs, and why overlapping runs are safe, is the distributor's
+    (``outbox._engine.distributor``). ``patience``: seconds to keep retrying through a database
+    outage before giving up. A buffer table that does not exist raises
+    BufferTableMissingError.
+    """
+    return distributor.run_once(app, handlers, patience=patience)

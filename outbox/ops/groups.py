@@ -20,13 +20,15 @@ from typing import Any
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
 
-from outbox import _log, operators, schema
-from outbox._checks import text_problem
+from outbox import schema
+from outbox._core import log as _log
+from outbox._core.checks import text_problem
 from outbox._db import queries, run_in_transaction
 from outbox.app import Handler, Outbox
 from outbox.exceptions import ConfigurationError, GroupNotFoundError
-from outbox.operators import checked_actor
-from outbox.progress import Phase, Progress
+from outbox.ops import operators
+from outbox.ops.operators import checked_actor
+from outbox.ops.progress import Phase, Progress
 from outbox.schema import GroupStatus
 
 __all__ = [
@@ -296,7 +298,7 @@ class OperationResult:
     """Groups selected but left, each with why."""
     dry_run: bool = False
     operation_id: int | None = None
-    """The record of it (:func:`outbox.archive.history`); None for a dry run."""
+    """The record of it (:func:`outbox.ops.archive.history`); None for a dry run."""
 
 
 def _handlers(app: Outbox, selection: Selection) -> list[Handler[Any]]:
@@ -444,7 +446,7 @@ def show(app: Outbox, group_id: uuid.UUID) -> GroupDetail:
     trace of raises :class:`~outbox.exceptions.GroupNotFoundError`."""
     if not isinstance(group_id, uuid.UUID):
         raise ConfigurationError(f"group_id: expected a UUID, got {type(group_id).__name__}")
-    from outbox.archive import parse_payload
+    from outbox.ops.archive import parse_payload
 
     with app.engine.connect() as conn:
         row = queries.group_job(conn, group_id)
@@ -549,12 +551,12 @@ def discard(
 
     A group in flight is left alone (a worker holds it): it is named in ``skipped``. The
     selection must narrow something: an empty one is refused. Recorded as an operation by
-    ``actor`` (default: :func:`outbox.operators.default_actor`), with ``reason``.
+    ``actor`` (default: :func:`outbox.ops.operators.default_actor`), with ``reason``.
 
     Groups are discarded ``page_size`` (:data:`DISCARD_PAGE`) per transaction, which also adds
-    them to the operation's record. ``progress`` (:class:`~outbox.progress.Progress`) is told
+    them to the operation's record. ``progress`` (:class:`~outbox.ops.progress.Progress`) is told
     the groups to discard (counted up to :data:`COUNT_CAP`) and each page discarded; when it
-    asks to stop, :class:`~outbox.progress.StoppedError` is raised between two pages.
+    asks to stop, :class:`~outbox.ops.progress.StoppedError` is raised between two pages.
     """
     _narrowing(selection, "discard")
     _text(reason, "reason")
@@ -618,17 +620,17 @@ def replay(
 ) -> OperationResult:
     """Replay the dead groups ``selection`` matches (held ones too): every event of each goes
     back into its buffer, under its own id unless ``new_ids``, as
-    :func:`outbox.archive.replay` does, recorded as one operation by ``actor``. Groups of
+    :func:`outbox.ops.archive.replay` does, recorded as one operation by ``actor``. Groups of
     other statuses it matches are not dead: they are named in ``skipped``. The selection must
     narrow something: an empty one is refused.
 
     Groups are replayed ``page_size`` (:data:`REPLAY_PAGE`) at a time, their events ``chunk``
-    per transaction (:data:`outbox.archive.REPLAY_CHUNK` unless given). ``progress``
-    (:class:`~outbox.progress.Progress`) is told the groups to replay (counted up to
+    per transaction (:data:`outbox.ops.archive.REPLAY_CHUNK` unless given). ``progress``
+    (:class:`~outbox.ops.progress.Progress`) is told the groups to replay (counted up to
     :data:`COUNT_CAP`) and each page replayed; when it asks to stop,
-    :class:`~outbox.progress.StoppedError` is raised between two pages, every group before
+    :class:`~outbox.ops.progress.StoppedError` is raised between two pages, every group before
     wholly replayed and recorded."""
-    from outbox import archive
+    from outbox.ops import archive
 
     _narrowing(selection, "replay")
     _page_size(page_size)
@@ -687,7 +689,7 @@ def replay_group(
     events for good, and their cause is fixed now), every event of it archived as discarded,
     each under its own id, as ``outbox replay --group`` does. Either is recorded as one replay
     by ``actor``. A group of another status is named in ``skipped``, and nothing is done."""
-    from outbox import archive
+    from outbox.ops import archive
 
     group = show(app, group_id).group
     if group.status in queries.ARCHIVED:
@@ -729,10 +731,10 @@ def retry(
     """Run now the groups ``selection`` matches that wait for a retry or a deferral (waiting
     ones too): each job made due now, its attempts and deferrals still counted, so that a
     worker takes it at its next poll. Recorded as an operation by ``actor`` (default:
-    :func:`outbox.operators.default_actor`).
+    :func:`outbox.ops.operators.default_actor`).
 
     Groups of other statuses are left, each named in ``skipped`` with why: in flight (a worker
-    holds it), paused (its handler is), refused (released by :func:`outbox.refused.release`),
+    holds it), paused (its handler is), refused (released by :func:`outbox.ops.refused.release`),
     dead or held (replayed by :func:`replay`). The selection must narrow something: an empty
     one is refused.
     """

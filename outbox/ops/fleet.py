@@ -16,14 +16,14 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from outbox import operators
+from outbox._core.durations import duration
 from outbox._db import queries, run_in_transaction
+from outbox._db.generation import GENERATION
 from outbox._db.queries import WorkerRow as Worker
-from outbox._duration import duration
 from outbox._services.heartbeat import heartbeat_interval, older_release_stale_after
 from outbox.app import Handler, Outbox
 from outbox.exceptions import ConfigurationError, OutboxError
-from outbox.generation import GENERATION
+from outbox.ops import operators
 from outbox.schema import OperationAction, WorkerRequest
 
 PAUSES = "pauses"

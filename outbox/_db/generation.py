@@ -16,9 +16,9 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from outbox import schema
+from outbox._core.version import VERSION
 from outbox._db import queries
 from outbox._db.dialects import is_missing_table
-from outbox._version import VERSION
 from outbox.exceptions import SchemaIncompatibleError, SchemaMissingError
 
 if TYPE_CHECKING:

@@ -18,8 +18,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from outbox import lifecycle, schema
+from outbox._core.durations import Timed
 from outbox._db import queries
-from outbox._duration import Timed
 from outbox._services import distribution_watch
 from outbox._services.heartbeat import silent_after
 from outbox.app import Handler, Outbox, Settings
