@@ -44,16 +44,10 @@ import httpx
 from outbox.batch import Batch
 from outbox.exceptions import ConfigurationError, DataError, DownstreamError
 from outbox.retry import DEFAULT_RETRY_AFTER_SECONDS, RetryAfter, wait_seconds
-from outbox.sinks.base import (
-    AsyncSink,
-    Rejection,
-    Secrets,
-    Sink,
-    describe_error,
-    event_values,
-    json_default,
-    unavailable,
-)
+from outbox.sinks.base import AsyncSink, Rejection, Sink
+from outbox.sinks.encoding import event_values, json_default
+from outbox.sinks.errors import unavailable
+from outbox.sinks.secrets import Secrets, describe_error
 
 __all__ = [
     "AllOrNothing",

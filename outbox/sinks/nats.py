@@ -49,28 +49,20 @@ import nats.js.errors
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
 from outbox.exceptions import ConfigurationError
-from outbox.sinks.base import (
-    AsyncSink,
+from outbox.sinks.base import AsyncSink, Rejection, blocking_sink
+from outbox.sinks.dedup_window import check_dedup_window, resend_horizon
+from outbox.sinks.encoding import (
     Message,
-    PerEvent,
-    Rejection,
     RowPath,
-    Secrets,
-    blocking_sink,
-    check_dedup_window,
-    check_per_event,
-    describe_error,
-    downstream_failed,
     json_payload,
     message_id,
-    not_a_message,
     ordering_key,
     payload_bytes,
-    per_event,
-    resend_horizon,
     row_messages,
-    unavailable,
 )
+from outbox.sinks.errors import downstream_failed, not_a_message, unavailable
+from outbox.sinks.options import PerEvent, check_per_event, per_event
+from outbox.sinks.secrets import Secrets, describe_error
 
 DEFAULT_SERVERS = "nats://127.0.0.1:4222"
 ACK_TIMEOUT_SECONDS = 10.0

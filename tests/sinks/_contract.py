@@ -24,7 +24,7 @@ from sqlalchemy import Engine, func, select
 from sqlalchemy.orm import Session
 
 from outbox import Outbox, RetryPolicy, add_events, metrics, schema
-from outbox.sinks.base import json_payload
+from outbox.sinks.encoding import json_payload
 from outbox.worker import Worker
 from tests.models import SinkEvent
 

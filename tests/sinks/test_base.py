@@ -14,19 +14,17 @@ import pytest
 from sqlalchemy import select
 
 from outbox import Batch, ConfigurationError, DownstreamError, Outbox, lifecycle
-from outbox.sinks._secrets import PART_MIN_CHARS
-from outbox.sinks.base import (
-    Secrets,
-    check_per_event,
-    downstream_failed,
+from outbox.sinks.encoding import (
     json_default,
     json_payload,
     message_id,
-    not_a_message,
     ordering_key,
     payload_bytes,
     row_messages,
 )
+from outbox.sinks.errors import downstream_failed, not_a_message
+from outbox.sinks.options import check_per_event
+from outbox.sinks.secrets import PART_MIN_CHARS, Secrets
 from tests.conftest import reset_schema
 from tests.models import SinkEvent
 from tests.sinks._contract import commit_events, event_rows

@@ -27,7 +27,7 @@ from outbox import (
     schema,
 )
 from outbox.results import BatchResult, FailureCause, Outcome
-from outbox.sinks.base import MASK, json_default
+from outbox.sinks.encoding import json_default
 from outbox.sinks.http import (
     AsyncBulkHTTPSink,
     BulkHTTPSink,
@@ -35,6 +35,7 @@ from outbox.sinks.http import (
     StatusList,
     records_body,
 )
+from outbox.sinks.secrets import MASK
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.conftest import reset_schema
