@@ -58,26 +58,24 @@ EXECUTOR_RESUMED = "outbox.executor.resumed"
 JOBS_GIVEN_BACK = "outbox.jobs.given_back"
 WORKER_PROCESS_RESTARTING = "outbox.worker.process_restarting"
 WORKER_PROCESS_FAILED = "outbox.worker.process_failed"
-DATABASE_RETRYING = "outbox.ops.database.retrying"
-POOLER_DETECTED = "outbox.ops.database.pooler_detected"
-SYNC_ENGINE_DERIVED = "outbox.ops.database.sync_engine_derived"  # from an async URL or engine
+DATABASE_RETRYING = "outbox.database.retrying"
+POOLER_DETECTED = "outbox.database.pooler_detected"
+SYNC_ENGINE_DERIVED = "outbox.database.sync_engine_derived"  # from an async URL or engine
 LISTENER_RECONNECTING = "outbox.listener.reconnecting"
 LISTENER_OFF = "outbox.listener.off"  # a pooler is in front: wake-ups are by polling
-SCRAPE_FAILED = "outbox.ops.metrics.scrape_failed"
-SCRAPE_RECOVERED = "outbox.ops.metrics.scrape_recovered"
+SCRAPE_FAILED = "outbox.metrics.scrape_failed"
+SCRAPE_RECOVERED = "outbox.metrics.scrape_recovered"
 BREAKER_OPENED = "outbox.breaker.opened"  # a handler paused after failed groups in a row
 BREAKER_CLOSED = "outbox.breaker.closed"  # a probe succeeded: the handler runs as before
 RETRY_AFTER_UNREADABLE = "outbox.retry_after.unreadable"  # a header neither seconds nor a date
 COMPLETION_FAILED = "outbox.batch.completion_failed"  # outbox could not record an outcome
-ARCHIVE_REPLAYED = "outbox.ops.archive.replayed"
-ARCHIVE_PRUNED = "outbox.ops.archive.pruned"
-ARCHIVE_EDITED = (
-    "outbox.ops.archive.edited"  # a dead event replayed with values an operator changed
-)
-GROUPS_DISCARDED = "outbox.ops.groups.discarded"  # an operator gave groups up
+ARCHIVE_REPLAYED = "outbox.archive.replayed"
+ARCHIVE_PRUNED = "outbox.archive.pruned"
+ARCHIVE_EDITED = "outbox.archive.edited"  # a dead event replayed with values an operator changed
+GROUPS_DISCARDED = "outbox.groups.discarded"  # an operator gave groups up
 # How far a long command is (prune, replay, discard, migrate...), off a terminal: its counts.
-PROGRESS = "outbox.ops.progress"
-GROUPS_RETRIED = "outbox.ops.groups.retried"  # an operator made waiting groups due now
+PROGRESS = "outbox.progress"
+GROUPS_RETRIED = "outbox.groups.retried"  # an operator made waiting groups due now
 WEB_DATABASE_ERROR = "outbox.web.database_error"  # the dashboard or API could not read or write
 WEB_WRITE = "outbox.web.write"  # a write through the dashboard or the API, with who did it
 
