@@ -489,7 +489,7 @@ def test_a_dry_run_discard_counts_every_page_and_changes_nothing(
     database_url: str, make_app: Callable[[str], Outbox], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More groups than a page: the dry run names them all and writes nothing."""
-    monkeypatch.setattr(groups, "DISCARD_PAGE", 2)
+    monkeypatch.setattr(group_operations, "DISCARD_PAGE", 2)
     app = make_app(database_url)
     _two_handlers(app)
     added = {_add_job(app.engine, "running", (False, False, 0, 0, False)) for _ in range(5)}
