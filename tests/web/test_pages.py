@@ -970,7 +970,7 @@ async def test_a_bulk_action_shows_its_dry_run_before_it_is_done(
     for _ in range(3):
         _dead(outbox_app, commit_events, count=2)
     selection = Selection(handlers=("fails",), statuses=("dead",))
-    would = getattr(groups, action)(outbox_app, selection, dry_run=True)
+    would = getattr(group_operations, action)(outbox_app, selection, dry_run=True)
     form = {"handler": "fails", "status": "dead", "error": ""}
     dry = await _post(client, f"/groups/{action}", form)
     untouched = groups.find(outbox_app, selection).total
