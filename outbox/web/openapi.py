@@ -18,7 +18,6 @@ from outbox._core.checks import MAX_WAIT_SECONDS
 from outbox._core.version import VERSION
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
-from outbox.ops.groups import MAX_AGE_SECONDS
 from outbox.ops.ingest import MAX_EVENTS, IngestResult, decimal_digits, integer_range
 from outbox.ops.metrics import ThroughputRange
 from outbox.ops.scaling import (
@@ -26,6 +25,7 @@ from outbox.ops.scaling import (
     DEFAULT_RATE_WINDOW_SECONDS,
     MAX_WINDOW_SECONDS,
 )
+from outbox.ops.selection import MAX_AGE_SECONDS
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction, WorkerRequest
 from outbox.web.api import PREFIX
 
