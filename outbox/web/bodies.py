@@ -45,7 +45,7 @@ def json_value(depth: int = 3) -> dict[str, Any]:
         "anyOf": [
             *scalars,
             {"type": "array", "items": inner},
-            {"type": "object", "additionalProperties": inner},
+            {"type": "object", "propertyNames": {"type": "string"}, "additionalProperties": inner},
         ]
     }
 
@@ -67,7 +67,10 @@ Text = Annotated[str, msgspec.Meta(min_length=1, pattern=TEXT_PATTERN)]
 Key = Annotated[str, msgspec.Meta(min_length=1, max_length=MAX_KEY_LENGTH)]
 Values = Annotated[
     dict[str, Annotated[Any, msgspec.Meta(extra_json_schema=JSON_VALUE)]],
-    msgspec.Meta(description="column values by column name"),
+    msgspec.Meta(
+        description="column values by column name",
+        extra_json_schema={"propertyNames": {"type": "string"}},
+    ),
 ]
 
 

@@ -383,10 +383,14 @@ def spec(app: Outbox | None = None) -> dict[str, Any]:
     _, asked = bodies.components(requests)
     _, answered = bodies.components(bodies.ANSWERS)
     asked = copy.deepcopy(asked)
-    # A selection narrows something: discarding or replaying everything takes a filter.
+    # A selection narrows something: discarding or replaying everything takes a filter (null
+    # is no filter).
+    filters = [f for f in bodies.SelectionBody.__struct_encode_fields__ if f != "dry_run"]
     for selection in ("SelectionBody", "DiscardBody"):
-        filters = [f for f in bodies.SelectionBody.__struct_encode_fields__ if f != "dry_run"]
-        asked[selection]["anyOf"] = [{"required": [name]} for name in filters]
+        asked[selection]["anyOf"] = [
+            {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+            for name in filters
+        ]
     for item in paths.values():
         for operation in item.values():
             _text(operation.get("parameters", []))
