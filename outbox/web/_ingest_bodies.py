@@ -35,12 +35,19 @@ class IngestBodies:
 
 def declare(app: Outbox) -> dict[str, IngestBodies]:
     """Each handler's ingest bodies, by handler name."""
-    return {name: _bodies(name, app.handlers[name].table) for name in sorted(app.handlers)}
+    declared = {}
+    named: set[str] = set()
+    for handler in sorted(app.handlers):
+        # A struct's name is a component's name in the document: letters, digits, ._- only,
+        # and one a handler each.
+        name = re.sub(r"[^A-Za-z0-9._-]", "_", handler)
+        name = name if name not in named else f"{name}.{len(named)}"
+        named.add(name)
+        declared[handler] = _bodies(name, app.handlers[handler].table)
+    return declared
 
 
-def _bodies(handler: str, table: Table) -> IngestBodies:
-    # A struct's name is a component's name in the document: letters, digits, ._- only.
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", handler)
+def _bodies(name: str, table: Table) -> IngestBodies:
     fields: list[tuple[str, Any, Any]] = []
     for position, column in enumerate(c for c in table.columns if c.name not in _OWN):
         schema = column_schema(column)

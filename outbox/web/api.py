@@ -10,10 +10,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Mapping
 from typing import Any, TypeVar, overload
 
 import msgspec
+from starlette.datastructures import ImmutableMultiDict
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -104,17 +104,8 @@ def _uuid(text: str, name: str = "group_id") -> uuid.UUID:
         raise HTTPException(400, f"{name}: {text!r} is not a UUID") from error
 
 
-def selection_of(console: Console, given: Mapping[str, Any], *, many: bool) -> groups.Selection:
-    """A selection from query parameters or a JSON body (lists or repeated parameters)."""
-
-    def listed(name: str) -> list[Any]:
-        if many and hasattr(given, "getlist"):
-            return list(given.getlist(name))
-        value = given.get(name)
-        if value is None:
-            return []
-        return value if isinstance(value, list) else [value]
-
+def selection_of(console: Console, given: ImmutableMultiDict[str, Any]) -> groups.Selection:
+    """A selection from query parameters or a form's fields (repeated for several)."""
     older_than = given.get("older_than")
     if isinstance(older_than, str):
         try:
@@ -122,13 +113,13 @@ def selection_of(console: Console, given: Mapping[str, Any], *, many: bool) -> g
         except ValueError as error:
             raise HTTPException(400, f"older_than: {older_than!r} is not seconds") from error
     return groups.Selection(
-        handlers=handler_names(console, listed("handler")),
-        statuses=tuple(listed("status")),
+        handlers=handler_names(console, given.getlist("handler")),
+        statuses=tuple(given.getlist("status")),
         older_than=older_than,
         error=given.get("error") or None,
         key=given.get("key") or None,
         payload=given.get("payload") or None,
-        group_ids=tuple(_uuid(g) for g in listed("group")),
+        group_ids=tuple(_uuid(g) for g in given.getlist("group")),
     )
 
 
@@ -209,7 +200,7 @@ async def list_groups(request: Request) -> Response:
     await require(request, Permission.READ)
     console = console_of(request)
     params = request.query_params
-    selection = await call(selection_of, console, params, many=True)
+    selection = await call(selection_of, console, params)
     limit = params.get("limit", str(groups.DEFAULT_LIMIT))
     if not limit.isdigit():
         raise HTTPException(400, f"limit: {limit!r} is not a number of groups")

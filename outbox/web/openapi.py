@@ -367,17 +367,19 @@ PATHS: dict[str, dict[str, Any]] = {
 _INGEST = ("/handlers/{handler}/events", "/handlers/{handler}/events/{key}")
 
 
-def spec(app: Outbox | None = None) -> dict[str, Any]:
+def spec(
+    app: Outbox | None = None, ingest: dict[str, _ingest_bodies.IngestBodies] | None = None
+) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the API; of ``app``'s console when given: its handlers'
     names in every ``{handler}``, and the ingest paths of each handler with the values its
-    buffer model takes (column by column), so that a producer outside Python reads there what
-    to send."""
+    buffer model takes (column by column; ``ingest``: as the console declared them, else
+    declared now), so that a producer outside Python reads there what to send."""
     paths = copy.deepcopy(PATHS)
     requests: list[type[Any]] = list(bodies.REQUESTS)
     if app is not None:
         names = sorted(app.handlers)
         paths = {path: item for path, item in paths.items() if path not in _INGEST}
-        for name, declared in _ingest_bodies.declare(app).items():
+        for name, declared in (ingest or _ingest_bodies.declare(app)).items():
             paths.update(_ingest_paths(name, declared))
             requests += [declared.values, declared.batch]
     _, asked = bodies.components(requests)
@@ -482,4 +484,4 @@ async def document(request: Request) -> Response:
     """``GET /api/v1/openapi.json``: served to anyone, as it holds no data (the handlers' names
     and their buffers' columns, no row)."""
     console: Any = request.app.state.console
-    return JSONResponse(spec(console.app))
+    return JSONResponse(spec(console.app, console.ingest_bodies))
