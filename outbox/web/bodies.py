@@ -264,16 +264,15 @@ def read(given: dict[str, Any], kind: type[S]) -> S:
         raise HTTPException(400, problem(error)) from None
 
 
-_AT = re.compile(r"^(?P<message>.*?)(?: - at `\$(?P<path>.*)`)?$", re.DOTALL)
 _MISSING = re.compile(r"^Object missing required field `(?P<name>.*)`$", re.DOTALL)
 
 
 def problem(error: msgspec.ValidationError) -> str:
     """msgspec's ``Expected `str`, got `int` - at `$.events[0].key``` as outbox says it:
-    ``events[0].key: expected str, got int``; a missing field as ``name: a value is required``."""
-    found = _AT.match(str(error))
-    assert found is not None  # the pattern matches any text
-    message, where = found["message"], (found["path"] or "").removeprefix(".")
+    ``events[0].key: expected str, got int``; a missing field as ``name: a value is required``;
+    cut at :data:`MAX_MESSAGE` characters."""
+    message, _, path = str(error).partition(" - at `$")
+    where = path.removesuffix("`").removeprefix(".")
     missing = _MISSING.match(message)
     if missing is not None:
         where = f"{where}.{missing['name']}" if where else missing["name"]
