@@ -49,13 +49,15 @@ def declare(app: Outbox) -> dict[str, IngestBodies]:
 
 def _bodies(name: str, table: Table) -> IngestBodies:
     fields: list[tuple[str, Any, Any]] = []
-    for position, column in enumerate(c for c in table.columns if c.name not in _OWN):
+    own = BufferMixin.OWN_COLUMNS
+    for position, column in enumerate(c for c in table.columns if c.name not in own):
         schema = column_schema(column)
         if column.nullable:
             schema = {"anyOf": [schema, {"type": "null"}]}
         required = not column.nullable and column.default is None and column.server_default is None
         # Declared by position, named by the column: a column may be named as no attribute can.
-        default: Any = msgspec.NODEFAULT if required else None
+        # Left out, a column takes its own default (or NULL): the struct states none.
+        default: Any = msgspec.NODEFAULT if required else msgspec.UNSET
         fields.append(
             (
                 f"column_{position}",
@@ -80,9 +82,6 @@ def _bodies(name: str, table: Table) -> IngestBodies:
         module=__name__,
     )
     return IngestBodies(values, batch)
-
-
-_OWN = BufferMixin.OWN_COLUMNS
 
 
 def column_schema(column: Column[Any]) -> dict[str, Any]:
