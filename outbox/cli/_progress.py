@@ -34,7 +34,7 @@ MAX_PROGRESS_INTERVAL_SECONDS = 86_400.0
 
 class CommandProgress(Progress):
     """A command's :class:`~outbox.ops.progress.Progress`: click's bar on stderr when stderr is a
-    terminal (done of the count, rate, time left), else an ``outbox.ops.progress`` log line (JSON
+    terminal (done of the count, rate, time left), else an ``outbox.progress`` log line (JSON
     off a terminal) at intervals; it asks to stop once ``interrupted`` is set."""
 
     def __init__(

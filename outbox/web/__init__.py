@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
+import msgspec
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -29,7 +30,7 @@ from starlette.routing import Route
 
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
-from outbox.web import _limits, _render, api, openapi, pages
+from outbox.web import _limits, _render, api, bodies, openapi, pages
 from outbox.web._console import REFRESH_SECONDS, Console, call, console_of, require
 from outbox.web.auth import Auth, Permission, Principal, Role
 
@@ -85,7 +86,8 @@ async def _error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
     headers = dict(error.headers or {})
     if request.url.path.startswith(api.PREFIX) or not _render.wants_html(request):
-        return JSONResponse({"error": error.detail}, status_code=error.status_code, headers=headers)
+        said = msgspec.to_builtins(bodies.Error(error=error.detail))
+        return JSONResponse(said, status_code=error.status_code, headers=headers)
     return _render.error_page(request, error.status_code, str(error.detail), headers)
 
 

@@ -19,6 +19,8 @@ from outbox._core import log as _log
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError, GroupNotFoundError, OutboxError
 from outbox.ops import database, metrics
+from outbox.web._ingest_bodies import IngestBodies
+from outbox.web._ingest_bodies import declare as declare_ingest_bodies
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD, CSRF_HEADER, Auth, Permission, Principal
 
 log = _log.get_logger(__name__)
@@ -127,9 +129,12 @@ class Console:
     """Handlers whose events' values are never shown."""
     title: str = "outbox"
     snapshots: Snapshots = field(init=False)
+    ingest_bodies: dict[str, IngestBodies] = field(init=False)
+    """What each handler's ingest takes, declared from its buffer's columns (the document's)."""
 
     def __post_init__(self) -> None:
         self.snapshots = Snapshots(self.app, self.refresh_seconds)
+        self.ingest_bodies = declare_ingest_bodies(self.app)
 
     def shows_payloads(self, handler: str) -> bool:
         """Whether the values of ``handler``'s events may be shown."""

@@ -41,7 +41,7 @@ def selection_of_filters(
         given = [v for k, v in pairs if k == "status"]
         chosen = [s for s in given if s in allowed] or allowed
         pairs = [(k, v) for k, v in pairs if k != "status"] + [("status", s) for s in chosen]
-    return selection_of(console, ImmutableMultiDict(pairs), many=True)
+    return selection_of(console, ImmutableMultiDict(pairs))
 
 
 def checked_form(form: FormData) -> FormData:

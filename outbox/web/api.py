@@ -1,9 +1,8 @@
 """The HTTP API: JSON for everything the dashboard shows and every action it offers, and
 ingest for producers outside Python; under ``/api/v1``, described by ``/api/v1/openapi.json``.
 
-Each endpoint asks the operations layer (``outbox.ops.groups``,
-``outbox.ops.group_operations``, ``outbox.ops.archive``, ``outbox.ops.flow``,
-``outbox.ops.ingest``...), as the command line does, so the two always agree.
+Each endpoint asks the operations layer (``outbox.ops.groups``, ``outbox.ops.archive``,
+``outbox.ops.flow``, ``outbox.ops.ingest``...), as the command line does, so the two always agree.
 """
 
 from __future__ import annotations
@@ -11,16 +10,17 @@ from __future__ import annotations
 import dataclasses
 import json
 import uuid
-from collections.abc import Mapping
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
+import msgspec
+from starlette.datastructures import ImmutableMultiDict
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from outbox._core import log as _log
-from outbox._core.checks import MAX_JSON_DEPTH, json_problem, quoted
+from outbox._core.checks import MAX_JSON_DEPTH, json_problem
 from outbox._core.values import jsonable
 from outbox.ops import (
     archive,
@@ -38,6 +38,7 @@ from outbox.ops import (
 from outbox.ops.edit import edit as edit_event
 from outbox.ops.selection import Selection
 from outbox.schema import WorkerRequest
+from outbox.web import bodies
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web.auth import Permission, Principal
 
@@ -47,21 +48,26 @@ MAX_BODY_DEPTH = MAX_JSON_DEPTH + 8
 column's value within them nested as deep as outbox stores it."""
 
 log = _log.get_logger(__name__)
+B = TypeVar("B", bound=bodies.Body)
 
 
 def answer(value: Any, status: int = 200) -> JSONResponse:
-    """``value`` as a JSON answer."""
+    """``value`` as a JSON answer (a declared answer: its fields in their order)."""
+    if isinstance(value, msgspec.Struct):
+        value = msgspec.to_builtins(value)
     return JSONResponse(jsonable(value), status_code=status)
 
 
-SELECTION_FIELDS = ("handler", "status", "older_than", "error", "key", "payload", "group")
+async def _read(request: Request, kind: type[B]) -> B:
+    """The request's body as a ``kind`` (:mod:`outbox.web.bodies`; no body: an empty object):
+    400 naming the field that is not as declared."""
+    return bodies.read(await _body(request), kind)
 
 
-async def _body(request: Request, fields: tuple[str, ...] | None = None) -> dict[str, Any]:
-    """The request's JSON object: 400 naming what is wrong when it is not one, when (given
-    ``fields``) it has a field not among them, or when a field holds what no database stores
-    (:func:`outbox._core.checks.json_problem`); 413 past ``MAX_BODY_BYTES``, counted as it is read
-    (:class:`outbox.web._limits.BodyLimit`)."""
+async def _body(request: Request) -> dict[str, Any]:
+    """The request's JSON object: 400 naming what is wrong when it is not one, or when a field
+    holds what no database stores (:func:`outbox._core.checks.json_problem`); 413 past
+    ``MAX_BODY_BYTES``, counted as it is read (:class:`outbox.web._limits.BodyLimit`)."""
     raw = await request.body()
     if not raw:
         return {}
@@ -75,11 +81,6 @@ async def _body(request: Request, fields: tuple[str, ...] | None = None) -> dict
         raise HTTPException(400, f"request body is not JSON: {error}") from error
     if not isinstance(body, dict):
         raise HTTPException(400, "request body must be a JSON object")
-    unknown = sorted(set(body) - set(fields)) if fields is not None else []
-    if unknown:
-        raise HTTPException(
-            400, f"unknown field {quoted(unknown[0])}; expected some of {', '.join(fields or ())}"
-        )
     problem = json_problem(body, max_depth=MAX_BODY_DEPTH)
     if problem is not None:
         raise HTTPException(400, problem)
@@ -99,20 +100,6 @@ def _integer(text: str) -> int:
     return int(text)
 
 
-def _field(
-    body: Mapping[str, Any], name: str, kinds: type | tuple[type, ...], default: Any = None
-) -> Any:
-    """A field of a JSON body, of one of ``kinds``: 400 naming it otherwise (JSON's true is
-    not a number)."""
-    value = body.get(name, default)
-    allowed = kinds if isinstance(kinds, tuple) else (kinds,)
-    wrong = not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)
-    if value is not None and wrong:
-        expected = " or ".join(k.__name__ for k in allowed)
-        raise HTTPException(400, f"{name}: expected {expected}, got {type(value).__name__}")
-    return value
-
-
 def _uuid(text: str, name: str = "group_id") -> uuid.UUID:
     try:
         return uuid.UUID(text)
@@ -120,17 +107,8 @@ def _uuid(text: str, name: str = "group_id") -> uuid.UUID:
         raise HTTPException(400, f"{name}: {text!r} is not a UUID") from error
 
 
-def selection_of(console: Console, given: Mapping[str, Any], *, many: bool) -> Selection:
-    """A selection from query parameters or a JSON body (lists or repeated parameters)."""
-
-    def listed(name: str) -> list[Any]:
-        if many and hasattr(given, "getlist"):
-            return list(given.getlist(name))
-        value = given.get(name)
-        if value is None:
-            return []
-        return value if isinstance(value, list) else [value]
-
+def selection_of(console: Console, given: ImmutableMultiDict[str, Any]) -> Selection:
+    """A selection from query parameters or a form's fields (repeated for several)."""
     older_than = given.get("older_than")
     if isinstance(older_than, str):
         try:
@@ -138,13 +116,26 @@ def selection_of(console: Console, given: Mapping[str, Any], *, many: bool) -> S
         except ValueError as error:
             raise HTTPException(400, f"older_than: {older_than!r} is not seconds") from error
     return Selection(
-        handlers=handler_names(console, listed("handler")),
-        statuses=tuple(listed("status")),
+        handlers=handler_names(console, given.getlist("handler")),
+        statuses=tuple(given.getlist("status")),
         older_than=older_than,
         error=given.get("error") or None,
         key=given.get("key") or None,
         payload=given.get("payload") or None,
-        group_ids=tuple(_uuid(g) for g in listed("group")),
+        group_ids=tuple(_uuid(g) for g in given.getlist("group")),
+    )
+
+
+def _selection(console: Console, body: bodies.SelectionBody) -> Selection:
+    """The selection of a body (:class:`outbox.web.bodies.SelectionBody`)."""
+    return Selection(
+        handlers=handler_names(console, body.handler or []),
+        statuses=tuple(body.status or ()),
+        older_than=body.older_than,
+        error=body.error,
+        key=body.key,
+        payload=body.payload,
+        group_ids=tuple(body.group or ()),
     )
 
 
@@ -212,7 +203,7 @@ async def list_groups(request: Request) -> Response:
     await require(request, Permission.READ)
     console = console_of(request)
     params = request.query_params
-    selection = await call(selection_of, console, params, many=True)
+    selection = await call(selection_of, console, params)
     limit = params.get("limit", str(groups.DEFAULT_LIMIT))
     if not limit.isdigit():
         raise HTTPException(400, f"limit: {limit!r} is not a number of groups")
@@ -333,15 +324,15 @@ async def discard(request: Request) -> Response:
     """``POST /groups/discard``: give up the groups a selection matches (``dry_run`` first)."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request, (*SELECTION_FIELDS, "dry_run", "reason"))
-    selection = await call(selection_of, console, body, many=False)
-    dry_run = bool(_field(body, "dry_run", bool, False))
+    body = await _read(request, bodies.DiscardBody)
+    selection = await call(_selection, console, body)
+    dry_run = bool(body.dry_run)
     result = await call(
         group_operations.discard,
         console.app,
         selection,
         actor=principal.name,
-        reason=_field(body, "reason", str),
+        reason=body.reason,
         dry_run=dry_run,
     )
     if not dry_run:
@@ -355,9 +346,9 @@ async def replay(request: Request) -> Response:
     """``POST /groups/replay``: replay the dead groups a selection matches (``dry_run`` first)."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request, (*SELECTION_FIELDS, "dry_run"))
-    selection = await call(selection_of, console, body, many=False)
-    dry_run = bool(_field(body, "dry_run", bool, False))
+    body = await _read(request, bodies.SelectionBody)
+    selection = await call(_selection, console, body)
+    dry_run = bool(body.dry_run)
     result = await call(
         group_operations.replay, console.app, selection, actor=principal.name, dry_run=dry_run
     )
@@ -373,9 +364,8 @@ async def replay_group(request: Request) -> Response:
     a discarded one (``dry_run`` first)."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request, ("dry_run",))
     group_id = _uuid(request.path_params["group_id"])
-    dry_run = bool(_field(body, "dry_run", bool, False))
+    dry_run = bool((await _read(request, bodies.DryRun)).dry_run)
     result = await call(
         group_operations.replay_group, console.app, group_id, actor=principal.name, dry_run=dry_run
     )
@@ -389,9 +379,9 @@ async def retry(request: Request) -> Response:
     or a deferral (``dry_run`` first)."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request, (*SELECTION_FIELDS, "dry_run"))
-    selection = await call(selection_of, console, body, many=False)
-    dry_run = bool(_field(body, "dry_run", bool, False))
+    body = await _read(request, bodies.SelectionBody)
+    selection = await call(_selection, console, body)
+    dry_run = bool(body.dry_run)
     result = await call(
         group_operations.retry, console.app, selection, actor=principal.name, dry_run=dry_run
     )
@@ -407,10 +397,7 @@ async def edit(request: Request) -> Response:
     event with the values given in ``values`` changed."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request, ("values",))
-    values = _field(body, "values", dict)
-    if not values:
-        raise HTTPException(400, "values: expected an object of the columns to change")
+    values = (await _read(request, bodies.EditBody)).values
     event_id = request.path_params["event_id"]
     group_id = _uuid(request.path_params["group_id"])
     result = await call(edit_event, console.app, group_id, event_id, values, actor=principal.name)
@@ -424,14 +411,12 @@ async def pause(request: Request) -> Response:
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
     [name] = handler_names(console, [request.path_params["handler"]])
-    body = await _body(request, ("seconds", "reason"))
-    seconds = _field(body, "seconds", (int, float))
-    reason = _field(body, "reason", str)
-    if reason is None:
-        reason = f"paused by {principal.name}"
+    body = await _read(request, bodies.PauseBody)
+    seconds = body.seconds
+    reason = f"paused by {principal.name}" if body.reason is None else body.reason
     await call(flow.pause, console.app, name, until=seconds, reason=reason, actor=principal.name)
     _record(console, principal, "pause", handler=name, seconds=seconds)
-    return answer({"handler": name, "paused": True, "seconds": seconds, "reason": reason})
+    return answer(bodies.Paused(handler=name, paused=True, seconds=seconds, reason=reason))
 
 
 async def resume(request: Request) -> Response:
@@ -441,7 +426,7 @@ async def resume(request: Request) -> Response:
     [name] = handler_names(console, [request.path_params["handler"]])
     was = await call(flow.resume, console.app, name, actor=principal.name)
     _record(console, principal, "resume", handler=name)
-    return answer({"handler": name, "paused": False, "was_paused": was})
+    return answer(bodies.Resumed(handler=name, paused=False, was_paused=was))
 
 
 async def known_worker(console: Console, worker_id: str) -> None:
@@ -457,20 +442,20 @@ async def ask_worker(request: Request) -> Response:
     next heartbeat, within ``acts_within`` seconds. 409 for a worker too old to read it."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    await _body(request, ())
+    await _read(request, bodies.Nothing)
     worker_id = request.path_params["worker_id"]
     asked = WorkerRequest(request.url.path.rsplit("/", 1)[-1])
     await known_worker(console, worker_id)
     done = await call(fleet.ask, console.app, worker_id, asked, actor=principal.name)
     _record(console, principal, asked.value, worker=worker_id)
     return answer(
-        {
-            "worker": done.worker.id,
-            "hostname": done.worker.hostname,
-            "pid": done.worker.pid,
-            "request": done.request.value,
-            "acts_within": done.acts_within,
-        }
+        bodies.WorkerAsked(
+            worker=done.worker.id,
+            hostname=done.worker.hostname,
+            pid=done.worker.pid,
+            request=done.request,
+            acts_within=done.acts_within,
+        )
     )
 
 
@@ -479,20 +464,20 @@ async def release_refused(request: Request) -> Response:
     ``group_id``: only those)."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request, ("handler", "group_id"))
-    handler = _field(body, "handler", str)
+    body = await _read(request, bodies.ReleaseRefusedBody)
+    handler, group = body.handler, body.group_id
     if handler is not None:
         handler_names(console, [handler])
-    group = _field(body, "group_id", str)
-    count = await call(
-        holds.release_refused,
-        console.app,
-        handler,
-        None if group is None else _uuid(group),
-        actor=principal.name,
+    count = await call(holds.release_refused, console.app, handler, group, actor=principal.name)
+    _record(
+        console,
+        principal,
+        "release_refused",
+        handler=handler,
+        group_id=None if group is None else str(group),
+        released=count,
     )
-    _record(console, principal, "release_refused", handler=handler, group_id=group, released=count)
-    return answer({"released": count})
+    return answer(bodies.Released(released=count))
 
 
 async def release_held(request: Request) -> Response:
@@ -500,21 +485,14 @@ async def release_held(request: Request) -> Response:
     ``group_id``: only those)."""
     principal = await require(request, Permission.OPERATE, write=True)
     console = console_of(request)
-    body = await _body(request, ("handler", "key", "group_id"))
-    group = _field(body, "group_id", str)
-    handler = _field(body, "handler", str)
-    if handler is not None:
-        handler_names(console, [handler])
+    body = await _read(request, bodies.ReleaseHeldBody)
+    if body.handler is not None:
+        handler_names(console, [body.handler])
     count = await call(
-        holds.release_keys,
-        console.app,
-        handler,
-        _field(body, "key", str),
-        None if group is None else _uuid(group),
-        actor=principal.name,
+        holds.release_keys, console.app, body.handler, body.key, body.group_id, actor=principal.name
     )
     _record(console, principal, "release_held", released=count)
-    return answer({"released": count})
+    return answer(bodies.Released(released=count))
 
 
 # --- ingest ---------------------------------------------------------------------------------
@@ -530,7 +508,7 @@ async def _ingest(
     except HTTPException as error:
         conflict = error.__cause__
         if isinstance(conflict, ingest.IngestConflictError):
-            return answer({"error": str(conflict), "events": conflict.events}, 409)
+            return answer(bodies.Conflict(error=str(conflict), events=conflict.events), 409)
         raise
 
 
@@ -556,20 +534,14 @@ async def post_events(request: Request) -> Response:
     await require(request, Permission.INGEST, write=True)
     console = console_of(request)
     [name] = handler_names(console, [request.path_params["handler"]])
-    body = await _body(request, ("events",))
-    events = _field(body, "events", list)
-    if not events:
-        raise HTTPException(400, "events: expected a list of {key, values} objects")
-    pairs = []
-    for position, item in enumerate(events):
-        if not isinstance(item, dict):
-            raise HTTPException(400, f"events[{position}]: expected an object with key and values")
-        pairs.append((item.get("key"), item.get("values")))
-    written = await _ingest(console, name, pairs)
+    body = await _read(request, bodies.IngestBatch)
+    written = await _ingest(console, name, [(event.key, event.values) for event in body.events])
     if isinstance(written, Response):
         return written
     created = sum(1 for w in written if w.created)
-    return answer({"written": created, "duplicates": len(written) - created, "events": written})
+    return answer(
+        bodies.Written(written=created, duplicates=len(written) - created, events=written)
+    )
 
 
 ROUTES = [

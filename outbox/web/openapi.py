@@ -1,66 +1,49 @@
 """The API's OpenAPI document (``GET /api/v1/openapi.json``): every endpoint of
 :mod:`outbox.web.api`, its parameters, bodies and answers (a test checks the routes and the
-document name the same endpoints)."""
+document name the same endpoints).
+
+Bodies and the answers the API builds are the declarations the endpoints read and write with
+(:mod:`outbox.web.bodies`; each handler's ingest: :mod:`outbox.web._ingest_bodies`), as JSON
+Schema under ``components``; this module says which endpoint takes and answers which, and its
+query parameters.
+"""
 
 from __future__ import annotations
 
 import copy
-import datetime as dt
-import decimal
-import uuid
 from typing import Any
 
-from sqlalchemy import JSON, Column, Enum, Table
+import msgspec
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from outbox._core.checks import MAX_WAIT_SECONDS
 from outbox._core.version import VERSION
 from outbox.app import Outbox
-from outbox.buffer import BufferMixin
-from outbox.ops.ingest import MAX_EVENTS, IngestResult, decimal_digits, integer_range
 from outbox.ops.metrics import ThroughputRange
 from outbox.ops.scaling import (
     DEFAULT_APDEX_WINDOW_SECONDS,
     DEFAULT_RATE_WINDOW_SECONDS,
     MAX_WINDOW_SECONDS,
 )
-from outbox.ops.selection import MAX_AGE_SECONDS
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction, WorkerRequest
+from outbox.web import _ingest_bodies, bodies
 from outbox.web.api import PREFIX
 
-_ERROR = {"type": "object", "properties": {"error": {"type": "string"}}, "required": ["error"]}
 _ANY_OBJECT = {"type": "object", "additionalProperties": True}
+_SCHEMAS = "#/components/schemas/"
 
 
-def _answer(description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+def _ref(declared: type[Any]) -> dict[str, Any]:
+    return {"$ref": _SCHEMAS + declared.__name__}
+
+
+def _answer(description: str, schema: dict[str, Any] | type[Any] | None = None) -> dict[str, Any]:
+    if isinstance(schema, type):
+        schema = _ref(schema)
     return {
         "description": description,
         "content": {"application/json": {"schema": schema or _ANY_OBJECT}},
     }
-
-
-_INGESTED = {
-    "type": "object",
-    "properties": {
-        "key": {"type": "string"},
-        "event_id": {"type": ["integer", "null"]},
-        "created": {"type": "boolean"},
-        "result": {"type": "string", "enum": [r.value for r in IngestResult]},
-    },
-    "required": ["key", "event_id", "created", "result"],
-}
-_CONFLICT = _answer(
-    "a key written before with other values: nothing written; each event's result",
-    {
-        "type": "object",
-        "properties": {
-            "error": {"type": "string"},
-            "events": {"type": "array", "items": _INGESTED},
-        },
-        "required": ["error", "events"],
-    },
-)
 
 
 def _errors(*codes: int) -> dict[str, Any]:
@@ -73,7 +56,7 @@ def _errors(*codes: int) -> dict[str, Any]:
         413: "request body too large",
         503: "the database could not be reached",
     }
-    return {str(code): _answer(words[code], _ERROR) for code in (401, 403, 503, *codes)}
+    return {str(code): _answer(words[code], bodies.Error) for code in (401, 403, 503, *codes)}
 
 
 def _query(
@@ -93,79 +76,39 @@ def _path(name: str, schema: dict[str, Any]) -> dict[str, Any]:
     return {"name": name, "in": "path", "required": True, "schema": schema}
 
 
+def _body(declared: type[Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {"application/json": {"schema": _ref(declared)}}}
+
+
+def _op(summary: str, answers: dict[str, Any], **more: Any) -> dict[str, Any]:
+    return {"summary": summary, "responses": answers, **more}
+
+
 _UUID = {"type": "string", "format": "uuid"}
+_STRING = {"type": "string"}
 _NO_NUL = r"^[^\u0000]*$"
 """Every text the API takes: no NUL (nor a lone surrogate, which a pattern cannot say)."""
-
-
-def _json_value(depth: int = 3) -> dict[str, Any]:
-    """Any JSON value whose text holds no NUL, nested ``depth`` levels (outbox takes deeper:
-    up to ``outbox._core.checks.MAX_JSON_DEPTH``; the document says what every request may hold)."""
-    scalars: list[dict[str, Any]] = [
-        {"type": "null"},
-        {"type": "boolean"},
-        {"type": "number"},
-        {"type": "string"},
-    ]
-    if depth == 0:
-        return {"anyOf": scalars}
-    inner = _json_value(depth - 1)
-    return {
-        "anyOf": [
-            *scalars,
-            {"type": "array", "items": inner},
-            {"type": "object", "propertyNames": {"type": "string"}, "additionalProperties": inner},
-        ]
-    }
-
-
-_JSON_VALUE = _json_value()
-_AGE = {"type": "number", "minimum": 0, "maximum": MAX_AGE_SECONDS}
-_TEXT = {"type": "string", "minLength": 1, "pattern": r"\S"}  # some text, not only spaces
+_TEXT = msgspec.json.schema(bodies.Text)
+_LIMIT = {"type": "integer", "minimum": 1, "maximum": 1000}
+_ID = {"type": "integer", "minimum": 0, "maximum": 2**63 - 1}
 _SELECTION_QUERY = [
-    _query("handler", {"type": "string"}, "only this handler (repeatable)", many=True),
+    _query("handler", _STRING, "only this handler (repeatable)", many=True),
     _query(
         "status",
         {"type": "string", "enum": [s.value for s in GroupStatus]},
         "only this status (repeatable)",
         many=True,
     ),
-    _query("older_than", _AGE, "made longer ago than these seconds"),
+    _query("older_than", msgspec.json.schema(bodies.Age), "made longer ago than these seconds"),
     _query("error", _TEXT, "text in the last error"),
     _query("key", _TEXT, "an ordering key's value"),
     _query("payload", _TEXT, "text in a dead event's values"),
     _query("group", _UUID, "only this group (repeatable)", many=True),
 ]
-_FILTERS = ("handler", "status", "older_than", "error", "key", "payload", "group")
-_SELECTION_BODY: dict[str, Any] = {
-    "type": "object",
-    # A selection narrows something: discarding or replaying everything takes a filter.
-    "anyOf": [{"required": [name]} for name in _FILTERS],
-    "properties": {
-        "handler": {"type": "array", "minItems": 1, "items": {"type": "string"}},
-        "status": {
-            "type": "array",
-            "minItems": 1,
-            "items": {"type": "string", "enum": [s.value for s in GroupStatus]},
-        },
-        "older_than": _AGE,
-        "error": _TEXT,
-        "key": _TEXT,
-        "payload": _TEXT,
-        "group": {"type": "array", "minItems": 1, "items": _UUID},
-        "dry_run": {"type": "boolean"},
-        "reason": _TEXT,
-    },
-}
-
-
-def _json_body(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
-
-
-def _op(summary: str, answers: dict[str, Any], **more: Any) -> dict[str, Any]:
-    return {"summary": summary, "responses": answers, **more}
-
+_CONFLICT = _answer(
+    "a key written before with other values: nothing written; each event's result",
+    bodies.Conflict,
+)
 
 PATHS: dict[str, dict[str, Any]] = {
     "/status": {"get": _op("Every handler's status", {"200": _answer("statuses"), **_errors()})},
@@ -174,7 +117,7 @@ PATHS: dict[str, dict[str, Any]] = {
             "Desired worker slots per band and in total, the time to drain, and Apdex",
             {"200": _answer("the fleet's desired size"), **_errors(400, 404)},
             parameters=[
-                _query("handler", {"type": "string"}, "only these handlers", many=True),
+                _query("handler", _STRING, "only these handlers", many=True),
                 _query(
                     "target",
                     {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
@@ -200,7 +143,7 @@ PATHS: dict[str, dict[str, Any]] = {
             {"200": _answer("a page of groups"), **_errors(400, 404)},
             parameters=[
                 *_SELECTION_QUERY,
-                _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "groups shown"),
+                _query("limit", _LIMIT, "groups shown"),
                 _query(
                     "after",
                     {"type": "string", "pattern": "^(live|dead):[0-9]{1,18}$"},
@@ -213,35 +156,21 @@ PATHS: dict[str, dict[str, Any]] = {
         "post": _op(
             "Give up the groups a selection matches",
             {"200": _answer("what was discarded"), **_errors(400, 404)},
-            requestBody=_json_body(_SELECTION_BODY),
+            requestBody=_body(bodies.DiscardBody),
         )
     },
     "/groups/replay": {
         "post": _op(
             "Replay the dead groups a selection matches",
             {"200": _answer("what was replayed"), **_errors(400, 404)},
-            requestBody=_json_body(
-                {
-                    **_SELECTION_BODY,
-                    "properties": {
-                        k: v for k, v in _SELECTION_BODY["properties"].items() if k != "reason"
-                    },
-                }
-            ),
+            requestBody=_body(bodies.SelectionBody),
         )
     },
     "/groups/retry": {
         "post": _op(
             "Run now the groups a selection matches that wait for a retry or a deferral",
             {"200": _answer("what was made due"), **_errors(400, 404)},
-            requestBody=_json_body(
-                {
-                    **_SELECTION_BODY,
-                    "properties": {
-                        k: v for k, v in _SELECTION_BODY["properties"].items() if k != "reason"
-                    },
-                }
-            ),
+            requestBody=_body(bodies.SelectionBody),
         )
     },
     "/search": {
@@ -272,14 +201,7 @@ PATHS: dict[str, dict[str, Any]] = {
             "Replay one dead group, or every discarded event of a discarded one",
             {"200": _answer("what was replayed"), **_errors(400, 404)},
             parameters=[_path("group_id", _UUID)],
-            requestBody={
-                "required": False,
-                "content": {
-                    "application/json": {
-                        "schema": {"type": "object", "properties": {"dry_run": {"type": "boolean"}}}
-                    }
-                },
-            },
+            requestBody=_body(bodies.DryRun, required=False),
         )
     },
     "/groups/{group_id}/events/{event_id}/replay": {
@@ -287,120 +209,52 @@ PATHS: dict[str, dict[str, Any]] = {
             "Replay one dead or discarded event with values changed",
             {"200": _answer("the event it became"), **_errors(400, 404)},
             parameters=[_path("group_id", _UUID), _path("event_id", {"type": "integer"})],
-            requestBody=_json_body(
-                {
-                    "type": "object",
-                    "properties": {
-                        "values": {
-                            "type": "object",
-                            "minProperties": 1,
-                            "propertyNames": {"type": "string"},
-                            "additionalProperties": _JSON_VALUE,
-                        }
-                    },
-                    "required": ["values"],
-                }
-            ),
+            requestBody=_body(bodies.EditBody),
         )
     },
     "/handlers/{handler}/pause": {
         "post": _op(
             "Pause a handler across the fleet",
-            {"200": _answer("paused"), **_errors(400, 404)},
-            parameters=[_path("handler", {"type": "string"})],
-            requestBody={
-                "required": False,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "properties": {
-                                "seconds": {
-                                    "type": "number",
-                                    "exclusiveMinimum": 0,
-                                    "maximum": MAX_WAIT_SECONDS,
-                                },
-                                "reason": {"type": "string"},
-                            },
-                        }
-                    }
-                },
-            },
+            {"200": _answer("paused", bodies.Paused), **_errors(400, 404)},
+            parameters=[_path("handler", _STRING)],
+            requestBody=_body(bodies.PauseBody, required=False),
         )
     },
     "/handlers/{handler}/resume": {
         "post": _op(
             "End a handler's pause",
-            {"200": _answer("resumed"), **_errors(404)},
-            parameters=[_path("handler", {"type": "string"})],
+            {"200": _answer("resumed", bodies.Resumed), **_errors(404)},
+            parameters=[_path("handler", _STRING)],
         )
     },
     "/handlers/{handler}/events": {
         "post": _op(
             "Write a batch of events, each under its idempotency key, all or nothing",
             {
-                "200": _answer(
-                    "each event, and what became of it",
-                    {
-                        "type": "object",
-                        "properties": {
-                            "written": {"type": "integer"},
-                            "duplicates": {"type": "integer"},
-                            "events": {"type": "array", "items": _INGESTED},
-                        },
-                        "required": ["written", "duplicates", "events"],
-                    },
-                ),
+                "200": _answer("each event, and what became of it", bodies.Written),
                 **_errors(400, 404, 413),
                 "409": _CONFLICT,
             },
-            parameters=[_path("handler", {"type": "string"})],
-            requestBody=_json_body(
-                {
-                    "type": "object",
-                    "properties": {
-                        "events": {
-                            "type": "array",
-                            "minItems": 1,
-                            "items": {
-                                "type": "object",
-                                "properties": {
-                                    "key": {"type": "string", "minLength": 1, "maxLength": 200},
-                                    "values": {
-                                        "type": "object",
-                                        "propertyNames": {"type": "string"},
-                                        "additionalProperties": _JSON_VALUE,
-                                    },
-                                },
-                                "required": ["key", "values"],
-                            },
-                        }
-                    },
-                    "required": ["events"],
-                }
-            ),
+            parameters=[_path("handler", _STRING)],
+            requestBody=_body(bodies.IngestBatch),
         )
     },
     "/handlers/{handler}/events/{key}": {
         "put": _op(
             "Write one event under an idempotency key",
             {
-                "201": _answer("written now", _INGESTED),
-                "200": _answer("written before with the same values: nothing written", _INGESTED),
+                "201": _answer("written now", bodies.Ingested),
+                "200": _answer(
+                    "written before with the same values: nothing written", bodies.Ingested
+                ),
                 **_errors(400, 404, 413),
                 "409": _CONFLICT,
             },
-            parameters=[
-                _path("handler", {"type": "string"}),
-                _path("key", {"type": "string", "minLength": 1, "maxLength": 200}),
-            ],
-            requestBody=_json_body(
-                {
-                    "type": "object",
-                    "propertyNames": {"type": "string"},
-                    "additionalProperties": _JSON_VALUE,
-                }
-            ),
+            parameters=[_path("handler", _STRING), _path("key", msgspec.json.schema(bodies.Key))],
+            requestBody={
+                "required": True,
+                "content": {"application/json": {"schema": msgspec.json.schema(bodies.Values)}},
+            },
         )
     },
     "/handlers/{handler}/throughput": {
@@ -408,7 +262,7 @@ PATHS: dict[str, dict[str, Any]] = {
             "What a handler handled over an hour, a day or a week, bucket by bucket",
             {"200": _answer("the chart's buckets, oldest first"), **_errors(400, 404)},
             parameters=[
-                _path("handler", {"type": "string"}),
+                _path("handler", _STRING),
                 _query(
                     "range",
                     {"type": "string", "enum": [r.value for r in ThroughputRange]},
@@ -427,14 +281,8 @@ PATHS: dict[str, dict[str, Any]] = {
                     {"type": "string", "enum": [a.value for a in OperationAction]},
                     "only this action",
                 ),
-                _query(
-                    "limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "operations shown"
-                ),
-                _query(
-                    "before",
-                    {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
-                    "the next page: before this id",
-                ),
+                _query("limit", _LIMIT, "operations shown"),
+                _query("before", _ID, "the next page: before this id"),
             ],
         )
     },
@@ -449,15 +297,11 @@ PATHS: dict[str, dict[str, Any]] = {
                     "only this status (repeatable)",
                     many=True,
                 ),
-                _query("handler", {"type": "string"}, "only this handler"),
+                _query("handler", _STRING, "only this handler"),
                 _query("group", _UUID, "only this group"),
                 _query("payload", _TEXT, "text in the event's values"),
-                _query("limit", {"type": "integer", "minimum": 1, "maximum": 1000}, "events shown"),
-                _query(
-                    "before",
-                    {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
-                    "the next page: a page's `next`",
-                ),
+                _query("limit", _LIMIT, "events shown"),
+                _query("before", _ID, "the next page: a page's `next`"),
             ],
         )
     },
@@ -472,10 +316,12 @@ PATHS: dict[str, dict[str, Any]] = {
             "post": _op(
                 f"Ask one worker to {asked.value}: {what}; it acts at its next heartbeat",
                 {
-                    "200": _answer("the worker asked, and within how many seconds it acts"),
+                    "200": _answer(
+                        "the worker asked, and within how many seconds it acts", bodies.WorkerAsked
+                    ),
                     **_errors(400, 404, 409),
                 },
-                parameters=[_path("worker_id", {"type": "string"})],
+                parameters=[_path("worker_id", _STRING)],
             )
         }
         for asked, what in (
@@ -490,28 +336,14 @@ PATHS: dict[str, dict[str, Any]] = {
                 "200": _answer("held keys", {"type": "array", "items": _ANY_OBJECT}),
                 **_errors(400, 404),
             },
-            parameters=[_query("handler", {"type": "string"}, "only this handler")],
+            parameters=[_query("handler", _STRING, "only this handler")],
         )
     },
     "/held/release": {
         "post": _op(
             "Release held ordering keys",
-            {"200": _answer("how many"), **_errors(400, 404)},
-            requestBody={
-                "required": False,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "properties": {
-                                "handler": {"type": "string"},
-                                "key": {"type": "string"},
-                                "group_id": _UUID,
-                            },
-                        }
-                    }
-                },
-            },
+            {"200": _answer("how many", bodies.Released), **_errors(400, 404)},
+            requestBody=_body(bodies.ReleaseHeldBody, required=False),
         )
     },
     "/refused": {
@@ -521,82 +353,111 @@ PATHS: dict[str, dict[str, Any]] = {
                 "200": _answer("refused groups", {"type": "array", "items": _ANY_OBJECT}),
                 **_errors(400, 404),
             },
-            parameters=[_query("handler", {"type": "string"}, "only this handler")],
+            parameters=[_query("handler", _STRING, "only this handler")],
         )
     },
     "/refused/release": {
         "post": _op(
             "Give refused groups back to the workers",
-            {"200": _answer("how many"), **_errors(400, 404)},
-            requestBody={
-                "required": False,
-                "content": {
-                    "application/json": {
-                        "schema": {
-                            "type": "object",
-                            "properties": {"handler": {"type": "string"}, "group_id": _UUID},
-                        }
-                    }
-                },
-            },
+            {"200": _answer("how many", bodies.Released), **_errors(400, 404)},
+            requestBody=_body(bodies.ReleaseRefusedBody, required=False),
         )
     },
 }
+_INGEST = ("/handlers/{handler}/events", "/handlers/{handler}/events/{key}")
 
 
-def spec(app: Outbox | None = None) -> dict[str, Any]:
+def spec(
+    app: Outbox | None = None, ingest: dict[str, _ingest_bodies.IngestBodies] | None = None
+) -> dict[str, Any]:
     """The OpenAPI 3.1 document of the API; of ``app``'s console when given: its handlers'
     names in every ``{handler}``, and the ingest paths of each handler with the values its
-    buffer model takes (column by column), so that a producer outside Python reads there what
-    to send."""
-    paths = _strict(copy.deepcopy(PATHS if app is None else _of_app(app)))
+    buffer model takes (column by column; ``ingest``: as the console declared them, else
+    declared now), so that a producer outside Python reads there what to send."""
+    paths = copy.deepcopy(PATHS)
+    requests: list[type[Any]] = list(bodies.REQUESTS)
+    if app is not None:
+        names = sorted(app.handlers)
+        paths = {path: item for path, item in paths.items() if path not in _INGEST}
+        for name, declared in (ingest or _ingest_bodies.declare(app)).items():
+            paths.update(_ingest_paths(name, declared))
+            requests += [declared.values, declared.batch]
+    _, asked = bodies.components(requests)
+    _, answered = bodies.components(bodies.ANSWERS)
+    asked = copy.deepcopy(asked)
+    # A selection narrows something: discarding or replaying everything takes a filter (null
+    # is no filter).
+    filters = [f for f in bodies.SelectionBody.__struct_encode_fields__ if f != "dry_run"]
+    for selection in ("SelectionBody", "DiscardBody"):
+        asked[selection]["anyOf"] = [
+            {"required": [name], "properties": {name: {"not": {"type": "null"}}}}
+            for name in filters
+        ]
     for item in paths.values():
         for operation in item.values():
             _text(operation.get("parameters", []))
             _text(operation.get("requestBody", {}))
             if "requestBody" in operation:
                 operation["responses"].setdefault("413", _errors(413)["413"])
+    _text(asked)
+    if app is not None:
+        _named(paths, names)
+        _named(asked, names)
     return {
         "openapi": "3.1.0",
         "info": {"title": "outbox", "version": VERSION},
         "servers": [{"url": PREFIX}],
         "components": {
+            "schemas": {**answered, **asked},
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer"},
                 "basic": {"type": "http", "scheme": "basic"},
-            }
+            },
         },
         "security": [{"bearer": []}, {"basic": []}],
         "paths": paths,
     }
 
 
-_INGEST = ("/handlers/{handler}/events", "/handlers/{handler}/events/{key}")
+def _ingest_paths(name: str, declared: _ingest_bodies.IngestBodies) -> dict[str, Any]:
+    """The two ingest paths of handler ``name``, its buffer's values in their bodies."""
+    one = copy.deepcopy(PATHS["/handlers/{handler}/events/{key}"])
+    one["put"]["parameters"] = one["put"]["parameters"][1:]
+    one["put"]["requestBody"] = _body(declared.values)
+    one["put"]["summary"] = f"Write one event of {name} under an idempotency key"
+    batch = copy.deepcopy(PATHS["/handlers/{handler}/events"])
+    batch["post"]["parameters"] = []
+    batch["post"]["requestBody"] = _body(declared.batch)
+    batch["post"]["summary"] = f"Write a batch of events of {name}, all or nothing"
+    return {f"/handlers/{name}/events/{{key}}": one, f"/handlers/{name}/events": batch}
 
 
-def _named(value: Any, names: list[str]) -> Any:
-    """``value`` with every handler parameter, and every handler field of a body, limited to
-    the application's handlers' names."""
+def _named(value: Any, names: list[str]) -> None:
+    """Every handler parameter, and every handler field of a body, limited to the
+    application's handlers' names."""
     if isinstance(value, dict):
         if value.get("name") == "handler" and "schema" in value:
-            schema = value["schema"]
-            if schema.get("type") == "array":
-                schema["items"] = {"type": "string", "enum": names}
-            else:
-                value["schema"] = {"type": "string", "enum": names}
+            _one_of(value["schema"], names)
         properties = value.get("properties")
         if isinstance(properties, dict) and "handler" in properties:
-            handler = properties["handler"]
-            if handler.get("type") == "array":
-                handler["items"] = {"type": "string", "enum": names}
-            else:
-                properties["handler"] = {"type": "string", "enum": names}
+            _one_of(properties["handler"], names)
         for item in value.values():
             _named(item, names)
     elif isinstance(value, list):
         for item in value:
             _named(item, names)
-    return value
+
+
+def _one_of(schema: Any, names: list[str]) -> None:
+    """Every text schema within ``schema`` takes one of ``names``."""
+    if isinstance(schema, dict):
+        if schema.get("type") == "string":
+            schema["enum"] = names
+        for item in schema.values():
+            _one_of(item, names)
+    elif isinstance(schema, list):
+        for item in schema:
+            _one_of(item, names)
 
 
 def _text(value: Any) -> Any:
@@ -619,113 +480,8 @@ def _text(value: Any) -> Any:
     return value
 
 
-def _strict(value: Any) -> Any:
-    """Every object schema that lists its properties takes no others: the API refuses a field
-    it does not know (400) rather than ignore it."""
-    if isinstance(value, dict):
-        if value.get("type") == "object" and "properties" in value:
-            value.setdefault("additionalProperties", False)
-        for item in value.values():
-            _strict(item)
-    elif isinstance(value, list):
-        for item in value:
-            _strict(item)
-    return value
-
-
-def _of_app(app: Outbox) -> dict[str, Any]:
-    names = sorted(app.handlers)
-    paths: dict[str, Any] = {}
-    for path, item in PATHS.items():
-        if path in _INGEST:
-            continue
-        paths[path] = _named(copy.deepcopy(item), names)
-    for name in names:
-        values = values_schema(app.handlers[name].table)
-        one = copy.deepcopy(PATHS["/handlers/{handler}/events/{key}"])
-        one["put"]["parameters"] = one["put"]["parameters"][1:]
-        one["put"]["requestBody"] = _json_body(values)
-        one["put"]["summary"] = f"Write one event of {name} under an idempotency key"
-        batch = copy.deepcopy(PATHS["/handlers/{handler}/events"])
-        batch["post"]["parameters"] = []
-        items = batch["post"]["requestBody"]["content"]["application/json"]["schema"]
-        items["properties"]["events"]["items"]["properties"]["values"] = values
-        items["properties"]["events"]["maxItems"] = MAX_EVENTS
-        batch["post"]["summary"] = f"Write a batch of events of {name}, all or nothing"
-        paths[f"/handlers/{name}/events/{{key}}"] = one
-        paths[f"/handlers/{name}/events"] = batch
-    return paths
-
-
-def values_schema(table: Table) -> dict[str, Any]:
-    """The JSON Schema of the values an event of ``table`` is written with (ingest): each
-    column but outbox's own, its JSON type and bounds; the columns without a default
-    required; no other property."""
-    properties = {}
-    required = []
-    for column in table.columns:
-        if column.name in BufferMixin.OWN_COLUMNS:
-            continue
-        schema = _column_schema(column)
-        if column.nullable:
-            schema = {"anyOf": [schema, {"type": "null"}]}
-        properties[column.name] = schema
-        if not column.nullable and column.default is None and column.server_default is None:
-            required.append(column.name)
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
-def _column_schema(column: Column[Any]) -> dict[str, Any]:
-    kind = column.type
-    if isinstance(kind, Enum) and kind.enums:
-        return {"type": "string", "enum": list(kind.enums)}
-    if isinstance(kind, JSON):
-        return copy.deepcopy(_JSON_VALUE)
-    try:
-        python_type = kind.python_type
-    except NotImplementedError:
-        return {}
-    if python_type is bool:
-        return {"type": "boolean"}
-    if python_type is int:
-        low, high = integer_range(column)
-        return {"type": "integer", "minimum": low, "maximum": high}
-    if python_type is float:
-        return {"type": "number"}
-    if python_type is decimal.Decimal:
-        whole = decimal_digits(column)
-        if whole is None:
-            return {"type": ["string", "number"], "pattern": r"^-?[0-9]+(\.[0-9]+)?$"}
-        # A number is rounded to the column's scale as it is stored: one that rounds onto the
-        # bound is refused, so the bound is half a unit of the last place below it; text keeps
-        # to the column's places, and so never rounds.
-        scale = getattr(kind, "scale", None) or 0
-        bound = float(decimal.Decimal(10**whole) - decimal.Decimal(5).scaleb(-scale - 1))
-        places = rf"(\.[0-9]{{1,{scale}}})?" if scale else ""
-        return {
-            "type": ["string", "number"],
-            "pattern": rf"^-?[0-9]{{1,{whole}}}{places}$",
-            "exclusiveMinimum": -bound,
-            "exclusiveMaximum": bound,
-        }
-    if python_type is str:
-        length = getattr(kind, "length", None)
-        return {"type": "string", **({"maxLength": length} if length else {})}
-    formats = {dt.datetime: "date-time", dt.date: "date", dt.time: "time", uuid.UUID: "uuid"}
-    if python_type in formats:
-        return {"type": "string", "format": formats[python_type]}
-    if python_type is bytes:
-        return {"type": "string", "pattern": "^([0-9a-fA-F]{2})*$"}
-    return {}
-
-
 async def document(request: Request) -> Response:
     """``GET /api/v1/openapi.json``: served to anyone, as it holds no data (the handlers' names
     and their buffers' columns, no row)."""
     console: Any = request.app.state.console
-    return JSONResponse(spec(console.app))
+    return JSONResponse(spec(console.app, console.ingest_bodies))

@@ -88,7 +88,7 @@ def _writes_held(engine: Engine, url: str) -> Iterator[None]:
 
 
 def _progress(stderr: str) -> list[dict[str, Any]]:
-    """The ``outbox.ops.progress`` lines a command logged."""
+    """The ``outbox.progress`` lines a command logged."""
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
     return [line for line in lines if line["event"] == _log.PROGRESS]
 
@@ -254,7 +254,7 @@ def _operations(engine: Engine) -> list[dict[str, Any]]:
 def test_prune_off_a_terminal_logs_its_counts_as_json_lines_on_stderr(
     cli: Cli, database_url: str, connect: Callable[[str], Engine]
 ) -> None:
-    """Without a terminal, a prune logs ``outbox.ops.progress`` JSON lines on stderr (here after
+    """Without a terminal, a prune logs ``outbox.progress`` JSON lines on stderr (here after
     every chunk: OUTBOX_PROGRESS_INTERVAL=0) and keeps stdout for its answer."""
     engine = connect(database_url)
     _archive(engine, "succeeded", 30)

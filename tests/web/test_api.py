@@ -8,6 +8,7 @@ import base64
 import datetime as dt
 import json
 import random
+import re
 import threading
 import uuid
 from collections import Counter
@@ -20,7 +21,7 @@ from sqlalchemy import func, insert, select
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
 
-from outbox import Batch, Outbox, RetryPolicy, schema
+from outbox import Batch, BufferMixin, Outbox, RetryPolicy, schema
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError
@@ -37,7 +38,7 @@ from outbox.ops import (
 )
 from outbox.ops.selection import Selection
 from outbox.testing import drain
-from outbox.web import Auth, Principal, Role, api, create_app, openapi
+from outbox.web import Auth, Principal, Role, api, bodies, create_app, openapi
 from outbox.web.auth import CSRF_COOKIE, CSRF_HEADER
 from tests.models import ActivityEvent, SinkEvent
 
@@ -457,16 +458,16 @@ async def test_edit_through_the_api_checks_the_values_against_the_columns(
             "/api/v1/groups/discard",
             {"reason": 5, "handler": ["fails"]},
             400,
-            "reason: expected str, got int",
+            "reason: expected str | null, got int",
         ),
         (
             "post",
             "/api/v1/handlers/fails/pause",
             {"seconds": True},
             400,
-            "seconds: expected int or float, got bool",
+            "seconds: expected int | float | null, got bool",
         ),
-        ("post", "/api/v1/handlers/fails/pause", {"seconds": -1}, 400, "until"),
+        ("post", "/api/v1/handlers/fails/pause", {"seconds": -1}, 400, "seconds: expected int"),
         ("post", "/api/v1/history", None, 405, ""),
         ("get", "/api/v1/groups?payload=a%00", None, 400, "payload: a NUL character"),
         ("get", "/api/v1/groups?error=%00", None, 400, "error: a NUL character"),
@@ -1069,7 +1070,7 @@ async def test_text_no_database_stores_is_a_json_400_naming_its_field(
 def test_an_edit_refuses_text_no_database_stores(
     outbox_app: Outbox, commit_events: Any, text: str
 ) -> None:
-    """``edit.edit`` (the API's, the page's and the command's) with a NUL or a lone
+    """``archive.edit`` (the API's, the page's and the command's) with a NUL or a lone
     surrogate: refused naming the column, the event still dead."""
     group_id = _dead(outbox_app, commit_events, 1)
     [event] = groups.show(outbox_app, group_id).events
@@ -1377,4 +1378,179 @@ def test_a_key_the_database_matches_spelled_otherwise_is_the_key_held(outbox_app
     assert (("A0", first.event_id, "same"), 1) == (
         (again.key, again.event_id, again.result.value),
         _count(outbox_app, SinkEvent),
+    )
+
+
+# --- the declarations -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_answers_the_api_builds_are_written_as_they_always_were(
+    client: httpx.AsyncClient, outbox_app: Outbox
+) -> None:
+    """The answers built from :mod:`outbox.web.bodies`' declarations, byte for byte: fields
+    in their order, a number as it was given (5, not 5.0), an error in one field."""
+    operator = bearer("operator")
+    pause = "/api/v1/handlers/fails/pause"
+    paused = await client.post(pause, headers=operator, json={"seconds": 5})
+    resumed = await client.post("/api/v1/handlers/fails/resume", headers=operator)
+    held = await client.post("/api/v1/held/release", headers=operator, json={})
+    refused = await client.post("/api/v1/refused/release", headers=operator, json={})
+    values = _sink_values()
+    put = await client.put(
+        "/api/v1/handlers/accounts/events/k-1", headers=bearer("producer"), json=values
+    )
+    batch = await client.post(
+        "/api/v1/handlers/accounts/events",
+        headers=bearer("producer"),
+        json={"events": [{"key": "k-1", "values": values}, {"key": "k-2", "values": values}]},
+    )
+    conflict = await client.put(
+        "/api/v1/handlers/accounts/events/k-1",
+        headers=bearer("producer"),
+        json=_sink_values(amount="13"),
+    )
+    missing = await client.get("/api/v1/groups/nope", headers=operator)
+    first = put.json()["event_id"]
+    assert [
+        b'{"handler":"fails","paused":true,"seconds":5,"reason":"paused by operator-bot"}',
+        b'{"handler":"fails","paused":false,"was_paused":true}',
+        b'{"released":0}',
+        b'{"released":0}',
+        b'{"key":"k-1","event_id":%d,"created":true,"result":"new"}' % first,
+        b'{"written":1,"duplicates":1,"events":[{"key":"k-1","event_id":%d,"created":false,'
+        b'"result":"same"},{"key":"k-2","event_id":%d,"created":true,"result":"new"}]}'
+        % (first, first + 1),
+        b'{"error":"key \'k-1\' sent before with other values: nothing of the batch written",'
+        b'"events":[{"key":"k-1","event_id":%d,"created":false,"result":"conflict"}]}' % first,
+        b'{"error":"group_id: \'nope\' is not a UUID"}',
+    ] == [r.content for r in (paused, resumed, held, refused, put, batch, conflict, missing)]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("url", "body", "message"),
+    [
+        ("/handlers/accounts/events", {}, "events: a value is required"),
+        ("/handlers/accounts/events", {"events": []}, "events: expected array of length >= 1"),
+        (
+            "/handlers/accounts/events",
+            {"events": [{"key": "k", "values": {}}] * 5001},
+            "events: expected array of length <= 5000",
+        ),
+        (
+            "/handlers/accounts/events",
+            {"events": [{"key": "k", "values": {}}, {"key": 7, "values": {}}]},
+            "events[1].key: expected str, got int",
+        ),
+        (
+            "/handlers/accounts/events",
+            {"events": [{"key": "k" * 201, "values": {}}]},
+            "events[0].key: expected str of length <= 200",
+        ),
+        (
+            "/handlers/accounts/events",
+            {"events": [{"key": "k", "values": {}, "colour": "red"}]},
+            "events[0]: object contains unknown field colour",
+        ),
+        ("/handlers/accounts/events", {"events": [3]}, "events[0]: expected object, got int"),
+        ("/groups/discard", {"group": ["nope"]}, "group[0]: invalid UUID"),
+        ("/groups/replay", {"status": ["deadd"]}, "status[0]: invalid enum value 'deadd'"),
+        ("/groups/retry", {"handler": "fails"}, "handler: expected array | null, got str"),
+        ("/groups/discard", {"error": " "}, "error: expected str matching regex"),
+        (
+            "/groups/replay",
+            {"reason": "x"},
+            "unknown field 'reason'; expected some of handler, status, older_than, error, key,"
+            " payload, group, dry_run",
+        ),
+        ("/held/release", {"group_id": "nope"}, "group_id: invalid UUID"),
+        ("/handlers/fails/pause", {"seconds": 0.0}, "seconds: expected float > 0.0"),
+    ],
+    ids=[
+        "no-events",
+        "no-event",
+        "too-many",
+        "key-type",
+        "key-length",
+        "event-field",
+        "event-type",
+        "uuid",
+        "enum",
+        "not-a-list",
+        "blank",
+        "unknown",
+        "release-uuid",
+        "zero",
+    ],
+)
+async def test_a_body_not_as_declared_is_a_400_naming_the_field(
+    client: httpx.AsyncClient, outbox_app: Outbox, url: str, body: Any, message: str
+) -> None:
+    """Each field read against its declaration: a JSON 400 in one line that begins with the
+    field (where in the body), and nothing written."""
+    response = await client.post(f"/api/v1{url}", headers=bearer("admin"), json=body)
+    error = response.json()["error"]
+    assert (400, True, False, 0, {}) == (
+        response.status_code,
+        error.startswith(message),
+        "\n" in error,
+        _count(outbox_app, SinkEvent),
+        flow.paused(outbox_app),
+    ), error
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_a_problem_quoting_a_long_value_is_cut(client: httpx.AsyncClient) -> None:
+    """A value quoted in a 400 (a status of 100,000 characters): the message stays short."""
+    response = await client.post(
+        "/api/v1/groups/replay", headers=bearer("operator"), json={"status": ["x" * 100_000]}
+    )
+    assert (400, True, True) == (
+        response.status_code,
+        response.json()["error"].startswith("status[0]: invalid enum value 'xxx"),
+        len(response.json()["error"]) <= bodies.MAX_MESSAGE,
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_the_document_declares_each_buffer_s_columns(outbox_app: Outbox) -> None:
+    """A handler's ingest values in the document: every column but outbox's own, those
+    without a default required, no other; a batch of its events at most ``MAX_EVENTS``."""
+    document = openapi.spec(outbox_app)
+    schemas = document["components"]["schemas"]
+    values = schemas["accounts.values"]
+    batch = schemas["accounts.batch"]["properties"]["events"]
+    table = SinkEvent.__table__
+    columns = [c for c in table.columns if c.name not in BufferMixin.OWN_COLUMNS]
+    assert (
+        [c.name for c in columns],
+        sorted(c.name for c in columns if not c.nullable and c.default is None),
+        False,
+        {"type": "string", "maxLength": 40, "pattern": "^[^\\u0000]*$"},
+        (1, ingest.MAX_EVENTS, "#/components/schemas/accounts.event"),
+        "#/components/schemas/accounts.values",
+    ) == (
+        list(values["properties"]),
+        sorted(values["required"]),
+        values["additionalProperties"],
+        values["properties"]["account"],
+        (batch["minItems"], batch["maxItems"], batch["items"]["$ref"]),
+        document["paths"]["/handlers/accounts/events/{key}"]["put"]["requestBody"]["content"][
+            "application/json"
+        ]["schema"]["$ref"],
+    )
+
+
+def test_every_declaration_is_in_the_document_and_every_reference_resolves() -> None:
+    """Each declared body and answer is a schema of the document that an endpoint refers to,
+    and every reference names a schema of the document."""
+    document = openapi.spec()
+    text = json.dumps(document["paths"])
+    referred = set(re.findall(r'"#/components/schemas/([^"]+)"', json.dumps(document)))
+    declared = {kind.__name__ for kind in (*bodies.REQUESTS, *bodies.ANSWERS)}
+    in_paths = {name for name in declared if f'"#/components/schemas/{name}"' in text}
+    assert (set(), declared - {"IngestEvent", "Ingested"}) == (
+        referred - set(document["components"]["schemas"]),
+        in_paths - {"IngestEvent", "Ingested"},
     )
