@@ -242,6 +242,24 @@ def test_faces_do_not_reach_into_the_sql_layer() -> None:
     assert {} == offenders
 
 
+def test_faces_import_no_private_module_but_the_core() -> None:
+    """A face's private imports are its own package's modules and ``outbox._core`` (input
+    checks, durations, the log catalogue, the value codec); whatever else it needs is a public
+    module or the operations layer's."""
+    package = Path(outbox.__file__).parent
+    offenders = {}
+    for face in FACES:
+        for path in sorted((package / face).rglob("*.py")):
+            bad = [
+                name
+                for name in _imports(path.read_text(encoding="utf-8"))
+                if name.startswith("outbox._") and not name.startswith("outbox._core")
+            ]
+            if bad:
+                offenders[str(path.relative_to(package))] = sorted(set(bad))
+    assert {} == offenders
+
+
 def _module_name(path: Path, package: Path) -> str:
     parts = ("outbox", *path.relative_to(package).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
