@@ -5,7 +5,6 @@ groups and hands each group, in bulk, to a batch handler, with retries, dead let
 archive. See the README for a tour.
 """
 
-from outbox._db.dialects import db_now
 from outbox.app import Delivery, Handler, Outbox, Settings
 from outbox.batch import Batch
 from outbox.breaker import CircuitBreaker
@@ -38,6 +37,7 @@ from outbox.once import (
 )
 from outbox.ratelimit import RateLimit
 from outbox.retry import RetryAfter, RetryPolicy
+from outbox.schema import db_now
 from outbox.urgency import Urgency
 
 __all__ = [

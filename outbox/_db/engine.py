@@ -60,19 +60,6 @@ def parse_url(url: str | URL) -> URL:
         ) from error
 
 
-# The sync driver outbox runs on in place of an async one, by backend and async driver. outbox
-# does its own work in threads with no event loop, where an async driver cannot run.
-_SYNC_DRIVERS = {
-    ("postgresql", "asyncpg"): "psycopg",
-    ("postgresql", "psycopg_async"): "psycopg",
-    ("sqlite", "aiosqlite"): "pysqlite",
-    ("mysql", "aiomysql"): "pymysql",
-    ("mysql", "asyncmy"): "pymysql",
-    ("mariadb", "aiomysql"): "pymysql",
-    ("mariadb", "asyncmy"): "pymysql",
-}
-
-
 # asyncpg's own query parameters, which libpq (psycopg) does not take. Dropped: its client-side
 # statement caches and its per-statement timeout, which tune the application's connections and
 # mean nothing to outbox's. Renamed: the same setting under libpq's name. Refused: TLS and
@@ -112,7 +99,10 @@ def sync_url(url: URL) -> URL:
     if not asynchronous:
         return url
     backend, driver = url.get_backend_name(), url.get_driver_name()
-    sync_driver = _SYNC_DRIVERS.get((backend, driver))
+    # The sync driver outbox runs on in place of an async one, as the database's package says:
+    # outbox does its own work in threads with no event loop, where an async driver cannot run.
+    database = dialects.database_named(backend)
+    sync_driver = None if database is None else database.SYNC_DRIVERS.get(driver)
     if sync_driver is None:
         raise ConfigurationError(
             f"outbox runs on a sync driver and knows none for the async {url.drivername!r}: "
@@ -226,8 +216,8 @@ def create_outbox_engine(
     parsed = parse_url(url)
     load_driver(parsed)
     options: dict[str, object] = {"json_deserializer": _load_json, **(json_options or {})}
-    if parsed.get_backend_name() == "mysql" or parsed.get_backend_name() == "mariadb":
-        options["isolation_level"] = "READ COMMITTED"
+    database = dialects.database_named(parsed.get_backend_name())
+    options.update(database.ENGINE_OPTIONS if database is not None else {})
     engine = create_engine(parsed, **options)
     dialects.configure_engine(engine, idle_transaction_timeout=idle_transaction_timeout)
     return engine

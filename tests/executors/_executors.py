@@ -30,8 +30,8 @@ from sqlalchemy.orm import Session
 
 from outbox import Outbox, flow, schema
 from outbox._db import queries
-from outbox._db.dialects import db_now
 from outbox._engine import distributor
+from outbox.schema import db_now
 from outbox.testing import Inline, inline
 from outbox.worker import Worker
 from tests._support import wait_for

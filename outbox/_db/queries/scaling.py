@@ -40,9 +40,10 @@ from sqlalchemy import (
 )
 
 from outbox import schema
-from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
+from outbox._db.dialects.clock import age_seconds, db_now_plus
 from outbox._db.queries.handlers import paused_now
 from outbox._db.types import ScalingRow
+from outbox.schema import db_now
 
 _jobs = schema.jobs
 _handlers = schema.handlers
