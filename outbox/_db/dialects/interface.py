@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, Result, Row, Select, Table
+from sqlalchemy.engine import URL
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.selectable import NamedFromClause
@@ -128,11 +129,21 @@ class Database(Statements, Protocol):
     database is the claim's)."""
     ENGINE_OPTIONS: Mapping[str, Any]
     """What ``create_engine`` is given for the engines outbox creates."""
-    SYNC_DRIVERS: Mapping[str, str]
-    """The sync driver outbox runs on in place of each async driver of the database."""
 
     def sqlalchemy_dialect(self) -> SADialect:
         """A dialect object of the database, for compiling with no connection."""
+        ...
+
+    # --- URLs ---
+
+    def sync_url(self, url: URL) -> URL | None:
+        """``url``, of an async driver, on the sync driver outbox runs on in its place; None
+        for an async driver it knows no sibling of (ConfigurationError for a URL it cannot
+        take over)."""
+        ...
+
+    def describe(self, url: URL) -> str:
+        """Where ``url`` points, without its password."""
         ...
 
     # --- connections ---
@@ -147,6 +158,10 @@ class Database(Statements, Protocol):
 
     def behind_pooler(self, engine: Engine) -> bool:
         """True once a connection was found to go through a connection pooler."""
+        ...
+
+    def reading_connection(self, engine: Engine) -> Connection:
+        """A connection for one statement that only reads, as the database runs it fastest."""
         ...
 
     # --- errors (each answers None for an error that is not of its drivers) ---

@@ -18,11 +18,13 @@ from outbox.exceptions import UnsupportedDatabaseError
 # recognises it (``errors``): MariaDB's first, as PyMySQL's errors carry a SQLSTATE beside
 # their number, and the number says more.
 DATABASES: tuple[Database, ...] = (mysql, postgresql, sqlite)
+# What outbox runs on, as a refusal of another database says (:func:`name_of`).
+RUNS_ON = "PostgreSQL, SQLite and MariaDB/MySQL"
 
 POSTGRESQL = postgresql.NAME
 SQLITE = sqlite.NAME
 MYSQL = mysql.NAME  # also MariaDB: SQLAlchemy names both "mysql"
-SUPPORTED = (POSTGRESQL, SQLITE, MYSQL)
+SUPPORTED = tuple(database.NAME for database in DATABASES)
 SUPPORTS = {database.NAME: database.SUPPORTS for database in DATABASES}
 
 _BY_NAME = {database.NAME: database for database in DATABASES}
@@ -46,9 +48,7 @@ def name_of(dialect: SADialect) -> str:
     """The outbox name of a SQLAlchemy dialect; refuses the ones outbox does not run on."""
     found = database_named(dialect.name)
     if found is None:
-        raise UnsupportedDatabaseError(
-            f"outbox runs on PostgreSQL, SQLite and MariaDB/MySQL, not on {dialect.name!r}"
-        )
+        raise UnsupportedDatabaseError(f"outbox runs on {RUNS_ON}, not on {dialect.name!r}")
     return found.NAME
 
 

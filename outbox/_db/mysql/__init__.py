@@ -1,10 +1,10 @@
 """MariaDB and MySQL: SQLAlchemy's "mysql", both of them.
 
-Everything outbox needs of them (the ``Database`` protocol of ``dialects.interface``):
-``connection`` (READ COMMITTED, the idle-transaction guard, the oldest server outbox runs on),
-``statements`` (rows picked ``FOR UPDATE SKIP LOCKED``, then updated by id), ``clock`` (UTC,
-not the session's), ``payload``, ``errors`` (by error number) and ``migration`` (``outbox
-migrate``'s locks, DDL that can run again).
+Everything outbox needs of them (the ``Database`` protocol of ``dialects.interface``), by
+concern: ``connection`` (READ COMMITTED, the idle-transaction guard, the oldest server outbox
+runs on), ``urls``, ``statements`` (rows picked ``FOR UPDATE SKIP LOCKED``, then updated by
+id), ``clock`` (UTC, not the session's), ``payload``, ``errors`` (by error number) and
+``migration`` (``outbox migrate``'s locks, DDL that can run again).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from outbox._db.mysql.connection import (
     behind_pooler,
     configure,
     read_committed,
+    reading_connection,
     sqlalchemy_dialect,
 )
 from outbox._db.mysql.errors import (
@@ -43,6 +44,7 @@ from outbox._db.mysql.statements import (
     plan_each_time,
     update_picked,
 )
+from outbox._db.mysql.urls import describe, sync_url
 
 NAME = "mysql"  # SQLAlchemy names MariaDB "mysql" too
 SQLALCHEMY_NAMES = frozenset({"mysql", "mariadb"})
@@ -57,7 +59,6 @@ SKIP_LOCKED = True
 # At their default, REPEATABLE READ, a claim's locking read also locks index gaps
 # (read_committed): the engines outbox creates are READ COMMITTED throughout.
 ENGINE_OPTIONS: Mapping[str, Any] = {"isolation_level": "READ COMMITTED"}
-SYNC_DRIVERS: Mapping[str, str] = {"aiomysql": "pymysql", "asyncmy": "pymysql"}
 
 __all__ = [
     "ENGINE_OPTIONS",
@@ -65,7 +66,6 @@ __all__ = [
     "SKIP_LOCKED",
     "SQLALCHEMY_NAMES",
     "SUPPORTS",
-    "SYNC_DRIVERS",
     "add_counts",
     "behind_pooler",
     "bounded_lock_waits",
@@ -73,6 +73,7 @@ __all__ = [
     "claim_returning",
     "configure",
     "count_exclusively",
+    "describe",
     "ids_written",
     "insert_ignoring_duplicates",
     "is_lock_timeout",
@@ -81,10 +82,12 @@ __all__ = [
     "lock_holders",
     "plan_each_time",
     "read_committed",
+    "reading_connection",
     "rerunnable_ddl",
     "row_as_json",
     "run_lock",
     "sqlalchemy_dialect",
+    "sync_url",
     "update_picked",
     "without_values",
 ]

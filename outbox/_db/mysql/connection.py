@@ -7,7 +7,7 @@ import functools
 import math
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.dialects.mysql import dialect as mysql_dialect
 from sqlalchemy.engine import Dialect as SADialect
 
@@ -61,6 +61,12 @@ def configure(engine: Engine, idle_transaction_timeout: float | None) -> None:
             cursor.close()
 
     event.listen(engine, "connect", on_connect)
+
+
+def reading_connection(engine: Engine) -> Connection:
+    """A connection for one statement that only reads, as it comes: MariaDB's drivers send a
+    statement to switch autocommit."""
+    return engine.connect()
 
 
 def behind_pooler(engine: Engine) -> bool:

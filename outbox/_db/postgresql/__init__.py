@@ -1,9 +1,9 @@
 """PostgreSQL: the database outbox does most in, in fewest round trips.
 
-Everything outbox needs of PostgreSQL (the ``Database`` protocol of ``dialects.interface``):
-``connection`` (the idle-transaction guard, directly or behind a pooler, and UTC),
-``statements`` (row locks skipped, claims by ``ctid``), ``clock``, ``payload``, ``errors``
-(by SQLSTATE) and ``migration`` (``outbox migrate``'s locks).
+Everything outbox needs of PostgreSQL (the ``Database`` protocol of ``dialects.interface``),
+by concern: ``connection`` (the idle-transaction guard, directly or behind a pooler, and UTC),
+``urls`` (asyncpg's URLs on psycopg), ``statements`` (row locks skipped, claims by ``ctid``),
+``clock``, ``payload``, ``errors`` (by SQLSTATE) and ``migration`` (``outbox migrate``'s locks).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from outbox._db.postgresql.connection import (
     behind_pooler,
     configure,
     read_committed,
+    reading_connection,
     sqlalchemy_dialect,
 )
 from outbox._db.postgresql.errors import (
@@ -44,6 +45,7 @@ from outbox._db.postgresql.statements import (
     plan_each_time,
     update_picked,
 )
+from outbox._db.postgresql.urls import describe, sync_url
 
 NAME = "postgresql"
 SQLALCHEMY_NAMES = frozenset({"postgresql"})
@@ -57,7 +59,6 @@ SUPPORTS = Supports(
 )
 SKIP_LOCKED = True
 ENGINE_OPTIONS: Mapping[str, Any] = {}
-SYNC_DRIVERS: Mapping[str, str] = {"asyncpg": "psycopg", "psycopg_async": "psycopg"}
 
 __all__ = [
     "ENGINE_OPTIONS",
@@ -65,7 +66,6 @@ __all__ = [
     "SKIP_LOCKED",
     "SQLALCHEMY_NAMES",
     "SUPPORTS",
-    "SYNC_DRIVERS",
     "add_counts",
     "addressable",
     "behind_pooler",
@@ -75,6 +75,7 @@ __all__ = [
     "claimable",
     "configure",
     "count_exclusively",
+    "describe",
     "ids_written",
     "insert_ignoring_duplicates",
     "is_lock_timeout",
@@ -83,10 +84,12 @@ __all__ = [
     "lock_holders",
     "plan_each_time",
     "read_committed",
+    "reading_connection",
     "rerunnable_ddl",
     "row_as_json",
     "run_lock",
     "sqlalchemy_dialect",
+    "sync_url",
     "update_picked",
     "without_values",
 ]

@@ -1,9 +1,9 @@
 """SQLite: one writer at a time, and every transaction takes the write lock up front.
 
-Everything outbox needs of SQLite (the ``Database`` protocol of ``dialects.interface``):
-``connection`` (the write lock up front, WAL, a busy timeout), ``statements`` (no row locks),
-``clock`` (text timestamps), ``payload``, ``errors`` (by sqlite3's message) and ``migration``
-(the write lock is ``outbox migrate``'s lock).
+Everything outbox needs of SQLite (the ``Database`` protocol of ``dialects.interface``), by
+concern: ``connection`` (the write lock up front, WAL, a busy timeout), ``urls`` (files, not
+``:memory:``), ``statements`` (no row locks), ``clock`` (text timestamps), ``payload``,
+``errors`` (by sqlite3's message) and ``migration`` (the write lock is ``outbox migrate``'s).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from outbox._db.sqlite.connection import (
     behind_pooler,
     configure,
     read_committed,
+    reading_connection,
     sqlalchemy_dialect,
 )
 from outbox._db.sqlite.errors import (
@@ -42,6 +43,7 @@ from outbox._db.sqlite.statements import (
     plan_each_time,
     update_picked,
 )
+from outbox._db.sqlite.urls import describe, sync_url
 
 NAME = "sqlite"
 SQLALCHEMY_NAMES = frozenset({"sqlite"})
@@ -55,7 +57,6 @@ SUPPORTS = Supports(
 # No row locks: claims rely on the write lock taken by BEGIN IMMEDIATE.
 SKIP_LOCKED = False
 ENGINE_OPTIONS: Mapping[str, Any] = {}
-SYNC_DRIVERS: Mapping[str, str] = {"aiosqlite": "pysqlite"}
 
 __all__ = [
     "ENGINE_OPTIONS",
@@ -63,7 +64,6 @@ __all__ = [
     "SKIP_LOCKED",
     "SQLALCHEMY_NAMES",
     "SUPPORTS",
-    "SYNC_DRIVERS",
     "add_counts",
     "behind_pooler",
     "bounded_lock_waits",
@@ -71,6 +71,7 @@ __all__ = [
     "claim_returning",
     "configure",
     "count_exclusively",
+    "describe",
     "ids_written",
     "insert_ignoring_duplicates",
     "is_lock_timeout",
@@ -79,10 +80,12 @@ __all__ = [
     "lock_holders",
     "plan_each_time",
     "read_committed",
+    "reading_connection",
     "rerunnable_ddl",
     "row_as_json",
     "run_lock",
     "sqlalchemy_dialect",
+    "sync_url",
     "update_picked",
     "without_values",
 ]

@@ -7,7 +7,7 @@ import sqlite3
 import time
 from typing import Any
 
-from sqlalchemy import Engine, event
+from sqlalchemy import Connection, Engine, event
 from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.engine import Dialect as SADialect
 
@@ -61,6 +61,11 @@ def read_committed(engine: Engine) -> Engine:
     """``engine`` itself: SQLite's transactions are serializable, and outbox's take the write
     lock up front."""
     return engine
+
+
+def reading_connection(engine: Engine) -> Connection:
+    """A connection for one statement that only reads, as it comes."""
+    return engine.connect()
 
 
 def behind_pooler(engine: Engine) -> bool:
