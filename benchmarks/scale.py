@@ -29,8 +29,7 @@ from benchmarks._common import command_line, libpq_url, machine, scratch_databas
 from benchmarks._raw_drain import CLAIM
 from benchmarks.bench_app import BenchEvent, app
 from benchmarks.drain_throughput import load, prepare
-from outbox._db import queries
-from outbox._db.dialects import postgresql
+from outbox._db import postgresql, queries
 from outbox._engine.distributor import COUNTED_BATCHES
 
 BATCH_SIZE = 1000

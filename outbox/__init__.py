@@ -6,7 +6,6 @@ archive. See the README for a tour.
 """
 
 from outbox._core.values import jsonable
-from outbox._db.dialects import db_now
 from outbox.app import Delivery, Handler, Outbox, Settings
 from outbox.batch import Batch
 from outbox.breaker import CircuitBreaker
@@ -39,6 +38,7 @@ from outbox.once import (
 )
 from outbox.ratelimit import RateLimit
 from outbox.retry import RetryAfter, RetryPolicy
+from outbox.schema import db_now
 from outbox.urgency import Urgency
 
 __all__ = [

@@ -34,8 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 from sqlalchemy.schema import DefaultClause, SchemaItem
 
 from outbox import schema
-from outbox._db.dialects import db_now
 from outbox.ops.migrate import VERSION_TABLE
+from outbox.schema import db_now
 
 if TYPE_CHECKING:
     from alembic.autogenerate.api import AutogenContext

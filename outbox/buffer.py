@@ -12,7 +12,7 @@ from sqlalchemy import BigInteger, Connection, Index, Integer, Table, Uuid, text
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Mapped, Session, declared_attr, mapped_column, scoped_session
 
-from outbox._db.dialects import db_now, timestamp
+from outbox.schema import db_now, timestamp
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session

@@ -14,6 +14,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     Connection,
+    DateTime,
     Double,
     Index,
     Insert,
@@ -28,10 +29,12 @@ from sqlalchemy import (
     insert,
     text,
 )
+from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.expression import FunctionElement
+from sqlalchemy.types import TypeEngine
 
 from outbox._core.version import VERSION
-from outbox._db.dialects import db_now, timestamp
 
 GENERATION = 8
 """The schema generation of these tables: the number of the newest migration outbox ships.
@@ -40,6 +43,27 @@ the database is at (a test checks that the newest migration declares the same)."
 WORKERS_FROM = 1
 """The oldest worker generation that works correctly on these tables: every migration so far
 only added, so workers of every generation do (a test checks the newest migration says so)."""
+
+
+def timestamp() -> TypeEngine[Any]:
+    """The type of every point in time outbox stores: ``DateTime(timezone=True)``, to the
+    microsecond on every database. MariaDB's and MySQL's plain DATETIME keeps whole seconds,
+    which would cut a lease of a few seconds short by up to one: there it is DATETIME(6)."""
+    return DateTime(timezone=True).with_variant(MYSQL_DATETIME(fsp=6), "mysql", "mariadb")
+
+
+class db_now(FunctionElement[Any]):  # noqa: N801 - named like the SQL function it renders
+    """The database's current time. Every lease and backoff is computed from it.
+
+    Public as ``outbox.db_now``: the ``created_at`` default of every buffer table, which
+    compiles to each database's own clock when the DDL runs, so a migration that writes
+    ``server_default=outbox.db_now()`` runs on every supported database. How it renders on
+    each database, its package of ``outbox._db`` says (``@compiles`` in its ``clock`` module).
+    """
+
+    type = DateTime(timezone=True)
+    inherit_cache = True
+
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

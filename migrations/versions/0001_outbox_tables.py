@@ -13,7 +13,7 @@ from sqlalchemy.dialects import postgresql
 
 # The database clock, rendered per dialect (statement_timestamp() on PostgreSQL, strftime on
 # SQLite), so one migration serves every supported database.
-from outbox._db.dialects import db_now
+from outbox.schema import db_now
 
 revision = "0001"
 down_revision = None

@@ -21,9 +21,10 @@ from alembic import op
 from sqlalchemy import text
 from sqlalchemy.dialects import mysql
 
-from outbox._db.dialects import db_now, name_of, supports
+from outbox._db.dialects import name_of, supports
 from outbox._db.queries import session_clock
 from outbox.exceptions import LocalClockError
+from outbox.schema import db_now
 
 revision = "0002"
 down_revision = "0001"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from outbox._db.dialects import timestamp
+from outbox.schema import timestamp
 
 revision = "0004"
 down_revision = "0003"

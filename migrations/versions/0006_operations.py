@@ -22,7 +22,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-from outbox._db.dialects import db_now, timestamp
+from outbox.schema import db_now, timestamp
 
 revision = "0006"
 down_revision = "0005"

@@ -1,8 +1,10 @@
 """The database layer: the only code that speaks SQL.
 
 ``engine``: engines and short transactions (what ``from outbox import _db`` gives). ``queries``:
-one function per statement, grouped by the table it touches. ``dialects``: what differs between
-PostgreSQL, SQLite and MariaDB, and what each can do. ``types``: the values handed back.
+one function per statement, grouped by the table it touches. ``dialects``: the one interface
+every database implements (``Database``, ``Supports``) and the registry of them; each database
+is one package behind it (``postgresql``, ``sqlite``, ``mysql``: MariaDB and MySQL).
+``migration``: what ``outbox migrate`` asks of the database. ``types``: the values handed back.
 """
 
 from outbox._db.engine import (

@@ -4,7 +4,6 @@ are there."""
 from __future__ import annotations
 
 import json
-import math
 import random
 import re
 import time
@@ -18,6 +17,7 @@ from sqlalchemy.exc import ArgumentError, DatabaseError, DBAPIError, NoSuchModul
 from outbox import schema
 from outbox._core import log as _log
 from outbox._db import dialects
+from outbox._db.dialects.urls import on_server
 from outbox.exceptions import (
     BufferTableMissingError,
     ConfigurationError,
@@ -61,38 +61,6 @@ def parse_url(url: str | URL) -> URL:
         ) from error
 
 
-# The sync driver outbox runs on in place of an async one, by backend and async driver. outbox
-# does its own work in threads with no event loop, where an async driver cannot run.
-_SYNC_DRIVERS = {
-    ("postgresql", "asyncpg"): "psycopg",
-    ("postgresql", "psycopg_async"): "psycopg",
-    ("sqlite", "aiosqlite"): "pysqlite",
-    ("mysql", "aiomysql"): "pymysql",
-    ("mysql", "asyncmy"): "pymysql",
-    ("mariadb", "aiomysql"): "pymysql",
-    ("mariadb", "asyncmy"): "pymysql",
-}
-
-
-# asyncpg's own query parameters, which libpq (psycopg) does not take. Dropped: its client-side
-# statement caches and its per-statement timeout, which tune the application's connections and
-# mean nothing to outbox's. Renamed: the same setting under libpq's name. Refused: TLS and
-# server settings that have no libpq spelling, which outbox cannot quietly leave out.
-_ASYNCPG_DROPPED = frozenset(
-    {
-        "prepared_statement_cache_size",
-        "statement_cache_size",
-        "max_cached_statement_lifetime",
-        "max_cacheable_statement_size",
-        "command_timeout",
-    }
-)
-
-
-_ASYNCPG_RENAMED = {"ssl": "sslmode", "timeout": "connect_timeout"}
-_ASYNCPG_REFUSED = frozenset({"direct_tls", "server_settings"})
-
-
 def sync_url(url: URL) -> URL:
     """The URL outbox connects to: ``url`` itself, or for an async driver, the same database
     on that driver's sync sibling.
@@ -112,43 +80,17 @@ def sync_url(url: URL) -> URL:
         return url  # load_driver names the unknown dialect
     if not asynchronous:
         return url
-    backend, driver = url.get_backend_name(), url.get_driver_name()
-    sync_driver = _SYNC_DRIVERS.get((backend, driver))
-    if sync_driver is None:
+    # The sync driver outbox runs on in place of an async one, as the database's package says:
+    # outbox does its own work in threads with no event loop, where an async driver cannot run.
+    database = dialects.database_named(url.get_backend_name())
+    synchronous = None if database is None else database.sync_url(url)
+    if synchronous is None:
         raise ConfigurationError(
             f"outbox runs on a sync driver and knows none for the async {url.drivername!r}: "
             "give outbox a sync URL (postgresql+psycopg://, sqlite:///, mysql+pymysql://) "
             "or Outbox(engine=create_engine(...))"
         )
-    if backend == "sqlite" and url.database in (None, "", ":memory:"):
-        raise ConfigurationError(
-            f"{url.drivername} :memory: is a database of one connection, which outbox's own "
-            "engine cannot share: use a SQLite file"
-        )
-    query = dict(url.query)
-    if driver == "asyncpg":
-        if refused := sorted(_ASYNCPG_REFUSED & query.keys()):
-            raise ConfigurationError(
-                f"{url.drivername}'s {', '.join(refused)} has no equivalent for "
-                f"{backend}+{sync_driver}, which outbox runs on: give outbox a sync URL "
-                "or Outbox(engine=create_engine(...))"
-            )
-        query = {
-            _ASYNCPG_RENAMED.get(name, name): _libpq_value(name, value)
-            for name, value in query.items()
-            if name not in _ASYNCPG_DROPPED
-        }
-    return url.set(drivername=f"{backend}+{sync_driver}", query=query)
-
-
-def _libpq_value(name: str, value: str | tuple[str, ...]) -> str | tuple[str, ...]:
-    """An asyncpg query value as libpq takes it: whole seconds for ``connect_timeout``."""
-    if name != "timeout" or not isinstance(value, str):
-        return value
-    try:
-        return str(math.ceil(float(value)))
-    except ValueError:
-        return value  # libpq names the bad value when it connects
+    return synchronous
 
 
 def load_driver(url: URL) -> None:
@@ -227,20 +169,18 @@ def create_outbox_engine(
     parsed = parse_url(url)
     load_driver(parsed)
     options: dict[str, object] = {"json_deserializer": _load_json, **(json_options or {})}
-    if parsed.get_backend_name() == "mysql" or parsed.get_backend_name() == "mariadb":
-        options["isolation_level"] = "READ COMMITTED"
+    database = dialects.database_named(parsed.get_backend_name())
+    options.update(database.ENGINE_OPTIONS if database is not None else {})
     engine = create_engine(parsed, **options)
     dialects.configure_engine(engine, idle_transaction_timeout=idle_transaction_timeout)
     return engine
 
 
 def describe(url: URL) -> str:
-    """Where a URL points, without its password: ``database 'app' on db.internal:5432``."""
-    if url.get_backend_name() == "sqlite":
-        return f"SQLite database {url.database or ':memory:'!r}"
-    host = url.host or "localhost"
-    port = f":{url.port}" if url.port else ""
-    return f"database {url.database!r} on {host}{port}"
+    """Where a URL points, without its password: ``database 'app' on db.internal:5432``, or
+    as its database's package says (``SQLite database 'outbox.sqlite3'``)."""
+    database = dialects.database_named(url.get_backend_name())
+    return on_server(url) if database is None else database.describe(url)
 
 
 def run_in_transaction(

@@ -1,5 +1,6 @@
 """Fixtures of the conformance suite: every operation of outbox's database layer
-(``outbox/queries.py`` and the clock of ``outbox/dialects.py``) on every database it runs on.
+(``outbox._db.queries``, and the clock each database's package renders) on every database it
+runs on.
 
 A database is supported exactly when this suite passes on it. Each test takes ``db``, a
 migrated, empty database of each kind (SQLite, PostgreSQL, MariaDB) with an outbox engine, and

@@ -16,7 +16,8 @@ from sqlalchemy import insert, select
 
 from outbox import schema
 from outbox._db import queries
-from outbox._db.dialects import db_now, db_now_plus
+from outbox._db.dialects import db_now_plus
+from outbox.schema import db_now
 from tests._support import wait_for
 from tests.conformance._database import Database
 from tests.conformance._factories import (

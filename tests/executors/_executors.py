@@ -30,9 +30,9 @@ from sqlalchemy.orm import Session
 
 from outbox import Outbox, schema
 from outbox._db import queries
-from outbox._db.dialects import db_now
 from outbox._engine import distributor
 from outbox.ops import flow
+from outbox.schema import db_now
 from outbox.testing import Inline, inline
 from outbox.worker import Worker
 from tests._support import wait_for

@@ -11,14 +11,14 @@ from sqlalchemy.exc import OperationalError
 
 from outbox import UnsupportedDatabaseError
 from outbox._db import create_outbox_engine
-from outbox._db.dialects import mysql
+from outbox._db.mysql import connection as mysql_connection
 
 
 def test_a_server_older_than_outbox_needs_is_refused_in_one_line(
     mariadb_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Connecting to a server below the version outbox needs raises, naming both versions."""
-    monkeypatch.setattr(mysql, "MIN_MARIADB_VERSION", (99, 1))
+    monkeypatch.setattr(mysql_connection, "MIN_MARIADB_VERSION", (99, 1))
     engine = create_outbox_engine(mariadb_url)
     try:
         with pytest.raises(UnsupportedDatabaseError) as refused, engine.connect():

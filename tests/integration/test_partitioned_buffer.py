@@ -17,7 +17,7 @@ from sqlalchemy import Engine, String, create_engine, func, select, text, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from outbox import Batch, BufferMixin, Outbox
-from outbox._db.dialects import postgresql
+from outbox._db import postgresql
 from outbox._engine import claimer
 from outbox.buffer import add_events
 from outbox.testing import drain

@@ -12,7 +12,7 @@ from sqlalchemy.dialects.mssql import dialect as mssql_dialect
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError, ProgrammingError
 
 from outbox import UnsupportedDatabaseError
-from outbox._db.dialects import is_missing_table, is_transient, name_of
+from outbox._db.dialects import DATABASES, is_missing_table, is_transient, name_of
 
 
 def wrapped(orig: Exception, cls: type[DBAPIError] = OperationalError) -> DBAPIError:
@@ -136,3 +136,18 @@ def test_unsupported_dialect_is_refused_by_name() -> None:
     """A dialect outbox does not run on is refused, naming it."""
     with pytest.raises(UnsupportedDatabaseError, match="not on 'mssql'"):
         name_of(mssql_dialect())
+
+
+def test_each_name_a_dialect_goes_by_leads_to_one_database() -> None:
+    """No two packages of the registry answer to one SQLAlchemy name, nor share a name."""
+    sqlalchemy_names = [name for db in DATABASES for name in db.SQLALCHEMY_NAMES]
+    names = [db.NAME for db in DATABASES]
+    assert (sorted(set(sqlalchemy_names)), sorted(set(names))) == (
+        sorted(sqlalchemy_names),
+        sorted(names),
+    )
+
+
+def test_each_database_is_named_by_its_own_sqlalchemy_dialect() -> None:
+    """A package's dialect object is one ``name_of`` leads back to that package."""
+    assert [db.NAME for db in DATABASES] == [name_of(db.sqlalchemy_dialect()) for db in DATABASES]

@@ -74,6 +74,10 @@ INWARD = {
         "outbox.testing",
         "outbox.prometheus",
     ),
+    # The tables are below the database layer: ``_db`` queries them, and ``schema`` declares
+    # them (with the clock and the type of their columns, ``db_now`` and ``timestamp``)
+    # importing nothing of ``_db``.
+    "schema.py": ("outbox._db",),
 }
 # Who may use the operations layer: the faces, the process kinds and integrations above it.
 # Nothing it stands on (the database layer, the engine, the services, the application object
@@ -178,6 +182,76 @@ def test_the_top_level_holds_only_the_user_s_api_and_the_flat_integrations() -> 
     assert TOP_LEVEL == top
     origins = {getattr(outbox, name).__module__.split(".")[1] for name in outbox.__all__}
     assert origins <= top | {"ops", "_core", "_db"}
+
+
+# One package per database, behind the one interface of ``_db/dialects``: a package builds on
+# the base's leaves alone (never on the registry, another database, the queries or the
+# engine), and outside the packages only the registry names them, but for PostgreSQL's own
+# one-round-trip statements (offered by ``Supports`` and asked for only where it says so).
+DATABASE_PACKAGES = ("postgresql", "sqlite", "mysql")
+BASE_LEAVES = (
+    "outbox._db.dialects.interface",
+    "outbox._db.dialects.clock",
+    "outbox._db.dialects.payload",
+    "outbox._db.dialects.urls",
+)
+NAMES_THE_PACKAGES = {
+    "_db/dialects/registry.py": DATABASE_PACKAGES,
+    "_db/queries/one_statement.py": ("postgresql",),
+}
+
+
+def _database_package_imports(path: Path, package: Path) -> list[str]:
+    """What a module imports of ``outbox._db`` that its place does not allow."""
+    relative = path.relative_to(package)
+    own = relative.parts[1] if relative.parts[:1] == ("_db",) and len(relative.parts) > 2 else None
+    bad = []
+    for name in _imports(path.read_text(encoding="utf-8")):
+        if not name.startswith("outbox._db"):
+            continue
+        named = next(
+            (
+                db
+                for db in DATABASE_PACKAGES
+                if name == f"outbox._db.{db}" or name.startswith(f"outbox._db.{db}.")
+            ),
+            None,
+        )
+        if own in DATABASE_PACKAGES:
+            if named != own and not name.startswith(BASE_LEAVES):
+                bad.append(name)
+        elif named is not None and named not in NAMES_THE_PACKAGES.get(str(relative), ()):
+            bad.append(name)
+    return bad
+
+
+def test_a_database_is_one_package_behind_the_registry() -> None:
+    """A database's package imports nothing of ``_db`` but itself and the base's leaves
+    (``interface``, ``clock``, ``payload``, ``urls``), and no module but the registry imports
+    it."""
+    package = Path(outbox.__file__).parent
+    offenders = {
+        str(path.relative_to(package)): sorted(set(bad))
+        for path in sorted(package.rglob("*.py"))
+        if (bad := _database_package_imports(path, package))
+    }
+    assert {} == offenders
+
+
+def test_the_database_check_finds_a_package_named_outside_the_registry(tmp_path: Path) -> None:
+    """A query module importing a database's package, and a package importing the registry,
+    are both found."""
+    (tmp_path / "_db" / "queries").mkdir(parents=True)
+    (tmp_path / "_db" / "sqlite").mkdir()
+    query = tmp_path / "_db" / "queries" / "jobs.py"
+    query.write_text("from outbox._db import sqlite\n", encoding="utf-8")
+    statements = tmp_path / "_db" / "sqlite" / "statements.py"
+    statements.write_text("from outbox._db.dialects.registry import name_of\n", encoding="utf-8")
+    found = [_database_package_imports(path, tmp_path) for path in (query, statements)]
+    assert [
+        ["outbox._db.sqlite"],
+        ["outbox._db.dialects.registry", "outbox._db.dialects.registry.name_of"],
+    ] == found
 
 
 def test_sinks_use_the_public_api_only() -> None:

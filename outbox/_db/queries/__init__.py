@@ -14,11 +14,16 @@ from outbox._db.queries.archive import (
     recent_dead_letters,
     select_archived,
 )
+from outbox._db.queries.attempts import (
+    delete_old_attempts,
+    group_attempts,
+    record_attempt,
+    record_attempts,
+)
 from outbox._db.queries.buffers import (
     all_of,
     any_unclaimed,
     as_stored,
-    claim_group_with_job,
     claim_rows,
     claim_rows_returning,
     claim_rows_sized,
@@ -29,7 +34,6 @@ from outbox._db.queries.buffers import (
     events_by_id,
     existing_ids,
     fetch_claimed,
-    finish_succeeded_group,
     insert_events,
     insert_events_returning,
     insert_stored_rows,
@@ -40,7 +44,6 @@ from outbox._db.queries.buffers import (
     select_claimed_rows,
     select_group_rows,
     unclaim_rows,
-    unclaimed_after,
     waiting_rows,
 )
 from outbox._db.queries.clock import (
@@ -55,7 +58,11 @@ from outbox._db.queries.clock import (
     try_lock_conversions,
     unlock_conversions,
 )
-from outbox._db.queries.deliveries import give_back_jobs_of, newest_due_jobs, overdue_jobs
+from outbox._db.queries.deliveries import (
+    give_back_jobs_of,
+    newest_due_jobs,
+    overdue_jobs,
+)
 from outbox._db.queries.groups import (
     ARCHIVED,
     LIVE,
@@ -67,23 +74,13 @@ from outbox._db.queries.groups import (
     count_live_groups,
     dead_groups,
     delete_idle_job,
-    delete_old_attempts,
-    delete_old_ingest_keys,
     discard_dead_rows,
-    finish_operation,
-    group_attempts,
     group_job,
     groups_with_key,
-    ingested_keys,
     lease_of,
     live_groups,
     mark_archived,
     mark_group_operation,
-    operations,
-    record_attempt,
-    record_attempts,
-    record_ingested,
-    record_operation,
     retry_job_now,
 )
 from outbox._db.queries.handlers import (
@@ -113,8 +110,12 @@ from outbox._db.queries.indexes import (
     reindex_concurrently,
     table_indexes,
 )
+from outbox._db.queries.ingest import (
+    delete_old_ingest_keys,
+    ingested_keys,
+    record_ingested,
+)
 from outbox._db.queries.jobs import (
-    RESCUED_ERROR,
     acquire_capped_batch_jobs,
     acquire_jobs,
     batch_job_of_group,
@@ -135,10 +136,7 @@ from outbox._db.queries.jobs import (
     refused_groups,
     release_job,
     release_refused_jobs,
-    rescue_expired_jobs,
-    rescue_jobs_of_gone_workers,
     return_job,
-    silent_holders,
     undistributed_age,
 )
 from outbox._db.queries.limits import (
@@ -157,8 +155,30 @@ from outbox._db.queries.notify import (
     notify_jobs,
     notify_trigger_ddl,
 )
-from outbox._db.queries.scaling import reading_connection, scaling_rows
-from outbox._db.queries.schema_state import record_schema_generation, schema_generation
+from outbox._db.queries.one_statement import (
+    claim_group_with_job,
+    finish_succeeded_group,
+    unclaimed_after,
+)
+from outbox._db.queries.operations import (
+    finish_operation,
+    operations,
+    record_operation,
+)
+from outbox._db.queries.rescue import (
+    RESCUED_ERROR,
+    rescue_expired_jobs,
+    rescue_jobs_of_gone_workers,
+    silent_holders,
+)
+from outbox._db.queries.scaling import (
+    reading_connection,
+    scaling_rows,
+)
+from outbox._db.queries.schema_state import (
+    record_schema_generation,
+    schema_generation,
+)
 from outbox._db.queries.search import (
     archived_events,
     buffer_event,

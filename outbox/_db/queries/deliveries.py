@@ -9,9 +9,10 @@ from collections.abc import Sequence
 from sqlalchemy import Connection, select
 
 from outbox import schema
-from outbox._db.dialects.clock import db_now, db_now_plus
+from outbox._db.dialects.clock import db_now_plus
 from outbox._db.queries.handlers import not_paused
-from outbox._db.queries.jobs import _rescue as rescue_picked
+from outbox._db.queries.rescue import rescue_picked
+from outbox.schema import db_now
 
 _jobs = schema.jobs
 

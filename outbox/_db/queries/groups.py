@@ -21,22 +21,20 @@ from sqlalchemy import (
     case,
     exists,
     func,
-    insert,
     literal,
     or_,
     select,
-    tuple_,
     update,
 )
 from sqlalchemy import cast as sql_cast
 
 from outbox import schema
-from outbox._db import dialects
-from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
+from outbox._db.dialects.clock import age_seconds, db_now_plus
 from outbox._db.queries.archive import contains_text
 from outbox._db.queries.handlers import paused_now
 from outbox._db.queries.held import key_text
-from outbox._db.types import AttemptRow, GroupFilter, GroupRow, OperationRow
+from outbox._db.types import GroupFilter, GroupRow
+from outbox.schema import db_now
 
 _jobs = schema.jobs
 _archive = schema.archive
@@ -277,155 +275,6 @@ def lease_of(conn: Connection, group_id: uuid.UUID) -> tuple[Any, Any] | None:
     )
 
 
-def group_attempts(conn: Connection, group_id: uuid.UUID, limit: int) -> list[AttemptRow]:
-    """A group's attempts that did not end in success, oldest first (the last ``limit``)."""
-    stmt = (
-        select(
-            _attempts.c.attempt,
-            _attempts.c.outcome,
-            _attempts.c.worker,
-            _attempts.c.error,
-            age_seconds(_attempts.c.finished_at).label("age"),
-            _attempts.c.id,
-            _attempts.c.handler,
-        )
-        .where(_attempts.c.group_id == group_id)
-        .order_by(_attempts.c.id.desc())
-        .limit(limit)
-    )
-    rows = list(conn.execute(stmt))
-    return [
-        AttemptRow(int(r.attempt), r.outcome, r.worker, r.error, max(float(r.age), 0.0), r.handler)
-        for r in reversed(rows)
-    ]
-
-
-def record_attempt(
-    conn: Connection,
-    *,
-    handler: str,
-    group_id: uuid.UUID,
-    attempt: int,
-    outcome: str,
-    worker: str | None,
-    error: str | None,
-) -> None:
-    """Record an attempt of a group that did not end in success, in the transaction that
-    records its outcome."""
-    conn.execute(
-        insert(_attempts).values(
-            handler=handler,
-            group_id=group_id,
-            attempt=attempt,
-            outcome=outcome,
-            worker=worker,
-            error=error,
-        )
-    )
-
-
-def record_attempts(conn: Connection, rows: Sequence[dict[str, Any]]) -> None:
-    """Record several attempts in one statement (``record_attempt``'s keys)."""
-    if rows:
-        conn.execute(insert(_attempts), list(rows))
-
-
-def delete_old_attempts(conn: Connection, older_than_seconds: float, limit: int) -> int:
-    """Delete up to ``limit`` attempts finished more than ``older_than_seconds`` ago whose
-    group is gone: no job and no dead event of it left (a dead group's history stays as long
-    as it does). ``ix_outbox_attempts_finished_at`` serves the pick, the group indexes the
-    checks."""
-    gone = and_(
-        ~exists(select(_jobs.c.id).where(_jobs.c.group_id == _attempts.c.group_id)),
-        ~exists(
-            select(_archive.c.id).where(
-                _archive.c.group_id == _attempts.c.group_id,
-                _archive.c.status == schema.ArchiveStatus.DEAD,
-            )
-        ),
-    )
-    ids = list(
-        conn.execute(
-            select(_attempts.c.id)
-            .where(_attempts.c.finished_at < db_now_plus(-older_than_seconds), gone)
-            .order_by(_attempts.c.finished_at)
-            .limit(limit)
-        ).scalars()
-    )
-    if not ids:
-        return 0
-    return conn.execute(_attempts.delete().where(_attempts.c.id.in_(ids))).rowcount
-
-
-def record_operation(
-    conn: Connection,
-    *,
-    action: str,
-    actor: str,
-    selection: str | None,
-    groups: int,
-    events: int,
-    detail: str | None,
-) -> int:
-    """Record what an operator did; the record's id."""
-    result = conn.execute(
-        insert(_operations).values(
-            action=action,
-            actor=actor,
-            selection=selection,
-            groups=groups,
-            events=events,
-            detail=detail,
-        )
-    )
-    key = result.inserted_primary_key
-    assert key is not None
-    return int(key[0])
-
-
-def finish_operation(conn: Connection, operation_id: int, groups: int, events: int) -> None:
-    """Set the counts of a recorded operation once it is done."""
-    conn.execute(
-        update(_operations)
-        .where(_operations.c.id == operation_id)
-        .values(groups=_operations.c.groups + groups, events=_operations.c.events + events)
-    )
-
-
-def operations(
-    conn: Connection, *, action: str | None = None, limit: int, before_id: int | None = None
-) -> list[OperationRow]:
-    """Operations recorded, newest first (before ``before_id``: the next page)."""
-    stmt = select(
-        _operations.c.id,
-        _operations.c.action,
-        _operations.c.actor,
-        _operations.c.selection,
-        _operations.c.groups,
-        _operations.c.events,
-        _operations.c.detail,
-        _operations.c.done_at,
-    )
-    if action is not None:
-        stmt = stmt.where(_operations.c.action == action)
-    if before_id is not None:
-        stmt = stmt.where(_operations.c.id < before_id)
-    rows = conn.execute(stmt.order_by(_operations.c.id.desc()).limit(limit))
-    return [
-        OperationRow(
-            int(r.id),
-            r.action,
-            r.actor,
-            r.selection,
-            int(r.groups),
-            int(r.events),
-            r.detail,
-            r.done_at,
-        )
-        for r in rows
-    ]
-
-
 def mark_archived(
     conn: Connection,
     ids: Sequence[int],
@@ -548,57 +397,3 @@ def mark_group_operation(conn: Connection, group_id: uuid.UUID, operation_id: in
         .where(_archive.c.status == schema.ArchiveStatus.DISCARDED)
         .values(operation_id=operation_id)
     ).rowcount
-
-
-def ingested_keys(
-    conn: Connection, dialect: str, handler: str, keys: Sequence[str]
-) -> dict[str, int]:
-    """Of ``keys``, those a producer's events were written under already, with the event's id;
-    served by the primary key of ``outbox_ingest_keys``, planned for the keys given (see
-    ``plan_each_time``): hundreds of them in one ``IN``."""
-    dialects.statements(dialect).plan_each_time(conn)
-    ingest = schema.ingest_keys
-    rows = conn.execute(
-        select(ingest.c.key, ingest.c.event_id).where(
-            ingest.c.handler == handler, ingest.c.key.in_(list(keys))
-        )
-    )
-    found = {key: int(event_id) for key, event_id in rows}
-    given = set(keys)
-    if given.issuperset(found):
-        return found
-    # The column's collation matched a key spelled otherwise (MariaDB's compares case, accents
-    # and trailing spaces away): each key not found as given is asked alone, so that the
-    # answer is by the keys given, matched as the primary key matches them.
-    matched = {key: event_id for key, event_id in found.items() if key in given}
-    for key in given - set(found):
-        event_id = conn.execute(
-            select(ingest.c.event_id).where(ingest.c.handler == handler, ingest.c.key == key)
-        ).scalar_one_or_none()
-        if event_id is not None:
-            matched[key] = int(event_id)
-    return matched
-
-
-def record_ingested(conn: Connection, handler: str, written: dict[str, int]) -> None:
-    """Record the keys events were written under; a key recorded already (a concurrent
-    producer's) fails the transaction with the primary key's IntegrityError."""
-    conn.execute(
-        insert(schema.ingest_keys),
-        [{"handler": handler, "key": k, "event_id": n} for k, n in written.items()],
-    )
-
-
-def delete_old_ingest_keys(conn: Connection, older_than_seconds: float, limit: int) -> int:
-    """Delete up to ``limit`` idempotency keys older than ``older_than_seconds``."""
-    ingest = schema.ingest_keys
-    keys = conn.execute(
-        select(ingest.c.handler, ingest.c.key)
-        .where(ingest.c.received_at < db_now_plus(-older_than_seconds))
-        .order_by(ingest.c.received_at)
-        .limit(limit)
-    ).all()
-    if not keys:
-        return 0
-    picked = tuple_(ingest.c.handler, ingest.c.key).in_([tuple(k) for k in keys])
-    return conn.execute(ingest.delete().where(picked)).rowcount

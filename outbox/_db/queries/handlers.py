@@ -9,8 +9,9 @@ from sqlalchemy import ColumnElement, Connection, and_, exists, or_, select, upd
 
 from outbox import schema
 from outbox._db import dialects
-from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
+from outbox._db.dialects.clock import age_seconds, db_now_plus
 from outbox._db.types import HandlerState
+from outbox.schema import db_now
 
 _handlers = schema.handlers
 

@@ -14,7 +14,8 @@ from sqlalchemy import Connection, and_, delete, or_, select, update
 from outbox import schema
 from outbox._core.checks import MAX_WAIT_SECONDS
 from outbox._db import dialects
-from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus, time_plus
+from outbox._db.dialects.clock import age_seconds, db_now_plus, time_plus
+from outbox.schema import db_now
 
 _limits = schema.rate_limits
 

@@ -40,9 +40,11 @@ from sqlalchemy import (
 )
 
 from outbox import schema
-from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
+from outbox._db import dialects
+from outbox._db.dialects.clock import age_seconds, db_now_plus
 from outbox._db.queries.handlers import paused_now
 from outbox._db.types import ScalingRow
+from outbox.schema import db_now
 
 _jobs = schema.jobs
 _handlers = schema.handlers
@@ -53,15 +55,10 @@ MINUTE_SECONDS = 60.0
 
 
 def reading_connection(engine: Engine) -> Connection:
-    """A connection for the one statement of :func:`scaling_rows`. On PostgreSQL in
-    autocommit, which psycopg switches on and off without a word to the server: no ``BEGIN``
-    and ``ROLLBACK`` around the statement (nor the idle timeout's ``SET LOCAL``), which cost the
-    read more round trips than its statement (one statement reads one snapshot either way).
-    Elsewhere as it comes: MariaDB's drivers send a statement to switch autocommit."""
-    conn = engine.connect()
-    if engine.dialect.name == "postgresql":
-        return conn.execution_options(isolation_level="AUTOCOMMIT")
-    return conn
+    """A connection for the one statement of :func:`scaling_rows`, as its database reads one
+    statement fastest (on PostgreSQL in autocommit, with no ``BEGIN`` and ``ROLLBACK``)."""
+    database = dialects.database_named(engine.dialect.name)
+    return engine.connect() if database is None else database.reading_connection(engine)
 
 
 def scaling_rows(

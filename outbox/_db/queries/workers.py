@@ -19,8 +19,9 @@ from sqlalchemy import (
 
 from outbox import schema
 from outbox._core.version import VERSION
-from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
+from outbox._db.dialects.clock import age_seconds, db_now_plus
 from outbox._db.types import WorkerAsked, WorkerRow, WorkerVersion
+from outbox.schema import db_now
 
 _workers = schema.workers
 

@@ -1,72 +1,15 @@
-"""MariaDB and MySQL connections: READ COMMITTED, the idle-transaction guard, the oldest
-server outbox runs on."""
+"""MariaDB's and MySQL's own statements (``Statements``): no ``UPDATE ... RETURNING`` and no
+``LIMIT`` inside ``IN``, so rows are picked ``FOR UPDATE SKIP LOCKED``, then updated by id;
+upserts."""
 
 from __future__ import annotations
 
-import math
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Result, Row, Select, Table, event, select, update
+from sqlalchemy import Connection, Result, Row, Select, Table, select, update
 from sqlalchemy.sql import ColumnElement
-
-from outbox._db.dialects.names import MYSQL, name_of
-from outbox.exceptions import UnsupportedDatabaseError
-
-
-def read_committed(engine: Engine) -> Engine:
-    """``engine`` for outbox's own transactions: on MariaDB and MySQL at READ COMMITTED.
-
-    At their default, REPEATABLE READ, a claim's locking read also locks the gaps of the index
-    it scans, and the application's INSERTs wait behind it. An application's engine keeps its
-    own level: outbox gets a copy sharing its pool (``Engine.execution_options``) that sets the
-    level on each connection it checks out, and resets it when the connection goes back. The
-    engines outbox creates are READ COMMITTED throughout (no statement per checkout).
-    """
-    if name_of(engine.dialect) != MYSQL:
-        return engine
-    # As given to create_engine(isolation_level=...), or to execution_options(...).
-    level = engine.get_execution_options().get("isolation_level")
-    level = level or getattr(engine.dialect, "_on_connect_isolation_level", None)
-    if level == "READ COMMITTED":
-        return engine
-    return engine.execution_options(isolation_level="READ COMMITTED")
-
-
-# The oldest servers outbox runs on: MariaDB has SKIP LOCKED since 10.6, MySQL since 8.0.
-MIN_MARIADB_VERSION = (10, 6)
-MIN_MYSQL_VERSION = (8, 0)
-
-
-def configure_mysql(engine: Engine, idle_transaction_timeout: float | None) -> None:
-    """Refuse a MariaDB or MySQL server too old for outbox's claims, on every new connection
-    (a comparison of the version SQLAlchemy read when it first connected). On MariaDB, the
-    server ends a transaction left idle past ``idle_transaction_timeout`` (whole seconds,
-    rounded up), as PostgreSQL does; MySQL has no such setting (docs/operations.md)."""
-
-    def on_connect(dbapi_connection: Any, record: Any) -> None:
-        dialect = engine.dialect
-        mariadb = bool(getattr(dialect, "is_mariadb", False))
-        version = tuple(dialect.server_version_info or ())
-        needed = MIN_MARIADB_VERSION if mariadb else MIN_MYSQL_VERSION
-        if version and version < needed:
-            raise UnsupportedDatabaseError(
-                f"outbox needs {'MariaDB' if mariadb else 'MySQL'} "
-                f"{'.'.join(map(str, needed))} or newer (for SELECT ... FOR UPDATE SKIP LOCKED); "
-                f"this server is {'.'.join(map(str, version))}"
-            )
-        if mariadb and idle_transaction_timeout is not None:
-            cursor = dbapi_connection.cursor()
-            cursor.execute(
-                f"SET SESSION idle_transaction_timeout = {math.ceil(idle_transaction_timeout)}"
-            )
-            cursor.close()
-
-    event.listen(engine, "connect", on_connect)
-
-
-# --- statements of MariaDB's own -------------------------------------------------------------
 
 
 def update_picked(

@@ -1,17 +1,15 @@
-"""SQLite connections: the write lock up front, WAL, a busy timeout."""
+"""SQLite's own statements (``Statements``): no row locks, as every transaction holds the
+database's write lock (``BEGIN IMMEDIATE``); upserts; REAL values returned as REAL."""
 
 from __future__ import annotations
 
 import functools
-import sqlite3
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
     Connection,
-    Engine,
     Float,
     Result,
     Row,
@@ -19,63 +17,16 @@ from sqlalchemy import (
     Table,
     Update,
     case,
-    event,
     func,
     select,
     type_coerce,
     update,
 )
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.dialects.sqlite import dialect as sqlite_dialect
 from sqlalchemy.exc import CompileError
 from sqlalchemy.sql import ColumnElement
 
-# How long a SQLite connection waits for the write lock before giving up: generous, because
-# every framework transaction is short and takes the lock up front.
-SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
-
-
-def configure_sqlite(engine: Engine) -> None:
-    """WAL (readers do not block the writer), a long busy timeout, and every transaction
-    opened with BEGIN IMMEDIATE, so that a claim takes the write lock before it reads instead of
-    failing with "database is locked" when it tries to upgrade a read lock. The pysqlite driver's
-    own transaction handling is switched off so that SQLAlchemy's BEGIN is the only one.
-    """
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: Any, connection_record: Any) -> None:
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_SECONDS * 1000)}")
-        if engine.url.database not in (None, "", ":memory:"):
-            _enter_wal(cursor)
-        cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.close()
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
-
-
-def _enter_wal(cursor: Any) -> None:
-    """Switch the database to WAL, waiting for another connection's lock as long as the busy
-    timeout would: SQLite asks no busy handler before it changes the journal mode, so a
-    connection that meets a lock there (another process switching the same new file, or
-    writing to it before the switch) would be refused at once with "database is locked"."""
-    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_SECONDS
-    pause = 0.001
-    while True:
-        try:
-            cursor.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as error:
-            if "locked" not in str(error) or time.monotonic() >= deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause * 2, 0.1)
-
-
-# --- statements of SQLite's own --------------------------------------------------------------
+from outbox._db.sqlite.connection import sqlalchemy_dialect
 
 
 def update_picked(
@@ -172,7 +123,7 @@ def _claimed_columns(table: Table) -> tuple[ColumnElement[Any], ...]:
 def _real_affinity(column: Any) -> bool:
     # SQLite's affinity rules (https://sqlite.org/datatype3.html, 3.1), in their order.
     try:
-        declared = column.type.compile(dialect=_DIALECT).upper()
+        declared = column.type.compile(dialect=sqlalchemy_dialect()).upper()
     except CompileError:  # a type SQLite cannot name: no SQLite table has such a column
         return False
     if "INT" in declared or any(word in declared for word in ("CHAR", "CLOB", "TEXT", "BLOB")):
@@ -183,6 +134,3 @@ def _real_affinity(column: Any) -> bool:
 def _as_real(column: Any) -> ColumnElement[Any]:
     real = case((func.typeof(column) == "real", sql_cast(column, Float)), else_=column)
     return type_coerce(real, column.type).label(column.name)
-
-
-_DIALECT = sqlite_dialect()
