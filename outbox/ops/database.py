@@ -20,11 +20,12 @@ from outbox._db import (
     describe,
     parse_url,
 )
-from outbox._db.dialects import dialect_named, error_summary
+from outbox._db.dialects import SUPPORTED, dialect_named, error_summary
 from outbox._db.generation import check as check_generation
 from outbox._db.generation import recorded_incompatibility
 
 __all__ = [
+    "SUPPORTED",
     "URL_FORM",
     "check_buffer_tables",
     "check_connection",

@@ -72,7 +72,7 @@ def schema_group() -> None:
 @schema_group.command("sql")
 @click.option(
     "--dialect",
-    type=click.Choice(["postgresql", "sqlite", "mysql"]),
+    type=click.Choice(database.SUPPORTED),
     default=None,
     help="Dialect of the DDL; default: that of the database URL, else postgresql.",
 )
@@ -95,7 +95,8 @@ def schema_sql(ctx: Context, dialect: str | None) -> None:
     target = database.dialect_named(dialect)
     if target is None:
         raise click.UsageError(
-            f"outbox has no schema for {dialect!r}; use --dialect postgresql, sqlite or mysql"
+            f"outbox has no schema for {dialect!r}; use --dialect "
+            + ", ".join(sorted(database.SUPPORTED))
         )
     for table in schema.metadata.sorted_tables:
         click.echo(str(CreateTable(table).compile(dialect=target)).strip() + ";\n")
