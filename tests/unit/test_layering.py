@@ -62,7 +62,8 @@ INWARD = {
     "worker.py": ("outbox.cli",),
     "app.py": ("outbox.cli", "outbox.worker", "outbox._engine", "outbox._services"),
     "_handler_kind.py": ("outbox.app", "outbox._engine"),
-    # The testing helpers run jobs through the runner, as any executor does: no worker.
+    # The testing helpers run jobs through the inline executor's drain, which the executors'
+    # rule below keeps off the worker too: no worker.
     "testing.py": ("outbox.cli", "outbox.worker"),
 }
 
