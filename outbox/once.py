@@ -29,37 +29,31 @@ heartbeats have not been steady long enough to tell a dead holder from a databas
 from __future__ import annotations
 
 import datetime as dt
-import os
-import socket
 import threading
 import time
-import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
 
-from outbox import lifecycle, schema
 from outbox._core import log as _log
-from outbox._core.faults import AFTER_ACQUIRE, crash_point
 from outbox._db import check_buffer_tables, generation, queries, run_in_transaction
-from outbox._db.dialects import error_summary
-from outbox._engine import acquisition, distributor
+from outbox._engine import distributor
 from outbox._engine.claimer import claimable
-from outbox._engine.flow_state import FlowState
-from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner
-from outbox._services.heartbeat import Heartbeat, heartbeat_interval
+from outbox._once.caller import Counts, caller_id, handlers_started, registered
+from outbox._once.results import (
+    DistributionResult,
+    HandlerDistribution,
+    RescueResult,
+    RunResult,
+    Stopped,
+    WorkResult,
+)
 from outbox._services.rescuer import Rescuer
-from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
-from outbox.exceptions import BufferTableMissingError
 from outbox.ops import buffer_clock
-from outbox.ops.scaling import Scaling, read_scaling
-from outbox.results import BatchResult, Outcome
+from outbox.ops.scaling import read_scaling
+from outbox.results import Outcome
 
 __all__ = [
     "DEFAULT_BUDGET_SECONDS",
@@ -97,182 +91,6 @@ the backlog (a count equal to it means at least that many, see ``backlog_capped`
 _CLOCK_WARNED: set[int] = set()
 """The applications (by id) whose buffers' clocks this process has warned about."""
 _CLOCK_WARNED_LOCK = threading.Lock()
-
-
-class Stopped(StrEnum):
-    """Why :func:`work_once` stopped starting jobs."""
-
-    IDLE = "idle"
-    """No job was due now."""
-    BUDGET = "budget"
-    """Its time budget was spent; jobs may still be due."""
-    MAX_GROUPS = "max_groups"
-    """It ran the most groups it was given; jobs may still be due."""
-    STOPPED = "stopped"
-    """Asked to stop: by its caller (``stop``: a SIGTERM, an application shutting down), or
-    by an operator (``outbox workers drain|stop``, read at its heartbeat)."""
-
-
-@dataclass(frozen=True, slots=True)
-class HandlerDistribution:
-    """What one distribution call did for one handler."""
-
-    handler: str
-    won: bool
-    """This call distributed for the handler: it took the tick (or was given no ``every``).
-    False: another caller had already taken this tick (or a later one), and distributed."""
-    enqueued: int
-    """Claim jobs this call enqueued (0 when it lost the tick)."""
-    unclaimed: int | None
-    """Unclaimed events counted, at most a few batches' worth; None when the tick was lost."""
-
-
-@dataclass(frozen=True, slots=True)
-class DistributionResult:
-    """What :func:`distribute_once` did."""
-
-    every: float | None
-    """The schedule's interval in seconds; None: no tick, every call distributes."""
-    tick: int | None
-    """The tick taken or lost, named by its start in whole milliseconds since the Unix epoch
-    by the database's clock; None without ``every``."""
-    handlers: tuple[HandlerDistribution, ...]
-
-    @property
-    def won(self) -> list[str]:
-        """The handlers this call distributed for."""
-        return [h.handler for h in self.handlers if h.won]
-
-    @property
-    def lost(self) -> list[str]:
-        """The handlers another caller had distributed for on this tick."""
-        return [h.handler for h in self.handlers if not h.won]
-
-    @property
-    def enqueued(self) -> int:
-        """Claim jobs this call enqueued, for every handler."""
-        return sum(h.enqueued for h in self.handlers)
-
-    def summary(self) -> str:
-        """One line: what was distributed, and the tick lost."""
-        text = f"distributed for {len(self.won)} handlers, {self.enqueued} claim jobs enqueued"
-        if self.lost:
-            text += f"; tick taken by another caller for {len(self.lost)}"
-        return text
-
-
-@dataclass(frozen=True, slots=True)
-class RescueResult:
-    """What :func:`rescue_once` did."""
-
-    rescued: int
-    """Jobs freed whose leases had run out: due again, their attempt counted."""
-
-    def summary(self) -> str:
-        """One line."""
-        return f"{self.rescued} jobs rescued"
-
-
-@dataclass(frozen=True, slots=True)
-class WorkResult:
-    """What :func:`work_once` did, and what it left. Seconds are float seconds; ages and due
-    times are read from the database's clock."""
-
-    stopped: Stopped
-    seconds: float
-    """How long it worked."""
-    groups_succeeded: int
-    groups_failed: int
-    """Groups whose attempt failed and that will be tried again."""
-    groups_deferred: int
-    """Groups put off for the downstream's ``Retry-After`` (no attempt counted)."""
-    groups_dead: int
-    """Groups dead-lettered into the archive: an operator's to look at."""
-    groups_throttled: int
-    """Groups a rate limit gave back to wait for their turn (no attempt counted)."""
-    groups_refused: int
-    """Groups whose outcome the database refused to record: held (``outbox refused``)."""
-    leases_lost: int
-    """Jobs another worker had taken by the time this one finished them: nothing written."""
-    events_succeeded: int
-    backlog: int
-    """Events left in the handlers' buffers, unclaimed or in groups (counted up to
-    ``BACKLOG_COUNT_CAP`` per handler)."""
-    backlog_capped: bool
-    """A handler's count stopped at the cap: the backlog is at least ``backlog``."""
-    oldest_age: float | None
-    """Seconds since the oldest event left was written; None when the buffers are empty."""
-    next_due_in: float | None
-    """Seconds until work is due (0: now, when events wait for a distribution or a job is
-    due); None when nothing waits. A paused handler's work does not count; a job another
-    worker holds is that worker's."""
-
-    @property
-    def groups(self) -> int:
-        """Groups this call ran, whatever became of them."""
-        return (
-            self.groups_succeeded
-            + self.groups_failed
-            + self.groups_deferred
-            + self.groups_dead
-            + self.groups_throttled
-            + self.groups_refused
-            + self.leases_lost
-        )
-
-    @property
-    def needs_operator(self) -> bool:
-        """Groups were dead-lettered or held as refused: someone should look."""
-        return bool(self.groups_dead or self.groups_refused)
-
-    def summary(self) -> str:
-        """One line: the groups, why it stopped, and what is left."""
-        text = (
-            f"{self.groups_succeeded} groups succeeded, {self.groups_failed} failed, "
-            f"{self.groups_deferred} deferred, {self.groups_dead} dead"
-        )
-        if self.groups_refused:
-            text += f", {self.groups_refused} refused"
-        text += f" ({self.stopped.value}, {self.seconds:.1f} s); "
-        more = "+" if self.backlog_capped else ""
-        text += f"{self.backlog}{more} events left"
-        if self.oldest_age is not None:
-            text += f", the oldest {self.oldest_age:.1f} s old"
-        if self.next_due_in is not None:
-            text += f", next due in {self.next_due_in:.1f} s"
-        return text
-
-
-@dataclass(frozen=True, slots=True)
-class RunResult:
-    """What :func:`run_once` did: its rescue, its distribution and its work; and what the
-    fleet should be now (:func:`outbox.ops.scaling.read_scaling`), read after the work."""
-
-    rescue: RescueResult
-    distribution: DistributionResult
-    work: WorkResult
-    scaling: Scaling
-
-    @property
-    def desired_workers(self) -> int:
-        """Worker slots that keep every band's promise with the backlog left (never 0 while a
-        lease is live or runnable work waits): what an autoscaler, or a scheduler deciding
-        whether to call again sooner or start more callers, follows."""
-        return self.scaling.desired_workers
-
-    @property
-    def needs_operator(self) -> bool:
-        """Groups were dead-lettered or held as refused in this run: someone should look."""
-        return self.work.needs_operator
-
-    @property
-    def next_due_in(self) -> float | None:
-        """Seconds until work is due (see :attr:`WorkResult.next_due_in`)."""
-        return self.work.next_due_in
-
-    def summary(self) -> str:
-        """One line for a cron log."""
-        return "; ".join((self.rescue.summary(), self.distribution.summary(), self.work.summary()))
 
 
 # --- distribution -------------------------------------------------------------------------------
@@ -359,7 +177,7 @@ def rescue_once(app: Outbox) -> RescueResult:
     once silent for longer than a lease and the stale age. It never takes a silent worker for
     gone before its leases end: that is for a worker whose own heartbeats have been steady
     (``outbox work``)."""
-    rescued = Rescuer(app, _caller_id()).run_once()
+    rescued = Rescuer(app, caller_id()).run_once()
     silent = app.settings.lease_seconds + app.settings.worker_stale_after
     run_in_transaction(
         app.engine, lambda conn: queries.delete_silent_run_once_callers(conn, silent)
@@ -410,9 +228,9 @@ def work_once(
         warn = id(app) not in _CLOCK_WARNED
         _CLOCK_WARNED.add(id(app))
     buffer_clock.enforce(app, [h.table for h in selected], warn=warn)
-    counts = _Counts()
+    counts = Counts()
     started = time.monotonic()
-    with _started(app, selected), _registered(app) as caller:
+    with handlers_started(app, selected, log), registered(app, log) as caller:
         stopped = caller.run(
             selected,
             counts.record,
@@ -482,205 +300,7 @@ def run_once(
     return result
 
 
-# --- the parts ----------------------------------------------------------------------------------
-
-
-def _caller_id() -> str:
-    """A run-once caller's id: like a worker's, with the prefix that keeps it from leading."""
-    return f"{queries.RUN_ONCE_PREFIX}{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-
-
-class _Counts:
-    """What the groups run came to, by outcome."""
-
-    def __init__(self) -> None:
-        self.by_outcome: dict[Outcome, int] = dict.fromkeys(Outcome, 0)
-        self.events_succeeded = 0
-
-    def record(self, result: BatchResult) -> None:
-        self.by_outcome[result.outcome] += 1
-        self.events_succeeded += result.succeeded
-
-    def groups(self) -> int:
-        return sum(self.by_outcome.values())
-
-
-@contextmanager
-def _started(app: Outbox, handlers: list[Handler[Any]]) -> Iterator[None]:
-    """The handler objects started (each ``outbox_start``), and stopped after, as a worker
-    starts and stops them; what a stop raises is logged."""
-    lifecycle.start_all(app, handlers, log)
-    try:
-        yield
-    finally:
-        lifecycle.stop_all(handlers, log)
-
-
-class _Caller:
-    """One run-once caller while it works: its id, the jobs it holds, its heartbeat."""
-
-    def __init__(self, app: Outbox) -> None:
-        self.app = app
-        self.id = _caller_id()
-        self._lock = threading.Lock()
-        self._holding: set[int] = set()
-        self._stopping = threading.Event()
-        self.asked = threading.Event()
-        """An operator asked it to drain or stop (``outbox workers drain|stop``): it starts
-        no more jobs."""
-        self.heartbeat = Heartbeat(
-            app, self.id, 1, running=self.holding, stopping=self._stopping.is_set
-        )
-
-    def holding(self) -> list[int]:
-        """The jobs it runs now: the leases its heartbeat extends."""
-        with self._lock:
-            return sorted(self._holding)
-
-    def hold(self, job_id: int) -> None:
-        with self._lock:
-            self._holding.add(job_id)
-
-    def let_go(self, job_id: int) -> None:
-        with self._lock:
-            self._holding.discard(job_id)
-
-    def beat_until_stopped(self) -> None:
-        """Heartbeat every interval until it stops, and read what an operator asked of it; a
-        failed beat is logged, and the next one tried at its time (the leases last a whole
-        lease meanwhile)."""
-        interval = heartbeat_interval(self.app.settings)
-        while not self._stopping.wait(interval):
-            try:
-                self.heartbeat.run_once()
-                asked = self.heartbeat.asked()
-            except DBAPIError as error:
-                log.warning(_log.WORKER_DATABASE_ERROR, worker=self.id, error=error_summary(error))
-                continue
-            if asked is not None and not self.asked.is_set():
-                # Drain or stop alike: a run holds one job, which finishes either way.
-                log.info(
-                    _log.WORKER_ASKED,
-                    worker=self.id,
-                    request=asked.request,
-                    requested_by=asked.requested_by,
-                    in_flight=len(self.holding()),
-                    known=asked.request in set(schema.WorkerRequest),
-                )
-                if asked.request in set(schema.WorkerRequest):
-                    self.asked.set()
-
-    def stop(self) -> None:
-        self._stopping.set()
-
-    def run(
-        self,
-        handlers: list[Handler[Any]],
-        record: Callable[[BatchResult], None],
-        *,
-        deadline: float,
-        max_groups: int | None,
-        done: Callable[[], int],
-        stop: threading.Event,
-    ) -> Stopped:
-        """Lease one due job at a time and run it through the runner, until none is due, the
-        deadline, ``max_groups`` or ``stop``. A claim job stops claiming as soon as one of the
-        last three comes (the runner's ``stopping``), and goes back to the job table. A handler
-        whose buffer table is found missing is set aside while the others go on; then
-        BufferTableMissingError names it."""
-        names = [h.name for h in handlers]
-        flow = FlowState(self.app, refresh_every=FLOW_STATE_REFRESH_SECONDS)
-        throughput = Throughput(self.app)
-        set_aside: dict[str, str] = {}
-
-        def why_stop() -> Stopped | None:
-            if stop.is_set() or self.asked.is_set():
-                return Stopped.STOPPED
-            if max_groups is not None and done() >= max_groups:
-                return Stopped.MAX_GROUPS
-            if time.monotonic() >= deadline:
-                return Stopped.BUDGET
-            return None
-
-        def note_missing(missing: Mapping[str, str]) -> None:
-            found = {h: t for h, t in missing.items() if h not in set_aside}
-            set_aside.update(found)
-            for name, table in found.items():
-                log.error(_log.BUFFER_TABLE_MISSING, worker=self.id, handler=name, table=table)
-
-        runner = Runner(
-            self.app,
-            worker_id=self.id,
-            handlers={h.name: h for h in handlers},
-            flow=flow,
-            claims_in_flight=1,
-            on_result=record,
-            throughput=throughput,
-            set_aside=note_missing,
-            database_error=self._report_database_error,
-            hold=self.hold,
-            let_go=self.let_go,
-            stopping=lambda: why_stop() is not None,
-        )
-        try:
-            while (stopped := why_stop()) is None:
-                flow.refresh_if_due()
-                jobs = acquisition.acquire(
-                    self.app,
-                    worker_id=self.id,
-                    serving=[name for name in names if name not in set_aside],
-                    handlers=names,
-                    cap=runner.cap,
-                    probing=flow.probing,
-                    limit=1,
-                )
-                if not jobs:
-                    stopped = Stopped.IDLE
-                    break
-                (job,) = jobs
-                self.hold(job.id)
-                try:
-                    crash_point(AFTER_ACQUIRE)
-                    runner.run(job)
-                finally:
-                    self.let_go(job.id)
-        finally:
-            try:
-                throughput.run_once()
-            except DBAPIError as error:
-                # Only the dashboard's counts of this run are lost; what raised goes on up.
-                self._report_database_error(error)
-        if set_aside:
-            raise BufferTableMissingError(set_aside)
-        return stopped
-
-    def _report_database_error(self, error: DBAPIError) -> None:
-        # A count missed it (the circuit breaker's, or this run's throughput); the outcome is
-        # written. A run is short: each such error is said, not once per outage as a worker.
-        log.warning(_log.WORKER_DATABASE_ERROR, worker=self.id, error=error_summary(error))
-
-
-@contextmanager
-def _registered(app: Outbox) -> Iterator[_Caller]:
-    """A caller registered in ``outbox_workers`` and heartbeating while it works; its row is
-    deleted at the end."""
-    caller = _Caller(app)
-    caller.heartbeat.run_once()
-    beating = threading.Thread(
-        target=caller.beat_until_stopped, name="outbox-run-once-heartbeat", daemon=True
-    )
-    beating.start()
-    try:
-        yield caller
-    finally:
-        caller.stop()
-        beating.join()
-        try:
-            run_in_transaction(app.engine, lambda conn: queries.delete_worker(conn, caller.id))
-        except DBAPIError as error:
-            # Left behind, it is forgotten by a later run's rescue (rescue_once); what
-            # raised, if anything, goes on up.
-            log.warning(_log.WORKER_DATABASE_ERROR, worker=caller.id, error=error_summary(error))
+# --- what is left -------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True, slots=True)

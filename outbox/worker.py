@@ -16,7 +16,6 @@ that takes. An operator asks a worker on another host to drain or stop through i
 from __future__ import annotations
 
 import functools
-import heapq
 import math
 import os
 import queue
@@ -24,22 +23,16 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import lifecycle, schema
+from outbox import lifecycle
 from outbox._core import log as _log
 from outbox._core.faults import AFTER_ACQUIRE, crash_point
-from outbox._db import (
-    check_buffer_tables,
-    generation,
-    missing_buffer_tables,
-    queries,
-    run_in_transaction,
-)
-from outbox._db.dialects import behind_pooler, error_summary, is_transient
+from outbox._db import check_buffer_tables, generation, queries, run_in_transaction
+from outbox._db.dialects import behind_pooler, error_summary
 from outbox._engine import acquisition, claimer, distributor
 from outbox._engine import invoke as _invoke
 from outbox._engine import limiter as _limiter
@@ -48,12 +41,13 @@ from outbox._engine.runner import CLAIM_LOOP_SECONDS as CLAIM_LOOP_SECONDS
 from outbox._engine.runner import CLAIMS_IN_FLIGHT_PER_HANDLER as CLAIMS_IN_FLIGHT_PER_HANDLER
 from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner, new_worker_id
 from outbox._engine.stats import WorkerStats as WorkerStats
-from outbox._services.distribution_watch import DistributionWatch
-from outbox._services.heartbeat import Heartbeat, heartbeat_interval
+from outbox._engine.stats import stopped_fields
+from outbox._engine.wake_schedule import WakeSchedule
+from outbox._services.heartbeat import Heartbeat
 from outbox._services.listener import Listener
+from outbox._services.maintenance import Maintenance
+from outbox._services.missing_tables import MissingTables
 from outbox._services.outage import Outage
-from outbox._services.rescuer import Rescuer
-from outbox._services.schema_watch import SchemaWatch
 from outbox._services.throughput import Throughput
 from outbox.app import Handler, Outbox
 from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
@@ -70,11 +64,6 @@ MAX_CONCURRENCY = 1000
 DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS = 30.0
 MAX_ERROR_BACKOFF_SECONDS = 30.0
 MAINTENANCE_JOIN_SECONDS = 10.0
-# A worker wakes this long after a group it put off is due (the database's clock, not its own,
-# decides when the group is due; the commit came a little after the delay was set).
-DUE_MARGIN_SECONDS = 0.02
-# The most due times a worker remembers to wake at.
-MAX_DUE_NOTED = 1024
 # How often the fleet's leader distributes, unless told otherwise: events wait at most about
 # this long for a claim job when no notification wakes a worker, the same as the default poll
 # interval, so that a fleet without LISTEN (MariaDB, SQLite, a pooler) starts on new events
@@ -141,48 +130,44 @@ class Worker:
         self._running: set[int] = set()
         """Ids of the jobs this worker holds and is working on: the leases it extends."""
         self._wake = threading.Event()
-        self._due: list[float] = []
-        """Monotonic times at which groups this worker put off are due again (a heap)."""
-        self._due_lock = threading.Lock()
-        self._turns: list[float] = []
-        """Monotonic times at which groups this worker's rate limits gave back are due."""
+        self._wake_schedule = WakeSchedule()
         self._stopping = threading.Event()
         self._aborted = threading.Event()
         self._draining = threading.Event()
-        self._asked: str | None = None
-        """The operator's request this worker last acted on."""
         self._threads: list[threading.Thread] = []
-        self._maintenance: threading.Thread | None = None
         self._outage = Outage(self.id, log)
-        self.live_workers = 1
-        """Live workers in the fleet, as of this worker's last heartbeat."""
-        self.leading = False
-        """Whether this worker led the fleet at its last heartbeat (it distributes)."""
         self._tables = {h.table.name: h.name for h in self.handlers.values()}
         self._notified: set[str] = set()
         self._notified_lock = threading.Lock()
-        self._set_aside_lock = threading.Lock()
-        self._set_aside: dict[str, str] = {}
-        """Handlers whose buffer table was found missing, with the table: not served."""
-        self._serving = list(self.handlers)
-        """The handlers served: all but those set aside."""
+        self._missing = MissingTables(app, self.id, self.handlers, log)
         self._listener: Listener | None = None
         self._flow = FlowState(app, refresh_every=FLOW_STATE_REFRESH_SECONDS)
         self._throughput = Throughput(app)
-        self._heartbeat_service = Heartbeat(
+        self._maintenance = Maintenance(
             app,
             self.id,
-            self.concurrency,
-            running=self._running_now,
-            stopping=self._stopping.is_set,
+            log,
+            heartbeat=Heartbeat(
+                app,
+                self.id,
+                self.concurrency,
+                running=self._running_now,
+                stopping=self._stopping.is_set,
+            ),
+            throughput=self._throughput,
+            outage=self._outage,
+            missing=self._missing,
+            distribute_every=distribute_every,
+            distribute=self._distribute,
+            in_flight=lambda: self.in_flight,
+            wake=self._wake.set,
+            drain=self.drain,
+            stop=self.stop,
+            stopping=self._stopping,
+            aborted=self._aborted,
         )
-        self._rescuer = Rescuer(
-            app, self.id, judge_heartbeats=self._heartbeat_service.may_judge_others
-        )
-        self._distribution_watch = DistributionWatch(app, self.id)
-        self._schema_watch = SchemaWatch(app)
-        self._schema_suspect = threading.Event()
-        """A statement failed in a way a schema change explains: look at the schema now."""
+        """Heartbeats, rescue, the schema, distribution: :mod:`outbox._services.maintenance`."""
+        self._maintenance_thread: threading.Thread | None = None
         self._runner = Runner(
             app,
             worker_id=self.id,
@@ -192,18 +177,35 @@ class Worker:
             claims_in_flight=claims_in_flight,
             on_result=self._on_result,
             throughput=self._throughput,
-            note_due=self._note_due,
-            note_turn=self._note_turn,
-            set_aside=self._set_aside_handlers,
+            note_due=self._wake_schedule.note_due,
+            note_turn=self._wake_schedule.note_turn,
+            set_aside=self._missing.set_aside,
             database_error=self._breaker_database_error,
             hold=lambda job_id: self._hold([job_id]),
             let_go=self._let_go,
             stopping=self._stopping.is_set,
         )
         """Runs each job this worker leases (:mod:`outbox._engine.runner`)."""
-        self.schema_incompatible: SchemaIncompatibleError | None = None
+
+    @property
+    def schema_incompatible(self) -> SchemaIncompatibleError | None:
         """Why this worker stopped on its own: the database's schema became one it may not
         work on (too new for it, or downgraded under it); None otherwise."""
+        return self._maintenance.schema_incompatible
+
+    @property
+    def live_workers(self) -> int:
+        """Live workers in the fleet, as of this worker's last heartbeat."""
+        return self._maintenance.live_workers
+
+    @live_workers.setter
+    def live_workers(self, count: int) -> None:
+        self._maintenance.live_workers = count
+
+    @property
+    def leading(self) -> bool:
+        """Whether this worker led the fleet at its last heartbeat (it distributes)."""
+        return self._maintenance.leading
 
     # --- control -------------------------------------------------------------------------
 
@@ -264,13 +266,12 @@ class Worker:
         handler aside, whose jobs wait untouched while the others go on; :meth:`run` looks
         again every ``rescue_interval`` and takes the handler back once the table is there.
         """
-        with self._set_aside_lock:
-            return dict(self._set_aside)
+        return self._missing.missing
 
     def rescue(self) -> int:
         """Free the jobs of expired leases; once this worker's own heartbeats have been steady
         for ``worker_stale_after``, free the jobs of workers gone silent too, and forget them."""
-        return self._rescuer.run_once()
+        return self._maintenance.rescuer.run_once()
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -311,10 +312,10 @@ class Worker:
             )
             thread.start()
             self._threads.append(thread)
-        self._maintenance = threading.Thread(
-            target=self._maintenance_main, name="outbox-maintenance", daemon=True
+        self._maintenance_thread = threading.Thread(
+            target=self._maintenance.main, name="outbox-maintenance", daemon=True
         )
-        self._maintenance.start()
+        self._maintenance_thread.start()
         if self.app.settings.listen and not self.burst and self.app.supports.listen_notify:
             if behind_pooler(self.app.engine):
                 # A transaction pooler lends a server session per transaction: a LISTEN
@@ -348,7 +349,7 @@ class Worker:
                 backoff = 0.0
             except DBAPIError as error:
                 backoff = min(max(backoff * 2, 0.5), MAX_ERROR_BACKOFF_SECONDS)
-                self._suspect_schema(error)
+                self._maintenance.suspect_schema(error)
                 self._outage.report(error)
                 self._stopping.wait(backoff * (0.5 + random.random()))
                 continue
@@ -366,7 +367,7 @@ class Worker:
         """
         handler = self._tables.get(payload)
         if handler is not None:
-            if not self.leading or handler not in self._serving:
+            if not self.leading or handler not in self._missing.serving:
                 return
             with self._notified_lock:
                 self._notified.add(handler)
@@ -409,7 +410,7 @@ class Worker:
     def _burst_has_more(self) -> bool:
         """In burst mode, when idle: rescue and distribute; anything new to do now?"""
         self.rescue()
-        if self._distribute(self._serving):
+        if self._distribute(self._missing.serving):
             return True
         return bool(self._fill())
 
@@ -419,40 +420,15 @@ class Worker:
         Each idle worker waits the interval times the number of live workers, jittered by
         ±50%, so that the database sees the same polling load from 2 workers as from 200.
         Work finishing in this worker, notifications, and the moment a group this worker put
-        off is due again (see :meth:`_note_due`) wake it sooner.
+        off is due again (a ``RetryAfter(5)`` is back in about 5 s and a tenth, not 5 s plus a
+        poll interval per live worker) wake it sooner.
         """
-        interval = self.app.settings.poll_interval * self.live_workers
-        timeout = interval * (0.5 + random.random())
-        now = time.monotonic()
-        with self._due_lock:
-            while self._due and self._due[0] <= now:
-                heapq.heappop(self._due)
-                timeout = DUE_MARGIN_SECONDS  # due since the last look: look again now
-            if self._due:
-                timeout = min(timeout, self._due[0] - now + DUE_MARGIN_SECONDS)
-        return timeout
+        return self._wake_schedule.poll_timeout(self.app.settings.poll_interval * self.live_workers)
 
     def _next_turn(self) -> float | None:
         """Seconds until the next group this worker's rate limits gave back is due, when that is
         within the wait a worker holds a group for its turn; None otherwise."""
-        now = time.monotonic()
-        with self._due_lock:
-            # Those past were due at the last look for work: taken, or given back again.
-            self._turns = [at for at in self._turns if at > now - DUE_MARGIN_SECONDS]
-            soonest = min(self._turns, default=None)
-        if soonest is None or soonest - now > _limiter.max_wait(self.app):
-            return None
-        return max(soonest - now, 0.0) + DUE_MARGIN_SECONDS
-
-    def _note_due(self, seconds: float) -> None:
-        """A group this worker deferred, retried or gave back is due in ``seconds``: wake then,
-        rather than at the next poll, so that a ``RetryAfter(5)`` is back in about 5 s (and a
-        tenth), not 5 s plus a poll interval per live worker."""
-        with self._due_lock:
-            heapq.heappush(self._due, time.monotonic() + seconds)
-            if len(self._due) > MAX_DUE_NOTED:
-                # The soonest are what matters; a backlog of retries needs no more wake-ups.
-                self._due = heapq.nsmallest(MAX_DUE_NOTED // 2, self._due)
+        return self._wake_schedule.next_turn(_limiter.max_wait(self.app))
 
     def _acquire(self, limit: int) -> list[queries.JobRow]:
         """Lease up to ``limit`` due jobs (capped handlers first: see
@@ -460,7 +436,7 @@ class Worker:
         jobs = acquisition.acquire(
             self.app,
             worker_id=self.id,
-            serving=self._serving,
+            serving=self._missing.serving,
             handlers=list(self.handlers),
             cap=self._cap,
             probing=self._flow.probing,
@@ -495,7 +471,7 @@ class Worker:
             try:
                 task()
             except DBAPIError as error:  # its full text may quote event values: summary only
-                self._suspect_schema(error)
+                self._maintenance.suspect_schema(error)
                 log.error(_log.WORKER_LOOP_ERROR, worker=self.id, error=error_summary(error))
             except Exception as error:  # the loop must survive anything a job throws
                 log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, error=str(error))
@@ -528,17 +504,11 @@ class Worker:
         if self.on_result is not None:
             self.on_result(result)
 
-    def _note_turn(self, seconds: float) -> None:
-        """A group this worker's rate limits gave back is due in ``seconds`` (see
-        :meth:`_next_turn`)."""
-        with self._due_lock:
-            self._turns.append(time.monotonic() + seconds)
-
     def _breaker_database_error(self, error: DBAPIError) -> None:
-        self._suspect_schema(error)
+        self._maintenance.suspect_schema(error)
         self._outage.report(error)
 
-    # --- buffer tables that do not exist ------------------------------------------------------
+    # --- the fleet: distribution and heartbeats ----------------------------------------------
 
     def _distribute(self, names: list[str]) -> int:
         """Distribute for these handlers; returns the claim jobs enqueued. A handler whose
@@ -548,136 +518,12 @@ class Worker:
             try:
                 enqueued += distributor.distribute_handler(self.app, self.handlers[name]).enqueued
             except BufferTableMissingError as error:
-                self._set_aside_handlers(error.missing)
+                self._missing.set_aside(error.missing)
         return enqueued
 
-    def _set_aside_handlers(self, missing: Mapping[str, str]) -> None:
-        """Stop serving these handlers (their tables are missing); one line for each."""
-        with self._set_aside_lock:
-            found = {h: t for h, t in missing.items() if h not in self._set_aside}
-            self._set_aside.update(found)
-            self._serving = [h for h in self.handlers if h not in self._set_aside]
-        for name, table in found.items():
-            log.error(_log.BUFFER_TABLE_MISSING, worker=self.id, handler=name, table=table)
-
-    def _look_for_missing_tables(self) -> None:
-        """Take back the handlers set aside whose tables exist again."""
-        with self._set_aside_lock:
-            aside = {h: self.handlers[h].table for h in self._set_aside}
-        if not aside:
-            return
-        still = missing_buffer_tables(self.app.engine, aside)
-        with self._set_aside_lock:
-            back = {h: t for h, t in self._set_aside.items() if h not in still}
-            for name in back:
-                del self._set_aside[name]
-            self._serving = [h for h in self.handlers if h not in self._set_aside]
-        for name, table in back.items():
-            log.info(_log.BUFFER_TABLE_FOUND, worker=self.id, handler=name, table=table)
-        if back:
-            self._wake.set()
-
-    # --- maintenance: heartbeats, leases, rescue, distribution --------------------------------
-
-    def _maintenance_main(self) -> None:
-        settings = self.app.settings
-        heartbeat_every = heartbeat_interval(settings)
-        next_heartbeat = next_rescue = next_distribution = time.monotonic()
-        while not self._aborted.is_set():
-            now = time.monotonic()
-            heartbeat_due = now >= next_heartbeat
-            if heartbeat_due:
-                # Set before the steps run: one that fails waits for the next heartbeat
-                # rather than running again at once, many times a second.
-                next_heartbeat = now + heartbeat_every
-            if heartbeat_due or self._schema_suspect.is_set():
-                # First, and on its own: on a schema this worker may not work on, any of the
-                # steps below may fail (a table or a column gone), and none may keep it from
-                # finding out and stopping.
-                self._watch_schema()
-            try:
-                if heartbeat_due:
-                    self._heartbeat()
-                    if self.schema_incompatible is None:
-                        self._throughput.run_once()
-                        self._read_request()
-                if now >= next_rescue and not self._stopping.is_set():
-                    self.rescue()
-                    self._look_for_missing_tables()
-                    if self.distribute_every is None and self.leading:
-                        # Distribution is left to cron: say so if nothing runs it.
-                        self._distribution_watch.run_once(self._serving)
-                    next_rescue = now + settings.rescue_interval * (0.75 + random.random() / 2)
-                if (
-                    self.distribute_every is not None
-                    and now >= next_distribution
-                    and not self._stopping.is_set()
-                ):
-                    if self.leading and self._distribute(self._serving):
-                        # Its claim jobs are due now: start on them rather than at the next
-                        # poll, seconds away in a fleet that is not notified (no LISTEN).
-                        self._wake.set()
-                    next_distribution = now + self.distribute_every
-            except DBAPIError as error:
-                self._suspect_schema(error)
-                if self._schema_suspect.is_set():
-                    # A column or a table gone: a schema taken back under this worker says
-                    # why in its own line, and the error it explains is not one to report.
-                    self._watch_schema()
-                if self.schema_incompatible is None:
-                    self._outage.report(error)
-            except Exception as error:
-                log.exception(_log.WORKER_LOOP_ERROR, worker=self.id, error=str(error))
-            if self._stopping.is_set() and self.in_flight == 0:
-                return
-            wait = min(next_heartbeat, next_rescue, next_distribution) - time.monotonic()
-            if self._schema_suspect.is_set():
-                wait = 0.0
-            self._aborted.wait(min(max(wait, 0.05), 1.0))
-
     def _heartbeat(self) -> None:
-        beat = self._heartbeat_service.run_once()
-        self.live_workers, self.leading = beat.live_workers, beat.leading
-
-    def _read_request(self) -> None:
-        """Act on what an operator asked of this worker in its row: drain or stop; a request
-        it does not know (of a newer outbox) is logged and left alone."""
-        asked = self._heartbeat_service.asked()
-        if asked is None or asked.request == self._asked:
-            return
-        self._asked = asked.request
-        known = asked.request in set(schema.WorkerRequest)
-        log.info(
-            _log.WORKER_ASKED,
-            worker=self.id,
-            request=asked.request,
-            requested_by=asked.requested_by,
-            in_flight=self.in_flight,
-            known=known,
-        )
-        if asked.request == schema.WorkerRequest.DRAIN:
-            self.drain()
-        elif asked.request == schema.WorkerRequest.STOP:
-            self.stop()
-
-    def _watch_schema(self) -> None:
-        """Stop taking work once the database's schema is one this worker may not work on:
-        what it holds finishes within the grace period, as on SIGTERM. Says why once."""
-        self._schema_suspect.clear()
-        if self._stopping.is_set():
-            return
-        problem = self._schema_watch.watch(self.id, self._outage.report, log)
-        if problem is None:
-            return
-        self.schema_incompatible = problem
-        self.stop()
-
-    def _suspect_schema(self, error: DBAPIError) -> None:
-        """A statement failed for good (not contention, not a dropped connection): a table or a
-        column it names may be gone, the schema taken back or moved on under this worker. The
-        maintenance thread looks at the schema now rather than at the next heartbeat."""
-        if not is_transient(error):
-            self._schema_suspect.set()
+        """Heartbeat now (the maintenance thread does at each interval)."""
+        self._maintenance.heartbeat()
 
     # --- shutdown ------------------------------------------------------------------------
 
@@ -707,9 +553,9 @@ class Worker:
             # being cut off mid-way when the process exits, or running on after its worker.
             _invoke.cancel_calls_from(self._threads)
         self._aborted.set()
-        if self._maintenance is not None:
+        if self._maintenance_thread is not None:
             # A heartbeat under way must not re-insert the row deleted below.
-            self._maintenance.join(timeout=MAINTENANCE_JOIN_SECONDS)
+            self._maintenance_thread.join(timeout=MAINTENANCE_JOIN_SECONDS)
         # Each on its own: counts that cannot be written must not keep the worker's row
         # behind, where the fleet would take it for alive until it went stale.
         try:
@@ -724,7 +570,7 @@ class Worker:
             except DBAPIError as error:
                 self._outage.report(error)
         self.stop_handlers()
-        log.info(_log.WORKER_STOPPED, worker=self.id, **self._stats_fields())
+        log.info(_log.WORKER_STOPPED, worker=self.id, **stopped_fields(self.stats))
         return abandoned == 0
 
     def flush_throughput(self) -> None:
@@ -746,15 +592,3 @@ class Worker:
         lifecycle.stop_all(
             self.handlers.values() if handlers is None else handlers, log, worker=self.id
         )
-
-    def _stats_fields(self) -> dict[str, int]:
-        s = self.stats
-        return {
-            "groups_succeeded": s.groups_succeeded,
-            "groups_retried": s.groups_retried,
-            "groups_deferred": s.groups_deferred,
-            "groups_dead": s.groups_dead,
-            "groups_refused": s.groups_refused,
-            "leases_lost": s.leases_lost,
-            "events_succeeded": s.events_succeeded,
-        }

@@ -70,3 +70,16 @@ class WorkerStats:
             self.events_discarded += result.discarded
             self.events_dead += result.dead
             self.events_expired += result.expired
+
+
+def stopped_fields(stats: WorkerStats) -> dict[str, int]:
+    """The counts a stopping worker's line carries (``outbox.worker.stopped``)."""
+    return {
+        "groups_succeeded": stats.groups_succeeded,
+        "groups_retried": stats.groups_retried,
+        "groups_deferred": stats.groups_deferred,
+        "groups_dead": stats.groups_dead,
+        "groups_refused": stats.groups_refused,
+        "leases_lost": stats.leases_lost,
+        "events_succeeded": stats.events_succeeded,
+    }

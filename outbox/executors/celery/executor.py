@@ -1,60 +1,7 @@
-"""outbox on the application's own Celery: claim and batch jobs as Celery tasks.
-
-One call, :func:`install`, puts outbox on a Celery application (the application, its broker
-and its result backend stay the user's)::
-
-    from celery import Celery
-    from outbox.executors.celery import install
-
-    celery = Celery("shop", broker="amqp://guest:guest@localhost//")
-    executor = install(celery, outbox_app)
-
-and two commands run it, beside the application's own workers::
-
-    celery -A shop.tasks worker --queues outbox --concurrency 4
-    celery -A shop.tasks beat
-
-It registers three tasks, whose messages all go to a queue of their own (``queue``, named in
-each message's options, so the application's ``task_routes`` and long tasks never hold them
-up):
-
-``outbox.distribute``
-    On the beat schedule ``BEAT_SENDS_PER_TICK`` times every ``distribute_every`` seconds: the
-    claim jobs the handlers' unclaimed events need (:func:`outbox.once.distribute_once` on the
-    tick the beat sent the message in, stamped in its ``SENT_AT_HEADER``), then a message for
-    each new claim job. The tick is taken in the database, per handler: of any number of
-    messages naming one tick (from any number of beats), one distributes, and the others find
-    the tick taken and do nothing. A message that waits in the queue past its tick's end still
-    takes its own tick.
-``outbox.run_job``
-    Runs one job, named by its id in the message, through the job runner that ``outbox work``
-    runs it with: a claim job claims full batches and hands each to its handler at once, for
-    up to a second, exactly as under ``outbox work``; a batch job hands its group to its
-    handler. Pauses, rate limits, fleet-wide caps, circuit breakers and ordering live in the
-    database and hold across Celery workers and ``outbox work`` processes alike.
-``outbox.rescue``
-    On the beat schedule every ``rescue_every`` seconds: frees the jobs of gone workers and of
-    expired leases, then publishes a message for each job it freed and for any due job that no
-    message has taken for ``OVERDUE_AFTER_SECONDS`` (a message lost with a broker, or never
-    published), at most ``SWEEP_LIMIT`` a run. In a process not yet allowed to judge another
-    worker gone (a child started just now), it frees expired leases only and sends itself on
-    for another process (at most ``RESCUE_HOPS`` times).
-
-The job table stays the source of truth. A message names a job; the task leases that job only
-when it is due and unleased, so a message delivered twice (a visibility timeout, ``acks_late``,
-a lost worker, a duplicate publish) finds it leased or gone and does nothing (logged at debug,
-``outbox.executor.skipped``). Nothing depends on ``acks_late`` or
-``task_reject_on_worker_lost``: a killed worker loses only its lease.
-
-Each worker process (each prefork child) registers in ``outbox_workers`` and heartbeats, so
-``outbox status`` and the console show it like any worker, its running job's lease is
-extended, and a killed child's jobs are freed once its heartbeat goes silent, not at lease end.
-Engines are made per child: the pool a child inherits from the parent is disposed of
-(``engine.dispose(close=False)``) when it starts. A child stopped with SIGTERM (Celery's cold
-shutdown, the end of a ``worker_soft_shutdown_timeout``) gives back the leases it holds, and
-their work is taken again at once. ``outbox workers drain`` or ``stop`` of one of them, read at
-its heartbeat, shuts its Celery worker down warm.
-"""
+"""outbox installed on a Celery application: :func:`install`, and the
+:class:`CeleryExecutor` it returns, whose three tasks lease and run jobs, distribute and
+rescue, and which follows the worker processes through Celery's signals (see
+:mod:`outbox.executors.celery`)."""
 
 from __future__ import annotations
 
@@ -64,92 +11,52 @@ import os
 import signal
 import socket
 import threading
-import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
 from celery import Celery, signals
 from sqlalchemy.exc import DBAPIError
 
-from outbox import lifecycle, once, schema
+from outbox import once, schema
 from outbox._core import log as _log
-from outbox._db import queries, run_in_transaction
-from outbox._db.dialects import is_transient
+from outbox._db import queries
 from outbox._engine.distributor import MAX_TICK_SECONDS, MIN_TICK_SECONDS, tick_of
-from outbox._engine.runner import JobRun, Runner, RunOutcome, lease_job
-from outbox._services.heartbeat import Heartbeat, heartbeat_interval
-from outbox._services.outage import Outage
-from outbox._services.rescuer import Rescuer
-from outbox._services.schema_watch import SchemaWatch
-from outbox._services.throughput import Throughput
-from outbox.app import Handler, Outbox
-from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
+from outbox._engine.runner import JobRun, RunOutcome, lease_job
+from outbox.app import Outbox
+from outbox.exceptions import BufferTableMissingError
+from outbox.executors.celery.messages import (
+    BEAT_SENDS_PER_TICK,
+    DEFAULT_DISTRIBUTE_EVERY_SECONDS,
+    DEFAULT_QUEUE,
+    DISTRIBUTE_TASK,
+    DUE_MARGIN_SECONDS,
+    MAX_COUNTDOWN_SECONDS,
+    MESSAGE_EXPIRY_PERIODS,
+    OVERDUE_AFTER_SECONDS,
+    RESCUE_TASK,
+    RUN_JOB_TASK,
+    SWEEP_LIMIT,
+    sent_at,
+    stamp_sent_at,
+)
+from outbox.executors.celery.process import WorkerProcess
 
-__all__ = [
-    "BEAT_ENTRIES",
-    "BEAT_SENDS_PER_TICK",
-    "DEFAULT_DISTRIBUTE_EVERY_SECONDS",
-    "DEFAULT_QUEUE",
-    "DISTRIBUTE_TASK",
-    "MAX_COUNTDOWN_SECONDS",
-    "OVERDUE_AFTER_SECONDS",
-    "RESCUE_TASK",
-    "RUN_JOB_TASK",
-    "SENT_AT_HEADER",
-    "SWEEP_LIMIT",
-    "CeleryExecutor",
-    "install",
-]
+# Every module of the executor logs under the package's logger: the name an application
+# configures.
+log = _log.get_logger("outbox.executors.celery")
 
-log = _log.get_logger(__name__)
-
-DEFAULT_QUEUE = "outbox"
-DEFAULT_DISTRIBUTE_EVERY_SECONDS = 1.0
-"""Seconds between distributions: a new event waits about this long for its claim job (the
-same as ``outbox work``'s default)."""
-RUN_JOB_TASK = "outbox.run_job"
-DISTRIBUTE_TASK = "outbox.distribute"
-RESCUE_TASK = "outbox.rescue"
-BEAT_ENTRIES = (DISTRIBUTE_TASK, RESCUE_TASK)
-"""The names of the entries :func:`install` adds to the beat schedule (the tasks' own names)."""
-OVERDUE_AFTER_SECONDS = 30.0
-"""A due job that no message has taken for this long gets one from the rescue task's sweep. A
-message waiting behind a queue's backlog is taken for lost too, and its job gets a second one,
-which finds the job leased or gone: a no-op."""
-SWEEP_LIMIT = 100
-"""The most messages one sweep publishes for overdue jobs (the most urgent first)."""
-MAX_COUNTDOWN_SECONDS = 300.0
-"""A group due again within this long (a retry's backoff, a deferral, a rate limit's turn) gets
-its message at once with a countdown; one due later is left to the sweep, so that a worker does
-not hold hours of countdown messages in memory."""
-DUE_MARGIN_SECONDS = 0.05
-"""A countdown message arrives this long after its job is due: the database's clock decides."""
-MESSAGE_EXPIRY_PERIODS = 10
-BEAT_SENDS_PER_TICK = 4
-"""The beat sends ``outbox.distribute`` this many times a tick: a beat sends each entry a
-little later than its period (about 1.24 s for 1 s here), and a tick that no message names is
-not distributed. Each message names the tick it was sent in (``SENT_AT_HEADER``); the first to
-run takes it, the others find it taken (at no cost in a process that took or found it taken
-already), and extra messages cost little."""
-SENT_AT_HEADER = "outbox_sent_at"
-"""The header a distribution message carries: when it was sent (Unix seconds, by the sending
-host's clock), which names the tick the message is for."""
 RECENT_TICKS = 16
 """Ticks a process remembers having taken or found taken, so that the other messages of one
 tick cost it no statement."""
 RESCUE_HOPS = 3
 """How many times a rescue that ran in a process not yet allowed to judge another worker gone
 sends itself on (at once, then when the process will be allowed)."""
-"""A beat message that waited this many of its periods is dropped: a later one does its work."""
 GIVE_BACK_SECONDS = 5.0
 """How long a child stopped by SIGTERM spends giving back its leases before it exits anyway
 (the rescue frees them then, once its heartbeat is silent)."""
-STOP_JOIN_SECONDS = 5.0
-
 
 # The Celery applications outbox is installed on (read without finalizing one: asking it for its
 # tasks would).
@@ -225,271 +132,6 @@ def _check_seconds(name: str, value: object, least: float, most: float) -> None:
         raise ValueError(f"{name} must be {least:g} to {most:g} seconds, got {value!r}")
 
 
-@dataclass
-class _Process:
-    """What one worker process (a prefork child, or a solo worker) holds: its worker row's id,
-    its heartbeat, the job runner, and the jobs it runs now."""
-
-    executor: CeleryExecutor
-    worker_id: str
-    handlers: dict[str, Handler[Any]]
-    pid: int = field(default_factory=os.getpid)
-    running: set[int] = field(default_factory=set)
-    # The heartbeat's thread reads what the task threads change.
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    slots: int = 1
-    """Jobs it runs at once: one in a prefork child, the pool's size in a threads pool."""
-    started: set[str] = field(default_factory=set)
-    stopping: threading.Event = field(default_factory=threading.Event)
-    stopped: threading.Event = field(default_factory=threading.Event)
-    child: bool = False
-    """A prefork child (its SIGTERM is outbox's once it runs a job)."""
-    takes_sigterm: bool = False
-    asked: str | None = None
-    """The operator's request it acted on."""
-    schema_incompatible: SchemaIncompatibleError | None = None
-    """Why the database's schema is one it may not work on (it then takes no more jobs)."""
-    wake: threading.Event = field(default_factory=threading.Event)
-    """Set to make the heartbeat thread look at once: at the schema after a statement failed
-    for good."""
-    schema_suspect: threading.Event = field(default_factory=threading.Event)
-    parked: set[str] = field(default_factory=set)
-    """Handlers a message was dropped for while they were paused: once their pause ends, this
-    process publishes their due jobs (guarded by ``lock``)."""
-
-    def __post_init__(self) -> None:
-        app = self.executor.outbox
-        self.schema_watch = SchemaWatch(app)
-        self.outage = Outage(self.worker_id, log)
-        self.throughput = Throughput(app)
-        self.heartbeat = Heartbeat(
-            app, self.worker_id, self.slots, running=self.running_now, stopping=self.stopping.is_set
-        )
-        self.rescuer = Rescuer(
-            app, self.worker_id, judge_heartbeats=self.heartbeat.may_judge_others
-        )
-        self.runner = Runner(
-            app,
-            worker_id=self.worker_id,
-            handlers=self.handlers,
-            throughput=self.throughput,
-            hold=self.hold,
-            let_go=self.let_go,
-            database_error=self.outage.report,
-            stopping=self.stopping.is_set,
-        )
-        self.thread = threading.Thread(
-            target=self._heartbeat_main, name="outbox-heartbeat", daemon=True
-        )
-
-    def running_now(self) -> list[int]:
-        """The jobs it runs now: the leases its heartbeat extends."""
-        with self.lock:
-            return sorted(self.running)
-
-    def hold(self, job_id: int) -> None:
-        with self.lock:
-            self.running.add(job_id)
-
-    def let_go(self, job_id: int) -> None:
-        with self.lock:
-            self.running.discard(job_id)
-
-    def start(self) -> None:
-        self.thread.start()
-        log.info(
-            _log.WORKER_STARTED,
-            worker=self.worker_id,
-            executor="celery",
-            queue=self.executor.queue,
-            handlers=sorted(self.handlers),
-        )
-
-    def _heartbeat_main(self) -> None:
-        every = heartbeat_interval(self.executor.outbox.settings)
-        next_heartbeat = time.monotonic()
-        while not self.stopping.is_set():
-            now = time.monotonic()
-            heartbeat_due = now >= next_heartbeat
-            if heartbeat_due:
-                next_heartbeat = now + every
-            if heartbeat_due or self.schema_suspect.is_set():
-                # First, and on its own, as ``outbox work`` does: on a schema it may not work
-                # on, any step below may fail, and none may keep it from finding out.
-                self._watch_schema()
-            try:
-                if heartbeat_due:
-                    self.heartbeat.run_once()
-                    if self.schema_incompatible is None:
-                        self.throughput.run_once()
-                        self._read_request()
-                if self.schema_incompatible is None:
-                    self._publish_resumed()
-                self.outage.recovered()
-            except DBAPIError as error:
-                self.suspect_schema(error)
-                self.outage.report(error)
-            except Exception as error:  # the heartbeat must outlive anything one beat meets
-                log.exception(_log.WORKER_LOOP_ERROR, worker=self.worker_id, error=str(error))
-            wait = next_heartbeat - time.monotonic()
-            if self.has_parked():
-                # Look for the end of a pause about once a distribution period.
-                wait = min(wait, self.executor.distribute_every)
-            if self.schema_suspect.is_set():
-                wait = 0.0
-            self.wake.wait(max(wait, 0.05))
-            self.wake.clear()
-
-    def _watch_schema(self) -> None:
-        """Take no more jobs once the database's schema is one this process may not work on,
-        and shut its Celery worker down warm, as ``outbox workers stop`` does. Says why once,
-        in the line ``outbox work`` logs."""
-        self.schema_suspect.clear()
-        if self.schema_incompatible is not None:
-            return
-        problem = self.schema_watch.watch(self.worker_id, self.outage.report, log)
-        if problem is None:
-            return
-        self.schema_incompatible = problem
-        self.executor.shut_down_node()
-
-    def suspect_schema(self, error: DBAPIError) -> None:
-        """A statement failed for good (not contention, not a dropped connection): a table or a
-        column it names may be gone. The heartbeat thread looks at the schema now rather than
-        at its next beat."""
-        if not is_transient(error):
-            self.schema_suspect.set()
-            self.wake.set()
-
-    # --- pauses that end -------------------------------------------------------------------
-
-    def park(self, handlers: Iterable[str]) -> None:
-        """A message of these paused handlers' jobs was dropped: publish their due jobs once
-        their pause ends."""
-        names = set(handlers)
-        if not names:
-            return
-        with self.lock:
-            fresh = not self.parked
-            self.parked |= names
-        if fresh:
-            self.wake.set()  # to look again within a distribution period, not a heartbeat
-
-    def has_parked(self) -> bool:
-        with self.lock:
-            return bool(self.parked)
-
-    def _publish_resumed(self) -> None:
-        """Publish the due jobs of the parked handlers whose pause has ended (an operator's
-        resume, a Retry-After's end, a circuit breaker's probe): at most their cap (one while
-        the breaker probes), or ``SWEEP_LIMIT``."""
-        with self.lock:
-            parked = sorted(self.parked)
-        if not parked:
-            return
-        flow = self.runner.flow
-        flow.refresh()
-        resumed = [name for name in parked if not flow.paused(name)]
-        if not resumed:
-            return
-        with self.executor.outbox.engine.connect() as conn:
-            due = {
-                name: queries.overdue_jobs(
-                    conn,
-                    [name],
-                    overdue_seconds=0.0,
-                    limit=self.runner.cap(name) or SWEEP_LIMIT,
-                )
-                for name in resumed
-            }
-        with self.lock:
-            self.parked -= set(resumed)
-        for name, ids in due.items():
-            published = self.executor.publish_all(ids)
-            log.debug(_log.EXECUTOR_RESUMED, handler=name, worker=self.worker_id, jobs=published)
-
-    def _read_request(self) -> None:
-        """Act on what an operator asked of this process in its row (``outbox workers drain``
-        or ``stop``), once: ask its Celery worker to shut down warm, as ``celery control
-        shutdown`` does. The worker stops taking messages, its processes finish what they run,
-        then leave the fleet. A request it does not know (of a newer outbox) is logged and
-        left alone."""
-        asked = self.heartbeat.asked()
-        if asked is None or self.asked is not None:
-            return
-        self.asked = asked.request
-        known = asked.request in set(schema.WorkerRequest)
-        log.info(
-            _log.WORKER_ASKED,
-            worker=self.worker_id,
-            request=asked.request,
-            requested_by=asked.requested_by,
-            in_flight=len(self.running_now()),
-            known=known,
-        )
-        if known:
-            self.executor.shut_down_node()
-
-    def start_handler(self, handler: Handler[Any]) -> bool:
-        """Its object's ``outbox_start`` once in this process (a sink connects); False when
-        it raised (logged), to be tried again with the next job."""
-        if handler.name in self.started:
-            return True
-        try:
-            lifecycle.start(self.executor.outbox, handler)
-        except Exception as error:
-            log.error(
-                _log.EXECUTOR_HANDLER_START_FAILED,
-                worker=self.worker_id,
-                handler=handler.name,
-                error=f"{type(error).__name__}: {error}",
-            )
-            return False
-        self.started.add(handler.name)
-        return True
-
-    def stop(self, *, give_back: bool) -> None:
-        """Stop heartbeating; give back what it holds (``give_back``), write its counts, leave
-        the fleet (its row deleted) and stop its handler objects. Once."""
-        if self.stopped.is_set():
-            return
-        self.stopped.set()
-        self.stopping.set()
-        self.wake.set()  # the heartbeat thread waits on it
-        if self.thread.is_alive() and self.thread is not threading.current_thread():
-            self.thread.join(timeout=STOP_JOIN_SECONDS)
-        app = self.executor.outbox
-        given = 0
-        try:
-            if give_back:
-                given = run_in_transaction(
-                    app.engine,
-                    lambda conn: queries.give_back_jobs_of(conn, app.dialect, self.worker_id),
-                )
-            if self.schema_incompatible is None:  # its table may be gone
-                self.throughput.run_once()
-            run_in_transaction(app.engine, lambda conn: queries.delete_worker(conn, self.worker_id))
-        except DBAPIError as error:
-            self.outage.report(error)
-        if given:
-            log.info(_log.JOBS_GIVEN_BACK, worker=self.worker_id, jobs=given)
-            self.executor.publish_rescued(given)
-        lifecycle.stop_all(
-            [self.handlers[name] for name in sorted(self.started)], log, worker=self.worker_id
-        )
-        stats = self.runner.stats
-        log.info(
-            _log.WORKER_STOPPED,
-            worker=self.worker_id,
-            executor="celery",
-            groups_succeeded=stats.groups_succeeded,
-            groups_retried=stats.groups_retried,
-            groups_dead=stats.groups_dead,
-            leases_lost=stats.leases_lost,
-            events_succeeded=stats.events_succeeded,
-        )
-
-
 class CeleryExecutor:
     """outbox installed on a Celery application (made by :func:`install`).
 
@@ -513,7 +155,7 @@ class CeleryExecutor:
         self.distribute_every = distribute_every
         self.rescue_every = rescue_every
         self.handler_names = handlers
-        self._process: _Process | None = None
+        self._process: WorkerProcess | None = None
         self._process_lock = threading.Lock()
         self._hostname: str | None = None
         self._slots = 1
@@ -534,7 +176,7 @@ class CeleryExecutor:
                 queue=queue,
                 expires=every * MESSAGE_EXPIRY_PERIODS,
             )
-        signals.before_task_publish.connect(_stamp_sent_at, weak=False)
+        signals.before_task_publish.connect(stamp_sent_at, weak=False)
         signals.worker_process_init.connect(self._on_process_init, weak=False)
         signals.worker_process_shutdown.connect(self._on_process_shutdown, weak=False)
         signals.worker_ready.connect(self._on_worker_ready, weak=False)
@@ -557,7 +199,7 @@ class CeleryExecutor:
         def distribute() -> None:
             """Distribute on the tick the message was sent in, and publish a message for each
             claim job enqueued."""
-            self.distribute_here(_sent_at(self.distribute.request))
+            self.distribute_here(sent_at(self.distribute.request))
 
         @task(name=RESCUE_TASK, **options)
         def rescue(hops: int = 0) -> None:
@@ -587,7 +229,7 @@ class CeleryExecutor:
             self._follow(process, run)
         return run
 
-    def _lease_and_run(self, process: _Process, job_id: int) -> JobRun | None:
+    def _lease_and_run(self, process: WorkerProcess, job_id: int) -> JobRun | None:
         job = lease_job(self.outbox, job_id, process.worker_id, handlers=list(process.handlers))
         if job is None:
             log.debug(_log.EXECUTOR_MESSAGE_SKIPPED, job_id=job_id, worker=process.worker_id)
@@ -610,7 +252,7 @@ class CeleryExecutor:
             process.park([job.handler])
         return run
 
-    def _follow(self, process: _Process, run: JobRun) -> None:
+    def _follow(self, process: WorkerProcess, run: JobRun) -> None:
         """Publish what a job's run leaves due: a claim job given back with rows waiting, a
         group due again soon, and a capped handler's next batch job."""
         job = run.job
@@ -711,7 +353,7 @@ class CeleryExecutor:
             )
         return self.publish_all(dict.fromkeys(ids))
 
-    def _send_rescue_on(self, process: _Process, hops: int) -> None:
+    def _send_rescue_on(self, process: WorkerProcess, hops: int) -> None:
         wait = process.heartbeat.judges_in() if hops else 0.0
         if wait is None:  # not steady now: about when it could be, were it back
             wait = self.outbox.settings.worker_stale_after
@@ -763,12 +405,12 @@ class CeleryExecutor:
         """Publish a message for each job; how many went out."""
         return sum(self.publish(job_id) for job_id in job_ids)
 
-    def _names(self, process: _Process) -> list[str]:
+    def _names(self, process: WorkerProcess) -> list[str]:
         return sorted(process.handlers)
 
     # --- one worker process ----------------------------------------------------------------
 
-    def _here(self) -> _Process:
+    def _here(self) -> WorkerProcess:
         """This process's registration, made on first use where no signal made it (a solo or
         threads pool, a task called eagerly)."""
         with self._process_lock:
@@ -782,10 +424,10 @@ class CeleryExecutor:
         """The Celery worker's node name (``celery@host`` unless ``--hostname`` says otherwise)."""
         return self._hostname or f"celery@{socket.gethostname()}"
 
-    def _start_process(self) -> _Process:
+    def _start_process(self) -> WorkerProcess:
         worker_id = f"{self.node}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         handlers = {h.name: h for h in self.outbox.select_handlers(self.handler_names)}
-        process = _Process(self, worker_id, handlers, slots=self._slots)
+        process = WorkerProcess(self, worker_id, handlers, slots=self._slots)
         self._process = process
         process.start()
         return process
@@ -842,7 +484,7 @@ class CeleryExecutor:
         if process is not None and process.pid == os.getpid():
             process.stop(give_back=give_back)
 
-    def _take_sigterm(self, process: _Process) -> None:
+    def _take_sigterm(self, process: WorkerProcess) -> None:
         """Handle SIGTERM in this process from now on (once, from the thread that runs tasks:
         the main thread of a prefork child).
 
@@ -875,23 +517,3 @@ class CeleryExecutor:
         worker.join(timeout=GIVE_BACK_SECONDS)
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
-
-
-def _stamp_sent_at(sender: Any = None, headers: Any = None, **_: Any) -> None:
-    """Stamp a distribution message with when it was sent (the beat's clock), which names its
-    tick, unless its sender stamped it already."""
-    if sender == DISTRIBUTE_TASK and isinstance(headers, dict):
-        headers.setdefault(SENT_AT_HEADER, time.time())
-
-
-def _sent_at(request: Any) -> dt.datetime | None:
-    """When a distribution message was sent, from its header; None when it has none (sent
-    by an older outbox, called eagerly) or an unreadable one: the task then takes the tick the
-    database's clock is in."""
-    value = getattr(request, SENT_AT_HEADER, None)
-    if value is None:
-        headers = getattr(request, "headers", None)
-        value = headers.get(SENT_AT_HEADER) if isinstance(headers, dict) else None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return dt.datetime.fromtimestamp(value, dt.UTC)
