@@ -49,7 +49,7 @@ from benchmarks._common import fresh_tables
 from benchmarks.bench_app import Base, BenchEvent, TypedBenchEvent
 from outbox import Outbox, RateLimit, Urgency, add_events
 from outbox._db.types import ScalingRow
-from outbox.app import Handler
+from outbox.handler import Handler
 from outbox.ops.scaling import DEFAULT_RATE_WINDOW_SECONDS, plan
 from outbox.worker import Worker
 

@@ -56,7 +56,7 @@ from benchmarks._common import (
     write,
 )
 from benchmarks.bench_app import Base
-from outbox.app import MAX_MAX_BATCHES
+from outbox.handler import MAX_MAX_BATCHES
 from outbox.worker import DEFAULT_CONCURRENCY
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -6,7 +6,7 @@ archive. See the README for a tour.
 """
 
 from outbox._core.values import jsonable
-from outbox.app import Delivery, Handler, Outbox, Settings
+from outbox.app import Outbox, Settings
 from outbox.batch import Batch
 from outbox.breaker import CircuitBreaker
 from outbox.buffer import BufferMixin, add_events, add_events_async
@@ -26,6 +26,7 @@ from outbox.exceptions import (
     SchemaMissingError,
     UnsupportedDatabaseError,
 )
+from outbox.handler import Delivery, Handler
 from outbox.once import (
     DistributionResult,
     RescueResult,

@@ -32,7 +32,8 @@ from outbox._engine import invoke as _invoke
 from outbox.exceptions import ConfigurationError, DownstreamUnavailableError
 
 if TYPE_CHECKING:
-    from outbox.app import Handler, Outbox
+    from outbox.app import Outbox
+    from outbox.handler import Handler
 
 # How many handlers' start checks `outbox status` and `outbox check` run at once: each may
 # wait for its downstream's connect timeout.

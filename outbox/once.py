@@ -50,7 +50,8 @@ from outbox._once.results import (
     WorkResult,
 )
 from outbox._services.rescuer import Rescuer
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
+from outbox.handler import Handler
 from outbox.ops import buffer_clock
 from outbox.ops.scaling import read_scaling
 from outbox.results import Outcome

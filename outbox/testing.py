@@ -31,7 +31,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from outbox._core import log as _log
 from outbox._db import check_buffer_tables, queries
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.executors.inline import DEFAULT_MAX_ROUNDS as DEFAULT_MAX_ROUNDS
 from outbox.executors.inline import Drain
@@ -39,6 +39,7 @@ from outbox.executors.inline import DrainResult as DrainResult
 from outbox.executors.inline import HandlerFailedError as HandlerFailedError
 from outbox.executors.inline import Inline as Inline
 from outbox.executors.inline import inline as inline
+from outbox.handler import Handler
 
 log = _log.get_logger(__name__)
 

@@ -49,8 +49,9 @@ from outbox._services.maintenance import Maintenance
 from outbox._services.missing_tables import MissingTables
 from outbox._services.outage import Outage
 from outbox._services.throughput import Throughput
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
+from outbox.handler import Handler
 from outbox.ops import buffer_clock, fleet
 from outbox.results import BatchResult
 

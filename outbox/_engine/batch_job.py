@@ -43,9 +43,10 @@ from outbox._engine.completion import (
     lease_lost,
 )
 from outbox._engine.invoke import HandlerAbandoned
-from outbox.app import Delivery, Handler, Outbox
+from outbox.app import Outbox
 from outbox.batch import Batch, column_values
 from outbox.exceptions import HandlerTimeoutError
+from outbox.handler import Delivery, Handler
 from outbox.results import DEAD, DEFERRED, LEASE_LOST, REFUSED, RETRYING, SUCCEEDED, BatchResult
 from outbox.retry import RetryAfter
 from outbox.schema import ArchiveStatus

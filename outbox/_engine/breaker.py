@@ -19,8 +19,9 @@ from sqlalchemy import Connection
 
 from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.breaker import CircuitBreaker
+from outbox.handler import Handler
 from outbox.results import DEAD, RETRYING, SUCCEEDED, BatchResult, FailureCause
 from outbox.schema import PauseCause
 

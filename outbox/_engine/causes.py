@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from outbox._db import queries
-from outbox.app import Handler
 from outbox.exceptions import DataError, DownstreamError
+from outbox.handler import Handler
 from outbox.results import FailureCause
 from outbox.retry import RetryAfter
 

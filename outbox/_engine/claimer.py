@@ -18,7 +18,8 @@ from outbox import schema
 from outbox._core import log as _log
 from outbox._core.faults import AFTER_CLAIM, crash_point
 from outbox._db import queries, run_in_transaction
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
+from outbox.handler import Handler
 
 log = _log.get_logger(__name__)
 

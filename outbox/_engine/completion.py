@@ -26,8 +26,9 @@ from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary, is_missing_table, is_transient
 from outbox._engine import limiter as _limiter
 from outbox._engine.claimer import LeaseLost
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.batch import Batch
+from outbox.handler import Handler
 from outbox.results import (
     DEAD,
     DEFERRED,

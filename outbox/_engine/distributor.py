@@ -31,7 +31,8 @@ from sqlalchemy.exc import DBAPIError
 from outbox._core import log as _log
 from outbox._db import buffer_table_missing, queries, run_in_transaction
 from outbox._engine.claimer import claimable, partial_batch_due
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
+from outbox.handler import Handler
 
 log = _log.get_logger(__name__)
 

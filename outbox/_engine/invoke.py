@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from outbox.exceptions import HandlerTimeoutError
 
 if TYPE_CHECKING:
-    from outbox.app import Handler
     from outbox.batch import Batch
+    from outbox.handler import Handler
 
 CANCEL_WAIT_SECONDS = 1.0
 """How long a cancelled coroutine may take to run its cleanup (``finally``, ``async with``)

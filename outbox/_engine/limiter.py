@@ -17,7 +17,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from outbox._db import queries, run_in_transaction
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
+from outbox.handler import Handler
 from outbox.ratelimit import MARGIN_SECONDS, RateLimit, Unit, Window
 
 # A key's value, as text, in the name of its limit (``outbox_rate_limits.key``, 200 characters).

@@ -47,7 +47,8 @@ from outbox._engine.batch_job import run_batch_job
 from outbox._engine.completion import FinishRefused, pauses_on_retry_after
 from outbox._engine.flow_state import FlowState
 from outbox._engine.stats import WorkerStats
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
+from outbox.handler import Handler
 from outbox.results import THROTTLED, BatchResult
 
 # How long one claim job may keep claiming and handling its handler's full batches in a row.

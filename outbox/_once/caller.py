@@ -28,8 +28,9 @@ from outbox._engine.runner import FLOW_STATE_REFRESH_SECONDS, Runner
 from outbox._once.results import Stopped
 from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.throughput import Throughput
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.exceptions import BufferTableMissingError
+from outbox.handler import Handler
 from outbox.results import BatchResult, Outcome
 
 

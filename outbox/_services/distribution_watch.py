@@ -19,7 +19,8 @@ from sqlalchemy import Connection
 from outbox._core import log as _log
 from outbox._core.durations import Timed
 from outbox._db import queries
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
+from outbox.handler import Handler
 
 log = _log.get_logger(__name__)
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from outbox._core import log as _log
 from outbox._db import missing_buffer_tables
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
+from outbox.handler import Handler
 
 
 class MissingTables:

@@ -32,8 +32,9 @@ from outbox._engine.stats import WorkerStats
 from outbox._services.outage import Outage
 from outbox._services.rescuer import Rescuer
 from outbox._services.throughput import Throughput
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.exceptions import BufferTableMissingError, OutboxError
+from outbox.handler import Handler
 from outbox.results import DEAD, REFUSED, RETRYING, BatchResult
 
 log = _log.get_logger(__name__)

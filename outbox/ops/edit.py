@@ -16,9 +16,10 @@ from sqlalchemy.exc import DataError
 from outbox import schema
 from outbox._core import log as _log
 from outbox._db import dialects, queries, run_in_transaction
-from outbox.app import MAX_BATCH_SIZE, Outbox
+from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError, GroupNotFoundError, ReplayError
+from outbox.handler import MAX_BATCH_SIZE
 from outbox.ops._archive_values import _edited_value, parse_payload
 from outbox.ops.operators import checked_actor
 from outbox.ops.replay import handler_table, put_back

@@ -21,8 +21,9 @@ from outbox._db import queries, run_in_transaction
 from outbox._db.generation import GENERATION
 from outbox._db.queries import WorkerRow as Worker
 from outbox._services.heartbeat import heartbeat_interval, older_release_stale_after
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError, OutboxError
+from outbox.handler import Handler
 from outbox.ops import operators
 from outbox.schema import OperationAction, WorkerRequest
 

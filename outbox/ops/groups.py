@@ -19,8 +19,9 @@ from sqlalchemy import Connection
 
 from outbox import schema
 from outbox._db import queries
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError, GroupNotFoundError
+from outbox.handler import Handler
 from outbox.ops._archive_values import parse_payload
 from outbox.ops.selection import Selection
 from outbox.schema import GroupStatus

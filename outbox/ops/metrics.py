@@ -22,8 +22,9 @@ from outbox._core.durations import Timed
 from outbox._db import queries
 from outbox._services import distribution_watch
 from outbox._services.heartbeat import silent_after
-from outbox.app import Handler, Outbox, Settings
+from outbox.app import Outbox, Settings
 from outbox.exceptions import ConfigurationError
+from outbox.handler import Handler
 
 
 @dataclass(frozen=True, slots=True)

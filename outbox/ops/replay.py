@@ -19,9 +19,10 @@ from outbox import schema
 from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import JSON_AS_TEXT_MARKER
-from outbox.app import MAX_BATCH_SIZE, Outbox
+from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError, ReplayError
+from outbox.handler import MAX_BATCH_SIZE
 from outbox.ops import operators
 from outbox.ops._archive_values import _coerce, parse_payload
 from outbox.ops.archive import StatusFilter, chosen_statuses, count_up_to

@@ -69,8 +69,9 @@ from typing import Any
 
 from outbox._db import queries
 from outbox._services.heartbeat import silent_after
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
+from outbox.handler import Handler
 from outbox.ratelimit import Unit
 
 DEFAULT_TARGET = 0.5

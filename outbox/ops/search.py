@@ -22,8 +22,9 @@ from sqlalchemy import Connection, Table, UniqueConstraint
 
 from outbox import schema
 from outbox._db import queries
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
+from outbox.handler import Handler
 from outbox.ops import archive, groups
 from outbox.ops.selection import Selection
 

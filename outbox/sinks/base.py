@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Generic, ParamSpec, TypeVar
 
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.batch import Batch
 from outbox.buffer import BufferMixin
 from outbox.exceptions import (
@@ -40,6 +40,7 @@ from outbox.exceptions import (
     DownstreamUnavailableError,
     OutboxError,
 )
+from outbox.handler import Handler
 from outbox.sinks.secrets import Secrets
 
 EventT = TypeVar("EventT", bound=BufferMixin)

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
+from outbox.handler import Handler
 
 
 def resend_horizon(app: Outbox, handler: Handler[Any]) -> float:

@@ -23,8 +23,8 @@ from typing import Any, TypeAlias
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm.exc import UnmappedColumnError
 
-from outbox.app import Handler
 from outbox.batch import Batch
+from outbox.handler import Handler
 
 # Columns that are outbox's bookkeeping, not the event's: a message does not carry them.
 _BOOKKEEPING = frozenset({"group_id"})

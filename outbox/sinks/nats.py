@@ -43,9 +43,10 @@ import nats.js
 import nats.js.api
 import nats.js.errors
 
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.batch import Batch
 from outbox.exceptions import ConfigurationError
+from outbox.handler import Handler
 from outbox.sinks._nats_connection import NO_RESPONDERS, Acks, Connection
 from outbox.sinks.base import AsyncSink, Rejection, blocking_sink
 from outbox.sinks.dedup_window import check_dedup_window, resend_horizon

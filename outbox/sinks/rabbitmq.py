@@ -31,9 +31,10 @@ from urllib.parse import urlsplit
 import pika
 import pika.exceptions
 
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.batch import Batch
 from outbox.exceptions import ConfigurationError, DownstreamError
+from outbox.handler import Handler
 from outbox.sinks._amqp import PENDING, ConfirmChannel, Lost, Message, Returned, cause
 from outbox.sinks.base import AsyncSink, Rejection, blocking_sink
 from outbox.sinks.encoding import (

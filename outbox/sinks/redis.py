@@ -27,9 +27,10 @@ from redis.backoff import NoBackoff
 from redis.exceptions import RedisError
 from redis.retry import Retry
 
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.batch import Batch
 from outbox.exceptions import ConfigurationError, DownstreamError, DownstreamUnavailableError
+from outbox.handler import Handler
 from outbox.sinks.base import AsyncSink, Rejection, Sink
 from outbox.sinks.encoding import (
     RowPath,

@@ -19,7 +19,7 @@ from outbox import Batch, Outbox, schema
 from outbox._db import queries, run_in_transaction
 from outbox._engine import claimer, distributor
 from outbox._engine.batch_job import run_batch_job
-from outbox.app import Handler
+from outbox.handler import Handler
 from outbox.results import SUCCEEDED
 from tests.models import ActivityEvent
 

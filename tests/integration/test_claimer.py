@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session
 
 from outbox import Batch, Outbox, Urgency, schema
 from outbox._engine import claimer
-from outbox.app import Handler
+from outbox.handler import Handler
 from tests.models import ActivityEvent
 
 

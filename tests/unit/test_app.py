@@ -9,7 +9,8 @@ from sqlalchemy import String
 from sqlalchemy.orm import Mapped, mapped_column
 
 from outbox import Batch, ConfigurationError, Outbox, OutboxError, RetryPolicy, Settings, Urgency
-from outbox.app import DATABASE_URL_ENV, DEFAULT_BATCH_SIZE, MAX_BATCH_SIZE, Handler
+from outbox.app import DATABASE_URL_ENV, DEFAULT_BATCH_SIZE
+from outbox.handler import MAX_BATCH_SIZE, Handler
 from tests.models import ActivityEvent, EmailEvent, Order
 
 

@@ -7,7 +7,6 @@ import uuid
 import click
 
 from outbox import schema
-from outbox.app import MAX_BATCH_SIZE
 from outbox.cli._context import Context
 from outbox.cli._errors import EXIT_USAGE, command, fail, ready
 from outbox.cli._main import main
@@ -15,6 +14,7 @@ from outbox.cli._options import ARCHIVE_STATUS, MAX_PRUNE_AGE_SECONDS, Duration
 from outbox.cli._output import error_text, json_text, print_json, print_table
 from outbox.cli._progress import reporting
 from outbox.cli.commands.groups import print_operation
+from outbox.handler import MAX_BATCH_SIZE
 from outbox.ops import archive, edit, group_operations
 from outbox.ops.replay import REPLAY_CHUNK
 from outbox.ops.replay import replay as replay_archived

@@ -24,9 +24,10 @@ from outbox._services.outage import Outage
 from outbox._services.rescuer import Rescuer
 from outbox._services.schema_watch import SchemaWatch
 from outbox._services.throughput import Throughput
-from outbox.app import Handler, Outbox
+from outbox.app import Outbox
 from outbox.exceptions import SchemaIncompatibleError
 from outbox.executors.celery.messages import SWEEP_LIMIT
+from outbox.handler import Handler
 
 # Every module of the executor logs under the package's logger: the name an application
 # configures.
