@@ -17,7 +17,7 @@ import pytest
 from sqlalchemy import create_engine
 
 from outbox import schema
-from outbox._db.queries.jobs import RESCUED_ERROR
+from outbox._db.queries import RESCUED_ERROR
 from tests.celery_proofs import proof_app
 from tests.celery_proofs._harness import (
     FULL,
