@@ -15,11 +15,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from outbox._core.checks import MAX_WAIT_SECONDS
+from outbox._core.values import BASE64_PATTERN, INTERVAL_PATTERN, decimal_digits, integer_range
 from outbox._core.version import VERSION
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.ops.groups import MAX_AGE_SECONDS
-from outbox.ops.ingest import MAX_EVENTS, IngestResult, decimal_digits, integer_range
+from outbox.ops.ingest import MAX_EVENTS, IngestResult
 from outbox.ops.metrics import ThroughputRange
 from outbox.ops.scaling import (
     DEFAULT_APDEX_WINDOW_SECONDS,
@@ -682,6 +683,9 @@ def values_schema(table: Table) -> dict[str, Any]:
 
 def _column_schema(column: Column[Any]) -> dict[str, Any]:
     kind = column.type
+    members = getattr(kind, "enum_class", None) if isinstance(kind, Enum) else None
+    if members is not None:
+        return {"enum": [member.value for member in members]}  # enums by value, as answered
     if isinstance(kind, Enum) and kind.enums:
         return {"type": "string", "enum": list(kind.enums)}
     if isinstance(kind, JSON):
@@ -719,8 +723,10 @@ def _column_schema(column: Column[Any]) -> dict[str, Any]:
     formats = {dt.datetime: "date-time", dt.date: "date", dt.time: "time", uuid.UUID: "uuid"}
     if python_type in formats:
         return {"type": "string", "format": formats[python_type]}
+    if python_type is dt.timedelta:
+        return {"type": "string", "pattern": INTERVAL_PATTERN}
     if python_type is bytes:
-        return {"type": "string", "pattern": "^([0-9a-fA-F]{2})*$"}
+        return {"type": "string", "contentEncoding": "base64", "pattern": BASE64_PATTERN}
     return {}
 
 
