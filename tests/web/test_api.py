@@ -29,6 +29,7 @@ from outbox.testing import drain
 from outbox.web import Auth, Principal, Role, api, create_app, openapi
 from outbox.web.auth import CSRF_COOKIE, CSRF_HEADER
 from tests.models import ActivityEvent, SinkEvent
+from tests.web._site import HostileEvent, create_hostile_table
 
 TOKENS = {
     "viewer": "viewer-token-0123456789",
@@ -718,6 +719,59 @@ def test_ingest_checks_each_value_against_its_column(
     assert (True, 0) == (message in str(raised.value), _count(outbox_app, SinkEvent)), str(
         raised.value
     )
+
+
+def _hostile_app(database_url: str, make_app: Callable[[str], Outbox]) -> Outbox:
+    """An application whose handler of :class:`HostileEvent` (a bytes column) fails once."""
+    create_hostile_table(database_url)
+    app = make_app(database_url)
+    app.handler(HostileEvent, retry=ONE_SHOT, name="hostile")(_fail)
+    return app
+
+
+async def test_ingest_takes_bytes_in_base64_as_the_api_answers_them(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Bytes PUT in base64 are written as those bytes, and a group's detail answers them in
+    the same base64."""
+    app = _hostile_app(database_url, make_app)
+    sent = base64.b64encode(b"\x00\xff raw \x80").decode()
+    async with client_of(create_app(app, auth=AUTH)) as c:
+        put = await c.put(
+            "/api/v1/handlers/hostile/events/k-1",
+            headers=bearer("producer"),
+            json={"label": "bytes", "blob": sent},
+        )
+        with app.engine.connect() as conn:
+            stored = conn.execute(select(HostileEvent.blob)).scalar_one()
+        drain(app, handlers=["hostile"])
+        [dead] = groups.find(app, groups.Selection(statuses=("dead",))).groups
+        detail = await c.get(f"/api/v1/groups/{dead.group_id}", headers=bearer("viewer"))
+    assert (201, b"\x00\xff raw \x80", [sent]) == (
+        put.status_code,
+        stored,
+        [e["values"]["blob"] for e in detail.json()["events"]],
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_ingest_refuses_bytes_in_hex_saying_bytes_are_base64(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Hex that is not also base64 is a 400 saying bytes are base64; nothing is written."""
+    app = _hostile_app(database_url, make_app)
+    async with client_of(create_app(app, auth=AUTH)) as c:
+        put = await c.put(
+            "/api/v1/handlers/hostile/events/k-1",
+            headers=bearer("producer"),
+            json={"label": "bytes", "blob": "00ff80"},
+        )
+    assert (400, True, 0) == (
+        put.status_code,
+        "blob: '00ff80' is not base64: bytes are standard base64 (RFC 4648, padded), not hex"
+        in put.json()["error"],
+        _count(app, HostileEvent),
+    ), put.json()
 
 
 @pytest.mark.parametrize("database_url", ["postgresql", "mariadb"], indirect=True)

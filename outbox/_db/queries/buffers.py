@@ -342,11 +342,15 @@ def insert_events(
 def insert_events_returning(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
 ) -> list[int]:
-    """Insert event rows into a buffer; their ids in the order of ``rows`` (``INSERT ...
-    RETURNING`` in one executemany, every row with the same columns)."""
+    """Insert event rows into a buffer, keyed by column name; their ids in the order of
+    ``rows`` (``INSERT ... RETURNING`` in one executemany, every row with the same columns)."""
     if not rows:
         return []
-    stmt = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+    # By name, not by ``table.c``'s keys: a column may have a key other than its name, and a
+    # parameter named for no key would be dropped without a word.
+    named = {column.name: column for column in table.columns}
+    binds = {named[name]: bindparam(name, type_=named[name].type) for name in rows[0]}
+    stmt = insert(table).values(binds).returning(table.c.id, sort_by_parameter_order=True)
     return [int(n) for n in conn.execute(stmt, list(rows)).scalars().all()]
 
 
