@@ -219,6 +219,8 @@ def from_text(column: Column[Any], value: Any, dialect: Dialect) -> Any:
         try:
             value = _parsed_text(column, python_type, value, dialect)
         except (ValueError, TypeError, decimal.InvalidOperation) as error:
+            if python_type is bytes:
+                raise  # its message quotes the text and says what bytes are
             raise ValueError(f"{value!r} is not a valid {python_type.__name__}: {error}") from error
     widened = (python_type is float and isinstance(value, int | decimal.Decimal)) or (
         python_type is decimal.Decimal and isinstance(value, int | float)
