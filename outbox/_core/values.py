@@ -31,7 +31,7 @@ import enum
 import json
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import JSON, BigInteger, Column, Enum, Float, SmallInteger, TypeDecorator
@@ -44,6 +44,8 @@ __all__ = [
     "BASE64_PATTERN",
     "INTERVAL_PATTERN",
     "NamedValueError",
+    "archived_payload",
+    "archived_values",
     "bytes_from_json",
     "bytes_to_json",
     "decimal_digits",
@@ -293,6 +295,49 @@ def from_archived(
     if python_type in (int, float, str, bool):
         return python_type(value)
     return value
+
+
+def archived_payload(text: str | None) -> dict[str, Any]:
+    """An archived payload's text as its values by column name, with exact decimals and
+    integers of any size; a ``ValueError`` for text that is no JSON object.
+
+    A payload archived in the lenient form (PostgreSQL: the row as JSON text) is a JSON
+    string holding the row's JSON: it is parsed twice.
+    """
+    if text is None:
+        raise ValueError("empty payload")
+    payload = exact_json(text)
+    if isinstance(payload, str):
+        payload = exact_json(payload)
+    if not isinstance(payload, dict):
+        raise ValueError("payload is not a JSON object")
+    return payload
+
+
+def archived_values(
+    columns: Iterable[Column[Any]],
+    payload: Mapping[str, Any],
+    dialect: Dialect,
+    *,
+    json_as_text: bool = False,
+) -> dict[str, Any]:
+    """An archived payload's values as their ``columns`` store them (:func:`from_archived`),
+    to be shown in the encodings above as a live event's are (binary in base64, not as the
+    archive's hex); a value of no column here (one dropped since), or one its column does not
+    read, as archived."""
+    by_name = {column.name: column for column in columns}
+    shown = {}
+    for name, value in payload.items():
+        column = by_name.get(name)
+        try:
+            shown[name] = (
+                value
+                if column is None
+                else from_archived(column, value, dialect, json_as_text=json_as_text)
+            )
+        except (ValueError, TypeError):
+            shown[name] = value
+    return shown
 
 
 def exact_json(text: str) -> Any:

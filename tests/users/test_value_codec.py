@@ -14,6 +14,7 @@ import datetime as dt
 import decimal
 import functools
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,9 +30,9 @@ from tests.users import _column_types as types
 
 APPLICATION_OBJECTS = {"decorated", "decorated_not_null", "pickled"}
 """The cases whose values are an application's own objects: not JSON's to carry."""
-EXAMPLES = 20
-"""Rows generated per database: each one row of every column type (the whole test, on the
-three databases, in about 10 s)."""
+EXAMPLES = int(os.environ.get("OUTBOX_CODEC_EXAMPLES", "20"))
+"""Rows generated per database, each holding a value of every column type: the whole test, on
+the three databases, in about 10 s; ``OUTBOX_CODEC_EXAMPLES=N`` for another number."""
 
 _CHARACTERS = st.characters(exclude_categories=("Cs",), exclude_characters="\x00")
 """What every database stores as text: no lone surrogate, no NUL."""
