@@ -43,6 +43,7 @@ from benchmarks._common import (
 from benchmarks.bench_app import Base, BenchEvent
 from outbox import Outbox
 from outbox.ops import groups
+from outbox.ops.selection import Selection
 from outbox.web import Auth, Principal, Role, create_app
 
 TOKEN = "benchmark-token-0123456789"  # noqa: S105 - a loopback benchmark's own viewer
@@ -248,7 +249,7 @@ def main() -> None:
         finally:
             server.should_exit = True
             thread.join(10)
-        listing = groups.find(app, groups.Selection(statuses=("dead",)), limit=1)
+        listing = groups.find(app, Selection(statuses=("dead",)), limit=1)
         worst = max(t["p95_ms"] for t in timings.values())
         data = {
             "benchmark": "console_big_tables",

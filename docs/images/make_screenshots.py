@@ -40,7 +40,8 @@ from outbox import (
 )
 from outbox._db import queries  # the past hour of throughput, as workers write it
 from outbox._db.dialects import db_now_plus  # backdating events, as the tests do
-from outbox.ops import archive, flow, groups
+from outbox.ops import edit, flow, group_operations, groups
+from outbox.ops.selection import Selection
 from outbox.testing import drain
 from outbox.web import Auth, Role, create_app
 from outbox.worker import Worker
@@ -174,17 +175,17 @@ def scene(app: Outbox) -> dict[str, str]:
     hooks = [{"url": "https://partner.example.com/hooks", "body": {"order": n}} for n in range(25)]
     _write(app, Webhook, hooks, age=420)
     flow.pause(app, "post_webhooks", reason="partner API maintenance until 14:00")
-    warehouse = groups.Selection(handlers=("notify_warehouse",), statuses=("dead",))
+    warehouse = Selection(handlers=("notify_warehouse",), statuses=("dead",))
     dead = groups.find(app, warehouse).groups
     detail = groups.show(app, dead[0].group_id)
     legacy = [e for e in detail.events if e.values["sku"] == "SKU-LEGACY"]
-    archive.edit(app, dead[0].group_id, legacy[0].id, {"sku": "SKU-0501"}, actor="ann")
-    groups.discard(
-        app, groups.Selection(group_ids=(dead[1].group_id,)), actor="ann", reason="order cancelled"
+    edit.edit(app, dead[0].group_id, legacy[0].id, {"sku": "SKU-0501"}, actor="ann")
+    group_operations.discard(
+        app, Selection(group_ids=(dead[1].group_id,)), actor="ann", reason="order cancelled"
     )
-    groups.replay(app, groups.Selection(group_ids=(dead[2].group_id,)), actor="ben")
+    group_operations.replay(app, Selection(group_ids=(dead[2].group_id,)), actor="ben")
     _past_hour(app)
-    [held] = groups.find(app, groups.Selection(statuses=("held",))).groups
+    [held] = groups.find(app, Selection(statuses=("held",))).groups
     shown = held.group_id
     return {
         "overview": "/",

@@ -1,8 +1,8 @@
 """How a long operation says how far it is, and how its caller stops it between batches.
 
 The operations that work through many rows a batch at a time (:func:`outbox.ops.archive.prune`
-and :func:`~outbox.ops.archive.replay`, :func:`outbox.ops.groups.discard` and
-:func:`~outbox.ops.groups.replay`, :func:`outbox.ops.migrate.migrate`,
+and :func:`~outbox.ops.replay.replay`, :func:`outbox.ops.group_operations.discard` and
+:func:`~outbox.ops.group_operations.replay`, :func:`outbox.ops.migrate.migrate`,
 :func:`outbox.ops.reindex.reindex`)
 take a :class:`Progress`. They tell it what they are about to do and how much of it there is,
 each batch once it is committed, and ask it before each batch whether to go on. Told to stop,

@@ -25,6 +25,7 @@ from outbox._db import queries
 from outbox.app import Handler, Outbox
 from outbox.exceptions import ConfigurationError
 from outbox.ops import archive, groups
+from outbox.ops.selection import Selection
 
 __all__ = ["ARCHIVE_SCAN", "Found", "Place", "SearchResult", "Taken", "search"]
 
@@ -182,7 +183,7 @@ def _key(app: Outbox, handler: Handler[Any], key: str, notes: list[str]) -> list
         held = queries.held_key_group(conn, handler.name, key)
     if held is not None:
         found.append(Found(Taken.ORDERING_KEY, Place.DEAD, handler.name, held, status="held"))
-    listing = groups.find(app, groups.Selection(handlers=(handler.name,), key=key), limit=SHOWN)
+    listing = groups.find(app, Selection(handlers=(handler.name,), key=key), limit=SHOWN)
     for group in listing.groups:
         if group.group_id == held:
             continue

@@ -10,7 +10,7 @@ application, or runs alone (``outbox dashboard``).
     fastapi_app.mount("/outbox", console)
 
 Pages and endpoints ask the same operations layer as the command line (``outbox.ops.groups``,
-``outbox.ops.archive``, ``outbox.ops.metrics``...), so the three
+``outbox.ops.group_operations``, ``outbox.ops.archive``, ``outbox.ops.metrics``...), so the three
 always agree. Nothing is served to a request that does not authenticate (:class:`Auth`); every
 write is recorded with who made it.
 """

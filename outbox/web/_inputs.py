@@ -12,7 +12,7 @@ from starlette.datastructures import FormData, ImmutableMultiDict
 from starlette.exceptions import HTTPException
 
 from outbox._core.checks import path_step, text_problem
-from outbox.ops import groups
+from outbox.ops.selection import Selection
 from outbox.schema import GroupStatus
 from outbox.web._console import Console, call
 from outbox.web.api import selection_of
@@ -34,7 +34,7 @@ def filters_of(given: Any) -> list[tuple[str, str]]:
 
 def selection_of_filters(
     console: Console, pairs: list[tuple[str, str]], statuses: Iterable[str] | None = None
-) -> groups.Selection:
+) -> Selection:
     """A selection of ``pairs`` (``statuses``: the only ones allowed, all when none given)."""
     if statuses is not None:
         allowed = [s.value if isinstance(s, GroupStatus) else s for s in statuses]

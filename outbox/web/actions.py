@@ -1,7 +1,7 @@
 """The dashboard's writes: each a POST form that needs an operator and the CSRF token of the
 ``outbox_csrf`` cookie (which pages set), does what it says through the operations layer the
-API and the command line use (``outbox.ops.flow``, ``outbox.ops.groups``, ``outbox.ops.archive``,
-``outbox.ops.holds``), and sends the browser back (303) with a message saying
+API and the command line use (``outbox.ops.flow``, ``outbox.ops.group_operations``,
+``outbox.ops.edit``, ``outbox.ops.holds``), and sends the browser back (303) with a message saying
 what was done. A write to many groups (a filter's, or those ticked on a listing) shows its dry
 run first, with a button that confirms it.
 """
@@ -19,7 +19,8 @@ from starlette.responses import RedirectResponse, Response
 from outbox._core import log as _log
 from outbox._core.durations import duration
 from outbox.exceptions import ConfigurationError
-from outbox.ops import archive, fleet, flow, groups, holds
+from outbox.ops import edit, fleet, flow, group_operations, holds
+from outbox.ops.selection import Selection
 from outbox.schema import OperationAction, WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web._inputs import (
@@ -135,7 +136,7 @@ _DONE = {
 }
 
 
-def _result_text(result: groups.OperationResult) -> str:
+def _result_text(result: group_operations.OperationResult) -> str:
     verb = _DONE[result.action]
     text = f"{verb} {_plural(len(result.groups), 'group')} ({_plural(result.events, 'event')})"
     if result.operation_id is not None:
@@ -151,7 +152,7 @@ async def replay_group(request: Request) -> Response:
     principal, console, _ = await _write(request)
     group_id = group_id_of(request.path_params["group_id"])
     result, problem = await attempt(
-        groups.replay_group, console.app, group_id, actor=principal.name
+        group_operations.replay_group, console.app, group_id, actor=principal.name
     )
     if problem is not None:
         return _back(request, "pages.group", problem, error=True, group_id=group_id)
@@ -167,9 +168,9 @@ async def retry_group(request: Request) -> Response:
     principal, console, _ = await _write(request)
     group_id = group_id_of(request.path_params["group_id"])
     result, problem = await attempt(
-        groups.retry,
+        group_operations.retry,
         console.app,
-        groups.Selection(group_ids=(group_id,)),
+        Selection(group_ids=(group_id,)),
         actor=principal.name,
     )
     if problem is not None:
@@ -186,9 +187,9 @@ async def discard_group(request: Request) -> Response:
     principal, console, form = await _write(request)
     group_id = group_id_of(request.path_params["group_id"])
     result, problem = await attempt(
-        groups.discard,
+        group_operations.discard,
         console.app,
-        groups.Selection(group_ids=(group_id,)),
+        Selection(group_ids=(group_id,)),
         actor=principal.name,
         reason=_field(form, "reason"),
     )
@@ -226,7 +227,7 @@ async def edit_event(request: Request) -> Response:
     changes, problem = await attempt(changes_of, _field(form, "changes") or "")
     if problem is None:
         result, problem = await attempt(
-            archive.edit, console.app, group_id, event_id, changes, actor=principal.name
+            edit.edit, console.app, group_id, event_id, changes, actor=principal.name
         )
     if problem is not None:
         return _back(request, "pages.group", problem, error=True, group_id=group_id)
@@ -240,9 +241,9 @@ async def edit_event(request: Request) -> Response:
 
 
 _BULK = {
-    OperationAction.REPLAY: groups.replay,
-    OperationAction.RETRY: groups.retry,
-    OperationAction.DISCARD: groups.discard,
+    OperationAction.REPLAY: group_operations.replay,
+    OperationAction.RETRY: group_operations.retry,
+    OperationAction.DISCARD: group_operations.discard,
 }
 
 

@@ -1,8 +1,9 @@
 """The HTTP API: JSON for everything the dashboard shows and every action it offers, and
 ingest for producers outside Python; under ``/api/v1``, described by ``/api/v1/openapi.json``.
 
-Each endpoint asks the operations layer (``outbox.ops.groups``, ``outbox.ops.archive``,
-``outbox.ops.flow``, ``outbox.ops.ingest``...), as the command line does, so the two always agree.
+Each endpoint asks the operations layer (``outbox.ops.groups``,
+``outbox.ops.group_operations``, ``outbox.ops.archive``, ``outbox.ops.flow``,
+``outbox.ops.ingest``...), as the command line does, so the two always agree.
 """
 
 from __future__ import annotations
@@ -21,7 +22,21 @@ from starlette.routing import Route
 from outbox._core import log as _log
 from outbox._core.checks import MAX_JSON_DEPTH, json_problem, quoted
 from outbox._core.values import jsonable
-from outbox.ops import archive, fleet, flow, groups, holds, ingest, metrics, scaling, search
+from outbox.ops import (
+    archive,
+    fleet,
+    flow,
+    group_operations,
+    groups,
+    holds,
+    ingest,
+    metrics,
+    operators,
+    scaling,
+    search,
+)
+from outbox.ops.edit import edit as edit_event
+from outbox.ops.selection import Selection
 from outbox.schema import WorkerRequest
 from outbox.web._console import Console, call, console_of, handler_names, require
 from outbox.web.auth import Permission, Principal
@@ -105,7 +120,7 @@ def _uuid(text: str, name: str = "group_id") -> uuid.UUID:
         raise HTTPException(400, f"{name}: {text!r} is not a UUID") from error
 
 
-def selection_of(console: Console, given: Mapping[str, Any], *, many: bool) -> groups.Selection:
+def selection_of(console: Console, given: Mapping[str, Any], *, many: bool) -> Selection:
     """A selection from query parameters or a JSON body (lists or repeated parameters)."""
 
     def listed(name: str) -> list[Any]:
@@ -122,7 +137,7 @@ def selection_of(console: Console, given: Mapping[str, Any], *, many: bool) -> g
             older_than = float(older_than)
         except ValueError as error:
             raise HTTPException(400, f"older_than: {older_than!r} is not seconds") from error
-    return groups.Selection(
+    return Selection(
         handlers=handler_names(console, listed("handler")),
         statuses=tuple(listed("status")),
         older_than=older_than,
@@ -225,7 +240,7 @@ async def history(request: Request) -> Response:
     if not limit.isdigit() or (before is not None and not before.isdigit()):
         raise HTTPException(400, "limit and before: expected whole numbers")
     operations = await call(
-        archive.history,
+        operators.history,
         console.app,
         action=params.get("action"),
         limit=int(limit),
@@ -322,7 +337,7 @@ async def discard(request: Request) -> Response:
     selection = await call(selection_of, console, body, many=False)
     dry_run = bool(_field(body, "dry_run", bool, False))
     result = await call(
-        groups.discard,
+        group_operations.discard,
         console.app,
         selection,
         actor=principal.name,
@@ -344,7 +359,7 @@ async def replay(request: Request) -> Response:
     selection = await call(selection_of, console, body, many=False)
     dry_run = bool(_field(body, "dry_run", bool, False))
     result = await call(
-        groups.replay, console.app, selection, actor=principal.name, dry_run=dry_run
+        group_operations.replay, console.app, selection, actor=principal.name, dry_run=dry_run
     )
     if not dry_run:
         _record(
@@ -362,7 +377,7 @@ async def replay_group(request: Request) -> Response:
     group_id = _uuid(request.path_params["group_id"])
     dry_run = bool(_field(body, "dry_run", bool, False))
     result = await call(
-        groups.replay_group, console.app, group_id, actor=principal.name, dry_run=dry_run
+        group_operations.replay_group, console.app, group_id, actor=principal.name, dry_run=dry_run
     )
     if not dry_run:
         _record(console, principal, "replay", operation=result.operation_id, group_id=str(group_id))
@@ -377,7 +392,9 @@ async def retry(request: Request) -> Response:
     body = await _body(request, (*SELECTION_FIELDS, "dry_run"))
     selection = await call(selection_of, console, body, many=False)
     dry_run = bool(_field(body, "dry_run", bool, False))
-    result = await call(groups.retry, console.app, selection, actor=principal.name, dry_run=dry_run)
+    result = await call(
+        group_operations.retry, console.app, selection, actor=principal.name, dry_run=dry_run
+    )
     if not dry_run:
         _record(
             console, principal, "retry", operation=result.operation_id, groups=len(result.groups)
@@ -396,7 +413,7 @@ async def edit(request: Request) -> Response:
         raise HTTPException(400, "values: expected an object of the columns to change")
     event_id = request.path_params["event_id"]
     group_id = _uuid(request.path_params["group_id"])
-    result = await call(archive.edit, console.app, group_id, event_id, values, actor=principal.name)
+    result = await call(edit_event, console.app, group_id, event_id, values, actor=principal.name)
     _record(console, principal, "edit", operation=result.operation_id, group_id=str(group_id))
     return answer(result)
 

@@ -19,7 +19,6 @@ from outbox._core.values import BASE64_PATTERN, INTERVAL_PATTERN, decimal_digits
 from outbox._core.version import VERSION
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
-from outbox.ops.groups import MAX_AGE_SECONDS
 from outbox.ops.ingest import MAX_EVENTS, IngestResult
 from outbox.ops.metrics import ThroughputRange
 from outbox.ops.scaling import (
@@ -27,6 +26,7 @@ from outbox.ops.scaling import (
     DEFAULT_RATE_WINDOW_SECONDS,
     MAX_WINDOW_SECONDS,
 )
+from outbox.ops.selection import MAX_AGE_SECONDS
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction, WorkerRequest
 from outbox.web.api import PREFIX
 

@@ -2,11 +2,12 @@
 JavaScript, every action a form that carries the page's CSRF token.
 
 Each page asks the operations layer the API asks (``outbox.ops.metrics`` through the shared
-snapshot, ``outbox.ops.groups``, ``outbox.ops.archive``, ``outbox.ops.fleet``,
-``outbox.ops.holds``), so pages, API and command line always agree. A page asked
-for with ``X-Outbox-Fragment: 1`` answers its main part only: what ``static/console.js`` swaps
-in every refresh period. How a page is drawn is :mod:`outbox.web._render`; what its forms do,
-:mod:`outbox.web.actions`. :data:`ROUTES` serves both.
+snapshot, ``outbox.ops.groups``, ``outbox.ops.archive``, ``outbox.ops.operators``,
+``outbox.ops.fleet``, ``outbox.ops.holds``), so pages, API and command line always agree. A
+page asked for with ``X-Outbox-Fragment: 1`` answers its main part only: what
+``static/console.js`` swaps in every refresh period. How a page is drawn is
+:mod:`outbox.web._render`; what its forms do, :mod:`outbox.web.actions`. :data:`ROUTES` serves
+both.
 """
 
 from __future__ import annotations
@@ -24,7 +25,17 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from outbox.ops import archive, fleet, flow, groups, holds, metrics, search
+from outbox.ops import (
+    fleet,
+    flow,
+    group_operations,
+    groups,
+    holds,
+    metrics,
+    operators,
+    search,
+)
+from outbox.ops.selection import Selection
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction
 from outbox.web import actions
 from outbox.web._console import Console, call, console_of, handler_names, require
@@ -119,7 +130,7 @@ class _Deferred:
         if taken_at != self.taken_at:
             counts = {}
             for name in console.app.handlers:
-                selection = groups.Selection(handlers=(name,), statuses=(GroupStatus.DEFERRED,))
+                selection = Selection(handlers=(name,), statuses=(GroupStatus.DEFERRED,))
                 listing = groups.find(console.app, selection, limit=1)
                 counts[name] = listing.counts.get(GroupStatus.DEFERRED, 0)
             self.counts, self.taken_at = counts, taken_at
@@ -209,9 +220,7 @@ async def handler_page(request: Request) -> Response:
     [name] = handler_names(console, [request.path_params["handler"]])
     said, rows = await _status(request)
     [row] = [r for r in rows if r.status.handler == name]
-    listing = await call(
-        groups.find, console.app, groups.Selection(handlers=(name,)), limit=RECENT_GROUPS
-    )
+    listing = await call(groups.find, console.app, Selection(handlers=(name,)), limit=RECENT_GROUPS)
     handler = console.app.get_handler(name)
     limits = await call(flow.limit_use, console.app, name)
     span = request.query_params.get("range", "hour")
@@ -325,7 +334,7 @@ async def group_page(request: Request) -> Response:
             "known_handler": handler is not None,
             "columns": [c for c in columns if c != "created_at"],
             "replayable": status in DEAD_STATUSES or status == ArchiveStatus.DISCARDED,
-            "retryable": status in groups.RETRIED,
+            "retryable": status in group_operations.RETRIED,
             "discardable": isinstance(status, GroupStatus) and status != GroupStatus.IN_FLIGHT,
         },
         nav="groups",
@@ -342,7 +351,7 @@ async def history_page(request: Request) -> Response:
     if before is not None and not before.isdigit():
         raise HTTPException(400, f"before: {before!r} is not an operation's number")
     operations, problem = await attempt(
-        archive.history,
+        operators.history,
         console.app,
         action=action,
         limit=HISTORY_PAGE,

@@ -57,7 +57,7 @@ from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from outbox import Batch, BufferMixin, Outbox, ReplayError, RetryPolicy, add_events, schema
-from outbox.ops.archive import replay
+from outbox.ops.replay import replay
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.conftest import reset_schema

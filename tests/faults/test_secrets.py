@@ -46,7 +46,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from outbox import Batch, BufferMixin, ConfigurationError, Outbox, RetryPolicy, schema
 from outbox.cli import configure_logging
 from outbox.ops import notify
-from outbox.ops.archive import replay
+from outbox.ops.replay import replay
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.acceptance._cli import APP, Cli

@@ -1,6 +1,6 @@
-"""The operations layer's groups (``outbox.ops.groups``): where each group stands, one group in
-full, discard and replay by a selection, the attempts recorded, on SQLite, PostgreSQL and
-MariaDB."""
+"""The operations layer's groups (``outbox.ops.groups``, ``outbox.ops.group_operations``): where
+each group stands, one group in full, discard and replay by a selection, the attempts recorded,
+on SQLite, PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ from sqlalchemy import Engine, func, insert, select, update
 from outbox import Batch, Outbox, RetryAfter, RetryPolicy, schema
 from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError, GroupNotFoundError, ReplayError
-from outbox.ops import archive, flow, groups
+from outbox.ops import archive, edit, flow, group_operations, groups, operators, replay
+from outbox.ops.selection import Selection
 from outbox.schema import GroupStatus
 from outbox.testing import drain
 from tests.models import ActivityEvent, EmailEvent
@@ -121,9 +122,7 @@ def test_a_status_filter_lists_exactly_the_groups_of_that_status(
         handler = "stopped" if case[4] else "running"
         expected.setdefault(_modelled_status(*case), set()).add(_add_job(app.engine, handler, case))
     found = {
-        status.value: {
-            g.group_id for g in groups.find(app, groups.Selection(statuses=(status,))).groups
-        }
+        status.value: {g.group_id for g in groups.find(app, Selection(statuses=(status,))).groups}
         for status in GroupStatus
     }
     assert {s.value: expected.get(s.value, set()) for s in GroupStatus} == found
@@ -188,7 +187,7 @@ def test_filters_narrow_by_handler_error_age_and_group(
     waiting = _add_job(app.engine, "emails", (False, False, 0, 0, False))
 
     def found(**given: Any) -> set[uuid.UUID]:
-        return {g.group_id for g in groups.find(app, groups.Selection(**given)).groups}
+        return {g.group_id for g in groups.find(app, Selection(**given)).groups}
 
     assert (
         set(dead),
@@ -217,7 +216,7 @@ def test_a_payload_filter_finds_dead_groups_by_their_events_values(
     commit_events(app.engine, 1, kind="hay")
     drain(app)
     _add_job(app.engine, "fails", (False, False, 0, 0, False))
-    listing = groups.find(app, groups.Selection(payload="NEEDLE"))
+    listing = groups.find(app, Selection(payload="NEEDLE"))
     dead = [row for row in _archived(app.engine) if "needle" in str(row.payload)]
     assert ([dead[0].group_id], {GroupStatus.DEAD: 1}) == (
         [g.group_id for g in listing.groups],
@@ -236,7 +235,7 @@ def test_a_key_filter_finds_the_groups_of_an_ordering_key(
     commit_events(app.engine, 1, kind="alpha")
     commit_events(app.engine, 1, kind="beta")
     drain(app)
-    listing = groups.find(app, groups.Selection(key="alpha"))
+    listing = groups.find(app, Selection(key="alpha"))
     alpha = [row.group_id for row in _archived(app.engine) if "alpha" in str(row.payload)]
     assert ([(alpha[0], GroupStatus.HELD)]) == [(g.group_id, g.status) for g in listing.groups]
 
@@ -263,7 +262,7 @@ def test_a_bad_selection_is_refused_where_it_is_made(
 ) -> None:
     """A Selection checks each field as it is made, in one line naming it."""
     with pytest.raises(ConfigurationError) as raised:
-        groups.Selection(**given)
+        Selection(**given)
     assert str(raised.value).startswith(message)
 
 
@@ -275,7 +274,7 @@ def test_a_key_filter_needs_an_ordered_handler(
     app = make_app(database_url)
     app.handler(ActivityEvent, name="plain")(_succeed)
     with pytest.raises(ConfigurationError) as raised:
-        groups.find(app, groups.Selection(key="a"))
+        groups.find(app, Selection(key="a"))
     assert "key: no handler selected has an ordering_key to match it against (plain)" == str(
         raised.value
     )
@@ -429,9 +428,11 @@ def test_discard_gives_up_dead_and_waiting_groups_and_leaves_one_in_flight(
             .where(ActivityEvent.id == ids[1])
             .values(group_id=flying)
         )
-    result = groups.discard(app, groups.Selection(handlers=("fails",)), actor="ops", reason="bad")
+    result = group_operations.discard(
+        app, Selection(handlers=("fails",)), actor="ops", reason="bad"
+    )
     statuses = Counter(row.status for row in _archived(app.engine))
-    [operation] = archive.history(app)
+    [operation] = operators.history(app)
     assert (
         {dead[0], waiting},
         [flying],
@@ -472,8 +473,8 @@ def test_discard_of_a_held_group_releases_its_keys(
     commit_events(app.engine, 1, kind="k")
     failing[0] = False
     drain(app)
-    held_before = len(groups.find(app, groups.Selection(statuses=("held",))).groups)
-    groups.discard(app, groups.Selection(statuses=("held",)))
+    held_before = len(groups.find(app, Selection(statuses=("held",))).groups)
+    group_operations.discard(app, Selection(statuses=("held",)))
     drain(app)
     with app.engine.connect() as conn:
         left = conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one()
@@ -488,15 +489,15 @@ def test_a_dry_run_discard_counts_every_page_and_changes_nothing(
     database_url: str, make_app: Callable[[str], Outbox], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """More groups than a page: the dry run names them all and writes nothing."""
-    monkeypatch.setattr(groups, "DISCARD_PAGE", 2)
+    monkeypatch.setattr(group_operations, "DISCARD_PAGE", 2)
     app = make_app(database_url)
     _two_handlers(app)
     added = {_add_job(app.engine, "running", (False, False, 0, 0, False)) for _ in range(5)}
-    result = groups.discard(app, groups.Selection(handlers=("running",)), dry_run=True)
+    result = group_operations.discard(app, Selection(handlers=("running",)), dry_run=True)
     assert (added, 5, [], None) == (
         {g.group_id for g in result.groups},
         len(_jobs(app.engine)),
-        archive.history(app),
+        operators.history(app),
         result.operation_id,
     )
 
@@ -508,7 +509,7 @@ def test_discard_refuses_an_empty_selection(
     """Discarding every group takes a filter: an empty selection is refused."""
     app = make_app(database_url)
     with pytest.raises(ConfigurationError) as raised:
-        groups.discard(app, groups.Selection())
+        group_operations.discard(app, Selection())
     assert str(raised.value).startswith("discard needs a selection")
 
 
@@ -542,7 +543,7 @@ def test_retry_runs_retrying_and_deferred_groups_now_and_names_those_it_leaves(
     app.handler(EmailEvent, batch_size=1, retry=ONE_SHOT, name="fails")(_always_fail)
     commit_events(app.engine, 2)
     drain(app)
-    [retrying] = groups.find(app, groups.Selection(handlers=("flaky",))).groups
+    [retrying] = groups.find(app, Selection(handlers=("flaky",))).groups
     deferred = _add_job(app.engine, "flaky", (False, False, 0, 1, False))
     _due_later(app.engine, deferred)
     flying = _add_job(app.engine, "flaky", (True, True, 1, 0, False))
@@ -552,10 +553,10 @@ def test_retry_runs_retrying_and_deferred_groups_now_and_names_those_it_leaves(
             status="dead", attempts=1, error="no", payload={"id": 1},
         ))  # fmt: skip
     chosen = (retrying.group_id, deferred, flying, dead)
-    result = groups.retry(app, groups.Selection(group_ids=chosen), actor="ops")
+    result = group_operations.retry(app, Selection(group_ids=chosen), actor="ops")
     drain(app)
-    [operation] = archive.history(app)
-    left = {g.group_id for g in groups.find(app, groups.Selection(group_ids=chosen)).groups}
+    [operation] = operators.history(app)
+    left = {g.group_id for g in groups.find(app, Selection(group_ids=chosen)).groups}
     assert (
         {retrying.group_id: GroupStatus.RETRYING, deferred: GroupStatus.DEFERRED},
         {flying: "in flight: a worker holds it", dead: "dead: replay it"},
@@ -578,13 +579,13 @@ def test_a_dry_run_retry_names_the_groups_and_changes_nothing(
     added = {_add_job(app.engine, "running", (False, False, 2, 0, False)) for _ in range(3)}
     for group_id in added:
         _due_later(app.engine, group_id)
-    result = groups.retry(app, groups.Selection(handlers=("running",)), dry_run=True)
+    result = group_operations.retry(app, Selection(handlers=("running",)), dry_run=True)
     due = [g.due_in for g in groups.find(app).groups if g.due_in is not None and g.due_in <= 0]
     assert (added, True, [], [], None) == (
         {g.group_id for g in result.groups},
         result.dry_run,
         due,
-        archive.history(app),
+        operators.history(app),
         result.operation_id,
     )
 
@@ -596,7 +597,7 @@ def test_retry_refuses_an_empty_selection(
     """Retrying every group takes a filter: an empty selection is refused."""
     app = make_app(database_url)
     with pytest.raises(ConfigurationError) as raised:
-        groups.retry(app, groups.Selection())
+        group_operations.retry(app, Selection())
     assert str(raised.value).startswith("retry needs a selection")
 
 
@@ -606,7 +607,7 @@ def test_retry_refuses_an_empty_selection(
 def test_replay_by_error_text_takes_only_the_matching_dead_groups(
     database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
 ) -> None:
-    """``groups.replay`` with an error filter replays the groups whose error holds it."""
+    """``group_operations.replay`` with an error filter replays the groups whose error holds it."""
     app = make_app(database_url)
 
     def fail_by_kind(batch: Batch[Any]) -> None:
@@ -616,10 +617,10 @@ def test_replay_by_error_text_takes_only_the_matching_dead_groups(
     commit_events(app.engine, 1, kind="red")
     commit_events(app.engine, 1, kind="blue")
     drain(app)
-    result = groups.replay(app, groups.Selection(error="rejected red"), actor="ops")
+    result = group_operations.replay(app, Selection(error="rejected red"), actor="ops")
     with app.engine.connect() as conn:
         back = list(conn.execute(select(ActivityEvent.kind)).scalars())
-    [operation] = archive.history(app)
+    [operation] = operators.history(app)
     assert (["red"], 1, Counter({"replayed": 1, "dead": 1}), ("replay", "ops", 1, 1)) == (
         back,
         result.events,
@@ -639,7 +640,7 @@ def test_edit_replays_one_dead_event_with_its_values_changed(
     drain(app)
     dead = _archived(app.engine)
     group_id, event_id = dead[0].group_id, int(dead[0].event_id)
-    result = archive.edit(app, group_id, event_id, {"kind": "fixed", "activity_id": "41"})
+    result = edit.edit(app, group_id, event_id, {"kind": "fixed", "activity_id": "41"})
     with app.engine.connect() as conn:
         back = [
             tuple(r)
@@ -648,7 +649,7 @@ def test_edit_replays_one_dead_event_with_its_values_changed(
             )
         ]
     marked = [(r.status, r.replay_event_id) for r in _archived(app.engine)]
-    [operation] = archive.history(app)
+    [operation] = operators.history(app)
     assert (
         [(result.new_event_id, 41, "fixed")],
         [("replayed", result.new_event_id), ("dead", None)],
@@ -683,11 +684,11 @@ def test_edit_refuses_values_its_columns_do_not_take_and_writes_nothing(
     drain(app)
     [row] = _archived(app.engine)
     with pytest.raises(ConfigurationError) as raised:
-        archive.edit(app, row.group_id, int(row.event_id), changes)
+        edit.edit(app, row.group_id, int(row.event_id), changes)
     assert (True, ["dead"], []) == (
         str(raised.value).startswith(message),
         [r.status for r in _archived(app.engine)],
-        archive.history(app),
+        operators.history(app),
     ), str(raised.value)
 
 
@@ -757,7 +758,7 @@ def test_pauses_resumes_and_releases_are_recorded_with_who_made_them(
     holds.release_keys(app, "running", actor="ann")
     holds.release_refused(app, actor="ann")
     found = [
-        (o.action.value, o.actor, o.selection, o.detail) for o in reversed(archive.history(app))
+        (o.action.value, o.actor, o.selection, o.detail) for o in reversed(operators.history(app))
     ]
     assert [
         ("pause", "ops@host", {"handlers": ["running"], "seconds": 600.0}, "maintenance"),
@@ -802,7 +803,7 @@ def test_the_archive_is_browsed_newest_first_by_status_payload_and_page(
     commit_events(app.engine, 2, kind="hay")
     drain(app)
     [needle] = [r for r in _archived(app.engine) if "needle" in str(r.payload)]
-    done = archive.replay(app, group_id=needle.group_id)
+    done = replay.replay(app, group_id=needle.group_id)
     everything = archive.browse(app)
     dead = archive.browse(app, status="dead")
     found = archive.browse(app, payload="NEEDLE")
@@ -885,7 +886,7 @@ def test_replay_puts_each_event_back_under_its_own_id(
     died = commit_events(app.engine, 3)
     drain(app)
     [later] = commit_events(app.engine, 1)
-    archive.replay(app, status="dead")
+    replay.replay(app, status="dead")
     assert ([*died, later], True, [(d, d) for d in died]) == (
         _buffered_ids(app.engine),
         later not in died,
@@ -901,9 +902,9 @@ def test_an_event_replayed_twice_keeps_its_id_both_times(
     app.handler(ActivityEvent, batch_size=5, retry=ONE_SHOT, name="fails")(_always_fail)
     [event_id] = commit_events(app.engine, 1)
     drain(app)
-    archive.replay(app, status="dead")
+    replay.replay(app, status="dead")
     drain(app)
-    archive.replay(app, status="dead")
+    replay.replay(app, status="dead")
     assert ([event_id], [(event_id, "replayed", event_id)] * 2) == (
         _buffered_ids(app.engine),
         [(int(r.event_id), r.status, r.replay_event_id) for r in _archived(app.engine)],
@@ -923,9 +924,9 @@ def test_an_event_whose_id_is_taken_stays_archived_unless_new_ids_are_chosen(
     with app.engine.begin() as conn:
         conn.execute(insert(ActivityEvent.__table__).values(id=taken, activity_id=99))
     with pytest.raises(ReplayError) as raised:
-        archive.replay(app, status="dead")
+        replay.replay(app, status="dead")
     kept = [(int(r.event_id), r.status) for r in _archived(app.engine)]
-    result = archive.replay(app, status="dead", new_ids=True)
+    result = replay.replay(app, status="dead", new_ids=True)
     [renewed] = [r.replay_event_id for r in _archived(app.engine) if int(r.event_id) == taken]
     assert (
         True,
@@ -951,7 +952,7 @@ def test_edit_keeps_the_event_s_id(
     [event_id] = commit_events(app.engine, 1)
     drain(app)
     [row] = _archived(app.engine)
-    result = archive.edit(app, row.group_id, event_id, {"kind": "fixed"})
+    result = edit.edit(app, row.group_id, event_id, {"kind": "fixed"})
     assert (event_id, [event_id]) == (result.new_event_id, _buffered_ids(app.engine))
 
 
@@ -969,10 +970,10 @@ def test_edit_replays_a_discarded_event_as_it_does_a_dead_one(
     [event_id] = commit_events(app.engine, 1, kind="broken")
     drain(app)
     [row] = _archived(app.engine)
-    archive.edit(app, row.group_id, event_id, {"kind": "fixed"})
+    edit.edit(app, row.group_id, event_id, {"kind": "fixed"})
     with app.engine.connect() as conn:
         back = [tuple(r) for r in conn.execute(select(ActivityEvent.id, ActivityEvent.kind))]
-    [operation] = archive.history(app)
+    [operation] = operators.history(app)
     assert (
         "discarded",
         [(event_id, "fixed")],
@@ -1000,9 +1001,9 @@ def test_replay_group_replays_a_discarded_group_s_discarded_events_under_their_i
     event_ids = commit_events(app.engine, 2, kind="broken")
     drain(app)
     [group_id] = {row.group_id for row in _archived(app.engine)}
-    dry = groups.replay_group(app, group_id, actor="olga", dry_run=True)
-    result = groups.replay_group(app, group_id, actor="olga")
-    [operation] = archive.history(app)
+    dry = group_operations.replay_group(app, group_id, actor="olga", dry_run=True)
+    result = group_operations.replay_group(app, group_id, actor="olga")
+    [operation] = operators.history(app)
     assert (
         (2, True, None),
         ([group_id], 2, operation.id),
@@ -1025,11 +1026,11 @@ def test_replay_group_leaves_a_group_neither_dead_nor_discarded(
     app = make_app(database_url)
     app.handler(ActivityEvent, batch_size=5, retry=ONE_SHOT, name="waits")(_succeed)
     group_id = _add_job(app.engine, "waits", (False, False, 0, 0, False))
-    result = groups.replay_group(app, group_id, actor="olga")
+    result = group_operations.replay_group(app, group_id, actor="olga")
     assert ([], [(group_id, "waiting: not dead or discarded")], []) == (
         result.groups,
         [(g.group_id, why) for g, why in result.skipped],
-        archive.history(app),
+        operators.history(app),
     )
 
 

@@ -26,9 +26,10 @@ from outbox import Batch, BufferMixin, Outbox, RetryPolicy, Urgency, schema
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError
-from outbox.ops import archive
-from outbox.ops.archive import prune, replay
+from outbox.ops import operators
+from outbox.ops.archive import prune
 from outbox.ops.metrics import collect
+from outbox.ops.replay import replay
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent
@@ -100,7 +101,7 @@ def test_replay_puts_dead_letters_back(
             select(schema.archive.c.status, schema.archive.c.operation_id,
                    schema.archive.c.replay_event_id)
         ).all()  # fmt: skip
-    history = archive.history(app)
+    history = operators.history(app)
     assert (
         5,
         [0, 1, 2, 3, 4],

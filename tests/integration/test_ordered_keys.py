@@ -15,7 +15,7 @@ from sqlalchemy import func, select
 from outbox import Batch, Outbox, RetryPolicy, schema
 from outbox._engine import claimer
 from outbox.exceptions import ReplayError
-from outbox.ops import archive, holds, metrics
+from outbox.ops import holds, metrics, replay
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import NO_RETRY_AFTER_FLOOR
@@ -186,7 +186,7 @@ def test_replaying_a_dead_group_puts_it_back_ahead_of_its_keys_later_events(
     later = commit_events(app.engine, 2, activity_id=1)
     drain(app)  # the first group dies; the later events wait behind it
     failing.clear()
-    replayed = archive.replay(app, handler="ordered", status="dead")
+    replayed = replay.replay(app, handler="ordered", status="dead")
     drain(app)
     assert (2, dead + later, []) == (replayed.events, handled, holds.held_keys(app))
 
@@ -206,7 +206,7 @@ def test_a_dead_group_with_an_event_whose_id_is_taken_keeps_holding_its_key(
     with app.engine.begin() as conn:
         conn.execute(ActivityEvent.__table__.insert().values(id=first, activity_id=7))
     with pytest.raises(ReplayError):
-        archive.replay(app, handler="ordered", status="dead")
+        replay.replay(app, handler="ordered", status="dead")
     drain(app)
     assert (["1"], [first]) == ([k.key for k in holds.held_keys(app)], handled)
     del second

@@ -12,9 +12,12 @@ from sqlalchemy import func, insert, select
 from outbox import Outbox, schema
 from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError
-from outbox.ops import groups
-from outbox.ops.archive import history, prune, replay
+from outbox.ops import group_operations
+from outbox.ops.archive import prune
+from outbox.ops.operators import history
 from outbox.ops.progress import Progress, StoppedError
+from outbox.ops.replay import replay
+from outbox.ops.selection import Selection
 from tests.models import ActivityEvent
 
 
@@ -123,8 +126,8 @@ def test_discard_page_size_out_of_range_is_refused(
     """discard(page_size=0): a ConfigurationError naming page_size; nothing discarded."""
     app = make_app(database_url)
     _archive(app, "dead", 2)
-    selection = groups.Selection(statuses=("dead",))
+    selection = Selection(statuses=("dead",))
 
     with pytest.raises(ConfigurationError, match="page_size: expected 1 to 1000 groups, got 0"):
-        groups.discard(app, selection, page_size=0)
+        group_operations.discard(app, selection, page_size=0)
     assert 2 == _archived(app, "dead")

@@ -14,8 +14,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from outbox import Batch, BufferMixin, Outbox, RetryPolicy
 from outbox.exceptions import ConfigurationError
-from outbox.ops import groups, ingest, search
+from outbox.ops import group_operations, groups, ingest, search
 from outbox.ops.search import Place, Taken
+from outbox.ops.selection import Selection
 from outbox.testing import drain
 from tests.models import ActivityEvent, EmailEvent
 
@@ -64,8 +65,8 @@ def test_an_event_id_is_found_in_its_buffer_its_group_and_the_archive(
     [retried] = commit_events(app.engine, 1, EmailEvent)
     drain(app)
     [waiting] = commit_events(app.engine, 1)
-    dead_group = groups.find(app, groups.Selection(handlers=("dead",))).groups[0].group_id
-    retry_group = groups.find(app, groups.Selection(handlers=("later",))).groups[0].group_id
+    dead_group = groups.find(app, Selection(handlers=("dead",))).groups[0].group_id
+    retry_group = groups.find(app, Selection(handlers=("later",))).groups[0].group_id
     facts = {
         (Taken.EVENT_ID, Place.DEAD, "dead", dead_group, dead_event, "dead"),
         (Taken.EVENT_ID, Place.GROUP, "later", retry_group, retried, "retrying"),
@@ -89,9 +90,9 @@ def test_a_group_id_is_found_with_its_job_dead_or_archived(app: Outbox, commit_e
     for _ in range(2):
         commit_events(app.engine, 1, EmailEvent)
         drain(app)
-    [dead] = groups.find(app, groups.Selection(handlers=("dead",))).groups
-    first, second = groups.find(app, groups.Selection(handlers=("later",))).groups
-    groups.discard(app, groups.Selection(group_ids=(second.group_id,)))
+    [dead] = groups.find(app, Selection(handlers=("dead",))).groups
+    first, second = groups.find(app, Selection(handlers=("later",))).groups
+    group_operations.discard(app, Selection(group_ids=(second.group_id,)))
     assert (
         {(Taken.GROUP_ID, Place.GROUP, "later", first.group_id, None, "retrying")},
         {(Taken.GROUP_ID, Place.DEAD, "dead", dead.group_id, None, "dead")},
@@ -126,7 +127,7 @@ def test_an_ordering_key_is_found_held_in_groups_and_where_indexed_in_the_buffer
     commit_events(app.engine, 2, kind="acme")
     with app.engine.begin() as conn:
         conn.execute(KeyedEvent.__table__.insert(), [{"account": "acme"}, {"account": "acme"}])
-    [held] = groups.find(app, groups.Selection(statuses=("held",))).groups
+    [held] = groups.find(app, Selection(statuses=("held",))).groups
     result = search.search(app, "acme")
     buffered = [f.events for f in result.found if f.place == Place.BUFFER]
     assert (

@@ -27,7 +27,7 @@ from outbox import (
     Settings,
     schema,
 )
-from outbox.ops import archive
+from outbox.ops import replay
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import SinkEvent
@@ -99,7 +99,7 @@ def test_an_event_replayed_from_the_archive_arrives_under_its_own_message_id(
     later = commit_events(fixed.engine, event_rows(1, 100))
     expected |= expected_messages(fixed.engine, later)
 
-    archive.replay(fixed, status="dead")
+    replay.replay(fixed, status="dead")
     drain(fixed)
 
     assert _but_created_at(expected) == _but_created_at(

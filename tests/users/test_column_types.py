@@ -16,7 +16,7 @@ from sqlalchemy import Engine, String, literal, select, update
 from sqlalchemy.orm import Session
 
 from outbox import Batch, Outbox, RateLimit, RetryAfter, RetryPolicy, schema
-from outbox.ops import archive
+from outbox.ops import replay
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests._support import NO_RETRY_AFTER_FLOOR
@@ -198,7 +198,7 @@ def test_a_handler_receives_each_column_as_session_get_loads_it(
     expected = write_events(app.engine, model, dialect)
     how.run(app)
     if how.replay_status is not None:
-        archive.replay(app, status=how.replay_status)
+        replay.replay(app, status=how.replay_status)
         recorder.replayed = True
         replayed = load_all(app.engine, model)
         expected.update(replayed)
@@ -224,7 +224,7 @@ def test_replay_writes_back_each_column_as_it_was(
     originals = write_events(app.engine, model, dialect)
     by_position = {values["position"]: values for values in originals.values()}
     drain(app)
-    archive.replay(app, status=status)
+    replay.replay(app, status=status)
     replayed = load_all(app.engine, model)
     found = types.Mismatches(dialect)
     for values in replayed.values():

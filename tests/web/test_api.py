@@ -24,7 +24,18 @@ from outbox import Batch, Outbox, RetryPolicy, schema
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError
-from outbox.ops import archive, fleet, flow, groups, ingest, metrics
+from outbox.ops import (
+    archive,
+    edit,
+    fleet,
+    flow,
+    group_operations,
+    groups,
+    ingest,
+    metrics,
+    operators,
+)
+from outbox.ops.selection import Selection
 from outbox.testing import drain
 from outbox.web import Auth, Principal, Role, api, create_app, openapi
 from outbox.web.auth import CSRF_COOKIE, CSRF_HEADER
@@ -92,7 +103,7 @@ async def client(outbox_app: Outbox) -> AsyncIterator[httpx.AsyncClient]:
 def _dead(app: Outbox, commit_events: Any, count: int = 2, **columns: Any) -> uuid.UUID:
     commit_events(app.engine, count, **columns)
     drain(app, handlers=["fails"])
-    return groups.find(app, groups.Selection(statuses=("dead",))).groups[-1].group_id
+    return groups.find(app, Selection(statuses=("dead",))).groups[-1].group_id
 
 
 # --- who may do what ------------------------------------------------------------------------
@@ -520,7 +531,7 @@ async def test_edit_through_the_api_replays_a_discarded_event(
     """An event discarded (refused for good) is fixed and replayed through the API as a dead
     one is, under its own id."""
     group_id = _dead(outbox_app, commit_events, 1)
-    groups.discard(outbox_app, groups.Selection(group_ids=(group_id,)), actor="ops")
+    group_operations.discard(outbox_app, Selection(group_ids=(group_id,)), actor="ops")
     [event] = groups.show(outbox_app, group_id).events
     url = f"/api/v1/groups/{group_id}/events/{event.id}/replay"
     response = await client.post(
@@ -539,13 +550,13 @@ async def test_a_discarded_group_is_replayed_through_the_api(
     """``POST /groups/{group_id}/replay`` puts a discarded group's events back under their
     own ids (a dry run first changes nothing), recorded as a replay by its caller."""
     group_id = _dead(outbox_app, commit_events, 2)
-    groups.discard(outbox_app, groups.Selection(group_ids=(group_id,)), actor="ops")
+    group_operations.discard(outbox_app, Selection(group_ids=(group_id,)), actor="ops")
     event_ids = sorted(e.id for e in groups.show(outbox_app, group_id).events)
     url = f"/api/v1/groups/{group_id}/replay"
     dry = await client.post(url, headers=bearer("operator"), json={"dry_run": True})
     before = _buffered(outbox_app)
     done = await client.post(url, headers=bearer("operator"))
-    replayed = archive.history(outbox_app, action="replay")
+    replayed = operators.history(outbox_app, action="replay")
     assert (
         (200, 2, True, []),
         (200, 2, [str(group_id)]),
@@ -574,7 +585,7 @@ async def test_a_live_group_is_not_replayed_through_the_api(
         response.status_code,
         response.json()["groups"],
         [[s[0]["group_id"], s[1]] for s in response.json()["skipped"]],
-        archive.history(outbox_app),
+        operators.history(outbox_app),
     ), response.text
 
 
@@ -927,7 +938,7 @@ async def test_an_operator_asks_a_worker_to_drain_or_stop_through_the_api(
     unknown = await client.post("/api/v1/workers/box:9:none/stop", headers=bearer("operator"))
     old = await client.post("/api/v1/workers/box:2:old/stop", headers=bearer("operator"))
     asked = {w.id: (w.request, w.requested_by) for w in fleet.workers(outbox_app)}
-    [operation] = archive.history(outbox_app)
+    [operation] = operators.history(outbox_app)
     assert (
         (200, "drain", "box:1:new", True),
         (403, 404, 409),
@@ -1051,7 +1062,7 @@ def _sink_values(**more: Any) -> dict[str, Any]:
 
 def _nothing_written(app: Outbox) -> tuple[int, dict[str, Any], list[Any]]:
     """Events written, handlers paused, operations recorded: what a refused request leaves."""
-    return (_count(app, SinkEvent), flow.paused(app), archive.history(app))
+    return (_count(app, SinkEvent), flow.paused(app), operators.history(app))
 
 
 @pytest.mark.parametrize("text", [SURROGATE, NUL], ids=["surrogate", "nul"])
@@ -1112,12 +1123,12 @@ async def test_text_no_database_stores_is_a_json_400_naming_its_field(
 def test_an_edit_refuses_text_no_database_stores(
     outbox_app: Outbox, commit_events: Any, text: str
 ) -> None:
-    """``archive.edit`` (the API's, the page's and the command's) with a NUL or a lone
+    """``edit.edit`` (the API's, the page's and the command's) with a NUL or a lone
     surrogate: refused naming the column, the event still dead."""
     group_id = _dead(outbox_app, commit_events, 1)
     [event] = groups.show(outbox_app, group_id).events
     with pytest.raises(ConfigurationError) as raised:
-        archive.edit(outbox_app, group_id, event.id, {"kind": text}, actor="ann")
+        edit.edit(outbox_app, group_id, event.id, {"kind": text}, actor="ann")
     assert (True, "dead") == (
         str(raised.value).startswith("kind: a "),
         groups.show(outbox_app, group_id).group.status,

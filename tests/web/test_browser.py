@@ -29,6 +29,7 @@ from sqlalchemy import Engine, insert
 from outbox import Outbox, add_events, schema
 from outbox._db.dialects import db_now_plus
 from outbox.ops import fleet, flow, groups, ingest, metrics
+from outbox.ops.selection import Selection
 from outbox.web import Auth, Role, create_app
 from tests._ports import free_ports
 from tests._support import wait_for
@@ -165,7 +166,7 @@ def _dead_group(app: Outbox, activity_id: int) -> str:
     it."""
 
     def found() -> str | None:
-        listing = groups.find(app, groups.Selection(statuses=("dead",), payload=f"{activity_id}"))
+        listing = groups.find(app, Selection(statuses=("dead",), payload=f"{activity_id}"))
         for group in listing.groups:
             detail = groups.show(app, group.group_id)
             if any(e.values.get("activity_id") == activity_id for e in detail.events):

@@ -26,7 +26,17 @@ from starlette.routing import Mount
 from outbox import Batch, CircuitBreaker, Outbox, RateLimit, RetryPolicy, add_events, schema
 from outbox._db import queries
 from outbox._db.dialects import db_now_plus
-from outbox.ops import archive, fleet, flow, groups, holds, metrics, search
+from outbox.ops import (
+    fleet,
+    flow,
+    group_operations,
+    groups,
+    holds,
+    metrics,
+    operators,
+    search,
+)
+from outbox.ops.selection import Selection
 from outbox.testing import drain
 from outbox.web import create_app
 from outbox.web._render import PAYLOAD_SHOWN, PREVIEW_SHOWN, age, moment
@@ -101,7 +111,7 @@ def _dead(app: Outbox, commit_events: Any, count: int = 2, **columns: Any) -> uu
     """Dead-letter ``count`` events of ``fails``; the group made last."""
     commit_events(app.engine, count, **columns)
     drain(app, handlers=["fails"])
-    return groups.find(app, groups.Selection(statuses=("dead",))).groups[-1].group_id
+    return groups.find(app, Selection(statuses=("dead",))).groups[-1].group_id
 
 
 def _add_job(app: Outbox, handler: str, *, attempts: int = 0, deferrals: int = 0) -> uuid.UUID:
@@ -157,7 +167,7 @@ async def test_every_page_renders_for_a_viewer(
     answer a viewer with 200, on SQLite, PostgreSQL and MariaDB."""
     first = _dead(outbox_app, commit_events)
     second = _dead(outbox_app, commit_events)
-    groups.discard(outbox_app, groups.Selection(group_ids=(second,)), actor="ops", reason="gone")
+    group_operations.discard(outbox_app, Selection(group_ids=(second,)), actor="ops", reason="gone")
     flow.pause(outbox_app, "mails", reason="maintenance")
     _add_job(outbox_app, "mails", deferrals=1)
     paths = [
@@ -217,7 +227,7 @@ async def test_the_overview_shows_the_numbers_metrics_collects(
             "dead": str(s.dead),
             "deferred": str(
                 groups.find(
-                    outbox_app, groups.Selection(handlers=(s.handler,), statuses=("deferred",))
+                    outbox_app, Selection(handlers=(s.handler,), statuses=("deferred",))
                 ).total
             ),
         }
@@ -415,7 +425,7 @@ async def test_the_handler_page_shows_its_limits_breaker_and_recent_groups(
     made = [_add_job(outbox_app, "mails") for _ in range(3)]
     page = (await client.get("/handlers/mails", headers=VIEWER)).text
     [status] = metrics.collect(outbox_app, ["mails"])
-    listing = groups.find(outbox_app, groups.Selection(handlers=("mails",)), limit=20)
+    listing = groups.find(outbox_app, Selection(handlers=("mails",)), limit=20)
     assert (["5 calls/s, fleet-wide"], [str(g.group_id) for g in listing.groups], True, True) == (
         status.rate_limits,
         attributes(page, "data-group"),
@@ -555,7 +565,7 @@ async def test_the_dead_page_lists_dead_and_held_groups_and_held_keys(
     _add_job(outbox_app, "mails")
     async with client_of(create_app(outbox_app, auth=AUTH)) as client:
         page = (await client.get("/dead", headers=VIEWER)).text
-        listing = groups.find(outbox_app, groups.Selection(statuses=("dead", "held")))
+        listing = groups.find(outbox_app, Selection(statuses=("dead", "held")))
         shown = (attributes(page, "data-group"), attributes(page, "data-held"), _counts(page))
         released = await _post(
             client, "/held/release", {"handler": "ordered", "key": "alpha"}, OPERATOR
@@ -597,17 +607,17 @@ async def test_the_dead_page_lists_refused_groups_and_an_operator_releases_them(
 async def test_the_history_page_lists_what_operators_did(
     client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any
 ) -> None:
-    """Each operation archive.history records, newest first, with who and why."""
+    """Each operation operators.history records, newest first, with who and why."""
     group_id = _dead(outbox_app, commit_events)
-    groups.discard(
-        outbox_app, groups.Selection(group_ids=(group_id,)), actor="ops", reason="customer gone"
+    group_operations.discard(
+        outbox_app, Selection(group_ids=(group_id,)), actor="ops", reason="customer gone"
     )
-    groups.replay(outbox_app, groups.Selection(handlers=("fails",)), actor="ops")
+    group_operations.replay(outbox_app, Selection(handlers=("fails",)), actor="ops")
     page = (await client.get("/history", headers=VIEWER)).text
     only = (await client.get("/history?action=discard", headers=VIEWER)).text
     assert (
-        [str(o.id) for o in archive.history(outbox_app)],
-        [str(o.id) for o in archive.history(outbox_app, action="discard")],
+        [str(o.id) for o in operators.history(outbox_app)],
+        [str(o.id) for o in operators.history(outbox_app, action="discard")],
         True,
     ) == (
         attributes(page, "data-operation"),
@@ -824,7 +834,7 @@ async def test_an_operator_replays_a_dead_group(
     group_id = _dead(outbox_app, commit_events, count=2)
     response = await _post(client, f"/groups/{group_id}/replay")
     [status] = metrics.collect(outbox_app, ["fails"])
-    [operation] = archive.history(outbox_app)
+    [operation] = operators.history(outbox_app)
     assert (
         (303, f"/groups/{group_id}", "ok"),
         f"replayed 1 group (2 events): operation {operation.id}",
@@ -845,7 +855,7 @@ async def test_an_operator_discards_a_group_with_a_reason(
     """The group is discarded, and the history records who and why."""
     group_id = _dead(outbox_app, commit_events)
     response = await _post(client, f"/groups/{group_id}/discard", {"reason": "customer gone"})
-    [operation] = archive.history(outbox_app)
+    [operation] = operators.history(outbox_app)
     assert (303, "discarded", ("olga", "customer gone")) == (
         response.status_code,
         groups.show(outbox_app, group_id).group.status,
@@ -877,7 +887,7 @@ async def test_a_discarded_event_is_edited_and_replayed_from_its_group_s_page(
 ) -> None:
     """A discarded group's page offers each event's edit form, and the edit replays it."""
     group_id = _dead(outbox_app, commit_events, count=1)
-    groups.discard(outbox_app, groups.Selection(group_ids=(group_id,)), actor="ops")
+    group_operations.discard(outbox_app, Selection(group_ids=(group_id,)), actor="ops")
     [event] = groups.show(outbox_app, group_id).events
     page = (await client.get(f"/groups/{group_id}", headers=OPERATOR)).text
     response = await _post(
@@ -899,13 +909,13 @@ async def test_an_operator_replays_a_discarded_group_from_its_page(
     """A discarded group's page offers Replay (with the CSRF token); it puts every discarded
     event back under its own id, recorded as a replay by the operator."""
     group_id = _dead(outbox_app, commit_events, count=2)
-    groups.discard(outbox_app, groups.Selection(group_ids=(group_id,)), actor="ops")
+    group_operations.discard(outbox_app, Selection(group_ids=(group_id,)), actor="ops")
     event_ids = sorted(e.id for e in groups.show(outbox_app, group_id).events)
     page = (await client.get(f"/groups/{group_id}", headers=OPERATOR)).text
     response = await _post(client, f"/groups/{group_id}/replay")
     with outbox_app.engine.connect() as conn:
         back = sorted(conn.execute(select(ActivityEvent.id)).scalars())
-    replayed = archive.history(outbox_app, action="replay")
+    replayed = operators.history(outbox_app, action="replay")
     assert (
         (True, True),
         (303, f"/groups/{group_id}", "ok"),
@@ -955,12 +965,12 @@ async def test_a_bad_edit_is_said_and_nothing_written(
 async def test_a_bulk_action_shows_its_dry_run_before_it_is_done(
     client: httpx.AsyncClient, outbox_app: Outbox, commit_events: Any, action: str
 ) -> None:
-    """From the groups page's filter: first what it would take (groups.replay's or
-    groups.discard's dry run), nothing done; confirmed, done, and back to the listing."""
+    """From the groups page's filter: first what it would take (group_operations.replay's or
+    group_operations.discard's dry run), nothing done; confirmed, done, and back to the listing."""
     for _ in range(3):
         _dead(outbox_app, commit_events, count=2)
-    selection = groups.Selection(handlers=("fails",), statuses=("dead",))
-    would = getattr(groups, action)(outbox_app, selection, dry_run=True)
+    selection = Selection(handlers=("fails",), statuses=("dead",))
+    would = getattr(group_operations, action)(outbox_app, selection, dry_run=True)
     form = {"handler": "fails", "status": "dead", "error": ""}
     dry = await _post(client, f"/groups/{action}", form)
     untouched = groups.find(outbox_app, selection).total
@@ -992,8 +1002,8 @@ async def test_an_operator_retries_a_deferred_group_now_from_its_page(
     _due_later(outbox_app, group_id)
     page = await client.get(f"/groups/{group_id}", headers=OPERATOR)
     response = await _post(client, f"/groups/{group_id}/retry")
-    [after] = groups.find(outbox_app, groups.Selection(group_ids=(group_id,))).groups
-    [operation] = archive.history(outbox_app)
+    [after] = groups.find(outbox_app, Selection(group_ids=(group_id,))).groups
+    [operation] = operators.history(outbox_app)
     assert (
         True,
         (303, f"/groups/{group_id}", "ok"),
@@ -1049,9 +1059,9 @@ async def test_ticked_groups_are_acted_on_after_a_dry_run_that_counts_them(
         "group": [str(g) for g in chosen[:2]],
     }
     dry = await _post(client, f"/groups/{action}", form)
-    before = groups.find(outbox_app, groups.Selection(group_ids=tuple(chosen))).groups
+    before = groups.find(outbox_app, Selection(group_ids=tuple(chosen))).groups
     done = await _post(client, f"/groups/{action}", {**form, "confirm": "yes"})
-    after = groups.find(outbox_app, groups.Selection(group_ids=tuple(chosen))).groups
+    after = groups.find(outbox_app, Selection(group_ids=tuple(chosen))).groups
 
     def as_before(found: list[groups.Group]) -> set[uuid.UUID]:
         """The groups still as they were: dead, or due in an hour."""
@@ -1091,7 +1101,7 @@ async def test_a_bulk_action_without_a_filter_is_refused(
     response = await _post(client, "/groups/discard", {"confirm": "yes"})
     assert (("/groups", "error"), 1) == (
         (_flash(response)[0], _flash(response)[2]),
-        groups.find(outbox_app, groups.Selection(statuses=("dead",))).total,
+        groups.find(outbox_app, Selection(statuses=("dead",))).total,
     )
 
 
@@ -1164,7 +1174,7 @@ def _unsafe(page: str) -> list[str]:
 async def test_hostile_values_come_out_escaped(hostile_app: Outbox) -> None:
     """No markup, invisible character or NUL of an event, an error, a filter or a message
     reaches a page as such; a value of 100 kB is cut."""
-    [dead] = groups.find(hostile_app, groups.Selection(statuses=("dead",))).groups
+    [dead] = groups.find(hostile_app, Selection(statuses=("dead",))).groups
     paths = [
         f"/groups/{dead.group_id}",
         "/groups?error=script",
@@ -1203,7 +1213,7 @@ async def test_payloads_are_collapsed_to_a_one_line_preview_that_opens(
 ) -> None:
     """The archive and group pages show each event's values collapsed (a closed details whose
     summary is one escaped line of at most PREVIEW_SHOWN characters), the whole inside."""
-    [dead] = groups.find(hostile_app, groups.Selection(statuses=("dead",))).groups
+    [dead] = groups.find(hostile_app, Selection(statuses=("dead",))).groups
     async with client_of(create_app(hostile_app, auth=AUTH)) as client:
         shown = {
             path: (await client.get(path, headers=VIEWER)).text
@@ -1230,7 +1240,7 @@ def _previews(page: str) -> list[str]:
 async def test_hidden_payloads_are_not_shown(hostile_app: Outbox) -> None:
     """A handler in hide_payloads: its group's page says payload display is off, and shows
     none of its events' values."""
-    [dead] = groups.find(hostile_app, groups.Selection(statuses=("dead",))).groups
+    [dead] = groups.find(hostile_app, Selection(statuses=("dead",))).groups
     console = create_app(hostile_app, auth=AUTH, hide_payloads=["hostile"])
     async with client_of(console) as client:
         page = (await client.get(f"/groups/{dead.group_id}", headers=OPERATOR)).text

@@ -15,7 +15,10 @@ from outbox.cli._options import ARCHIVE_STATUS, MAX_PRUNE_AGE_SECONDS, Duration
 from outbox.cli._output import error_text, json_text, print_json, print_table
 from outbox.cli._progress import reporting
 from outbox.cli.commands.groups import print_operation
-from outbox.ops import archive, groups
+from outbox.ops import archive, edit, group_operations
+from outbox.ops.replay import REPLAY_CHUNK
+from outbox.ops.replay import replay as replay_archived
+from outbox.ops.selection import Selection
 
 _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
 
@@ -76,7 +79,7 @@ _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of text.")
 @click.option(
     "--chunk",
-    default=archive.REPLAY_CHUNK,
+    default=REPLAY_CHUNK,
     show_default=True,
     type=click.IntRange(1, MAX_BATCH_SIZE),
     help="Events replayed per transaction.",
@@ -119,7 +122,7 @@ def replay(
     if event_id is not None:
         if len(group_ids) != 1:
             fail("--event needs the one --group the event is in", EXIT_USAGE)
-        edited = archive.edit(app, group_ids[0], event_id, _changes(changes))
+        edited = edit.edit(app, group_ids[0], event_id, _changes(changes))
         if as_json:
             print_json(edited)
         else:
@@ -134,7 +137,7 @@ def replay(
         if statuses or all_statuses:
             fail("--older-than, --error, --key and --payload take dead groups: no --status or "
                  "--all with them", EXIT_USAGE)  # fmt: skip
-        selection = groups.Selection(
+        selection = Selection(
             handlers=() if handler is None else (handler,),
             statuses=(schema.GroupStatus.DEAD, schema.GroupStatus.HELD),
             older_than=older_than,
@@ -144,7 +147,7 @@ def replay(
             group_ids=group_ids,
         )
         with reporting("replay", dry_run=dry_run) as progress:
-            replayed = groups.replay(
+            replayed = group_operations.replay(
                 app, selection, dry_run=dry_run, chunk=chunk, progress=progress, new_ids=new_ids
             )
         print_operation(replayed, as_json)
@@ -158,7 +161,7 @@ def replay(
             EXIT_USAGE,
         )
     with reporting("replay", dry_run=dry_run) as progress:
-        result = archive.replay(
+        result = replay_archived(
             app,
             handler=handler,
             status=statuses or None,

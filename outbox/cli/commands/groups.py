@@ -19,7 +19,8 @@ from outbox.cli._main import main
 from outbox.cli._options import MAX_PRUNE_AGE_SECONDS, Duration
 from outbox.cli._output import error_text, json_text, print_json, print_table
 from outbox.cli._progress import reporting
-from outbox.ops import archive, groups, search
+from outbox.ops import group_operations, groups, operators, search
+from outbox.ops.selection import Selection, parse_statuses
 
 GROUP_STATUS = click.Choice([s.value for s in schema.GroupStatus], case_sensitive=False)
 _DEAD = (schema.GroupStatus.DEAD, schema.GroupStatus.HELD)
@@ -32,7 +33,7 @@ def selection_options(
     *, statuses: tuple[schema.GroupStatus, ...] | None = None
 ) -> Callable[[Callable[..., Any]], Any]:
     """The filters every group command takes, in one place, so that they read the same; the
-    command gets them as one ``selection`` (a :class:`outbox.ops.groups.Selection`, or the error
+    command gets them as one ``selection`` (a :class:`outbox.ops.selection.Selection`, or the error
     that makes it fail, raised where the command's errors are mapped). ``statuses``: those
     the command always takes (no ``--status``)."""
 
@@ -94,12 +95,10 @@ def selection_options(
     return decorate
 
 
-def _selection(
-    given: dict[str, Any], statuses: tuple[schema.GroupStatus, ...] | None
-) -> groups.Selection:
-    return groups.Selection(
+def _selection(given: dict[str, Any], statuses: tuple[schema.GroupStatus, ...] | None) -> Selection:
+    return Selection(
         handlers=given["handlers"] or (),
-        statuses=statuses or groups.parse_statuses(given["statuses"] or ()),
+        statuses=statuses or parse_statuses(given["statuses"] or ()),
         older_than=given["older_than"],
         error=given["error"],
         key=given["key"],
@@ -108,7 +107,7 @@ def _selection(
     )
 
 
-Selected = Callable[[], groups.Selection]
+Selected = Callable[[], Selection]
 """A command's filters, made into a selection when called (inside the command's error
 mapping)."""
 
@@ -146,7 +145,7 @@ def _due_text(due_in: float | None) -> str:
 
 def _list(
     ctx: Context,
-    selection: groups.Selection,
+    selection: Selection,
     limit: int,
     after: str | None,
     as_json: bool,
@@ -331,7 +330,7 @@ _VERBS = {
 }
 
 
-def print_operation(result: groups.OperationResult, as_json: bool) -> None:
+def print_operation(result: group_operations.OperationResult, as_json: bool) -> None:
     if as_json:
         print_json(result)
         return
@@ -360,7 +359,7 @@ def _count(n: int, noun: str) -> str:
 @JSON
 @click.option(
     "--chunk",
-    default=groups.DISCARD_PAGE,
+    default=group_operations.DISCARD_PAGE,
     show_default=True,
     type=click.IntRange(1, groups.MAX_LIMIT),
     help="Groups discarded per transaction.",
@@ -383,7 +382,7 @@ def discard(
              "--payload or --group", EXIT_USAGE)  # fmt: skip
     app = ready(ctx.app())
     with reporting("discard", dry_run=dry_run) as progress:
-        result = groups.discard(
+        result = group_operations.discard(
             app, chosen, reason=reason, dry_run=dry_run, page_size=chunk, progress=progress
         )
     print_operation(result, as_json)
@@ -404,7 +403,7 @@ def retry(ctx: Context, selection: Selected, dry_run: bool, as_json: bool) -> No
         fail("retry needs a filter: --handler, --status, --older-than, --error, --key, "
              "--payload or --group", EXIT_USAGE)  # fmt: skip
     app = ready(ctx.app())
-    print_operation(groups.retry(app, chosen, dry_run=dry_run), as_json)
+    print_operation(group_operations.retry(app, chosen, dry_run=dry_run), as_json)
 
 
 @main.command()
@@ -423,7 +422,7 @@ def history(ctx: Context, action: str | None, limit: int, as_json: bool) -> None
     """What operators did, newest first: each replay, edit and discard, who did it, when, with
     which filter, and how many groups and events it took."""
     app = ready(ctx.app())
-    operations = archive.history(app, action=action, limit=limit)
+    operations = operators.history(app, action=action, limit=limit)
     if as_json:
         print_json(operations)
         return
