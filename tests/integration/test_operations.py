@@ -28,6 +28,7 @@ from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError
 from outbox.ops import operators
 from outbox.ops.archive import prune
+from outbox.ops.edit import edit
 from outbox.ops.metrics import collect
 from outbox.ops.replay import replay
 from outbox.testing import drain
@@ -202,7 +203,7 @@ def test_edit_takes_bytes_in_base64(database_url: str, make_app: Callable[[str],
     """An edit's text for a bytes column is base64, as the API answers bytes."""
     app = make_app(database_url)
     group_id, event_id = _dead_rich_event(app)
-    archive.edit(app, group_id, event_id, {"blob": "AP+A"})
+    edit(app, group_id, event_id, {"blob": "AP+A"})
     assert b"\x00\xff\x80" == _rich_values(app.engine)["blob"]
 
 
@@ -215,7 +216,7 @@ def test_edit_refuses_bytes_in_hex_saying_bytes_are_base64(
     app = make_app(database_url)
     group_id, event_id = _dead_rich_event(app)
     with pytest.raises(ConfigurationError) as raised:
-        archive.edit(app, group_id, event_id, {"blob": "00ff80"})
+        edit(app, group_id, event_id, {"blob": "00ff80"})
     with app.engine.connect() as conn:
         statuses = list(conn.execute(select(schema.archive.c.status)).scalars())
     assert (True, ["dead"]) == (

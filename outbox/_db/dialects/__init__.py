@@ -39,7 +39,6 @@ from outbox._db.dialects.names import (
     default_dialect,
     dialect_named,
     name_of,
-    storage_type,
     supports,
 )
 from outbox._db.dialects.payload import (
@@ -173,7 +172,6 @@ __all__ = [
     "read_committed",
     "row_as_json",
     "statements",
-    "storage_type",
     "supports",
     "timestamp",
     "uses_skip_locked",

@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any
 
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.engine import Dialect as SADialect
-from sqlalchemy.types import (
-    TypeDecorator,
-    TypeEngine,
-)
 
 from outbox.exceptions import UnsupportedDatabaseError
 
@@ -83,17 +78,6 @@ SUPPORTS = {
 def supports(name: str) -> Supports:
     """What the database called ``name`` (:func:`name_of`) can do."""
     return SUPPORTS[name]
-
-
-def storage_type(type_: TypeEngine[Any], dialect: SADialect) -> TypeEngine[Any]:
-    """The type ``type_``'s values are stored as on ``dialect``: its implementation there, with
-    every ``TypeDecorator`` unwrapped (a ``PickleType`` stores bytes; an ``Interval`` is a
-    DATETIME on SQLite). The archive holds stored values, and replay writes them back as stored,
-    past the decorators' conversions: through them, a value would be converted twice."""
-    impl = type_.dialect_impl(dialect)
-    while isinstance(impl, TypeDecorator):
-        impl = impl.load_dialect_impl(dialect).dialect_impl(dialect)
-    return impl
 
 
 @functools.cache

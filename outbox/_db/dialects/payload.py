@@ -20,7 +20,8 @@ from sqlalchemy.types import (
     TypeEngine,
 )
 
-from outbox._db.dialects.names import MYSQL, POSTGRESQL, SQLITE, default_dialect, storage_type
+from outbox._core.values import storage_type
+from outbox._db.dialects.names import MYSQL, POSTGRESQL, SQLITE, default_dialect
 
 MAX_DOUBLE = 1.7976931348623157e308
 # Marks a SQLite payload archived in the lenient form, whose JSON columns are kept as text.

@@ -38,6 +38,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from outbox import schema
+from outbox._core.values import storage_type
 from outbox._db import dialects
 from outbox._db.dialects import postgresql
 from outbox._db.dialects.clock import age_seconds, db_now, db_now_plus
@@ -389,7 +390,7 @@ def insert_stored_rows(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
 ) -> list[int]:
     """Insert rows of values as the database stores them (replayed from the archive), keyed by
-    column name: each column bound as its storage type (:func:`outbox._db.dialects.storage_type`),
+    column name: each column bound as its storage type (:func:`outbox._core.values.storage_type`),
     so that no TypeDecorator converts a stored value a second time. One executemany per set of
     columns: payloads archived before a column was added lack it. Returns the rows' ids, in
     the order of ``rows`` (``INSERT ... RETURNING``: PostgreSQL, SQLite and MariaDB have it).
@@ -403,9 +404,7 @@ def insert_stored_rows(
     ids = [0] * len(rows)
     for names, positions in by_columns.items():
         binds = {
-            named[name]: bindparam(
-                name, type_=dialects.storage_type(named[name].type, conn.dialect)
-            )
+            named[name]: bindparam(name, type_=storage_type(named[name].type, conn.dialect))
             for name in names
         }
         stmt = insert(table).values(binds).returning(table.c.id, sort_by_parameter_order=True)
