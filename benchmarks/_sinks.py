@@ -17,7 +17,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
 from benchmarks._common import fresh_tables
 from outbox import BufferMixin, Outbox
-from outbox.sinks.base import AsyncSink, json_default
+from outbox.sinks.base import AsyncSink
+from outbox.sinks.encoding import json_default
 from outbox.worker import Worker
 
 

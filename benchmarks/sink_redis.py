@@ -51,7 +51,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from benchmarks._common import command_line, fresh_tables, machine, scratch_database, write
 from outbox import Batch, BufferMixin, Outbox, Settings, add_events
 from outbox.cli import settle_heap
-from outbox.sinks.base import Rejection, json_payload, message_id, payload_bytes
+from outbox.sinks.base import Rejection
+from outbox.sinks.encoding import json_payload, message_id, payload_bytes
 from outbox.sinks.redis import RedisStreamSink
 from outbox.worker import Worker
 

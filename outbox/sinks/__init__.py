@@ -10,10 +10,12 @@ in a sync and an async class; register one as a handler, or call it inside one::
     app.handler(OrderEvent, batch_size=1000, ordering_key="customer_id")(orders)
 
 ``outbox.sinks.http`` (httpx), ``outbox.sinks.rabbitmq`` (pika), ``outbox.sinks.nats``
-(nats-py) and ``outbox.sinks.redis`` (redis-py). :mod:`outbox.sinks.base` is what they share:
-the mapping of a downstream's answer to retries, discards and failures, and the check of a
-broker's de-duplication window against the handler's retry schedule. docs/sinks.md states each
-sink's guarantee.
+(nats-py) and ``outbox.sinks.redis`` (redis-py). :mod:`outbox.sinks.base` is the seam they
+implement, and the mapping of a downstream's answer to retries, discards and failures
+(:func:`settle`); what they share besides has a module each: :mod:`~outbox.sinks.encoding`,
+:mod:`~outbox.sinks.options`, :mod:`~outbox.sinks.secrets`, :mod:`~outbox.sinks.errors` and
+:mod:`~outbox.sinks.dedup_window` (a broker's de-duplication window against the handler's retry
+schedule). docs/sinks.md states each sink's guarantee.
 """
 
 from outbox.sinks.base import AsyncSink, BlockingSink, Rejection, Sink, settle

@@ -12,254 +12,39 @@ attempt, so that an outage reaches the circuit breaker rather than retrying even
 
 A sink depends only on outbox's public API: a new one is a module with a class that
 implements ``connect``, ``send``, ``close`` and ``outbox_guarantee`` (see docs/design.md).
+What sinks share besides the seam has a module each: :mod:`outbox.sinks.encoding` (an event
+to a message), :mod:`outbox.sinks.options` (options given per event),
+:mod:`outbox.sinks.secrets` (masking), :mod:`outbox.sinks.errors` (what a sink raises) and
+:mod:`outbox.sinks.dedup_window` (a broker's de-duplication window against the retry
+schedule).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import datetime as dt
-import decimal
-import enum
-import json
 import os
 import threading
-import uuid
 from abc import ABC, abstractmethod
 from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Generic, ParamSpec, TypeAlias, TypeVar
-
-from sqlalchemy import inspect as sa_inspect
-from sqlalchemy.orm.exc import UnmappedColumnError
+from typing import Any, Generic, ParamSpec, TypeVar
 
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
 from outbox.buffer import BufferMixin
 from outbox.exceptions import (
     ConfigurationError,
-    DataError,
     DownstreamError,
     DownstreamUnavailableError,
     OutboxError,
 )
-from outbox.sinks._secrets import MASK as MASK
-from outbox.sinks._secrets import Secrets as Secrets
-from outbox.sinks._secrets import describe_error as describe_error
+from outbox.sinks.secrets import Secrets
 
 EventT = TypeVar("EventT", bound=BufferMixin)
 P = ParamSpec("P")
 T = TypeVar("T")
-
-PerEvent: TypeAlias = T | Callable[[Any], T]
-"""A sink option given once for every event, or a function of the event (its columns)."""
-
-
-def per_event(option: PerEvent[T], event: Any) -> T:
-    """The option's value for ``event``: the value, or what the function returns for it."""
-    if callable(option):
-        return option(event)
-    return option
-
-
-# Columns that are outbox's bookkeeping, not the event's: a message does not carry them.
-_BOOKKEEPING = frozenset({"group_id"})
-
-
-def event_values(event: Any) -> dict[str, Any]:
-    """An event's columns, by attribute name, but ``group_id`` (which changes between
-    attempts, so that the same event would not be the same message)."""
-    return {key: getattr(event, key) for key in _value_keys(type(event))}
-
-
-# Read once per model: inspecting the mapper for each event of a group of 1,000 cost as much
-# as encoding it. (Computed twice by two threads at worst, to the same value.)
-_VALUE_KEYS: dict[type[Any], tuple[str, ...]] = {}
-_ROW_READERS: dict[type[Any], Callable[[Sequence[Any]], dict[str, Any]] | None] = {}
-
-
-def _value_keys(model: type[Any]) -> tuple[str, ...]:
-    keys = _VALUE_KEYS.get(model)
-    if keys is None:
-        mapper = sa_inspect(model)
-        keys = tuple(a.key for a in mapper.column_attrs if a.key not in _BOOKKEEPING)
-        _VALUE_KEYS[model] = keys
-    return keys
-
-
-def row_values(model: type[Any]) -> Callable[[Sequence[Any]], dict[str, Any]] | None:
-    """What :func:`event_values` reads from an event, read from its row instead (a batch's
-    ``rows``: every column of the model's table, in table order), which spares building the
-    event; None when a value of the model is not a column of its table."""
-    if model not in _ROW_READERS:
-        _ROW_READERS[model] = _row_reader(model)
-    return _ROW_READERS[model]
-
-
-def _row_reader(model: type[Any]) -> Callable[[Sequence[Any]], dict[str, Any]] | None:
-    mapper = sa_inspect(model)
-    position: dict[str, int] = {}
-    for index, column in enumerate(mapper.local_table.columns):
-        try:
-            position[mapper.get_property_by_column(column).key] = index
-        except UnmappedColumnError:
-            continue
-    keys = _value_keys(model)
-    if not all(key in position for key in keys):
-        return None
-    pairs = tuple((key, position[key]) for key in keys)
-
-    def read(row: Sequence[Any]) -> dict[str, Any]:
-        return {key: row[index] for key, index in pairs}
-
-    return read
-
-
-def ordering_key(handler: Handler[Any]) -> Callable[[Any], str | None] | None:
-    """Reads the value of ``handler``'s ``ordering_key`` column from an event, as text (the
-    message key a sink gives each message by default, so that a consumer can keep per-key
-    order too); None when the handler has no ordering key."""
-    if handler.ordering_key is None:
-        return None
-    column = handler.table.c[handler.ordering_key]
-    attribute = sa_inspect(handler.model).get_property_by_column(column).key
-
-    def read(event: Any) -> str | None:
-        value = getattr(event, attribute)
-        return None if value is None else str(value)
-
-    return read
-
-
-Message: TypeAlias = tuple[str, str | None, bytes]
-"""A default message: its id (:func:`message_id`), its key (the ordering key's value as text,
-or None) and its payload (:func:`json_payload`)."""
-
-
-@dataclass(frozen=True, slots=True)
-class RowPath:
-    """How the default message of an event is read from its row (a batch's ``rows``), which
-    spares building the event: about 40% of the CPU a group's messages cost."""
-
-    table: str
-    values: Callable[[Sequence[Any]], dict[str, Any]]
-    id_at: int
-    key_at: int | None
-
-    def fields(self, row: Sequence[Any]) -> tuple[str, str | None, bytes]:
-        """The message id (as :func:`message_id` writes it), the key (as
-        :func:`ordering_key` reads it) and the payload (as :func:`json_payload` writes it) of
-        a row."""
-        key = None if self.key_at is None else row[self.key_at]
-        return (
-            f"{self.table}-{row[self.id_at]}",
-            None if key is None else str(key),
-            payload_bytes(self.values(row)),
-        )
-
-    def messages(self, batch: Batch[Any]) -> list[Message] | None:
-        """:meth:`fields` of each row of ``batch``, in its order (the ``i``-th message is
-        ``batch.events[i]``'s); None for a batch made of events rather than rows (read those
-        from the events)."""
-        rows = batch.rows
-        if not rows or not hasattr(rows[0], "_fields"):
-            return None
-        return [self.fields(row) for row in rows]
-
-
-def row_path(handler: Handler[Any]) -> RowPath | None:
-    """How ``handler``'s events' default messages (:func:`json_payload`, :func:`message_id`,
-    the :func:`ordering_key` as key) are read from their rows; None when a value of its model
-    is not a column of its table. A sink takes it only where its options are the defaults: a
-    function of the user's is given the event (:func:`row_messages` checks them)."""
-    read = row_values(handler.model)
-    if read is None:
-        return None
-    columns = list(handler.table.columns)
-    key = None if handler.ordering_key is None else handler.table.c[handler.ordering_key]
-    return RowPath(
-        table=handler.table.name,
-        values=read,
-        id_at=columns.index(handler.table.c.id),
-        key_at=None if key is None else columns.index(key),
-    )
-
-
-def json_default(value: Any) -> Any:
-    """How the default payload writes what JSON has no type for: times in ISO 8601, UUIDs and
-    decimals as text (a decimal keeps its digits), bytes in base64, enums by value."""
-    # Called for a value of most events (a time, an amount): the common types are looked up
-    # by their class first, a third of what the isinstance checks below cost (for a decimal,
-    # 0.3 against 1 µs).
-    write = _JSON_WRITERS.get(type(value))
-    if write is not None:
-        return write(value)
-    if isinstance(value, (dt.datetime, dt.date, dt.time)):
-        return value.isoformat()
-    if isinstance(value, (uuid.UUID, decimal.Decimal)):
-        return str(value)
-    if isinstance(value, bytes):
-        return base64.b64encode(value).decode()
-    if isinstance(value, enum.Enum):
-        return value.value
-    raise TypeError(f"a {type(value).__qualname__} value cannot be written as JSON")
-
-
-_JSON_WRITERS: dict[type[Any], Callable[[Any], str]] = {
-    dt.datetime: dt.datetime.isoformat,
-    dt.date: dt.date.isoformat,
-    dt.time: dt.time.isoformat,
-    uuid.UUID: str,
-    decimal.Decimal: str,
-}
-
-
-# One encoder for every payload: json.dumps with options builds a new one per call.
-_JSON = json.JSONEncoder(default=json_default, separators=(",", ":"))
-
-
-def json_payload(event: Any) -> bytes:
-    """The default message body: the event's columns (:func:`event_values`) as a JSON
-    object, UTF-8."""
-    return _JSON.encode(event_values(event)).encode()
-
-
-def message_id(event: Any) -> str:
-    """The default message id: the buffer table's name and the event's id (``orders-42``),
-    the same on every attempt, so that a consumer (or a broker's window) drops a repeat."""
-    return f"{type(event).__table__.name}-{event.id}"
-
-
-def payload_bytes(value: bytes | str | Any) -> bytes:
-    """A payload function's result as bytes: bytes as they are, text in UTF-8, anything else
-    as JSON."""
-    if isinstance(value, bytes):
-        return value
-    if isinstance(value, str):
-        return value.encode()
-    return _JSON.encode(value).encode()
-
-
-_DEFAULT_MESSAGE_ID = message_id
-
-
-def row_messages(
-    handler: Handler[Any],
-    *,
-    payload: Callable[[Any], Any],
-    message_id: Callable[[Any], str],
-    key: Callable[[Any], str | None] | None,
-) -> RowPath | None:
-    """How a sink reads the default messages of ``handler``'s groups from their rows, given
-    the sink's options; None when it cannot: a ``payload`` or ``message_id`` other than the
-    defaults, or a ``key`` given (a function of the user's is given the event), or a model
-    with a value that is not a column of its table (see :func:`row_path`). ``key`` None
-    means the handler's ordering key (or no key)."""
-    if payload is not json_payload or message_id is not _DEFAULT_MESSAGE_ID or key is not None:
-        return None
-    return row_path(handler)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,77 +96,11 @@ def settle(batch: Batch[EventT], rejections: Iterable[Rejection[EventT]], downst
         batch.discard(events, reason)
 
 
-def unavailable(
-    downstream: str, error: BaseException, secrets: Secrets
-) -> DownstreamUnavailableError:
-    """The error a sink's ``connect`` raises for a downstream it cannot reach or that refuses
-    it: one line, naming the downstream and what the client said, secrets masked."""
-    return DownstreamUnavailableError(f"{downstream}: {describe_error(error, secrets)}")
-
-
-def downstream_failed(downstream: str, error: BaseException, secrets: Secrets) -> DownstreamError:
-    """The error a sink's ``send`` raises when the downstream failed the whole group (the
-    connection lost, a timeout): one line, naming the downstream and what the client said,
-    secrets masked."""
-    return DownstreamError(f"{downstream}: {describe_error(error, secrets)}")
-
-
-def not_a_message(event_id: object, error: BaseException, secrets: Secrets) -> DataError:
-    """The error a sink raises for an event it cannot make a message of (a function of the
-    user's raised, a value has no JSON form): the event's data, not the downstream, is at
-    fault."""
-    return DataError(f"event {event_id} cannot be made a message: {describe_error(error, secrets)}")
-
-
-def check_per_event(name: str, option: object) -> None:
-    """Refuse, naming it, a :data:`PerEvent` text option that is neither a string nor a
-    function of the event."""
-    if not (isinstance(option, str) or callable(option)):
-        raise ConfigurationError(
-            f"{name}: expected a string or a function of the event, got {type(option).__name__}"
-        )
-
-
 def _for_handler(error: OutboxError, handler: Handler[Any]) -> OutboxError:
     """``error`` again, its message starting with the handler it stops."""
     named = type(error)(f"handler {handler.name!r}: {error}")
     named.__cause__ = error.__cause__
     return named
-
-
-def resend_horizon(app: Outbox, handler: Handler[Any]) -> float:
-    """The longest time, in seconds, between two sends of one event by ``handler``.
-
-    A message sent whose acknowledgement was lost (a worker killed, a connection cut) is sent
-    again by a later attempt: after the longest wait between two attempts (the last backoff,
-    jitter included, or the circuit breaker's longest pause when longer), and after the lease
-    of the attempt that was cut off, and the handler's ``timeout`` it may have run for. A
-    broker that drops a re-sent message within a window catches every re-send when the window
-    is at least this long.
-    """
-    policy = handler.retry
-    backoff = 0.0
-    if policy.max_attempts > 1:
-        backoff = policy.base(policy.max_attempts - 1) * (1 + policy.jitter)
-    if handler.circuit_breaker is not None:
-        backoff = max(backoff, handler.circuit_breaker.max_probe_after)
-    return backoff + app.settings.lease_seconds + (handler.timeout or 0.0)
-
-
-def check_dedup_window(
-    app: Outbox, handler: Handler[Any], window: float, where: str, lower: str
-) -> None:
-    """Refuse, in one line, a handler whose events may be re-sent after ``window`` seconds,
-    the time ``where`` drops a re-sent message within; ``lower`` says how to lower the
-    horizon."""
-    horizon = resend_horizon(app, handler)
-    if horizon > window:
-        raise ConfigurationError(
-            f"handler {handler.name!r}: {where} drops a re-sent message within {window:g} s, but "
-            f"an event may be re-sent up to {horizon:.0f} s after it was first sent (the "
-            f"longest retry wait, the lease and the timeout): raise the window to at least "
-            f"{horizon:.0f} s, or {lower}"
-        )
 
 
 class _Described(ABC):

@@ -30,30 +30,29 @@ What the API answers becomes (docs/sinks/http.md has the whole table):
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import json
 import logging
 import socket
 import weakref
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import Any, Generic, Protocol, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
 import httpx
 
 from outbox.batch import Batch
-from outbox.exceptions import ConfigurationError, DataError, DownstreamError
-from outbox.retry import DEFAULT_RETRY_AFTER_SECONDS, RetryAfter, wait_seconds
-from outbox.sinks.base import (
-    AsyncSink,
-    Rejection,
-    Secrets,
-    Sink,
-    describe_error,
-    event_values,
-    json_default,
-    unavailable,
+from outbox.exceptions import ConfigurationError, DownstreamError
+from outbox.sinks._http_answers import (
+    AllOrNothing,
+    ErrorsById,
+    ResultMapper,
+    StatusList,
+    read_answer,
+    shown_url,
 )
+from outbox.sinks.base import AsyncSink, Rejection, Sink
+from outbox.sinks.encoding import event_values, payload_bytes
+from outbox.sinks.errors import unavailable
+from outbox.sinks.secrets import Secrets, describe_error
 
 __all__ = [
     "AllOrNothing",
@@ -67,14 +66,8 @@ __all__ = [
 
 DEFAULT_TIMEOUT_SECONDS = 30.0
 DEFAULT_IDEMPOTENCY_HEADER = "Idempotency-Key"
-# How much of a refusing answer's body a failure's message quotes.
-BODY_QUOTED = 200
-# Whole-call answers that refuse what was sent (the events' fault): bisected with bisect=True.
-_DATA_STATUSES = frozenset({400, 413, 422})
 # Request headers that carry credentials, whoever set them (headers=, an httpx.Auth).
 _CREDENTIAL_HEADERS = ("Authorization", "Proxy-Authorization", "Cookie")
-# Per-record answers that may succeed later.
-_RETRY_STATUSES = frozenset({408, 409, 425, 429})
 
 
 # The loggers of httpx and httpcore that quote what an API answered (the status line, the
@@ -124,148 +117,6 @@ def records_body(events: Sequence[Any]) -> dict[str, Any]:
     return {"records": [event_values(event) for event in events]}
 
 
-class ResultMapper(Protocol):
-    """Reads a 2xx answer: the events of the request the API did not take, and why."""
-
-    def __call__(
-        self, response: httpx.Response, events: Sequence[Any]
-    ) -> Sequence[Rejection[Any]]: ...
-
-
-@dataclass(frozen=True, slots=True)
-class AllOrNothing:
-    """A 2xx answer means every record was taken (an API that refuses a call as a whole)."""
-
-    def __call__(self, response: httpx.Response, events: Sequence[Any]) -> list[Rejection[Any]]:
-        """No rejection: the call was taken whole."""
-        return []
-
-
-def record_rejection(
-    event: Any, status: object, reason: object, retry_after: object
-) -> Rejection[Any] | None:
-    """What one record's status says: None when taken (2xx); retried when it may be taken later
-    (408, 409, 425, 429 (deferred by ``retry_after``), 5xx); discarded otherwise (a 4xx). The
-    reason is the API's (``status <n>`` when it gave none)."""
-    if isinstance(status, bool) or not isinstance(status, int):
-        raise DownstreamError(f"a record's status is not a number: {status!r:.80}")
-    if 200 <= status < 300:
-        return None
-    why = str(reason) if reason not in (None, "") else f"status {status}"
-    if status == 429:
-        after = 0.0 if retry_after is None else wait_seconds(_when(retry_after), "retry_after")
-        return Rejection(event, why, retry=True, after=after)
-    if status in _RETRY_STATUSES or status >= 500:
-        return Rejection(event, why, retry=True)
-    return Rejection(event, why, retry=False)
-
-
-def _when(value: object) -> float | str:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return value
-    # Text that cannot be read as a wait is logged: the secrets of the sink reading the
-    # answer are masked from it.
-    secrets = _READING.get()
-    return str(value) if secrets is None else secrets.redact(str(value))
-
-
-_READING: contextvars.ContextVar[Secrets | None] = contextvars.ContextVar(
-    "outbox_http_reading", default=None
-)
-"""The secrets of the sink whose ``result`` mapper reads an answer now."""
-
-
-def _json(response: httpx.Response) -> Any:
-    try:
-        return response.json()
-    except ValueError:
-        raise DownstreamError(
-            f"{response.status_code} answer is not JSON: {response.text[:BODY_QUOTED]!r}"
-        ) from None
-
-
-def _items(document: Any, name: str) -> list[Any]:
-    items = document.get(name) if isinstance(document, dict) else None
-    if not isinstance(items, list):
-        raise DownstreamError(f"the answer has no list {name!r}: {str(document)[:BODY_QUOTED]}")
-    return items
-
-
-@dataclass(frozen=True, slots=True)
-class StatusList:
-    """A 2xx answer lists one result per record, in the request's order:
-    ``{"results": [{"status": 200}, {"status": 422, "reason": "no email"}, ...]}``.
-
-    ``items``, ``status``, ``reason`` and ``retry_after`` name the list and each item's keys.
-    """
-
-    items: str = "results"
-    status: str = "status"
-    reason: str = "reason"
-    retry_after: str = "retry_after"
-
-    def __call__(self, response: httpx.Response, events: Sequence[Any]) -> list[Rejection[Any]]:
-        """One rejection per result that is not a 2xx."""
-        items = _items(_json(response), self.items)
-        if len(items) != len(events):
-            raise DownstreamError(
-                f"the answer lists {len(items)} results for the {len(events)} records sent"
-            )
-        rejections = []
-        for event, item in zip(events, items, strict=True):
-            if not isinstance(item, dict):
-                raise DownstreamError(f"a result is not an object: {item!r:.80}")
-            rejection = record_rejection(
-                event, item.get(self.status), item.get(self.reason), item.get(self.retry_after)
-            )
-            if rejection is not None:
-                rejections.append(rejection)
-        return rejections
-
-
-def _event_id(event: Any) -> object:
-    return event.id
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorsById:
-    """A 2xx answer lists only the records it refused, by an id the request gave them:
-    ``{"errors": [{"id": "a1", "status": 422, "reason": "no email"}, ...]}``; the others were
-    taken.
-
-    ``record_id``: the id a record carries in the request, read from its event (default: the
-    event's ``id``, as :func:`records_body` sends it), compared as text. ``status``: the key of
-    each error's status; an error without one is refused for good (``default_status``, 422).
-    """
-
-    items: str = "errors"
-    id: str = "id"
-    record_id: Callable[[Any], object] = _event_id
-    status: str = "status"
-    reason: str = "reason"
-    retry_after: str = "retry_after"
-    default_status: int = 422
-
-    def __call__(self, response: httpx.Response, events: Sequence[Any]) -> list[Rejection[Any]]:
-        """One rejection per listed error."""
-        by_id = {str(self.record_id(event)): event for event in events}
-        rejections = []
-        for item in _items(_json(response), self.items):
-            if not isinstance(item, dict) or str(item.get(self.id)) not in by_id:
-                raise DownstreamError(
-                    f"the answer names a record the request did not carry: {item!r:.80}"
-                )
-            rejection = record_rejection(
-                by_id[str(item[self.id])],
-                item.get(self.status, self.default_status),
-                item.get(self.reason),
-                item.get(self.retry_after),
-            )
-            if rejection is not None:
-                rejections.append(rejection)
-        return rejections
-
-
 @dataclass(frozen=True, slots=True)
 class _Part:
     """One request of a group: its events, its body, its idempotency key."""
@@ -301,7 +152,7 @@ class _Requests:
     def downstream(self) -> str:
         if callable(self.url):
             return f"bulk HTTP API at {', '.join(sorted(self.allowed_hosts))}"
-        return f"bulk HTTP API at {_shown(httpx.URL(self.url))}"
+        return f"bulk HTTP API at {shown_url(httpx.URL(self.url))}"
 
     def parts(self, batch: Batch[Any]) -> tuple[list[_Part], list[Rejection[Any]]]:
         """The group's requests, and its events too big to send alone (discarded)."""
@@ -337,12 +188,7 @@ class _Requests:
         return keyed, too_big
 
     def encode(self, events: Sequence[Any]) -> bytes:
-        body = self.body(events)
-        if isinstance(body, bytes):
-            return body
-        if isinstance(body, str):
-            return body.encode()
-        return json.dumps(body, default=json_default, separators=(",", ":")).encode()
+        return payload_bytes(self.body(events))
 
     def request(self, client: httpx.Client | httpx.AsyncClient, part: _Part) -> httpx.Request:
         url = httpx.URL(self.url(part.events) if callable(self.url) else self.url)
@@ -350,7 +196,7 @@ class _Requests:
             self.secrets.add_url(str(url))
         if url.scheme not in ("http", "https") or url.host not in self.allowed_hosts:
             raise ConfigurationError(
-                f"{_shown(url)} is not an allowed host of this sink "
+                f"{shown_url(url)} is not an allowed host of this sink "
                 f"(allowed_hosts: {', '.join(sorted(self.allowed_hosts))})"
             )
         headers = {"Content-Type": self.content_type}
@@ -371,45 +217,10 @@ class _Requests:
         self.learn(request)
 
     def read(self, response: httpx.Response, part: _Part) -> Sequence[Rejection[Any]]:
-        """The answer's rejections, or what it says of the whole call, raised; what they
-        quote of the answer (its body, its reason phrase, a header, a record's reason) has the
-        sink's secrets masked."""
-        status = response.status_code
-        where = _shown(response.request.url)
+        """The answer's rejections, or what it says of the whole call, raised, with the
+        sink's secrets masked (see :func:`read_answer`)."""
         self.learn(response.request)  # a client of the user's has no hook of the sink's
-        redact = self.secrets.redact
-        if 200 <= status < 300:
-            return self.mapped(response, part)
-        text = redact(f"{status} {response.reason_phrase} from {where}")
-        retry_after = response.headers.get("Retry-After")
-        if status == 429:
-            raise RetryAfter(redact(retry_after or "") or DEFAULT_RETRY_AFTER_SECONDS, reason=text)
-        if status == 503 and retry_after is not None:
-            raise RetryAfter(redact(retry_after), reason=text)
-        quoted = redact(" ".join(response.text[:BODY_QUOTED].split()))
-        if status in _DATA_STATUSES:
-            raise DataError(f"{text}: {quoted}" if quoted else text)
-        if 300 <= status < 400:
-            location = redact(response.headers.get("Location", "?"))
-            raise DownstreamError(
-                f"{text}: a redirect (to {location!r}), not followed: point the sink at the "
-                "URL that answers"
-            )
-        raise DownstreamError(f"{text}: {quoted}" if quoted else text)
-
-    def mapped(self, response: httpx.Response, part: _Part) -> list[Rejection[Any]]:
-        """What the ``result`` mapper reads of a 2xx answer, with the reasons it gives and
-        what it raises masked (it may quote the answer)."""
-        reading = _READING.set(self.secrets)
-        try:
-            with self.secrets.masking():
-                rejections = self.result(response, part.events)
-        finally:
-            _READING.reset(reading)
-        return [
-            replace(r, reason=self.secrets.redact(r.reason)) if self.secrets.shows(r.reason) else r
-            for r in rejections
-        ]
+        return read_answer(response, part.events, self.result, self.secrets)
 
     def failed(self, error: httpx.HTTPError, part: _Part) -> DownstreamError:
         return DownstreamError(
@@ -423,12 +234,6 @@ class _Requests:
             return None
         url = httpx.URL(self.url)
         return url.host, url.port or (443 if url.scheme == "https" else 80)
-
-
-def _shown(url: httpx.URL) -> str:
-    """A URL as messages show it: no user, password or query (they may hold secrets)."""
-    port = f":{url.port}" if url.port else ""
-    return f"{url.scheme}://{url.host}{port}{url.path}"
 
 
 def _requests(

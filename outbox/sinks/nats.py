@@ -11,7 +11,7 @@ Each message carries ``Nats-Msg-Id`` (the message id, the same on every attempt)
 drops a message whose id it stored within the stream's ``duplicate_window``, and answers it
 as a duplicate, which is success. When a worker starts, the sink reads the window and refuses,
 in one line, a handler whose events may be re-sent later than the window would catch (its
-longest retry wait, lease and timeout: :func:`outbox.sinks.base.resend_horizon`). Within the
+longest retry wait, lease and timeout: :func:`outbox.sinks.dedup_window.resend_horizon`). Within the
 window no duplicate is stored; past it, consumers de-duplicate by ``Nats-Msg-Id``.
 
 An event is done only once the stream acknowledged it; one refused (no stream on its subject,
@@ -31,11 +31,8 @@ See docs/sinks/nats.md.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
-import json
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -49,28 +46,21 @@ import nats.js.errors
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
 from outbox.exceptions import ConfigurationError
-from outbox.sinks.base import (
-    AsyncSink,
+from outbox.sinks._nats_connection import NO_RESPONDERS, Acks, Connection
+from outbox.sinks.base import AsyncSink, Rejection, blocking_sink
+from outbox.sinks.dedup_window import check_dedup_window, resend_horizon
+from outbox.sinks.encoding import (
     Message,
-    PerEvent,
-    Rejection,
     RowPath,
-    Secrets,
-    blocking_sink,
-    check_dedup_window,
-    check_per_event,
-    describe_error,
-    downstream_failed,
     json_payload,
     message_id,
-    not_a_message,
     ordering_key,
     payload_bytes,
-    per_event,
-    resend_horizon,
     row_messages,
-    unavailable,
 )
+from outbox.sinks.errors import downstream_failed, not_a_message, unavailable
+from outbox.sinks.options import PerEvent, check_per_event, per_event
+from outbox.sinks.secrets import Secrets, describe_error
 
 DEFAULT_SERVERS = "nats://127.0.0.1:4222"
 ACK_TIMEOUT_SECONDS = 10.0
@@ -94,142 +84,6 @@ LOWER_HORIZON = "lower RetryPolicy.max_delay / the lease"
 _SCHEMES = {"nats": 4222, "tls": 4222, "ws": 80, "wss": 443}
 # Options of nats.connect that hold a secret: masked out of every message.
 _SECRET_OPTIONS = ("password", "token", "nkeys_seed_str")
-
-
-@dataclass(slots=True)
-class _Acks:
-    """The answers to one group's messages, by index: None for stored, else the reason it
-    was not; a message with no answer yet is missing from ``answers``."""
-
-    expected: int
-    answers: dict[int, str | None] = field(default_factory=dict)
-    done: asyncio.Event = field(default_factory=asyncio.Event)
-    tokens: list[str] = field(default_factory=list)
-
-    def answer(self, index: int, reason: str | None) -> None:
-        self.answers.setdefault(index, reason)
-        if len(self.answers) >= self.expected:
-            self.done.set()
-
-    def written(self, count: int) -> None:
-        """Only ``count`` messages went out: answers are awaited for those alone."""
-        self.expected = count
-        if len(self.answers) >= count:
-            self.done.set()
-
-
-class _Connection:
-    """One NATS connection and the reply subscription every acknowledgement of it comes to
-    (one wildcard subscription, a reply subject per message under it)."""
-
-    def __init__(self) -> None:
-        self.client: nats.aio.client.Client | None = None
-        self.errors: list[Exception] = []
-        self.lost: Exception | None = None
-        self.stale = False
-        self._prefix = ""
-        self._next = 0
-        self._waiting: dict[str, tuple[_Acks, int]] = {}
-
-    async def open(self, servers: list[str], options: Mapping[str, Any]) -> None:
-        """Connect, and subscribe to the replies."""
-        self.client = client = nats.aio.client.Client()
-        await client.connect(
-            servers,
-            **options,
-            error_cb=self._on_error,
-            disconnected_cb=self._on_disconnected,
-            closed_cb=self._on_closed,
-        )
-        self.errors.clear()  # a first attempt's error is not what a later loss is about
-        self._prefix = client.new_inbox()
-        await client.subscribe(f"{self._prefix}.*", cb=self._on_reply)
-
-    @property
-    def usable(self) -> bool:
-        return (
-            self.client is not None
-            and self.client.is_connected
-            and self.lost is None
-            and not self.stale
-        )
-
-    def last_error(self, default: Exception) -> Exception:
-        """The error the client last reported (nats.connect raises ``NoServersError`` after
-        its attempts, the reason being the error before it)."""
-        return self.errors[-1] if self.errors else default
-
-    def expect(self, acks: _Acks, index: int) -> str:
-        """A reply subject for message ``index`` of ``acks``."""
-        self._next += 1
-        token = str(self._next)
-        self._waiting[token] = (acks, index)
-        acks.tokens.append(token)
-        return f"{self._prefix}.{token}"
-
-    def forget(self, acks: _Acks) -> None:
-        """Stop waiting for ``acks`` (answered, timed out or cancelled): a late reply is
-        dropped."""
-        for token in acks.tokens:
-            self._waiting.pop(token, None)
-
-    async def close(self) -> None:
-        """Flush what is written, then close."""
-        client = self.client
-        if client is None or client.is_closed:
-            return
-        try:
-            async with asyncio.timeout(CONNECT_TIMEOUT_SECONDS):
-                await client.drain()
-        except Exception:
-            with contextlib.suppress(Exception):
-                await client.close()
-
-    async def _on_reply(self, msg: nats.aio.msg.Msg) -> None:
-        waiting = self._waiting.pop(msg.subject[len(self._prefix) + 1 :], None)
-        if waiting is not None:
-            acks, index = waiting
-            acks.answer(index, _refusal(msg))
-
-    async def _on_error(self, error: Exception) -> None:
-        # Recorded rather than logged: the sink raises or returns it, in one line.
-        self.errors.append(error)
-        del self.errors[:-5]
-
-    async def _on_disconnected(self) -> None:
-        self.lost = self.lost or self.last_error(ConnectionError("disconnected from the server"))
-
-    async def _on_closed(self) -> None:
-        self.lost = self.lost or self.last_error(ConnectionError("connection closed"))
-        waiting, self._waiting = self._waiting, {}
-        for acks, _ in waiting.values():
-            acks.done.set()  # no answer will come: the group stops waiting for it
-
-
-NO_RESPONDERS = "no responders"
-"""The server's answer to a message no stream listens for (its status 503)."""
-
-
-def _refusal(msg: nats.aio.msg.Msg) -> str | None:
-    """None when the reply is a ``PubAck`` (a duplicate one too: stored before), else why the
-    message was not stored."""
-    if msg.data.startswith(b'{"stream":'):
-        # The server writes an error first ({"error":...}): this is a PubAck, read without
-        # parsing (a parse per message cost a tenth of a group's time).
-        return None
-    if msg.headers and msg.headers.get("Status") == "503":
-        return NO_RESPONDERS
-    try:
-        answer = json.loads(msg.data)
-    except ValueError:
-        return f"JetStream answered with what is not a PubAck: {msg.data[:80]!r}"
-    error = answer.get("error") if isinstance(answer, dict) else None
-    if error is None:
-        return None
-    return (
-        f"refused by JetStream: {error.get('description', error)} "
-        f"(code {error.get('code')}, err_code {error.get('err_code')})"
-    )
 
 
 class AsyncJetStreamSink(AsyncSink):
@@ -313,7 +167,7 @@ class AsyncJetStreamSink(AsyncSink):
         self._keys: dict[str, Callable[[Any], str | None] | None] = {}
         # How each handler's default messages are read from its groups' rows, by handler name.
         self._rows: dict[str, RowPath | None] = {}
-        self._connection: _Connection | None = None
+        self._connection: Connection | None = None
         self._opening: asyncio.Lock | None = None
 
     def _server(self, url: str) -> str:
@@ -421,7 +275,7 @@ class AsyncJetStreamSink(AsyncSink):
             key = self._keys.get(batch.handler, self.key)
             messages = [self._message(event, key, client.max_payload) for event in batch.events]
 
-        acks = _Acks(len(messages))
+        acks = Acks(len(messages))
         lost: Exception | None = None
         written = 0
         try:
@@ -528,7 +382,7 @@ class AsyncJetStreamSink(AsyncSink):
             raise not_a_message(getattr(event, "id", "?"), error, self._secrets) from error
         return subject, body, headers
 
-    async def _ready(self) -> _Connection:
+    async def _ready(self) -> Connection:
         """The connection to publish on, opened again after a loss."""
         if self._opening is None:
             self._opening = asyncio.Lock()
@@ -545,8 +399,8 @@ class AsyncJetStreamSink(AsyncSink):
                 raise downstream_failed(self.downstream, error, self._secrets) from error
             return self._connection
 
-    async def _open(self) -> _Connection:
-        connection = _Connection()
+    async def _open(self) -> Connection:
+        connection = Connection(close_timeout=CONNECT_TIMEOUT_SECONDS)
         options: dict[str, Any] = {
             "connect_timeout": CONNECT_TIMEOUT_SECONDS,
             # Two attempts per server (nats-py counts a first try and one more), then an

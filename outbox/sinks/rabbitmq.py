@@ -35,25 +35,18 @@ from outbox.app import Handler, Outbox
 from outbox.batch import Batch
 from outbox.exceptions import ConfigurationError, DownstreamError
 from outbox.sinks._amqp import PENDING, ConfirmChannel, Lost, Message, Returned, cause
-from outbox.sinks.base import (
-    AsyncSink,
-    PerEvent,
-    Rejection,
+from outbox.sinks.base import AsyncSink, Rejection, blocking_sink
+from outbox.sinks.encoding import (
     RowPath,
-    Secrets,
-    blocking_sink,
-    check_per_event,
-    describe_error,
-    downstream_failed,
     json_payload,
     message_id,
-    not_a_message,
     ordering_key,
     payload_bytes,
-    per_event,
     row_messages,
-    unavailable,
 )
+from outbox.sinks.errors import downstream_failed, not_a_message, unavailable
+from outbox.sinks.options import PerEvent, check_per_event, per_event
+from outbox.sinks.secrets import Secrets, describe_error
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 CONFIRM_TIMEOUT_SECONDS = 10.0

@@ -30,23 +30,18 @@ from redis.retry import Retry
 from outbox.app import Handler, Outbox
 from outbox.batch import Batch
 from outbox.exceptions import ConfigurationError, DownstreamError, DownstreamUnavailableError
-from outbox.sinks.base import (
-    AsyncSink,
-    PerEvent,
-    Rejection,
+from outbox.sinks.base import AsyncSink, Rejection, Sink
+from outbox.sinks.encoding import (
     RowPath,
-    Secrets,
-    Sink,
-    describe_error,
-    downstream_failed,
     json_payload,
     message_id,
     ordering_key,
     payload_bytes,
-    per_event,
     row_messages,
-    unavailable,
 )
+from outbox.sinks.errors import downstream_failed, unavailable
+from outbox.sinks.options import PerEvent, per_event
+from outbox.sinks.secrets import Secrets, describe_error
 
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 

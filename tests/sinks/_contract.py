@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from outbox import Outbox, RetryPolicy, add_events, schema
 from outbox.ops import metrics
-from outbox.sinks.base import json_payload
+from outbox.sinks.encoding import json_payload
 from outbox.worker import Worker
 from tests.models import SinkEvent
 

@@ -20,7 +20,7 @@ from structlog.testing import capture_logs
 from outbox import CircuitBreaker, ConfigurationError, Outbox, RetryPolicy, Settings, schema
 from outbox.ops import metrics
 from outbox.results import BatchResult, FailureCause, Outcome
-from outbox.sinks.base import MASK, json_default
+from outbox.sinks.encoding import json_default
 from outbox.sinks.http import (
     AsyncBulkHTTPSink,
     BulkHTTPSink,
@@ -28,6 +28,7 @@ from outbox.sinks.http import (
     StatusList,
     records_body,
 )
+from outbox.sinks.secrets import MASK
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.conftest import reset_schema

@@ -31,7 +31,7 @@ from outbox import (
     Outbox,
     RetryPolicy,
 )
-from outbox.sinks.base import resend_horizon
+from outbox.sinks.dedup_window import resend_horizon
 from outbox.sinks.nats import AsyncJetStreamSink, JetStreamSink, check_window
 from outbox.testing import drain
 from tests._support import wait_for
