@@ -28,6 +28,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from outbox import jsonable
 from outbox._core.values import (
+    archived_payload,
+    archived_values,
     bytes_from_json,
     from_archived,
     from_json,
@@ -185,3 +187,15 @@ def test_replay_reads_the_databases_own_form_of_binary() -> None:
         from_archived(_TABLE.c.blob, "AP8=", dialect),
         from_archived(_TABLE.c.pickled, "\\x8004", dialect),
     )
+
+
+def test_an_archived_event_is_shown_as_its_columns_store_it() -> None:
+    """The archive's hex of binary becomes bytes (answered in base64) and its times times; a
+    value of a column no longer in the table, or one its column does not read, stays as
+    archived."""
+    dialect = sqlite.dialect()
+    payload = archived_payload(
+        '{"blob": "\\\\x00FF", "amount": 12.50, "gone": "\\\\x01", "wait": "nope"}'
+    )
+    shown = archived_values(_TABLE.columns, payload, dialect)
+    assert {"blob": "AP8=", "amount": "12.50", "gone": "\\x01", "wait": "nope"} == jsonable(shown)
