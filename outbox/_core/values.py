@@ -288,6 +288,8 @@ def from_archived(
         if isinstance(value, str) and value.startswith("\\x"):
             return bytes.fromhex(value[2:])
         return bytes_from_json(value)
+    if python_type is dt.timedelta:
+        return value  # the database's own text of an interval (to_jsonb's), which it reads
     if python_type in _FROM_TEXT:
         return _FROM_TEXT[python_type](value)
     if python_type is decimal.Decimal:
