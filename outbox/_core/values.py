@@ -17,8 +17,8 @@ One encoding per type, written and read alike on every face:
 
 The archive is storage, not a face: its payloads are rows as the database writes them as JSON
 (PostgreSQL's ``to_jsonb``, and the other databases' functions made to match it), in which
-binary is ``"\\\\x<hex>"``, PostgreSQL's text of a bytea. :func:`from_archived` reads that
-form back; nothing is answered or accepted in it.
+binary is ``"\\\\x<hex>"``, PostgreSQL's text of a bytea (and an interval the database's own
+text of it). :func:`from_archived` reads that form back; nothing is answered or accepted in it.
 """
 
 from __future__ import annotations
