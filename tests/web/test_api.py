@@ -8,6 +8,7 @@ import base64
 import datetime as dt
 import json
 import random
+import re
 import threading
 import uuid
 from collections import Counter
@@ -16,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, insert, select
+from sqlalchemy import Column, Enum, Integer, MetaData, Table, func, insert, select
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
 
@@ -40,6 +41,7 @@ from outbox.testing import drain
 from outbox.web import Auth, Principal, Role, api, create_app, openapi
 from outbox.web.auth import CSRF_COOKIE, CSRF_HEADER
 from tests.models import ActivityEvent, SinkEvent
+from tests.users import _column_types as types
 from tests.web._site import HostileEvent, create_hostile_table
 
 TOKENS = {
@@ -845,6 +847,34 @@ def test_the_openapi_document_describes_every_endpoint() -> None:
         (path, method) for path, item in openapi.spec()["paths"].items() for method in item
     }
     assert routes == documented
+
+
+def test_the_document_gives_a_bytes_column_as_base64() -> None:
+    """An ingest path's bytes column is base64 text, in the pattern ingest reads."""
+    blob = openapi.values_schema(HostileEvent.__table__)["properties"]["blob"]["anyOf"][0]
+    pattern = re.compile(blob["pattern"])
+    assert ("base64", True, True, False) == (
+        blob["contentEncoding"],
+        bool(pattern.match(base64.b64encode(b"\x00\xff raw").decode())),
+        bool(pattern.match("")),
+        bool(pattern.match("00ff80")),
+    )
+
+
+def test_the_document_gives_an_enum_column_by_its_members_values() -> None:
+    """An enum column takes its members' values, as they are answered, not their names."""
+    table = Table(
+        "documented_events",
+        MetaData(),
+        Column("id", Integer, primary_key=True),
+        Column("color", Enum(types.Color), nullable=False),
+        Column("priority", Enum(types.Priority, native_enum=False), nullable=False),
+    )
+    properties = openapi.values_schema(table)["properties"]
+    assert (["red", "dark blue"], [1, 20]) == (
+        properties["color"]["enum"],
+        properties["priority"]["enum"],
+    )
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
