@@ -18,11 +18,11 @@ from typing import Any
 from outbox import schema
 from outbox._core import log as _log
 from outbox._core.checks import text_problem
+from outbox._core.values import archived_payload, archived_values
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import JSON_AS_TEXT_MARKER
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
-from outbox.ops._archive_values import parse_payload
 from outbox.ops.progress import COUNT_CAP, Phase, Progress, capped
 
 log = _log.get_logger(__name__)
@@ -191,7 +191,7 @@ def browse(
             status=schema.ArchiveStatus(r["status"]),
             attempts=int(r["attempts"]),
             error=r["error"],
-            values=_readable(r["payload"]),
+            values=readable_values(app, r["handler"], r["payload"]),
             archived_at=r["archived_at"],
             operation_id=r["operation_id"],
             replay_event_id=r["replay_event_id"],
@@ -202,13 +202,23 @@ def browse(
     return ArchivePage(events, next_before, None if payload is None else PAYLOAD_SCAN)
 
 
-def _readable(payload: str | None) -> dict[str, Any]:
+def readable_values(app: Outbox, handler: str, payload: str | None) -> dict[str, Any]:
+    """An archived event's values as they are shown (the API, ``--json``, the pages): as the
+    handler's columns store them, so that they are written in the encodings a live event's are
+    (:mod:`outbox._core.values`: binary in base64, not as the archive's hex); the values of a
+    handler the application no longer has as archived; a payload that cannot be read as a
+    note saying why."""
     try:
-        values = parse_payload(payload)
+        values = archived_payload(payload)
     except (ValueError, RecursionError) as error:
         return {"(unreadable payload)": f"{type(error).__name__}: {error}"}
-    values.pop(JSON_AS_TEXT_MARKER, None)
-    return values
+    json_as_text = bool(values.pop(JSON_AS_TEXT_MARKER, False))
+    known = app.handlers.get(handler)
+    if known is None:
+        return values
+    return archived_values(
+        known.table.columns, values, app.engine.dialect, json_as_text=json_as_text
+    )
 
 
 def prune(

@@ -10,17 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Dialect, Table
+from sqlalchemy import Column, Connection, Dialect, Table
 from sqlalchemy.exc import DataError
 
 from outbox import schema
 from outbox._core import log as _log
+from outbox._core.values import NamedValueError, archived_payload, from_text
 from outbox._db import dialects, queries, run_in_transaction
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError, GroupNotFoundError, ReplayError
 from outbox.handler import MAX_BATCH_SIZE
-from outbox.ops._archive_values import _edited_value, parse_payload
 from outbox.ops.operators import checked_actor
 from outbox.ops.replay import handler_table, put_back
 
@@ -66,7 +66,8 @@ def edit(
     personal data).
 
     A value may be given as the column's Python type or as text, parsed for the column's type
-    (``true``/``false``, numbers, ISO times, UUIDs, JSON for a JSON column, hex for bytes).
+    (``true``/``false``, numbers, ISO times, UUIDs, JSON for a JSON column, base64 for bytes:
+    the encodings of :mod:`outbox._core.values`).
     Each name must be a column of the buffer other than outbox's own (``id``, ``group_id``,
     ``created_at``), and each value must be what the column takes: anything else is a
     :class:`~outbox.exceptions.ConfigurationError` naming it, and nothing is written.
@@ -98,7 +99,7 @@ def edit(
             f"{group_id}` lists its events"
         )
     table = handler_table(app, row["handler"])
-    payload = parse_payload(row["payload"])
+    payload = archived_payload(row["payload"])
     edited = _edited_values(table, changes, app.engine.dialect)
     actor = checked_actor(actor)
     changed = tuple(sorted(edited))
@@ -170,3 +171,15 @@ def _edited_values(table: Table, changes: Mapping[str, Any], dialect: Dialect) -
             )
         values[name] = _edited_value(column, value, dialect)
     return values
+
+
+def _edited_value(column: Column[Any], value: Any, dialect: Dialect) -> Any:
+    """A value an operator gave for ``column``, as the database stores it."""
+    if value is None and not column.nullable:
+        raise ConfigurationError(f"{column.name}: NULL is not allowed (the column is NOT NULL)")
+    try:
+        return from_text(column, value, dialect)
+    except NamedValueError as error:
+        raise ConfigurationError(str(error)) from error
+    except (ValueError, TypeError) as error:
+        raise ConfigurationError(f"{column.name}: {error}") from error

@@ -22,7 +22,7 @@ from outbox._db import queries
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError, GroupNotFoundError
 from outbox.handler import Handler
-from outbox.ops._archive_values import parse_payload
+from outbox.ops.archive import readable_values
 from outbox.ops.selection import Selection
 from outbox.schema import GroupStatus
 
@@ -333,7 +333,7 @@ def show(app: Outbox, group_id: uuid.UUID) -> GroupDetail:
             events = [
                 Event(
                     int(r["event_id"]),
-                    _archived_values(parse_payload, r["payload"]),
+                    _values(readable_values(app, r["handler"], r["payload"])),
                     r["status"],
                     r["error"],
                 )
@@ -350,14 +350,6 @@ def show(app: Outbox, group_id: uuid.UUID) -> GroupDetail:
 
 def _values(row: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k not in ("id", "group_id")}
-
-
-def _archived_values(parse: Any, payload: str | None) -> dict[str, Any]:
-    try:
-        parsed: dict[str, Any] = parse(payload)
-    except (ValueError, RecursionError) as error:
-        return {"(unreadable payload)": f"{type(error).__name__}: {error}"}
-    return _values(parsed)
 
 
 def _done_group(

@@ -15,18 +15,17 @@ bytes sent: ``"12.5"`` and ``12.50`` in a ``NUMERIC(12, 2)`` are the same.
 
 from __future__ import annotations
 
-import datetime as dt
 import decimal
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Connection, SmallInteger, Table
+from sqlalchemy import Connection, Table
 from sqlalchemy.exc import IntegrityError
 
-from outbox._core.checks import json_problem, quoted, text_problem
+from outbox._core.checks import quoted, text_problem
+from outbox._core.values import NamedValueError, from_json
 from outbox._db import queries, run_in_transaction
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
@@ -105,8 +104,9 @@ def ingest(
     app: Outbox, handler: str, events: Sequence[tuple[str, Mapping[str, Any]]]
 ) -> list[Ingested]:
     """Write events into ``handler``'s buffer, each under the producer's idempotency ``key``:
-    ``events`` is a sequence of (key, values). Values are JSON's (text for times, UUIDs,
-    decimals and bytes as hex) or the columns' own Python types.
+    ``events`` is a sequence of (key, values). Values are JSON's, in the encodings of
+    :mod:`outbox._core.values` (text for times, UUIDs and decimals, bytes in base64), or the
+    columns' own Python types.
 
     Every event is checked first (its key, each column named, each value, the columns that must
     have one, text no database stores: NUL characters and lone surrogates): any problem raises
@@ -255,8 +255,8 @@ def _checked(table: Table, values: Mapping[str, Any]) -> tuple[dict[str, Any], l
             problems.append(f"{name!r} is outbox's own column: it is set when the event is written")
             continue
         try:
-            row[name] = _value(column, value)
-        except _NamedError as error:
+            row[name] = from_json(column, value)
+        except NamedValueError as error:
             problems.append(str(error))
         except (ValueError, TypeError, OverflowError, decimal.InvalidOperation) as error:
             problems.append(f"{name}: {error}")
@@ -265,98 +265,3 @@ def _checked(table: Table, values: Mapping[str, Any]) -> tuple[dict[str, Any], l
         if needed and name not in BufferMixin.OWN_COLUMNS and name not in values:
             problems.append(f"{name}: a value is required")
     return row, problems
-
-
-class _NamedError(ValueError):
-    """A problem whose message names the column already (and where within its value)."""
-
-
-def _value(column: Column[Any], value: Any) -> Any:
-    """A JSON value as ``column``'s Python type; ValueError or TypeError naming what is wrong."""
-    if value is None:
-        if not column.nullable:
-            raise ValueError("NULL is not allowed (the column is NOT NULL)")
-        return None
-    try:
-        python_type = column.type.python_type
-    except NotImplementedError:
-        return value
-    if isinstance(column.type, JSON) or python_type in (dict, list):
-        problem = json_problem(value, column.name)
-        if problem is not None:
-            raise _NamedError(problem)
-        return value
-    if isinstance(value, str) and text_problem(value) is not None:
-        raise ValueError(text_problem(value))
-    if python_type is str and isinstance(value, str):
-        length = getattr(column.type, "length", None)
-        if length is not None and len(value) > length:
-            raise ValueError(f"{len(value)} characters, more than the column's {length}")
-        return value
-    if python_type is int and isinstance(value, float) and value.is_integer():
-        value = int(value)  # JSON's 2.0 is the integer 2
-    if python_type is int and isinstance(value, int) and not isinstance(value, bool):
-        low, high = integer_range(column)
-        if not low <= value <= high:
-            raise ValueError(f"{value} is out of the column's range ({low} to {high})")
-        return value
-    if python_type is decimal.Decimal and not isinstance(value, bool):
-        if not isinstance(value, int | float | str | decimal.Decimal):
-            raise TypeError(f"expected a number or its text, got {type(value).__name__}")
-        return _decimal(column, decimal.Decimal(str(value)))
-    if isinstance(value, python_type) and not (python_type is int and isinstance(value, bool)):
-        return value
-    if python_type is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        parse = _PARSERS.get(python_type)
-        if parse is not None:
-            return parse(value)
-    raise TypeError(f"expected {python_type.__name__}, got {type(value).__name__}")
-
-
-def _decimal(column: Column[Any], number: decimal.Decimal) -> decimal.Decimal:
-    if not number.is_finite():
-        raise ValueError(f"{number} is not a finite number")
-    whole = decimal_digits(column)
-    if whole is None:
-        return number
-    if abs(number) >= 10**whole:
-        raise ValueError(f"{number} has more than the column's {whole} digits before the point")
-    # The database rounds to the column's scale, half away from zero (PostgreSQL and MariaDB
-    # alike): a number just under the bound can round onto it, which it then refuses.
-    scale = getattr(column.type, "scale", None) or 0
-    stored = number.quantize(
-        decimal.Decimal(1).scaleb(-scale),
-        rounding=decimal.ROUND_HALF_UP,
-        context=decimal.Context(prec=whole + scale + 1),
-    )
-    if abs(stored) >= 10**whole:
-        raise ValueError(
-            f"{number} rounds to {stored}, more than the column's {whole} digits before the point"
-        )
-    return number
-
-
-def decimal_digits(column: Column[Any]) -> int | None:
-    """The digits a NUMERIC(p, s) column holds before the point (p - s); None: not said."""
-    precision = getattr(column.type, "precision", None)
-    scale = getattr(column.type, "scale", None) or 0
-    return None if precision is None else precision - scale
-
-
-def integer_range(column: Column[Any]) -> tuple[int, int]:
-    """The values an integer column holds on every database outbox runs on."""
-    bits = 16 if isinstance(column.type, SmallInteger) else 32
-    if isinstance(column.type, BigInteger):
-        bits = 64
-    return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
-
-
-_PARSERS: dict[type, Any] = {
-    dt.datetime: dt.datetime.fromisoformat,
-    dt.date: dt.date.fromisoformat,
-    dt.time: dt.time.fromisoformat,
-    uuid.UUID: uuid.UUID,
-    bytes: bytes.fromhex,
-}

@@ -13,10 +13,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Column, Connection, Dialect, Table
 
 from outbox import schema
 from outbox._core import log as _log
+from outbox._core.values import archived_payload, from_archived, storage_type
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import JSON_AS_TEXT_MARKER
 from outbox.app import Outbox
@@ -24,7 +25,6 @@ from outbox.buffer import BufferMixin
 from outbox.exceptions import ConfigurationError, ReplayError
 from outbox.handler import MAX_BATCH_SIZE
 from outbox.ops import operators
-from outbox.ops._archive_values import _coerce, parse_payload
 from outbox.ops.archive import StatusFilter, chosen_statuses, count_up_to
 from outbox.ops.operators import checked_actor
 from outbox.ops.progress import Phase, Progress
@@ -137,7 +137,7 @@ def replay(
         for row in rows:
             handler_table(app, row["handler"])
             try:
-                readable.append({**row, "payload": parse_payload(row["payload"])})
+                readable.append({**row, "payload": archived_payload(row["payload"])})
             except (ValueError, RecursionError) as error:
                 failures.append(f"archive row {row['id']}: {type(error).__name__}")
         if not dry_run and readable:
@@ -277,7 +277,7 @@ def put_back(
         payload = dict(row["payload"])
         json_as_text = bool(payload.pop(JSON_AS_TEXT_MARKER, False))
         event = {
-            column.name: _coerce(
+            column.name: _stored(
                 column, payload[column.name], conn.dialect, json_as_text=json_as_text
             )
             for column in table.columns
@@ -324,3 +324,16 @@ def put_back(
     for handler, group_id in held - stays:
         queries.release_held_keys(conn, handler, group_id=group_id)
     return put, left
+
+
+def _stored(column: Column[Any], value: Any, dialect: Dialect, *, json_as_text: bool) -> Any:
+    """An archived value as ``column`` stores it (:func:`outbox._core.values.from_archived`);
+    a :class:`~outbox.exceptions.ReplayError` naming the column when it cannot be."""
+    try:
+        return from_archived(column, value, dialect, json_as_text=json_as_text)
+    except (TypeError, ValueError) as error:
+        stored = storage_type(column.type, dialect).python_type
+        raise ReplayError(
+            f"cannot turn archived value of column {column.name!r} back into "
+            f"{stored.__name__}: {error}"
+        ) from error

@@ -19,9 +19,10 @@ from typing import Annotated, Any
 import msgspec
 from sqlalchemy import JSON, Column, Enum, Table
 
+from outbox._core.values import BASE64_PATTERN, INTERVAL_PATTERN, decimal_digits, integer_range
 from outbox.app import Outbox
 from outbox.buffer import BufferMixin
-from outbox.ops.ingest import MAX_EVENTS, decimal_digits, integer_range
+from outbox.ops.ingest import MAX_EVENTS
 from outbox.web.bodies import JSON_VALUE, Body, Key
 
 
@@ -86,8 +87,12 @@ def _bodies(name: str, table: Table) -> IngestBodies:
 
 def column_schema(column: Column[Any]) -> dict[str, Any]:
     """The JSON Schema of the values ``column`` takes (as :func:`outbox.ops.ingest.ingest` reads
-    them: text for times, UUIDs and bytes as hex; a decimal as a number or its text)."""
+    them: text for times and UUIDs, bytes in base64, an enum by its members' values, a decimal
+    as a number or its text)."""
     kind = column.type
+    members = getattr(kind, "enum_class", None) if isinstance(kind, Enum) else None
+    if members is not None:
+        return {"enum": [member.value for member in members]}  # enums by value, as answered
     if isinstance(kind, Enum) and kind.enums:
         return {"type": "string", "enum": list(kind.enums)}
     if isinstance(kind, JSON):
@@ -111,8 +116,10 @@ def column_schema(column: Column[Any]) -> dict[str, Any]:
     formats = {dt.datetime: "date-time", dt.date: "date", dt.time: "time", uuid.UUID: "uuid"}
     if python_type in formats:
         return {"type": "string", "format": formats[python_type]}
+    if python_type is dt.timedelta:
+        return {"type": "string", "pattern": INTERVAL_PATTERN}
     if python_type is bytes:
-        return {"type": "string", "pattern": "^([0-9a-fA-F]{2})*$"}
+        return {"type": "string", "contentEncoding": "base64", "pattern": BASE64_PATTERN}
     return {}
 
 

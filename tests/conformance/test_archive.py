@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import Connection, select
 
 from outbox import BufferMixin, schema
+from outbox._core.values import archived_payload, from_archived
 from outbox._db import queries
 from outbox._db.dialects import JSON_AS_TEXT_MARKER
-from outbox.ops import _archive_values
 from tests.conformance._database import Database
 from tests.conformance._factories import (
     ACTIVITY,
@@ -139,7 +139,7 @@ def test_archived_payload_replays_to_the_stored_values(
     originals = typed_rows(db.engine)
     db.run(lambda conn: _archive(conn, db, group_id, table=TYPED, lenient=lenient))
     empty(db.engine, TYPED)
-    payloads = [_archive_values.parse_payload(row["payload"]) for row in _select(db)]
+    payloads = [archived_payload(row["payload"]) for row in _select(db)]
     db.run(lambda conn: queries.insert_stored_rows(conn, TYPED, _as_stored(conn, payloads)))
     assert _own_values(originals) == _own_values(typed_rows(db.engine))
 
@@ -151,7 +151,7 @@ def _as_stored(conn: Connection, payloads: list[dict[str, Any]]) -> list[dict[st
         json_as_text = bool(payload.pop(JSON_AS_TEXT_MARKER, False))
         rows.append(
             {
-                column.name: _archive_values._coerce(
+                column.name: from_archived(
                     column, payload[column.name], conn.dialect, json_as_text=json_as_text
                 )
                 for column in TYPED.columns

@@ -28,6 +28,7 @@ from outbox._db.dialects import db_now_plus
 from outbox.exceptions import ConfigurationError
 from outbox.ops import operators
 from outbox.ops.archive import prune
+from outbox.ops.edit import edit
 from outbox.ops.metrics import collect
 from outbox.ops.replay import replay
 from outbox.testing import drain
@@ -172,6 +173,57 @@ def test_archive_round_trips_column_types(
     drain(app)
     replay(app, handler="rich", all_statuses=True)
     assert stored == _rich_values(app.engine)
+
+
+def _dead_rich_event(app: Outbox) -> tuple[uuid.UUID, int]:
+    """One RichEvent dead-lettered: its group's id and its id."""
+    app.handler(RichEvent, batch_size=10, retry=ONE_SHOT, name="rich")(_always_fail)
+    with app.engine.begin() as conn:
+        RichBase.metadata.drop_all(conn)
+        RichBase.metadata.create_all(conn)
+    with Session(app.engine) as session:
+        session.add(
+            RichEvent(
+                when=dt.datetime(2026, 3, 1, tzinfo=dt.UTC),
+                ref=uuid.UUID(int=1),
+                amount=1.5,
+                blob=b"\x00\x01binary\xff",
+                data={},
+                text="plain",
+            )
+        )
+        session.commit()
+    drain(app)
+    with app.engine.connect() as conn:
+        row = conn.execute(select(schema.archive)).one()
+    return row.group_id, int(row.event_id)
+
+
+def test_edit_takes_bytes_in_base64(database_url: str, make_app: Callable[[str], Outbox]) -> None:
+    """An edit's text for a bytes column is base64, as the API answers bytes."""
+    app = make_app(database_url)
+    group_id, event_id = _dead_rich_event(app)
+    edit(app, group_id, event_id, {"blob": "AP+A"})
+    assert b"\x00\xff\x80" == _rich_values(app.engine)["blob"]
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_edit_refuses_bytes_in_hex_saying_bytes_are_base64(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Hex that is not also base64 is refused, naming the column and saying bytes are base64;
+    the event stays dead."""
+    app = make_app(database_url)
+    group_id, event_id = _dead_rich_event(app)
+    with pytest.raises(ConfigurationError) as raised:
+        edit(app, group_id, event_id, {"blob": "00ff80"})
+    with app.engine.connect() as conn:
+        statuses = list(conn.execute(select(schema.archive.c.status)).scalars())
+    assert (True, ["dead"]) == (
+        "blob: '00ff80' is not base64: bytes are standard base64 (RFC 4648, padded), not hex"
+        == str(raised.value),
+        statuses,
+    ), str(raised.value)
 
 
 def test_prune_deletes_only_old_archive_rows(

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import func, insert, select
+from sqlalchemy import Column, Enum, Integer, MetaData, Table, func, insert, select
 from starlette.requests import HTTPConnection
 from starlette.routing import Route
 
@@ -41,6 +41,8 @@ from outbox.testing import drain
 from outbox.web import Auth, Principal, Role, api, bodies, create_app, openapi
 from outbox.web.auth import CSRF_COOKIE, CSRF_HEADER
 from tests.models import ActivityEvent, SinkEvent
+from tests.users import _column_types as types
+from tests.web._site import HostileEvent, create_hostile_table
 
 TOKENS = {
     "viewer": "viewer-token-0123456789",
@@ -732,6 +734,59 @@ def test_ingest_checks_each_value_against_its_column(
     )
 
 
+def _hostile_app(database_url: str, make_app: Callable[[str], Outbox]) -> Outbox:
+    """An application whose handler of :class:`HostileEvent` (a bytes column) fails once."""
+    create_hostile_table(database_url)
+    app = make_app(database_url)
+    app.handler(HostileEvent, retry=ONE_SHOT, name="hostile")(_fail)
+    return app
+
+
+async def test_ingest_takes_bytes_in_base64_as_the_api_answers_them(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Bytes PUT in base64 are written as those bytes, and a group's detail answers them in
+    the same base64."""
+    app = _hostile_app(database_url, make_app)
+    sent = base64.b64encode(b"\x00\xff raw \x80").decode()
+    async with client_of(create_app(app, auth=AUTH)) as c:
+        put = await c.put(
+            "/api/v1/handlers/hostile/events/k-1",
+            headers=bearer("producer"),
+            json={"label": "bytes", "blob": sent},
+        )
+        with app.engine.connect() as conn:
+            stored = conn.execute(select(HostileEvent.blob)).scalar_one()
+        drain(app, handlers=["hostile"])
+        [dead] = groups.find(app, groups.Selection(statuses=("dead",))).groups
+        detail = await c.get(f"/api/v1/groups/{dead.group_id}", headers=bearer("viewer"))
+    assert (201, b"\x00\xff raw \x80", [sent]) == (
+        put.status_code,
+        stored,
+        [e["values"]["blob"] for e in detail.json()["events"]],
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+async def test_ingest_refuses_bytes_in_hex_saying_bytes_are_base64(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Hex that is not also base64 is a 400 saying bytes are base64; nothing is written."""
+    app = _hostile_app(database_url, make_app)
+    async with client_of(create_app(app, auth=AUTH)) as c:
+        put = await c.put(
+            "/api/v1/handlers/hostile/events/k-1",
+            headers=bearer("producer"),
+            json={"label": "bytes", "blob": "00ff80"},
+        )
+    assert (400, True, 0) == (
+        put.status_code,
+        "blob: '00ff80' is not base64: bytes are standard base64 (RFC 4648, padded), not hex"
+        in put.json()["error"],
+        _count(app, HostileEvent),
+    ), put.json()
+
+
 @pytest.mark.parametrize("database_url", ["postgresql", "mariadb"], indirect=True)
 def test_retrying_producers_lose_nothing_and_duplicate_nothing(outbox_app: Outbox) -> None:
     """Eight threads send overlapping batches of 50 keys, each batch twice or three times
@@ -792,6 +847,34 @@ def test_the_openapi_document_describes_every_endpoint() -> None:
         (path, method) for path, item in openapi.spec()["paths"].items() for method in item
     }
     assert routes == documented
+
+
+def test_the_document_gives_a_bytes_column_as_base64() -> None:
+    """An ingest path's bytes column is base64 text, in the pattern ingest reads."""
+    blob = openapi.values_schema(HostileEvent.__table__)["properties"]["blob"]["anyOf"][0]
+    pattern = re.compile(blob["pattern"])
+    assert ("base64", True, True, False) == (
+        blob["contentEncoding"],
+        bool(pattern.match(base64.b64encode(b"\x00\xff raw").decode())),
+        bool(pattern.match("")),
+        bool(pattern.match("00ff80")),
+    )
+
+
+def test_the_document_gives_an_enum_column_by_its_members_values() -> None:
+    """An enum column takes its members' values, as they are answered, not their names."""
+    table = Table(
+        "documented_events",
+        MetaData(),
+        Column("id", Integer, primary_key=True),
+        Column("color", Enum(types.Color), nullable=False),
+        Column("priority", Enum(types.Priority, native_enum=False), nullable=False),
+    )
+    properties = openapi.values_schema(table)["properties"]
+    assert (["red", "dark blue"], [1, 20]) == (
+        properties["color"]["enum"],
+        properties["priority"]["enum"],
+    )
 
 
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)

@@ -37,7 +37,6 @@ from outbox._db.dialects.payload import (
     JSON_AS_TEXT_MARKER,
     MAX_DOUBLE,
     byte_length,
-    storage_type,
 )
 from outbox._db.dialects.registry import (
     DATABASES,
@@ -86,7 +85,6 @@ __all__ = [
     "read_committed",
     "row_as_json",
     "statements",
-    "storage_type",
     "supports",
     "time_plus",
     "uses_skip_locked",

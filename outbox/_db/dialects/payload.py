@@ -13,22 +13,13 @@ from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql import ColumnElement
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import NamedFromClause
-from sqlalchemy.types import Integer, TypeDecorator, TypeEngine
+from sqlalchemy.types import Integer, TypeEngine
+
+from outbox._core.values import storage_type
 
 MAX_DOUBLE = 1.7976931348623157e308
 # Marks a SQLite payload archived in the lenient form, whose JSON columns are kept as text.
 JSON_AS_TEXT_MARKER = "__outbox_json_columns_as_text__"
-
-
-def storage_type(type_: TypeEngine[Any], dialect: SADialect) -> TypeEngine[Any]:
-    """The type ``type_``'s values are stored as on ``dialect``: its implementation there, with
-    every ``TypeDecorator`` unwrapped (a ``PickleType`` stores bytes; an ``Interval`` is a
-    DATETIME on SQLite). The archive holds stored values, and replay writes them back as stored,
-    past the decorators' conversions: through them, a value would be converted twice."""
-    impl = type_.dialect_impl(dialect)
-    while isinstance(impl, TypeDecorator):
-        impl = impl.load_dialect_impl(dialect).dialect_impl(dialect)
-    return impl
 
 
 def json_object(

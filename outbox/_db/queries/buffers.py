@@ -30,6 +30,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from outbox import schema
+from outbox._core.values import storage_type
 from outbox._db import dialects
 from outbox._db.dialects.clock import age_seconds, db_now_plus
 from outbox._db.dialects.payload import byte_length
@@ -331,11 +332,15 @@ def insert_events(
 def insert_events_returning(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
 ) -> list[int]:
-    """Insert event rows into a buffer; their ids in the order of ``rows`` (``INSERT ...
-    RETURNING`` in one executemany, every row with the same columns)."""
+    """Insert event rows into a buffer, keyed by column name; their ids in the order of
+    ``rows`` (``INSERT ... RETURNING`` in one executemany, every row with the same columns)."""
     if not rows:
         return []
-    stmt = insert(table).returning(table.c.id, sort_by_parameter_order=True)
+    # By name, not by ``table.c``'s keys: a column may have a key other than its name, and a
+    # parameter named for no key would be dropped without a word.
+    named = {column.name: column for column in table.columns}
+    binds = {named[name]: bindparam(name, type_=named[name].type) for name in rows[0]}
+    stmt = insert(table).values(binds).returning(table.c.id, sort_by_parameter_order=True)
     return [int(n) for n in conn.execute(stmt, list(rows)).scalars().all()]
 
 
@@ -374,7 +379,7 @@ def insert_stored_rows(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
 ) -> list[int]:
     """Insert rows of values as the database stores them (replayed from the archive), keyed by
-    column name: each column bound as its storage type (:func:`outbox._db.dialects.storage_type`),
+    column name: each column bound as its storage type (:func:`outbox._core.values.storage_type`),
     so that no TypeDecorator converts a stored value a second time. One executemany per set of
     columns: payloads archived before a column was added lack it. Returns the rows' ids, in
     the order of ``rows`` (``INSERT ... RETURNING``: PostgreSQL, SQLite and MariaDB have it).
@@ -388,9 +393,7 @@ def insert_stored_rows(
     ids = [0] * len(rows)
     for names, positions in by_columns.items():
         binds = {
-            named[name]: bindparam(
-                name, type_=dialects.storage_type(named[name].type, conn.dialect)
-            )
+            named[name]: bindparam(name, type_=storage_type(named[name].type, conn.dialect))
             for name in names
         }
         stmt = insert(table).values(binds).returning(table.c.id, sort_by_parameter_order=True)
