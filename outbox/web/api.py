@@ -162,9 +162,7 @@ async def status(request: Request) -> Response:
     await require(request, Permission.READ)
     console = console_of(request)
     snapshot = await call(console.snapshots.get)
-    return answer(
-        {"taken_at": snapshot.taken_at, "handlers": [h.as_dict() for h in snapshot.handlers]}
-    )
+    return answer(bodies.Statuses(snapshot.taken_at, snapshot.handlers))
 
 
 async def desired_workers(request: Request) -> Response:
