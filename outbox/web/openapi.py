@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import typing
 from typing import Any
 
 import msgspec
@@ -340,7 +341,10 @@ PATHS: dict[str, dict[str, Any]] = {
     "/workers": {
         "get": _op(
             "The fleet's workers",
-            {"200": _answer("workers", list[fleet.Worker]), **_errors()},
+            {
+                "200": _answer("workers", typing.get_type_hints(fleet.workers)["return"]),
+                **_errors(),
+            },
         )
     },
     **{
