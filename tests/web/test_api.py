@@ -1644,3 +1644,35 @@ async def test_every_answer_is_as_the_document_describes_it(
         {path for method, path, _, _ in asked if method == "get"},
         {key: found for key, found in problems.items() if found},
     )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("/api/v1/search?q=²", (200, '"found":[]')),
+        ("/api/v1/groups?limit=²", (400, "limit: ")),
+        ("/api/v1/groups?after=live:²", (400, "after: ")),
+        ("/api/v1/history?limit=²", (400, "limit and before: ")),
+        ("/api/v1/history?before=²", (400, "limit and before: ")),
+        ("/api/v1/archive?limit=²", (400, "limit: ")),
+        ("/history?before=²", (400, "before: ")),
+    ],
+    ids=[
+        "search",
+        "groups-limit",
+        "groups-after",
+        "history-limit",
+        "history-before",
+        "archive",
+        "page",
+    ],
+)
+async def test_a_digit_no_number_is_made_of_is_refused_or_searched_as_text(
+    client: httpx.AsyncClient, url: str, expected: tuple[int, str]
+) -> None:
+    """A superscript two is a digit to Python's ``isdigit`` but no whole number: a 400 naming
+    the parameter, or text searched for (not an event id), never a server error."""
+    response = await client.get(url, headers=bearer("viewer"))
+    status, said = expected
+    assert (status, True) == (response.status_code, said in response.text), response.text[:300]
