@@ -255,7 +255,7 @@ def _cursor(after: str | None) -> tuple[str, int | None]:
     if after is None:
         return _LIVE, None
     phase, _, position = after.partition(":") if isinstance(after, str) else ("", "", "")
-    if phase not in (_LIVE, _DEAD) or not position.isdigit() or int(position) >= 2**63:
+    if phase not in (_LIVE, _DEAD) or not position.isdecimal() or int(position) >= 2**63:
         raise ConfigurationError(f"after: {after!r} is not a listing's cursor (its `next`)")
     return phase, int(position)
 

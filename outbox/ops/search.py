@@ -103,7 +103,7 @@ def search(app: Outbox, text: str) -> SearchResult:
         group_id = _uuid(text)
         if group_id is not None:
             found += _group(conn, group_id)
-        if text.isdigit() and int(text) < 2**63:
+        if text.isdecimal() and int(text) < 2**63:
             found += _event(conn, int(text), Taken.EVENT_ID, list(app.handlers.values()))
             notes.append(f"event ids searched among the newest {ARCHIVE_SCAN:,} archived events")
         for name, event_id in queries.ingested_event(conn, list(app.handlers), text):

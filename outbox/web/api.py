@@ -162,9 +162,7 @@ async def status(request: Request) -> Response:
     await require(request, Permission.READ)
     console = console_of(request)
     snapshot = await call(console.snapshots.get)
-    return answer(
-        {"taken_at": snapshot.taken_at, "handlers": [h.as_dict() for h in snapshot.handlers]}
-    )
+    return answer(bodies.Statuses(snapshot.taken_at, snapshot.handlers))
 
 
 async def desired_workers(request: Request) -> Response:
@@ -205,7 +203,7 @@ async def list_groups(request: Request) -> Response:
     params = request.query_params
     selection = await call(selection_of, console, params)
     limit = params.get("limit", str(groups.DEFAULT_LIMIT))
-    if not limit.isdigit():
+    if not limit.isdecimal():
         raise HTTPException(400, f"limit: {limit!r} is not a number of groups")
     listing = await call(
         groups.find, console.app, selection, limit=int(limit), after=params.get("after")
@@ -228,7 +226,7 @@ async def history(request: Request) -> Response:
     params = request.query_params
     limit = params.get("limit", "50")
     before = params.get("before")
-    if not limit.isdigit() or (before is not None and not before.isdigit()):
+    if not limit.isdecimal() or (before is not None and not before.isdecimal()):
         raise HTTPException(400, "limit and before: expected whole numbers")
     operations = await call(
         operators.history,
@@ -249,7 +247,7 @@ def _number(params: Any, name: str, default: int | None = None) -> int | None:
     value = params.get(name)
     if value is None:
         return default
-    if not value.isdigit():
+    if not value.isdecimal():
         raise HTTPException(400, f"{name}: {value!r} is not a whole number")
     return int(value)
 

@@ -4,12 +4,14 @@ the OpenAPI document (:mod:`outbox.web.openapi`) is made of the same declaration
 (:func:`components`).
 
 What the operations layer answers (``groups.Listing``, ``archive.ArchivePage``...) is its own
-dataclasses, as ``jsonable`` writes them; what a buffer's columns take is declared per handler
-when the console is made (:mod:`outbox.web._ingest_bodies`).
+dataclasses, as ``jsonable`` writes them (described by :mod:`outbox.web._answer_schemas`), and
+so is an answer made of them (:class:`Statuses`); what a buffer's columns take is declared per
+handler when the console is made (:mod:`outbox.web._ingest_bodies`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import uuid
 from collections.abc import Sequence
@@ -21,6 +23,7 @@ from starlette.exceptions import HTTPException
 from outbox._core.checks import MAX_WAIT_SECONDS, quoted
 from outbox.ops.ingest import MAX_EVENTS, MAX_KEY_LENGTH
 from outbox.ops.ingest import Ingested as Ingested  # an answer: the dataclass declares it
+from outbox.ops.metrics import HandlerStatus
 from outbox.ops.selection import MAX_AGE_SECONDS
 from outbox.schema import GroupStatus, WorkerRequest
 
@@ -222,6 +225,16 @@ class Conflict(Answer):
 
     error: str
     events: list[Ingested]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Statuses:
+    """Every handler's status, and when it was read (``time.time()``). A dataclass, not a
+    struct: ``jsonable`` writes each status with its properties, as ``outbox status --json``
+    does."""
+
+    taken_at: float
+    handlers: list[HandlerStatus]
 
 
 ANSWERS: tuple[type[Any], ...] = (

@@ -3,7 +3,8 @@
 document name the same endpoints).
 
 Bodies and the answers the API builds are the declarations the endpoints read and write with
-(:mod:`outbox.web.bodies`; each handler's ingest: :mod:`outbox.web._ingest_bodies`), as JSON
+(:mod:`outbox.web.bodies`; each handler's ingest: :mod:`outbox.web._ingest_bodies`), and the
+answers of the operations layer its dataclasses (:mod:`outbox.web._answer_schemas`), as JSON
 Schema under ``components``; this module says which endpoint takes and answers which, and its
 query parameters.
 """
@@ -11,6 +12,8 @@ query parameters.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import typing
 from typing import Any
 
 import msgspec
@@ -19,6 +22,18 @@ from starlette.responses import JSONResponse, Response
 
 from outbox._core.version import VERSION
 from outbox.app import Outbox
+from outbox.ops import (
+    archive,
+    edit,
+    fleet,
+    group_operations,
+    groups,
+    holds,
+    metrics,
+    operators,
+    scaling,
+    search,
+)
 from outbox.ops.metrics import ThroughputRange
 from outbox.ops.scaling import (
     DEFAULT_APDEX_WINDOW_SECONDS,
@@ -27,23 +42,28 @@ from outbox.ops.scaling import (
 )
 from outbox.schema import ArchiveStatus, GroupStatus, OperationAction, WorkerRequest
 from outbox.web import _ingest_bodies, bodies
+from outbox.web._answer_schemas import AnswerSchemas
 from outbox.web.api import PREFIX
 
-_ANY_OBJECT = {"type": "object", "additionalProperties": True}
 _SCHEMAS = "#/components/schemas/"
+_ANSWERS = AnswerSchemas(_SCHEMAS + "{name}")
+"""The operations layer's answers (dataclasses, as ``jsonable`` writes them), described as the
+paths name them."""
+# A dataclass within a declared answer (a batch's events): as jsonable writes it, in place of
+# msgspec's schema of its fields alone.
+_WITHIN = [_ANSWERS.of(kind) for kind in bodies.ANSWERS if dataclasses.is_dataclass(kind)]
 
 
 def _ref(declared: type[Any]) -> dict[str, Any]:
     return {"$ref": _SCHEMAS + declared.__name__}
 
 
-def _answer(description: str, schema: dict[str, Any] | type[Any] | None = None) -> dict[str, Any]:
-    if isinstance(schema, type):
-        schema = _ref(schema)
-    return {
-        "description": description,
-        "content": {"application/json": {"schema": schema or _ANY_OBJECT}},
-    }
+def _answer(description: str, declared: Any) -> dict[str, Any]:
+    """An answer: a declaration of :mod:`outbox.web.bodies`, or the type the operations layer
+    answers (a dataclass, a list of them)."""
+    is_struct = isinstance(declared, type) and issubclass(declared, msgspec.Struct)
+    schema = _ref(declared) if is_struct else _ANSWERS.of(declared)
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
 
 
 def _errors(*codes: int) -> dict[str, Any]:
@@ -105,17 +125,22 @@ _SELECTION_QUERY = [
     _query("payload", _TEXT, "text in a dead event's values"),
     _query("group", _UUID, "only this group (repeatable)", many=True),
 ]
+_RESULT = group_operations.OperationResult
 _CONFLICT = _answer(
     "a key written before with other values: nothing written; each event's result",
     bodies.Conflict,
 )
 
 PATHS: dict[str, dict[str, Any]] = {
-    "/status": {"get": _op("Every handler's status", {"200": _answer("statuses"), **_errors()})},
+    "/status": {
+        "get": _op(
+            "Every handler's status", {"200": _answer("statuses", bodies.Statuses), **_errors()}
+        )
+    },
     "/scaling": {
         "get": _op(
             "Desired worker slots per band and in total, the time to drain, and Apdex",
-            {"200": _answer("the fleet's desired size"), **_errors(400, 404)},
+            {"200": _answer("the fleet's desired size", scaling.Scaling), **_errors(400, 404)},
             parameters=[
                 _query("handler", _STRING, "only these handlers", many=True),
                 _query(
@@ -140,7 +165,7 @@ PATHS: dict[str, dict[str, Any]] = {
     "/groups": {
         "get": _op(
             "The groups a selection matches, a page at a time",
-            {"200": _answer("a page of groups"), **_errors(400, 404)},
+            {"200": _answer("a page of groups", groups.Listing), **_errors(400, 404)},
             parameters=[
                 *_SELECTION_QUERY,
                 _query("limit", _LIMIT, "groups shown"),
@@ -155,28 +180,33 @@ PATHS: dict[str, dict[str, Any]] = {
     "/groups/discard": {
         "post": _op(
             "Give up the groups a selection matches",
-            {"200": _answer("what was discarded"), **_errors(400, 404)},
+            {"200": _answer("what was discarded", _RESULT), **_errors(400, 404)},
             requestBody=_body(bodies.DiscardBody),
         )
     },
     "/groups/replay": {
         "post": _op(
             "Replay the dead groups a selection matches",
-            {"200": _answer("what was replayed"), **_errors(400, 404)},
+            {"200": _answer("what was replayed", _RESULT), **_errors(400, 404)},
             requestBody=_body(bodies.SelectionBody),
         )
     },
     "/groups/retry": {
         "post": _op(
             "Run now the groups a selection matches that wait for a retry or a deferral",
-            {"200": _answer("what was made due"), **_errors(400, 404)},
+            {"200": _answer("what was made due", _RESULT), **_errors(400, 404)},
             requestBody=_body(bodies.SelectionBody),
         )
     },
     "/search": {
         "get": _op(
             "Where an event id, a group id, an ordering key or an ingest key is",
-            {"200": _answer("where it was found, and where it was not looked for"), **_errors(400)},
+            {
+                "200": _answer(
+                    "where it was found, and where it was not looked for", search.SearchResult
+                ),
+                **_errors(400),
+            },
             parameters=[
                 {
                     **_query(
@@ -192,14 +222,14 @@ PATHS: dict[str, dict[str, Any]] = {
     "/groups/{group_id}": {
         "get": _op(
             "One group in full",
-            {"200": _answer("the group"), **_errors(400, 404)},
+            {"200": _answer("the group", groups.GroupDetail), **_errors(400, 404)},
             parameters=[_path("group_id", _UUID)],
         )
     },
     "/groups/{group_id}/replay": {
         "post": _op(
             "Replay one dead group, or every discarded event of a discarded one",
-            {"200": _answer("what was replayed"), **_errors(400, 404)},
+            {"200": _answer("what was replayed", _RESULT), **_errors(400, 404)},
             parameters=[_path("group_id", _UUID)],
             requestBody=_body(bodies.DryRun, required=False),
         )
@@ -207,7 +237,7 @@ PATHS: dict[str, dict[str, Any]] = {
     "/groups/{group_id}/events/{event_id}/replay": {
         "post": _op(
             "Replay one dead or discarded event with values changed",
-            {"200": _answer("the event it became"), **_errors(400, 404)},
+            {"200": _answer("the event it became", edit.EditResult), **_errors(400, 404)},
             parameters=[_path("group_id", _UUID), _path("event_id", {"type": "integer"})],
             requestBody=_body(bodies.EditBody),
         )
@@ -260,7 +290,10 @@ PATHS: dict[str, dict[str, Any]] = {
     "/handlers/{handler}/throughput": {
         "get": _op(
             "What a handler handled over an hour, a day or a week, bucket by bucket",
-            {"200": _answer("the chart's buckets, oldest first"), **_errors(400, 404)},
+            {
+                "200": _answer("the chart's buckets, oldest first", metrics.ThroughputChart),
+                **_errors(400, 404),
+            },
             parameters=[
                 _path("handler", _STRING),
                 _query(
@@ -274,7 +307,7 @@ PATHS: dict[str, dict[str, Any]] = {
     "/history": {
         "get": _op(
             "Operators' replays, edits and discards, newest first",
-            {"200": _answer("operations", {"type": "array", "items": _ANY_OBJECT}), **_errors(400)},
+            {"200": _answer("operations", list[operators.Operation]), **_errors(400)},
             parameters=[
                 _query(
                     "action",
@@ -289,7 +322,7 @@ PATHS: dict[str, dict[str, Any]] = {
     "/archive": {
         "get": _op(
             "Archived events, newest first",
-            {"200": _answer("a page of archived events"), **_errors(400, 404)},
+            {"200": _answer("a page of archived events", archive.ArchivePage), **_errors(400, 404)},
             parameters=[
                 _query(
                     "status",
@@ -308,7 +341,10 @@ PATHS: dict[str, dict[str, Any]] = {
     "/workers": {
         "get": _op(
             "The fleet's workers",
-            {"200": _answer("workers", {"type": "array", "items": _ANY_OBJECT}), **_errors()},
+            {
+                "200": _answer("workers", typing.get_type_hints(fleet.workers)["return"]),
+                **_errors(),
+            },
         )
     },
     **{
@@ -333,7 +369,7 @@ PATHS: dict[str, dict[str, Any]] = {
         "get": _op(
             "Ordering keys held back by dead groups",
             {
-                "200": _answer("held keys", {"type": "array", "items": _ANY_OBJECT}),
+                "200": _answer("held keys", list[holds.HeldKey]),
                 **_errors(400, 404),
             },
             parameters=[_query("handler", _STRING, "only this handler")],
@@ -350,7 +386,7 @@ PATHS: dict[str, dict[str, Any]] = {
         "get": _op(
             "Groups whose outcome the database refused to record",
             {
-                "200": _answer("refused groups", {"type": "array", "items": _ANY_OBJECT}),
+                "200": _answer("refused groups", list[holds.RefusedGroup]),
                 **_errors(400, 404),
             },
             parameters=[_query("handler", _STRING, "only this handler")],
@@ -408,7 +444,7 @@ def spec(
         "info": {"title": "outbox", "version": VERSION},
         "servers": [{"url": PREFIX}],
         "components": {
-            "schemas": {**answered, **asked},
+            "schemas": {**answered, **copy.deepcopy(_ANSWERS.schemas), **asked},
             "securitySchemes": {
                 "bearer": {"type": "http", "scheme": "bearer"},
                 "basic": {"type": "http", "scheme": "basic"},

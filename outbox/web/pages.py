@@ -348,7 +348,7 @@ async def history_page(request: Request) -> Response:
     params = request.query_params
     action = params.get("action") or None
     before = params.get("before") or None
-    if before is not None and not before.isdigit():
+    if before is not None and not before.isdecimal():
         raise HTTPException(400, f"before: {before!r} is not an operation's number")
     operations, problem = await attempt(
         operators.history,

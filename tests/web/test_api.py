@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
+import jsonschema_rs
 import pytest
 from sqlalchemy import Column, Enum, Integer, MetaData, Table, func, insert, select
 from starlette.requests import HTTPConnection
@@ -32,6 +33,7 @@ from outbox.ops import (
     flow,
     group_operations,
     groups,
+    holds,
     ingest,
     metrics,
     operators,
@@ -39,8 +41,10 @@ from outbox.ops import (
 from outbox.ops.selection import Selection
 from outbox.testing import drain
 from outbox.web import Auth, Principal, Role, api, bodies, create_app, openapi
+from outbox.web._ingest_bodies import column_schema
 from outbox.web.auth import CSRF_COOKIE, CSRF_HEADER
-from tests.models import ActivityEvent, SinkEvent
+from tests._support import allow_deletes, refuse_deletes
+from tests.models import ActivityEvent, EmailEvent, SinkEvent
 from tests.users import _column_types as types
 from tests.web._site import HostileEvent, create_hostile_table
 
@@ -851,7 +855,7 @@ def test_the_openapi_document_describes_every_endpoint() -> None:
 
 def test_the_document_gives_a_bytes_column_as_base64() -> None:
     """An ingest path's bytes column is base64 text, in the pattern ingest reads."""
-    blob = openapi.values_schema(HostileEvent.__table__)["properties"]["blob"]["anyOf"][0]
+    blob = column_schema(HostileEvent.__table__.c.blob)
     pattern = re.compile(blob["pattern"])
     assert ("base64", True, True, False) == (
         blob["contentEncoding"],
@@ -870,10 +874,9 @@ def test_the_document_gives_an_enum_column_by_its_members_values() -> None:
         Column("color", Enum(types.Color), nullable=False),
         Column("priority", Enum(types.Priority, native_enum=False), nullable=False),
     )
-    properties = openapi.values_schema(table)["properties"]
     assert (["red", "dark blue"], [1, 20]) == (
-        properties["color"]["enum"],
-        properties["priority"]["enum"],
+        column_schema(table.c.color)["enum"],
+        column_schema(table.c.priority)["enum"],
     )
 
 
@@ -1637,3 +1640,122 @@ def test_every_declaration_is_in_the_document_and_every_reference_resolves() -> 
         referred - set(document["components"]["schemas"]),
         in_paths - {"IngestEvent", "Ingested"},
     )
+
+
+# --- the answers as the document describes them ---------------------------------------------
+
+
+def _problems(document: dict[str, Any], path: str, method: str, body: Any) -> list[str]:
+    """What in ``body``, the 200 answer of ``method`` ``path``, its schema in ``document``
+    does not allow; its schema not naming each property (any object allowed) is a problem."""
+    schema = document["paths"][path][method]["responses"]["200"]["content"]["application/json"]
+    schema = schema["schema"]
+    declared = schema.get("items", schema)
+    if "$ref" in declared:
+        declared = document["components"]["schemas"][declared["$ref"].rsplit("/", 1)[1]]
+    if declared.get("additionalProperties") is not False:
+        return [f"not described: {declared}"]
+    validator = jsonschema_rs.Draft202012Validator(
+        {**schema, "components": document["components"]}, validate_formats=True
+    )
+    return [f"{list(e.instance_path)}: {e.message}" for e in validator.iter_errors(body)]
+
+
+async def test_every_answer_is_as_the_document_describes_it(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Any
+) -> None:
+    """Every read, and every action's 200, answers what its schema in the document says, and
+    no property the schema does not name: a dead group holding a key, a refused group, a
+    worker, an hour's throughput, replays, a retry, an edit and a discard."""
+    app = make_app(database_url)
+    app.handler(ActivityEvent, retry=ONE_SHOT, ordering_key="kind", name="ordered")(_fail)
+    app.handler(EmailEvent, retry=ONE_SHOT, name="mails")(_ok)
+    commit_events(app.engine, 2, kind="alpha")
+    drain(app, handlers=["ordered"])
+    refuse_deletes(app.engine, EmailEvent.__tablename__)
+    commit_events(app.engine, 1, model=EmailEvent)
+    drain(app, handlers=["mails"])
+    allow_deletes(app.engine, EmailEvent.__tablename__)
+    [dead] = groups.find(app, Selection(handlers=("ordered",))).groups
+    [refused] = holds.refused_groups(app)
+    event = groups.show(app, dead.group_id).events[0].id
+    minute = dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+    with app.engine.begin() as conn:
+        conn.execute(schema.workers.insert().values(
+            id="box:1:w", hostname="box", pid=1, concurrency=2, version="0.9",
+            generation=schema.GENERATION,
+        ))  # fmt: skip
+        queries.add_throughput(conn, app.dialect, [
+            {"handler": "ordered", "minute": minute, "succeeded": 1, "dead": 2, "failed": 1}
+        ])  # fmt: skip
+    both = {"group": [str(dead.group_id), str(refused.group_id)]}
+    asked: list[tuple[str, str, str, dict[str, Any] | None]] = [
+        ("get", "/refused", "/refused", None),
+        ("get", "/groups/{group_id}", f"/groups/{refused.group_id}", None),
+        ("post", "/groups/replay", "/groups/replay", {**both, "dry_run": True}),
+        ("post", "/groups/retry", "/groups/retry", both),
+        ("post", "/groups/{group_id}/replay", f"/groups/{dead.group_id}/replay", {"dry_run": True}),
+        (
+            "post",
+            "/groups/{group_id}/events/{event_id}/replay",
+            f"/groups/{dead.group_id}/events/{event}/replay",
+            {"values": {"activity_id": 99}},
+        ),
+        ("post", "/groups/discard", "/groups/discard", {"group": [str(refused.group_id)]}),
+        ("get", "/status", "/status", None),
+        ("get", "/scaling", "/scaling", None),
+        ("get", "/groups", "/groups", None),
+        ("get", "/groups/{group_id}", f"/groups/{dead.group_id}", None),
+        ("get", "/search", f"/search?q={dead.group_id}", None),
+        ("get", "/history", "/history", None),
+        ("get", "/archive", "/archive", None),
+        ("get", "/workers", "/workers", None),
+        ("get", "/held", "/held", None),
+        ("get", "/handlers/{handler}/throughput", "/handlers/ordered/throughput", None),
+    ]
+    problems: dict[tuple[str, str], list[str]] = {}
+    async with client_of(create_app(app, auth=AUTH)) as client:
+        document = (await client.get("/api/v1/openapi.json")).json()
+        for method, path, url, body in asked:
+            response = await client.request(
+                method, f"/api/v1{url}", headers=bearer("admin"), json=body
+            )
+            assert 200 == response.status_code, (url, response.text)
+            problems[method, url] = _problems(document, path, method, response.json())
+    reads = {path for path, item in document["paths"].items() if "get" in item}
+    assert (reads, {}) == (
+        {path for method, path, _, _ in asked if method == "get"},
+        {key: found for key, found in problems.items() if found},
+    )
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("/api/v1/search?q=²", (200, '"found":[]')),
+        ("/api/v1/groups?limit=²", (400, "limit: ")),
+        ("/api/v1/groups?after=live:²", (400, "after: ")),
+        ("/api/v1/history?limit=²", (400, "limit and before: ")),
+        ("/api/v1/history?before=²", (400, "limit and before: ")),
+        ("/api/v1/archive?limit=²", (400, "limit: ")),
+        ("/history?before=²", (400, "before: ")),
+    ],
+    ids=[
+        "search",
+        "groups-limit",
+        "groups-after",
+        "history-limit",
+        "history-before",
+        "archive",
+        "page",
+    ],
+)
+async def test_a_digit_no_number_is_made_of_is_refused_or_searched_as_text(
+    client: httpx.AsyncClient, url: str, expected: tuple[int, str]
+) -> None:
+    """A superscript two is a digit to Python's ``isdigit`` but no whole number: a 400 naming
+    the parameter, or text searched for (not an event id), never a server error."""
+    response = await client.get(url, headers=bearer("viewer"))
+    status, said = expected
+    assert (status, True) == (response.status_code, said in response.text), response.text[:300]
