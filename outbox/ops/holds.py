@@ -25,7 +25,7 @@ history``).
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from collections.abc import Callable
 
 from sqlalchemy import Connection
 
@@ -112,8 +112,8 @@ def release_refused(
     return _release(app, handler, work)
 
 
-def _release(app: Outbox, handler: str | None, work: Any) -> int:
+def _release(app: Outbox, handler: str | None, work: Callable[[Connection], int]) -> int:
+    """``work`` in one transaction, once ``handler`` (when named) is known to be registered."""
     if handler is not None:
         app.get_handler(handler)
-    released: int = run_in_transaction(app.engine, work)
-    return released
+    return run_in_transaction(app.engine, work)
