@@ -34,7 +34,17 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Column, Enum, Float, SmallInteger, TypeDecorator
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Enum,
+    Float,
+    Interval,
+    SmallInteger,
+    TypeDecorator,
+)
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeEngine
 
@@ -233,8 +243,25 @@ def from_text(column: Column[Any], value: Any, dialect: Dialect) -> Any:
     if problem is not None:
         raise NamedValueError(problem)
     if isinstance(column.type, TypeDecorator):
-        value = column.type.process_bind_param(value, dialect)
+        value = _through_decorator(column.type, value, dialect)
     return value
+
+
+def _through_decorator(type_: TypeDecorator[Any], value: Any, dialect: Dialect) -> Any:
+    """``value`` as ``type_`` hands it to the type it is stored as, as a write through the
+    model would. SQLAlchemy's ``Interval`` converts in its bind processor, not in
+    ``process_bind_param``: where it is stored as a time (SQLite, MariaDB), as a time since its
+    epoch. A decorator that converts only in its processors (``PickleType``) is not edited."""
+    if isinstance(type_, Interval):
+        if not isinstance(storage_type(type_, dialect), DateTime):
+            return value
+        try:
+            return type_.epoch + value
+        except OverflowError:
+            raise ValueError(f"{value} is out of the range this database stores") from None
+    if type(type_).process_bind_param is TypeDecorator.process_bind_param:
+        raise TypeError(f"a {type(type_).__name__} column takes no value as text")
+    return type_.process_bind_param(value, dialect)
 
 
 def _parsed_text(column: Column[Any], python_type: type, text: str, dialect: Dialect) -> Any:
@@ -378,31 +405,52 @@ def bytes_from_json(text: Any) -> bytes:
     if not isinstance(text, str):
         raise TypeError(f"expected bytes as base64 text, got {type(text).__name__}")
     if _BASE64.fullmatch(text) is None:
-        hint = ", not hex" if _HEX.fullmatch(text) else ""
+        padded = text + "=" * (-len(text) % 4)
+        hint = (
+            ", not hex"
+            if _HEX.fullmatch(text)
+            else "; this text lacks its padding (=)"
+            if _BASE64.fullmatch(padded)
+            else ""
+        )
         raise ValueError(
             f"{quoted(text, 40)} is not base64: bytes are standard base64 (RFC 4648, padded){hint}"
         )
     return base64.b64decode(text, validate=True)
 
 
-INTERVAL_PATTERN = r"^(?:(-?\d+) days?, )?(\d+):([0-5]\d):([0-5]\d)(?:\.(\d{6}))?$"
-"""The text intervals are written in (``str(timedelta)``), as a regular expression."""
+INTERVAL_PATTERN = (
+    r"^(?:(-?[0-9]{1,9}) days?, )?([0-9]{1,9}):([0-5][0-9]):([0-5][0-9])(?:\.([0-9]{1,6}))?$"
+)
+"""The text intervals are written in (``str(timedelta)``; a fraction of 1 to 6 digits), as a
+regular expression."""
 _INTERVAL = re.compile(INTERVAL_PATTERN)
+# SQLite and MariaDB store an interval as a time since 1970: an interval is one only if that
+# time is one (years 1 to 9999), on every database alike.
+_INTERVAL_EPOCH = dt.datetime(1970, 1, 1)
 
 
 def interval_from_json(text: str) -> dt.timedelta:
-    """An interval from the text :func:`to_json` writes (``str(timedelta)``)."""
+    """An interval from the text :func:`to_json` writes (``str(timedelta)``), within what
+    every database stores (1970 plus it a time of years 1 to 9999)."""
     found = _INTERVAL.fullmatch(text)
     if found is None:
         raise ValueError(f"{quoted(text, 40)} is not an interval such as '3 days, 0:00:05.5'")
-    days, hours, minutes, seconds, micro = found.groups()
-    return dt.timedelta(
-        days=int(days or 0),
-        hours=int(hours),
-        minutes=int(minutes),
-        seconds=int(seconds),
-        microseconds=int(micro or 0),
-    )
+    days, hours, minutes, seconds, fraction = found.groups()
+    try:
+        value = dt.timedelta(
+            days=int(days or 0),
+            hours=int(hours),
+            minutes=int(minutes),
+            seconds=int(seconds),
+            microseconds=int((fraction or "0").ljust(6, "0")),
+        )
+        _INTERVAL_EPOCH + value  # raises OverflowError where no database stores it
+    except OverflowError:
+        raise ValueError(
+            f"{quoted(text, 40)} is out of the range an interval is stored in"
+        ) from None
+    return value
 
 
 # The types JSON carries as text, and how each is read back.

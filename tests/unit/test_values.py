@@ -24,7 +24,7 @@ from sqlalchemy import (
     String,
     Table,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import mysql, postgresql, sqlite
 
 from outbox import jsonable
 from outbox._core.values import (
@@ -128,7 +128,8 @@ def test_bytes_read_back_what_they_were_written_as(value: bytes, read: bytes) ->
         ("0xdeadbeef", "not hex"),
         (
             "AP8gcmF3IIA",
-            "'AP8gcmF3IIA' is not base64: bytes are standard base64 (RFC 4648, padded)",
+            "'AP8gcmF3IIA' is not base64: bytes are standard base64 (RFC 4648, padded); this"
+            " text lacks its padding (=)",
         ),
         ("-_8=", "is not base64"),  # the URL-safe alphabet
         ("AP8g\ncmF3", "is not base64"),
@@ -168,6 +169,39 @@ def test_an_enum_column_is_read_by_its_members_values() -> None:
 def test_an_interval_is_read_back_from_its_text(value: dt.timedelta) -> None:
     """Python's text of an interval, negative ones and microseconds too, reads back."""
     assert value == interval_from_json(to_json(value))
+
+
+@pytest.mark.parametrize(
+    ("dialect", "stored"),
+    [
+        (sqlite.dialect(), dt.datetime(1970, 1, 1, 0, 0, 5, 500000)),
+        (mysql.dialect(), dt.datetime(1970, 1, 1, 0, 0, 5, 500000)),
+        (postgresql.dialect(), dt.timedelta(seconds=5, microseconds=500000)),
+    ],
+    ids=["sqlite", "mariadb", "postgresql"],
+)
+def test_an_operator_s_text_for_an_interval_is_stored_as_its_database_stores_one(
+    dialect: Any, stored: Any
+) -> None:
+    """An edit of an ``Interval`` column takes its text (a fraction of fewer than six digits
+    too) and gives what the database stores: a time since 1970 where it has no interval type."""
+    assert stored == from_text(Column("wait", Interval), "0:00:05.5", dialect)
+
+
+@pytest.mark.parametrize(
+    "text", ["999999999 days, 0:00:00", "-999999999 days, 0:00:00", "\u0663:00:00"]
+)
+def test_an_interval_no_database_stores_is_refused_as_a_value(text: str) -> None:
+    """An interval past what 1970 plus it can be (years 1 to 9999), or written in other
+    digits than ASCII's, is a ValueError naming it: an edit's or a producer's 400."""
+    with pytest.raises(ValueError, match="interval"):
+        interval_from_json(text.encode().decode("unicode_escape"))
+
+
+def test_a_column_converted_only_by_its_processors_takes_no_text() -> None:
+    """A ``PickleType`` cannot be written from an operator's text: a TypeError saying so."""
+    with pytest.raises(TypeError, match="a PickleType column takes no value as text"):
+        from_text(Column("blob", PickleType), "x", sqlite.dialect())
 
 
 def test_an_operator_s_text_for_bytes_is_base64() -> None:
