@@ -37,7 +37,8 @@ from outbox.exceptions import BufferTableMissingError, OutboxError
 from outbox.handler import Handler
 from outbox.results import DEAD, REFUSED, RETRYING, BatchResult
 
-log = _log.get_logger(__name__)
+# Its lines are outbox.testing's, as drain's are: the helpers a test suite uses log as one.
+log = _log.get_logger("outbox.testing")
 
 DEFAULT_MAX_ROUNDS = 10_000
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sqlite3
 
 import psycopg.errors
@@ -151,3 +152,32 @@ def test_each_name_a_dialect_goes_by_leads_to_one_database() -> None:
 def test_each_database_is_named_by_its_own_sqlalchemy_dialect() -> None:
     """A package's dialect object is one ``name_of`` leads back to that package."""
     assert [db.NAME for db in DATABASES] == [name_of(db.sqlalchemy_dialect()) for db in DATABASES]
+
+
+def test_a_mariadb_url_s_dialect_writes_the_clock_as_mysql_s_does() -> None:
+    """An engine of a ``mariadb+pymysql://`` URL (its dialect is named "mariadb") writes the
+    database's clock as UTC_TIMESTAMP(6), and the claim's index hint, as a ``mysql://`` one:
+    never the session-local CURRENT_TIMESTAMP, never a claim that scans the table."""
+    from sqlalchemy import Column, Float, Integer, MetaData, Table, create_engine, literal, select
+
+    from outbox._db.dialects.clock import age_seconds, db_now_plus, time_plus
+    from outbox.schema import db_now
+
+    table = Table("t", MetaData(), Column("id", Integer, primary_key=True), Column("at", Float))
+    hinted = select(table.c.id).with_hint(table, "FORCE INDEX (ix)", "mysql")
+    hinted = hinted.with_hint(table, "FORCE INDEX (ix)", "mariadb")
+    elements = [
+        db_now(),
+        db_now_plus(literal(5.0)),
+        time_plus(dt.datetime(2024, 1, 1), 5.0),
+        age_seconds(table.c.at),
+        hinted,
+    ]
+    mariadb = create_engine("mariadb+pymysql://root@127.0.0.1/test").dialect
+    mysql_ = create_engine("mysql+pymysql://root@127.0.0.1/test").dialect
+    written = [str(element.compile(dialect=mariadb)) for element in elements]
+    assert ("mariadb", [str(e.compile(dialect=mysql_)) for e in elements]) == (
+        mariadb.name,
+        written,
+    )
+    assert "UTC_TIMESTAMP(6)" in written[0]

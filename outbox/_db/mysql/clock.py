@@ -14,14 +14,18 @@ from outbox.schema import db_now
 # DATETIME: sessions in other time zones (an application's, say) would date their events and
 # leases hours apart. In brackets: MySQL takes a function as a column's DEFAULT only so.
 _MYSQL_NOW = "(UTC_TIMESTAMP(6))"
+# Each for both names: SQLAlchemy names the dialect of a ``mariadb+pymysql://`` URL "mariadb",
+# and a rule for "mysql" alone would leave such an engine the generic CURRENT_TIMESTAMP.
 
 
 @compiles(db_now, "mysql")
+@compiles(db_now, "mariadb")
 def _now_mysql(element: db_now, compiler: Any, **kw: Any) -> str:
     return _MYSQL_NOW
 
 
 @compiles(db_now_plus, "mysql")
+@compiles(db_now_plus, "mariadb")
 def _now_plus_mysql(element: db_now_plus, compiler: Any, **kw: Any) -> str:
     (seconds,) = element.clauses
     micros = f"CAST(ROUND({compiler.process(seconds, **kw)} * 1000000) AS SIGNED)"
@@ -29,6 +33,7 @@ def _now_plus_mysql(element: db_now_plus, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(time_plus, "mysql")
+@compiles(time_plus, "mariadb")
 def _time_plus_mysql(element: time_plus, compiler: Any, **kw: Any) -> str:
     at, seconds = (compiler.process(clause, **kw) for clause in element.clauses)
     micros = f"CAST(ROUND({seconds} * 1000000) AS SIGNED)"
@@ -36,6 +41,7 @@ def _time_plus_mysql(element: time_plus, compiler: Any, **kw: Any) -> str:
 
 
 @compiles(age_seconds, "mysql")
+@compiles(age_seconds, "mariadb")
 def _age_mysql(element: age_seconds, compiler: Any, **kw: Any) -> str:
     (ts,) = element.clauses
     return f"(TIMESTAMPDIFF(MICROSECOND, {compiler.process(ts, **kw)}, {_MYSQL_NOW}) / 1000000.0)"

@@ -28,7 +28,8 @@ def update_picked(
     rather scan it whole and sort, locking every row it scans before the LIMIT, and a
     concurrent transaction would find none of them free."""
     if index is not None:
-        pick = pick.with_hint(table, f"FORCE INDEX ({index})", "mysql")
+        for name in ("mysql", "mariadb"):  # a mariadb+pymysql:// engine's dialect is "mariadb"
+            pick = pick.with_hint(table, f"FORCE INDEX ({index})", name)
     ids = _update_picked_ids(conn, table, pick, values)
     if not ids:
         return []
