@@ -120,7 +120,6 @@ class Worker:
         self.concurrency = concurrency
         self.claims_in_flight = claims_in_flight
         self.burst = burst
-        self.distribute_every = distribute_every
         self.shutdown_grace_period = shutdown_grace_period
         self.on_result = on_result
         self.id = new_worker_id()
@@ -190,8 +189,7 @@ class Worker:
 
     @property
     def schema_incompatible(self) -> SchemaIncompatibleError | None:
-        """Why this worker stopped on its own: the database's schema became one it may not
-        work on (too new for it, or downgraded under it); None otherwise."""
+        """Why this worker stopped on its own: a schema too new for it or downgraded; or None."""
         return self._maintenance.schema_incompatible
 
     @property
@@ -202,6 +200,15 @@ class Worker:
     @live_workers.setter
     def live_workers(self, count: int) -> None:
         self._maintenance.live_workers = count
+
+    @property
+    def distribute_every(self) -> float | None:
+        """Seconds between the leader's distributions (None: never), read at each pass."""
+        return self._maintenance.distribute_every
+
+    @distribute_every.setter
+    def distribute_every(self, seconds: float | None) -> None:
+        self._maintenance.distribute_every = seconds
 
     @property
     def leading(self) -> bool:
@@ -261,12 +268,10 @@ class Worker:
 
     @property
     def missing_tables(self) -> dict[str, str]:
-        """Handlers set aside because their buffer table does not exist: handler -> table.
-
-        A worker refuses to start when a table is missing; one dropped while it runs sets its
+        """Handlers set aside because their buffer table does not exist: handler -> table. A
+        worker refuses to start when a table is missing; one dropped while it runs sets its
         handler aside, whose jobs wait untouched while the others go on; :meth:`run` looks
-        again every ``rescue_interval`` and takes the handler back once the table is there.
-        """
+        again every ``rescue_interval`` and takes the handler back once the table is there."""
         return self._missing.missing
 
     def rescue(self) -> int:

@@ -43,3 +43,13 @@ def test_idle_wait_grows_with_the_fleet(
     random.seed(3)
     waits = [worker._poll_timeout() for _ in range(200)]
     assert (True, True) == (min(waits) >= 10.0, max(waits) <= 30.0)
+
+
+def test_a_distribution_interval_set_on_a_worker_is_the_one_its_maintenance_keeps(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """``worker.distribute_every`` set after the worker is made is what its maintenance loop
+    distributes by: one value, not a copy taken when the worker was made."""
+    worker = Worker(_app(database_url, make_app), distribute_every=5.0)
+    worker.distribute_every = None
+    assert (None, None) == (worker.distribute_every, worker._maintenance.distribute_every)
