@@ -306,7 +306,10 @@ class Outbox:
             raise ConfigurationError(f"unknown handler {name!r}; known handlers: {known}") from None
 
     def select_handlers(self, names: tuple[str, ...] | list[str] = ()) -> list[Handler[Any]]:
-        """The handlers called ``names`` (all of them when empty), in registration order."""
+        """The handlers called ``names`` (all of them when empty), in registration order. A
+        single name as text is refused: its letters are not handlers' names."""
+        if isinstance(names, str):
+            raise ConfigurationError(f"handlers: expected a list of names, got the text {names!r}")
         if not names:
             return list(self._handlers.values())
         return [self.get_handler(n) for n in names]

@@ -282,3 +282,11 @@ def test_model_without_table_is_refused(app: Outbox) -> None:
 
     with pytest.raises(ConfigurationError, match="Unmapped is not a mapped model"):
         app.handler(Unmapped)(noop)  # type: ignore[arg-type]
+
+
+def test_a_handler_named_as_text_where_names_go_is_refused_naming_it(app: Outbox) -> None:
+    """``handlers="mails"`` (to a worker, run-once, a distribution) is refused where it is
+    passed, rather than taken letter by letter as handlers ``m``, ``a``..."""
+    app.handler(EmailEvent, name="m")(lambda batch: None)
+    with pytest.raises(ConfigurationError, match="expected a list of names, got the text 'm'"):
+        app.select_handlers("m")  # type: ignore[arg-type]
