@@ -2,8 +2,9 @@
 
     python -m benchmarks._raw_drain URL BATCH_SIZE [archive] [by-address] [typed]
 
-Loops { claim up to BATCH_SIZE rows with the locking CTE and UPDATE ... RETURNING; delete the
-group by group_id (or archive it as JSON and then delete it) } until a claim finds nothing.
+Loops { claim up to BATCH_SIZE rows with the locking CTE and UPDATE ... RETURNING every column
+of the buffer (what a handler is given); delete the group by group_id (or archive it as JSON and
+then delete it) } until a claim finds nothing.
 The claim is the form the drain target names, the CTE joined back by id; ``by-address``:
 outbox's form, the rows updated at the addresses the CTE locked (``CLAIM_BY_ADDRESS``), the
 stricter ceiling. ``typed``: the typed buffer (``bench_typed_events``), every column returned
@@ -26,7 +27,8 @@ WITH claimable AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE bench_events SET group_id = %s FROM claimable WHERE bench_events.id = claimable.id
-RETURNING bench_events.id, bench_events.account_id, bench_events.kind
+RETURNING bench_events.account_id, bench_events.kind, bench_events.id, bench_events.group_id,
+          bench_events.created_at
 """
 CLAIM_BY_ADDRESS = """
 WITH claimable AS (
@@ -34,7 +36,8 @@ WITH claimable AS (
     FOR UPDATE SKIP LOCKED
 )
 UPDATE bench_events SET group_id = %s WHERE ctid = ANY (ARRAY(SELECT ctid FROM claimable))
-RETURNING bench_events.id, bench_events.account_id, bench_events.kind
+RETURNING bench_events.account_id, bench_events.kind, bench_events.id, bench_events.group_id,
+          bench_events.created_at
 """
 ARCHIVE = """
 INSERT INTO outbox_archive (handler, buffer, event_id, group_id, status, attempts, payload,
@@ -52,8 +55,8 @@ TYPED_COLUMNS = ", ".join(
 
 def typed(statement: str) -> str:
     """A statement of the plain buffer turned to the typed one, returning all its columns."""
-    returning = "RETURNING bench_events.id, bench_events.account_id, bench_events.kind"
-    statement = statement.replace(returning, f"RETURNING {TYPED_COLUMNS}")
+    if "RETURNING" in statement:
+        statement = statement[: statement.index("RETURNING")] + f"RETURNING {TYPED_COLUMNS}\n"
     return statement.replace("'noop'", "'typed'").replace("bench_events", "bench_typed_events")
 
 
@@ -78,6 +81,10 @@ def main() -> None:
     if "typed" in options:
         claim, archive_statement, delete = typed(claim), typed(ARCHIVE), typed(DELETE)
     with psycopg.connect(url) as conn:
+        # As outbox's own connections do: psycopg reads timestamptz values fastest in UTC by
+        # that name (``outbox._db.postgresql.connection.name_utc_plainly``).
+        conn.execute("SET TimeZone TO 'UTC'")
+        conn.commit()
         while True:
             group = uuid.uuid4()
             with conn.transaction():

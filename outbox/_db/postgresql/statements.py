@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import (
+    CTE,
     Connection,
     Engine,
     Result,
@@ -164,14 +165,22 @@ def claimable(
     row at the old address and leave it unclaimed for the next claim: never claimed twice,
     never lost.
     """
+    return claimed_by(table, claimable_rows(table, limit, by_address, only_if=only_if))
+
+
+def claimable_rows(table: Table, limit: int, by_address: bool, *, only_if: Any = None) -> CTE:
+    """The CTE ``claimable`` of :func:`claimable`: the locked rows' ``id`` (and ``ctid`` when
+    ``by_address``), for a statement that reads them besides claiming them."""
     # Unqualified ``ctid``: the pick and the UPDATE each have the buffer as their only table.
-    key = literal_column("ctid") if by_address else table.c.id
-    pick = select(key).where(table.c.group_id.is_(None))
+    keys = [literal_column("ctid"), table.c.id] if by_address else [table.c.id]
+    pick = select(*keys).where(table.c.group_id.is_(None))
     if only_if is not None:
         pick = pick.where(only_if)
-    locked = (
-        pick.order_by(table.c.id).limit(limit).with_for_update(skip_locked=True).cte("claimable")
-    )
-    if by_address:
-        return key == any_(func.array(select(locked.c.ctid).scalar_subquery()))
+    return pick.order_by(table.c.id).limit(limit).with_for_update(skip_locked=True).cte("claimable")
+
+
+def claimed_by(table: Table, locked: CTE) -> ColumnElement[bool]:
+    """The UPDATE's condition on the rows ``locked`` (a :func:`claimable_rows` CTE) holds."""
+    if "ctid" in locked.c:
+        return literal_column("ctid") == any_(func.array(select(locked.c.ctid).scalar_subquery()))
     return table.c.id.in_(select(locked.c.id))

@@ -6,6 +6,7 @@ database runs the same steps as separate statements (``buffers``, ``jobs``)."""
 from __future__ import annotations
 
 import functools
+import operator
 import uuid
 from typing import Any
 
@@ -17,19 +18,15 @@ from sqlalchemy import (
     String,
     Table,
     bindparam,
-    case,
     delete,
     exists,
     func,
     insert,
     literal,
-    null,
     select,
-    true,
-    type_coerce,
-    union_all,
     update,
 )
+from sqlalchemy.exc import DBAPIError
 
 from outbox import schema
 from outbox._db import postgresql
@@ -37,7 +34,7 @@ from outbox._db.dialects.clock import db_now_plus
 from outbox._db.queries.archive import ARCHIVE_COLUMNS, archive_source
 from outbox._db.queries.buffers import fetch_claimed
 from outbox._db.queries.jobs import batch_job_values
-from outbox._db.types import LeasedClaim
+from outbox._db.types import LeasedClaim, UnreadableRowsError
 from outbox.schema import db_now
 
 _jobs = schema.jobs
@@ -62,7 +59,7 @@ def claim_group_with_job(
     ``held`` CTE pushes that lease back and gates the locking CTE: when the lease is lost,
     nothing is claimed. An empty result cannot tell "nothing to claim" from "lease lost": the
     caller's fenced finishing write tells. ``lease``: (worker id, token, seconds) of the new
-    batch job, which is inserted only when rows were claimed.
+    batch job, which is inserted only when rows were locked to be claimed.
 
     ``more`` is read from the partial index in the statement's snapshot, past the last
     claimed id; rows other claimers hold locked still count.
@@ -82,25 +79,42 @@ def claim_group_with_job(
         )
     by_address = postgresql.addressable(conn, table)
     statement = _claim_with_job_statement(table, limit, held is not None, by_address)
-    rows = fetch_claimed(conn.execute(statement, params))
-    if not rows:
+    result = conn.execute(statement, params)
+    # Each row ends with the job's id and the "more" flag (see _claim_with_job_statement):
+    # read once from the driver's first row, which is then read again, without them, as the
+    # buffer's columns.
+    cursor = result.cursor
+    try:
+        first = cursor.fetchone()
+    except DBAPIError:
+        raise
+    except Exception as error:
+        raise UnreadableRowsError(type(error).__name__) from error
+    if first is None:
         return LeasedClaim([], None, False)
-    # The first row is the job's: see _claim_with_job_statement.
-    job = rows[0]._mapping
-    return LeasedClaim(rows[1:], int(job["id"]), job["created_at"] is not None)
+    cursor.scroll(-1)
+    job_id, more = first[-2], first[-1]
+    rows = fetch_claimed(result.columns(*range(len(table.c))))
+    # The rows come in the order of their addresses, nearly always the order of their ids.
+    rows.sort(key=_by_id(table))
+    return LeasedClaim(rows, int(job_id), bool(more))
+
+
+@functools.cache
+def _by_id(table: Table) -> Any:
+    return operator.itemgetter(list(table.c).index(table.c.id))
 
 
 @functools.cache
 def _claim_with_job_statement(table: Table, limit: int, fenced: bool, by_address: bool) -> Any:
     # Built once per buffer, batch size and form, with bound parameters: building and hashing
-    # a statement of four CTEs costs about as much as running it.
+    # a statement of three CTEs costs about as much as running it.
     #
-    # One statement returns two kinds of rows: the claimed rows (``stamped``), and one row
-    # for the batch job (``job``) in the buffer's columns: ``id`` carries the job's id,
-    # ``group_id`` is NULL (a claimed row's never is, so the job's row sorts first), and
-    # ``created_at`` is set when more rows wait, NULL otherwise; the other columns repeat a
-    # claimed row's values (see ``sample``). Handlers get the claimed rows as they are; no
-    # column is added to them.
+    # The claim's UPDATE is the statement itself, and its rows stream to the client as the
+    # raw loop's do: a CTE of them (to add the job's row to them, or to sort them) would be
+    # written to a tuplestore and read back, a fifth more of PostgreSQL's CPU per claim
+    # (benchmarks/RESULTS.md). What the caller needs once, the job's id and whether more rows
+    # wait, is computed once (an InitPlan each) and returned as two more columns of every row.
     c = table.c
     gate = None
     if fenced:
@@ -115,13 +129,7 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool, by_address
             .cte("held")
         )
         gate = exists(select(held.c.id))
-    stamped = (
-        update(table)
-        .where(postgresql.claimable(table, limit, by_address, only_if=gate))
-        .values(group_id=bindparam("outbox_group_id", type_=c.group_id.type))
-        .returning(*c)
-        .cte("stamped")
-    )
+    locked = postgresql.claimable_rows(table, limit, by_address, only_if=gate)
     values = batch_job_values(
         handler=bindparam("outbox_handler", type_=String),
         group_id=bindparam("outbox_group_id", type_=_jobs.c.group_id.type),
@@ -139,43 +147,31 @@ def _claim_with_job_statement(table: Table, limit: int, fenced: bool, by_address
         value if isinstance(value, ColumnElement) else literal(value, _jobs.c[name].type)
         for name, value in values.items()
     ]
+    # The rows ``claimable`` locked are the rows the UPDATE stamps: a row locked by this
+    # transaction cannot move before the UPDATE reaches it (``postgresql.claimable``).
     job = (
         insert(_jobs)
-        .from_select(list(values), select(*source).where(exists(select(stamped.c.id))))
+        .from_select(list(values), select(*source).where(exists(select(locked.c.id))))
         .returning(_jobs.c.id)
         .cte("job")
     )
-    last_claimed = select(func.max(stamped.c.id)).scalar_subquery()
-    more = case((unclaimed_after(table, last_claimed).is_not(None), db_now()))
-    # The job's row carries one claimed row's values in the application's columns, not NULLs:
-    # every row of the result passes through the columns' result processing (below), and a
-    # TypeDecorator of a NOT NULL column may fail on a NULL it never otherwise meets. One row
-    # of the materialized ``stamped``: a scan that stops at its first row.
-    sample = select(*stamped.c).limit(1).subquery("sample")
-    job_row = select(
-        *(
-            job.c.id.label(column.name)
-            if column.name == "id"
-            else more.label(column.name)
-            if column.name == "created_at"
-            else null().label(column.name)
-            if column.name == "group_id"
-            else sampled.label(column.name)
-            for column, sampled in zip(c, sample.c, strict=True)
+    last_locked = select(func.max(locked.c.id)).scalar_subquery()
+    more = unclaimed_after(table.alias("unclaimed"), last_locked).is_not(None)
+    return (
+        update(table)
+        .where(postgresql.claimed_by(table, locked))
+        .values(group_id=bindparam("outbox_group_id", type_=c.group_id.type))
+        .returning(
+            *c,
+            select(job.c.id).scalar_subquery().label("outbox_job_id"),
+            more.label("outbox_more"),
         )
-    ).select_from(job.join(sample, true()))
-    claimed = union_all(job_row, select(*stamped.c)).subquery("claimed")
-    # A UNION's columns take their types from its first SELECT, where ``group_id`` is an
-    # untyped NULL and ``id`` the job's: each column is read as the buffer declares it, as
-    # ``select(*table.c)`` reads it, so that what a handler gets is typed as on every other
-    # path (an Enum's member, a TypeDecorator's process_result_value, a PickleType unpickled).
-    # The coercion renders no SQL of its own.
-    typed = [type_coerce(claimed.c[column.name], column.type).label(column.name) for column in c]
-    return select(*typed).order_by(claimed.c.group_id.is_not(None), claimed.c.id)
+    )
 
 
-def unclaimed_after(table: Table, after: Any) -> Any:
-    """The first unclaimed id past ``after``, NULL when there is none.
+def unclaimed_after(table: Any, after: Any) -> Any:
+    """The first unclaimed id of ``table`` (a buffer or an alias of one) past ``after``, NULL
+    when there is none.
 
     An ordered probe of the partial index ``ix_<table>_unclaimed``: an EXISTS here is planned
     as a sequential scan, which steps over every dead and claimed row at the heap's start and
@@ -214,16 +210,23 @@ def finish_succeeded_group(
         "outbox_token": token,
         "outbox_group_id": group_id,
     }
-    if archive is not None:
-        params.update(outbox_handler=archive[0], outbox_attempts=archive[1])
-    stmt = _finish_succeeded_statement(table, archive is not None, lenient)
+    if archive is None:
+        # Without an archive the rows' DELETE is the statement itself, and how many it deleted
+        # is its row count: nothing is returned of the rows (returning them, even only their
+        # ids to count, cost PostgreSQL half as much again as the DELETE).
+        deleted = conn.execute(_delete_succeeded_statement(table), params).rowcount
+        # No row deleted: the job was not ours (rows are deleted only with it), or its group
+        # lost every row while handled. Either way it is left as it was, to its lease's end.
+        return deleted or None
+    params.update(outbox_handler=archive[0], outbox_attempts=archive[1])
+    stmt = _finish_succeeded_statement(table, True, lenient)
     held, deleted = conn.execute(stmt, params).one()
     return int(deleted) if held else None
 
 
-@functools.cache
-def _finish_succeeded_statement(table: Table, archive: bool, lenient: bool) -> Any:
-    job = (
+def _job_deleted() -> Any:
+    """The CTE ``job``: the batch job deleted, fenced by its lease."""
+    return (
         delete(_jobs)
         .where(
             _jobs.c.id == bindparam("outbox_job_id"),
@@ -232,6 +235,20 @@ def _finish_succeeded_statement(table: Table, archive: bool, lenient: bool) -> A
         .returning(_jobs.c.id)
         .cte("job")
     )
+
+
+@functools.cache
+def _delete_succeeded_statement(table: Table) -> Any:
+    job = _job_deleted()
+    return delete(table).where(
+        table.c.group_id == bindparam("outbox_group_id", type_=table.c.group_id.type),
+        exists(select(job.c.id)),
+    )
+
+
+@functools.cache
+def _finish_succeeded_statement(table: Table, archive: bool, lenient: bool) -> Any:
+    job = _job_deleted()
     gone = (
         delete(table)
         .where(
