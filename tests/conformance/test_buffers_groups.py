@@ -257,6 +257,25 @@ def test_finish_succeeded_group_archives_the_rows_as_succeeded(db: Database) -> 
     assert (3, [(HANDLER, i, group_id, succeeded, 2) for i in ids]) == (finished, rows)
 
 
+def test_finish_succeeded_group_of_no_rows_deletes_its_job(db: Database) -> None:
+    """A group with no rows left (its rows vanished between claim and finish) is finished, not
+    taken for a lost lease: its job goes and the count is 0. Without archive the statement
+    returns no rows, so "no row deleted" alone cannot tell the two apart."""
+    _requires_one_statement_completion(db)
+    group_id, job_id, token, _ = _held_group(db, size=0)
+    finished = db.run(lambda conn: _finish(conn, group_id, job_id, token))
+    assert (0, None) == (finished, job(db.engine, job_id))
+
+
+def test_finish_succeeded_group_of_no_rows_with_a_lost_lease_changes_nothing(db: Database) -> None:
+    """No row deleted and a token that is no longer the job's: None, the job left as it was."""
+    _requires_one_statement_completion(db)
+    group_id, job_id, _, _ = _held_group(db, size=0)
+    before = existing_job(db.engine, job_id)
+    finished = db.run(lambda conn: _finish(conn, group_id, job_id, uuid.uuid4()))
+    assert (None, before) == (finished, job(db.engine, job_id))
+
+
 def test_finish_succeeded_group_with_a_lost_lease_changes_nothing(db: Database) -> None:
     """With a token that is no longer the job's, nothing is deleted or archived: None."""
     _requires_one_statement_completion(db)

@@ -214,10 +214,13 @@ def finish_succeeded_group(
         # Without an archive the rows' DELETE is the statement itself, and how many it deleted
         # is its row count: nothing is returned of the rows (returning them, even only their
         # ids to count, cost PostgreSQL half as much again as the DELETE).
-        deleted = conn.execute(_delete_succeeded_statement(table), params).rowcount
+        deleted: int = conn.execute(_delete_succeeded_statement(table), params).rowcount
+        if deleted:
+            return deleted
         # No row deleted: the job was not ours (rows are deleted only with it), or its group
-        # lost every row while handled. Either way it is left as it was, to its lease's end.
-        return deleted or None
+        # had no rows left. Only a job that was ours is gone now.
+        still_there = select(exists().where(_jobs.c.id == job_id))
+        return None if conn.execute(still_there).scalar() else 0
     params.update(outbox_handler=archive[0], outbox_attempts=archive[1])
     stmt = _finish_succeeded_statement(table, True, lenient)
     held, deleted = conn.execute(stmt, params).one()
