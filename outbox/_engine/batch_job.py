@@ -29,7 +29,7 @@ from outbox._db.dialects import error_summary, is_missing_table
 from outbox._engine import invoke as _invoke
 from outbox._engine import limiter as _limiter
 from outbox._engine.causes import failure_cause
-from outbox._engine.claimer import LeaseLost
+from outbox._engine.claimer import LeaseLost, NextClaim
 from outbox._engine.completion import (
     ERROR_TEXT_LIMIT,
     FinishRefused,
@@ -84,15 +84,22 @@ def load_rows(app: Outbox, handler: Handler[Any], group_id: uuid.UUID) -> list[A
 
 
 def run_batch_job(
-    app: Outbox, handler: Handler[Any], job: queries.JobRow, preloaded: list[Any] | None = None
+    app: Outbox,
+    handler: Handler[Any],
+    job: queries.JobRow,
+    preloaded: list[Any] | None = None,
+    then: NextClaim | None = None,
 ) -> BatchResult:
     """Handle the group of a leased batch job and finish it; never raises for handler errors.
 
     ``preloaded``: the group's rows when the caller has them already (returned by its claim);
-    otherwise they are loaded. A table that does not exist when the group is read raises the
-    database error, the job still leased: no attempt was made. A table missing when the
-    group is finished makes the finishing write fail as any refused write does
-    (:class:`FinishRefused` when the group was to be dead-lettered).
+    otherwise they are loaded. ``then``: a claim to make in the transaction that finishes the
+    group, if every event succeeded (see ``completion.finish_succeeded``).
+
+    A table that does not exist when the group is read raises the database error, the job
+    still leased: no attempt was made. A table missing when the group is finished makes the
+    finishing write fail as any refused write does (:class:`FinishRefused` when the group was
+    to be dead-lettered).
     """
     assert job.group_id is not None
     group_id = job.group_id
@@ -169,7 +176,7 @@ def run_batch_job(
             result = replace(result, cause=cause) if result.outcome in (RETRYING, DEAD) else result
         else:
             result = _recorded(
-                app, handler, job, lambda: _finish_returned(app, handler, job, batch)
+                app, handler, job, lambda: _finish_returned(app, handler, job, batch, then)
             )
     result = replace(
         result,
@@ -185,12 +192,16 @@ def run_batch_job(
 
 
 def _finish_returned(
-    app: Outbox, handler: Handler[Any], job: queries.JobRow, batch: Batch[Any]
+    app: Outbox,
+    handler: Handler[Any],
+    job: queries.JobRow,
+    batch: Batch[Any],
+    then: NextClaim | None = None,
 ) -> BatchResult:
     """Record what a handler that returned did: its events succeeded but those it retried,
     deferred or discarded."""
     try:
-        return finish_succeeded(app, handler, job, batch)
+        return finish_succeeded(app, handler, job, batch, then)
     except FinishRefused as refused:
         if not is_missing_table(refused.error):
             # The handler succeeded but the database will not record it: the group is held,

@@ -298,36 +298,119 @@ def run_claim_job(
     lease = (
         None if lease_to is None else Lease(lease_to, job.lease_token, app.settings.lease_seconds)
     )
-
-    def work(conn: Connection) -> Claim | None:
-        claim = _claim(conn, app, handler, lease, held=job)
-        more = claim is not None and claim.more
-        if more and keep:
-            # A one-statement claim that found rows has extended the lease: its fence.
-            fenced_by_claim = app.supports.one_statement_claim and lease is not None
-            held = fenced_by_claim or queries.extend_lease(
-                conn, job.id, job.lease_token, app.settings.lease_seconds
-            )
-        elif more:
-            held = queries.release_job(conn, job.id, job.lease_token, delay_seconds=0, error=None)
-        else:
-            held = queries.delete_job(conn, job.id, job.lease_token)
-            if held and (claim is None or claim.size < handler.batch_size):
-                # The buffer is drained: the handler's other pending claim jobs would find
-                # nothing either (a full batch says nothing about what is left, so not then).
-                queries.delete_pending_claim_jobs(conn, handler.name)
-        if not held:
-            raise LeaseLost
-        return None if claim is None else replace(claim, more=more and keep)
-
     try:
-        claim = run_in_transaction(app.engine, work, patience=app.settings.lease_seconds)
+        claim = run_in_transaction(
+            app.engine,
+            lambda conn: _claim_step(conn, app, handler, job, lease, keep),
+            patience=app.settings.lease_seconds,
+        )
     except LeaseLost:
         log.warning(_log.LEASE_LOST, handler=handler.name, job_id=job.id, kind=job.kind)
         return None
+    claimed(claim)
+    return claim
+
+
+def claimed(claim: Claim | None) -> None:
+    """What follows a committed claim."""
     if claim is not None:
         crash_point(AFTER_CLAIM)
         log.debug(
-            _log.GROUP_CLAIMED, handler=handler.name, group_id=str(claim.group_id), size=claim.size
+            _log.GROUP_CLAIMED, handler=claim.handler, group_id=str(claim.group_id), size=claim.size
         )
-    return claim
+
+
+def _claim_step(
+    conn: Connection,
+    app: Outbox,
+    handler: Handler[Any],
+    job: queries.JobRow,
+    lease: Lease | None,
+    keep: bool,
+) -> Claim | None:
+    """One claim of a claim job and what it makes of the job (kept, released or deleted), in
+    the caller's transaction; raises LeaseLost when the job is no longer ours."""
+    claim = _claim(conn, app, handler, lease, held=job)
+    more = claim is not None and claim.more
+    if more and keep:
+        # A one-statement claim that found rows has extended the lease: its fence.
+        fenced_by_claim = app.supports.one_statement_claim and lease is not None
+        held = fenced_by_claim or queries.extend_lease(
+            conn, job.id, job.lease_token, app.settings.lease_seconds
+        )
+    elif more:
+        held = queries.release_job(conn, job.id, job.lease_token, delay_seconds=0, error=None)
+    else:
+        held = queries.delete_job(conn, job.id, job.lease_token)
+        if held and (claim is None or claim.size < handler.batch_size):
+            # The buffer is drained: the handler's other pending claim jobs would find
+            # nothing either (a full batch says nothing about what is left, so not then).
+            queries.delete_pending_claim_jobs(conn, handler.name)
+    if not held:
+        raise LeaseLost
+    return None if claim is None else replace(claim, more=more and keep)
+
+
+class NextClaim:
+    """A kept claim job's next claim, made in the transaction that finishes the group it
+    claimed before (see ``completion.finish_succeeded``): the finish and the next claim commit
+    together, one transaction per group instead of two.
+
+    Offered only where the claim is fenced within its own statement (:func:`chains`): there,
+    a claim job whose lease was lost claims nothing and writes nothing, so the finish it rides
+    with need not be rolled back for it; ``lost`` says so instead.
+    """
+
+    def __init__(
+        self,
+        app: Outbox,
+        handler: Handler[Any],
+        job: queries.JobRow,
+        worker_id: str,
+        gate: threading.Semaphore,
+    ) -> None:
+        self._app = app
+        self._handler = handler
+        self._job = job
+        self._lease = Lease(worker_id, job.lease_token, app.settings.lease_seconds)
+        self._gate = gate
+        self.made = False
+        """The claim was made, in a transaction that committed (the caller says so)."""
+        self.claim: Claim | None = None
+        self.lost = False
+
+    def __call__(self, conn: Connection) -> None:
+        """Claim in ``conn``'s transaction; run again if that transaction is.
+
+        ``gate`` bounds the handler's claims at once in this process, as it does a claim of
+        its own: waited for with the finish's transaction open, which holds no lock a claim
+        could wait for (only the finished group's rows and batch job).
+        """
+        self.claim, self.lost = None, False
+        with self._gate:
+            try:
+                self.claim = _claim_step(
+                    conn, self._app, self._handler, self._job, self._lease, True
+                )
+            except LeaseLost:
+                self.lost = True
+
+    def committed(self) -> None:
+        """The transaction the claim was made in committed."""
+        self.made = True
+        if self.lost:
+            log.warning(
+                _log.LEASE_LOST,
+                handler=self._handler.name,
+                job_id=self._job.id,
+                kind=self._job.kind,
+            )
+        claimed(self.claim)
+
+
+def chains(app: Outbox, handler: Handler[Any]) -> bool:
+    """Whether a claim of ``handler``'s may ride with the finish of the group before it
+    (:class:`NextClaim`): on a database whose leased claim is one fenced statement, for a
+    handler whose groups are plain (no size in bytes, no keys, no order)."""
+    plain = handler.max_batch_bytes is None and handler.group_by is None
+    return app.supports.one_statement_claim and plain and handler.ordering_key is None

@@ -25,7 +25,7 @@ from outbox._core.faults import (
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary, is_missing_table, is_transient
 from outbox._engine import limiter as _limiter
-from outbox._engine.claimer import LeaseLost
+from outbox._engine.claimer import LeaseLost, NextClaim
 from outbox.app import Outbox
 from outbox.batch import Batch
 from outbox.handler import Handler
@@ -50,8 +50,15 @@ DEFERRAL_JITTER = 0.1
 
 
 def finish_succeeded(
-    app: Outbox, handler: Handler[Any], job: queries.JobRow, batch: Batch[Any]
+    app: Outbox,
+    handler: Handler[Any],
+    job: queries.JobRow,
+    batch: Batch[Any],
+    then: NextClaim | None = None,
 ) -> BatchResult:
+    """Finish a group whose handler returned. ``then``: the claim job's next claim, made in
+    the same transaction when every event succeeded and the database finishes the group in one
+    statement (told ``committed()`` once it is); otherwise left to its caller."""
     assert job.group_id is not None
     group_id = job.group_id
     attempt = job.attempts
@@ -71,7 +78,12 @@ def finish_succeeded(
     after = max(asked.values(), default=0.0) if not deferred else 0.0
     give_up_retried = handler.retry.exhausted(attempt)
 
+    chained = then
+    rode = False  # the next claim was made in the transaction that committed
+
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
+        nonlocal rode
+        rode = False
         if app.supports.one_statement_completion and not (discarded or retried or deferred):
             return finish_whole_group(conn, lenient)
         if not queries.delete_job(conn, job.id, job.lease_token):
@@ -164,14 +176,26 @@ def finish_succeeded(
         if succeeded is None:
             raise LeaseLost
         crash_point(IN_COMPLETION)
+        if chained is not None:
+            nonlocal rode
+            chained(conn)
+            rode = True
         return BatchResult(handler.name, group_id, attempt, SUCCEEDED, succeeded=succeeded)
 
     try:
-        return fenced(app, handler, job, work)
+        result = fenced(app, handler, job, work)
     except FinishRefused:
+        if chained is not None:
+            # The refusal may have been the next claim's: the group is finished alone, and the
+            # claim left to the caller, as though none had been offered.
+            chained = None
+            return finish_succeeded(app, handler, job, batch)
         # The archive refused an event's exact form; the handler did succeed: record that,
         # keeping such rows in the lenient form.
         return fenced(app, handler, job, lambda conn: work(conn, lenient=True))
+    if rode and then is not None:
+        then.committed()
+    return result
 
 
 def finish_failed(

@@ -204,18 +204,23 @@ class Runner:
         return self.run_batch_job(handler, job)
 
     def run_batch_job(
-        self, handler: Handler[Any], job: queries.JobRow, preloaded: list[Any] | None = None
+        self,
+        handler: Handler[Any],
+        job: queries.JobRow,
+        preloaded: list[Any] | None = None,
+        then: claimer.NextClaim | None = None,
     ) -> JobRun:
         """Hand a leased batch job's group to its handler and write its outcome.
 
-        ``preloaded``: the group's rows, when its claim returned them.
+        ``preloaded``: the group's rows, when its claim returned them. ``then``: the claim to
+        make with the group's finish, if it succeeded (see ``completion.finish_succeeded``).
         """
         if self.flow.paused(handler.name):
             # Leased before the pause began, or claimed since: not attempted while it lasts.
             self.give_back(job, counted=False)
             return JobRun(job, RunOutcome.PAUSED)
         try:
-            result = run_batch_job(self.app, handler, job, preloaded=preloaded)
+            result = run_batch_job(self.app, handler, job, preloaded=preloaded, then=then)
         except FinishRefused as refused:
             # Refused while dead-lettering the group: its attempts are spent, and stay counted;
             # it is dead-lettered once its table is back.
@@ -242,12 +247,17 @@ class Runner:
         keep coming, the claim job stays leased and runs again; after ``CLAIM_LOOP_SECONDS`` it
         goes back through acquisition, so a long backlog cannot keep its thread from more urgent
         work. A capped handler's groups wait for a capped acquisition instead.
+
+        Where the database claims in one fenced statement, the next claim is made in the
+        transaction that finishes the group before it (:class:`claimer.NextClaim`).
         """
         capped = self.cap(handler.name) is not None
         deadline = time.monotonic() + CLAIM_LOOP_SECONDS
         results: list[BatchResult] = []
         missing: dict[str, str] = {}
         claimed = 0
+        chains = not capped and claimer.chains(self.app, handler)
+        gate = self._claim_gates[handler.name]
 
         def ended(outcome: RunOutcome, *, released: bool = False) -> JobRun:
             return JobRun(
@@ -259,38 +269,59 @@ class Runner:
                 missing=missing,
             )
 
+        claim: claimer.Claim | None = None
+        chained = False  # ``claim`` was made with the previous group's finish
         while True:
-            if self.flow.paused(handler.name):
-                self.give_back(job, counted=False)
-                return ended(RunOutcome.PAUSED)
-            with self._claim_gates[handler.name]:
-                lease_to = None if capped else self.worker_id
-                try:
-                    claim = claimer.run_claim_job(
-                        self.app, handler, job, lease_to=lease_to, keep=not capped
-                    )
-                except DBAPIError as error:
-                    found = self.table_missing(handler, error)
-                    if found is None:
-                        raise
-                    missing.update(found)
+            if not chained:
+                if self.flow.paused(handler.name):
                     self.give_back(job, counted=False)
-                    return ended(RunOutcome.TABLE_MISSING)
-            batch = self.handle_claim(claim)
+                    return ended(RunOutcome.PAUSED)
+                with gate:
+                    lease_to = None if capped else self.worker_id
+                    try:
+                        claim = claimer.run_claim_job(
+                            self.app, handler, job, lease_to=lease_to, keep=not capped
+                        )
+                    except DBAPIError as error:
+                        found = self.table_missing(handler, error)
+                        if found is None:
+                            raise
+                        missing.update(found)
+                        self.give_back(job, counted=False)
+                        return ended(RunOutcome.TABLE_MISSING)
+            more = claim is not None and claim.more
+            due = not self._stopping() and time.monotonic() < deadline
+            # The next claim rides with this group's finish when this thread would claim
+            # again at once anyway.
+            following = None
+            if chains and more and due:
+                following = claimer.NextClaim(self.app, handler, job, self.worker_id, gate)
+            batch = self.handle_claim(claim, then=following)
             if batch is not None:
                 claimed += 1
                 results.extend(batch.results)
                 missing.update(batch.missing)
-            if claim is None or not claim.more:
+            if claim is None or not more:
                 return ended(RunOutcome.RAN)
-            if self._stopping() or time.monotonic() >= deadline:
+            chained = following is not None and following.made
+            if chained:
+                assert following is not None
+                claim = following.claim
+                if claim is None:
+                    # Nothing claimed: the claim job was deleted or released, or lost.
+                    return ended(RunOutcome.RAN)
+                continue
+            if not due or self._stopping() or time.monotonic() >= deadline:
                 # Still held, more rows waiting: back to the job table for whoever is next.
                 claimer.release_claim_job(self.app, job)
                 return ended(RunOutcome.RAN, released=True)
 
-    def handle_claim(self, claim: claimer.Claim | None) -> JobRun | None:
+    def handle_claim(
+        self, claim: claimer.Claim | None, then: claimer.NextClaim | None = None
+    ) -> JobRun | None:
         """Run the batch job a claim leased here (with the rows it returned); None when the
-        claim found nothing or left its group's batch job to acquisition."""
+        claim found nothing or left its group's batch job to acquisition. ``then``: the next
+        claim, to make with this group's finish (see :meth:`run_batch_job`)."""
         if claim is None or claim.job is None:
             return None
         self.stats.record_claim()
@@ -298,7 +329,7 @@ class Runner:
         if self._hold is not None:
             self._hold(claim.job.id)
         try:
-            return self.run_batch_job(handler, claim.job, preloaded=claim.rows)
+            return self.run_batch_job(handler, claim.job, preloaded=claim.rows, then=then)
         finally:
             if self._let_go is not None:
                 self._let_go(claim.job.id)

@@ -19,6 +19,7 @@ from outbox import Batch, Outbox, schema
 from outbox._db import queries, run_in_transaction
 from outbox._engine import claimer, distributor
 from outbox._engine.batch_job import run_batch_job
+from outbox._engine.runner import Runner
 from outbox.handler import Handler
 from outbox.results import SUCCEEDED
 from tests.models import ActivityEvent
@@ -253,3 +254,88 @@ def test_postgresql_probes_for_unclaimed_rows_use_the_partial_index(
             plans.append("ix_test_activity_events_unclaimed" in "\n".join(plan))
         conn.rollback()
     assert [True, True, True] == plans
+
+
+# --- PostgreSQL: the next claim made in the transaction that finishes the group before it -----
+
+
+def _chaining_app(make_app: Callable[[str], Outbox], url: str, handle: Any) -> Outbox:
+    app = make_app(url)
+    app.handler(ActivityEvent, batch_size=2, name="noop")(handle)
+    return app
+
+
+def test_a_chained_claim_whose_claim_job_was_lost_lets_the_finish_commit(
+    postgres_database: str,
+    make_app: Callable[[str], Outbox],
+    commit_events: Callable[..., list[int]],
+) -> None:
+    """The handler's group is finished though the claim riding with its finish found its claim
+    job taken: that claim stamps nothing and makes no batch job, and the rows it would have
+    taken wait for the claim job's new holder."""
+    handled: list[list[int]] = []
+
+    def handle(batch: Batch[Any]) -> None:
+        handled.append(batch.ids)
+        with app.engine.begin() as conn:  # while the group is handled, its claim job is rescued
+            conn.execute(
+                update(schema.jobs)
+                .where(schema.jobs.c.kind == schema.JobKind.CLAIM)
+                .values(lease_token=uuid.uuid4(), lease_owner="another-worker")
+            )
+
+    app = _chaining_app(make_app, postgres_database, handle)
+    ids = commit_events(app.engine, 6)
+    (job,) = lease_claim_jobs(app, limit=1)
+    run = Runner(app, worker_id=WORKER).run(job)
+    with app.engine.connect() as conn:
+        owners = conn.execute(
+            select(schema.jobs.c.kind, schema.jobs.c.lease_owner).distinct()
+        ).all()
+        left = conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one()
+    assert ([ids[:2]], (4, 4), [("claim", "another-worker")], [SUCCEEDED]) == (
+        handled,
+        (left, unclaimed(app)),
+        [tuple(owner) for owner in owners],
+        [result.outcome for result in run.results],
+    )
+
+
+def test_a_refused_chained_claim_never_holds_the_group_it_rode_with(
+    postgres_database: str,
+    make_app: Callable[[str], Outbox],
+    commit_events: Callable[..., list[int]],
+) -> None:
+    """The database refuses every batch job asked for in a transaction that deleted a job
+    first, as the claim riding with a group's finish does: each group is finished alone, not
+    held as refused, and the claim job goes on claiming; every event is handled once."""
+    handled: list[int] = []
+    app = _chaining_app(make_app, postgres_database, lambda batch: handled.extend(batch.ids))
+    with app.engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE FUNCTION note_deleted_job() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN PERFORM set_config('outbox_test.deleted', 'yes', true); RETURN OLD; END $$"
+        )
+        conn.exec_driver_sql(
+            "CREATE TRIGGER noted AFTER DELETE ON outbox_jobs FOR EACH ROW"
+            " EXECUTE FUNCTION note_deleted_job()"
+        )
+        conn.exec_driver_sql(
+            "CREATE FUNCTION refuse_batch_job() RETURNS trigger LANGUAGE plpgsql AS $$"
+            " BEGIN IF NEW.kind = 'batch' AND current_setting('outbox_test.deleted', true) = 'yes'"
+            " THEN RAISE EXCEPTION 'refused by a test'; END IF; RETURN NEW; END $$"
+        )
+        conn.exec_driver_sql(
+            "CREATE TRIGGER refuse BEFORE INSERT ON outbox_jobs FOR EACH ROW"
+            " EXECUTE FUNCTION refuse_batch_job()"
+        )
+    ids = commit_events(app.engine, 6)
+    (job,) = lease_claim_jobs(app, limit=1)
+    run = Runner(app, worker_id=WORKER).run(job)
+    with app.engine.connect() as conn:
+        batch_jobs = conn.execute(
+            select(func.count()).where(schema.jobs.c.kind == schema.JobKind.BATCH)
+        ).scalar_one()
+        left = conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one()
+    outcomes = [result.outcome for result in run.results]
+    assert (ids, [SUCCEEDED] * 3, 0, 0) == (sorted(handled), outcomes, batch_jobs, left)
