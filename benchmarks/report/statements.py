@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks.report._format import Rendered, Results, count, table
+from benchmarks.report._format import TIMES, Rendered, Results, count, table
 
 SHOWN_QUERY_CHARS = 80
 # A statement called fewer times than this share of the groups is folded into one row: the
@@ -32,7 +32,8 @@ def statement_account(results: Results) -> Rendered:
         "`running`: `outbox work`, stopped once the buffer is empty; `paused`: the same, the "
         "handler paused for 2 s a quarter of the way and resumed (the operator's statements, "
         "connected as the drain's role, included). Every group: the statements each group "
-        "sends, each statement's calls per group rounded down; the rest comes once a run or "
+        "sends, each statement's calls per group rounded down (0.95 or more counts as one); "
+        "the rest comes once a run or "
         "once a second (acquiring and giving back the claim job, distribution, the worker's "
         "bookkeeping, connections), whatever the number of groups.",
         "",
@@ -64,6 +65,21 @@ def statement_account(results: Results) -> Rendered:
               "server ms per group", "server µs per event", "server s", "backends' CPU s",
               "drain s"]  # fmt: skip
     lines += table(header, body)
+    loads = ", ".join(f"{row['load_average']:.2f}" for row in data["variants"])
+    lines += [
+        f"The machine's load average (1 minute, {data['machine']['cpus']} CPUs) at each "
+        f"variant's start, in the order above: {loads}.",
+        "",
+    ]
+    lines += [
+        "What every group sends, statement by statement (calls per group, rounded down; 0.95 "
+        "or more counts as one):",
+        "",
+    ]
+    lines += table(
+        ["variant", "every group"],
+        [[row["variant"], every_group(row["statements"], groups)] for row in data["variants"]],
+    )
     for row in data["variants"]:
         lines += variant_table(row, groups)
     return lines, []
@@ -71,8 +87,24 @@ def statement_account(results: Results) -> Rendered:
 
 def whole_per_group(statements: list[dict[str, Any]], groups: int) -> int:
     """The statements every group sends: each statement's calls per group, rounded down (a
-    statement sent once a second, or once a run, adds a fraction)."""
-    return sum(int(s["calls"] // groups) for s in statements)
+    statement sent once a second, or once a run, adds a fraction; see :func:`whole_calls`)."""
+    return sum(whole_calls(s["calls"], groups) for s in statements)
+
+
+def whole_calls(calls: int, groups: int) -> int:
+    """Calls per group, rounded down, but for a call or two short of a whole one per group (a
+    group whose claim job was released, say): 0.95 a group or more counts as one."""
+    return int(calls / groups + 0.05)
+
+
+def every_group(statements: list[dict[str, Any]], groups: int) -> str:
+    """The statements every group sends, by label, with how many of each."""
+    calls: dict[str, int] = {}
+    for statement in statements:
+        whole = whole_calls(statement["calls"], groups)
+        if whole:
+            calls[statement["label"]] = calls.get(statement["label"], 0) + whole
+    return "; ".join(f"{label} {TIMES}{n}" if n > 1 else label for label, n in calls.items())
 
 
 def variant_table(row: dict[str, Any], groups: int) -> list[str]:
