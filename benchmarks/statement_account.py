@@ -34,8 +34,9 @@ execution time, planning time, rows. Variants:
 - ``raw``: ``benchmarks._raw_drain`` ``by-address`` (outbox's claim form), P loops.
 
 The CPU seconds of the server's backends (``benchmarks._common.CpuMeter``) are shown beside
-the time ``pg_stat_statements`` counts (execution plus planning): the rest is parsing, the
-protocol, commits' WAL flushes and connections. One run of each; the counts are exact, the
+the time ``pg_stat_statements`` counts (execution plus planning): that time includes waiting
+(row locks, I/O, WAL flushes), the CPU parsing, the protocol and connections, which it does
+not. One run of each; the counts are exact, the
 times are this machine's at the moment (compare side by side, as ratios).
 """
 
@@ -331,6 +332,8 @@ def main() -> None:
     parser.add_argument("--processes", default="1,2", help="comma-separated process counts")
     parser.add_argument("--port", type=int, default=5499, help="the private cluster's port")
     args = parser.parse_args()
+    if not 0 < args.batch_size <= args.events:
+        parser.error("--batch-size must be at least 1 and at most --events")
     processes = [int(p) for p in args.processes.split(",")]
     groups = -(-args.events // args.batch_size)
     env = {**os.environ, "BENCH_BATCH_SIZE": str(args.batch_size), "BENCH_ARCHIVE": "0",
