@@ -4,7 +4,10 @@ Steered by the environment: ``BENCH_BATCH_SIZE`` (default 1000), ``BENCH_ARCHIVE
 succeeded groups), ``BENCH_MAX_BATCHES`` (default 64), ``BENCH_TYPED`` (``events`` or
 ``rows``: drain the typed buffer instead, whose columns are an Enum, JSON, a DateTime with
 time zone, a Numeric and a String, with a handler that reads every value of every event
-through ``batch.events`` or through ``batch.rows``).
+through ``batch.events`` or through ``batch.rows``), ``BENCH_RATE_LIMIT`` (calls per second:
+a rate limit on the handler; none by default), ``BENCH_CONCURRENCY`` (the most groups in flight
+fleet-wide; no cap by default), ``BENCH_BREAKER`` (failures in a row: a circuit breaker on the
+handler; none by default).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from typing import Any
 from sqlalchemy import JSON, DateTime, Enum, Numeric, String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from outbox import Batch, BufferMixin, Outbox, Urgency
+from outbox import Batch, BufferMixin, CircuitBreaker, Outbox, RateLimit, Urgency
 
 
 class Base(DeclarativeBase):
@@ -76,6 +79,12 @@ SETTINGS: dict[str, Any] = {
     "archive": os.environ.get("BENCH_ARCHIVE") == "1",
     "max_batches": int(os.environ.get("BENCH_MAX_BATCHES", "64")),
 }
+if os.environ.get("BENCH_RATE_LIMIT"):
+    SETTINGS["rate_limit"] = RateLimit(calls=int(os.environ["BENCH_RATE_LIMIT"]), per=1)
+if os.environ.get("BENCH_CONCURRENCY"):
+    SETTINGS["concurrency"] = int(os.environ["BENCH_CONCURRENCY"])
+if os.environ.get("BENCH_BREAKER"):
+    SETTINGS["circuit_breaker"] = CircuitBreaker(failures=int(os.environ["BENCH_BREAKER"]))
 TYPED = os.environ.get("BENCH_TYPED", "")
 if TYPED not in ("", "events", "rows"):
     raise ValueError(f"BENCH_TYPED must be events or rows, got {TYPED!r}")

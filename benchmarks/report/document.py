@@ -44,6 +44,7 @@ from benchmarks.report.peers import judged_peers, peers
 from benchmarks.report.scaling import autoscaling, scaling_read
 from benchmarks.report.sections import ORDER, TITLES
 from benchmarks.report.sinks import sink_nats, sink_rabbitmq, sink_redis
+from benchmarks.report.statements import statement_account
 from benchmarks.report.targets import LATENCY_RATE
 
 RENDERERS: dict[str, Callable[[Results], Rendered]] = {
@@ -56,6 +57,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "scale": scale,
     "claim_contention": claim_contention,
     "claim_floor": claim_floor,
+    "statement_account": statement_account,
     "gc_settle": gc_settle,
     "memory_bloat": memory_bloat,
     "wakeup_latency": wakeup_latency,

@@ -1,0 +1,233 @@
+"""The statements a drain sends per group, counted exactly, so that no change adds one unseen.
+
+Every statement the app's engine sends is counted (``before_cursor_execute``), and so are the
+transactions it begins, commits and rolls back (``begin``, ``commit``, ``rollback``: the BEGIN
+and COMMIT the driver sends). A drain of ``FEW`` groups and one of ``MANY`` run after a
+warm-up drain, on the same tables, so that what every drain pays once (distribution, the
+acquisition of the claim job, the claim that finds the buffer empty, rescue, the throughput
+record at its end) is the same in both: the difference, divided by the difference in groups,
+is what one group costs. The handler keeps one claim job (``max_batches=1``), so that
+distribution inserts the same one slot whatever the backlog. The drains are far shorter than a
+claim job's loop (``CLAIM_LOOP_SECONDS``) and the refresh of pauses and breakers: what comes
+once a second or more does not fall within them.
+
+The figures are today's; a change that makes a group cheaper lowers them here, one that adds
+a statement per group fails. The same account on a real fleet, from ``pg_stat_statements``:
+``python -m benchmarks.statement_account`` (benchmarks/RESULTS.md, "Statements per group").
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import Connection, Engine, event
+
+from outbox import Batch, CircuitBreaker, Outbox, RateLimit, add_events
+from outbox._engine import limiter
+from outbox.ops import flow
+from outbox.testing import drain
+from tests.conftest import reset_schema
+from tests.models import ActivityEvent
+
+BATCH = 10
+FEW, MANY = 2, 6  # groups in the two measured drains
+
+# Per group on PostgreSQL: the claim (its rows, its batch job leased to the worker, whether
+# more wait: one statement) and the finish (the group's rows and its job deleted: one
+# statement), each in a transaction of its own: BEGIN, statement, COMMIT twice. The raw loop
+# (benchmarks/_raw_drain.py) sends the same six.
+POSTGRESQL_PER_GROUP = 6
+# Per group on SQLite: the claim transaction (BEGIN IMMEDIATE; the rows' UPDATE; the batch
+# job's INSERT; are more rows unclaimed?; the claim job's lease extended; COMMIT) and the
+# finish transaction (BEGIN IMMEDIATE; DELETE the group's rows; DELETE its job; COMMIT), each
+# BEGIN counted twice: SQLAlchemy's begin and the BEGIN IMMEDIATE statement it sends.
+SQLITE_PER_GROUP = 12
+PER_GROUP = {"postgresql": POSTGRESQL_PER_GROUP, "sqlite": SQLITE_PER_GROUP}
+
+# What a rate limit adds per group: its turn is reserved in the database, one transaction per
+# call (the limit's state is the fleet's, shared in ``outbox_rate_limits``): BEGIN; make its
+# rows if missing (on SQLite an INSERT per row: two); lock them; read their windows; one
+# UPDATE per row (two: the rate and its burst spacing); COMMIT.
+RATE_LIMIT_PER_GROUP = {"postgresql": 7, "sqlite": 9}
+# What a circuit breaker adds per group that succeeds: its count of failures in a row is read
+# (and reset only when there is one), in a transaction of its own: BEGIN, SELECT, COMMIT.
+BREAKER_PER_GROUP = {"postgresql": 3, "sqlite": 4}
+# A handler with a fleet-wide concurrency cap, per group, in all: its claims lease nothing, so
+# on PostgreSQL a group costs two capped acquisitions (each the handler's lock, its groups in
+# flight counted) and three acquiring statements, the claim in three (rows; batch job; more?),
+# the claim job given back, the group's rows loaded again, the finish; six BEGINs, five COMMITs
+# and a ROLLBACK (a read's). 25 where a plain group costs 6; on SQLite 30 where it costs 12.
+CONCURRENCY_CAP_PER_GROUP = {"postgresql": 25, "sqlite": 30}
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def dialect(request: pytest.FixtureRequest) -> str:
+    """The database each test runs on."""
+    return str(request.param)
+
+
+@pytest.fixture
+def url(dialect: str, request: pytest.FixtureRequest, tmp_path: object) -> str:
+    """A migrated, empty database of that kind."""
+    url = (
+        request.getfixturevalue("postgres_url")
+        if dialect == "postgresql"
+        else f"sqlite:///{tmp_path}/outbox.sqlite3"
+    )
+    reset_schema(url)
+    return url
+
+
+def noop(batch: Batch[ActivityEvent]) -> None:
+    """Accept every event."""
+
+
+def flat(statement: str) -> str:
+    """A statement on one line."""
+    return re.sub(r"\s+", " ", statement).strip()
+
+
+class Sent:
+    """Statements and transaction ends an engine sends while counting."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.counts: Counter[str] = Counter()
+
+    def _statement(self, conn: Connection, cursor: Any, statement: str, *_: Any) -> None:
+        self.counts[flat(statement)] += 1
+
+    def _begin(self, conn: Connection) -> None:
+        self.counts["(begin)"] += 1
+
+    def _commit(self, conn: Connection) -> None:
+        self.counts["(commit)"] += 1
+
+    def _rollback(self, conn: Connection) -> None:
+        self.counts["(rollback)"] += 1
+
+    def _listeners(self) -> list[tuple[str, Callable[..., None]]]:
+        return [
+            ("before_cursor_execute", self._statement),
+            ("begin", self._begin),
+            ("commit", self._commit),
+            ("rollback", self._rollback),
+        ]
+
+    def __enter__(self) -> Sent:
+        for name, listener in self._listeners():
+            event.listen(self.engine, name, listener)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for name, listener in self._listeners():
+            event.remove(self.engine, name, listener)
+
+
+def commit_groups(app: Outbox, groups: int) -> None:
+    """Commit ``groups`` full batches of events."""
+    with app.engine.begin() as conn:
+        add_events(conn, ActivityEvent, [{"activity_id": n} for n in range(groups * BATCH)])
+
+
+def per_group(app: Outbox, run: Callable[[int], None]) -> dict[str, float]:
+    """Each statement's count per group: ``run(groups)`` commits and drains that many groups,
+    after a warm-up run; what a drain of ``FEW`` and one of ``MANY`` sent, apart."""
+    run(1)
+    counted = []
+    for groups in (FEW, MANY):
+        with Sent(app.engine) as sent:
+            run(groups)
+        counted.append(sent.counts)
+    few, many = counted
+    return {
+        statement: (many[statement] - few[statement]) / (MANY - FEW)
+        for statement in sorted(set(few) | set(many))
+        if many[statement] != few[statement]
+    }
+
+
+def described(found: dict[str, float]) -> str:
+    """The statements per group, for a failure's message."""
+    return "\n".join(f"{count:g} x {statement[:150]}" for statement, count in found.items())
+
+
+@pytest.fixture
+def app(url: str) -> Iterator[Outbox]:
+    """An application on it, its handler registered by the test."""
+    app = Outbox(url)
+    yield app
+    app.engine.dispose()
+
+
+def plain_drain(app: Outbox) -> Callable[[int], None]:
+    """Commit the groups, then drain them."""
+
+    def run(groups: int) -> None:
+        commit_groups(app, groups)
+        drain(app)
+
+    return run
+
+
+def test_a_group_costs_the_same_statements_as_the_raw_loop(app: Outbox, dialect: str) -> None:
+    """A group of a plain handler is a claim and a finish, each in its own transaction: six
+    statements on PostgreSQL, as the raw loop sends."""
+    app.handler(ActivityEvent, batch_size=BATCH, max_batches=1)(noop)
+    found = per_group(app, plain_drain(app))
+    assert PER_GROUP[dialect] == sum(found.values()), described(found)
+
+
+def test_a_pause_and_resume_costs_a_group_nothing(app: Outbox, dialect: str) -> None:
+    """A handler paused while its events wait, drained (nothing handled), resumed and drained
+    again: per group, the statements of a plain drain; the pause is paid once."""
+    app.handler(ActivityEvent, batch_size=BATCH, max_batches=1)(noop)
+
+    def run(groups: int) -> None:
+        commit_groups(app, groups)
+        flow.pause(app, "noop")
+        assert 0 == drain(app).stats.groups_succeeded
+        flow.resume(app, "noop")
+        assert groups == drain(app).stats.groups_succeeded
+
+    found = per_group(app, run)
+    assert PER_GROUP[dialect] == sum(found.values()), described(found)
+
+
+def test_a_rate_limit_costs_a_group_its_reservation_only(
+    app: Outbox, dialect: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a rate limit it never meets, a group costs a plain group's statements and the
+    reservation of its turn, one transaction."""
+    # A worker that finds itself later than the margin after its reservation (a slow commit on
+    # a busy machine) reserves again: counted here, that would be the machine's, not the code's.
+    monkeypatch.setattr(limiter, "MARGIN_SECONDS", 60.0)
+    limit = RateLimit(calls=100_000, per=1)
+    app.handler(ActivityEvent, batch_size=BATCH, max_batches=1, rate_limit=limit)(noop)
+    found = per_group(app, plain_drain(app))
+    expected = PER_GROUP[dialect] + RATE_LIMIT_PER_GROUP[dialect]
+    assert expected == sum(found.values()), described(found)
+
+
+def test_a_circuit_breaker_costs_a_group_one_read(app: Outbox, dialect: str) -> None:
+    """With a circuit breaker that stays closed, a group costs a plain group's statements and
+    the read of the breaker's count, one transaction."""
+    breaker = CircuitBreaker(failures=5)
+    app.handler(ActivityEvent, batch_size=BATCH, max_batches=1, circuit_breaker=breaker)(noop)
+    found = per_group(app, plain_drain(app))
+    expected = PER_GROUP[dialect] + BREAKER_PER_GROUP[dialect]
+    assert expected == sum(found.values()), described(found)
+
+
+def test_a_concurrency_cap_costs_a_group_its_capped_acquisition(app: Outbox, dialect: str) -> None:
+    """Under a fleet-wide concurrency cap, a claim leaves its group's batch job to a capped
+    acquisition: the claim job goes back to the job table after each claim, the batch job is
+    leased under the handler's lock once its in-flight groups are counted, and its rows are
+    loaded again. Today's figure, so that it can only go down."""
+    app.handler(ActivityEvent, batch_size=BATCH, max_batches=1, concurrency=2)(noop)
+    found = per_group(app, plain_drain(app))
+    assert CONCURRENCY_CAP_PER_GROUP[dialect] == sum(found.values()), described(found)
