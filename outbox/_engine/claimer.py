@@ -379,21 +379,23 @@ class NextClaim:
         self.claim: Claim | None = None
         self.lost = False
 
-    def __call__(self, conn: Connection) -> None:
-        """Claim in ``conn``'s transaction; run again if that transaction is.
+    @property
+    def turn(self) -> threading.Semaphore:
+        """The handler's bound on claims at once in this process, taken for the whole
+        transaction the claim rides with, before it begins: waited for inside it, a thread
+        would hold its finished job's row lock while it waits, and the heartbeat pushing that
+        job's lease back would wait for it, holding the locks of other jobs whose holders hold
+        the turn; no database sees a wait on a Python lock, and none breaks that cycle."""
+        return self._gate
 
-        ``gate`` bounds the handler's claims at once in this process, as it does a claim of
-        its own: waited for with the finish's transaction open, which holds no lock a claim
-        could wait for (only the finished group's rows and batch job).
-        """
+    def __call__(self, conn: Connection) -> None:
+        """Claim in ``conn``'s transaction (with :attr:`turn` taken); run again if that
+        transaction is."""
         self.claim, self.lost = None, False
-        with self._gate:
-            try:
-                self.claim = _claim_step(
-                    conn, self._app, self._handler, self._job, self._lease, True
-                )
-            except LeaseLost:
-                self.lost = True
+        try:
+            self.claim = _claim_step(conn, self._app, self._handler, self._job, self._lease, True)
+        except LeaseLost:
+            self.lost = True
 
     def committed(self) -> None:
         """The transaction the claim was made in committed."""

@@ -78,13 +78,16 @@ def finish_succeeded(
     after = max(asked.values(), default=0.0) if not deferred else 0.0
     give_up_retried = handler.retry.exhausted(attempt)
 
-    chained = then
+    # Every event succeeded: the group is finished in one statement where the database can,
+    # and the next claim, if offered, rides with it.
+    whole = app.supports.one_statement_completion and not (discarded or retried or deferred)
+    chained = then if whole else None
     rode = False  # the next claim was made in the transaction that committed
 
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
         nonlocal rode
         rode = False
-        if app.supports.one_statement_completion and not (discarded or retried or deferred):
+        if whole:
             return finish_whole_group(conn, lenient)
         if not queries.delete_job(conn, job.id, job.lease_token):
             raise LeaseLost
@@ -183,12 +186,15 @@ def finish_succeeded(
         return BatchResult(handler.name, group_id, attempt, SUCCEEDED, succeeded=succeeded)
 
     try:
-        result = fenced(app, handler, job, work)
+        if chained is None:
+            result = fenced(app, handler, job, work)
+        else:
+            with chained.turn:
+                result = fenced(app, handler, job, work)
     except FinishRefused:
         if chained is not None:
             # The refusal may have been the next claim's: the group is finished alone, and the
             # claim left to the caller, as though none had been offered.
-            chained = None
             return finish_succeeded(app, handler, job, batch)
         # The archive refused an event's exact form; the handler did succeed: record that,
         # keeping such rows in the lenient form.

@@ -8,6 +8,7 @@ hold both forms to the behaviour of the statement-per-step form the other databa
 from __future__ import annotations
 
 import contextlib
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -339,3 +340,58 @@ def test_a_refused_chained_claim_never_holds_the_group_it_rode_with(
         left = conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one()
     outcomes = [result.outcome for result in run.results]
     assert (ids, [SUCCEEDED] * 3, 0, 0) == (sorted(handled), outcomes, batch_jobs, left)
+
+
+class _WatchedTurn(threading.BoundedSemaphore):
+    """A claims-at-once bound that says when a thread first asks for it, and whether that
+    thread's database session was then inside a transaction."""
+
+    def __init__(self, app: Outbox) -> None:
+        super().__init__(1)
+        self.app = app
+        self.asked = threading.Event()
+        self.sessions_in_transaction: list[str] | None = None
+
+    def __enter__(self) -> bool:
+        if not self.asked.is_set():
+            with self.app.engine.connect() as conn:
+                self.sessions_in_transaction = list(
+                    conn.exec_driver_sql(
+                        "SELECT state FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND starts_with(state, 'idle in transaction') AND pid <> pg_backend_pid()"
+                    ).scalars()
+                )
+            self.asked.set()
+        return super().__enter__()
+
+
+def test_a_chained_claim_waits_for_its_turn_with_no_transaction_open(
+    postgres_database: str,
+    make_app: Callable[[str], Outbox],
+    commit_events: Callable[..., list[int]],
+) -> None:
+    """Waited for inside the finish's transaction, the turn would keep the finished job's row
+    locked meanwhile: the heartbeat pushing that job's lease back would wait for it while
+    holding other jobs' locks, whose threads hold the turn; a cycle no database can see."""
+    app = _chaining_app(make_app, postgres_database, noop)
+    commit_events(app.engine, 6)
+    (job,) = lease_claim_jobs(app, limit=1)
+    handler = app.get_handler("noop")
+    claim = claimer.run_claim_job(app, handler, job, lease_to=WORKER, keep=True)
+    assert claim is not None
+    assert claim.job is not None
+    turn = _WatchedTurn(app)
+    following = claimer.NextClaim(app, handler, job, WORKER, turn)
+    turn.acquire()  # another thread's claim holds the turn
+    finishing = threading.Thread(
+        target=run_batch_job, args=(app, handler, claim.job, claim.rows, following)
+    )
+    finishing.start()
+    assert turn.asked.wait(30)
+    turn.release()
+    finishing.join(30)
+    assert ([], True, 2) == (
+        turn.sessions_in_transaction,
+        following.made,
+        following.claim.size if following.claim else None,
+    )
