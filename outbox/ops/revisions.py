@@ -72,13 +72,22 @@ def shipped_revisions() -> list[str] | None:
     return ordered if len(ordered) == len(revises) else None
 
 
+def _alembic_revisions() -> list[str]:
+    """The revisions outbox ships, oldest first, as alembic reads them (importing them)."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(migrations_dir()))
+    scripts = ScriptDirectory.from_config(config)
+    return [script.revision for script in reversed(list(scripts.walk_revisions()))]
+
+
 def check_revision(engine: Engine) -> None:
     """Raise NewerSchemaError when the database is at a revision this outbox does not ship."""
     known = shipped_revisions()
     if known is None:
-        from outbox.ops.migrate import known_revisions
-
-        known = known_revisions()
+        known = _alembic_revisions()
     with engine.connect() as conn:
         recorded = migration.recorded_revisions(conn, VERSION_TABLE)
     for revision in recorded:
