@@ -27,8 +27,10 @@ from outbox._core.durations import duration
 from outbox._db import migration
 from outbox.exceptions import ConfigurationError, OutboxError
 from outbox.ops.progress import Phase, Progress, StoppedError
-from outbox.ops.revisions import VERSION_TABLE, NewerSchemaError, migrations_dir
+from outbox.ops.revisions import VERSION_TABLE as VERSION_TABLE
+from outbox.ops.revisions import NewerSchemaError as NewerSchemaError
 from outbox.ops.revisions import check_revision as check_revision
+from outbox.ops.revisions import migrations_dir as migrations_dir
 
 DEFAULT_LOCK_TIMEOUT_SECONDS = 5.0
 """How long a migration statement waits for a lock (float seconds) before its revision is
