@@ -116,21 +116,24 @@ def launch(command: list[str], tree: Path, *, probe_marks: bool = False) -> dict
     return run
 
 
-def phases(run: dict[str, Any]) -> dict[str, float]:
-    """Seconds of each phase of one probe run: launch to the interpreter's first line, the
-    imports, the pre-flight, the forks, and the first round of work."""
+def phases(run: dict[str, Any], clock: str = "at") -> dict[str, float]:
+    """Seconds of each phase of one probe run (``clock="cpu"``: CPU seconds of the process
+    that ran it): launch to the interpreter's first line, the imports, the pre-flight, the
+    forks, and the first round of work (wall-clock only: the worker's marks are log lines)."""
     marks: dict[str, float] = {}
     for mark in run["marks"]:
-        marks.setdefault(mark["what"], mark["at"])
-    checks_end = marks.get("forked", run["started"])
+        marks.setdefault(mark["what"], mark[clock])
     found = {
         "interpreter": marks["interpreter"],
         "import outbox": marks["import outbox"] - marks["interpreter"],
         "import outbox.cli": marks["import outbox.cli"] - marks["import outbox"],
-        "options": marks["app import start"] - marks["import outbox.cli"],
+        "options, and the command's module": marks["app import start"] - marks["import outbox.cli"],
         "import the application": marks["app imported"] - marks["app import start"],
-        "connect and pre-flight checks": checks_end - marks["app imported"],
     }
+    if clock == "cpu":
+        return found
+    checks_end = marks.get("forked", run["started"])
+    found["connect and pre-flight checks"] = checks_end - marks["app imported"]
     if "forked" in marks:
         found["after the fork, to the worker's start"] = run["started"] - marks["forked"]
     found["worker start to first claim"] = run["first_claim"] - run["started"]
@@ -181,15 +184,21 @@ def statement_counts(run: dict[str, Any]) -> list[dict[str, Any]]:
 def summarise(runs: list[dict[str, Any]], probes: list[dict[str, Any]]) -> dict[str, Any]:
     """One variant's figures: launch to first claim (time, CPU), to exit, and the phases."""
     by_phase: dict[str, list[float]] = {}
+    cpu_by_phase: dict[str, list[float]] = {}
     for probe in probes:
         for phase, seconds in phases(probe).items():
             by_phase.setdefault(phase, []).append(seconds)
+        for phase, seconds in phases(probe, "cpu").items():
+            cpu_by_phase.setdefault(phase, []).append(seconds)
     return {
         "first_claim": ms([r["first_claim"] for r in runs]),
         "first_claim_cpu_s": round(statistics.median(r["first_claim_cpu"] for r in runs), 3),
         "worker_started": ms([r["started"] for r in runs]),
         "exit": ms([r["exit"] for r in runs]),
         "phases_ms": {p: round(1000 * statistics.median(v), 1) for p, v in by_phase.items()},
+        "phases_cpu_ms": {
+            p: round(1000 * statistics.median(v), 1) for p, v in cpu_by_phase.items()
+        },
         "probe_first_claim": ms([p["first_claim"] for p in probes]),
         "statements_before_first_claim": statistics.median(
             len([s for s in p["statements"] if s["at"] < p["first_claim"]]) for p in probes
