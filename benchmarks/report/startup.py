@@ -17,6 +17,11 @@ def _label(variant: dict[str, Any]) -> str:
     return f"{variant['revision']}: `outbox work --burst{flag}`"
 
 
+def _phase(figures: dict[str, float], phase: str) -> str:
+    """A phase's milliseconds; a dash for a phase the variant has not (no fork)."""
+    return f"{figures[phase]:,.0f}" if phase in figures else DASH
+
+
 def startup(results: Results) -> Rendered:
     """Launch to first claim per revision and process count, beside the floors; the phases of
     the probe runs; what the imports cost."""
@@ -59,16 +64,15 @@ def startup(results: Results) -> Rendered:
         ["command", "launch to first claim (floors: to exit)", "to exit", "CPU s", "over base"],
         rows,
     )
-    phases = list(variants[0]["phases_ms"])
-    for variant in variants[1:]:
-        phases += [p for p in variant["phases_ms"] if p not in phases]
+    # In the order of the variant with the most phases (one with --processes: its fork).
+    phases = list(max((v["phases_ms"] for v in variants), key=len))
     lines += [
         "Where the time goes (the probe's runs, medians in ms; the probe's marks cost a little):",
         "",
     ]
     lines += table(
         ["phase", *(_label(v) for v in variants)],
-        [[phase, *(f"{v['phases_ms'].get(phase, 0):,.0f}" for v in variants)] for phase in phases]
+        [[phase, *(_phase(v["phases_ms"], phase) for v in variants)] for phase in phases]
         + [
             [
                 "statements before the first claim",
@@ -82,17 +86,24 @@ def startup(results: Results) -> Rendered:
         lines += table(
             ["phase", *(_label(v) for v in variants)],
             [
-                [phase, *(f"{v['phases_cpu_ms'].get(phase, 0):,.0f}" for v in variants)]
+                [phase, *(_phase(v["phases_cpu_ms"], phase) for v in variants)]
                 for phase in cpu_phases
             ],
         )
     imports = data.get("importtime", {})
     if imports:
-        lines += ["Imports of one `outbox work` run by package (`-X importtime`, self ms):", ""]
+        lines += [
+            "Imports of `outbox work` by package (`-X importtime`, self ms, least of 3 runs):",
+            "",
+        ]
         revisions = list(imports)
         width = max(len(imports[r]) for r in revisions)
+        names = {v["revision"] for v in variants} - {"head"}
         lines += table(
-            [f"{revision}: package, ms" for revision in revisions],
+            [
+                f"{next(iter(names)) if r == 'base' and names else r}: package, ms"
+                for r in revisions
+            ],
             [
                 [
                     f"`{imports[r][n]['package']}` {imports[r][n]['self_ms']:g}"
