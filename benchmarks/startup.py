@@ -39,10 +39,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._common import command_line, libpq_url, machine, scratch_database, write
+from benchmarks._common import (
+    command_line,
+    drop_database,
+    libpq_url,
+    machine,
+    scratch_database,
+    write,
+)
 from benchmarks.drain_throughput import APP, ROOT, load, prepare, remaining
 
 PROBE = Path(__file__).with_name("_startup_probe.py")
+DATABASE = "startup_bench"
 CLAIMED = "outbox.group.claimed"
 STARTED = "outbox.worker.started"
 FLOORS = {"python -c pass": "pass", "python -c 'import sqlalchemy'": "import sqlalchemy"}
@@ -220,7 +228,7 @@ def main() -> None:
         parser.error("--repeat and --events must be positive")
     python = sys.executable
     outbox = str(Path(python).parent / "outbox")
-    url = scratch_database("startup_bench")
+    url = scratch_database(DATABASE)
     dsn = libpq_url(url)
     prepare(url)
     results: dict[str, Any] = {
@@ -283,6 +291,7 @@ def main() -> None:
                 revision: importtime(python, tree, url) for revision, tree in trees.items()
             }
         finally:
+            drop_database(DATABASE)
             if args.base:
                 subprocess.run(
                     ["git", "worktree", "remove", "--force", str(trees["base"])],
