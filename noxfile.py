@@ -123,6 +123,7 @@ BENCHMARKS = (
     ("benchmarks.console_big_tables", "--buffer-rows", "10000000", "--archived-rows", "1000000"),
     ("benchmarks.ingest_http", "--events", "200000", "--batch", "500", "--producers", "8",
      "--runs", "3"),
+    ("benchmarks.startup", "--repeat", "11"),
 )  # fmt: skip
 
 

@@ -44,6 +44,7 @@ from benchmarks.report.peers import judged_peers, peers
 from benchmarks.report.scaling import autoscaling, scaling_read
 from benchmarks.report.sections import ORDER, TITLES
 from benchmarks.report.sinks import sink_nats, sink_rabbitmq, sink_redis
+from benchmarks.report.startup import startup
 from benchmarks.report.statements import statement_account
 from benchmarks.report.targets import LATENCY_RATE
 
@@ -69,6 +70,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "ingest_http": ingest_http,
     "scaling_read": scaling_read,
     "autoscaling": autoscaling,
+    "startup": startup,
 }
 
 

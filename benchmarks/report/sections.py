@@ -25,6 +25,7 @@ ORDER = (
     "ingest_http",
     "scaling_read",
     "autoscaling",
+    "startup",
 )
 
 
@@ -50,5 +51,6 @@ TITLES = {
     "ingest_http": "Ingest over HTTP",
     "scaling_read": "The desired-workers read",
     "autoscaling": "Autoscaling",
+    "startup": "Start-up of `outbox work`: launch to first claim",
     "migrations": "outbox migrate with 1,000,000 archive rows, per revision, up and down",
 }

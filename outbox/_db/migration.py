@@ -10,7 +10,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, Table, func, select
+from sqlalchemy import Connection, Engine, String, Table, column, func, inspect, select, table
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ColumnElement
@@ -69,6 +69,16 @@ def run_lock(engine: Engine, wait: float) -> AbstractContextManager[Connection |
     (``BEGIN IMMEDIATE``, waiting up to the busy timeout), committed at the end.
     """
     return _database(engine.dialect).run_lock(engine, wait)
+
+
+def recorded_revisions(conn: Connection, version_table: str) -> list[str]:
+    """The revisions alembic recorded in ``version_table`` (one row, unless the history
+    branched); none when the table does not exist (never migrated), as alembic reads it."""
+    if not inspect(conn).has_table(version_table):
+        return []
+    version_num = column("version_num", String)
+    found = conn.execute(select(version_num).select_from(table(version_table)))
+    return [str(revision) for revision in found.scalars()]
 
 
 def rerunnable_ddl(conn: Connection) -> None:

@@ -5,13 +5,13 @@ missing, and a worker that had to abandon in-flight work); 2 usage error (bad ``
 unknown handler, bad option); 3 database unreachable or unusable.
 
 A package: ``_main`` holds the command group and the options every command shares; each module
-of ``commands`` registers the commands of one topic; ``_signals`` is the one module that
-handles signals (a worker's two-stage stop, the supervisor of ``--processes``).
+of ``commands`` registers the commands of one topic, imported when one of its commands is asked
+for (``outbox work`` imports neither the archive's nor the console's code); ``_signals`` is the
+one module that handles signals (a worker's two-stage stop, the supervisor of ``--processes``).
 """
 
 from __future__ import annotations
 
-from outbox.cli import commands  # noqa: F401 - importing the commands registers them
 from outbox.cli._context import GC_THRESHOLD, Context, load_app, settle_heap
 from outbox.cli._logging import configure_logging
 from outbox.cli._main import main

@@ -85,7 +85,7 @@ def ready(app: Outbox, handlers: tuple[str, ...] | None = None) -> Outbox:
 
 def check_schema_revision(app: Outbox) -> None:
     """Refuse tables a newer outbox migrated past the revisions this one ships."""
-    from outbox.ops.migrate import check_revision
+    from outbox.ops.revisions import check_revision
 
     check_revision(app.engine)
 

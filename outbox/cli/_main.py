@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import click
 from click.core import ParameterSource
 
@@ -11,8 +13,68 @@ from outbox.cli._context import APP_ENV, Context
 from outbox.cli._logging import configure_logging
 from outbox.schema import GENERATION
 
+_COMMANDS = "outbox.cli.commands"
+# The module of ``outbox.cli.commands`` that registers each command, imported when the command
+# is asked for: ``outbox work`` then imports neither the archive's, the groups' nor the
+# console's code (some 50 ms of a worker's start-up). A test holds it equal to what the modules
+# register.
+COMMAND_MODULES = {
+    "archive": "archive",
+    "check": "status",
+    "dashboard": "dashboard",
+    "dead": "groups",
+    "demo": "demo",
+    "discard": "groups",
+    "distribute": "work",
+    "find": "groups",
+    "groups": "groups",
+    "held": "flow",
+    "history": "groups",
+    "migrate": "schema",
+    "migrate-buffers": "clock",
+    "notify": "notify",
+    "pause": "flow",
+    "prune": "archive",
+    "refused": "archive",
+    "reindex": "status",
+    "replay": "archive",
+    "resume": "flow",
+    "retry": "groups",
+    "run": "run",
+    "schema": "schema",
+    "show": "groups",
+    "status": "status",
+    "work": "work",
+    "workers": "workers",
+}
 
-@click.group()
+
+def register_all() -> None:
+    """Import every module of ``outbox.cli.commands``: all the commands registered."""
+    for module in sorted(set(COMMAND_MODULES.values())):
+        importlib.import_module(f"{_COMMANDS}.{module}")
+
+
+class CommandGroup(click.Group):
+    """The ``outbox`` group: a command's module is imported when the command is asked for;
+    every module for the list of commands (the help, completion) and for a name that is none
+    of them, so that click's suggestions see them all."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands:
+            module = COMMAND_MODULES.get(cmd_name)
+            if module is None:
+                register_all()
+            else:
+                importlib.import_module(f"{_COMMANDS}.{module}")
+        return super().get_command(ctx, cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        register_all()
+        return super().list_commands(ctx)
+
+
+@click.group(cls=CommandGroup)
 @click.option(
     "--app",
     "app_spec",

@@ -15,7 +15,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
@@ -28,8 +27,10 @@ from outbox._core.durations import duration
 from outbox._db import migration
 from outbox.exceptions import ConfigurationError, OutboxError
 from outbox.ops.progress import Phase, Progress, StoppedError
-
-VERSION_TABLE = "outbox_alembic_version"
+from outbox.ops.revisions import VERSION_TABLE as VERSION_TABLE
+from outbox.ops.revisions import NewerSchemaError as NewerSchemaError
+from outbox.ops.revisions import check_revision as check_revision
+from outbox.ops.revisions import migrations_dir as migrations_dir
 
 DEFAULT_LOCK_TIMEOUT_SECONDS = 5.0
 """How long a migration statement waits for a lock (float seconds) before its revision is
@@ -43,19 +44,6 @@ BASE = "base"
 """``--to base``: no outbox table at all."""
 
 
-class NewerSchemaError(OutboxError):
-    """The database is at a revision this outbox does not ship: a newer outbox migrated it."""
-
-    def __init__(self, revision: str, newest: str | None) -> None:
-        self.revision = revision
-        self.newest = newest
-        super().__init__(
-            f"this database's outbox tables are at revision {revision}, newer than this outbox "
-            f"knows (newest {newest}): upgrade outbox, or downgrade the tables with the newer "
-            f"outbox's `outbox migrate --to {newest}`"
-        )
-
-
 class DowngradeRefusedError(OutboxError):
     """A downgrade would drop rows, and dropping them was not accepted."""
 
@@ -66,15 +54,6 @@ class LockWaitError(OutboxError):
 
 class MigrationBusyError(OutboxError):
     """Another ``outbox migrate`` held the migration lock past the wait."""
-
-
-def migrations_dir() -> Path:
-    """Where the migration scripts are: inside the installed package, or the source tree."""
-    package = Path(__file__).resolve().parents[1]  # the outbox package
-    for candidate in (package / "_migrations", package.parent / "migrations"):
-        if (candidate / "env.py").is_file():
-            return candidate
-    raise FileNotFoundError("outbox's migration scripts are missing from this installation")
 
 
 def alembic_config(engine: Engine) -> Config:
@@ -110,11 +89,6 @@ def current_revision(engine: Engine) -> str | None:
 def _revision_on(conn: Connection) -> str | None:
     context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
     return context.get_current_revision()
-
-
-def check_revision(engine: Engine) -> None:
-    """Raise NewerSchemaError when the database is at a revision this outbox does not ship."""
-    _check_known(current_revision(engine))
 
 
 def _check_known(revision: str | None) -> None:

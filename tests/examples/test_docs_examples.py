@@ -41,11 +41,13 @@ import pytest
 
 from outbox import Outbox
 from outbox.cli import main
+from outbox.cli._main import register_all
 from outbox.worker import Worker
 from tests.sinks.kinds import nats as nats_kind
 from tests.sinks.kinds import rabbitmq as rabbitmq_kind
 from tests.sinks.kinds import redis as redis_kind
 
+register_all()  # every command in `main.commands`, as the pages name them
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [
     ROOT / "README.md",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sqlite3
 import time
 from typing import Any
 
@@ -44,6 +43,10 @@ def _enter_wal(cursor: Any) -> None:
     timeout would: SQLite asks no busy handler before it changes the journal mode, so a
     connection that meets a lock there (another process switching the same new file, or
     writing to it before the switch) would be refused at once with "database is locked"."""
+    # Imported here, where a connection's cursor is sqlite3's (so it is imported already): a
+    # worker on another database is spared it (a few ms of its start-up).
+    import sqlite3
+
     deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_SECONDS
     pause = 0.001
     while True:

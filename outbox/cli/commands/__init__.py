@@ -1,19 +1,8 @@
-"""The commands of ``outbox``, by topic; importing a module registers its commands on ``main``."""
+"""The commands of ``outbox``, by topic; importing a module registers its commands on ``main``.
 
-from outbox.cli.commands import (
-    archive,
-    clock,
-    dashboard,
-    demo,
-    flow,
-    groups,
-    notify,
-    run,
-    schema,
-    status,
-    work,
-    workers,
-)
+The command group imports a module when one of its commands is asked for
+(``outbox.cli._main.COMMAND_MODULES``), and every module for the help and for an unknown name.
+"""
 
 __all__ = [
     "archive",
