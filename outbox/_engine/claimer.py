@@ -327,16 +327,20 @@ def _claim_step(
     job: queries.JobRow,
     lease: Lease | None,
     keep: bool,
+    fenced: bool = False,
 ) -> Claim | None:
     """One claim of a claim job and what it makes of the job (kept, released or deleted), in
-    the caller's transaction; raises LeaseLost when the job is no longer ours."""
+    the caller's transaction; raises LeaseLost when the job is no longer ours. ``fenced``: the
+    caller has pushed the job's lease back in this transaction already."""
     claim = _claim(conn, app, handler, lease, held=job)
     more = claim is not None and claim.more
     if more and keep:
         # A one-statement claim that found rows has extended the lease: its fence.
         fenced_by_claim = app.supports.one_statement_claim and lease is not None
-        held = fenced_by_claim or queries.extend_lease(
-            conn, job.id, job.lease_token, app.settings.lease_seconds
+        held = (
+            fenced
+            or fenced_by_claim
+            or queries.extend_lease(conn, job.id, job.lease_token, app.settings.lease_seconds)
         )
     elif more:
         held = queries.release_job(conn, job.id, job.lease_token, delay_seconds=0, error=None)
@@ -356,9 +360,10 @@ class NextClaim:
     claimed before (see ``completion.finish_succeeded``): the finish and the next claim commit
     together, one transaction per group instead of two.
 
-    Offered only where the claim is fenced within its own statement (:func:`chains`): there,
-    a claim job whose lease was lost claims nothing and writes nothing, so the finish it rides
-    with need not be rolled back for it; ``lost`` says so instead.
+    A claim job whose lease was lost must then claim nothing and write nothing, so that the
+    finish it rides with need not be rolled back for it (``lost`` says so instead): on
+    PostgreSQL the claim's own statement is fenced by the lease; elsewhere the lease is pushed
+    back first, and nothing is claimed when that finds the job no longer ours.
     """
 
     def __init__(
@@ -392,8 +397,15 @@ class NextClaim:
         """Claim in ``conn``'s transaction (with :attr:`turn` taken); run again if that
         transaction is."""
         self.claim, self.lost = None, False
+        app, job = self._app, self._job
+        fenced = not app.supports.one_statement_claim
+        if fenced and not queries.extend_lease(
+            conn, job.id, job.lease_token, app.settings.lease_seconds
+        ):
+            self.lost = True
+            return
         try:
-            self.claim = _claim_step(conn, self._app, self._handler, self._job, self._lease, True)
+            self.claim = _claim_step(conn, app, self._handler, job, self._lease, True, fenced)
         except LeaseLost:
             self.lost = True
 
@@ -410,9 +422,9 @@ class NextClaim:
         claimed(self.claim)
 
 
-def chains(app: Outbox, handler: Handler[Any]) -> bool:
+def chains(handler: Handler[Any]) -> bool:
     """Whether a claim of ``handler``'s may ride with the finish of the group before it
-    (:class:`NextClaim`): on a database whose leased claim is one fenced statement, for a
-    handler whose groups are plain (no size in bytes, no keys, no order)."""
+    (:class:`NextClaim`): for a handler whose groups are plain (no size in bytes, no keys, no
+    order, no wait for a full batch), claimed by the plain claim."""
     plain = handler.max_batch_bytes is None and handler.group_by is None
-    return app.supports.one_statement_claim and plain and handler.ordering_key is None
+    return plain and handler.ordering_key is None and handler.max_wait is None

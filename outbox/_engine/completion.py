@@ -80,14 +80,20 @@ def finish_succeeded(
 
     # Every event succeeded: the group is finished in one statement where the database can,
     # and the next claim, if offered, rides with it.
-    whole = app.supports.one_statement_completion and not (discarded or retried or deferred)
+    whole = not (discarded or retried or deferred)
     chained = then if whole else None
     rode = False  # the next claim was made in the transaction that committed
+
+    def claim_next(conn: Connection) -> None:
+        nonlocal rode
+        if chained is not None:
+            chained(conn)
+            rode = True
 
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
         nonlocal rode
         rode = False
-        if whole:
+        if whole and app.supports.one_statement_completion:
             return finish_whole_group(conn, lenient)
         if not queries.delete_job(conn, job.id, job.lease_token):
             raise LeaseLost
@@ -152,6 +158,7 @@ def finish_succeeded(
                 lenient=lenient,
             )
         remaining = queries.delete_group_rows(conn, handler.table, group_id)
+        claim_next(conn)
         return BatchResult(
             handler=handler.name,
             group_id=group_id,
@@ -179,10 +186,7 @@ def finish_succeeded(
         if succeeded is None:
             raise LeaseLost
         crash_point(IN_COMPLETION)
-        if chained is not None:
-            nonlocal rode
-            chained(conn)
-            rode = True
+        claim_next(conn)
         return BatchResult(handler.name, group_id, attempt, SUCCEEDED, succeeded=succeeded)
 
     try:

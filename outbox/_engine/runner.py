@@ -248,15 +248,15 @@ class Runner:
         goes back through acquisition, so a long backlog cannot keep its thread from more urgent
         work. A capped handler's groups wait for a capped acquisition instead.
 
-        Where the database claims in one fenced statement, the next claim is made in the
-        transaction that finishes the group before it (:class:`claimer.NextClaim`).
+        While the claim job is kept, the next claim is made in the transaction that finishes
+        the group before it (:class:`claimer.NextClaim`).
         """
         capped = self.cap(handler.name) is not None
         deadline = time.monotonic() + CLAIM_LOOP_SECONDS
         results: list[BatchResult] = []
         missing: dict[str, str] = {}
         claimed = 0
-        chains = not capped and claimer.chains(self.app, handler)
+        chains = not capped and claimer.chains(handler)
         gate = self._claim_gates[handler.name]
 
         def ended(outcome: RunOutcome, *, released: bool = False) -> JobRun:

@@ -8,7 +8,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Result, Row, Select, Table, select, update
+from sqlalchemy import Connection, Result, Row, Select, Table, literal, select, update
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ColumnElement
 
 
@@ -78,10 +79,32 @@ def claim(conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only:
 def claim_returning(
     conn: Connection, table: Table, group_id: uuid.UUID, limit: int, only: Any = None
 ) -> Result[Any]:
-    """:func:`claim`, then every column of the rows it stamped: no ``UPDATE ... RETURNING``,
-    so the group is selected after it is stamped."""
-    claim(conn, table, group_id, limit, only)
-    return conn.execute(select(*table.c).where(table.c.group_id == group_id))
+    """:func:`claim`, and every column of the rows it stamped. No ``UPDATE ... RETURNING``: the
+    rows are picked whole (``FOR UPDATE SKIP LOCKED``, their ``group_id`` read as the one about
+    to be stamped), then stamped by id. Locked, they cannot change in between, so they are
+    what a SELECT after the stamp would read; a statement and a thousand ids read fewer.
+
+    A row whose values cannot be read leaves no ids to stamp: the same rows are then claimed by
+    :func:`claim` (this transaction holds their locks) before the error goes on, so that the
+    claim stands (see ``queries.fetch_claimed``).
+    """
+    stamped = literal(group_id, table.c.group_id.type).label("group_id")
+    pick = select(*(stamped if column.name == "group_id" else column for column in table.c))
+    pick = pick.where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
+    if only is not None:
+        pick = pick.where(only)
+    try:
+        # Read here, not by the caller: the ids are needed before the rows are handed back.
+        rows = conn.execute(pick.with_for_update(skip_locked=True)).freeze()
+    except DBAPIError:
+        raise
+    except Exception:
+        claim(conn, table, group_id, limit, only)
+        raise
+    ids = [row.id for row in rows.data]
+    if ids:
+        conn.execute(update(table).where(table.c.id.in_(ids)).values(group_id=group_id))
+    return rows()
 
 
 def count_exclusively(
