@@ -55,4 +55,13 @@ def idle_buffers(results: Results) -> Rendered:
         if key in data["per_call_median"]
     ]
     lines += table(["call", "statements", "wall ms", "client CPU ms", "server CPU ms"], body)
+    if data.get("database") == "postgresql":
+        lines += [
+            "The probes of the empty buffers are planned at each run until the driver prepares "
+            "them (psycopg: from the sixth run on a connection). In each round the calls "
+            "without a tick come first, after the one-by-one calls of the round before pushed "
+            "them out of psycopg's cache of 100 prepared statements: they show the probes "
+            "planned each time; the calls on a tick, prepared.",
+            "",
+        ]
     return lines, []

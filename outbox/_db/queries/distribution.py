@@ -26,8 +26,9 @@ _jobs = schema.jobs
 _handlers = schema.handlers
 
 PROBES_PER_STATEMENT = 200
-"""Buffers one statement looks into: below SQLite's limit of 500 terms in a compound SELECT,
-and few enough that PostgreSQL plans the statement in well under a millisecond."""
+"""Buffers one statement looks into: below SQLite's limit of 500 terms in a compound SELECT, and
+few enough to keep PostgreSQL's planning in proportion: 1,000 buffers took it 1.4 s to plan in
+one statement, 0.2 s in five of 200 (planning a union grows faster than its terms)."""
 
 
 def tables_with_unclaimed(conn: Connection, tables: Sequence[Table]) -> set[Table]:
@@ -36,8 +37,9 @@ def tables_with_unclaimed(conn: Connection, tables: Sequence[Table]) -> set[Tabl
     One probe per table, as :func:`outbox._db.queries.any_unclaimed` makes it (the first
     entry of the partial index ``ix_<table>_unclaimed``: ORDER BY id keeps the planner on it),
     joined by UNION ALL into one statement per :data:`PROBES_PER_STATEMENT` tables: an empty
-    buffer costs the server one index probe and the caller no round trip of its own. A table
-    that does not exist fails the whole statement (the caller finds out which one apart).
+    buffer costs the server its probe's planning and one index probe, and the caller no round
+    trip of its own. A table that does not exist fails the whole statement (the caller finds
+    out which one apart).
     """
     found: set[Table] = set()
     for start in range(0, len(tables), PROBES_PER_STATEMENT):
