@@ -21,8 +21,12 @@ and the PostgreSQL backends' CPU time (``/proc`` of the database's backends, whe
 runs on this machine). The claim jobs a distribution enqueues are deleted between calls, so
 that every call finds the same work.
 
-    python -m benchmarks.idle_buffers --buffers 1000 --busy 10 --ticks 10 --rounds 3
-    python -m benchmarks.idle_buffers --url mysql+pymysql://root@127.0.0.1:3306/idle_buffers_bench
+    python -m benchmarks.idle_buffers --buffers 1000 --busy 10 --ticks 8 --rounds 3
+    python -m benchmarks.idle_buffers --ticks 3 --rounds 2 \
+        --url mysql+pymysql://root@127.0.0.1:3306/idle_buffers_bench
+
+``--url``: a database made for it beforehand (MariaDB's, for instance), whose tables it drops
+and makes again, and leaves; without it, a PostgreSQL scratch database, dropped at the end.
 """
 
 from __future__ import annotations
