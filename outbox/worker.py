@@ -519,13 +519,9 @@ class Worker:
     def _distribute(self, names: list[str]) -> int:
         """Distribute for these handlers; returns the claim jobs enqueued. A handler whose
         buffer table is missing is set aside, and the others are distributed for all the same."""
-        enqueued = 0
-        for name in names:
-            try:
-                enqueued += distributor.distribute_handler(self.app, self.handlers[name]).enqueued
-            except BufferTableMissingError as error:
-                self._missing.set_aside(error.missing)
-        return enqueued
+        handlers = [self.handlers[name] for name in names]
+        done = distributor.distribute(self.app, handlers, on_missing=self._missing.set_aside)
+        return distributor.enqueued(done)
 
     def _heartbeat(self) -> None:
         """Heartbeat now (the maintenance thread does at each interval)."""

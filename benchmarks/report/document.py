@@ -38,6 +38,7 @@ from benchmarks.report.drain import (
 from benchmarks.report.enqueue import enqueue_cost
 from benchmarks.report.flow import drain_rate_limited, handler_outcomes
 from benchmarks.report.generic import generic
+from benchmarks.report.idle import idle_buffers
 from benchmarks.report.latency import latency_rate, wakeup_latency, wakeup_latency_group
 from benchmarks.report.memory import autovacuum, gc_settle, memory_bloat
 from benchmarks.report.peers import judged_peers, peers
@@ -55,6 +56,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "handler_outcomes": handler_outcomes,
     "peers": peers,
     "enqueue_cost": enqueue_cost,
+    "idle_buffers": idle_buffers,
     "scale": scale,
     "claim_contention": claim_contention,
     "claim_floor": claim_floor,

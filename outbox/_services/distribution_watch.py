@@ -75,8 +75,14 @@ class DistributionWatch:
         """Look at each handler once; returns the handlers whose events wait undistributed
         past :func:`alert_after`, with the age of the oldest."""
         selected = [self.app.handlers[name] for name in handlers]
+        tables = list(dict.fromkeys(h.table for h in selected))
         with self.app.engine.connect() as conn:
-            ages = {h.name: undistributed_age(conn, h) for h in selected}
+            # Only a buffer with a row unclaimed can have one waiting undistributed: the empty
+            # ones are found in one statement rather than looked into one by one.
+            waiting = queries.tables_with_unclaimed(conn, tables) if len(tables) > 1 else tables
+            ages = {
+                h.name: undistributed_age(conn, h) if h.table in waiting else None for h in selected
+            }
         late = {
             h.name: age
             for h in selected

@@ -63,6 +63,11 @@ from outbox._db.queries.deliveries import (
     newest_due_jobs,
     overdue_jobs,
 )
+from outbox._db.queries.distribution import (
+    claim_jobs_pending,
+    tables_with_unclaimed,
+    take_distribution_ticks,
+)
 from outbox._db.queries.groups import (
     ARCHIVED,
     LIVE,
@@ -292,6 +297,7 @@ __all__ = [
     "buffer_event",
     "claim_group_with_job",
     "claim_job_slots",
+    "claim_jobs_pending",
     "claim_rows",
     "claim_rows_returning",
     "claim_rows_sized",
@@ -414,7 +420,9 @@ __all__ = [
     "silent_holders",
     "switch_default_to_utc",
     "table_indexes",
+    "tables_with_unclaimed",
     "take_distribution_tick",
+    "take_distribution_ticks",
     "throughput_buckets",
     "throughput_since",
     "touch_worker",
