@@ -134,6 +134,8 @@ class Logger:
         self, level: int, event: str, fields: dict[str, Any], *, exc_info: bool = False
     ) -> None:
         if structlog.is_configured():
+            if level < _structlog_floor:
+                return
             method = "exception" if exc_info else logging.getLevelName(level).lower()
             getattr(self._structlog, method)(event, **fields)
             return
@@ -152,6 +154,18 @@ class Logger:
             extra={"event": event, **extra},
             stacklevel=_CALLER,
         )
+
+
+_structlog_floor = logging.NOTSET
+
+
+def filter_below(level: int) -> None:
+    """Say that the process's structlog configuration drops events below ``level`` (the
+    ``outbox`` command's ``--log-level``): such an event then costs a comparison, where
+    structlog would build a bound logger for it first (its loggers are not cached, so that a
+    configuration made later is followed)."""
+    global _structlog_floor
+    _structlog_floor = level
 
 
 def get_logger(name: str) -> Logger:

@@ -16,6 +16,7 @@ def configure_logging(level: str, fmt: str) -> None:
         renderer = structlog.processors.JSONRenderer()
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    floor = logging.getLevelNamesMapping()[level.upper()]
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -23,9 +24,7 @@ def configure_logging(level: str, fmt: str) -> None:
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        wrapper_class=structlog.make_filtering_bound_logger(floor),
         # One write per line (print() writes the line and its newline apart): the workers of
         # `outbox work --processes N` share stderr, and a line must not land inside another.
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
