@@ -127,6 +127,7 @@ from outbox._db.queries.jobs import (
     extend_lease,
     extend_leases,
     hold_refused_job,
+    in_flight,
     insert_batch_job,
     insert_claim_jobs,
     job_counts,
@@ -138,6 +139,7 @@ from outbox._db.queries.jobs import (
     release_refused_jobs,
     return_job,
     undistributed_age,
+    within_cap,
 )
 from outbox._db.queries.limits import (
     Spend,
@@ -352,6 +354,7 @@ __all__ = [
     "hold_back",
     "hold_keys",
     "hold_refused_job",
+    "in_flight",
     "in_order",
     "index_bytes",
     "ingested_event",
@@ -425,6 +428,7 @@ __all__ = [
     "unlock_conversions",
     "waiting_rows",
     "window_usage",
+    "within_cap",
     "worker_request",
     "worker_rows",
 ]
