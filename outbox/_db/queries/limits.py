@@ -203,7 +203,7 @@ def _windows(handler: str, keys: Sequence[str]) -> Select[Any]:
 
 def _by_key(values: Mapping[str, ColumnElement[Any]]) -> ColumnElement[Any]:
     """The value for each row of one UPDATE, chosen by the row's key."""
-    return case({key: value for key, value in values.items()}, value=_limits.c.key)
+    return case(dict(values), value=_limits.c.key)
 
 
 def _strictest(spends: Sequence[Spend]) -> list[Spend]:
