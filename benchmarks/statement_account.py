@@ -3,6 +3,9 @@ r"""The statement account: every statement a drain sends PostgreSQL, per group, 
 
     python -m benchmarks.statement_account --events 200000 --batch-size 1000 --processes 1,2
 
+``--variants 'burst, P=1;rate limit'`` runs only those (``--results NAME``: the file they go
+to in ``benchmarks/results/``, so that a partial run leaves the whole one's alone).
+
 ``pg_stat_statements`` must be preloaded, which the machine's own server is not (and should
 not be for this: other work shares it), so the benchmark starts a private PostgreSQL 15 cluster
 of its own (``initdb`` and ``pg_ctl`` into a temporary directory, on ``--port``, as the
@@ -163,8 +166,8 @@ LABELS: list[tuple[str, str]] = [
      "claim: any more unclaimed?"),
     (r"^SELECT bench_events\..* WHERE bench_events\.group_id = ", "load the group's rows"),
     (r"^INSERT INTO outbox_jobs \(kind, handler, group_id", "insert the batch job"),
-    (r"pg_advisory_xact_lock", "capped acquisition: lock the handler"),
-    (r"^SELECT count\(\*\) AS count_1 FROM outbox_jobs", "capped acquisition: count in flight"),
+    (r"pg_advisory_xact_lock", "cap: lock the handler"),
+    (r"^SELECT count\(\*\) AS count_1 FROM outbox_jobs", "cap: count in flight"),
     (r"^UPDATE outbox_workers SET heartbeat_at", "heartbeat"),
     (r"outbox_throughput", "throughput record"),
     (r"^SELECT outbox_handlers\.name, outbox_handlers\.paused_at", "read pauses and breakers"),
@@ -183,6 +186,8 @@ LABELS: list[tuple[str, str]] = [
     (r"^DELETE FROM outbox_jobs WHERE outbox_jobs\.id", "delete the claim job"),
     (r"^INSERT INTO outbox_rate_limits", "rate limit: make its rows"),
     (r"^SELECT outbox_rate_limits\.key FROM .* FOR UPDATE", "rate limit: lock its rows"),
+    (r"^SELECT outbox_rate_limits\.key, outbox_rate_limits\.starts.* FOR UPDATE",
+     "rate limit: lock its rows, read windows"),
     (r"^SELECT outbox_rate_limits\.key, outbox_rate_limits\.starts", "rate limit: read windows"),
     (r"^UPDATE outbox_rate_limits", "rate limit: reserve the turn"),
     (r"^UPDATE outbox_jobs SET lease_expires_at", "extend leases"),
@@ -331,6 +336,13 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=1000)
     parser.add_argument("--processes", default="1,2", help="comma-separated process counts")
     parser.add_argument("--port", type=int, default=5499, help="the private cluster's port")
+    parser.add_argument(
+        "--variants",
+        default="",
+        help="semicolon-separated variants to run (all by default): 'burst, P=1;rate limit'",
+    )
+    parser.add_argument("--results", default="statement_account",
+                        help="the results file's name, in benchmarks/results/")  # fmt: skip
     args = parser.parse_args()
     if not 0 < args.batch_size <= args.events:
         parser.error("--batch-size must be at least 1 and at most --events")
@@ -348,6 +360,12 @@ def main() -> None:
         ("concurrency cap", 1, {"BENCH_CONCURRENCY": str(CONCURRENCY_CAP)}),
         ("circuit breaker", 1, {"BENCH_BREAKER": str(BREAKER_FAILURES)}),
     ]
+    if args.variants:
+        wanted = {name.strip() for name in args.variants.split(";") if name.strip()}
+        unknown = wanted - {name for name, _, _ in variants}
+        if unknown:
+            parser.error(f"no such variant: {', '.join(sorted(unknown))}")
+        variants = [v for v in variants if v[0] in wanted]
     results: dict[str, Any] = {
         "benchmark": "statement_account",
         "command": command_line("benchmarks.statement_account", args),
@@ -395,7 +413,7 @@ def main() -> None:
             print(f"{name}: {row['calls_per_group']} statements/group, "
                   f"{row['server_ms_per_group']} ms/group in the server "
                   f"(backends' CPU {server_cpu} s), {seconds:.1f} s", flush=True)  # fmt: skip
-    print(f"results in {write('statement_account', results)}")
+    print(f"results in {write(args.results, results)}")
 
 
 if __name__ == "__main__":

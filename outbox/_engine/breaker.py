@@ -9,6 +9,12 @@ probes: workers run the handler one group at a time, fleet-wide (a cap of one, e
 0); a probe that fails opens it again, for twice as long. Deferrals, failures the data
 caused, lost leases and refused writes are not failures of the downstream and count for
 nothing.
+
+A success writes only where there is a count to reset. The worker's view of the breakers
+(``FlowState``, read every second) says where one may be: a handler whose count was read as
+none, and for which this worker counted no failure since, has none to reset, and its
+successes cost the database nothing. A failure another process counted since that read is
+seen at the next one: a success in that second does not break the run it belongs to.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from sqlalchemy import Connection
 
 from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
+from outbox._engine.flow_state import FlowState
 from outbox.app import Outbox
 from outbox.breaker import CircuitBreaker
 from outbox.handler import Handler
@@ -29,10 +36,17 @@ log = _log.get_logger(__name__)
 
 
 def record(
-    app: Outbox, handler: Handler[Any], breaker: CircuitBreaker, result: BatchResult
+    app: Outbox,
+    handler: Handler[Any],
+    breaker: CircuitBreaker,
+    result: BatchResult,
+    flow: FlowState,
 ) -> bool:
-    """Count one batch result; True when the breaker opened or closed."""
+    """Count one batch result; True when the breaker opened or closed. ``flow``: what the
+    worker knows of its handlers' breakers (a success with no count to reset writes nothing)."""
     if result.outcome == SUCCEEDED:
+        if not flow.counting(handler.name):
+            return False
         closed = run_in_transaction(
             app.engine, lambda conn: queries.reset_breaker(conn, handler.name)
         )
@@ -43,9 +57,13 @@ def record(
         # Only the downstream's failures: a poison event (DataError, or a group bisection is
         # isolating it in) says nothing about the downstream's health.
         return False
+    # Noted before it is written (a success of another thread meanwhile must reset it) and
+    # again once committed (a refresh whose read began before the commit did not see it).
+    flow.note_failure(handler.name)
     opened = run_in_transaction(
         app.engine, lambda conn: _count_failure(conn, app, handler, breaker, result.error)
     )
+    flow.note_failure(handler.name)
     if opened is None:
         return False
     seconds, trips, why = opened

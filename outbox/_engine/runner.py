@@ -17,8 +17,9 @@ What the runner decides, the same for every caller:
   here at once, and the result is counted (stats, throughput);
 - a claim job claims again while full batches wait, for up to ``CLAIM_LOOP_SECONDS``, through
   a gate of ``claims_in_flight`` claims per handler; a handler with a fleet-wide cap (its
-  ``concurrency``, or one group while its breaker probes) leaves its groups to a capped
-  acquisition.
+  ``concurrency``, or one group while its breaker probes) handles a claimed group only once
+  its groups in flight, that one among them, are counted within the cap, and otherwise leaves
+  it to a capped acquisition.
 
 The runner holds no thread and no loop: it runs in its caller's thread. A database error other
 than a missing table goes up to the caller, the job still leased (its lease runs out and the
@@ -246,17 +247,17 @@ class Runner:
         and is handled here at once: no second trip through the job table. While full batches
         keep coming, the claim job stays leased and runs again; after ``CLAIM_LOOP_SECONDS`` it
         goes back through acquisition, so a long backlog cannot keep its thread from more urgent
-        work. A capped handler's groups wait for a capped acquisition instead.
+        work. A capped handler's group is handled here only while its cap has room (see
+        :meth:`_within_cap`); otherwise it waits for a capped acquisition, and so does the rest.
 
         While the claim job is kept, the next claim is made in the transaction that finishes
-        the group before it (:class:`claimer.NextClaim`).
+        the group before it (:class:`claimer.NextClaim`), but for a capped handler's.
         """
-        capped = self.cap(handler.name) is not None
         deadline = time.monotonic() + CLAIM_LOOP_SECONDS
         results: list[BatchResult] = []
         missing: dict[str, str] = {}
         claimed = 0
-        chains = not capped and claimer.chains(handler)
+        chains = self.cap(handler.name) is None and claimer.chains(handler)
         gate = self._claim_gates[handler.name]
 
         def ended(outcome: RunOutcome, *, released: bool = False) -> JobRun:
@@ -277,10 +278,9 @@ class Runner:
                     self.give_back(job, counted=False)
                     return ended(RunOutcome.PAUSED)
                 with gate:
-                    lease_to = None if capped else self.worker_id
                     try:
                         claim = claimer.run_claim_job(
-                            self.app, handler, job, lease_to=lease_to, keep=not capped
+                            self.app, handler, job, lease_to=self.worker_id, keep=True
                         )
                     except DBAPIError as error:
                         found = self.table_missing(handler, error)
@@ -289,6 +289,12 @@ class Runner:
                         missing.update(found)
                         self.give_back(job, counted=False)
                         return ended(RunOutcome.TABLE_MISSING)
+            if claim is not None and not self._within_cap(handler, claim):
+                # The cap is full: the group waits for a capped acquisition, and so do the
+                # groups after it (the claim job goes back rather than claim them one by one).
+                if claim.more:
+                    claimer.release_claim_job(self.app, job)
+                return ended(RunOutcome.RAN, released=claim.more)
             more = claim is not None and claim.more
             due = not self._stopping() and time.monotonic() < deadline
             # The next claim rides with this group's finish when this thread would claim
@@ -315,6 +321,28 @@ class Runner:
                 # Still held, more rows waiting: back to the job table for whoever is next.
                 claimer.release_claim_job(self.app, job)
                 return ended(RunOutcome.RAN, released=True)
+
+    def _within_cap(self, handler: Handler[Any], claim: claimer.Claim) -> bool:
+        """Whether a group a claim leased here may be handled under its handler's fleet-wide
+        cap (:meth:`cap`); given back unattempted, to wait for a capped acquisition, if not.
+
+        The claim leased it (its rows came with it, and the claim job stays held), and then the
+        handler's groups in flight are counted as a capped acquisition counts them, its own
+        among them: one short transaction, where the claim used to lease nothing and its group
+        went through the job table, a capped acquisition and a second read of its rows. A
+        worker killed in between loses nothing: the lease runs out and the group is rescued.
+        """
+        cap = self.cap(handler.name)
+        if cap is None or claim.job is None:
+            return True
+        leased = claim.job
+        room = run_in_transaction(
+            self.app.engine,
+            lambda conn: queries.within_cap(conn, self.app.dialect, handler.name, cap),
+        )
+        if not room:
+            self.give_back(leased, counted=False)
+        return room
 
     def handle_claim(
         self, claim: claimer.Claim | None, then: claimer.NextClaim | None = None
@@ -352,7 +380,7 @@ class Runner:
             self._throughput.note(result)
         if handler.circuit_breaker is not None:
             try:
-                if _breaker.record(self.app, handler, handler.circuit_breaker, result):
+                if _breaker.record(self.app, handler, handler.circuit_breaker, result, self.flow):
                     self.flow.refresh()  # it opened or closed: known here at once
             except DBAPIError as error:
                 # The outcome is written; only the breaker's count missed it.

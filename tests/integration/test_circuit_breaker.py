@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import itertools
 import time
+import uuid
 from collections.abc import Callable
 
 import pytest
 
 from outbox import Batch, CircuitBreaker, ConfigurationError, Outbox, RetryAfter, RetryPolicy
 from outbox._db import queries
+from outbox._engine import breaker as _breaker
 from outbox._engine import claimer
+from outbox._engine.flow_state import FlowState
 from outbox.ops import flow, metrics
+from outbox.results import SUCCEEDED, BatchResult
 from outbox.testing import drain
 from outbox.worker import Worker
 from tests.models import ActivityEvent
@@ -93,6 +97,61 @@ def test_a_success_breaks_the_run_of_failures(
         status.consecutive_failures,
         status.paused,
     )
+
+
+def test_a_success_breaks_a_run_of_failures_another_worker_counted(
+    database_url: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """Failures another worker counted are reset by a success here once this worker has read
+    them (its view of the breakers is read at its start and every second): two failures
+    elsewhere, a success here, two failures here: two in a row, the breaker closed."""
+    app = make_app(database_url)
+    outcomes = iter([True, False, False])
+
+    @app.handler(
+        ActivityEvent, batch_size=1, retry=RetryPolicy(max_attempts=1), circuit_breaker=BREAKER
+    )
+    def flaky(batch: Batch[ActivityEvent]) -> None:
+        if not next(outcomes):
+            raise RuntimeError("503")
+
+    with app.engine.begin() as conn:
+        queries.lock_handler_state(conn, app.dialect, "flaky")
+        queries.set_breaker_counts(conn, "flaky", failures=2, trips=0)
+    commit_events(app.engine, 3)
+    stats = drain(app).stats
+    status = _status(app)
+    assert (1, 2, "closed", 2, False) == (
+        stats.groups_succeeded,
+        stats.groups_dead,
+        status.breaker,
+        status.consecutive_failures,
+        status.paused,
+    )
+
+
+def test_a_worker_whose_view_of_the_breakers_is_stale_resets_the_count(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """A success skips the reset only on a view read within two refresh periods: a view never
+    refreshed (or long ago) says a count may be there, and the success resets it."""
+    app = make_app(database_url)
+
+    @app.handler(ActivityEvent, batch_size=1, circuit_breaker=BREAKER)
+    def fine(batch: Batch[ActivityEvent]) -> None:
+        """Accept every event."""
+
+    with app.engine.begin() as conn:
+        queries.lock_handler_state(conn, app.dialect, "fine")
+        queries.set_breaker_counts(conn, "fine", failures=2, trips=0)
+    view = FlowState(app, refresh_every=60.0)
+    success = BatchResult(
+        handler="fine", group_id=uuid.uuid4(), attempt=1, outcome=SUCCEEDED, size=1
+    )
+    assert view.counting("fine")
+    _breaker.record(app, app.get_handler("fine"), BREAKER, success, view)
+    view.refresh()
+    assert (0, False) == (_status(app).consecutive_failures, view.counting("fine"))
 
 
 def test_deferrals_are_not_failures(

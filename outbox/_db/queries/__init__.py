@@ -132,6 +132,7 @@ from outbox._db.queries.jobs import (
     extend_lease,
     extend_leases,
     hold_refused_job,
+    in_flight,
     insert_batch_job,
     insert_claim_jobs,
     job_counts,
@@ -143,6 +144,7 @@ from outbox._db.queries.jobs import (
     release_refused_jobs,
     return_job,
     undistributed_age,
+    within_cap,
 )
 from outbox._db.queries.limits import (
     Spend,
@@ -358,6 +360,7 @@ __all__ = [
     "hold_back",
     "hold_keys",
     "hold_refused_job",
+    "in_flight",
     "in_order",
     "index_bytes",
     "ingested_event",
@@ -433,6 +436,7 @@ __all__ = [
     "unlock_conversions",
     "waiting_rows",
     "window_usage",
+    "within_cap",
     "worker_request",
     "worker_rows",
 ]

@@ -174,13 +174,9 @@ def lease_job(
         if found is None:
             return None
         cap = caps.get(found.handler)
-        if cap is not None and found.kind == schema.JobKind.BATCH:
-            mine = (_jobs.c.handler == found.handler, _jobs.c.kind == schema.JobKind.BATCH)
-            running = dialects.statements(dialect).count_exclusively(
-                conn, f"outbox:{found.handler}", mine, _jobs.c.lease_expires_at.is_not(None)
-            )
-            if running >= cap:
-                return None
+        batch = found.kind == schema.JobKind.BATCH
+        if batch and cap is not None and in_flight(conn, dialect, found.handler) >= cap:
+            return None
     pick = select(_jobs.c.id).where(
         _jobs.c.id == job_id,
         _jobs.c.lease_token.is_(None),
@@ -215,13 +211,7 @@ def acquire_capped_batch_jobs(
     ``uq_outbox_jobs_claim_slot``'s leading ``handler``), so a second worker's count waits for
     the first one's leases to commit, and then sees them.
     """
-    mine = (_jobs.c.handler == handler, _jobs.c.kind == schema.JobKind.BATCH)
-    # In flight: leased, and not refused (a refused group runs nowhere).
-    in_flight = _jobs.c.lease_expires_at.is_not(None)
-    running = dialects.statements(dialect).count_exclusively(
-        conn, f"outbox:{handler}", mine, in_flight
-    )
-    room = min(cap - int(running), limit)
+    room = min(cap - in_flight(conn, dialect, handler), limit)
     if room <= 0:
         return []
     return acquire_jobs(
@@ -236,6 +226,27 @@ def acquire_capped_batch_jobs(
         kind=schema.JobKind.BATCH,
         fresh_first=fresh_first,
     )
+
+
+def in_flight(conn: Connection, dialect: str, handler: str) -> int:
+    """A capped handler's groups in flight: its batch jobs leased, and not refused (a refused
+    group runs nowhere), counted exclusively (see :func:`acquire_capped_batch_jobs`): no other
+    session counts or leases a batch job of the handler under the cap until this transaction
+    ends, and this count sees every lease committed before it."""
+    mine = (_jobs.c.handler == handler, _jobs.c.kind == schema.JobKind.BATCH)
+    leased = _jobs.c.lease_expires_at.is_not(None)
+    return int(
+        dialects.statements(dialect).count_exclusively(conn, f"outbox:{handler}", mine, leased)
+    )
+
+
+def within_cap(conn: Connection, dialect: str, handler: str, cap: int) -> bool:
+    """Whether a capped handler's groups in flight, a group just leased among them, are no
+    more than its ``cap``: a claim that leased its group to its worker asks before handling
+    it. Counting its own lease keeps the cap whatever order the fleet's leases commit in: of
+    two claims leased at once, each sees the other's lease or counts before it commits and is
+    then seen by it (the count is exclusive, as a capped acquisition's)."""
+    return in_flight(conn, dialect, handler) <= cap
 
 
 def extend_leases(

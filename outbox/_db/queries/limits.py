@@ -5,11 +5,22 @@ from __future__ import annotations
 import datetime as dt
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, delete, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Select,
+    Text,
+    case,
+    delete,
+    literal,
+    or_,
+    select,
+    update,
+)
 
 from outbox import schema
 from outbox._core.checks import MAX_WAIT_SECONDS
@@ -23,6 +34,9 @@ _limits = schema.rate_limits
 # stays counted a little longer), so that a row holds about a thousand entries at most whatever
 # the limit: a few kilobytes, which every database's TEXT holds.
 GRAIN_PER_WINDOW = 1000
+# A locking read of the limits' rows that took longer than this waited for their locks (or for
+# the machine): its clock, read as it began, is read again once they are held.
+READ_AGAIN_AFTER_SECONDS = 0.005
 # The longest a call's own keys' limits may hold it past the fleet-wide limits' turn and still
 # be reserved (see :func:`reserve`).
 KEY_WAIT_RESERVED_SECONDS = 0.05
@@ -67,19 +81,26 @@ def reserve(
     starts only move forwards, so no later reservation lands in an earlier one's window
     unseen. The rows are locked (``FOR UPDATE``, in key order; SQLite's transaction holds the
     write lock) until the transaction ends: sessions reserving at once are served one after
-    the other, each after the other's reservation. The clock is read after the locks are held,
-    so a session that waited for them reserves from when it got them.
+    the other, each after the other's reservation. The rows are locked and read, with the
+    database's clock, in one statement; that clock is read as the statement begins, so a
+    statement that took longer than :data:`READ_AGAIN_AFTER_SECONDS` (it waited for the locks)
+    reads the rows and the clock again once it holds them, and a session that waited reserves
+    from when it got them. A clock read up to that much before the locks were held is on the
+    safe side: the caller's ``asked_at`` is taken before it, so the caller's lateness, counted
+    from there, can only be overstated.
     """
     spends = _strictest(spends)
     keys = sorted({spend.key for spend in spends})
-    _lock(conn, dialect, handler, keys)
     asked_at = time.monotonic()
-    rows = conn.execute(
-        select(_limits.c.key, _limits.c.starts, age_seconds(_limits.c.tat), db_now()).where(
-            _limits.c.handler == handler, _limits.c.key.in_(keys)
-        )
-    ).all()
+    rows = _lock_and_read(conn, dialect, handler, keys)
     told_at = time.monotonic()
+    if told_at - asked_at > READ_AGAIN_AFTER_SECONDS:
+        # The locking read waited (for another session's reservation, or the machine): its
+        # clock, read as it began, is behind the locks by that much. Read again, the locks
+        # held, so that the call is reserved from now rather than found late and reserved twice.
+        asked_at = time.monotonic()
+        rows = conn.execute(_windows(handler, keys)).all()
+        told_at = time.monotonic()
     read_at = rows[0][3]
     now = _epoch(read_at)
     floors = {key: now if age is None else now - float(age) for key, _, age, _ in rows}
@@ -99,19 +120,24 @@ def reserve(
         return Turn(wait, False, asked_at, told_at)
     # The times are written from the clock read above, not from the update's: a process held
     # up between the two would otherwise put the next start that much later, every time.
+    # One UPDATE for every row (each row's values chosen by its key), not one per row.
+    starts, tats, untils = {}, {}, {}
     for spend in spends:
         entries = [(at, cost) for at, cost in logs[spend.key] if at > now - spend.window]
         entries.append((start, spend.cost))
         last = max(at for at, _ in entries)
-        conn.execute(
-            update(_limits)
-            .where(and_(_limits.c.handler == handler, _limits.c.key == spend.key))
-            .values(
-                starts=_format(entries, spend.window / GRAIN_PER_WINDOW),
-                tat=time_plus(read_at, _capped(max(floors[spend.key], start) - now)),
-                starts_until=time_plus(read_at, _capped(last + spend.window - now)),
-            )
+        starts[spend.key] = literal(_format(entries, spend.window / GRAIN_PER_WINDOW), Text())
+        tats[spend.key] = time_plus(read_at, _capped(max(floors[spend.key], start) - now))
+        untils[spend.key] = time_plus(read_at, _capped(last + spend.window - now))
+    conn.execute(
+        update(_limits)
+        .where(_limits.c.handler == handler, _limits.c.key.in_(keys))
+        .values(
+            starts=_by_key(starts),
+            tat=_by_key(tats),
+            starts_until=_by_key(untils),
         )
+    )
     return Turn(wait, True, asked_at, told_at)
 
 
@@ -139,19 +165,45 @@ def hold_back(
 
 def _lock(conn: Connection, dialect: str, handler: str, keys: Sequence[str]) -> None:
     """Lock the limits' rows, made first where missing."""
-    rows = [{"handler": handler, "key": key} for key in keys]
+    _lock_and_read(conn, dialect, handler, keys)
+
+
+def _lock_and_read(
+    conn: Connection, dialect: str, handler: str, keys: Sequence[str]
+) -> Sequence[Any]:
+    """Lock the limits' rows (made first where missing) and read them: their windows, as
+    :func:`_windows` reads them."""
+    # The rows exist but for a limit's first reservation (or one of a key gone quiet long
+    # enough for :func:`delete_idle_limits`): they are locked first, and made only when the
+    # lock found fewer than asked for, not inserted again on every reservation.
+    rows = conn.execute(_windows(handler, keys).with_for_update()).all()
+    if len(rows) == len(keys):
+        return rows
+    made = [{"handler": handler, "key": key} for key in keys]
     # Twice at most: a row :func:`delete_idle_limits` removed between the insert and the lock
     # is inserted again (a removed row held no state: its window had passed).
     for _ in range(2):
-        dialects.statements(dialect).insert_ignoring_duplicates(conn, _limits, rows)
-        locked = conn.execute(
-            select(_limits.c.key)
-            .where(_limits.c.handler == handler, _limits.c.key.in_(keys))
-            .order_by(_limits.c.key)
-            .with_for_update()
-        ).all()
-        if len(locked) == len(keys):
-            return
+        dialects.statements(dialect).insert_ignoring_duplicates(conn, _limits, made)
+        rows = conn.execute(_windows(handler, keys).with_for_update()).all()
+        if len(rows) == len(keys):
+            break
+    return rows
+
+
+def _windows(handler: str, keys: Sequence[str]) -> Select[Any]:
+    """The limits' rows in key order (two sessions locking them never wait on each other in
+    turn): key, recent starts, seconds since the next start (``tat``), the database's clock.
+    Its clock is read as the statement begins, before the locks it waits for."""
+    return (
+        select(_limits.c.key, _limits.c.starts, age_seconds(_limits.c.tat), db_now())
+        .where(_limits.c.handler == handler, _limits.c.key.in_(keys))
+        .order_by(_limits.c.key)
+    )
+
+
+def _by_key(values: Mapping[str, ColumnElement[Any]]) -> ColumnElement[Any]:
+    """The value for each row of one UPDATE, chosen by the row's key."""
+    return case(dict(values), value=_limits.c.key)
 
 
 def _strictest(spends: Sequence[Spend]) -> list[Spend]:
