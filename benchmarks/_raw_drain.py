@@ -1,6 +1,6 @@
 """The raw-SQL ceiling: a plain psycopg loop draining the buffer as fast as PostgreSQL allows.
 
-    python -m benchmarks._raw_drain URL BATCH_SIZE [archive] [by-address] [typed]
+    python -m benchmarks._raw_drain URL BATCH_SIZE [archive] [by-address] [typed | json]
 
 Loops { claim up to BATCH_SIZE rows with the locking CTE and UPDATE ... RETURNING every column
 of the buffer (what a handler is given); delete the group by group_id (or archive it as JSON and
@@ -10,6 +10,8 @@ outbox's form, the rows updated at the addresses the CTE locked (``CLAIM_BY_ADDR
 stricter ceiling. ``typed``: the typed buffer (``bench_typed_events``), every column returned
 as psycopg types it (JSON parsed, Decimal, an aware datetime; the enum as its label), and every
 value read as the bench app's typed handler reads them, from the tuples, before the delete.
+``json``: the JSON buffer (``bench_json_events``), every column returned, each document parsed
+by psycopg and one value of it read, as the bench app's JSON handler reads them.
 """
 
 from __future__ import annotations
@@ -60,6 +62,16 @@ def typed(statement: str) -> str:
     return statement.replace("'noop'", "'typed'").replace("bench_events", "bench_typed_events")
 
 
+def as_json(statement: str) -> str:
+    """A statement of the plain buffer turned to the JSON one, returning all its columns."""
+    if "RETURNING" in statement:
+        columns = ", ".join(
+            f"bench_events.{name}" for name in ("id", "group_id", "created_at", "payload")
+        )
+        statement = statement[: statement.index("RETURNING")] + f"RETURNING {columns}\n"
+    return statement.replace("'noop'", "'pages'").replace("bench_events", "bench_json_events")
+
+
 def bulk_body(rows: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], Decimal]:
     """The typed handler's work (``benchmarks.bench_app.bulk_body``), on psycopg's tuples."""
     body = []
@@ -72,14 +84,18 @@ def bulk_body(rows: list[tuple[Any, ...]]) -> tuple[list[tuple[Any, ...]], Decim
 
 def main() -> None:
     url, batch_size, options = sys.argv[1], int(sys.argv[2]), set(sys.argv[3:])
-    unknown = options - {"archive", "by-address", "typed"}
+    unknown = options - {"archive", "by-address", "typed", "json"}
     if unknown:
-        sys.exit(f"unknown options {sorted(unknown)}: the options are archive, by-address, typed")
+        sys.exit(
+            f"unknown options {sorted(unknown)}: the options are archive, by-address, typed, json"
+        )
     archive = "archive" in options
     claim = CLAIM_BY_ADDRESS if "by-address" in options else CLAIM
     archive_statement, delete = ARCHIVE, DELETE
     if "typed" in options:
         claim, archive_statement, delete = typed(claim), typed(ARCHIVE), typed(DELETE)
+    if "json" in options:
+        claim, archive_statement, delete = as_json(claim), as_json(ARCHIVE), as_json(DELETE)
     with psycopg.connect(url) as conn:
         # As outbox's own connections do: psycopg reads timestamptz values fastest in UTC by
         # that name (``outbox._db.postgresql.connection.name_utc_plainly``).
@@ -93,6 +109,8 @@ def main() -> None:
                 return
             if "typed" in options:
                 bulk_body(rows)
+            if "json" in options:
+                [(id_, payload["page"]) for id_, _group, _created, payload in rows]
             with conn.transaction():
                 if archive:
                     conn.execute(archive_statement, (group,))

@@ -52,6 +52,13 @@ class TypedBenchEvent(BufferMixin, Base):
     account: Mapped[str] = mapped_column(String(64))
 
 
+class JsonBenchEvent(BufferMixin, Base):
+    """A buffer of JSON documents: the common outbox event, a payload and nothing else."""
+
+    __tablename__ = "bench_json_events"
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+
+
 def bulk_body(events: Iterable[Any]) -> tuple[list[tuple[Any, ...]], Decimal]:
     """What a handler building one bulk request does with a group: every typed value of every
     event read once, collected into the request's body, the amounts summed (the channel goes
@@ -86,8 +93,8 @@ if os.environ.get("BENCH_CONCURRENCY"):
 if os.environ.get("BENCH_BREAKER"):
     SETTINGS["circuit_breaker"] = CircuitBreaker(failures=int(os.environ["BENCH_BREAKER"]))
 TYPED = os.environ.get("BENCH_TYPED", "")
-if TYPED not in ("", "events", "rows"):
-    raise ValueError(f"BENCH_TYPED must be events or rows, got {TYPED!r}")
+if TYPED not in ("", "events", "rows", "json"):
+    raise ValueError(f"BENCH_TYPED must be events, rows or json, got {TYPED!r}")
 
 
 if not TYPED:
@@ -95,6 +102,13 @@ if not TYPED:
     @app.handler(BenchEvent, **SETTINGS)
     def noop(batch: Batch[BenchEvent]) -> None:
         """Accept every event."""
+
+elif TYPED == "json":
+
+    @app.handler(JsonBenchEvent, **SETTINGS)
+    def pages(batch: Batch[JsonBenchEvent]) -> None:
+        """Read one value of every event's document, as a bulk request's body would."""
+        [(event.id, event.payload["page"]) for event in batch.events]
 
 else:
 

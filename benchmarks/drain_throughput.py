@@ -70,7 +70,8 @@ def prepare(url: str) -> None:
     fresh_tables(url, Base.metadata)
 
 
-PLAIN, TYPED = "bench_events", "bench_typed_events"  # the bench app's two buffers
+# The bench app's buffers: plain (two columns), typed (five types), and JSON (a document).
+PLAIN, TYPED, JSON_BUFFER = "bench_events", "bench_typed_events", "bench_json_events"
 CHANNELS = ("EMAIL", "SMS", "PUSH")  # the typed buffer's enum labels: the members' names
 
 
@@ -81,11 +82,24 @@ def typed_line(n: int) -> str:
     return f"{CHANNELS[n % 3]}\t{payload}\t{occurred}\t{n % 100000 / 100:.2f}\taccount-{n % 5000}\n"
 
 
-def load(dsn: str, events: int, *, typed: bool = False) -> None:
-    """COPY ``events`` rows into the buffer (``typed``: the typed one), then VACUUM ANALYZE it."""
-    if typed:
+def json_line(n: int) -> str:
+    """Row ``n`` of the JSON buffer, in COPY's text format: a document of some 150 bytes."""
+    return (
+        f'{{"page": "/products/{n % 5000}", "account": "account-{n % 5000}", '
+        f'"kind": "page_view", "items": [{n % 7}, {n % 11}], "referrer": "/search?q={n % 97}"}}\n'
+    )
+
+
+def load(dsn: str, events: int, *, typed: bool = False, table: str | None = None) -> None:
+    """COPY ``events`` rows into the buffer (``typed``: the typed one; ``table``: the buffer
+    named), then VACUUM ANALYZE it."""
+    table = table or (TYPED if typed else PLAIN)
+    if table == TYPED:
         copy_into = f"COPY {TYPED} (channel, payload, occurred_at, amount, account) FROM STDIN"
         data = "".join(typed_line(n) for n in range(events))
+    elif table == JSON_BUFFER:
+        copy_into = f"COPY {JSON_BUFFER} (payload) FROM STDIN"
+        data = "".join(json_line(n) for n in range(events))
     else:
         copy_into = f"COPY {PLAIN} (account_id, kind) FROM STDIN"
         data = "".join(f"{n % 5000}\tpage_view\n" for n in range(events))
@@ -94,7 +108,7 @@ def load(dsn: str, events: int, *, typed: bool = False) -> None:
             copy.write(data)
         conn.commit()
     with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"VACUUM ANALYZE {TYPED if typed else PLAIN}")
+        conn.execute(f"VACUUM ANALYZE {table}")
         conn.execute("TRUNCATE outbox_jobs, outbox_archive")
 
 
@@ -144,6 +158,7 @@ def run_raw(
     *,
     by_address: bool = False,
     typed: bool = False,
+    json: bool = False,
 ) -> float:
     """Seconds for P raw psycopg loops to drain (``by_address``: claiming in outbox's form;
     ``typed``: the typed buffer)."""
@@ -154,6 +169,8 @@ def run_raw(
         command.append("by-address")
     if typed:
         command.append("typed")
+    if json:
+        command.append("json")
     started = time.perf_counter()
     loops = [subprocess.Popen(command, cwd=ROOT) for _ in range(processes)]
     for loop in loops:
@@ -250,9 +267,9 @@ def main() -> None:
         "--typed",
         nargs="?",
         const="events",
-        choices=("events", "rows"),
+        choices=("events", "rows", "json"),
         help="drain the typed buffer, the handler reading batch.events (or, with `rows`, "
-        "batch.rows) (results of their own)",
+        "batch.rows; with `json`, the JSON buffer and its events) (results of their own)",
     )
     parser.add_argument(
         "--timeline",
@@ -286,8 +303,9 @@ def main() -> None:
         "runs": args.runs,
         "rows": [],
     }
-    typed = args.typed is not None
-    table = TYPED if typed else PLAIN
+    json = args.typed == "json"
+    typed = args.typed is not None and not json
+    table = JSON_BUFFER if json else TYPED if typed else PLAIN
     prepare(url)
     meter = CpuMeter(dsn)
     for batch_size in batch_sizes:
@@ -309,7 +327,7 @@ def main() -> None:
             }
             for run in range(args.runs):
                 for variant in ("raw", "outbox"):
-                    load(dsn, args.events, typed=typed)
+                    load(dsn, args.events, table=table)
                     timeline = Timeline(dsn, args.events, table) if args.timeline else None
                     if timeline is not None:
                         timeline.start()
@@ -322,6 +340,7 @@ def main() -> None:
                             args.archive,
                             by_address=args.raw_by_address,
                             typed=typed,
+                            json=json,
                         )
                     else:
                         seconds = run_framework(
@@ -362,8 +381,8 @@ def main() -> None:
             results["rows"].append(row)
             print(row, flush=True)
     name = "drain_throughput"
-    if typed:
-        name += "_typed" if args.typed == "events" else "_typed_rows"
+    if args.typed is not None:
+        name += {"events": "_typed", "rows": "_typed_rows", "json": "_json"}[args.typed]
     if args.archive:
         name += "_archive"
     if args.max_batches != DEFAULT_MAX_BATCHES:
