@@ -130,6 +130,13 @@ class Logger:
         """Log ``event`` at ERROR with the exception being handled."""
         self._emit(logging.ERROR, event, fields, exc_info=True)
 
+    def enabled(self, level: int) -> bool:
+        """Whether an event at ``level`` would be logged: for a caller whose fields cost
+        something to gather."""
+        if structlog.is_configured():
+            return level >= _structlog_floor
+        return logging.getLogger(self._name).isEnabledFor(level)
+
     def _emit(
         self, level: int, event: str, fields: dict[str, Any], *, exc_info: bool = False
     ) -> None:

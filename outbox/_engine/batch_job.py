@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import logging
 import time
 import traceback
 import uuid
@@ -319,6 +320,8 @@ def _call(handler: Handler[Any], batch: Batch[Any]) -> None:
 
 
 def _log_result(result: BatchResult) -> None:
+    if result.outcome in (SUCCEEDED, LEASE_LOST) and not log.enabled(logging.INFO):
+        return  # its fields (the oldest event's lateness among them) are not gathered for nothing
     fields: dict[str, Any] = {
         "handler": result.handler,
         "group_id": str(result.group_id),
