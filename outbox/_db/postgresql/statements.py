@@ -176,7 +176,11 @@ def claimable_rows(table: Table, limit: int, by_address: bool, *, only_if: Any =
     pick = select(*keys).where(table.c.group_id.is_(None))
     if only_if is not None:
         pick = pick.where(only_if)
-    return pick.order_by(table.c.id).limit(limit).with_for_update(skip_locked=True).cte("claimable")
+    # The limit as a literal, not a parameter: with it, the plan of a prepared claim does not
+    # depend on its parameters, and PostgreSQL plans it once per connection instead of for
+    # every claim (a custom plan each time cost about 0.25 ms a claim, a tenth of its work).
+    pick = pick.order_by(table.c.id).limit(literal_column(str(int(limit))))
+    return pick.with_for_update(skip_locked=True).cte("claimable")
 
 
 def claimed_by(table: Table, locked: CTE) -> ColumnElement[bool]:

@@ -23,6 +23,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    literal_column,
     select,
     update,
 )
@@ -181,7 +182,7 @@ def unclaimed_after(table: Any, after: Any) -> Any:
         select(table.c.id)
         .where(table.c.group_id.is_(None), table.c.id > after)
         .order_by(table.c.id)
-        .limit(1)
+        .limit(literal_column("1"))  # a literal, as the claim's own limit
         .scalar_subquery()
     )
 
