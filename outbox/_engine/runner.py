@@ -319,6 +319,13 @@ class Runner:
                 if claim is None:
                     # Nothing claimed: the claim job was deleted or released, or lost.
                     return ended(RunOutcome.RAN)
+                if self._stopping() and claim.job is not None:
+                    # Stopped while the group before was handled: the group claimed with its
+                    # finish goes back unattempted, as does the claim job.
+                    self.give_back(claim.job, counted=False)
+                    if claim.more:
+                        claimer.release_claim_job(self.app, job)
+                    return ended(RunOutcome.RAN, released=claim.more)
                 continue
             if not due or self._stopping() or time.monotonic() >= deadline:
                 # Still held, more rows waiting: back to the job table for whoever is next.

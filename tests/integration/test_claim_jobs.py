@@ -395,3 +395,40 @@ def test_a_chained_claim_waits_for_its_turn_with_no_transaction_open(
         following.made,
         following.claim.size if following.claim else None,
     )
+
+
+def test_a_group_claimed_with_a_finish_after_a_stop_goes_back_unattempted(
+    postgres_database: str,
+    make_app: Callable[[str], Outbox],
+    commit_events: Callable[..., list[int]],
+) -> None:
+    """A worker told to stop while it handles a group does not handle the group claimed with
+    that group's finish: its batch job and the claim job go back to the job table, unleased."""
+    handled: list[list[int]] = []
+    stopping = threading.Event()
+
+    def handle(batch: Batch[Any]) -> None:
+        handled.append(batch.ids)
+        stopping.set()
+
+    app = _chaining_app(make_app, postgres_database, handle)
+    ids = commit_events(app.engine, 6)
+    (job,) = lease_claim_jobs(app, limit=1)
+    run = Runner(app, worker_id=WORKER, stopping=stopping.is_set).run(job)
+    with app.engine.connect() as conn:
+        leased = conn.execute(
+            select(schema.jobs.c.kind, schema.jobs.c.lease_token.is_not(None))
+            .where(schema.jobs.c.kind == schema.JobKind.BATCH)
+            .union_all(
+                select(schema.jobs.c.kind, schema.jobs.c.lease_token.is_not(None)).where(
+                    schema.jobs.c.id == job.id
+                )
+            )
+        ).all()
+        left = conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one()
+    assert ([ids[:2]], True, (4, 2), {("batch", False), ("claim", False)}) == (
+        handled,
+        run.released,
+        (left, unclaimed(app)),
+        {tuple(row) for row in leased},
+    )
