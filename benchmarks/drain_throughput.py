@@ -272,6 +272,12 @@ def main() -> None:
         "batch.rows; with `json`, the JSON buffer and its events) (results of their own)",
     )
     parser.add_argument(
+        "--suffix",
+        default="",
+        metavar="TEXT",
+        help="appended to the results file's name (e.g. `_10m` for a run at another scale)",
+    )
+    parser.add_argument(
         "--timeline",
         action="store_true",
         help="also sample when the first and the last claim landed (slows both a little)",
@@ -393,7 +399,7 @@ def main() -> None:
         name += "_without_distribute"
     if args.raw_by_address:
         name += "_raw_by_address"
-    print(f"results in {write(name, results)}")
+    print(f"results in {write(name + args.suffix, results)}")
 
 
 if __name__ == "__main__":
