@@ -1,0 +1,150 @@
+"""The archive's partitions on PostgreSQL: one per UTC day, each split by status so that a
+day's history goes in one statement and its dead letters stay (docs/design.md, "Retention by
+day").
+
+``outbox_archive`` is partitioned by range of ``archived_at``:
+
+- ``outbox_archive_before``: the archive as it was before revision 0010, up to the bound its
+  check constraint proves (``FROM (MINVALUE)``); pruned row by row, as before.
+- ``outbox_archive_dYYYYMMDD``: one UTC day, itself partitioned by list of ``status``: its
+  ``_dead`` leaf holds the dead letters, its ``_rest`` leaf (the default) everything else.
+- ``outbox_archive_default``: rows of a day with no partition (the days are made ahead; this
+  holds rows only when nothing made them); pruned row by row.
+
+Every statement that takes a lock on a partition the workers write or read runs with a short
+``lock_timeout``: it gives up rather than queue the workers behind it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+from sqlalchemy import Connection, text
+
+from outbox._db.types import ArchivePartition, DayRetired
+
+ROOT = "outbox_archive"
+BEFORE = "outbox_archive_before"
+DEFAULT = "outbox_archive_default"
+_DAY = re.compile(r"^outbox_archive_d(\d{8})$")
+_BOUND = re.compile(r"TO \('([^']+)'\)")
+_DEAD = "dead"
+
+
+def day_name(day: dt.date) -> str:
+    """The name of ``day``'s partition."""
+    return f"{ROOT}_d{day:%Y%m%d}"
+
+
+def is_partitioned(conn: Connection) -> bool:
+    """Whether ``outbox_archive`` is a partitioned table here (revision 0010 made it one)."""
+    kind = conn.execute(
+        text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:name)"), {"name": ROOT}
+    ).scalar_one_or_none()
+    return kind == "p"
+
+
+def partitions(conn: Connection) -> list[ArchivePartition]:
+    """The archive's partitions, oldest first, with their size and estimated rows."""
+    rows = conn.execute(
+        text(
+            "SELECT c.relname AS name, "
+            " (SELECT coalesce(sum(greatest(l.reltuples, 0)), 0)::bigint "
+            "    FROM pg_partition_tree(c.oid) t JOIN pg_class l ON l.oid = t.relid "
+            "   WHERE t.isleaf) AS rows, "
+            " (SELECT coalesce(sum(greatest(l.reltuples, 0)), 0)::bigint "
+            "    FROM pg_partition_tree(c.oid) t JOIN pg_class l ON l.oid = t.relid "
+            "   WHERE t.isleaf AND l.relname = c.relname || '_dead') AS dead_rows, "
+            " (SELECT coalesce(sum(pg_total_relation_size(t.relid)), 0)::bigint "
+            "    FROM pg_partition_tree(c.oid) t WHERE t.isleaf) AS bytes "
+            "FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = to_regclass(:root) ORDER BY c.relname"
+        ),
+        {"root": ROOT},
+    ).all()
+    found = []
+    for row in rows:
+        match = _DAY.match(row.name)
+        day = dt.datetime.strptime(match.group(1), "%Y%m%d").date() if match else None
+        found.append(
+            ArchivePartition(row.name, day, int(row.rows), int(row.dead_rows), int(row.bytes))
+        )
+    order = {BEFORE: 0, DEFAULT: 2}
+    return sorted(found, key=lambda p: (order.get(p.name, 1), p.day or dt.date.min))
+
+
+def first_day(conn: Connection) -> dt.date | None:
+    """The first day a day partition may hold: where ``outbox_archive_before`` ends; None
+    without it."""
+    bound = conn.execute(
+        text(
+            "SELECT pg_get_expr(c.relpartbound, c.oid) FROM pg_class c "
+            "WHERE c.oid = to_regclass(:name) AND c.relispartition"
+        ),
+        {"name": BEFORE},
+    ).scalar_one_or_none()
+    if bound is None:
+        return None
+    match = _BOUND.search(bound)
+    if match is None:
+        return None
+    value = conn.execute(text("SELECT CAST(:v AS timestamptz)"), {"v": match.group(1)})
+    found: dt.datetime = value.scalar_one()
+    return found.astimezone(dt.UTC).date()
+
+
+def bound_lock_waits(conn: Connection, seconds: float) -> None:
+    """Wait at most ``seconds`` for each lock for the rest of the transaction."""
+    conn.execute(text(f"SET LOCAL lock_timeout = '{int(seconds * 1000)}ms'"))
+
+
+def make_day(conn: Connection, day: dt.date) -> None:
+    """Make ``day``'s partition: built apart, with its two leaves and their indexes, then
+    attached. Attaching takes ``SHARE UPDATE EXCLUSIVE`` on the archive (its readers and
+    writers go on) and reads only the default partition, to check it holds none of the day's
+    rows."""
+    name = day_name(day)
+    start = dt.datetime.combine(day, dt.time(), dt.UTC)
+    end = start + dt.timedelta(days=1)
+    conn.execute(
+        text(f"CREATE TABLE {name} (LIKE {ROOT} INCLUDING DEFAULTS) PARTITION BY LIST (status)")
+    )
+    conn.execute(text(f"CREATE TABLE {name}_dead PARTITION OF {name} FOR VALUES IN ('{_DEAD}')"))
+    conn.execute(text(f"CREATE TABLE {name}_rest PARTITION OF {name} DEFAULT"))
+    for leaf in (f"{name}_dead", f"{name}_rest"):
+        # Per leaf, not on the archive: a unique index over partitions would have to hold
+        # the partition key. Ids come from one sequence; the index serves lookups and order.
+        conn.execute(text(f"CREATE UNIQUE INDEX {leaf}_id ON {leaf} (id)"))
+    conn.execute(
+        text(
+            f"ALTER TABLE {ROOT} ATTACH PARTITION {name} "
+            f"FOR VALUES FROM ('{start.isoformat()}') TO ('{end.isoformat()}')"
+        )
+    )
+
+
+def retire_day(conn: Connection, day: dt.date) -> DayRetired:
+    """Take ``day``'s history out of the archive and keep its dead letters. A day with no dead
+    letter is dropped whole (``ACCESS EXCLUSIVE`` on the archive, for the milliseconds a drop
+    takes); a day with some has its ``_rest`` leaf truncated (``ACCESS EXCLUSIVE`` on that leaf
+    alone) and stays, holding only them. Neither leaves a dead row behind to vacuum."""
+    name = day_name(day)
+    if not conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {name}_dead)")).scalar_one():
+        conn.execute(text(f"DROP TABLE {name}"))
+        return DayRetired.DROPPED
+    if not conn.execute(text(f"SELECT EXISTS (SELECT 1 FROM {name}_rest)")).scalar_one():
+        return DayRetired.KEPT
+    conn.execute(text(f"TRUNCATE {name}_rest"))
+    return DayRetired.EMPTIED
+
+
+def try_lock(conn: Connection, key: str) -> bool:
+    """Take the session's advisory lock ``key`` if no other session holds it."""
+    got = conn.execute(text("SELECT pg_try_advisory_lock(hashtext(:key))"), {"key": key})
+    return bool(got.scalar_one())
+
+
+def unlock(conn: Connection, key: str) -> None:
+    """Release the session's advisory lock ``key``."""
+    conn.execute(text("SELECT pg_advisory_unlock(hashtext(:key))"), {"key": key})
