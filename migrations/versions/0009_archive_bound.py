@@ -34,22 +34,20 @@ generation = 9
 workers_from = 1
 """The oldest worker generation that works correctly on it: all of them."""
 
-CONSTRAINT = "ck_outbox_archive_before"
-
 
 def upgrade() -> None:
+    from outbox._db.postgresql import partitions
+
     bind = op.get_bind()
     if bind.dialect.name != "postgresql":
         return
     today = dt.datetime.now(dt.UTC).date()
-    bound = dt.datetime.combine(today + dt.timedelta(days=2), dt.time(), dt.UTC)
-    op.execute(
-        f"ALTER TABLE outbox_archive ADD CONSTRAINT {CONSTRAINT} "
-        f"CHECK (archived_at < '{bound.isoformat()}') NOT VALID"
+    partitions.bound_archive(
+        bind, dt.datetime.combine(today + dt.timedelta(days=2), dt.time(), dt.UTC)
     )
 
 
 def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
-    op.execute(f"ALTER TABLE outbox_archive DROP CONSTRAINT IF EXISTS {CONSTRAINT}")
+    op.execute("ALTER TABLE outbox_archive DROP CONSTRAINT IF EXISTS ck_outbox_archive_before")

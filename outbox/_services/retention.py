@@ -25,12 +25,12 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from sqlalchemy import Connection
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from outbox import schema
 from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
-from outbox._db.dialects import is_lock_timeout
+from outbox._db.dialects import error_summary, is_lock_timeout
 from outbox._db.types import DayRetired
 from outbox.app import Outbox
 
@@ -59,7 +59,8 @@ class RetentionPass:
     retired: dict[dt.date, DayRetired] = field(default_factory=dict)
     deleted: int = 0
     waited: tuple[str, ...] = ()
-    """What it gave up for a lock held too long: tried again at the next pass."""
+    """What it gave up, and why (a lock held too long, the default partition holding rows of a
+    day to make): tried again at the next pass."""
 
 
 class Retention:
@@ -120,8 +121,8 @@ class Retention:
         retired: dict[dt.date, DayRetired] = {}
         waited: list[str] = []
         with self.app.engine.connect() as conn:
-            now = queries.database_now(conn)
-            today = today or now.astimezone(dt.UTC).date()
+            now = _utc(queries.database_now(conn))
+            today = today or now.date()
             partitioned = queries.archive_partitioned(conn)
             if partitioned:
                 queries.recover_retired_days(conn)
@@ -146,7 +147,7 @@ class Retention:
                     if done is not None:
                         retired[day] = done
         start = dt.datetime.combine(cutoff, dt.time(), dt.UTC)
-        older_than = max((now.astimezone(dt.UTC) - start).total_seconds(), 0.0)
+        older_than = (now - start).total_seconds()
         deleted = self._delete(older_than)
         return RetentionPass(True, tuple(made), retired, deleted, tuple(waited))
 
@@ -164,9 +165,14 @@ class Retention:
             with conn.begin():
                 return statement(conn, day, LOCK_WAIT)
         except DBAPIError as error:
-            if not is_lock_timeout(error):
+            if is_lock_timeout(error):
+                waited.append(f"{what}: a lock held too long")
+            elif isinstance(error, IntegrityError):
+                # PostgreSQL: the default partition holds rows of the day (no pass made it
+                # in time). They stay there, deleted row by row when past the age.
+                waited.append(f"{what}: {error_summary(error)}")
+            else:
                 raise
-            waited.append(what)
             return None
 
     def _delete(self, older_than: float) -> int:
@@ -193,3 +199,8 @@ class Retention:
 def _make(conn: Connection, day: dt.date, lock_wait: float) -> bool:
     queries.make_archive_day(conn, day, lock_wait)
     return True
+
+
+def _utc(moment: dt.datetime) -> dt.datetime:
+    # SQLite's clock comes back without a zone, in UTC.
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)

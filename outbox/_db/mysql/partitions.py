@@ -132,7 +132,13 @@ def retire_day(conn: Connection, day: dt.date) -> DayRetired:
     conn.execute(text(f"DROP TABLE IF EXISTS {retired}"))
     conn.execute(text(f"CREATE TABLE {retired} LIKE {ROOT}"))
     conn.execute(text(f"ALTER TABLE {retired} REMOVE PARTITIONING"))
-    conn.execute(text(f"ALTER TABLE {ROOT} EXCHANGE PARTITION {name} WITH TABLE {retired}"))
+    # Outside a transaction: in one (autocommit off, as SQLAlchemy runs), MariaDB 10.11's
+    # exchange waits on its own check of the rows until the lock wait times out.
+    conn.execute(text("SET autocommit = 1"))
+    try:
+        conn.execute(text(f"ALTER TABLE {ROOT} EXCHANGE PARTITION {name} WITH TABLE {retired}"))
+    finally:
+        conn.execute(text("SET autocommit = 0"))
     _write_back(conn, retired)
     return DayRetired.EMPTIED
 
@@ -168,3 +174,27 @@ def try_lock(conn: Connection, key: str) -> bool:
 def unlock(conn: Connection, key: str) -> None:
     """Release the named lock ``key``."""
     conn.execute(text("SELECT RELEASE_LOCK(:key)"), {"key": key})
+
+
+def partition_archive(conn: Connection, first: dt.date, days_ahead: int) -> None:
+    """Partition ``outbox_archive`` by day: ``p_before`` for the rows before ``first``, a
+    partition for each of the ``days_ahead`` days from ``first`` on, ``p_future``. The
+    partition key must be in every unique key: the primary key becomes ``(id, archived_at)``
+    in the same ``ALTER TABLE``, which copies the table once."""
+    conn.execute(
+        text(
+            f"ALTER TABLE {ROOT} DROP PRIMARY KEY, ADD PRIMARY KEY (id, archived_at) "
+            "PARTITION BY RANGE COLUMNS (archived_at) ("
+            f"PARTITION {BEFORE} VALUES LESS THAN ('{first.isoformat()}'), "
+            f"PARTITION {FUTURE} VALUES LESS THAN (MAXVALUE))"
+        )
+    )
+    for offset in range(days_ahead):
+        make_day(conn, first + dt.timedelta(days=offset))
+
+
+def unpartition_archive(conn: Connection) -> None:
+    """Undo :func:`partition_archive`: one table again, its primary key ``(id)`` (a copy)."""
+    conn.execute(
+        text(f"ALTER TABLE {ROOT} DROP PRIMARY KEY, ADD PRIMARY KEY (id) REMOVE PARTITIONING")
+    )

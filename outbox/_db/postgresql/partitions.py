@@ -148,3 +148,81 @@ def try_lock(conn: Connection, key: str) -> bool:
 def unlock(conn: Connection, key: str) -> None:
     """Release the session's advisory lock ``key``."""
     conn.execute(text("SELECT pg_advisory_unlock(hashtext(:key))"), {"key": key})
+
+
+_INDEXES = ("handler_status", "archived_at", "group_id")
+BOUND_CONSTRAINT = "ck_outbox_archive_before"
+
+
+def bound_archive(conn: Connection, bound: dt.datetime) -> None:
+    """Record that every row of ``outbox_archive`` is archived before ``bound`` (or before the
+    day after its newest row's, if later: a row dated ahead stays where it is): a check
+    constraint, ``NOT VALID`` (checked for new rows only; a lock of milliseconds), which
+    :func:`partition_archive` validates."""
+    newest = conn.execute(text(f"SELECT max(archived_at) FROM {ROOT}")).scalar_one_or_none()
+    if newest is not None:
+        after = dt.datetime.combine(newest.astimezone(dt.UTC).date(), dt.time(), dt.UTC)
+        bound = max(bound, after + dt.timedelta(days=1))
+    conn.execute(
+        text(
+            f"ALTER TABLE {ROOT} ADD CONSTRAINT {BOUND_CONSTRAINT} "
+            f"CHECK (archived_at < '{bound.isoformat()}') NOT VALID"
+        )
+    )
+
+
+def partition_archive(conn: Connection, days_ahead: int) -> None:
+    """Make ``outbox_archive`` (bounded by :func:`bound_archive`) the partition of every row
+    before its bound in a new ``outbox_archive`` partitioned by day, without copying a row:
+    the constraint is validated (a read that blocks no reader or writer), the table and its
+    indexes renamed, the partitioned table made in its place with its columns, sequence and
+    indexes, and the old one attached (the constraint proves its rows belong: nothing read
+    under lock); then the default partition and ``days_ahead`` days from the bound."""
+    conn.execute(text(f"ALTER TABLE {ROOT} VALIDATE CONSTRAINT {BOUND_CONSTRAINT}"))
+    conn.execute(text(f"ALTER TABLE {ROOT} RENAME TO {BEFORE}"))
+    conn.execute(text(f"ALTER INDEX pk_{ROOT} RENAME TO pk_{BEFORE}"))
+    for index in _INDEXES:
+        conn.execute(text(f"ALTER INDEX ix_{ROOT}_{index} RENAME TO ix_{BEFORE}_{index}"))
+    conn.execute(
+        text(
+            f"CREATE TABLE {ROOT} (LIKE {BEFORE} INCLUDING DEFAULTS INCLUDING COMMENTS) "
+            "PARTITION BY RANGE (archived_at)"
+        )
+    )
+    conn.execute(text(f"ALTER SEQUENCE {ROOT}_id_seq OWNED BY {ROOT}.id"))
+    conn.execute(text(f"CREATE INDEX ix_{ROOT}_handler_status ON {ROOT} (handler, status)"))
+    conn.execute(text(f"CREATE INDEX ix_{ROOT}_archived_at ON {ROOT} (archived_at)"))
+    conn.execute(text(f"CREATE INDEX ix_{ROOT}_group_id ON {ROOT} (group_id)"))
+    bound: dt.datetime = conn.execute(
+        text(
+            "SELECT (regexp_match(pg_get_constraintdef(oid), '''([^'']+)'''))[1]::timestamptz "
+            "FROM pg_constraint WHERE conname = :name"
+        ),
+        {"name": BOUND_CONSTRAINT},
+    ).scalar_one()
+    conn.execute(
+        text(
+            f"ALTER TABLE {ROOT} ATTACH PARTITION {BEFORE} "
+            f"FOR VALUES FROM (MINVALUE) TO ('{bound.isoformat()}')"
+        )
+    )
+    conn.execute(text(f"CREATE TABLE {DEFAULT} PARTITION OF {ROOT} DEFAULT"))
+    conn.execute(text(f"CREATE UNIQUE INDEX {DEFAULT}_id ON {DEFAULT} (id)"))
+    first = bound.astimezone(dt.UTC).date()
+    for offset in range(days_ahead):
+        make_day(conn, first + dt.timedelta(days=offset))
+
+
+def unpartition_archive(conn: Connection) -> None:
+    """Undo :func:`partition_archive`: the rows archived in the other partitions are copied
+    into ``outbox_archive_before``, which becomes ``outbox_archive`` again, bounded anew (its
+    constraint ``NOT VALID``, as :func:`bound_archive` leaves it)."""
+    conn.execute(text(f"ALTER TABLE {ROOT} DETACH PARTITION {BEFORE}"))
+    conn.execute(text(f"ALTER TABLE {BEFORE} DROP CONSTRAINT {BOUND_CONSTRAINT}"))
+    conn.execute(text(f"INSERT INTO {BEFORE} SELECT * FROM {ROOT}"))
+    conn.execute(text(f"ALTER SEQUENCE {ROOT}_id_seq OWNED BY {BEFORE}.id"))
+    conn.execute(text(f"DROP TABLE {ROOT}"))
+    conn.execute(text(f"ALTER TABLE {BEFORE} RENAME TO {ROOT}"))
+    conn.execute(text(f"ALTER INDEX pk_{BEFORE} RENAME TO pk_{ROOT}"))
+    for index in _INDEXES:
+        conn.execute(text(f"ALTER INDEX ix_{BEFORE}_{index} RENAME TO ix_{ROOT}_{index}"))
