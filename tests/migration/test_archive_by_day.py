@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,6 +20,8 @@ from sqlalchemy import Engine, create_engine, insert, select, text
 
 from outbox import Outbox, Settings, schema
 from outbox._db import queries
+from outbox._db.mysql import partitions as mysql
+from outbox._db.postgresql import partitions as postgresql
 from outbox._db.types import DayRetired
 from outbox._services.retention import Retention
 from outbox.ops import archive
@@ -161,13 +163,13 @@ def migrated_app(
     request: pytest.FixtureRequest,
     make_empty_database: Callable[[str], str],
     engine_on: Callable[[str], Engine],
-) -> Outbox:
+) -> Iterator[Outbox]:
     """An application on a database of each kind migrated to the head revision."""
     url = make_empty_database(request.param)
     migrate(engine_on(url))
     app = Outbox(url, settings=Settings(archive_retention_days=2))
-    request.addfinalizer(lambda: app.engine.dispose())
-    return app
+    yield app
+    app.engine.dispose()
 
 
 def test_retention_takes_old_days_out_and_keeps_dead_letters(migrated_app: Outbox) -> None:
@@ -260,3 +262,42 @@ def test_archive_counts_browse_and_prune_on_days(migrated_app: Outbox) -> None:
         1,
         [(dead, DEAD), (later, SUCCEEDED)],
     ) == (counts, [e.id for e in page.events], dead, pruned, _rows(engine)), before
+
+
+def test_prune_takes_whole_days_out_and_keeps_dead_letters(
+    empty_server_url: str, engine_on: Callable[[str], Engine]
+) -> None:
+    """`prune` of the statuses that are history: a day archived wholly before the age loses
+    them in one statement (its dead letters stay), counted in what it pruned; the day the age
+    falls in is pruned row by row; a day within the age stays."""
+    engine = engine_on(empty_server_url)
+    today = dt.datetime.now(dt.UTC).date()
+    first = today - dt.timedelta(days=3)
+    with engine.begin() as conn:
+        schema.metadata.create_all(conn)
+        if engine.dialect.name == "postgresql":
+            postgresql.bound_archive(conn, dt.datetime.combine(first, dt.time(), dt.UTC))
+            postgresql.partition_archive(conn, 5)
+        else:
+            mysql.partition_archive(conn, first, 5)
+    app = Outbox(empty_server_url)
+    try:
+        dead = _archive(app.engine, DEAD, _noon(first))
+        _archive(app.engine, SUCCEEDED, _noon(first))
+        _archive(app.engine, REPLAYED, _noon(first))
+        _archive(app.engine, SUCCEEDED, _noon(first + dt.timedelta(days=1)))
+        kept = _archive(app.engine, SUCCEEDED, dt.datetime.now(dt.UTC))
+        # Two days back: the age falls within the day after `first`, pruned row by row;
+        # `first` is wholly before it.
+        pruned = archive.prune(app, older_than=2 * 86400)
+        with app.engine.connect() as conn:
+            days = {p.day for p in queries.archive_partitions(conn)}
+        left = {row_id for row_id, _ in _rows(app.engine)}
+    finally:
+        app.engine.dispose()
+    assert (3, {dead, kept}, True, True) == (
+        pruned,
+        left,
+        first in days,
+        first + dt.timedelta(days=1) in days,
+    )

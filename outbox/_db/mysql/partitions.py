@@ -198,3 +198,11 @@ def unpartition_archive(conn: Connection) -> None:
     conn.execute(
         text(f"ALTER TABLE {ROOT} DROP PRIMARY KEY, ADD PRIMARY KEY (id) REMOVE PARTITIONING")
     )
+
+
+def count_history(conn: Connection, day: dt.date) -> int:
+    """The rows of ``day`` that are not dead letters."""
+    found = conn.execute(
+        text(f"SELECT COUNT(*) FROM {ROOT} PARTITION ({day_name(day)}) WHERE status <> {_DEAD}")
+    )
+    return int(found.scalar_one())

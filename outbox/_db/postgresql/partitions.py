@@ -226,3 +226,8 @@ def unpartition_archive(conn: Connection) -> None:
     conn.execute(text(f"ALTER INDEX pk_{BEFORE} RENAME TO pk_{ROOT}"))
     for index in _INDEXES:
         conn.execute(text(f"ALTER INDEX ix_{BEFORE}_{index} RENAME TO ix_{ROOT}_{index}"))
+
+
+def count_history(conn: Connection, day: dt.date) -> int:
+    """The rows of ``day`` that are not dead letters (its ``_rest`` leaf)."""
+    return int(conn.execute(text(f"SELECT count(*) FROM {day_name(day)}_rest")).scalar_one())

@@ -67,6 +67,13 @@ def retire_archive_day(conn: Connection, day: dt.date, lock_wait: float) -> DayR
     return retired
 
 
+def count_archive_day_history(conn: Connection, day: dt.date) -> int:
+    """The rows of ``day``'s partition that are not dead letters: what retiring it takes."""
+    found = _of(conn)
+    assert found is not None, "the archive is not partitioned here"
+    return int(found.count_history(conn, day))
+
+
 def recover_retired_days(conn: Connection) -> int:
     """Finish the days a stopped pass left half retired (MariaDB: exchanged out, their dead
     letters not yet written back); the number finished."""
