@@ -206,6 +206,34 @@ def browse(
     return ArchivePage(events, next_before, None if payload is None else PAYLOAD_SCAN)
 
 
+@dataclass(frozen=True, slots=True)
+class ArchivePart:
+    """A partition of an archive partitioned by day (PostgreSQL and MariaDB from migration
+    0010)."""
+
+    name: str
+    day: dt.date | None
+    """The UTC day it holds; None: the rows archived before the migration (``before``), or
+    the rows of days with no partition (``default``)."""
+    rows: int
+    """Rows, as the database estimates them (after ANALYZE)."""
+    dead_rows: int | None
+    """Of which dead letters, estimated (PostgreSQL's days); None where not known."""
+    bytes: int
+    """Its size, indexes included."""
+
+
+def parts(app: Outbox) -> list[ArchivePart]:
+    """The archive's partitions, oldest first, from the catalogue (no row read); empty where
+    the archive is one table (SQLite, or tables made by ``outbox schema sql``)."""
+    with app.engine.connect() as conn:
+        found = queries.archive_partitions(conn)
+    return [
+        ArchivePart(p.name, p.day, p.rows, None if p.dead_rows < 0 else p.dead_rows, p.bytes)
+        for p in found
+    ]
+
+
 def readable_values(app: Outbox, handler: str, payload: str | None) -> dict[str, Any]:
     """An archived event's values as they are shown (the API, ``--json``, the pages): as the
     handler's columns store them, so that they are written in the encodings a live event's are
@@ -295,12 +323,23 @@ def prune(
 def _retire_days(app: Outbox, older_than: float, phase: Phase) -> int:
     """On an archive partitioned by day, the days archived wholly before the age lose their
     history in one statement each, as retention takes them (their dead letters stay), rather
-    than row by row; the rows they held. A day whose lock is held too long is left to the
-    row-by-row prune that follows."""
+    than row by row; the rows they held. A day whose lock is held too long, or all of them
+    while a retention pass runs (it holds their lock), are left to the row-by-row prune that
+    follows."""
+    with app.engine.connect() as lock:
+        if not queries.archive_partitioned(lock) or not queries.try_lock_retention(lock):
+            return 0
+        lock.commit()
+        try:
+            return _retire_days_locked(app, older_than, phase)
+        finally:
+            queries.unlock_retention(lock)
+            lock.commit()
+
+
+def _retire_days_locked(app: Outbox, older_than: float, phase: Phase) -> int:
     total = 0
     with app.engine.connect() as conn:
-        if not queries.archive_partitioned(conn):
-            return 0
         now = queries.database_now(conn)
         now = now.replace(tzinfo=dt.UTC) if now.tzinfo is None else now
         cutoff = (now - dt.timedelta(seconds=older_than)).astimezone(dt.UTC).date()

@@ -180,7 +180,16 @@ def partition_archive(conn: Connection, first: dt.date, days_ahead: int) -> None
     """Partition ``outbox_archive`` by day: ``p_before`` for the rows before ``first``, a
     partition for each of the ``days_ahead`` days from ``first`` on, ``p_future``. The
     partition key must be in every unique key: the primary key becomes ``(id, archived_at)``
-    in the same ``ALTER TABLE``, which copies the table once."""
+    in the same ``ALTER TABLE``, which copies the table once. Run again after it stopped
+    half-way (MariaDB commits each DDL statement), it makes only what is missing."""
+    if is_partitioned(conn):
+        have = {p.day for p in partitions(conn)}
+        last = max((d for d in have if d is not None), default=None)
+        for offset in range(days_ahead):
+            day = first + dt.timedelta(days=offset)
+            if last is None or day > last:
+                make_day(conn, day)
+        return
     conn.execute(
         text(
             f"ALTER TABLE {ROOT} DROP PRIMARY KEY, ADD PRIMARY KEY (id, archived_at) "
@@ -195,6 +204,8 @@ def partition_archive(conn: Connection, first: dt.date, days_ahead: int) -> None
 
 def unpartition_archive(conn: Connection) -> None:
     """Undo :func:`partition_archive`: one table again, its primary key ``(id)`` (a copy)."""
+    if not is_partitioned(conn):
+        return
     conn.execute(
         text(f"ALTER TABLE {ROOT} DROP PRIMARY KEY, ADD PRIMARY KEY (id) REMOVE PARTITIONING")
     )

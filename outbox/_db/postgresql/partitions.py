@@ -68,7 +68,9 @@ def partitions(conn: Connection) -> list[ArchivePartition]:
         match = _DAY.match(row.name)
         day = dt.datetime.strptime(match.group(1), "%Y%m%d").date() if match else None
         found.append(
-            ArchivePartition(row.name, day, int(row.rows), int(row.dead_rows), int(row.bytes))
+            ArchivePartition(
+                row.name, day, int(row.rows), int(row.dead_rows) if day else -1, int(row.bytes)
+            )
         )
     order = {BEFORE: 0, DEFAULT: 2}
     return sorted(found, key=lambda p: (order.get(p.name, 1), p.day or dt.date.min))
