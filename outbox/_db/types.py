@@ -6,7 +6,6 @@ import datetime as dt
 import uuid
 from collections.abc import Collection
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 
@@ -67,30 +66,6 @@ class RecentDeadLetters:
     newest_age: float
     """Seconds since the newest was archived, by the database clock."""
     newest_error: str | None
-
-
-@dataclass(frozen=True, slots=True)
-class ArchivePartition:
-    """A partition of the archive: its name, the UTC day it holds (None: the rows before the
-    first day, or the rows of days with no partition), the rows the database estimates it
-    holds (after ANALYZE), of which dead letters, and its size with its indexes."""
-
-    name: str
-    day: dt.date | None
-    rows: int
-    dead_rows: int
-    bytes: int
-
-
-class DayRetired(StrEnum):
-    """What retention did with a day of the archive past its age."""
-
-    DROPPED = "dropped"
-    """No dead letter: the day's partition is gone."""
-    EMPTIED = "emptied"
-    """Its history is gone; its dead letters stay, and the partition with them."""
-    KEPT = "kept"
-    """Only dead letters left in it already: nothing done."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,7 +31,7 @@ from outbox import schema
 from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary, is_lock_timeout
-from outbox._db.types import DayRetired
+from outbox._db.dialects.interface import DayRetired
 from outbox.app import Outbox
 
 log = _log.get_logger(__name__)

@@ -20,9 +20,9 @@ from sqlalchemy import Engine, create_engine, insert, select, text
 
 from outbox import Outbox, Settings, schema
 from outbox._db import queries
+from outbox._db.dialects.interface import DayRetired
 from outbox._db.mysql import partitions as mysql
 from outbox._db.postgresql import partitions as postgresql
-from outbox._db.types import DayRetired
 from outbox._services.retention import Retention
 from outbox.ops import archive
 from outbox.ops.migrate import migrate

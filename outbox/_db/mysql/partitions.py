@@ -19,7 +19,7 @@ import re
 
 from sqlalchemy import Connection, text
 
-from outbox._db.types import ArchivePartition, DayRetired
+from outbox._db.dialects.interface import ArchivePartition, DayRetired
 
 ROOT = "outbox_archive"
 BEFORE = "p_before"

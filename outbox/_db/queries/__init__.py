@@ -1,6 +1,7 @@
 """One function per statement, grouped by the table it touches; all of them here, as the
 layer's callers use them (``queries.acquire_jobs(...)``)."""
 
+from outbox._db.dialects.interface import ArchivePartition, DayRetired
 from outbox._db.queries.archive import (
     ARCHIVE_COLUMNS,
     archive_counts,
@@ -222,11 +223,9 @@ from outbox._db.queries.workers import (
     worker_rows,
 )
 from outbox._db.types import (
-    ArchivePartition,
     AttemptRow,
     Conversion,
     CreatedAtClock,
-    DayRetired,
     GroupFilter,
     GroupRow,
     HandlerState,

@@ -12,18 +12,14 @@ from types import ModuleType
 from sqlalchemy import Connection
 
 from outbox._db import dialects
-from outbox._db.mysql import partitions as _mysql
-from outbox._db.postgresql import partitions as _postgresql
-from outbox._db.types import ArchivePartition, DayRetired
-
-_PARTITIONS: dict[str, ModuleType] = {"postgresql": _postgresql, "mysql": _mysql}
+from outbox._db.dialects.interface import ArchivePartition, DayRetired
 
 RETENTION_LOCK = "outbox.archive.retention"
 """The name of the lock one retention pass holds, whoever runs it: one pass at a time."""
 
 
 def _of(conn: Connection) -> ModuleType | None:
-    return _PARTITIONS.get(dialects.name_of(conn.dialect))
+    return dialects.partitions(dialects.name_of(conn.dialect))
 
 
 def archive_partitioned(conn: Connection) -> bool:
