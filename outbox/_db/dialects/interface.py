@@ -159,6 +159,7 @@ class Database(Statements, Protocol):
     PARTITIONS: ModuleType | None
     """Its module of the archive's partitions by day (``is_partitioned``, ``partitions``,
     ``first_day``, ``make_day``, ``retire_day``, ``count_history``, ``bound_lock_waits``,
+    ``unbound_lock_waits``,
     ``try_lock``, ``unlock``); None where the database has no partitions (SQLite)."""
 
     def sqlalchemy_dialect(self) -> SADialect:

@@ -81,8 +81,14 @@ def first_day(conn: Connection) -> dt.date | None:
 
 
 def bound_lock_waits(conn: Connection, seconds: float) -> None:
-    """Wait at most ``seconds`` (whole, at least one) for the table's metadata lock."""
+    """Wait at most ``seconds`` (whole, at least one) for the table's metadata lock, until
+    :func:`unbound_lock_waits` (the setting is the session's, and the session the pool's)."""
     conn.execute(text(f"SET SESSION lock_wait_timeout = {max(int(seconds), 1)}"))
+
+
+def unbound_lock_waits(conn: Connection) -> None:
+    """Wait for metadata locks as the server's setting says again."""
+    conn.execute(text("SET SESSION lock_wait_timeout = DEFAULT"))
 
 
 def make_day(conn: Connection, day: dt.date) -> None:

@@ -101,6 +101,10 @@ def bound_lock_waits(conn: Connection, seconds: float) -> None:
     conn.execute(text(f"SET LOCAL lock_timeout = '{int(seconds * 1000)}ms'"))
 
 
+def unbound_lock_waits(conn: Connection) -> None:
+    """Nothing: :func:`bound_lock_waits` ends with its transaction."""
+
+
 def make_day(conn: Connection, day: dt.date) -> None:
     """Make ``day``'s partition: built apart, with its two leaves and their indexes, then
     attached. Attaching takes ``SHARE UPDATE EXCLUSIVE`` on the archive (its readers and

@@ -50,7 +50,10 @@ def make_archive_day(conn: Connection, day: dt.date, lock_wait: float) -> None:
     found = _of(conn)
     assert found is not None, "the archive is not partitioned here"
     found.bound_lock_waits(conn, lock_wait)
-    found.make_day(conn, day)
+    try:
+        found.make_day(conn, day)
+    finally:
+        found.unbound_lock_waits(conn)
 
 
 def retire_archive_day(conn: Connection, day: dt.date, lock_wait: float) -> DayRetired:
@@ -59,7 +62,10 @@ def retire_archive_day(conn: Connection, day: dt.date, lock_wait: float) -> DayR
     found = _of(conn)
     assert found is not None, "the archive is not partitioned here"
     found.bound_lock_waits(conn, lock_wait)
-    retired: DayRetired = found.retire_day(conn, day)
+    try:
+        retired: DayRetired = found.retire_day(conn, day)
+    finally:
+        found.unbound_lock_waits(conn)
     return retired
 
 
