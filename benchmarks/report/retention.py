@@ -82,4 +82,38 @@ def retention(results: Results) -> Rendered:
             f"{jobs['after_second_churn']['indexes_kib']:,} KiB.",
             "",
         ]
+    maria = data.get("mariadb")
+    if maria:
+        lines += [
+            f"MariaDB (`{data.get('mariadb_command', data['command'])}`): "
+            f"{maria['rows']:,} rows archived over the week before migration 0010, which took "
+            f"{maria['migration_0010_seconds']} s (one copy of the table, its writers waiting); "
+            f"then {maria['rows']:,} rows over the next days. Sizes: InnoDB's estimates "
+            "(`information_schema.PARTITIONS`, after ANALYZE); a DDL holds the metadata lock "
+            "for its whole statement.",
+            "",
+        ]
+
+        def sizes(state: dict[str, Any]) -> str:
+            return (
+                f"{state['data_mib']:,.1f} / {state['indexes_mib']:,.1f} MiB, "
+                f"{state['rows_estimated']:,} rows, {state['partitions']} partitions"
+            )
+
+        rows = []
+        for step in maria["steps"]:
+            kept = step.get("dead_letters")
+            rows.append(
+                [
+                    step["day"],
+                    step["what"],
+                    f"{step['seconds']:,.3f}",
+                    sizes(step["before"]),
+                    sizes(step["after"]),
+                    "-" if kept is None else f"{kept[0]:,} → {kept[1]:,}",
+                ]
+            )
+        lines += table(
+            ["day", "step", "seconds", "before", "after", "dead letters of the day"], rows
+        )
     return lines, []
