@@ -10,6 +10,7 @@ all but them, and deletes rows where the archive is one table; two passes at onc
 from __future__ import annotations
 
 import datetime as dt
+import json
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -26,6 +27,7 @@ from outbox._db.postgresql import partitions as postgresql
 from outbox._services.retention import Retention
 from outbox.ops import archive
 from outbox.ops.migrate import migrate
+from tests.acceptance._cli import Cli
 
 SUCCEEDED = schema.ArchiveStatus.SUCCEEDED
 DEAD = schema.ArchiveStatus.DEAD
@@ -300,4 +302,35 @@ def test_prune_takes_whole_days_out_and_keeps_dead_letters(
         left,
         first in days,
         first + dt.timedelta(days=1) in days,
+    )
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql"])
+def test_archive_days_shows_the_partitions_and_the_retention(
+    kind: str,
+    cli: Cli,
+    make_empty_database: Callable[[str], str],
+    engine_on: Callable[[str], Engine],
+) -> None:
+    """``outbox archive days --json``: the partitions, oldest first, each day named; where
+    the archive is one table, a line that says so."""
+    url = make_empty_database(kind)
+    migrate(engine_on(url))
+    result = cli.run("--database-url", url, "archive", "days", "--json")
+    if kind == "sqlite":
+        text_result = cli.run("--database-url", url, "archive", "days")
+        assert (0, [], True) == (
+            result.code,
+            json.loads(result.stdout)["partitions"],
+            text_result.stdout.startswith("the archive is one table here"),
+        )
+        return
+    found = json.loads(result.stdout)
+    names = [p["name"] for p in found["partitions"]]
+    first = _first_day(engine_on(url))
+    days = [f"outbox_archive_d{first + dt.timedelta(days=n):%Y%m%d}" for n in range(3)]
+    assert (0, None, ["outbox_archive_before", *days, "outbox_archive_default"]) == (
+        result.code,
+        found["retention_days"],
+        names,
     )
