@@ -37,6 +37,10 @@ and after. A DDL holds the table's metadata lock for the whole of its statement,
 timed.
 
     python -m benchmarks.retention --rows 5000000 --days 7 --jobs 500000 --mariadb-rows 1000000
+
+``--skip-plain`` measures the partitioned archive alone, for a week at the full size:
+
+    python -m benchmarks.retention --rows 50000000 --days 7 --jobs 0 --mariadb-rows 0 --skip-plain
 """
 
 from __future__ import annotations
@@ -498,6 +502,11 @@ def main() -> None:
     parser.add_argument("--poll-ms", type=float, default=2.0)
     parser.add_argument("--mariadb-rows", type=int, default=1_000_000)
     parser.add_argument("--skip-postgresql", action="store_true")
+    parser.add_argument(
+        "--skip-plain",
+        action="store_true",
+        help="only the partitioned archive (a large --rows): stored as retention_<rows>.json",
+    )
     args = parser.parse_args()
     load = Path("/proc/loadavg").read_text()
     if args.skip_postgresql:
@@ -511,11 +520,12 @@ def main() -> None:
         print(path.read_text())
         return
     first, days = _days(args)
-    plain = _plain(args, first)
+    plain = None if args.skip_plain else _plain(args, first)
     maria = _mariadb(args) if args.mariadb_rows else None
     path = write(
-        "retention",
+        f"retention_{args.rows}" if args.skip_plain else "retention",
         {
+            "benchmark": "retention",
             "command": command_line("benchmarks.retention", args),
             "machine": machine(),
             "load_at_start": load.split()[:3],

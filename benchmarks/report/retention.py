@@ -45,7 +45,8 @@ def retention(results: Results) -> Rendered:
         "",
     ]
     body = []
-    for archive in ("plain", "partitioned"):
+    archives = [a for a in ("plain", "partitioned") if data.get(a)]
+    for archive in archives:
         for step in data[archive]["steps"]:
             outcome = step.get("outcome")
             outcome = outcome if isinstance(outcome, dict) else {}
@@ -65,7 +66,7 @@ def retention(results: Results) -> Rendered:
     header = ["archive", "day", "step", "seconds", "longest locks", "before", "after",
               "dead letters of the day"]  # fmt: skip
     lines += table(header, body)
-    fills = ", ".join(f"{a} {data[a]['fill_seconds']:,} s" for a in ("plain", "partitioned"))
+    fills = ", ".join(f"{a} {data[a]['fill_seconds']:,} s" for a in archives)
     lines += [f"Generating the rows took: {fills}.", ""]
     jobs = data["partitioned"].get("jobs")
     if jobs:

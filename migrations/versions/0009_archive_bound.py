@@ -5,7 +5,7 @@ Revises: 0008
 Create Date: 2027-01-05 10:00:00.000000
 
 PostgreSQL only: ``ck_outbox_archive_before``, ``archived_at`` before the start of the UTC day
-after tomorrow, added ``NOT VALID``: the constraint is recorded at once (a lock of a few
+after tomorrow (or of the day after the newest row's, if later), added ``NOT VALID``: the constraint is recorded at once (a lock of a few
 milliseconds) and checked only for rows written from now on. Revision 0010 validates it, which
 reads the archive without blocking its writers, and then makes the table the first partition of
 a partitioned archive: the validated constraint proves that its rows lie before that day, so
