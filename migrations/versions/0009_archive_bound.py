@@ -5,11 +5,12 @@ Revises: 0008
 Create Date: 2027-01-05 10:00:00.000000
 
 PostgreSQL only: ``ck_outbox_archive_before``, ``archived_at`` before the start of the UTC day
-after tomorrow (or of the day after the newest row's, if later), added ``NOT VALID``: the constraint is recorded at once (a lock of a few
-milliseconds) and checked only for rows written from now on. Revision 0010 validates it, which
-reads the archive without blocking its writers, and then makes the table the first partition of
-a partitioned archive: the validated constraint proves that its rows lie before that day, so
-attaching it reads nothing under lock (docs/design.md, "Retention by day").
+after tomorrow (or of the day after the newest row's, if later), added ``NOT VALID``: the
+constraint is recorded at once (a lock of a few milliseconds) and checked only for rows written
+from now on. Revision 0010 validates it, which reads the archive without blocking its writers,
+and then makes the table the first partition of a partitioned archive: the validated constraint
+proves that its rows lie before that day, so attaching it reads nothing under lock
+(docs/design.md, "Retention by day").
 
 ``outbox migrate`` applies 0009 and 0010 one after the other. The bound leaves at least a day
 between them: a database left at 0009 past it refuses to archive (migrate to 0010, or down to
