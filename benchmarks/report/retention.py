@@ -55,7 +55,13 @@ def retention(results: Results) -> Rendered:
                 [
                     f"`{archive}`",
                     step.get("day", "-"),
-                    step["what"] + (f" ({outcome['retired']})" if "retired" in outcome else ""),
+                    step["what"]
+                    + (
+                        f" ({outcome['retired']}; its transaction, the longest its locks can be "
+                        f"held: {outcome['transaction_seconds']:.3f} s)"
+                        if "retired" in outcome
+                        else ""
+                    ),
                     f"{step['seconds']:,.3f}",
                     _locks(step),
                     _state(step.get("before")),
