@@ -164,7 +164,13 @@ def bound_archive(conn: Connection, bound: dt.datetime) -> None:
     """Record that every row of ``outbox_archive`` is archived before ``bound`` (or before the
     day after its newest row's, if later: a row dated ahead stays where it is): a check
     constraint, ``NOT VALID`` (checked for new rows only; a lock of milliseconds), which
-    :func:`partition_archive` validates."""
+    :func:`partition_archive` validates. An archive partitioned already, or bounded already,
+    is left as it is (tables stamped at a revision rather than migrated to it)."""
+    bounded = conn.execute(
+        text("SELECT 1 FROM pg_constraint WHERE conname = :name"), {"name": BOUND_CONSTRAINT}
+    ).first()
+    if bounded is not None or is_partitioned(conn):
+        return
     newest = conn.execute(text(f"SELECT max(archived_at) FROM {ROOT}")).scalar_one_or_none()
     if newest is not None:
         after = dt.datetime.combine(newest.astimezone(dt.UTC).date(), dt.time(), dt.UTC)
@@ -183,7 +189,11 @@ def partition_archive(conn: Connection, days_ahead: int) -> None:
     the constraint is validated (a read that blocks no reader or writer), the table and its
     indexes renamed, the partitioned table made in its place with its columns, sequence and
     indexes, and the old one attached (the constraint proves its rows belong: nothing read
-    under lock); then the default partition and ``days_ahead`` days from the bound."""
+    under lock); then the default partition and ``days_ahead`` days from the bound. An
+    archive partitioned already (tables stamped at a revision rather than migrated to it) is
+    left as it is."""
+    if is_partitioned(conn):
+        return
     conn.execute(text(f"ALTER TABLE {ROOT} VALIDATE CONSTRAINT {BOUND_CONSTRAINT}"))
     conn.execute(text(f"ALTER TABLE {ROOT} RENAME TO {BEFORE}"))
     conn.execute(text(f"ALTER INDEX pk_{ROOT} RENAME TO pk_{BEFORE}"))
@@ -222,7 +232,10 @@ def partition_archive(conn: Connection, days_ahead: int) -> None:
 def unpartition_archive(conn: Connection) -> None:
     """Undo :func:`partition_archive`: the rows archived in the other partitions are copied
     into ``outbox_archive_before``, which becomes ``outbox_archive`` again, bounded anew (its
-    constraint ``NOT VALID``, as :func:`bound_archive` leaves it)."""
+    constraint ``NOT VALID``, as :func:`bound_archive` leaves it). An archive that is one
+    table already (tables stamped at a revision rather than migrated to it) is left as it is."""
+    if not is_partitioned(conn):
+        return
     conn.execute(text(f"ALTER TABLE {ROOT} DETACH PARTITION {BEFORE}"))
     conn.execute(text(f"ALTER TABLE {BEFORE} DROP CONSTRAINT {BOUND_CONSTRAINT}"))
     conn.execute(text(f"INSERT INTO {BEFORE} SELECT * FROM {ROOT}"))
