@@ -86,9 +86,15 @@ def finish_succeeded(
 
     def claim_next(conn: Connection) -> None:
         nonlocal rode
-        if chained is not None:
+        if chained is None:
+            return
+        try:
             chained(conn)
-            rode = True
+        except DBAPIError:
+            raise  # retried with the finish when transient; refused, see below
+        except Exception as error:
+            raise _ClaimFailed from error
+        rode = True
 
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
         nonlocal rode
@@ -180,6 +186,7 @@ def finish_succeeded(
             job_id=job.id,
             token=job.lease_token,
             group_id=group_id,
+            size=len(batch),
             archive=(handler.name, attempt) if handler.archive else None,
             lenient=lenient,
         )
@@ -195,6 +202,11 @@ def finish_succeeded(
         else:
             with chained.turn:
                 result = fenced(app, handler, job, work)
+    except _ClaimFailed:
+        # The claim riding with the finish failed (not the database: that is retried, or
+        # refused below): the handled group is finished alone, and the claim left to the
+        # caller, whose own claim meets the same failure and says so.
+        return finish_succeeded(app, handler, job, batch)
     except FinishRefused:
         if chained is not None:
             # The refusal may have been the next claim's: the group is finished alone, and the
@@ -473,6 +485,12 @@ def record_attempt(
         worker=job.lease_owner,
         error=error,
     )
+
+
+class _ClaimFailed(Exception):  # noqa: N818 - an outcome, as LeaseLost is
+    """Raised in a finish's transaction to roll it back when the claim riding with it raised
+    what is not a database error: the handled group must not be held for the next group's
+    failure."""
 
 
 def fenced(app: Outbox, handler: Handler[Any], job: queries.JobRow, work: Any) -> BatchResult:

@@ -8,6 +8,8 @@ from typing import Any
 
 import structlog
 
+from outbox._core import log as _log
+
 
 def configure_logging(level: str, fmt: str) -> None:
     """Readable lines on a terminal, JSON lines otherwise; to stderr, filtered by level."""
@@ -30,3 +32,4 @@ def configure_logging(level: str, fmt: str) -> None:
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
+    _log.filter_below(floor)

@@ -13,7 +13,7 @@ import uuid
 from typing import cast
 
 import pytest
-from sqlalchemy import Connection, Table, select
+from sqlalchemy import Connection, Table, delete, select
 
 from outbox import schema
 from outbox._db import queries
@@ -229,9 +229,10 @@ def _finish(
     job_id: int,
     token: uuid.UUID,
     archive: tuple[str, int] | None = None,
+    size: int = 3,
 ) -> int | None:
     return queries.finish_succeeded_group(
-        conn, ACTIVITY, job_id=job_id, token=token, group_id=group_id, archive=archive
+        conn, ACTIVITY, job_id=job_id, token=token, group_id=group_id, size=size, archive=archive
     )
 
 
@@ -263,7 +264,7 @@ def test_finish_succeeded_group_of_no_rows_deletes_its_job(db: Database) -> None
     returns no rows, so "no row deleted" alone cannot tell the two apart."""
     _requires_one_statement_completion(db)
     group_id, job_id, token, _ = _held_group(db, size=0)
-    finished = db.run(lambda conn: _finish(conn, group_id, job_id, token))
+    finished = db.run(lambda conn: _finish(conn, group_id, job_id, token, size=0))
     assert (0, None) == (finished, job(db.engine, job_id))
 
 
@@ -272,8 +273,22 @@ def test_finish_succeeded_group_of_no_rows_with_a_lost_lease_changes_nothing(db:
     _requires_one_statement_completion(db)
     group_id, job_id, _, _ = _held_group(db, size=0)
     before = existing_job(db.engine, job_id)
-    finished = db.run(lambda conn: _finish(conn, group_id, job_id, uuid.uuid4()))
+    finished = db.run(lambda conn: _finish(conn, group_id, job_id, uuid.uuid4(), size=0))
     assert (None, before) == (finished, job(db.engine, job_id))
+
+
+def test_finish_succeeded_group_finished_by_another_meanwhile_is_a_lost_lease(
+    db: Database,
+) -> None:
+    """The lease ran out while the group was handled, and a rescue ran it again and finished it:
+    its job and rows are gone. The late finish finds nothing of its own: a lost lease, not a
+    success of no events."""
+    _requires_one_statement_completion(db)
+    group_id, job_id, token, _ = _held_group(db)
+    with db.engine.begin() as conn:
+        conn.execute(delete(schema.jobs).where(schema.jobs.c.id == job_id))
+        conn.execute(delete(ACTIVITY).where(ACTIVITY.c.group_id == group_id))
+    assert None is db.run(lambda conn: _finish(conn, group_id, job_id, token))
 
 
 def test_finish_succeeded_group_with_a_lost_lease_changes_nothing(db: Database) -> None:

@@ -8,21 +8,24 @@ hold both forms to the behaviour of the statement-per-step form the other databa
 from __future__ import annotations
 
 import contextlib
+import enum
 import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select, update
+from sqlalchemy import Enum, func, insert, select, update
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from outbox import Batch, Outbox, schema
+from outbox import Batch, BufferMixin, Outbox, schema
 from outbox._db import queries, run_in_transaction
 from outbox._engine import claimer, distributor
 from outbox._engine.batch_job import run_batch_job
 from outbox._engine.runner import Runner
 from outbox.handler import Handler
 from outbox.results import SUCCEEDED
+from outbox.testing import drain
 from tests.models import ActivityEvent
 
 WORKER = "test-worker"
@@ -188,6 +191,7 @@ def test_finishing_a_group_with_a_lost_lease_changes_nothing(
                 job_id=claim.job.id,  # type: ignore[union-attr]
                 token=token,
                 group_id=claim.group_id,
+                size=claim.size,
                 archive=("noop", 1),
             ),
         )
@@ -432,3 +436,58 @@ def test_a_group_claimed_with_a_finish_after_a_stop_goes_back_unattempted(
         (left, unclaimed(app)),
         {tuple(row) for row in leased},
     )
+
+
+class _UnreadableBase(DeclarativeBase):
+    pass
+
+
+class _Color(enum.Enum):
+    RED = "red"
+
+
+class _ColorEvent(BufferMixin, _UnreadableBase):
+    """A buffer whose column's type cannot read a value another writer stored: an Enum member
+    since removed from the code."""
+
+    __tablename__ = "test_color_events"
+    color: Mapped[_Color] = mapped_column(
+        Enum(_Color, native_enum=False, length=10, validate_strings=False)
+    )
+
+
+def test_a_value_a_column_cannot_read_holds_up_no_group_on_any_database(
+    database_url: str, make_app: Callable[[str], Outbox]
+) -> None:
+    """Two groups of readable events and one whose values the column's type cannot read: the
+    readable ones are handled once each; the other is claimed all the same and fails its
+    attempt, blocking no row behind it; no group the handler succeeded with is held, not even
+    the one whose finish the unreadable claim rode with."""
+    app = make_app(database_url)
+    handled: list[int] = []
+    app.handler(_ColorEvent, batch_size=2, name="colors")(
+        lambda batch: handled.extend(e.id for e in batch.events)
+    )
+    _UnreadableBase.metadata.create_all(app.engine)
+    try:
+        with app.engine.begin() as conn:
+            conn.execute(insert(_ColorEvent.__table__), [{"color": _Color.RED}] * 4)
+            conn.exec_driver_sql("INSERT INTO test_color_events (color) VALUES ('green')")
+            conn.exec_driver_sql("INSERT INTO test_color_events (color) VALUES ('green')")
+            conn.execute(insert(_ColorEvent.__table__), [{"color": _Color.RED}] * 2)
+        drain(app)
+        with app.engine.connect() as conn:
+            held = conn.execute(
+                select(func.count()).where(
+                    schema.jobs.c.lease_token.is_not(None), schema.jobs.c.lease_expires_at.is_(None)
+                )
+            ).scalar_one()
+            failed = conn.execute(
+                select(schema.jobs.c.attempts, schema.jobs.c.last_error).where(
+                    schema.jobs.c.kind == schema.JobKind.BATCH
+                )
+            ).all()
+        assert ([1, 2, 3, 4, 7, 8], 0, 1) == (sorted(handled), held, len(failed))
+        assert "LookupError" in (failed[0].last_error or "")
+    finally:
+        _UnreadableBase.metadata.drop_all(app.engine)

@@ -4,6 +4,7 @@ upserts."""
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -87,7 +88,13 @@ def claim_returning(
     A row whose values cannot be read leaves no ids to stamp: the same rows are then claimed by
     :func:`claim` (this transaction holds their locks) before the error goes on, so that the
     claim stands (see ``queries.fetch_claimed``).
+
+    A buffer with a column the stamp itself changes (an ``onupdate``, a server ``ON UPDATE``, a
+    computed column) is read after the stamp instead, as the other databases return it.
     """
+    if _stamp_changes_more(table):
+        claim(conn, table, group_id, limit, only)
+        return conn.execute(select(*table.c).where(table.c.group_id == group_id))
     stamped = literal(group_id, table.c.group_id.type).label("group_id")
     pick = select(*(stamped if column.name == "group_id" else column for column in table.c))
     pick = pick.where(table.c.group_id.is_(None)).order_by(table.c.id).limit(limit)
@@ -105,6 +112,16 @@ def claim_returning(
     if ids:
         conn.execute(update(table).where(table.c.id.in_(ids)).values(group_id=group_id))
     return rows()
+
+
+@functools.cache
+def _stamp_changes_more(table: Table) -> bool:
+    return any(
+        column.onupdate is not None
+        or column.server_onupdate is not None
+        or column.computed is not None
+        for column in table.c
+    )
 
 
 def count_exclusively(

@@ -185,7 +185,14 @@ def claim_rows_returning(
     :func:`fetch_claimed`); the claim stands.
     """
     statements = dialects.statements(dialect)
-    rows = fetch_claimed(statements.claim_returning(conn, table, group_id, limit, only))
+    try:
+        # A database that reads the rows before it stamps them (MariaDB) reads their values here.
+        result = statements.claim_returning(conn, table, group_id, limit, only)
+    except DBAPIError:
+        raise
+    except Exception as error:
+        raise UnreadableRowsError(type(error).__name__) from error
+    rows = fetch_claimed(result)
     if rows:
         rows.sort(key=itemgetter(rows[0]._fields.index("id")))
     return rows

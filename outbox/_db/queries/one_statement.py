@@ -194,17 +194,21 @@ def finish_succeeded_group(
     job_id: int,
     token: uuid.UUID,
     group_id: uuid.UUID,
+    size: int,
     archive: tuple[str, int] | None,
     lenient: bool = False,
 ) -> int | None:
     """PostgreSQL: delete a handled group's batch job, fenced by its lease, and its rows
     (archiving them as ``succeeded`` first when ``archive`` = (handler, attempts) is given),
-    in one round trip. Returns how many rows were deleted, None when the lease was lost (then
-    nothing changed).
+    in one round trip. Returns how many events succeeded (``size``, the events handed over,
+    or with an archive how many it archived), None when the lease was lost (then nothing
+    changed).
 
-    The CTE ``job`` deletes the job; ``outbox_row`` deletes the rows only if the job was ours,
-    and returns them; ``archived`` writes what ``outbox_row`` returned, so the rows are read
-    once.
+    With an archive, the CTE ``job`` deletes the job; ``outbox_row`` deletes the rows only if
+    the job was ours, and returns them; ``archived`` writes what ``outbox_row`` returned, so the
+    rows are read once. Without one, nothing of the rows is returned (returning them, even only
+    their ids to count, cost PostgreSQL half as much again as the delete): the rows' delete is
+    a CTE, and the statement the job's delete, whose row count says whether it was ours.
     """
     params: dict[str, Any] = {
         "outbox_job_id": job_id,
@@ -212,16 +216,8 @@ def finish_succeeded_group(
         "outbox_group_id": group_id,
     }
     if archive is None:
-        # Without an archive the rows' DELETE is the statement itself, and how many it deleted
-        # is its row count: nothing is returned of the rows (returning them, even only their
-        # ids to count, cost PostgreSQL half as much again as the DELETE).
-        deleted: int = conn.execute(_delete_succeeded_statement(table), params).rowcount
-        if deleted:
-            return deleted
-        # No row deleted: the job was not ours (rows are deleted only with it), or its group
-        # had no rows left. Only a job that was ours is gone now.
-        still_there = select(exists().where(_jobs.c.id == job_id))
-        return None if conn.execute(still_there).scalar() else 0
+        held = conn.execute(_delete_succeeded_statement(table), params).rowcount == 1
+        return size if held else None
     params.update(outbox_handler=archive[0], outbox_attempts=archive[1])
     stmt = _finish_succeeded_statement(table, True, lenient)
     held, deleted = conn.execute(stmt, params).one()
@@ -243,11 +239,22 @@ def _job_deleted() -> Any:
 
 @functools.cache
 def _delete_succeeded_statement(table: Table) -> Any:
-    job = _job_deleted()
-    return delete(table).where(
-        table.c.group_id == bindparam("outbox_group_id", type_=table.c.group_id.type),
-        exists(select(job.c.id)),
+    # The rows go only while the job is ours in the statement's snapshot; the job's own delete
+    # then takes its row lock, and finds it no longer ours if a rescue changed it since, when
+    # the caller rolls the whole statement back (a lost lease).
+    ours = (
+        _jobs.c.id == bindparam("outbox_job_id"),
+        _jobs.c.lease_token == bindparam("outbox_token"),
     )
+    gone = (
+        delete(table)
+        .where(
+            table.c.group_id == bindparam("outbox_group_id", type_=table.c.group_id.type),
+            exists().where(*ours),
+        )
+        .cte("outbox_row")
+    )
+    return delete(_jobs).where(*ours).add_cte(gone)
 
 
 @functools.cache
