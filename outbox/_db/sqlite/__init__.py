@@ -9,7 +9,6 @@ concern: ``connection`` (the write lock up front, WAL, a busy timeout), ``urls``
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import ModuleType
 from typing import Any
 
 from outbox._db.dialects.interface import Supports
@@ -46,7 +45,6 @@ from outbox._db.sqlite.statements import (
 )
 from outbox._db.sqlite.urls import describe, sync_url
 
-PARTITIONS: ModuleType | None = None  # no partitions: retention deletes rows
 NAME = "sqlite"
 SQLALCHEMY_NAMES = frozenset({"sqlite"})
 SUPPORTS = Supports(
@@ -63,7 +61,6 @@ ENGINE_OPTIONS: Mapping[str, Any] = {}
 __all__ = [
     "ENGINE_OPTIONS",
     "NAME",
-    "PARTITIONS",
     "SKIP_LOCKED",
     "SQLALCHEMY_NAMES",
     "SUPPORTS",
