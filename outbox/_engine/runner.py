@@ -57,13 +57,10 @@ CLAIM_LOOP_SECONDS = 1.0
 # Claims of one handler a runner makes at once, across the threads that share it. A claim steps
 # over every row that concurrent claims hold locked (about 0.9 us each, `python -m
 # benchmarks.claim_contention`): with fast handlers, all of a worker's threads would be
-# claiming side by side, mostly paying for each other's locks. One: a claim that rides with a
-# finish holds the turn until its transaction commits, so the next claim finds no row locked
-# by this process, while the other threads handle their groups (two claims in flight cost
-# PostgreSQL a fifth more CPU per event for no gain in rate: benchmarks/RESULTS.md).
-# `outbox work --processes N` gives each process one. Slow handlers never meet this limit:
-# their threads spend their time in the handler.
-CLAIMS_IN_FLIGHT_PER_HANDLER = 1
+# claiming side by side, mostly paying for each other's locks. Two keep one claim going while
+# the last one commits. `outbox work --processes N` gives each process its share, and at least
+# one. Slow handlers never meet this limit: their threads spend their time in the handler.
+CLAIMS_IN_FLIGHT_PER_HANDLER = 2
 # How often a runner's own view of the handlers' pauses and breakers is read again, when it
 # builds that view itself.
 FLOW_STATE_REFRESH_SECONDS = 1.0

@@ -79,8 +79,8 @@ def test_burst_with_two_processes_handles_every_event_once_in_both(
     commit_events: Any,
     output_dir: Path,
 ) -> None:
-    """Both forked workers take groups; each event is handled once; both print a summary; each
-    process runs one claim of a handler at a time."""
+    """Both forked workers take groups; each event is handled once; both print a summary; the
+    command's two claims in flight per handler are shared, one per process."""
     engine = connect(server_database)
     ids = commit_events(engine, 40)
 
