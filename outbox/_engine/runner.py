@@ -58,8 +58,10 @@ CLAIM_LOOP_SECONDS = 1.0
 # over every row that concurrent claims hold locked (about 0.9 us each, `python -m
 # benchmarks.claim_contention`): with fast handlers, all of a worker's threads would be
 # claiming side by side, mostly paying for each other's locks. Two keep one claim going while
-# the last one commits. `outbox work --processes N` gives each process its share, and at least
-# one. Slow handlers never meet this limit: their threads spend their time in the handler.
+# the last one commits and its rows are read: with one, a process drained a quarter slower for a
+# tenth less of PostgreSQL's CPU (`python -m benchmarks.compare_revisions`, 500,000 events).
+# `outbox work --processes N` gives each process its share, and at least one. Slow handlers
+# never meet this limit: their threads spend their time in the handler.
 CLAIMS_IN_FLIGHT_PER_HANDLER = 2
 # How often a runner's own view of the handlers' pauses and breakers is read again, when it
 # builds that view itself.

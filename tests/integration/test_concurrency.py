@@ -176,13 +176,14 @@ def test_a_worker_runs_at_most_its_claims_in_flight_of_a_handler_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Eight threads and a fast handler: at most ``claims_in_flight`` of the worker's claims
-    (by default CLAIMS_IN_FLIGHT_PER_HANDLER) run at once, and every event is handled once."""
+    (by default CLAIMS_IN_FLIGHT_PER_HANDLER) run at once, those that ride with a finish among
+    them, and every event is handled once."""
     app = make_app(postgres_database)
     app.settings = Settings(poll_interval=0.05)
     recorder = SharedRecorder()
     app.handler(ActivityEvent, name="sync", batch_size=10)(recorder)
     ids = commit_events(app.engine, 400)
-    claim_job = claimer.run_claim_job
+    claim_step = claimer._claim_step
     lock = threading.Lock()
     in_flight = [0, 0]  # now, most
 
@@ -192,12 +193,12 @@ def test_a_worker_runs_at_most_its_claims_in_flight_of_a_handler_at_once(
             in_flight[1] = max(in_flight)
         try:
             time.sleep(0.02)  # long enough for the other threads to pile up behind
-            return claim_job(*args, **kwargs)
+            return claim_step(*args, **kwargs)
         finally:
             with lock:
                 in_flight[0] -= 1
 
-    monkeypatch.setattr(claimer, "run_claim_job", slow_claim)
+    monkeypatch.setattr(claimer, "_claim_step", slow_claim)
     options = {} if claims_in_flight == CLAIMS_IN_FLIGHT_PER_HANDLER else {"claims_in_flight": 1}
     clean = Worker(app, concurrency=8, burst=True, **options).run()
 
