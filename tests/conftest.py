@@ -33,6 +33,13 @@ _FULL_RUN_PATHS = (
     # message's no-op tests/executors'; the kill and poison proofs stay in every run.
     "tests/celery_proofs/test_beats.py",
     "tests/celery_proofs/test_redelivery.py",
+    # Long runs whose every part a shorter test checks on every run: the chaos tier's smoke run
+    # (each fault has its own test in tests/faults), a newcomer's bulk API of every answer (the
+    # sinks' contract), 100,000 events through PgBouncer under a rate limit (the limit's
+    # windows: tests/acceptance/test_rate_limit_processes.py).
+    "tests/faults/test_chaos.py",
+    "tests/acceptance/test_newcomer_bulk_api.py",
+    "tests/poolers/test_pgbouncer_flow_control.py::test_a_hundred_thousand_events",
 )
 # End-to-end tiers (processes, signals, outages) whose cases on other databases than PostgreSQL
 # are the full run's, by tier and database: how each database behaves is what the conformance,
@@ -80,7 +87,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _full_run_only(item: pytest.Item, path: str) -> bool:
-    if path.startswith(_FULL_RUN_PATHS):
+    if item.nodeid.startswith(_FULL_RUN_PATHS):  # a file, or one test of a file
         return True
     values = getattr(getattr(item, "callspec", None), "params", {}).values()
     named = {value for value in values if isinstance(value, str)}
