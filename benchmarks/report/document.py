@@ -105,6 +105,10 @@ def heading(results: Results, link: str) -> str:
         read = typed(results)
         if read is not None:
             what = f"Typed buffer, the handler reading `batch.{read}`"
+            if read == "json":
+                what = "JSON buffer (a document per event), the handler reading `batch.events`"
+            if by_address(results):
+                what += ", the raw loop claiming by address"
             if results.data.get("separate_commands"):
                 what += ", separate `outbox work` commands"
             if not distributed(results):

@@ -140,6 +140,8 @@ def drain_throughput(results: Results) -> Rendered:
     read = typed(results)
     if read is not None:
         name = f"drain_throughput (typed, batch.{read})"
+    if read == "json":
+        name = "drain_throughput (JSON, batch.events)"
     rows = sorted(
         data["rows"], key=lambda r: (r.get("batch_size", data.get("batch_size", 0)), r["processes"])
     )
@@ -149,7 +151,11 @@ def drain_throughput(results: Results) -> Rendered:
         f"{data.get('max_batches', BENCH_MAX_BATCHES)} claim jobs (`max_batches`), "
         f"{'archiving every row' if archive else 'no archive'}"
         + (
-            f"; the typed buffer (an Enum, JSON, a DateTime with time zone, a Numeric and a "
+            "; the JSON buffer (a document of about 150 bytes per event), its handler reading a "
+            "value of every event's document through `batch.events`, the raw loop the same value "
+            "from psycopg's tuples"
+            if read == "json"
+            else f"; the typed buffer (an Enum, JSON, a DateTime with time zone, a Numeric and a "
             f"String), its handler reading every value of every event through `batch.{read}`, "
             "the raw loop the same values from psycopg's tuples"
             if read is not None
