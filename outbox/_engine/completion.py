@@ -57,8 +57,8 @@ def finish_succeeded(
     then: NextClaim | None = None,
 ) -> BatchResult:
     """Finish a group whose handler returned. ``then``: the claim job's next claim, made in
-    the same transaction when every event succeeded and the database finishes the group in one
-    statement (told ``committed()`` once it is); otherwise left to its caller."""
+    the same transaction when every event succeeded (told ``committed()`` once it is);
+    otherwise left to its caller."""
     assert job.group_id is not None
     group_id = job.group_id
     attempt = job.attempts
