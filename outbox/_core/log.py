@@ -134,14 +134,14 @@ class Logger:
         """Whether an event at ``level`` would be logged: for a caller whose fields cost
         something to gather."""
         if structlog.is_configured():
-            return level >= _structlog_floor
+            return level >= _structlog_floor[0] or not _floor_holds()
         return logging.getLogger(self._name).isEnabledFor(level)
 
     def _emit(
         self, level: int, event: str, fields: dict[str, Any], *, exc_info: bool = False
     ) -> None:
         if structlog.is_configured():
-            if level < _structlog_floor:
+            if level < _structlog_floor[0] and _floor_holds():
                 return
             method = "exception" if exc_info else logging.getLevelName(level).lower()
             getattr(self._structlog, method)(event, **fields)
@@ -163,16 +163,22 @@ class Logger:
         )
 
 
-_structlog_floor = logging.NOTSET
+_structlog_floor: tuple[int, Any] = (logging.NOTSET, None)
 
 
-def filter_below(level: int) -> None:
-    """Say that the process's structlog configuration drops events below ``level`` (the
-    ``outbox`` command's ``--log-level``): such an event then costs a comparison, where
-    structlog would build a bound logger for it first (its loggers are not cached, so that a
-    configuration made later is followed)."""
+def filter_below(level: int, wrapper_class: Any) -> None:
+    """Say that the process's structlog configuration, whose ``wrapper_class`` is given, drops
+    events below ``level`` (the ``outbox`` command's ``--log-level``): such an event then costs
+    a comparison, where structlog would build a bound logger for it first (its loggers are not
+    cached, so that a configuration made later is followed). Whoever configures structlog
+    again, with a wrapper class of its own, gets every event."""
     global _structlog_floor
-    _structlog_floor = level
+    _structlog_floor = (level, wrapper_class)
+
+
+def _floor_holds() -> bool:
+    """The configuration :func:`filter_below` described is still the process's."""
+    return structlog.get_config()["wrapper_class"] is _structlog_floor[1]
 
 
 def get_logger(name: str) -> Logger:

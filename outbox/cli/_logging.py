@@ -26,10 +26,10 @@ def configure_logging(level: str, fmt: str) -> None:
             structlog.processors.format_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(floor),
+        wrapper_class=(wrapper := structlog.make_filtering_bound_logger(floor)),
         # One write per line (print() writes the line and its newline apart): the workers of
         # `outbox work --processes N` share stderr, and a line must not land inside another.
         logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    _log.filter_below(floor)
+    _log.filter_below(floor, wrapper)

@@ -17,6 +17,7 @@ from structlog.testing import capture_logs
 
 import outbox
 from outbox._core import log as _log
+from outbox.cli._logging import configure_logging
 
 LEVELS = {"debug", "info", "warning", "error", "exception"}
 
@@ -169,6 +170,20 @@ def test_a_process_that_configured_structlog_keeps_its_configuration(
         ("warning", _log.OLDER_WORKERS),
     ] == [(e["log_level"], e["event"]) for e in logs]
     assert [] == [r for r in caplog.records if r.name.startswith("outbox")]
+
+
+def test_a_process_that_configures_structlog_after_the_command_gets_every_event(
+    structlog_unconfigured: None,
+) -> None:
+    """The command's level (here: warning) skips building events below it, for as long as its
+    configuration is the process's: structlog configured again afterwards (an application's,
+    a test's) receives the debug and info events as well."""
+    configure_logging("warning", "json")
+    structlog.reset_defaults()
+    structlog.configure(processors=[])
+    with capture_logs() as logs:
+        _emit()
+    assert ["debug", "info", "warning"] == [e["log_level"] for e in logs]
 
 
 def test_no_event_field_is_named_like_a_log_records_attribute() -> None:
