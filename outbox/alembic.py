@@ -11,7 +11,8 @@ An application's ``env.py`` passes these options to ``context.configure``::
     )
 
 They do two things. ``include_object`` keeps outbox's own tables (``outbox_jobs``,
-``outbox_archive``, ``outbox_workers`` and the version table ``outbox_alembic_version``) out of
+``outbox_archive`` and its partitions, ``outbox_workers`` and the version table
+``outbox_alembic_version``) out of
 the application's migrations: ``outbox migrate`` owns them, and without the filter autogenerate
 proposes dropping them. ``render_item`` writes a buffer's ``created_at`` default as
 ``outbox.db_now()``, which compiles to each database's clock when the migration runs, instead of
@@ -43,6 +44,10 @@ if TYPE_CHECKING:
 
 OWN_TABLES = frozenset({*schema.TABLE_NAMES, VERSION_TABLE})
 """The tables ``outbox migrate`` creates and versions; never the application's migrations'."""
+OWN_TABLE_PREFIX = "outbox_archive_"
+"""The archive's partitions (PostgreSQL: ``outbox_archive_before``, ``outbox_archive_default``,
+``outbox_archive_dYYYYMMDD`` and its leaves), made by outbox's migrations and its retention: a
+database reflects them as tables of their own, and they are outbox's too."""
 
 # What a migration writes for the buffer clock, and the import that makes the name resolve.
 _CLOCK_IMPORT = "import outbox"
@@ -68,9 +73,13 @@ def include_object(
     Indexes, columns and constraints are judged by the table they belong to.
     """
     if type_ == "table":
-        return name not in OWN_TABLES
+        return not _own(name)
     table = getattr(object_, "table", None)
-    return getattr(table, "name", None) not in OWN_TABLES
+    return not _own(getattr(table, "name", None))
+
+
+def _own(name: str | None) -> bool:
+    return name is not None and (name in OWN_TABLES or name.startswith(OWN_TABLE_PREFIX))
 
 
 def render_item(type_: str, object_: Any, autogen_context: AutogenContext) -> str | Literal[False]:

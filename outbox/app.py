@@ -66,6 +66,13 @@ class Settings:
     ``batch.retry(after=)``), whatever the downstream said (1 s; at most an hour): a
     ``Retry-After: 0`` must not turn into a hundred calls a second. Tests of an application's
     handlers may lower it to run deferrals at once.
+    ``archive_retention_days``: keep the archive's history (every status but ``dead``) this
+    many whole UTC days, and have the fleet's leader take older days out (the day under way
+    is kept too, so rows stay up to a day longer); ``None`` (the default): the archive is kept
+    until ``outbox prune``. Where the archive is partitioned by day (PostgreSQL and MariaDB,
+    from migration 0010), a day goes in one statement and its dead letters stay; elsewhere its
+    rows are deleted in chunks, as ``outbox prune`` deletes them. Dead letters are never taken
+    by retention.
     """
 
     lease_seconds: float = DEFAULT_LEASE_SECONDS
@@ -74,6 +81,7 @@ class Settings:
     worker_stale_after: float = DEFAULT_WORKER_STALE_SECONDS
     listen: bool = True
     min_retry_after: float = MIN_RETRY_AFTER_SECONDS
+    archive_retention_days: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "poll_interval", "rescue_interval", "worker_stale_after"):
@@ -84,6 +92,13 @@ class Settings:
             raise ConfigurationError(
                 "Settings.min_retry_after must be a number of seconds from 0 to 3600, "
                 f"got {self.min_retry_after!r}"
+            )
+        days = self.archive_retention_days
+        if days is not None and (
+            isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 36500
+        ):
+            raise ConfigurationError(
+                f"Settings.archive_retention_days must be whole days from 1 to 36500, got {days!r}"
             )
 
 

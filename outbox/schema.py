@@ -36,7 +36,7 @@ from sqlalchemy.types import TypeEngine
 
 from outbox._core.version import VERSION
 
-GENERATION = 8
+GENERATION = 10
 """The schema generation of these tables: the number of the newest migration outbox ships.
 A worker records it as the generation it understands; ``outbox_schema`` records the generation
 the database is at (a test checks that the newest migration declares the same)."""

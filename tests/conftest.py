@@ -7,16 +7,19 @@ machine, but fail loudly when ``CI=true``: in CI a database test never silently 
 
 from __future__ import annotations
 
+import datetime
 import os
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy import Connection, Engine, create_engine, func, select, text
 from sqlalchemy.engine import make_url
 
 from outbox import Outbox, Settings, add_events, schema
+from outbox._db.mysql import partitions as mysql_partitions
+from outbox._db.postgresql import partitions as postgresql_partitions
 from tests.models import ActivityEvent, Base, EmailEvent
 from tests.poolers._pgbouncer import PgBouncer, executable
 
@@ -178,6 +181,11 @@ def sqlite_url(tmp_path: object) -> str:
     return f"sqlite:///{tmp_path}/outbox.sqlite3"
 
 
+ARCHIVE_BY_DAY_ENV = "OUTBOX_TEST_ARCHIVE_BY_DAY"
+"""Set (to 1): the archive of every reset PostgreSQL and MariaDB database is partitioned by day,
+as migration 0010 leaves it, today's rows in today's partition (``nox -s archive_by_day``)."""
+
+
 def reset_schema(url: str) -> None:
     """Drop and create the framework's tables and the test models."""
     engine = create_engine(url)
@@ -186,7 +194,20 @@ def reset_schema(url: str) -> None:
         schema.metadata.drop_all(conn)
         schema.metadata.create_all(conn)
         Base.metadata.create_all(conn)
+        if os.environ.get(ARCHIVE_BY_DAY_ENV):
+            partition_archive(conn)
     engine.dispose()
+
+
+def partition_archive(conn: Connection) -> None:
+    """Partition the archive of a PostgreSQL or MariaDB database by day, as migration 0010
+    does, with today's rows in today's partition (the migration's first day is later)."""
+    today = datetime.datetime.now(datetime.UTC).date()
+    if conn.dialect.name == "postgresql":
+        start = datetime.datetime.combine(today, datetime.time(), datetime.UTC)
+        postgresql_partitions.partition_archive(conn, 3, cut=start)
+    elif conn.dialect.name in ("mysql", "mariadb"):
+        mysql_partitions.partition_archive(conn, today, 3)
 
 
 @pytest.fixture(params=["sqlite", "postgresql", "mariadb"])

@@ -71,6 +71,9 @@ RETRY_AFTER_UNREADABLE = "outbox.retry_after.unreadable"  # a header neither sec
 COMPLETION_FAILED = "outbox.batch.completion_failed"  # outbox could not record an outcome
 ARCHIVE_REPLAYED = "outbox.archive.replayed"
 ARCHIVE_PRUNED = "outbox.archive.pruned"
+# A retention pass: the days it made, took out (dropped or emptied), the rows it deleted.
+ARCHIVE_RETENTION = "outbox.archive.retention"
+ARCHIVE_RETENTION_FAILED = "outbox.archive.retention_failed"
 ARCHIVE_EDITED = "outbox.archive.edited"  # a dead event replayed with values an operator changed
 GROUPS_DISCARDED = "outbox.groups.discarded"  # an operator gave groups up
 # How far a long command is (prune, replay, discard, migrate...), off a terminal: its counts.

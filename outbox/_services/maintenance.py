@@ -1,7 +1,8 @@
 """A worker's maintenance: one thread that heartbeats (extending the leases of the jobs the
 worker runs, and learning whether it leads the fleet), writes its throughput, acts on what an
 operator asked of it, watches the database's schema, rescues, takes back handlers whose
-buffer tables exist again, and, while it leads, distributes.
+buffer tables exist again, and, while it leads, distributes and starts the archive's
+retention passes (``Settings.archive_retention_days``).
 
 The worker hands in what is its own: how to distribute, how to wake its loop, how to drain or
 stop it, and its events for stopping and aborting. Each step is a method a test can call; the
@@ -25,6 +26,7 @@ from outbox._services.heartbeat import Heartbeat, heartbeat_interval
 from outbox._services.missing_tables import MissingTables
 from outbox._services.outage import Outage
 from outbox._services.rescuer import Rescuer
+from outbox._services.retention import RETENTION_EVERY, Retention
 from outbox._services.schema_watch import SchemaWatch
 from outbox._services.throughput import Throughput
 from outbox.app import Outbox
@@ -75,6 +77,7 @@ class Maintenance:
         self.rescuer = Rescuer(app, worker_id, judge_heartbeats=heartbeat.may_judge_others)
         self.distribution_watch = DistributionWatch(app, worker_id)
         self.schema_watch = SchemaWatch(app)
+        self.retention = Retention(app)
         self.schema_suspect = threading.Event()
         """A statement failed in a way a schema change explains: look at the schema now."""
         self.schema_incompatible: SchemaIncompatibleError | None = None
@@ -92,7 +95,7 @@ class Maintenance:
         with nothing in flight."""
         settings = self.app.settings
         heartbeat_every = heartbeat_interval(settings)
-        next_heartbeat = next_rescue = next_distribution = time.monotonic()
+        next_heartbeat = next_rescue = next_distribution = next_retention = time.monotonic()
         while not self.aborted.is_set():
             now = time.monotonic()
             heartbeat_due = now >= next_heartbeat
@@ -129,6 +132,10 @@ class Maintenance:
                         # poll, seconds away in a fleet that is not notified (no LISTEN).
                         self.wake()
                     next_distribution = now + self.distribute_every
+                if self.leading and now >= next_retention and not self.stopping.is_set():
+                    # In a thread of its own: the heartbeat never waits for a pass.
+                    self.retention.start()
+                    next_retention = now + RETENTION_EVERY
             except DBAPIError as error:
                 self.suspect_schema(error)
                 if self.schema_suspect.is_set():

@@ -15,12 +15,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.exc import DBAPIError
+
 from outbox import schema
 from outbox._core import log as _log
 from outbox._core.checks import text_problem
 from outbox._core.values import archived_payload, archived_values
 from outbox._db import queries, run_in_transaction
-from outbox._db.dialects import JSON_AS_TEXT_MARKER
+from outbox._db.dialects import JSON_AS_TEXT_MARKER, is_lock_timeout
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 from outbox.ops.progress import COUNT_CAP, Phase, Progress, capped
@@ -28,6 +30,8 @@ from outbox.ops.progress import COUNT_CAP, Phase, Progress, capped
 log = _log.get_logger(__name__)
 
 PRUNE_CHUNK = 1000
+DAY_LOCK_WAIT = 1.0
+"""Seconds a prune waits for the lock of a day it takes out whole (partitioned archive)."""
 
 
 # What `prune` deletes when told no status: the statuses that are history. Dead letters stay
@@ -202,6 +206,34 @@ def browse(
     return ArchivePage(events, next_before, None if payload is None else PAYLOAD_SCAN)
 
 
+@dataclass(frozen=True, slots=True)
+class ArchivePart:
+    """A partition of an archive partitioned by day (PostgreSQL and MariaDB from migration
+    0010)."""
+
+    name: str
+    day: dt.date | None
+    """The UTC day it holds; None: the rows archived before the migration (``before``), or
+    the rows of days with no partition (``default``)."""
+    rows: int
+    """Rows, as the database estimates them (after ANALYZE)."""
+    dead_rows: int | None
+    """Of which dead letters, estimated (PostgreSQL's days); None where not known."""
+    bytes: int
+    """Its size, indexes included."""
+
+
+def parts(app: Outbox) -> list[ArchivePart]:
+    """The archive's partitions, oldest first, from the catalogue (no row read); empty where
+    the archive is one table (SQLite, or tables made by ``outbox schema sql``)."""
+    with app.engine.connect() as conn:
+        found = queries.archive_partitions(conn)
+    return [
+        ArchivePart(p.name, p.day, p.rows, None if p.dead_rows < 0 else p.dead_rows, p.bytes)
+        for p in found
+    ]
+
+
 def readable_values(app: Outbox, handler: str, payload: str | None) -> dict[str, Any]:
     """An archived event's values as they are shown (the API, ``--json``, the pages): as the
     handler's columns store them, so that they are written in the encodings a live event's are
@@ -241,6 +273,11 @@ def prune(
     too (a producer retrying later than that writes its event again); the record of
     operators' operations stays.
 
+    Where the archive is partitioned by day (PostgreSQL and MariaDB, from migration 0010),
+    the statuses that are history go a whole day at a time for the days archived wholly
+    before the age (a drop or a truncate: no row deleted one by one, nothing left to vacuum;
+    the day's dead letters stay); the rest row by row.
+
     ``progress`` (:class:`~outbox.ops.progress.Progress`) is told the archive rows to delete
     (counted up to :data:`~outbox.ops.progress.COUNT_CAP`) and each chunk deleted; when it asks to
     stop, :class:`~outbox.ops.progress.StoppedError` is raised between two chunks.
@@ -253,6 +290,8 @@ def prune(
         found = count_up_to(app, statuses=chosen, older_than_seconds=older_than)
     phase = Phase(progress, "pruned", "archive rows", found)
     total = 0
+    if chosen == frozenset(PRUNE_STATUSES):
+        total = _retire_days(app, older_than, phase)
     start: dt.datetime | None = None
     while True:
         phase.check()
@@ -278,6 +317,37 @@ def prune(
                 break
     if total:
         log.info(_log.ARCHIVE_PRUNED, rows=total)
+    return total
+
+
+def _retire_days(app: Outbox, older_than: float, phase: Phase) -> int:
+    """On an archive partitioned by day, the days archived wholly before the age lose their
+    history in one statement each, as retention takes them (their dead letters stay), rather
+    than row by row; the rows they held. A day whose lock is held too long, or while a
+    retention pass holds the cleaners' lock, is left to the row-by-row prune that follows."""
+    total = 0
+    with app.engine.connect() as conn:
+        with conn.begin():
+            if not queries.archive_partitioned(conn):
+                return 0
+            now = queries.database_now(conn)
+            now = now.replace(tzinfo=dt.UTC) if now.tzinfo is None else now
+            cutoff = (now - dt.timedelta(seconds=older_than)).astimezone(dt.UTC).date()
+            days = [p.day for p in queries.archive_partitions(conn) if p.day and p.day < cutoff]
+        for day in days:
+            phase.check()
+            try:
+                with conn.begin(), queries.retention_lock(conn) as held:
+                    if not held:
+                        break
+                    history = queries.count_archive_day_history(conn, day)
+                    queries.retire_archive_day(conn, day, DAY_LOCK_WAIT)
+            except DBAPIError as error:
+                if not is_lock_timeout(error):
+                    raise
+                continue
+            total += history
+            phase.advance(history)
     return total
 
 

@@ -144,7 +144,7 @@ def test_unknown_revision_is_a_usage_error(
 
     expected = (
         "Error: unknown revision '0099': this outbox knows 0001, 0002, 0003, 0004, 0005, 0006, "
-        "0007, 0008, head and base\n"
+        "0007, 0008, 0009, 0010, head and base\n"
     )
     assert (2, expected) == (result.code, result.stderr)
 

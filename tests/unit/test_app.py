@@ -259,6 +259,13 @@ def test_invalid_setting_error_names_the_field(field: str) -> None:
         Settings(**{field: 0.0})
 
 
+@pytest.mark.parametrize("days", [0, 36501, 1.5, True, "7"])
+def test_archive_retention_days_are_whole_days_from_1(days: object) -> None:
+    """The archive's retention is whole days, 1 to 36,500; the error names the field."""
+    with pytest.raises(ConfigurationError, match=r"Settings\.archive_retention_days"):
+        Settings(archive_retention_days=days)  # type: ignore[arg-type]
+
+
 def test_with_settings_validates_the_change(app: Outbox) -> None:
     """Replacing a setting goes through the same validation."""
     with pytest.raises(ConfigurationError, match=r"Settings\.lease_seconds"):

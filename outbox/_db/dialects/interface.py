@@ -9,10 +9,13 @@ protocol where the registry (``registry.DATABASES``) lists it. Nothing here impo
 
 from __future__ import annotations
 
+import datetime as dt
 import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from enum import StrEnum
+from types import ModuleType
 from typing import Any, Protocol
 
 from sqlalchemy import Connection, Engine, Result, Row, Select, Table
@@ -111,6 +114,30 @@ class Statements(Protocol):
     ) -> int: ...
 
 
+@dataclass(frozen=True, slots=True)
+class ArchivePartition:
+    """A partition of the archive: its name, the UTC day it holds (None: the rows before the
+    first day, or the rows of days with no partition), the rows the database estimates it
+    holds (after ANALYZE), of which dead letters, and its size with its indexes."""
+
+    name: str
+    day: dt.date | None
+    rows: int
+    dead_rows: int
+    bytes: int
+
+
+class DayRetired(StrEnum):
+    """What retention did with a day of the archive past its age."""
+
+    DROPPED = "dropped"
+    """No dead letter: the day's partition is gone."""
+    EMPTIED = "emptied"
+    """Its history is gone; its dead letters stay, and the partition with them."""
+    KEPT = "kept"
+    """Only dead letters left in it already: nothing done."""
+
+
 class Database(Statements, Protocol):
     """Everything outbox needs of one database: its statements, and its names, capabilities,
     connections, errors, archive payloads and migration locks.
@@ -129,6 +156,11 @@ class Database(Statements, Protocol):
     database is the claim's)."""
     ENGINE_OPTIONS: Mapping[str, Any]
     """What ``create_engine`` is given for the engines outbox creates."""
+    PARTITIONS: ModuleType | None
+    """Its module of the archive's partitions by day (``is_partitioned``, ``partitions``,
+    ``first_day``, ``make_day``, ``retire_day``, ``count_history``, ``bound_lock_waits``,
+    ``unbound_lock_waits``,
+    ``try_lock``, ``unlock``); None where the database has no partitions (SQLite)."""
 
     def sqlalchemy_dialect(self) -> SADialect:
         """A dialect object of the database, for compiling with no connection."""

@@ -4,6 +4,7 @@ name. A new database is one more package of ``outbox._db`` and one more entry he
 from __future__ import annotations
 
 import functools
+from types import ModuleType
 from typing import Any
 
 from sqlalchemy.engine import Dialect as SADialect
@@ -60,6 +61,12 @@ def supports(name: str) -> Supports:
 def statements(name: str) -> Statements:
     """The statements of the database called ``name`` (:func:`name_of`)."""
     return _BY_NAME[name]
+
+
+def partitions(name: str) -> ModuleType | None:
+    """The archive partitions module of the database called ``name`` (:func:`name_of`); None
+    where it has none."""
+    return _BY_NAME[name].PARTITIONS
 
 
 def uses_skip_locked(dialect: str) -> bool:

@@ -10,10 +10,12 @@ id), ``clock`` (UTC, not the session's), ``payload``, ``errors`` (by error numbe
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from outbox._db.dialects.interface import Supports
 from outbox._db.mysql import clock as clock  # registers the clock's SQL with SQLAlchemy
+from outbox._db.mysql import partitions
 from outbox._db.mysql.connection import (
     behind_pooler,
     configure,
@@ -46,6 +48,7 @@ from outbox._db.mysql.statements import (
 )
 from outbox._db.mysql.urls import describe, sync_url
 
+PARTITIONS: ModuleType | None = partitions
 NAME = "mysql"  # SQLAlchemy names MariaDB "mysql" too
 SQLALCHEMY_NAMES = frozenset({"mysql", "mariadb"})
 SUPPORTS = Supports(
@@ -63,6 +66,7 @@ ENGINE_OPTIONS: Mapping[str, Any] = {"isolation_level": "READ COMMITTED"}
 __all__ = [
     "ENGINE_OPTIONS",
     "NAME",
+    "PARTITIONS",
     "SKIP_LOCKED",
     "SQLALCHEMY_NAMES",
     "SUPPORTS",

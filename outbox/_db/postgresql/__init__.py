@@ -9,10 +9,12 @@ by concern: ``connection`` (the idle-transaction guard, directly or behind a poo
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from outbox._db.dialects.interface import Supports
 from outbox._db.postgresql import clock as clock  # registers the clock's SQL with SQLAlchemy
+from outbox._db.postgresql import partitions
 from outbox._db.postgresql.connection import (
     behind_pooler,
     configure,
@@ -49,6 +51,7 @@ from outbox._db.postgresql.statements import (
 )
 from outbox._db.postgresql.urls import describe, sync_url
 
+PARTITIONS: ModuleType | None = partitions
 NAME = "postgresql"
 SQLALCHEMY_NAMES = frozenset({"postgresql"})
 SUPPORTS = Supports(
@@ -65,6 +68,7 @@ ENGINE_OPTIONS: Mapping[str, Any] = {}
 __all__ = [
     "ENGINE_OPTIONS",
     "NAME",
+    "PARTITIONS",
     "SKIP_LOCKED",
     "SQLALCHEMY_NAMES",
     "SUPPORTS",

@@ -1,6 +1,7 @@
 """One function per statement, grouped by the table it touches; all of them here, as the
 layer's callers use them (``queries.acquire_jobs(...)``)."""
 
+from outbox._db.dialects.interface import ArchivePartition, DayRetired
 from outbox._db.queries.archive import (
     ARCHIVE_COLUMNS,
     archive_counts,
@@ -178,6 +179,17 @@ from outbox._db.queries.rescue import (
     rescue_jobs_of_gone_workers,
     silent_holders,
 )
+from outbox._db.queries.retention import (
+    RETENTION_LOCK,
+    archive_first_day,
+    archive_partitioned,
+    archive_partitions,
+    count_archive_day_history,
+    make_archive_day,
+    recover_retired_days,
+    retention_lock,
+    retire_archive_day,
+)
 from outbox._db.queries.scaling import (
     reading_connection,
     scaling_rows,
@@ -251,12 +263,15 @@ __all__ = [
     "NOTIFY_CHANNEL",
     "NOTIFY_FUNCTION",
     "RESCUED_ERROR",
+    "RETENTION_LOCK",
     "RUN_ONCE_PREFIX",
     "THROUGHPUT_BUSY",
     "THROUGHPUT_COUNTERS",
+    "ArchivePartition",
     "AttemptRow",
     "Conversion",
     "CreatedAtClock",
+    "DayRetired",
     "GroupFilter",
     "GroupRow",
     "HandlerState",
@@ -286,7 +301,10 @@ __all__ = [
     "analyze",
     "any_unclaimed",
     "archive_counts",
+    "archive_first_day",
     "archive_group_rows",
+    "archive_partitioned",
+    "archive_partitions",
     "archive_source",
     "archived_age",
     "archived_events",
@@ -305,6 +323,7 @@ __all__ = [
     "claim_rows_sized",
     "conversions_under_way",
     "convert_next_rows",
+    "count_archive_day_history",
     "count_archived",
     "count_archived_up_to",
     "count_buffer_rows",
@@ -378,6 +397,7 @@ __all__ = [
     "live_groups",
     "live_worker_versions",
     "lock_handler_state",
+    "make_archive_day",
     "mark_archived",
     "mark_group_operation",
     "max_failed_attempts",
@@ -401,6 +421,7 @@ __all__ = [
     "record_ingested",
     "record_operation",
     "record_schema_generation",
+    "recover_retired_days",
     "refused_groups",
     "reindex_concurrently",
     "release_held_keys",
@@ -411,6 +432,8 @@ __all__ = [
     "reserve",
     "reset_breaker",
     "resume_handler",
+    "retention_lock",
+    "retire_archive_day",
     "retry_job_now",
     "return_job",
     "scaling_rows",

@@ -9,6 +9,7 @@ concern: ``connection`` (the write lock up front, WAL, a busy timeout), ``urls``
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import ModuleType
 from typing import Any
 
 from outbox._db.dialects.interface import Supports
@@ -45,6 +46,7 @@ from outbox._db.sqlite.statements import (
 )
 from outbox._db.sqlite.urls import describe, sync_url
 
+PARTITIONS: ModuleType | None = None  # no partitions: retention deletes rows
 NAME = "sqlite"
 SQLALCHEMY_NAMES = frozenset({"sqlite"})
 SUPPORTS = Supports(
@@ -61,6 +63,7 @@ ENGINE_OPTIONS: Mapping[str, Any] = {}
 __all__ = [
     "ENGINE_OPTIONS",
     "NAME",
+    "PARTITIONS",
     "SKIP_LOCKED",
     "SQLALCHEMY_NAMES",
     "SUPPORTS",

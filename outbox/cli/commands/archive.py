@@ -398,3 +398,38 @@ def archive_list(
         click.echo(f"searched the newest {found.searched:,} archived events")
     if found.next is not None:
         click.echo(f"more: --before {found.next}")
+
+
+@archive_group.command("days")
+@click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
+@command
+def archive_days(ctx: Context, as_json: bool) -> None:
+    """The archive's partitions by day (PostgreSQL and MariaDB, from migration 0010): rows
+    (estimated), dead letters kept, size; and the retention the application sets."""
+    app = ready(ctx.bare_app())
+    found = archive.parts(app)
+    days = app.settings.archive_retention_days
+    if as_json:
+        print_json({"retention_days": days, "partitions": found})
+        return
+    if not found:
+        click.echo("the archive is one table here: retention and prune delete its rows")
+    else:
+        print_table(
+            ("partition", "day", "rows", "dead", "size"),
+            [
+                (
+                    p.name,
+                    "-" if p.day is None else p.day.isoformat(),
+                    f"{p.rows:,}",
+                    "-" if p.dead_rows is None else f"{p.dead_rows:,}",
+                    f"{p.bytes / 2**20:,.1f} MiB",
+                )
+                for p in found
+            ],
+        )
+    click.echo(
+        "retention: off (Settings.archive_retention_days)"
+        if days is None
+        else f"retention: {days} days of history, dead letters kept"
+    )

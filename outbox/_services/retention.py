@@ -1,0 +1,218 @@
+"""The archive's retention: the fleet's leader takes out the history older than
+``Settings.archive_retention_days``, one pass at a time however many workers run.
+
+Where the archive is partitioned by day (docs/design.md, "Retention by day"), a pass makes the
+days ahead (today and the next :data:`DAYS_AHEAD`), then takes out each day past the age: a
+day with no dead letter is dropped, a day with some keeps them and loses the rest. Each of
+those statements waits at most :data:`LOCK_WAIT` for its lock and is tried again at the next
+pass rather than queue the workers behind it. The rows older than the age outside day
+partitions (archived before migration 0010, or on a day no partition held), and every such row
+where the archive is one table (SQLite, or tables made by hand), are deleted in chunks, as
+``outbox prune`` deletes them. Dead letters stay: they go when replayed, or pruned by name.
+
+One cleaner at a time: each transaction of a pass holds a lock of the database's for its
+length (PostgreSQL: a transaction's advisory lock, which a transaction pooler cannot hand to
+another client; MariaDB: ``GET_LOCK``, released at its end), and a pass that finds it held
+does nothing more. The days ahead are made whether or not retention is on. The leader starts
+a pass every :data:`RETENTION_EVERY`, in a thread of its own, so that the heartbeat never
+waits for it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from outbox import schema
+from outbox._core import log as _log
+from outbox._db import queries, run_in_transaction
+from outbox._db.dialects import error_summary, is_lock_timeout
+from outbox._db.dialects.interface import DayRetired
+from outbox.app import Outbox
+
+log = _log.get_logger(__name__)
+_T = TypeVar("_T")
+
+RETENTION_EVERY = 600.0
+"""Seconds between two passes by the fleet's leader."""
+DAYS_AHEAD = 3
+"""Days made ahead of today: rows never wait for a partition unless no pass runs that long."""
+LOCK_WAIT = 0.5
+"""Seconds a pass's statement waits for a lock before giving up until the next pass."""
+DELETE_CHUNK = 1000
+DELETE_CHUNKS = 500
+"""Chunks a pass deletes at most (where rows are deleted): the rest waits for the next."""
+HISTORY = frozenset(s.value for s in schema.ArchiveStatus if s != schema.ArchiveStatus.DEAD)
+"""What retention takes: every status but ``dead``."""
+
+
+@dataclass(frozen=True)
+class RetentionPass:
+    """What one pass did. ``ran``: False when another pass held the lock (it did nothing)."""
+
+    ran: bool
+    made: tuple[dt.date, ...] = ()
+    retired: dict[dt.date, DayRetired] = field(default_factory=dict)
+    deleted: int = 0
+    waited: tuple[str, ...] = ()
+    """What it gave up, and why (a lock held too long, the default partition holding rows of a
+    day to make): tried again at the next pass."""
+
+
+class Retention:
+    """Retention of ``app``'s archive, at ``Settings.archive_retention_days``."""
+
+    def __init__(self, app: Outbox) -> None:
+        self.app = app
+        self._thread: threading.Thread | None = None
+
+    @property
+    def days(self) -> int | None:
+        """Whole days of history kept (None: retention is off)."""
+        return self.app.settings.archive_retention_days
+
+    def start(self) -> bool:
+        """Start a pass in a thread of its own, unless one runs. A pass makes the days ahead
+        whether or not retention is on: turning it on later must find them made, not a
+        default partition holding days of rows."""
+        if self._thread is not None and self._thread.is_alive():
+            return False
+        self._thread = threading.Thread(target=self._run, name="outbox-retention", daemon=True)
+        self._thread.start()
+        return True
+
+    def _run(self) -> None:
+        try:
+            self.run_once()
+        except Exception as error:
+            log.exception(_log.ARCHIVE_RETENTION_FAILED, error=str(error))
+
+    def run_once(self, days: int | None = None, today: dt.date | None = None) -> RetentionPass:
+        """One pass: the days ahead of ``today`` (the database's UTC date unless given) made;
+        then, keeping ``days`` whole days (the setting's unless given; None: retention off),
+        the history before them taken out."""
+        keep = self.days if days is None else days
+        with self.app.engine.connect() as conn:
+            done = self._pass(conn, keep, today)
+        if done.made or done.retired or done.deleted or done.waited:
+            log.info(
+                _log.ARCHIVE_RETENTION,
+                days=keep,
+                made=[str(d) for d in done.made],
+                retired={str(d): r.value for d, r in done.retired.items()},
+                deleted=done.deleted,
+                waited=list(done.waited),
+            )
+        return done
+
+    def _pass(self, conn: Connection, keep: int | None, today: dt.date | None) -> RetentionPass:
+        made: list[dt.date] = []
+        retired: dict[dt.date, DayRetired] = {}
+        waited: list[str] = []
+        with conn.begin(), queries.retention_lock(conn) as held:
+            if not held:
+                return RetentionPass(ran=False)
+            now = _utc(queries.database_now(conn))
+            partitioned = queries.archive_partitioned(conn)
+            if partitioned:
+                queries.recover_retired_days(conn)
+                first = queries.archive_first_day(conn)
+                days = sorted(p.day for p in queries.archive_partitions(conn) if p.day)
+        today = today or now.date()
+        if partitioned:
+            last = days[-1] if days else None
+            for offset in range(DAYS_AHEAD + 1):
+                day = today + dt.timedelta(days=offset)
+                if (first is not None and day < first) or (last is not None and day <= last):
+                    continue
+                if self._step(conn, waited, f"make {day}", _make, day):
+                    made.append(day)
+        if keep is None:
+            return RetentionPass(True, tuple(made), waited=tuple(waited))
+        cutoff = today - dt.timedelta(days=keep)
+        if partitioned:
+            for day in days:
+                if day >= cutoff:
+                    break
+                done = self._step(conn, waited, f"retire {day}", queries.retire_archive_day, day)
+                if done is not None:
+                    retired[day] = done
+        start = dt.datetime.combine(cutoff, dt.time(), dt.UTC)
+        deleted = self._delete((now - start).total_seconds(), waited)
+        return RetentionPass(True, tuple(made), retired, deleted, tuple(waited))
+
+    @staticmethod
+    def _step(
+        conn: Connection,
+        waited: list[str],
+        what: str,
+        statement: Callable[[Connection, dt.date, float], _T],
+        day: dt.date,
+    ) -> _T | None:
+        """``statement`` on ``day`` in a transaction of its own holding the retention lock;
+        None when another cleaner held the lock or it gave up waiting for a table's lock
+        (``waited`` says what)."""
+        try:
+            with conn.begin(), queries.retention_lock(conn) as held:
+                if not held:
+                    waited.append(f"{what}: another cleaner runs")
+                    return None
+                return statement(conn, day, LOCK_WAIT)
+        except DBAPIError as error:
+            if is_lock_timeout(error):
+                waited.append(f"{what}: a lock held too long")
+            elif isinstance(error, IntegrityError):
+                # PostgreSQL: the default partition holds rows of the day (no pass made it
+                # in time). They stay there, deleted row by row when past the age.
+                waited.append(f"{what}: {error_summary(error)}")
+            else:
+                raise
+            return None
+
+    def _delete(self, older_than: float, waited: list[str]) -> int:
+        total = 0
+        start: dt.datetime | None = None
+        for _ in range(DELETE_CHUNKS):
+            pruned = run_in_transaction(
+                self.app.engine, functools.partial(_delete_chunk, older_than, start)
+            )
+            if pruned is None:
+                waited.append("delete: another cleaner runs")
+                break
+            total += pruned.deleted
+            start = pruned.last_archived_at
+            if pruned.deleted < DELETE_CHUNK:
+                break
+        return total
+
+
+def _delete_chunk(
+    older_than: float, start: dt.datetime | None, conn: Connection
+) -> queries.PrunedChunk | None:
+    with queries.retention_lock(conn) as held:
+        if not held:
+            return None
+        return queries.delete_old_archived(
+            conn,
+            older_than_seconds=older_than,
+            limit=DELETE_CHUNK,
+            statuses=HISTORY,
+            from_archived_at=start,
+        )
+
+
+def _make(conn: Connection, day: dt.date, lock_wait: float) -> bool:
+    queries.make_archive_day(conn, day, lock_wait)
+    return True
+
+
+def _utc(moment: dt.datetime) -> dt.datetime:
+    # SQLite's clock comes back without a zone, in UTC.
+    return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
