@@ -42,7 +42,7 @@ from benchmarks.report.idle import idle_buffers
 from benchmarks.report.latency import latency_rate, wakeup_latency, wakeup_latency_group
 from benchmarks.report.memory import autovacuum, gc_settle, memory_bloat
 from benchmarks.report.peers import judged_peers, peers
-from benchmarks.report.retention import retention
+from benchmarks.report.retention import retention, retention_migration
 from benchmarks.report.scaling import autoscaling, scaling_read
 from benchmarks.report.sections import ORDER, TITLES
 from benchmarks.report.sinks import sink_nats, sink_rabbitmq, sink_redis
@@ -67,6 +67,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "wakeup_latency": wakeup_latency,
     "autovacuum": autovacuum,
     "retention": retention,
+    "retention_migration": retention_migration,
     "sink_rabbitmq": sink_rabbitmq,
     "sink_nats": sink_nats,
     "sink_redis": sink_redis,

@@ -124,3 +124,41 @@ def retention(results: Results) -> Rendered:
             ["day", "step", "seconds", "before", "after", "dead letters of the day"], rows
         )
     return lines, []
+
+
+def retention_migration(results: Results) -> Rendered:
+    """PostgreSQL's migrations 0009 and 0010 under traffic: each revision's time, the longest
+    lock seen per mode, and the longest a writer and a reader waited meanwhile."""
+    data = results.data["migration"]
+    lines = [
+        f"{data['rows']:,} archive rows over the week before, generated in the database; then "
+        "`outbox migrate` to 0009, and to 0010, each timed, while a writer archives a row and a "
+        "reader reads the newest one every 5 ms on connections of their own. Locks: the "
+        "longest seen held on an `outbox_archive*` relation per mode (polled every 2 ms; a "
+        "shorter one may go unseen).",
+        "",
+        f"Load average at the start: {', '.join(results.data.get('load_at_start', []))}.",
+        "",
+    ]
+    body = []
+    for step in data["steps"]:
+        traffic = step["traffic"]
+        body.append(
+            [
+                step["revision"],
+                f"{step['seconds']:,.3f}",
+                _locks(step),
+                f"{traffic['longest_insert_seconds'] * 1000:,.0f} ms ({traffic['inserts']:,} rows)",
+                f"{traffic['longest_read_seconds'] * 1000:,.0f} ms ({traffic['reads']:,} reads)",
+                "; ".join(traffic["errors"]) or "none",
+            ]
+        )
+    header = ["revision", "seconds", "longest locks", "writer's longest wait",
+              "reader's longest wait", "errors"]  # fmt: skip
+    lines += table(header, body)
+    lines += [
+        f"Generating the rows took {data['fill_seconds']:,} s; rows in the archive after: "
+        f"{data['rows_after']:,} (the rows before, and every row the writer archived).",
+        "",
+    ]
+    return lines, []
