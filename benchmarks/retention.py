@@ -266,6 +266,7 @@ def _retire(engine: Engine, day: dt.date) -> dict[str, Any]:
         began = time.perf_counter()
         with conn.begin():
             done = queries.retire_archive_day(conn, day, 1.0)
+        assert done is not None, f"no partition of {day}"
         return {"retired": done.value, "transaction_seconds": round(time.perf_counter() - began, 4)}
 
 
@@ -532,6 +533,7 @@ def _mariadb(args: argparse.Namespace) -> dict[str, Any]:
                 began = time.perf_counter()
                 with conn.begin():
                     done = queries.retire_archive_day(conn, day, 1.0)
+                assert done is not None, f"no partition of {day}"
                 seconds = time.perf_counter() - began
                 steps.append(
                     {

@@ -49,6 +49,7 @@ from outbox._once.results import (
     Stopped,
     WorkResult,
 )
+from outbox._services import retention
 from outbox._services.rescuer import Rescuer
 from outbox.app import Outbox
 from outbox.handler import Handler
@@ -277,10 +278,14 @@ def run_once(
     argument).
 
     The rescue comes first, so that the jobs a run killed mid-way left behind, once their
-    leases ended, are handled in this run rather than the next.
+    leases ended, are handled in this run rather than the next. A pass of the archive's
+    retention follows the distribution, at most every ten minutes in a process
+    (``Settings.archive_retention_days``; the archive's days ahead are made either way).
     """
     rescued = rescue_once(app)
     distributed = distribute_once(app, every=every, handlers=handlers)
+    # Where no `outbox work` leads, the days ahead of the archive are made here.
+    retention.pass_if_due(app)
     worked = work_once(
         app, budget_seconds=budget_seconds, max_groups=max_groups, handlers=handlers, stop=stop
     )

@@ -23,6 +23,8 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import threading
+import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -121,31 +123,38 @@ class Retention:
                 return RetentionPass(ran=False)
             now = _utc(queries.database_now(conn))
             partitioned = queries.archive_partitioned(conn)
+            first: dt.date | None = None
+            days: list[dt.date] = []
             if partitioned:
                 queries.recover_retired_days(conn)
                 first = queries.archive_first_day(conn)
                 days = sorted(p.day for p in queries.archive_partitions(conn) if p.day)
         today = today or now.date()
-        if partitioned:
+        # Days past the age whose partition a lock held too long kept with its history: not
+        # deleted row by row either, but left whole for the next pass.
+        kept: set[dt.date] = set()
+        try:
             last = days[-1] if days else None
-            for offset in range(DAYS_AHEAD + 1):
+            for offset in range(DAYS_AHEAD + 1) if partitioned else ():
                 day = today + dt.timedelta(days=offset)
                 if (first is not None and day < first) or (last is not None and day <= last):
                     continue
-                if self._step(conn, waited, f"make {day}", _make, day):
+                if self._step(conn, waited, f"make {day}", queries.make_archive_day, day):
                     made.append(day)
-        if keep is None:
-            return RetentionPass(True, tuple(made), waited=tuple(waited))
-        cutoff = today - dt.timedelta(days=keep)
-        if partitioned:
-            for day in days:
-                if day >= cutoff:
-                    break
+            if keep is None:
+                return RetentionPass(True, tuple(made), waited=tuple(waited))
+            cutoff = today - dt.timedelta(days=keep)
+            for day in (d for d in days if d < cutoff):
                 done = self._step(conn, waited, f"retire {day}", queries.retire_archive_day, day)
-                if done is not None:
+                if done is _WAITED:
+                    kept.add(day)
+                elif isinstance(done, DayRetired):
                     retired[day] = done
-        start = dt.datetime.combine(cutoff, dt.time(), dt.UTC)
-        deleted = self._delete((now - start).total_seconds(), waited)
+            start = dt.datetime.combine(cutoff, dt.time(), dt.UTC)
+            deleted = self._delete((now - start).total_seconds(), frozenset(kept))
+        except _AnotherCleanerError as busy:
+            waited.append(f"{busy}: another cleaner runs; the pass stopped there")
+            return RetentionPass(True, tuple(made), retired, 0, tuple(waited))
         return RetentionPass(True, tuple(made), retired, deleted, tuple(waited))
 
     @staticmethod
@@ -155,15 +164,14 @@ class Retention:
         what: str,
         statement: Callable[[Connection, dt.date, float], _T],
         day: dt.date,
-    ) -> _T | None:
-        """``statement`` on ``day`` in a transaction of its own holding the retention lock;
-        None when another cleaner held the lock or it gave up waiting for a table's lock
-        (``waited`` says what)."""
+    ) -> _T | object:
+        """``statement`` on ``day`` in a transaction of its own holding the cleaners' lock;
+        :data:`_WAITED` when it gave up waiting for a table's lock (``waited`` says what).
+        Raises :class:`_AnotherCleanerError` when another cleaner holds the lock."""
         try:
             with conn.begin(), queries.retention_lock(conn) as held:
                 if not held:
-                    waited.append(f"{what}: another cleaner runs")
-                    return None
+                    raise _AnotherCleanerError(what)
                 return statement(conn, day, LOCK_WAIT)
         except DBAPIError as error:
             if is_lock_timeout(error):
@@ -174,18 +182,17 @@ class Retention:
                 waited.append(f"{what}: {error_summary(error)}")
             else:
                 raise
-            return None
+            return _WAITED
 
-    def _delete(self, older_than: float, waited: list[str]) -> int:
+    def _delete(self, older_than: float, kept: frozenset[dt.date]) -> int:
         total = 0
         start: dt.datetime | None = None
         for _ in range(DELETE_CHUNKS):
             pruned = run_in_transaction(
-                self.app.engine, functools.partial(_delete_chunk, older_than, start)
+                self.app.engine, functools.partial(_delete_chunk, older_than, start, kept)
             )
             if pruned is None:
-                waited.append("delete: another cleaner runs")
-                break
+                raise _AnotherCleanerError("delete")
             total += pruned.deleted
             start = pruned.last_archived_at
             if pruned.deleted < DELETE_CHUNK:
@@ -193,8 +200,16 @@ class Retention:
         return total
 
 
+_WAITED = object()
+"""A step that gave up waiting for a table's lock."""
+
+
+class _AnotherCleanerError(Exception):
+    """Another cleaner (a pass, a prune) holds the lock: the pass stops at this step."""
+
+
 def _delete_chunk(
-    older_than: float, start: dt.datetime | None, conn: Connection
+    older_than: float, start: dt.datetime | None, kept: frozenset[dt.date], conn: Connection
 ) -> queries.PrunedChunk | None:
     with queries.retention_lock(conn) as held:
         if not held:
@@ -205,14 +220,33 @@ def _delete_chunk(
             limit=DELETE_CHUNK,
             statuses=HISTORY,
             from_archived_at=start,
+            skip_days=kept,
         )
-
-
-def _make(conn: Connection, day: dt.date, lock_wait: float) -> bool:
-    queries.make_archive_day(conn, day, lock_wait)
-    return True
 
 
 def _utc(moment: dt.datetime) -> dt.datetime:
     # SQLite's clock comes back without a zone, in UTC.
     return moment.replace(tzinfo=dt.UTC) if moment.tzinfo is None else moment.astimezone(dt.UTC)
+
+
+_last_pass: weakref.WeakKeyDictionary[Outbox, float] = weakref.WeakKeyDictionary()
+_last_pass_lock = threading.Lock()
+
+
+def pass_if_due(app: Outbox) -> RetentionPass | None:
+    """A pass, run here and now, unless one ran in this process less than
+    :data:`RETENTION_EVERY` ago (None then): what distributes outside ``outbox work``
+    (``outbox distribute`` and ``outbox run --once`` from cron, Celery's distribute task) calls,
+    so that every way of running outbox makes the days ahead and keeps the retention. A
+    failure is logged at error level with its traceback, not raised: distribution goes on."""
+    now = time.monotonic()
+    with _last_pass_lock:
+        last = _last_pass.get(app)
+        if last is not None and now - last < RETENTION_EVERY:
+            return None
+        _last_pass[app] = now
+    try:
+        return Retention(app).run_once()
+    except Exception as error:
+        log.exception(_log.ARCHIVE_RETENTION_FAILED, error=str(error))
+        return None

@@ -27,7 +27,8 @@ from outbox._db.postgresql import partitions as postgresql
 from outbox._services.retention import Retention
 from outbox.ops import archive
 from outbox.ops.migrate import migrate
-from tests.acceptance._cli import Cli
+from tests.acceptance._cli import APP, Cli
+from tests.models import Base
 
 SUCCEEDED = schema.ArchiveStatus.SUCCEEDED
 DEAD = schema.ArchiveStatus.DEAD
@@ -100,7 +101,7 @@ def test_up_and_down_with_rows_in_flight_keep_every_row(
         )
     migrate(engine)
     up = (_partitioned(engine), _rows(engine))
-    after = _archive(engine, REPLAYED, _noon(_first_day(engine)))
+    after = _archive(engine, REPLAYED)
     migrate(engine, "0008")
     down = (_partitioned(engine), _rows(engine))
     migrate(engine)
@@ -140,6 +141,70 @@ def test_at_0009_no_row_is_refused_and_0010_attaches_the_rows_before_the_cut(
         ["outbox_archive_before", "outbox_archive_before", "outbox_archive_default"],
         [old, straggler, later],
     ) == (at_0009, found, [row_id for row_id, _ in _rows(engine)])
+
+
+def test_0010_waits_for_a_writer_begun_before_the_cut(
+    make_empty_database: Callable[[str], str], engine_on: Callable[[str], Engine]
+) -> None:
+    """PostgreSQL: a transaction that began before 0009's cut is archiving a row stamped
+    before it (in the default partition, uncommitted) when 0010 runs: 0010 waits for it to
+    end, then moves the row to ``outbox_archive_before``; nothing is refused."""
+    url = make_empty_database("postgresql")
+    engine = engine_on(url)
+    migrate(engine, "0008")
+    writer = engine_on(url)
+    errors: list[BaseException] = []
+
+    def attach() -> None:
+        try:
+            migrate(engine_on(url))
+        except BaseException as error:  # the test's finding, not a crash
+            errors.append(error)
+
+    with writer.connect() as conn:
+        conn.execute(text("SELECT 1"))  # its transaction begins here, before the cut
+        migrate(engine, "0009")
+        conn.execute(
+            insert(schema.archive).values(
+                handler="h", buffer="events", event_id=9, group_id=uuid.uuid4(),
+                status=SUCCEEDED, attempts=1, payload={},
+                archived_at=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=1),
+            )
+        )  # fmt: skip
+        thread = threading.Thread(target=attach)
+        thread.start()
+        thread.join(0.5)
+        waiting = thread.is_alive()
+        conn.commit()
+    thread.join(60)
+    found = [_where(engine, row_id, _first_day(engine)) for row_id, _ in _rows(engine)]
+    assert (True, [], ["outbox_archive_before"]) == (waiting, errors, found)
+
+
+def test_down_from_0009_keeps_a_row_committed_while_it_copies(
+    make_empty_database: Callable[[str], str], engine_on: Callable[[str], Engine]
+) -> None:
+    """PostgreSQL: undoing 0009 while a worker's transaction archives a row: the downgrade
+    waits for it, and the row is in the one table after."""
+    url = make_empty_database("postgresql")
+    engine = engine_on(url)
+    migrate(engine)
+    first = _archive(engine, SUCCEEDED, event_id=1)
+    writer = engine_on(url)
+    with writer.connect() as conn:
+        conn.execute(
+            insert(schema.archive).values(
+                handler="h", buffer="events", event_id=2, group_id=uuid.uuid4(),
+                status=SUCCEEDED, attempts=1, payload={},
+            )
+        )  # fmt: skip
+        thread = threading.Thread(target=lambda: migrate(engine_on(url), "0008"))
+        thread.start()
+        thread.join(1.0)
+        conn.commit()
+    thread.join(60)
+    rows = [row_id for row_id, _ in _rows(engine)]
+    assert (False, 2, first) == (_partitioned(engine), len(rows), rows[0])
 
 
 def _where(engine: Engine, row_id: int, first: dt.date) -> str:
@@ -268,6 +333,77 @@ def test_days_are_made_ahead_with_retention_off(
         app.engine.dispose()
     expected = tuple(today + dt.timedelta(days=n) for n in range(4))
     assert (expected, True, {}, [old]) == (done.made, set(expected) <= days, done.retired, left)
+
+
+def test_a_day_retention_could_not_lock_is_left_whole(migrated_app: Outbox) -> None:
+    """A day past the age whose partition another transaction holds: the pass gives up on
+    it (``waited``) and leaves its rows for a later pass rather than delete them row by row;
+    the day after goes."""
+    engine = migrated_app.engine
+    if engine.dialect.name != "postgresql":
+        pytest.skip("MariaDB's metadata lock is the whole table's: every day waits there")
+    first = _first_day(engine) + dt.timedelta(days=1)
+    held, gone = first, first + dt.timedelta(days=1)
+    rows = [_archive(engine, SUCCEEDED, _noon(day)) for day in (held, gone)]
+    name = f"outbox_archive_d{held:%Y%m%d}"
+    reader = create_engine(engine.url)
+    try:
+        with reader.connect() as conn, conn.begin():
+            conn.execute(text(f"LOCK TABLE {name}_rest IN ACCESS SHARE MODE"))
+            done = Retention(migrated_app).run_once(days=1, today=gone + dt.timedelta(days=2))
+    finally:
+        reader.dispose()
+    left = [row_id for row_id, _ in _rows(engine)]
+    assert (
+        [rows[0]],
+        [f"retire {held}: a lock held too long"],
+        0,
+        DayRetired.DROPPED,
+    ) == (left, [w for w in done.waited if str(held) in w], done.deleted, done.retired.get(gone))
+
+
+def test_steps_on_a_day_another_cleaner_did_are_nothing(migrated_app: Outbox) -> None:
+    """Making a day that exists, or retiring one that is gone (another cleaner was first):
+    nothing done, no error."""
+    engine = migrated_app.engine
+    if not _partitioned(engine):
+        pytest.skip("the archive is one table here")
+    day = _first_day(engine) + dt.timedelta(days=1)
+    with engine.connect() as conn, conn.begin():
+        again = queries.make_archive_day(conn, day, 1.0)
+    with engine.connect() as conn, conn.begin():
+        first = queries.retire_archive_day(conn, day, 1.0)
+    with engine.connect() as conn, conn.begin():
+        second = queries.retire_archive_day(conn, day, 1.0)
+        history = queries.count_archive_day_history(conn, day)
+    assert (False, DayRetired.DROPPED, None, 0) == (again, first, second, history)
+
+
+@pytest.mark.parametrize("kind", ["postgresql", "mariadb"])
+def test_outbox_distribute_from_cron_makes_the_days_ahead(
+    kind: str,
+    cli: Cli,
+    make_empty_database: Callable[[str], str],
+    engine_on: Callable[[str], Engine],
+) -> None:
+    """Where no `outbox work` leads (cron's `outbox distribute`), the days ahead are made:
+    a day missing is made by the next distribute."""
+    url = make_empty_database(kind)
+    engine = engine_on(url)
+    migrate(engine)
+    Base.metadata.create_all(engine)  # the buffers of the application the command loads
+    with engine.connect() as conn:
+        today = queries.database_now(conn).date()
+    ahead = today + dt.timedelta(days=3)
+    with engine.begin() as conn:
+        if kind == "postgresql":
+            conn.execute(text(f"DROP TABLE outbox_archive_d{ahead:%Y%m%d}"))
+        else:
+            conn.execute(text(f"ALTER TABLE outbox_archive DROP PARTITION d{ahead:%Y%m%d}"))
+    result = cli.run("--app", APP, "--database-url", url, "distribute")
+    with engine.connect() as conn:
+        days = {p.day for p in queries.archive_partitions(conn)}
+    assert (0, True) == (result.code, ahead in days), result.output
 
 
 def test_two_passes_at_once_one_works(migrated_app: Outbox) -> None:

@@ -158,9 +158,9 @@ class Database(Statements, Protocol):
     """What ``create_engine`` is given for the engines outbox creates."""
     PARTITIONS: ModuleType | None
     """Its module of the archive's partitions by day (``is_partitioned``, ``partitions``,
-    ``first_day``, ``make_day``, ``retire_day``, ``count_history``, ``bound_lock_waits``,
-    ``unbound_lock_waits``,
-    ``try_lock``, ``unlock``); None where the database has no partitions (SQLite)."""
+    ``first_day``, ``has_day``, ``make_day``, ``retire_day``, ``count_history``,
+    ``bound_lock_waits``, ``unbound_lock_waits``, ``try_lock``, ``unlock``); None where the
+    database has no partitions (SQLite)."""
 
     def sqlalchemy_dialect(self) -> SADialect:
         """A dialect object of the database, for compiling with no connection."""

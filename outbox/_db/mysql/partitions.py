@@ -34,6 +34,18 @@ def day_name(day: dt.date) -> str:
     return f"d{day:%Y%m%d}"
 
 
+def has_day(conn: Connection, day: dt.date) -> bool:
+    """Whether ``day``'s partition exists."""
+    found = conn.execute(
+        text(
+            "SELECT COUNT(*) FROM information_schema.PARTITIONS WHERE TABLE_SCHEMA = DATABASE() "
+            "AND TABLE_NAME = :root AND PARTITION_NAME = :name"
+        ),
+        {"root": ROOT, "name": day_name(day)},
+    ).scalar_one()
+    return int(found) > 0
+
+
 def is_partitioned(conn: Connection) -> bool:
     """Whether ``outbox_archive`` is partitioned here (revision 0010 made it so)."""
     found = conn.execute(
@@ -82,13 +94,19 @@ def first_day(conn: Connection) -> dt.date | None:
 
 def bound_lock_waits(conn: Connection, seconds: float) -> None:
     """Wait at most ``seconds`` (whole, at least one) for the table's metadata lock, until
-    :func:`unbound_lock_waits` (the setting is the session's, and the session the pool's)."""
-    conn.execute(text(f"SET SESSION lock_wait_timeout = {max(int(seconds), 1)}"))
+    :func:`unbound_lock_waits` (the setting is the session's, and the session the pool's:
+    the session's own value is kept to be put back)."""
+    conn.execute(
+        text(
+            "SET @outbox_lock_wait_timeout = @@SESSION.lock_wait_timeout, "
+            f"SESSION lock_wait_timeout = {max(int(seconds), 1)}"
+        )
+    )
 
 
 def unbound_lock_waits(conn: Connection) -> None:
-    """Wait for metadata locks as the server's setting says again."""
-    conn.execute(text("SET SESSION lock_wait_timeout = DEFAULT"))
+    """Wait for metadata locks as the session did before :func:`bound_lock_waits`."""
+    conn.execute(text("SET SESSION lock_wait_timeout = @outbox_lock_wait_timeout"))
 
 
 def make_day(conn: Connection, day: dt.date) -> None:

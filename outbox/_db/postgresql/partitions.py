@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import time
 
 from sqlalchemy import Connection, text
 
@@ -35,6 +36,11 @@ _DEAD = "dead"
 def day_name(day: dt.date) -> str:
     """The name of ``day``'s partition."""
     return f"{ROOT}_d{day:%Y%m%d}"
+
+
+def has_day(conn: Connection, day: dt.date) -> bool:
+    """Whether ``day``'s partition exists."""
+    return _exists(conn, day_name(day))
 
 
 def is_partitioned(conn: Connection) -> bool:
@@ -216,6 +222,11 @@ def attach_before(conn: Connection) -> None:
         return
     cut = _cut(conn)
     conn.execute(text(f"ALTER TABLE {BEFORE} VALIDATE CONSTRAINT {BOUND_CONSTRAINT}"))
+    # Every lock the attach takes but the default partition's first, that one last: readers
+    # of the archive queue behind it only for the move and the attach, not for a wait.
+    conn.execute(text(f"LOCK TABLE {BEFORE} IN ACCESS EXCLUSIVE MODE"))
+    conn.execute(text(f"LOCK TABLE ONLY {ROOT} IN SHARE UPDATE EXCLUSIVE MODE"))
+    _wait_for_writers_before(conn, cut, OLD_TRANSACTIONS_WAIT)
     conn.execute(text(f"LOCK TABLE {DEFAULT} IN ACCESS EXCLUSIVE MODE"))
     conn.execute(
         text(
@@ -232,6 +243,33 @@ def attach_before(conn: Connection) -> None:
     )
 
 
+OLD_TRANSACTIONS_WAIT = 30.0
+"""Seconds :func:`attach_before` waits for the archive's writers that began before the cut."""
+
+
+def _wait_for_writers_before(conn: Connection, cut: dt.datetime, seconds: float) -> None:
+    """Wait (at most ``seconds``) until no other transaction that began before the cut holds
+    a lock on the archive: a statement that began before it (held up by 0009's rename)
+    stamps its row before it, and, routed to the default partition but still writing there
+    once ``outbox_archive_before`` is attached, would be refused. Past the wait the attach
+    goes on: a transaction open that long is not a worker's finish."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        older = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid "
+                "JOIN pg_class c ON c.oid = l.relation "
+                "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() "
+                "AND a.xact_start < :cut AND c.relname LIKE 'outbox\\_archive%'"
+            ),
+            {"cut": cut},
+        ).scalar_one()
+        if not older:
+            return
+        time.sleep(0.1)
+
+
 def detach_before(conn: Connection) -> None:
     """Undo :func:`attach_before`: ``outbox_archive_before`` is a table apart again, its
     constraint kept."""
@@ -242,12 +280,17 @@ def detach_before(conn: Connection) -> None:
 def unsplit_archive(conn: Connection) -> None:
     """Undo :func:`split_archive`: the rows of the partitioned table are copied into
     ``outbox_archive_before``, which becomes ``outbox_archive`` again, without its
-    constraint. An archive that is one table already is left as it is."""
+    constraint; writers of the archive wait for the copy. An archive that is one table
+    already is left as it is."""
     if not is_partitioned(conn):
         return
+    # Writers wait from here: a row committed after the copy's snapshot would go with the
+    # partitioned table.
+    conn.execute(text(f"LOCK TABLE {ROOT} IN EXCLUSIVE MODE"))
     detach_before(conn)
-    conn.execute(text(f"INSERT INTO {BEFORE} SELECT * FROM {ROOT}"))
+    # The constraint first: it holds every row archived from the cut on out of the table.
     conn.execute(text(f"ALTER TABLE {BEFORE} DROP CONSTRAINT {BOUND_CONSTRAINT}"))
+    conn.execute(text(f"INSERT INTO {BEFORE} SELECT * FROM {ROOT}"))
     conn.execute(text(f"ALTER SEQUENCE {ROOT}_id_seq OWNED BY {BEFORE}.id"))
     conn.execute(text(f"DROP TABLE {ROOT}"))
     conn.execute(text(f"ALTER TABLE {BEFORE} RENAME TO {ROOT}"))

@@ -19,6 +19,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    or_,
     select,
 )
 from sqlalchemy import cast as sql_cast
@@ -284,10 +285,12 @@ def delete_old_archived(
     limit: int,
     statuses: Collection[str] | None = None,
     from_archived_at: dt.datetime | None = None,
+    skip_days: Collection[dt.date] = (),
 ) -> PrunedChunk:
     """Delete up to ``limit`` archive rows of ``statuses`` (``None``: any) archived more than
     ``older_than_seconds`` ago, the longest archived first, none archived before
-    ``from_archived_at``.
+    ``from_archived_at`` nor on the UTC days ``skip_days`` (days whose partition retention
+    left whole, to take out in one statement later).
 
     Two statements rather than ``DELETE ... WHERE id IN (SELECT ... LIMIT n)``, which MariaDB
     refuses; ``ix_outbox_archive_archived_at`` serves the pick. The rows of other statuses stay
@@ -305,6 +308,10 @@ def delete_old_archived(
     if from_archived_at is not None:
         # Not "after": rows archived at the same instant may not all have been deleted yet.
         stmt = stmt.where(_archive.c.archived_at >= from_archived_at)
+    for day in skip_days:
+        start = dt.datetime.combine(day, dt.time(), dt.UTC)
+        end = start + dt.timedelta(days=1)
+        stmt = stmt.where(or_(_archive.c.archived_at < start, _archive.c.archived_at >= end))
     picked = conn.execute(stmt).all()
     if not picked:
         return PrunedChunk(0, None)

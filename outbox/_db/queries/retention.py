@@ -47,22 +47,29 @@ def archive_first_day(conn: Connection) -> dt.date | None:
     return day
 
 
-def make_archive_day(conn: Connection, day: dt.date, lock_wait: float) -> None:
-    """Make ``day``'s partition, waiting at most ``lock_wait`` seconds for each lock."""
+def make_archive_day(conn: Connection, day: dt.date, lock_wait: float) -> bool:
+    """Make ``day``'s partition, waiting at most ``lock_wait`` seconds for each lock; False
+    when it exists already (another cleaner made it)."""
     found = _of(conn)
     assert found is not None, "the archive is not partitioned here"
+    if found.has_day(conn, day):
+        return False
     found.bound_lock_waits(conn, lock_wait)
     try:
         found.make_day(conn, day)
     finally:
         found.unbound_lock_waits(conn)
+    return True
 
 
-def retire_archive_day(conn: Connection, day: dt.date, lock_wait: float) -> DayRetired:
+def retire_archive_day(conn: Connection, day: dt.date, lock_wait: float) -> DayRetired | None:
     """Take ``day``'s history out of the archive, keeping its dead letters, waiting at most
-    ``lock_wait`` seconds for each lock."""
+    ``lock_wait`` seconds for each lock; None when the day's partition is gone already
+    (another cleaner dropped it)."""
     found = _of(conn)
     assert found is not None, "the archive is not partitioned here"
+    if not found.has_day(conn, day):
+        return None
     found.bound_lock_waits(conn, lock_wait)
     try:
         retired: DayRetired = found.retire_day(conn, day)
@@ -72,10 +79,11 @@ def retire_archive_day(conn: Connection, day: dt.date, lock_wait: float) -> DayR
 
 
 def count_archive_day_history(conn: Connection, day: dt.date) -> int:
-    """The rows of ``day``'s partition that are not dead letters: what retiring it takes."""
+    """The rows of ``day``'s partition that are not dead letters: what retiring it takes (0:
+    no partition of the day)."""
     found = _of(conn)
     assert found is not None, "the archive is not partitioned here"
-    return int(found.count_history(conn, day))
+    return int(found.count_history(conn, day)) if found.has_day(conn, day) else 0
 
 
 def recover_retired_days(conn: Connection) -> int:

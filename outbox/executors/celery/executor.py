@@ -25,6 +25,7 @@ from outbox._core import log as _log
 from outbox._db import queries
 from outbox._engine.distributor import MAX_TICK_SECONDS, MIN_TICK_SECONDS, tick_of
 from outbox._engine.runner import JobRun, RunOutcome, lease_job
+from outbox._services import retention
 from outbox.app import Outbox
 from outbox.exceptions import BufferTableMissingError
 from outbox.executors.celery.messages import (
@@ -291,7 +292,8 @@ class CeleryExecutor:
 
         Of any number of messages naming one tick (several beats, each sending a few times a
         tick), one distributes: the tick is taken in the database, per handler
-        (:func:`outbox.once.distribute_once`, whose ``at`` says which ticks are trusted)."""
+        (:func:`outbox.once.distribute_once`, whose ``at`` says which ticks are trusted).
+        Then a pass of the archive's retention, at most every ten minutes in a process."""
         process = self._process
         if process is not None and process.schema_incompatible is not None:
             return 0
@@ -320,6 +322,8 @@ class CeleryExecutor:
             published += self.publish_all(new)
         if named is not None and trusted:
             self._remember_tick(named)
+        # No `outbox work` leads a Celery fleet: the archive's days ahead, and its retention.
+        retention.pass_if_due(self.outbox)
         return published
 
     def _remember_tick(self, tick: int) -> None:
