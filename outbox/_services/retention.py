@@ -51,6 +51,9 @@ LOCK_WAIT = 0.5
 DELETE_CHUNK = 1000
 DELETE_CHUNKS = 500
 """Chunks a pass deletes at most (where rows are deleted): the rest waits for the next."""
+FOREGROUND_DELETE_CHUNKS = 10
+"""Chunks a pass run by a distribution (:func:`pass_if_due`) deletes at most: it runs in the
+foreground of a cron line or a Celery task, whose own work must not wait long behind it."""
 HISTORY = frozenset(s.value for s in schema.ArchiveStatus if s != schema.ArchiveStatus.DEAD)
 """What retention takes: every status but ``dead``."""
 
@@ -96,13 +99,18 @@ class Retention:
         except Exception as error:
             log.exception(_log.ARCHIVE_RETENTION_FAILED, error=str(error))
 
-    def run_once(self, days: int | None = None, today: dt.date | None = None) -> RetentionPass:
+    def run_once(
+        self,
+        days: int | None = None,
+        today: dt.date | None = None,
+        delete_chunks: int = DELETE_CHUNKS,
+    ) -> RetentionPass:
         """One pass: the days ahead of ``today`` (the database's UTC date unless given) made;
         then, keeping ``days`` whole days (the setting's unless given; None: retention off),
-        the history before them taken out."""
+        the history before them taken out, rows deleted ``delete_chunks`` chunks at most."""
         keep = self.days if days is None else days
         with self.app.engine.connect() as conn:
-            done = self._pass(conn, keep, today)
+            done = self._pass(conn, keep, today, delete_chunks)
         if done.made or done.retired or done.deleted or done.waited:
             log.info(
                 _log.ARCHIVE_RETENTION,
@@ -114,21 +122,33 @@ class Retention:
             )
         return done
 
-    def _pass(self, conn: Connection, keep: int | None, today: dt.date | None) -> RetentionPass:
+    def _pass(
+        self, conn: Connection, keep: int | None, today: dt.date | None, delete_chunks: int
+    ) -> RetentionPass:
         made: list[dt.date] = []
         retired: dict[dt.date, DayRetired] = {}
         waited: list[str] = []
-        with conn.begin(), queries.retention_lock(conn) as held:
-            if not held:
-                return RetentionPass(ran=False)
-            now = _utc(queries.database_now(conn))
-            partitioned = queries.archive_partitioned(conn)
-            first: dt.date | None = None
-            days: list[dt.date] = []
-            if partitioned:
-                queries.recover_retired_days(conn)
-                first = queries.archive_first_day(conn)
-                days = sorted(p.day for p in queries.archive_partitions(conn) if p.day)
+        deleted: list[int] = []
+        try:
+            with (
+                conn.begin(),
+                queries.retention_lock(conn) as held,
+                queries.bounded_archive_lock_waits(conn, LOCK_WAIT),
+            ):
+                if not held:
+                    return RetentionPass(ran=False)
+                now = _utc(queries.database_now(conn))
+                partitioned = queries.archive_partitioned(conn)
+                first: dt.date | None = None
+                days: list[dt.date] = []
+                if partitioned:
+                    queries.recover_retired_days(conn)
+                    first = queries.archive_first_day(conn)
+                    days = sorted(p.day for p in queries.archive_partitions(conn) if p.day)
+        except DBAPIError as error:
+            if not is_lock_timeout(error):
+                raise
+            return RetentionPass(True, waited=("list the archive's days: a lock held too long",))
         today = today or now.date()
         # Days past the age whose partition a lock held too long kept with its history: not
         # deleted row by row either, but left whole for the next pass.
@@ -139,7 +159,7 @@ class Retention:
                 day = today + dt.timedelta(days=offset)
                 if (first is not None and day < first) or (last is not None and day <= last):
                     continue
-                if self._step(conn, waited, f"make {day}", queries.make_archive_day, day):
+                if self._step(conn, waited, f"make {day}", queries.make_archive_day, day) is True:
                     made.append(day)
             if keep is None:
                 return RetentionPass(True, tuple(made), waited=tuple(waited))
@@ -151,11 +171,10 @@ class Retention:
                 elif isinstance(done, DayRetired):
                     retired[day] = done
             start = dt.datetime.combine(cutoff, dt.time(), dt.UTC)
-            deleted = self._delete((now - start).total_seconds(), frozenset(kept))
+            self._delete((now - start).total_seconds(), frozenset(kept), delete_chunks, deleted)
         except _AnotherCleanerError as busy:
             waited.append(f"{busy}: another cleaner runs; the pass stopped there")
-            return RetentionPass(True, tuple(made), retired, 0, tuple(waited))
-        return RetentionPass(True, tuple(made), retired, deleted, tuple(waited))
+        return RetentionPass(True, tuple(made), retired, sum(deleted), tuple(waited))
 
     @staticmethod
     def _step(
@@ -184,20 +203,22 @@ class Retention:
                 raise
             return _WAITED
 
-    def _delete(self, older_than: float, kept: frozenset[dt.date]) -> int:
-        total = 0
+    def _delete(
+        self, older_than: float, kept: frozenset[dt.date], chunks: int, deleted: list[int]
+    ) -> None:
+        """Delete up to ``chunks`` chunks, each one's count appended to ``deleted`` as it
+        commits (a pass stopped half-way still says what it deleted)."""
         start: dt.datetime | None = None
-        for _ in range(DELETE_CHUNKS):
+        for _ in range(chunks):
             pruned = run_in_transaction(
                 self.app.engine, functools.partial(_delete_chunk, older_than, start, kept)
             )
             if pruned is None:
                 raise _AnotherCleanerError("delete")
-            total += pruned.deleted
+            deleted.append(pruned.deleted)
             start = pruned.last_archived_at
             if pruned.deleted < DELETE_CHUNK:
                 break
-        return total
 
 
 _WAITED = object()
@@ -236,9 +257,11 @@ _last_pass_lock = threading.Lock()
 def pass_if_due(app: Outbox) -> RetentionPass | None:
     """A pass, run here and now, unless one ran in this process less than
     :data:`RETENTION_EVERY` ago (None then): what distributes outside ``outbox work``
-    (``outbox distribute`` and ``outbox run --once`` from cron, Celery's distribute task) calls,
-    so that every way of running outbox makes the days ahead and keeps the retention. A
-    failure is logged at error level with its traceback, not raised: distribution goes on."""
+    (``outbox distribute`` and ``outbox run --once``, which cron starts as a new process each
+    time, so each runs one; Celery's distribute task) calls, whether or not a worker leads
+    elsewhere, so that every way of running outbox makes the days ahead and keeps the
+    retention. Its row deletes stop after :data:`FOREGROUND_DELETE_CHUNKS` chunks. A failure
+    is logged at error level with its traceback, not raised: distribution goes on."""
     now = time.monotonic()
     with _last_pass_lock:
         last = _last_pass.get(app)
@@ -246,7 +269,7 @@ def pass_if_due(app: Outbox) -> RetentionPass | None:
             return None
         _last_pass[app] = now
     try:
-        return Retention(app).run_once()
+        return Retention(app).run_once(delete_chunks=FOREGROUND_DELETE_CHUNKS)
     except Exception as error:
         log.exception(_log.ARCHIVE_RETENTION_FAILED, error=str(error))
         return None

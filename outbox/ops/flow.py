@@ -20,6 +20,7 @@ from outbox._db import queries, run_in_transaction
 from outbox._engine import distributor
 from outbox._engine.distributor import Distribution
 from outbox._engine.limiter import row_name
+from outbox._services import retention
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 from outbox.ops import operators
@@ -182,5 +183,11 @@ def distribute(
     (``outbox._engine.distributor``). ``patience``: seconds to keep retrying through a database
     outage before giving up. A buffer table that does not exist raises
     BufferTableMissingError.
+
+    Then a pass of the archive's retention (``Settings.archive_retention_days``; the
+    archive's days ahead are made either way), at most every ten minutes in a process: from
+    cron, where no ``outbox work`` may run, this is what keeps them.
     """
-    return distributor.run_once(app, handlers, patience=patience)
+    done = distributor.run_once(app, handlers, patience=patience)
+    retention.pass_if_due(app)
+    return done

@@ -188,7 +188,7 @@ def test_down_from_0009_keeps_a_row_committed_while_it_copies(
     waits for it, and the row is in the one table after."""
     url = make_empty_database("postgresql")
     engine = engine_on(url)
-    migrate(engine)
+    migrate(engine, "0009")
     first = _archive(engine, SUCCEEDED, event_id=1)
     writer = engine_on(url)
     with writer.connect() as conn:
@@ -404,6 +404,36 @@ def test_outbox_distribute_from_cron_makes_the_days_ahead(
     with engine.connect() as conn:
         days = {p.day for p in queries.archive_partitions(conn)}
     assert (0, True) == (result.code, ahead in days), result.output
+
+
+def test_a_pass_waits_for_no_lock_held_long(
+    make_empty_database: Callable[[str], str], engine_on: Callable[[str], Engine]
+) -> None:
+    """PostgreSQL: while a transaction holds the default partition, a pass (which may run in
+    the foreground of `outbox distribute`) gives up listing the days within its lock wait
+    rather than wait with it; while one reads it, a day to make waits and is not counted as
+    made."""
+    url = make_empty_database("postgresql")
+    migrate(engine_on(url))
+    app = Outbox(url)
+    holder = engine_on(url)
+    try:
+        today = _first_day(app.engine) + dt.timedelta(days=10)
+        with holder.connect() as conn, conn.begin():
+            conn.execute(text("LOCK TABLE outbox_archive_default IN ACCESS EXCLUSIVE MODE"))
+            listing = Retention(app).run_once(today=today)
+        with holder.connect() as conn, conn.begin():
+            conn.execute(text("LOCK TABLE outbox_archive_default IN ACCESS SHARE MODE"))
+            making = Retention(app).run_once(today=today)
+    finally:
+        app.engine.dispose()
+    assert (
+        ((), ("list the archive's days: a lock held too long",)),
+        ((), [f"make {today}: a lock held too long"]),
+    ) == (
+        (listing.made, listing.waited),
+        (making.made, [w for w in making.waited if str(today) in w]),
+    )
 
 
 def test_two_passes_at_once_one_works(migrated_app: Outbox) -> None:

@@ -252,7 +252,9 @@ def _wait_for_writers_before(conn: Connection, cut: dt.datetime, seconds: float)
     a lock on the archive: a statement that began before it (held up by 0009's rename)
     stamps its row before it, and, routed to the default partition but still writing there
     once ``outbox_archive_before`` is attached, would be refused. Past the wait the attach
-    goes on: a transaction open that long is not a worker's finish."""
+    goes on: a transaction open that long is not a worker's finish. A transaction this one
+    holds up (0009 and 0010 in one transaction, as alembic's own command runs them) is not
+    waited for: it writes nothing until this one ends."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         older = conn.execute(
@@ -261,6 +263,7 @@ def _wait_for_writers_before(conn: Connection, cut: dt.datetime, seconds: float)
                 "JOIN pg_stat_activity a ON a.pid = l.pid "
                 "JOIN pg_class c ON c.oid = l.relation "
                 "WHERE a.datname = current_database() AND a.pid <> pg_backend_pid() "
+                "AND l.granted AND NOT pg_backend_pid() = ANY(pg_blocking_pids(a.pid)) "
                 "AND a.xact_start < :cut AND c.relname LIKE 'outbox\\_archive%'"
             ),
             {"cut": cut},
@@ -280,13 +283,14 @@ def detach_before(conn: Connection) -> None:
 def unsplit_archive(conn: Connection) -> None:
     """Undo :func:`split_archive`: the rows of the partitioned table are copied into
     ``outbox_archive_before``, which becomes ``outbox_archive`` again, without its
-    constraint; writers of the archive wait for the copy. An archive that is one table
-    already is left as it is."""
+    constraint; readers and writers of the archive wait for the copy. An archive that is one
+    table already is left as it is."""
     if not is_partitioned(conn):
         return
-    # Writers wait from here: a row committed after the copy's snapshot would go with the
-    # partitioned table.
-    conn.execute(text(f"LOCK TABLE {ROOT} IN EXCLUSIVE MODE"))
+    # Readers and writers wait from here: a row committed after the copy's snapshot would go
+    # with the partitioned table. The strongest lock at once, not EXCLUSIVE then the drop's:
+    # a lock taken in two steps deadlocks with a transaction that read before it writes.
+    conn.execute(text(f"LOCK TABLE {ROOT} IN ACCESS EXCLUSIVE MODE"))
     detach_before(conn)
     # The constraint first: it holds every row archived from the cut on out of the table.
     conn.execute(text(f"ALTER TABLE {BEFORE} DROP CONSTRAINT {BOUND_CONSTRAINT}"))

@@ -109,3 +109,19 @@ def retention_lock(conn: Connection) -> Iterator[bool]:
     finally:
         if held and found is not None:
             found.unlock(conn, RETENTION_LOCK)
+
+
+@contextmanager
+def bounded_archive_lock_waits(conn: Connection, seconds: float) -> Iterator[None]:
+    """Each lock on the archive's tables waited for at most ``seconds`` within the block (a
+    reader of the catalogue waits for a partition's DDL too), where the archive may be
+    partitioned; nothing on SQLite."""
+    found = _of(conn)
+    if found is None:
+        yield
+        return
+    found.bound_lock_waits(conn, seconds)
+    try:
+        yield
+    finally:
+        found.unbound_lock_waits(conn)

@@ -49,13 +49,9 @@ DISTRIBUTE_PATIENCE_SECONDS = 30.0
 def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
     """Enqueue the claim jobs each handler needs (safe from cron, safe to overlap); then a
     pass of the archive's retention."""
-    from outbox._services import retention
-
     app = ready(ctx.app(), handlers)
     for result in flow.distribute(app, handlers, patience=DISTRIBUTE_PATIENCE_SECONDS):
         click.echo(result.summary())
-    # From cron, where no `outbox work` leads: the archive's days ahead, and its retention.
-    retention.pass_if_due(app)
 
 
 @main.command()
