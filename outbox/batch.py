@@ -11,6 +11,7 @@ from typing import Any, Generic, TypeVar
 from sqlalchemy import inspect
 from sqlalchemy.orm import ClassManager, attributes, configure_mappers
 
+from outbox._db.types import TupleRows
 from outbox.buffer import BufferMixin
 from outbox.retry import When, wait_seconds
 
@@ -81,6 +82,8 @@ class Batch(Generic[EventT]):
     @property
     def rows(self) -> Sequence[Any]:
         """The events as ``Row`` tuples, ordered by id: the cheapest way to read them."""
+        if isinstance(self._rows, TupleRows):
+            return self._rows.rows()
         if self._rows is not None:
             return self._rows
         return self.events
@@ -88,7 +91,9 @@ class Batch(Generic[EventT]):
     @property
     def ids(self) -> list[int]:
         """The events' ids, ordered."""
-        return [int(i) for i in column_values(self.rows, "id")]
+        # Read from the claim's tuples where it kept them: no Row is built for the ids.
+        rows = self._rows if self._rows is not None else self.events
+        return [int(i) for i in column_values(rows, "id")]
 
     def __len__(self) -> int:
         return len(self._rows if self._rows is not None else self.events)
@@ -199,6 +204,8 @@ def column_values(rows: Sequence[Any], name: str) -> list[Any]:
     """
     if not rows:
         return []
+    if isinstance(rows, TupleRows):
+        return list(map(itemgetter(rows.fields.index(name)), rows.tuples))
     fields = getattr(rows[0], "_fields", None)
     getter = attrgetter(name) if fields is None else itemgetter(fields.index(name))
     return list(map(getter, rows))
@@ -220,6 +227,17 @@ def _instances(model: type[EventT], rows: Sequence[Any]) -> list[EventT]:
     configure_mappers()  # instrumentation is complete only once the mappers are configured
     mapper = inspect(model)
     columns = list(mapper.local_table.columns)
+    if isinstance(rows, TupleRows):
+        # The claim's tuples, not made rows: each may end with values past the table's
+        # columns, which the values' zip below leaves out.
+        if len(rows.fields) != len(columns):
+            raise ValueError(
+                f"rows of {len(rows.fields)} columns for the {len(columns)} of {model}"
+            )
+        rows = rows.tuples
+        checked = True
+    else:
+        checked = False
     keys = [mapper.get_property_by_column(column).key for column in columns]
     # An identity key is (class, primary key values, token): class and token are the same for
     # every row; the values are each row's, as tuples.
@@ -231,7 +249,7 @@ def _instances(model: type[EventT], rows: Sequence[Any]) -> list[EventT]:
     if type(manager) is not ClassManager:
         for row, identity in zip(rows, identities, strict=True):
             instance = manager.new_instance()
-            attributes.instance_dict(instance).update(zip(keys, row, strict=True))
+            attributes.instance_dict(instance).update(zip(keys, row[: len(keys)], strict=True))
             attributes.instance_state(instance).key = (key_class, identity, token)
             result.append(instance)
         return result
@@ -240,7 +258,7 @@ def _instances(model: type[EventT], rows: Sequence[Any]) -> list[EventT]:
     make_state = manager._state_constructor
     state_attribute = manager.STATE_ATTR
     append = result.append
-    if rows and len(rows[0]) != len(keys):
+    if rows and not checked and len(rows[0]) != len(keys):
         # Every row of a batch comes from one statement: checked once, not row by row (a zip
         # given ``strict=`` costs a call with keywords, a visible share of each row's cost).
         raise ValueError(f"rows of {len(rows[0])} values for the {len(keys)} columns of {cls}")

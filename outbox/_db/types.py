@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,12 +109,72 @@ class UnreadableRowsError(Exception):
     ``process_result_value`` that raises). The claim itself stands."""
 
 
+class TupleRows(Sequence[Any]):
+    """Claimed rows as the driver returned them, plain tuples, that become ``Row`` objects only
+    when something reads them as rows.
+
+    A claim on PostgreSQL whose columns all come from psycopg as their Python values (no
+    column type processes them) needs no ``Row`` to be built per event: a handler that reads
+    ``batch.events`` gets its instances from the tuples, and the worker reads ids and creation
+    times from them by position. Anything that indexes or iterates this sequence gets the same
+    ``Row`` objects a SQLAlchemy result gives, built once, on first use.
+
+    ``tuples`` may carry values past the table's columns (the claim's own), left out of the
+    rows; ``fields``: the table's column names, in order; ``make_row``: a ``Row`` of a tuple of
+    the table's columns, as the claim's result would have made it.
+    """
+
+    __slots__ = ("_made", "fields", "make_row", "tuples")
+
+    def __init__(
+        self,
+        tuples: list[tuple[Any, ...]],
+        fields: tuple[str, ...],
+        make_row: Callable[[tuple[Any, ...]], Any],
+    ) -> None:
+        self.tuples = tuples
+        self.fields = fields
+        self.make_row = make_row
+        self._made: list[Any] | None = None
+
+    def rows(self) -> list[Any]:
+        """The rows as ``Row`` objects (built on the first call)."""
+        if self._made is None:
+            width, make = len(self.fields), self.make_row
+            self._made = [make(values[:width]) for values in self.tuples]
+        return self._made
+
+    def __len__(self) -> int:
+        return len(self.tuples)
+
+    @overload
+    def __getitem__(self, index: int) -> Any: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Any]: ...
+    def __getitem__(self, index: int | slice) -> Any:
+        return self.rows()[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.rows())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, TupleRows):
+            other = other.rows()
+        return self.rows() == other
+
+    __hash__ = None  # type: ignore[assignment]  # as a list's: it compares by its rows
+
+    def __repr__(self) -> str:
+        return repr(self.rows())
+
+
 @dataclass(frozen=True, slots=True)
 class LeasedClaim:
     """A group claimed on PostgreSQL together with its leased batch job."""
 
-    rows: list[Any]
-    """The claimed rows, all columns in table order, by id; empty when nothing was claimed."""
+    rows: Sequence[Any]
+    """The claimed rows, all columns in table order, by id; empty when nothing was claimed
+    (a :class:`TupleRows` when they were read as the driver's tuples)."""
     job_id: int | None
     """The group's batch job; None when nothing was claimed."""
     more: bool

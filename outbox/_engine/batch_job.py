@@ -12,7 +12,7 @@ import logging
 import time
 import traceback
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -88,7 +88,7 @@ def run_batch_job(
     app: Outbox,
     handler: Handler[Any],
     job: queries.JobRow,
-    preloaded: list[Any] | None = None,
+    preloaded: Sequence[Any] | None = None,
     then: NextClaim | None = None,
 ) -> BatchResult:
     """Handle the group of a leased batch job and finish it; never raises for handler errors.
@@ -106,7 +106,7 @@ def run_batch_job(
     group_id = job.group_id
     attempt = job.attempts
     started = time.monotonic()
-    rows: list[Any] = []
+    rows: Sequence[Any] = []
     expired = 0
     if attempt > handler.retry.max_attempts:
         # A worker died during the last allowed attempt: nothing more may be tried.
@@ -248,7 +248,7 @@ class Throttled(Exception):  # noqa: N818 - an outcome, as LeaseLost is
         self.seconds = seconds
 
 
-def _wait_for_turn(app: Outbox, handler: Handler[Any], rows: list[Any]) -> None:
+def _wait_for_turn(app: Outbox, handler: Handler[Any], rows: Sequence[Any]) -> None:
     """Reserve the group's call under the handler's rate limits (each of its keys' limits, for
     per-key ones) and wait for its turn; raise :class:`Throttled` when the turn is further
     off than a worker waits."""
@@ -258,7 +258,7 @@ def _wait_for_turn(app: Outbox, handler: Handler[Any], rows: list[Any]) -> None:
         raise Throttled(throttled)
 
 
-def _bisected(handler: Handler[Any], rows: list[Any]) -> tuple[list[int], list[int]]:
+def _bisected(handler: Handler[Any], rows: Sequence[Any]) -> tuple[list[int], list[int]]:
     """Bisection: the ids of the later half of a failing group, as two lists: those that go on
     in a group of their own, and those that go back to the buffer. An ordered handler keeps one
     group of a key at a time, so the later events of a key the earlier half holds go back,
@@ -273,14 +273,14 @@ def _bisected(handler: Handler[Any], rows: list[Any]) -> tuple[list[int], list[i
     return [i for i in ids if i not in behind], [i for i in ids if i in behind]
 
 
-def _limited_keys(handler: Handler[Any], rows: list[Any]) -> list[tuple[str, str | None]]:
+def _limited_keys(handler: Handler[Any], rows: Sequence[Any]) -> list[tuple[str, str | None]]:
     """The group's events' keys under per-key rate limits, as ``(column, value)``; none
     without."""
     columns = _limiter.key_columns(handler)
     return [(column, key) for column in columns for key in _keys(handler, rows, column)]
 
 
-def _keys(handler: Handler[Any], rows: list[Any], key: str) -> list[str | None]:
+def _keys(handler: Handler[Any], rows: Sequence[Any], key: str) -> list[str | None]:
     """A key column of rows of the handler's table, as text (a JSON or pickled value is not
     hashable): read by position, since a row names a column by its name in the table, which
     may differ from the key the table and the handler know it by."""

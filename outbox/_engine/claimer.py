@@ -9,6 +9,7 @@ from __future__ import annotations
 import threading
 import uuid
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -46,7 +47,7 @@ class Claim:
     handler: str
     group_id: uuid.UUID
     size: int
-    rows: list[Any] | None = field(default=None, repr=False)
+    rows: Sequence[Any] | None = field(default=None, repr=False)
     """The claimed rows (all the table's columns), ordered by id, when asked for and readable."""
     job: queries.JobRow | None = None
     """The group's batch job, when the claim leased it to the claiming worker."""
@@ -136,7 +137,7 @@ def _claim_leased_in_one_statement(
     """
     table, limit = handler.table, handler.batch_size
     fence = None if held is None else (held.id, held.lease_token, app.settings.lease_seconds)
-    rows: list[Any] | None
+    rows: Sequence[Any] | None
     try:
         claimed = queries.claim_group_with_job(
             conn,

@@ -33,7 +33,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol
@@ -210,7 +210,7 @@ class Runner:
         self,
         handler: Handler[Any],
         job: queries.JobRow,
-        preloaded: list[Any] | None = None,
+        preloaded: Sequence[Any] | None = None,
         then: claimer.NextClaim | None = None,
     ) -> JobRun:
         """Hand a leased batch job's group to its handler and write its outcome.

@@ -138,10 +138,15 @@ def load_driver(url: URL, source: str) -> None:
         raise ConfigurationError(f"{source}: {error}") from error
 
 
-# Collect cyclic garbage after this many new container objects instead of Python's 700: a worker
-# builds a row object per event, so the default ran a collection about twice per 1,000-event
-# batch.
-GC_THRESHOLD = 10_000
+# Collect cyclic garbage after this many new container objects instead of Python's 700. What a
+# worker builds per event (a row, its JSON documents, a model instance and its state: some eight
+# containers for a JSON buffer's event) lives until its batch is finished, and four threads hold
+# four batches: at 10,000 a young-generation collection ran every batch or so, walking the live
+# batches' objects to free none of them, and moved them on to older generations walked again;
+# a sixth of a JSON buffer's CPU per event (benchmarks.worker_cpu --typed json). At 100,000 the
+# objects of the batches in flight are freed, by their reference counts, before the count is
+# reached. Cyclic garbage waits as long: at most some 100,000 objects.
+GC_THRESHOLD = 100_000
 
 
 def settle_heap() -> None:

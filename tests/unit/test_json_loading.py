@@ -48,11 +48,32 @@ def test_text_loads_as_json_loads_loads_it(value: Any) -> None:
         assert json.loads(text) == _load_json(text)
 
 
-@pytest.mark.parametrize("text", ["", "{", '{"a": 1} {"b": 2}', "nul", b"[1,", "\ufeff{}"])
+@given(JSON_VALUES)
+def test_values_are_json_loads_values_type_for_type(value: Any) -> None:
+    """Each value has the type json.loads gives it (1 and 1.0 are equal, but not the same)."""
+    for text in texts(value):
+        assert repr(json.loads(text)) == repr(_load_json(text.encode())) == repr(_load_json(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "{", '{"a": 1} {"b": 2}', "nul", b"[1,", "\ufeff{}", "[1] x", " ", "1 2", '"a" ,'],
+)
 def test_what_json_loads_refuses_is_refused(text: str | bytes) -> None:
-    """Text that is not one JSON document raises json.loads' error."""
-    with pytest.raises(json.JSONDecodeError):
+    """Text that is not one JSON document raises json.loads' error, with its message and
+    position."""
+    with pytest.raises(json.JSONDecodeError) as refused:
         _load_json(text)
+    if isinstance(text, str) and not text.startswith("\ufeff"):
+        with pytest.raises(json.JSONDecodeError) as expected:
+            json.loads(text)
+        assert (expected.value.msg, expected.value.pos) == (refused.value.msg, refused.value.pos)
+
+
+@pytest.mark.parametrize("text", ["NaN", "-Infinity", " [1]", "[1] ", "\t{}\n", '"é"', "1e400"])
+def test_documents_with_whitespace_or_constants_load_as_json_loads_loads_them(text: str) -> None:
+    """Whitespace around a document, and the constants json.loads accepts, read the same."""
+    assert repr(json.loads(text)) == repr(_load_json(text)) == repr(_load_json(text.encode()))
 
 
 @pytest.mark.parametrize("value", [0.5, 3, None, bytearray(b"[1]")])

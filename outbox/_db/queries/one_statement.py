@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import operator
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
@@ -27,6 +28,7 @@ from sqlalchemy import (
     select,
     update,
 )
+from sqlalchemy.engine import CursorResult, Dialect, Row
 from sqlalchemy.exc import DBAPIError
 
 from outbox import schema
@@ -35,7 +37,7 @@ from outbox._db.dialects.clock import db_now_plus
 from outbox._db.queries.archive import ARCHIVE_COLUMNS, archive_source
 from outbox._db.queries.buffers import fetch_claimed
 from outbox._db.queries.jobs import batch_job_values
-from outbox._db.types import LeasedClaim, UnreadableRowsError
+from outbox._db.types import LeasedClaim, TupleRows, UnreadableRowsError
 from outbox.schema import db_now
 
 _jobs = schema.jobs
@@ -95,10 +97,68 @@ def claim_group_with_job(
         return LeasedClaim([], None, False)
     cursor.scroll(-1)
     job_id, more = first[-2], first[-1]
-    rows = fetch_claimed(result.columns(*range(len(table.c))))
-    # The rows come in the order of their addresses, nearly always the order of their ids.
-    rows.sort(key=_by_id(table))
+    width = len(table.c)
+    rows: Sequence[Any]
+    if _as_tuples(result, conn.dialect, table):
+        rows = _claimed_tuples(result, table)
+    else:
+        rows = fetch_claimed(result.columns(*range(width)))
+        # The rows come in the order of their addresses, nearly always the order of their ids.
+        rows.sort(key=_by_id(table))
     return LeasedClaim(rows, int(job_id), bool(more))
+
+
+def _as_tuples(result: CursorResult[Any], dialect: Dialect, table: Table) -> bool:
+    """Whether the claim's rows may be read as the driver's tuples: no column type of the
+    buffer processes the values psycopg returns (psycopg itself parses JSON, times, UUIDs and
+    numbers; a TypeDecorator, or an Enum of a Python enum class, does process them), and no
+    row is logged (``echo="debug"``)."""
+    if getattr(result, "_row_logging_fn", None) is not None:
+        return False
+    description = result.cursor.description
+    if description is None:
+        return False
+    return _unprocessed(dialect, table, tuple(d[1] for d in description[: len(table.c)]))
+
+
+@functools.lru_cache(maxsize=256)
+def _unprocessed(dialect: Dialect, table: Table, type_codes: tuple[Any, ...]) -> bool:
+    # What SQLAlchemy asks of each column's type for a result (its dialect implementation's
+    # processor for the driver's type code): None for every column means the result's rows
+    # hold the driver's values as they are. A type that refuses the type code refuses it the
+    # same way when the result reads the rows.
+    try:
+        return all(
+            column.type.dialect_impl(dialect).result_processor(dialect, code) is None
+            for column, code in zip(table.c, type_codes, strict=True)
+        )
+    except Exception:
+        return False
+
+
+def _claimed_tuples(result: CursorResult[Any], table: Table) -> TupleRows:
+    """The claimed rows as psycopg's tuples, by id, each made a ``Row`` only when read as one,
+    the same as the result's own (see :class:`TupleRows`)."""
+    reduced = result.columns(*range(len(table.c)))
+    # A Row's parent and index, as the reduced result's own rows have them.
+    metadata = reduced._metadata
+    key_to_index = metadata._key_to_index
+    fields = tuple(reduced.keys())
+    try:
+        tuples: list[tuple[Any, ...]] = list(result.cursor.fetchall())
+    except DBAPIError:
+        raise
+    except Exception as error:
+        raise UnreadableRowsError(type(error).__name__) from error
+    finally:
+        result.close()
+    # The rows come in the order of their addresses, nearly always the order of their ids.
+    tuples.sort(key=_by_id(table))
+
+    def make_row(values: tuple[Any, ...]) -> Any:
+        return Row(metadata, None, key_to_index, values)
+
+    return TupleRows(tuples, fields, make_row)
 
 
 @functools.cache
