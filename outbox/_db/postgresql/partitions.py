@@ -181,10 +181,7 @@ def split_archive(conn: Connection, days_ahead: int, cut: dt.datetime | None = N
         ).scalar_one()
     assert cut is not None
     cut = cut.astimezone(dt.UTC)
-    conn.execute(text(f"ALTER TABLE {ROOT} RENAME TO {BEFORE}"))
-    conn.execute(text(f"ALTER INDEX pk_{ROOT} RENAME TO pk_{BEFORE}"))
-    for index in _INDEXES:
-        conn.execute(text(f"ALTER INDEX ix_{ROOT}_{index} RENAME TO ix_{BEFORE}_{index}"))
+    _rename(conn, ROOT, BEFORE)
     conn.execute(
         text(
             f"ALTER TABLE {BEFORE} ADD CONSTRAINT {BOUND_CONSTRAINT} "
@@ -297,10 +294,15 @@ def unsplit_archive(conn: Connection) -> None:
     conn.execute(text(f"INSERT INTO {BEFORE} SELECT * FROM {ROOT}"))
     conn.execute(text(f"ALTER SEQUENCE {ROOT}_id_seq OWNED BY {BEFORE}.id"))
     conn.execute(text(f"DROP TABLE {ROOT}"))
-    conn.execute(text(f"ALTER TABLE {BEFORE} RENAME TO {ROOT}"))
-    conn.execute(text(f"ALTER INDEX pk_{BEFORE} RENAME TO pk_{ROOT}"))
+    _rename(conn, BEFORE, ROOT)
+
+
+def _rename(conn: Connection, old: str, new: str) -> None:
+    """Rename the archive's table ``old`` to ``new``, with its primary key and indexes."""
+    conn.execute(text(f"ALTER TABLE {old} RENAME TO {new}"))
+    conn.execute(text(f"ALTER INDEX pk_{old} RENAME TO pk_{new}"))
     for index in _INDEXES:
-        conn.execute(text(f"ALTER INDEX ix_{BEFORE}_{index} RENAME TO ix_{ROOT}_{index}"))
+        conn.execute(text(f"ALTER INDEX ix_{old}_{index} RENAME TO ix_{new}_{index}"))
 
 
 def _exists(conn: Connection, name: str) -> bool:
