@@ -69,10 +69,10 @@ class Settings:
     ``archive_retention_days``: keep the archive's history (every status but ``dead``) this
     many whole UTC days, and have the fleet's leader take older days out (the day under way
     is kept too, so rows stay up to a day longer); ``None`` (the default): the archive is kept
-    until ``outbox prune``. Where the archive is partitioned by day (PostgreSQL and MariaDB,
-    from migration 0010), a day goes in one statement and its dead letters stay; elsewhere its
-    rows are deleted in chunks, as ``outbox prune`` deletes them. Dead letters are never taken
-    by retention.
+    until ``outbox prune``. Where the archive is partitioned by day (PostgreSQL from
+    migration 0009, MariaDB from 0010), a day goes in one statement and its dead letters stay;
+    elsewhere its rows are deleted in chunks, as ``outbox prune`` deletes them. Dead letters
+    are never taken by retention.
     """
 
     lease_seconds: float = DEFAULT_LEASE_SECONDS

@@ -1,14 +1,17 @@
-"""The archive's retention: the fleet's leader takes out the history older than
-``Settings.archive_retention_days``, one pass at a time however many workers run.
+"""The archive's retention: the fleet's leader (and, after they distribute, ``outbox
+distribute``, ``outbox run --once`` and Celery's distribute task: :func:`pass_if_due`) takes
+out the history older than ``Settings.archive_retention_days``, one pass at a time however many
+processes run.
 
 Where the archive is partitioned by day (docs/design.md, "Retention by day"), a pass makes the
 days ahead (today and the next :data:`DAYS_AHEAD`), then takes out each day past the age: a
 day with no dead letter is dropped, a day with some keeps them and loses the rest. Each of
 those statements waits at most :data:`LOCK_WAIT` for its lock and is tried again at the next
 pass rather than queue the workers behind it. The rows older than the age outside day
-partitions (archived before migration 0010, or on a day no partition held), and every such row
-where the archive is one table (SQLite, or tables made by hand), are deleted in chunks, as
-``outbox prune`` deletes them. Dead letters stay: they go when replayed, or pruned by name.
+partitions (archived before migration 0009's cut, or on a day no partition held), and every
+such row where the archive is one table (SQLite, or tables made by hand), are deleted in
+chunks, as ``outbox prune`` deletes them; a day whose statement gave up waiting keeps its rows
+for a later pass. Dead letters stay: they go when replayed, or pruned by name.
 
 One cleaner at a time: each transaction of a pass holds a lock of the database's for its
 length (PostgreSQL: a transaction's advisory lock, which a transaction pooler cannot hand to

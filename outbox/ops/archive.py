@@ -208,8 +208,8 @@ def browse(
 
 @dataclass(frozen=True, slots=True)
 class ArchivePart:
-    """A partition of an archive partitioned by day (PostgreSQL and MariaDB from migration
-    0010)."""
+    """A partition of an archive partitioned by day (PostgreSQL from migration 0009, MariaDB
+    from 0010)."""
 
     name: str
     day: dt.date | None
@@ -273,7 +273,7 @@ def prune(
     too (a producer retrying later than that writes its event again); the record of
     operators' operations stays.
 
-    Where the archive is partitioned by day (PostgreSQL and MariaDB, from migration 0010),
+    Where the archive is partitioned by day (PostgreSQL from migration 0009, MariaDB from 0010),
     the statuses that are history go a whole day at a time for the days archived wholly
     before the age (a drop or a truncate: no row deleted one by one, nothing left to vacuum;
     the day's dead letters stay); the rest row by row.

@@ -44,7 +44,7 @@ def has_day(conn: Connection, day: dt.date) -> bool:
 
 
 def is_partitioned(conn: Connection) -> bool:
-    """Whether ``outbox_archive`` is a partitioned table here (revision 0010 made it one)."""
+    """Whether ``outbox_archive`` is a partitioned table here (revision 0009 made it one)."""
     kind = conn.execute(
         text("SELECT relkind FROM pg_class WHERE oid = to_regclass(:name)"), {"name": ROOT}
     ).scalar_one_or_none()

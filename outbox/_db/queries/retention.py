@@ -1,5 +1,5 @@
 """Statements of the archive's retention by day, on the databases whose archive is
-partitioned by day (PostgreSQL and MariaDB from revision 0010; docs/design.md, "Retention by
+partitioned by day (PostgreSQL from revision 0009, MariaDB from 0010; docs/design.md, "Retention by
 day"). Elsewhere, and on an archive made by ``metadata.create_all``, the archive is one table:
 :func:`archive_partitioned` says so and retention deletes rows (``delete_old_archived``).
 """
@@ -40,8 +40,8 @@ def archive_partitions(conn: Connection) -> list[ArchivePartition]:
 
 
 def archive_first_day(conn: Connection) -> dt.date | None:
-    """The first day a day partition may hold (where the rows archived before revision 0010
-    end); None where the archive is one table."""
+    """The first day a day partition may hold (where the rows archived before the archive was
+    partitioned end); None where the archive is one table."""
     found = _of(conn)
     day: dt.date | None = None if found is None else found.first_day(conn)
     return day

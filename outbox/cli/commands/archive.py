@@ -404,7 +404,7 @@ def archive_list(
 @click.option("--json", "as_json", is_flag=True, help="One JSON document instead of a table.")
 @command
 def archive_days(ctx: Context, as_json: bool) -> None:
-    """The archive's partitions by day (PostgreSQL and MariaDB, from migration 0010): rows
+    """The archive's partitions by day (PostgreSQL from migration 0009, MariaDB from 0010): rows
     (estimated), dead letters kept, size; and the retention the application sets."""
     app = ready(ctx.bare_app())
     found = archive.parts(app)
