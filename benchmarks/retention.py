@@ -226,6 +226,33 @@ def _measure(engine: Engine, watch_every: float, work: Any) -> dict[str, Any]:
     return {"seconds": round(seconds, 3), "outcome": outcome, "longest_locks": watch.report()}
 
 
+def _first_two_days(
+    engine: Engine,
+    first: dt.date,
+    args: argparse.Namespace,
+    partitioned: bool,
+    what: str,
+    work: Any,
+) -> list[dict[str, Any]]:
+    """``work(engine, day)`` on ``first`` and the day after, each measured, with the sizes and
+    the day's dead letters before and after."""
+    steps = []
+    with engine.connect() as conn:
+        for day in (first, first + dt.timedelta(days=1)):
+            before = _sizes(conn, partitioned)
+            dead_before = _dead_letters(conn, day)
+            step = _measure(engine, args.poll_ms / 1000, lambda w, d=day: work(w, d))
+            step.update(
+                day=str(day),
+                what=what,
+                before=before,
+                after=_sizes(conn, partitioned),
+                dead_letters=[dead_before, _dead_letters(conn, day)],
+            )
+            steps.append(step)
+    return steps
+
+
 def _plain(args: argparse.Namespace, first: dt.date) -> dict[str, Any]:
     url = scratch_database("retention_bench_plain")
     engine = create_engine(url)
@@ -233,20 +260,10 @@ def _plain(args: argparse.Namespace, first: dt.date) -> dict[str, Any]:
         with engine.begin() as conn:
             schema.metadata.create_all(conn)
         filled = _fill(engine.url, first, args)
-        steps = []
+        steps = _first_two_days(
+            engine, first, args, False, "prune (DELETE, 1,000 rows a transaction)", _prune_day
+        )
         with engine.connect() as conn:
-            for day in (first, first + dt.timedelta(days=1)):
-                before = _sizes(conn, False)
-                dead_before = _dead_letters(conn, day)
-                step = _measure(engine, args.poll_ms / 1000, lambda w, d=day: _prune_day(w, d))
-                step.update(
-                    day=str(day),
-                    what="prune (DELETE, 1,000 rows a transaction)",
-                    before=before,
-                    after=_sizes(conn, False),
-                    dead_letters=[dead_before, _dead_letters(conn, day)],
-                )
-                steps.append(step)
             step = _measure(engine, args.poll_ms / 1000, _vacuum_archive)
             step.update(what="VACUUM after the prunes", after=_sizes(conn, False))
             steps.append(step)
@@ -278,29 +295,15 @@ def _days(args: argparse.Namespace) -> tuple[dt.date, dict[str, Any]]:
         with engine.begin() as conn:
             cut_day = queries.archive_first_day(conn)
             assert cut_day is not None
-            # The migration's day holds its rows from the cut on: the next day is whole.
-            first = cut_day + dt.timedelta(days=1)
-            have = {p.day for p in queries.archive_partitions(conn)}
+        # The migration's day holds its rows from the cut on: the next day is whole.
+        first = cut_day + dt.timedelta(days=1)
         for offset in range(args.days):
-            day = first + dt.timedelta(days=offset)
-            if day not in have:
-                with engine.begin() as conn:
-                    queries.make_archive_day(conn, day, 1.0)
+            with engine.begin() as conn:
+                queries.make_archive_day(conn, first + dt.timedelta(days=offset), 1.0)
         filled = _fill(engine.url, first, args)
-        steps = []
-        with engine.connect() as conn:
-            for day in (first, first + dt.timedelta(days=1)):
-                before = _sizes(conn, True)
-                dead_before = _dead_letters(conn, day)
-                step = _measure(engine, args.poll_ms / 1000, lambda w, d=day: _retire(w, d))
-                step.update(
-                    day=str(day),
-                    what="retention: the day's history taken out",
-                    before=before,
-                    after=_sizes(conn, True),
-                    dead_letters=[dead_before, _dead_letters(conn, day)],
-                )
-                steps.append(step)
+        steps = _first_two_days(
+            engine, first, args, True, "retention: the day's history taken out", _retire
+        )
         jobs = _job_churn(engine, args.jobs) if args.jobs else None
         return first, {"fill_seconds": round(filled, 1), "steps": steps, "jobs": jobs}
     finally:

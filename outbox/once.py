@@ -284,7 +284,7 @@ def run_once(
     """
     rescued = rescue_once(app)
     distributed = distribute_once(app, every=every, handlers=handlers)
-    # Where no `outbox work` leads, the days ahead of the archive are made here.
+    # From cron, where no `outbox work` may run: the archive's days ahead, and its retention.
     retention.pass_if_due(app)
     worked = work_once(
         app, budget_seconds=budget_seconds, max_groups=max_groups, handlers=handlers, stop=stop
