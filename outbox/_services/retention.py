@@ -141,13 +141,13 @@ class Retention:
                 if not held:
                     return RetentionPass(ran=False)
                 now = _utc(queries.database_now(conn))
-                partitioned = queries.archive_partitioned(conn)
+                listed = queries.archive_days(conn)
+                partitioned = listed is not None
+                days = listed or []
                 first: dt.date | None = None
-                days: list[dt.date] = []
                 if partitioned:
                     queries.recover_retired_days(conn)
                     first = queries.archive_first_day(conn)
-                    days = sorted(p.day for p in queries.archive_partitions(conn) if p.day)
         except DBAPIError as error:
             if not is_lock_timeout(error):
                 raise

@@ -328,12 +328,13 @@ def _retire_days(app: Outbox, older_than: float, phase: Phase) -> int:
     total = 0
     with app.engine.connect() as conn:
         with conn.begin():
-            if not queries.archive_partitioned(conn):
+            listed = queries.archive_days(conn)
+            if listed is None:
                 return 0
             now = queries.database_now(conn)
             now = now.replace(tzinfo=dt.UTC) if now.tzinfo is None else now
             cutoff = (now - dt.timedelta(seconds=older_than)).astimezone(dt.UTC).date()
-            days = [p.day for p in queries.archive_partitions(conn) if p.day and p.day < cutoff]
+            days = [day for day in listed if day < cutoff]
         for day in days:
             phase.check()
             try:

@@ -158,7 +158,7 @@ class Database(Statements, Protocol):
     """What ``create_engine`` is given for the engines outbox creates."""
     PARTITIONS: ModuleType | None
     """Its module of the archive's partitions by day (``is_partitioned``, ``partitions``,
-    ``first_day``, ``has_day``, ``make_day``, ``retire_day``, ``count_history``,
+    ``days``, ``first_day``, ``has_day``, ``make_day``, ``retire_day``, ``count_history``,
     ``bound_lock_waits``, ``unbound_lock_waits``, ``try_lock``, ``unlock``); None where the
     database has no partitions (SQLite)."""
 

@@ -73,9 +73,26 @@ def partitions(conn: Connection) -> list[ArchivePartition]:
     found = []
     for row in rows:
         match = _DAY.match(row.name)
-        day = dt.datetime.strptime(match.group(1), "%Y%m%d").date() if match else None
+        day = _day_of(match.group(1)) if match else None
         found.append(ArchivePartition(row.name, day, int(row.n or 0), -1, int(row.size or 0)))
     return found
+
+
+def days(conn: Connection) -> list[dt.date]:
+    """The days the archive has a partition of, from their names alone."""
+    names = conn.execute(
+        text(
+            "SELECT PARTITION_NAME FROM information_schema.PARTITIONS "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = :root "
+            "AND PARTITION_NAME IS NOT NULL"
+        ),
+        {"root": ROOT},
+    ).scalars()
+    return [_day_of(m.group(1)) for name in names if (m := _DAY.match(name))]
+
+
+def _day_of(digits: str) -> dt.date:
+    return dt.datetime.strptime(digits, "%Y%m%d").date()
 
 
 def first_day(conn: Connection) -> dt.date | None:

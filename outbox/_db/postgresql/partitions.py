@@ -72,7 +72,7 @@ def partitions(conn: Connection) -> list[ArchivePartition]:
     found = []
     for row in rows:
         match = _DAY.match(row.name)
-        day = dt.datetime.strptime(match.group(1), "%Y%m%d").date() if match else None
+        day = _day_of(match.group(1)) if match else None
         found.append(
             ArchivePartition(
                 row.name, day, int(row.rows), int(row.dead_rows) if day else -1, int(row.bytes)
@@ -80,6 +80,23 @@ def partitions(conn: Connection) -> list[ArchivePartition]:
         )
     order = {BEFORE: 0, DEFAULT: 2}
     return sorted(found, key=lambda p: (order.get(p.name, 1), p.day or dt.date.min))
+
+
+def days(conn: Connection) -> list[dt.date]:
+    """The days the archive has a partition of, from the catalogue's names alone (no size is
+    read: nothing waits for a partition's lock)."""
+    names = conn.execute(
+        text(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
+            "WHERE i.inhparent = to_regclass(:root)"
+        ),
+        {"root": ROOT},
+    ).scalars()
+    return [_day_of(m.group(1)) for name in names if (m := _DAY.match(name))]
+
+
+def _day_of(digits: str) -> dt.date:
+    return dt.datetime.strptime(digits, "%Y%m%d").date()
 
 
 def first_day(conn: Connection) -> dt.date | None:

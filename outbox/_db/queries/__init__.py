@@ -181,6 +181,7 @@ from outbox._db.queries.rescue import (
 )
 from outbox._db.queries.retention import (
     RETENTION_LOCK,
+    archive_days,
     archive_first_day,
     archive_partitioned,
     archive_partitions,
@@ -302,6 +303,7 @@ __all__ = [
     "analyze",
     "any_unclaimed",
     "archive_counts",
+    "archive_days",
     "archive_first_day",
     "archive_group_rows",
     "archive_partitioned",

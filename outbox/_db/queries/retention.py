@@ -39,6 +39,16 @@ def archive_partitions(conn: Connection) -> list[ArchivePartition]:
     return parts
 
 
+def archive_days(conn: Connection) -> list[dt.date] | None:
+    """The days the archive has a partition of, oldest first; None where it is one table.
+    Names only, for retention's passes, which :func:`archive_partitions`' sizes would make
+    wait for every partition's lock."""
+    found = _of(conn)
+    if found is None or not found.is_partitioned(conn):
+        return None
+    return sorted(found.days(conn))
+
+
 def archive_first_day(conn: Connection) -> dt.date | None:
     """The first day a day partition may hold (where the rows archived before the archive was
     partitioned end); None where the archive is one table."""
