@@ -47,6 +47,7 @@ DEFAULT_LEASE_SECONDS = 60.0
 DEFAULT_POLL_INTERVAL_SECONDS = 1.0
 DEFAULT_RESCUE_INTERVAL_SECONDS = 5.0
 DEFAULT_WORKER_STALE_SECONDS = 20.0
+DEFAULT_NETWORK_TIMEOUT_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,14 @@ class Settings:
     migration 0009, MariaDB from 0010), a day goes in one statement and its dead letters stay;
     elsewhere its rows are deleted in chunks, as ``outbox prune`` deletes them. Dead letters
     are never taken by retention.
+    ``network_timeout``: on the connections of an engine outbox creates (from a URL, not
+    ``Outbox(engine=...)``), no wait on the network outlasts about this long when the other end
+    stops answering, whether it was sending, waiting for a reply or idle: TCP keepalives and
+    ``tcp_user_timeout`` (PostgreSQL), the same socket options (MariaDB through PyMySQL), and a
+    connect timeout. A worker cut off from its database by a network that drops packets
+    without a reset finds out and retries, rather than wait out the kernel's retransmissions
+    (about 15 minutes) or, on an idle connection, for ever. A setting a PostgreSQL URL gives
+    itself (``?keepalives_idle=...``) wins; ``None`` leaves the driver's defaults.
     """
 
     lease_seconds: float = DEFAULT_LEASE_SECONDS
@@ -82,6 +91,7 @@ class Settings:
     listen: bool = True
     min_retry_after: float = MIN_RETRY_AFTER_SECONDS
     archive_retention_days: int | None = None
+    network_timeout: float | None = DEFAULT_NETWORK_TIMEOUT_SECONDS
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "poll_interval", "rescue_interval", "worker_stale_after"):
@@ -99,6 +109,11 @@ class Settings:
         ):
             raise ConfigurationError(
                 f"Settings.archive_retention_days must be whole days from 1 to 36500, got {days!r}"
+            )
+        bound = self.network_timeout
+        if bound is not None and not (is_number(bound) and 1 <= bound <= 3600):
+            raise ConfigurationError(
+                f"Settings.network_timeout must be seconds from 1 to 3600, or None, got {bound!r}"
             )
 
 
@@ -174,7 +189,10 @@ class Outbox:
             given = self._given_url()
             url = _db.sync_url(given)
             self._engine = _db.create_outbox_engine(
-                url, idle_transaction_timeout=self.settings.lease_seconds, json_options=self._json
+                url,
+                idle_transaction_timeout=self.settings.lease_seconds,
+                network_timeout=self.settings.network_timeout,
+                json_options=self._json,
             )
             dialects.name_of(self._engine.dialect)
             if url is not given or self._from_async_engine:

@@ -24,10 +24,13 @@ CHUNK = 65536
 
 
 class Proxy:
-    """Forwards ``127.0.0.1:port`` to ``upstream`` until closed."""
+    """Forwards ``listen_host:port`` (``127.0.0.1`` unless told) to ``upstream`` until closed."""
 
-    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+    def __init__(
+        self, upstream_host: str, upstream_port: int, *, listen_host: str = "127.0.0.1"
+    ) -> None:
         self.upstream = (upstream_host, upstream_port)
+        self.listen_host = listen_host
         self.port = free_ports()
         self._lock = threading.Lock()
         self._sockets: set[socket.socket] = set()
@@ -64,7 +67,7 @@ class Proxy:
             return
         listener = socket.socket()
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
+        listener.bind((self.listen_host, self.port))
         listener.listen(64)
         listener.settimeout(ACCEPT_POLL_SECONDS)
         self._stop_accepting = threading.Event()

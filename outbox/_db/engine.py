@@ -163,6 +163,7 @@ def create_outbox_engine(
     url: str | URL,
     *,
     idle_transaction_timeout: float | None = None,
+    network_timeout: float | None = None,
     json_options: JsonFunctions | None = None,
 ) -> Engine:
     """An engine set up for outbox: READ COMMITTED, SQLite write locking.
@@ -178,6 +179,9 @@ def create_outbox_engine(
     this long, so that a frozen worker (SIGSTOP, a stalled VM) cannot hold row locks forever.
     Set at connect (on PostgreSQL added to any ``?options=`` of the URL; behind a connection
     pooler such as PgBouncer, per transaction instead: see ``dialects.configure_engine``).
+
+    ``network_timeout`` (PostgreSQL, MariaDB): no wait on the network outlasts about this long
+    once the other end stops answering (``Settings.network_timeout``).
     """
     parsed = parse_url(url)
     load_driver(parsed)
@@ -185,7 +189,11 @@ def create_outbox_engine(
     database = dialects.database_named(parsed.get_backend_name())
     options.update(database.ENGINE_OPTIONS if database is not None else {})
     engine = create_engine(parsed, **options)
-    dialects.configure_engine(engine, idle_transaction_timeout=idle_transaction_timeout)
+    dialects.configure_engine(
+        engine,
+        idle_transaction_timeout=idle_transaction_timeout,
+        network_timeout=network_timeout,
+    )
     return engine
 
 

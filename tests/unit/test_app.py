@@ -266,6 +266,14 @@ def test_archive_retention_days_are_whole_days_from_1(days: object) -> None:
         Settings(archive_retention_days=days)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("seconds", [0, 0.5, 3601, True, "30", float("nan")])
+def test_network_timeout_is_seconds_from_1_to_an_hour(seconds: object) -> None:
+    """The network timeout is 1 to 3,600 seconds, or None; the error names the field."""
+    with pytest.raises(ConfigurationError, match=r"Settings\.network_timeout"):
+        Settings(network_timeout=seconds)  # type: ignore[arg-type]
+    assert None is Settings(network_timeout=None).network_timeout
+
+
 def test_with_settings_validates_the_change(app: Outbox) -> None:
     """Replacing a setting goes through the same validation."""
     with pytest.raises(ConfigurationError, match=r"Settings\.lease_seconds"):

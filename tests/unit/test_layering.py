@@ -195,6 +195,7 @@ DATABASE_PACKAGES = ("postgresql", "sqlite", "mysql")
 BASE_LEAVES = (
     "outbox._db.dialects.interface",
     "outbox._db.dialects.clock",
+    "outbox._db.dialects.network",
     "outbox._db.dialects.payload",
     "outbox._db.dialects.urls",
 )
@@ -230,8 +231,8 @@ def _database_package_imports(path: Path, package: Path) -> list[str]:
 
 def test_a_database_is_one_package_behind_the_registry() -> None:
     """A database's package imports nothing of ``_db`` but itself and the base's leaves
-    (``interface``, ``clock``, ``payload``, ``urls``), and no module but the registry imports
-    it."""
+    (``interface``, ``clock``, ``network``, ``payload``, ``urls``), and no module but the
+    registry imports it."""
     package = Path(outbox.__file__).parent
     offenders = {
         str(path.relative_to(package)): sorted(set(bad))

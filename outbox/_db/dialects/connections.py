@@ -7,17 +7,25 @@ from sqlalchemy import Engine
 from outbox._db.dialects.registry import database, database_named, name_of
 
 
-def configure_engine(engine: Engine, *, idle_transaction_timeout: float | None = None) -> None:
+def configure_engine(
+    engine: Engine,
+    *,
+    idle_transaction_timeout: float | None = None,
+    network_timeout: float | None = None,
+) -> None:
     """Set up connections of an engine the way outbox needs them (once per engine): its
     database's ``configure`` (SQLite: the write lock up front; PostgreSQL: UTC by that name,
     the idle-transaction guard; MariaDB: the oldest server, the idle-transaction guard).
 
     ``idle_transaction_timeout`` (PostgreSQL, MariaDB; float seconds): the server ends a
     transaction left idle this long, so that a frozen worker cannot hold row locks forever.
+    ``network_timeout`` (PostgreSQL, MariaDB; float seconds): no wait on the network outlasts
+    about this long once the other end stops answering (``Settings.network_timeout``); only for
+    the engines outbox creates, whose connections are its own.
     """
     if getattr(engine, "_outbox_configured", False):
         return
-    database(name_of(engine.dialect)).configure(engine, idle_transaction_timeout)
+    database(name_of(engine.dialect)).configure(engine, idle_transaction_timeout, network_timeout)
     engine._outbox_configured = True  # type: ignore[attr-defined]
 
 

@@ -180,8 +180,15 @@ class Database(Statements, Protocol):
 
     # --- connections ---
 
-    def configure(self, engine: Engine, idle_transaction_timeout: float | None) -> None:
-        """Set up the engine's connections the way outbox needs them (once per engine)."""
+    def configure(
+        self,
+        engine: Engine,
+        idle_transaction_timeout: float | None,
+        network_timeout: float | None = None,
+    ) -> None:
+        """Set up the engine's connections the way outbox needs them (once per engine);
+        ``network_timeout``: bound every wait on the network of its connections to about that
+        many seconds once the other end stops answering."""
         ...
 
     def read_committed(self, engine: Engine) -> Engine:

@@ -1,5 +1,5 @@
-"""MariaDB and MySQL connections: READ COMMITTED, the idle-transaction guard, the oldest
-server outbox runs on."""
+"""MariaDB and MySQL connections: READ COMMITTED, the idle-transaction guard, bounded waits on
+the network, the oldest server outbox runs on."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from sqlalchemy import Connection, Engine, event
 from sqlalchemy.dialects.mysql import dialect as mysql_dialect
 from sqlalchemy.engine import Dialect as SADialect
 
+from outbox._db.dialects.network import NetworkBounds, bound_socket
 from outbox.exceptions import UnsupportedDatabaseError
 
 
@@ -36,11 +37,40 @@ MIN_MARIADB_VERSION = (10, 6)
 MIN_MYSQL_VERSION = (8, 0)
 
 
-def configure(engine: Engine, idle_transaction_timeout: float | None) -> None:
+def bound_network_waits(engine: Engine, seconds: float) -> None:
+    """Through PyMySQL, connect with no wait on the network outlasting about ``seconds`` once
+    the server stops answering (:mod:`outbox._db.dialects.network`): a connect timeout, and
+    keepalives and ``TCP_USER_TIMEOUT`` on the socket once connected. PyMySQL takes no such
+    options of its own (its ``read_timeout`` would also end a long statement the server is
+    still running); other drivers are left as they are (docs/operations.md)."""
+    if engine.dialect.driver != "pymysql":
+        return
+    bounds = NetworkBounds(seconds)
+
+    def add_connect_timeout(
+        dialect: SADialect, record: Any, cargs: Any, cparams: dict[str, Any]
+    ) -> None:
+        cparams.setdefault("connect_timeout", bounds.connect_timeout)
+
+    def bound(dbapi_connection: Any, record: Any) -> None:
+        sock = getattr(dbapi_connection, "_sock", None)  # PyMySQL's socket, once connected
+        if sock is not None:
+            bound_socket(sock, bounds)
+
+    event.listen(engine, "do_connect", add_connect_timeout)
+    event.listen(engine, "connect", bound)
+
+
+def configure(
+    engine: Engine, idle_transaction_timeout: float | None, network_timeout: float | None = None
+) -> None:
     """Refuse a MariaDB or MySQL server too old for outbox's claims, on every new connection
     (a comparison of the version SQLAlchemy read when it first connected). On MariaDB, the
     server ends a transaction left idle past ``idle_transaction_timeout`` (whole seconds,
-    rounded up), as PostgreSQL does; MySQL has no such setting (docs/operations.md)."""
+    rounded up), as PostgreSQL does; MySQL has no such setting (docs/operations.md).
+    ``network_timeout``: see :func:`bound_network_waits`."""
+    if network_timeout is not None:
+        bound_network_waits(engine, network_timeout)
 
     def on_connect(dbapi_connection: Any, record: Any) -> None:
         dialect = engine.dialect

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 from sqlalchemy import Connection, Engine, event
@@ -10,6 +11,7 @@ from sqlalchemy.dialects.postgresql import dialect as postgresql_dialect
 from sqlalchemy.engine import Dialect as SADialect
 
 from outbox._core import log as _log
+from outbox._db.dialects.network import KEEPALIVE_PROBES, NetworkBounds
 
 log = _log.get_logger(__name__)
 
@@ -139,7 +141,38 @@ def name_utc_plainly(dbapi_connection: Any, connection_record: Any) -> None:
         dbapi_connection.commit()
 
 
-def configure(engine: Engine, idle_transaction_timeout: float | None) -> None:
+def libpq_bounds(bounds: NetworkBounds) -> dict[str, int]:
+    """``bounds`` as libpq's connection parameters (``connect_timeout`` in whole seconds)."""
+    return {
+        "keepalives": 1,
+        "keepalives_idle": bounds.keepalive_idle,
+        "keepalives_interval": bounds.keepalive_interval,
+        "keepalives_count": KEEPALIVE_PROBES,
+        "tcp_user_timeout": bounds.user_timeout_ms,
+        "connect_timeout": bounds.connect_timeout,
+    }
+
+
+def bound_network_waits(engine: Engine, seconds: float) -> None:
+    """Connect with no wait on the network outlasting about ``seconds`` once the server stops
+    answering (:mod:`outbox._db.dialects.network`), as libpq's parameters: but for what the URL
+    (or ``PGCONNECT_TIMEOUT``) sets itself."""
+    if engine.dialect.driver not in _LIBPQ_DRIVERS:
+        return
+    bounds = libpq_bounds(NetworkBounds(seconds))
+    if os.environ.get("PGCONNECT_TIMEOUT"):
+        del bounds["connect_timeout"]
+
+    def add_bounds(dialect: SADialect, record: Any, cargs: Any, cparams: dict[str, Any]) -> None:
+        for name, value in bounds.items():
+            cparams.setdefault(name, value)
+
+    event.listen(engine, "do_connect", add_bounds)
+
+
+def configure(
+    engine: Engine, idle_transaction_timeout: float | None, network_timeout: float | None = None
+) -> None:
     """Through psycopg, a session whose time zone is UTC under another name (``Etc/UTC``, the
     default of many server images) is switched to the name ``UTC``. That changes no value and
     no time arithmetic, only how fast psycopg reads ``timestamptz`` columns: for ``UTC`` it
@@ -149,7 +182,13 @@ def configure(engine: Engine, idle_transaction_timeout: float | None) -> None:
     ``idle_transaction_timeout`` (float seconds): the server ends a transaction left idle this
     long, so that a frozen worker cannot hold row locks forever. See :class:`IdleTimeout` for
     how it is set, directly and behind a connection pooler.
+
+    ``network_timeout`` (float seconds): see :func:`bound_network_waits`.
     """
+    if network_timeout is not None:
+        # Before the idle timeout's listener, which connects itself with the parameters as
+        # they are then.
+        bound_network_waits(engine, network_timeout)
     if engine.dialect.driver == "psycopg":
         event.listen(engine, "connect", name_utc_plainly)
     if idle_transaction_timeout is not None:

@@ -15,12 +15,15 @@ from sqlalchemy.engine import Dialect as SADialect
 SQLITE_BUSY_TIMEOUT_SECONDS = 30.0
 
 
-def configure(engine: Engine, idle_transaction_timeout: float | None) -> None:
+def configure(
+    engine: Engine, idle_transaction_timeout: float | None, network_timeout: float | None = None
+) -> None:
     """WAL (readers do not block the writer), a long busy timeout, and every transaction
     opened with BEGIN IMMEDIATE, so that a claim takes the write lock before it reads instead of
     failing with "database is locked" when it tries to upgrade a read lock. The pysqlite driver's
     own transaction handling is switched off so that SQLAlchemy's BEGIN is the only one.
-    ``idle_transaction_timeout`` does not apply: a SQLite transaction holds no server's locks.
+    ``idle_transaction_timeout`` does not apply: a SQLite transaction holds no server's locks;
+    nor does ``network_timeout``: no network lies between.
     """
 
     @event.listens_for(engine, "connect")

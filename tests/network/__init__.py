@@ -1,0 +1,1 @@
+"""What crosses a network: hosts made of network namespaces, links that drop packets silently."""
