@@ -143,17 +143,18 @@ class Worker:
         self._listener: Listener | None = None
         self._flow = FlowState(app, refresh_every=FLOW_STATE_REFRESH_SECONDS)
         self._throughput = Throughput(app)
+        heartbeat = Heartbeat(
+            app,
+            self.id,
+            self.concurrency,
+            running=self._running_now,
+            stopping=self._stopping.is_set,
+        )
         self._maintenance = Maintenance(
             app,
             self.id,
             log,
-            heartbeat=Heartbeat(
-                app,
-                self.id,
-                self.concurrency,
-                running=self._running_now,
-                stopping=self._stopping.is_set,
-            ),
+            heartbeat=heartbeat,
             throughput=self._throughput,
             outage=self._outage,
             missing=self._missing,
@@ -184,6 +185,7 @@ class Worker:
             hold=lambda job_id: self._hold([job_id]),
             let_go=self._let_go,
             stopping=self._stopping.is_set,
+            heard=heartbeat.heard,
         )
         """Runs each job this worker leases (:mod:`outbox._engine.runner`)."""
 

@@ -15,6 +15,9 @@ import structlog
 
 BATCH_HANDLED = "outbox.batch.handled"  # one line per batch: handler, group, size, outcome, ...
 LEASE_LOST = "outbox.lease.lost"
+# A lease held here may be lost by now (a claim came back late, the fleet has not heard this
+# worker for long): its group goes back unhandled.
+LEASE_TOO_OLD = "outbox.lease.too_old"
 GROUP_CLAIMED = "outbox.group.claimed"
 CLAIMS_ENQUEUED = "outbox.distribute.enqueued"
 # Events wait with no claim job and nothing distributes (no cron, workers with --no-distribute).

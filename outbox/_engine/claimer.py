@@ -7,6 +7,7 @@ never exists without the job that will handle it. Finding nothing is a normal, c
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Sequence
@@ -53,6 +54,9 @@ class Claim:
     """The group's batch job, when the claim leased it to the claiming worker."""
     more: bool = False
     """The claim job is still held and more rows wait: run it again (see ``keep``)."""
+    started: float | None = None
+    """Monotonic seconds when the claim's statements began: its lease, stamped by the database
+    as they ran, is no older than this."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +81,7 @@ def _claim(
     decides what to do with it). On PostgreSQL a leased claim is one round trip: it extends
     the lease of ``held`` as its fence, claims, inserts the batch job and probes for more.
     """
+    started = time.monotonic()
     if handler.max_wait is not None and not _batch_due(conn, handler):
         return None
     group_id = uuid.uuid4()
@@ -84,7 +89,7 @@ def _claim(
     ordered = handler.ordering_key is not None
     plain = sized is None and not keyed and not ordered
     if lease is not None and app.supports.one_statement_claim and plain:
-        return _claim_leased_in_one_statement(conn, app, handler, group_id, lease, held)
+        return _claim_leased_in_one_statement(conn, app, handler, group_id, lease, held, started)
     in_order = claimable(handler)
     only = in_order
     if ordered:
@@ -119,7 +124,7 @@ def _claim(
     # More of any key: a keyed claim's condition names only the key it took.
     more = full and held is not None and queries.any_unclaimed(conn, table, in_order)
     job = None if lease is None else _leased_job(handler, group_id, job_id, lease)
-    return Claim(handler.name, group_id, size, rows, job, more)
+    return Claim(handler.name, group_id, size, rows, job, more, started)
 
 
 def _claim_leased_in_one_statement(
@@ -129,6 +134,7 @@ def _claim_leased_in_one_statement(
     group_id: uuid.UUID,
     lease: Lease,
     held: queries.JobRow | None,
+    started: float,
 ) -> Claim | None:
     """The leased claim on PostgreSQL: rows, batch job and "more" from one statement.
 
@@ -157,7 +163,7 @@ def _claim_leased_in_one_statement(
     if not size or job_id is None:
         return None
     job = _leased_job(handler, group_id, job_id, lease)
-    return Claim(handler.name, group_id, size, rows, job, more and size == limit)
+    return Claim(handler.name, group_id, size, rows, job, more and size == limit, started)
 
 
 def _leased_job(

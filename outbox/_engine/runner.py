@@ -41,6 +41,7 @@ from typing import Any, Protocol
 from sqlalchemy.exc import DBAPIError
 
 from outbox import schema
+from outbox._core import log as _log
 from outbox._db import buffer_table_missing, queries, run_in_transaction
 from outbox._engine import breaker as _breaker
 from outbox._engine import claimer
@@ -51,6 +52,8 @@ from outbox._engine.stats import WorkerStats
 from outbox.app import Outbox
 from outbox.handler import Handler
 from outbox.results import THROTTLED, BatchResult
+
+log = _log.get_logger(__name__)
 
 # How long one claim job may keep claiming and handling its handler's full batches in a row.
 CLAIM_LOOP_SECONDS = 1.0
@@ -66,6 +69,9 @@ CLAIMS_IN_FLIGHT_PER_HANDLER = 2
 # How often a runner's own view of the handlers' pauses and breakers is read again, when it
 # builds that view itself.
 FLOW_STATE_REFRESH_SECONDS = 1.0
+# A claim that took this share of the lease or more to come back is not handled: its lease may
+# be lost by the time the handler gets going (docs/reliability.md, "Networks").
+YOUNG_LEASE_SHARE = 0.5
 
 
 class RunOutcome(StrEnum):
@@ -79,6 +85,8 @@ class RunOutcome(StrEnum):
     TABLE_MISSING = "table_missing"
     """Given back: its handler's buffer table does not exist (:attr:`JobRun.missing`), and the
     handler is set aside."""
+    LEASE_TOO_OLD = "lease_too_old"
+    """Given back unattempted: its lease may be lost by now (see ``Runner._lease_too_old``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +161,7 @@ class Runner:
         hold: Callable[[int], None] | None = None,
         let_go: Callable[[int], None] | None = None,
         stopping: Callable[[], bool] = _not_stopping,
+        heard: Callable[[], bool] | None = None,
     ) -> None:
         if claims_in_flight < 1:
             raise ValueError(f"claims_in_flight must be >= 1, got {claims_in_flight}")
@@ -182,6 +191,7 @@ class Runner:
         self._hold = hold
         self._let_go = let_go
         self._stopping = stopping
+        self._heard = heard
 
     # --- what callers ask ------------------------------------------------------------------
 
@@ -204,6 +214,8 @@ class Runner:
         handler = self.handlers[job.handler]
         if job.kind == schema.JobKind.CLAIM:
             return self._run_claim_job(handler, job)
+        if self._lease_too_old(job, None):
+            return JobRun(job, RunOutcome.LEASE_TOO_OLD)
         return self.run_batch_job(handler, job)
 
     def run_batch_job(
@@ -359,7 +371,7 @@ class Runner:
         """Run the batch job a claim leased here (with the rows it returned); None when the
         claim found nothing or left its group's batch job to acquisition. ``then``: the next
         claim, to make with this group's finish (see :meth:`run_batch_job`)."""
-        if claim is None or claim.job is None:
+        if claim is None or claim.job is None or self._lease_too_old(claim.job, claim):
             return None
         self.stats.record_claim()
         handler = self.handlers[claim.handler]
@@ -370,6 +382,29 @@ class Runner:
         finally:
             if self._let_go is not None:
                 self._let_go(claim.job.id)
+
+    def _lease_too_old(self, job: queries.JobRow, claim: claimer.Claim | None) -> bool:
+        """Whether the lease of a batch job about to be handled may be lost already, so that
+        its handler must not be called: the ``claim`` that leased it took half the lease or
+        more to come back (a commit acknowledged late, a stalled process), or the fleet has not
+        heard this worker for long enough to rescue what it holds any moment now (``heard``).
+        Its group then goes back unattempted, by a write fenced by the lease: another holder's
+        is left alone."""
+        started = None if claim is None else claim.started
+        age = 0.0 if started is None else time.monotonic() - started
+        heard = self._heard is None or self._heard()
+        if heard and age < self.app.settings.lease_seconds * YOUNG_LEASE_SHARE:
+            return False
+        log.warning(
+            _log.LEASE_TOO_OLD,
+            handler=job.handler,
+            group_id=str(job.group_id),
+            claim_seconds=None if started is None else round(age, 3),
+            lease_seconds=self.app.settings.lease_seconds,
+            heard_recently=heard,
+        )
+        self.give_back(job, counted=False)
+        return True
 
     # --- what a result sets going ------------------------------------------------------------
 

@@ -76,6 +76,7 @@ class Heartbeat:
     stopping: Callable[[], bool]
     clock: Callable[[], float] = time.monotonic
     _last_beat: float | None = field(default=None, init=False, repr=False)
+    _beat_began: float | None = field(default=None, init=False, repr=False)
     _steady_since: float | None = field(default=None, init=False, repr=False)
 
     def run_once(self) -> Beat:
@@ -83,6 +84,7 @@ class Heartbeat:
         leader, in one transaction."""
         settings = self.app.settings
         running = list(self.running())
+        began = self.clock()
 
         def work(conn: Any) -> Beat:
             if not queries.touch_worker(conn, self.worker_id) and not self.stopping():
@@ -95,8 +97,17 @@ class Heartbeat:
             return Beat(max(live, 1), leader == self.worker_id)
 
         beat = run_in_transaction(self.app.engine, work)
+        self._beat_began = began
         self._note_beat()
         return beat
+
+    def heard(self) -> bool:
+        """Whether the fleet heard this worker recently enough to take it for alive a while
+        yet: its last heartbeat to be written began less than :func:`silent_after` ago (a
+        heartbeat missed, a third of the stale age short of being taken for gone). True before
+        the first: a worker heartbeats before it runs anything."""
+        began = self._beat_began
+        return began is None or self.clock() - began < silent_after(self.app.settings)
 
     def asked(self) -> queries.WorkerAsked | None:
         """What an operator asked of this worker (drain or stop), left in its row; None:

@@ -1,0 +1,137 @@
+"""No handler call on a lease that may be lost: a claim whose commit comes back after half its
+lease, or a worker the fleet has not heard from for a heartbeat and more, gives its group back
+unhandled (fenced by the lease), on SQLite, PostgreSQL and MariaDB.
+
+The danger it closes: a claim's commit acknowledged late (a slow link, a stalled process), while
+the lease ran out and another worker rescued and handled the group; calling the handler then
+sends the group a second time.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from structlog.testing import capture_logs
+
+from outbox import Batch, Outbox, Settings
+from outbox._core import log as _log
+from outbox._engine import claimer
+from outbox._services.heartbeat import Heartbeat
+from outbox._services.rescuer import Rescuer
+from outbox.testing import drain
+from outbox.worker import Worker
+from tests.models import ActivityEvent
+
+LEASE_SECONDS = 2.0
+
+Commit = Callable[..., list[int]]
+
+
+def assert_buffer_empty(app: Outbox) -> None:
+    with app.engine.connect() as conn:
+        assert 0 == conn.execute(select(func.count()).select_from(ActivityEvent)).scalar_one()
+
+
+def _recording(app: Outbox) -> list[tuple[uuid.UUID, list[int]]]:
+    calls: list[tuple[uuid.UUID, list[int]]] = []
+
+    @app.handler(ActivityEvent, batch_size=10)
+    def record(batch: Batch[ActivityEvent]) -> None:
+        calls.append((batch.group_id, sorted(batch.ids)))
+
+    return calls
+
+
+def test_a_claim_back_after_its_lease_ran_out_is_not_handled_where_another_worker_handled_it(
+    database_url: str,
+    make_app: Callable[..., Outbox],
+    commit_events: Commit,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The claim's commit comes back after the lease ran out, by which time another worker
+    has rescued the group and handled it: the late claimer calls no handler, and its give-back
+    is refused by the fence. The group was sent once."""
+    app = make_app(database_url, Settings(lease_seconds=LEASE_SECONDS))
+    calls = _recording(app)
+    ids = commit_events(app.engine, 5)
+    claims: list[uuid.UUID] = []
+    claimed = claimer.claimed
+
+    def back_late(claim: claimer.Claim | None) -> None:
+        claimed(claim)
+        if claim is None or claims:
+            return
+        claims.append(claim.group_id)
+        time.sleep(LEASE_SECONDS * 1.2)  # the commit's answer is on its way all this time
+        assert 1 == Rescuer(app, "another-worker").run_once()
+        drain(app)  # another worker handles the rescued group
+
+    monkeypatch.setattr(claimer, "claimed", back_late)
+    with capture_logs() as logs:
+        Worker(app, concurrency=1, burst=True).run()
+    assert [(claims[0], ids)] == calls
+    too_old = [e for e in logs if e["event"] == _log.LEASE_TOO_OLD]
+    assert [str(claims[0])] == [e["group_id"] for e in too_old]
+    assert_buffer_empty(app)
+
+
+def test_a_claim_back_after_half_its_lease_goes_back_unattempted_and_is_handled_later(
+    database_url: str,
+    make_app: Callable[..., Outbox],
+    commit_events: Commit,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Half the lease gone before the handler could be called: the group goes back with no
+    attempt counted, and the worker handles it on its first attempt under a lease of its own."""
+    app = make_app(database_url, Settings(lease_seconds=LEASE_SECONDS))
+    attempts: list[int] = []
+
+    @app.handler(ActivityEvent, batch_size=10)
+    def record(batch: Batch[ActivityEvent]) -> None:
+        attempts.append(batch.attempt)
+
+    commit_events(app.engine, 5)
+    late: list[bool] = []
+    claimed = claimer.claimed
+
+    def back_late(claim: claimer.Claim | None) -> None:
+        claimed(claim)
+        if claim is not None and not late:
+            late.append(True)
+            time.sleep(LEASE_SECONDS * 0.6)
+
+    monkeypatch.setattr(claimer, "claimed", back_late)
+    Worker(app, concurrency=1, burst=True).run()
+    assert [1] == attempts
+    assert_buffer_empty(app)
+
+
+def test_a_worker_the_fleet_has_not_heard_from_for_a_while_handles_nothing(
+    database_url: str, make_app: Callable[..., Outbox], commit_events: Commit
+) -> None:
+    """The fleet takes a worker for gone a stale age after its last heartbeat: once two
+    heartbeats have gone missing, a group it claims goes back unhandled."""
+    app = make_app(database_url, Settings(lease_seconds=30.0, worker_stale_after=3.0))
+    calls = _recording(app)
+    commit_events(app.engine, 5)
+    now = [100.0]
+    heartbeat = Heartbeat(app, "w", 1, running=list, stopping=lambda: False, clock=lambda: now[0])
+    heartbeat.run_once()
+    assert heartbeat.heard()
+    now[0] += 2.1  # two heartbeat intervals (a second each) without one
+    assert not heartbeat.heard()
+    runner: Any = Worker(app, concurrency=1)._runner
+    runner._heard = heartbeat.heard
+    claim = claimer.run_once(app, app.get_handler("record"), lease_to="w")
+    assert claim is not None
+    with capture_logs() as logs:
+        assert runner.handle_claim(claim) is None
+    assert [] == calls
+    assert [False] == [e["heard_recently"] for e in logs if e["event"] == _log.LEASE_TOO_OLD]
+    drain(app)
+    assert 1 == len(calls)
