@@ -51,6 +51,7 @@ _FULL_RUN_DATABASES = {
     "tests/acceptance/": ("mariadb", "sqlite"),
     "tests/faults/": ("mariadb", "sqlite"),
     "tests/examples/": ("mariadb",),
+    "tests/network/test_partitions.py": ("mariadb",),
     # Each sink's own tests (what its downstream does) run its async class by default; the
     # contract runs both classes of every sink on every database on every run.
     "tests/sinks/test_http.py": ("sync",),

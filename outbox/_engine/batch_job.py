@@ -6,7 +6,6 @@ then have the completion write what became of the group (``completion``).
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import logging
 import time
@@ -26,6 +25,7 @@ from outbox._core.faults import (
     crash_point,
 )
 from outbox._db import queries, run_in_transaction
+from outbox._db.database_clock import database_clock
 from outbox._db.dialects import error_summary, is_missing_table
 from outbox._engine import invoke as _invoke
 from outbox._engine import limiter as _limiter
@@ -185,7 +185,7 @@ def run_batch_job(
         expired=expired,
         duration=time.monotonic() - started,
         created_at=tuple(column_values(rows, "created_at")),
-        finished_at=dt.datetime.now(dt.UTC),
+        finished_at=database_clock(app.engine).now(),
         promise=handler.urgency.promise,
     )
     _log_result(result)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from outbox._db import queries, run_in_transaction
+from outbox._db.database_clock import database_clock
 from outbox.app import Outbox, Settings
 
 # Heartbeats per stale age (and per lease): the heartbeats a worker may miss, less one, before
@@ -92,7 +93,9 @@ class Heartbeat:
                     conn, self.worker_id, socket.gethostname(), os.getpid(), self.concurrency
                 )
             queries.extend_leases(conn, self.worker_id, running, settings.lease_seconds)
-            live = queries.count_live_workers(conn, settings.worker_stale_after)
+            live = database_clock(self.app.engine).measured(
+                lambda: queries.live_workers_and_now(conn, settings.worker_stale_after)
+            )
             leader = queries.leader_worker_id(conn, settings.worker_stale_after)
             return Beat(max(live, 1), leader == self.worker_id)
 

@@ -12,15 +12,16 @@ from collections import Counter
 from collections.abc import Callable
 
 from outbox._db import queries, run_in_transaction
+from outbox._db.database_clock import database_clock
 from outbox.app import Outbox
 from outbox.results import BatchResult, Outcome
 
 Key = tuple[str, dt.datetime]
 
 
-def this_minute() -> dt.datetime:
-    """The start of the current minute, UTC."""
-    return dt.datetime.now(dt.UTC).replace(second=0, microsecond=0)
+def minute_of(moment: dt.datetime) -> dt.datetime:
+    """The start of the minute ``moment`` is in."""
+    return moment.replace(second=0, microsecond=0)
 
 
 TOLERATED_PROMISES = 4.0
@@ -63,9 +64,11 @@ def timeliness(result: BatchResult) -> tuple[int, int]:
 class Throughput:
     """Counts per handler and minute, kept until written."""
 
-    def __init__(self, app: Outbox, clock: Callable[[], dt.datetime] = this_minute) -> None:
+    def __init__(self, app: Outbox, clock: Callable[[], dt.datetime] | None = None) -> None:
         self.app = app
-        self._clock = clock
+        # By default the database's clock: the minute is the fleet's, whatever this host's
+        # clock says.
+        self._clock = clock or (lambda: minute_of(database_clock(app.engine).now()))
         self._lock = threading.Lock()
         self._counts: dict[Key, Counter[str]] = {}
         self._busy: dict[Key, float] = {}

@@ -10,10 +10,12 @@ so two commits for one group show as two archive rows for one event.
 
 Steered by environment variables read at import: ``FAULT_BATCH_SIZE`` (default 50),
 ``FAULT_MAX_ATTEMPTS`` (default 100: faults use up attempts, and the suite proves delivery, not
-dead-lettering) and ``FAULT_HANDLER_SECONDS`` (how long a batch takes, default 0.02; the
-delivery lands halfway through).
+dead-lettering), ``FAULT_HANDLER_SECONDS`` (how long a batch takes, default 0.02; the
+delivery lands halfway through) and ``FAULT_NETWORK_TIMEOUT`` (``Settings.network_timeout``,
+when set).
 
-A line of a handled file is ``<event_key> <group_id> <attempt> <pid>``.
+A line of a handled file is ``<event_key> <group_id> <attempt> <pid> <called_at>``, the last
+the wall-clock time (``time.time()``) the handler was called at.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ HANDLED_DIR_ENV = "FAULT_HANDLED_DIR"
 BATCH_SIZE_ENV = "FAULT_BATCH_SIZE"
 MAX_ATTEMPTS_ENV = "FAULT_MAX_ATTEMPTS"
 HANDLER_SECONDS_ENV = "FAULT_HANDLER_SECONDS"
+NETWORK_TIMEOUT_ENV = "FAULT_NETWORK_TIMEOUT"
 
 BATCH_SIZE = int(os.environ.get(BATCH_SIZE_ENV, "50"))
 MAX_ATTEMPTS = int(os.environ.get(MAX_ATTEMPTS_ENV, "100"))
@@ -39,6 +42,12 @@ HANDLER_SECONDS = float(os.environ.get(HANDLER_SECONDS_ENV, "0.02"))
 # Rescue every half second and forget a silent worker after 5 s (defaults: 5 s and 60 s), so
 # that groups of killed workers, and the distribution of a killed leader, come back quickly.
 SETTINGS = Settings(rescue_interval=0.5, worker_stale_after=5.0)
+if os.environ.get(NETWORK_TIMEOUT_ENV):  # only then: the upgrade tier runs older releases too
+    SETTINGS = Settings(
+        rescue_interval=0.5,
+        worker_stale_after=5.0,
+        network_timeout=float(os.environ[NETWORK_TIMEOUT_ENV]),
+    )
 # A failed group is due again half a second later.
 RETRY = RetryPolicy(max_attempts=MAX_ATTEMPTS, scale=0.0, base_delay=0.5, jitter=0.0)
 
@@ -92,7 +101,9 @@ def deliver(batch: Batch[FaultEvent]) -> None:
     The delivery lands halfway through the batch's time, as with a real bulk call: a worker
     killed in the second half has delivered a group it never got to record.
     """
+    called_at = time.time()
     time.sleep(HANDLER_SECONDS / 2)
     pid = os.getpid()
-    _append([f"{e.event_key} {batch.group_id} {batch.attempt} {pid}" for e in batch.events])
+    head = f"{batch.group_id} {batch.attempt} {pid} {called_at:.3f}"
+    _append([f"{e.event_key} {head}" for e in batch.events])
     time.sleep(HANDLER_SECONDS / 2)

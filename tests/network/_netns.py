@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -100,8 +101,29 @@ class Host:
         _in(self.router, "tc", "qdisc", "add", "dev", self.link[0], "root", *BLACK_HOLE)
         self.cut = True
 
+    def slow(self, queue: list[str]) -> None:
+        """Send every packet between the host and the rest through ``queue`` (a ``tc`` qdisc,
+        such as a slow ``tbf``), both ways, in the router: late where it waits, lost where it
+        overflows."""
+        _in(self.router, "tc", "qdisc", "add", "dev", self.uplink[1], "root", *queue)
+        _in(self.router, "tc", "qdisc", "add", "dev", self.link[0], "root", *queue)
+        self.cut = True
+
+    def dropped(self) -> int:
+        """Packets the router's queues have dropped since :meth:`slow` or :meth:`black_hole`."""
+        total = 0
+        for device in (self.uplink[1], self.link[0]):
+            shown = subprocess.run(
+                ["ip", "netns", "exec", self.router, "tc", "-s", "qdisc", "show", "dev", device],
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            total += sum(int(n) for n in re.findall(r"dropped (\d+)", shown))
+        return total
+
     def heal(self) -> None:
-        """Let packets through again."""
+        """Let packets through again, as they came."""
         _in(self.router, "tc", "qdisc", "del", "dev", self.uplink[1], "root")
         _in(self.router, "tc", "qdisc", "del", "dev", self.link[0], "root")
         self.cut = False

@@ -141,11 +141,16 @@ def leader_worker_id(conn: Connection, stale_seconds: float) -> str | None:
 
 def count_live_workers(conn: Connection, stale_seconds: float) -> int:
     """Workers that heartbeated within ``stale_seconds``."""
-    return int(
-        conn.execute(
-            select(func.count()).where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
-        ).scalar_one()
-    )
+    return live_workers_and_now(conn, stale_seconds)[0]
+
+
+def live_workers_and_now(conn: Connection, stale_seconds: float) -> tuple[int, Any]:
+    """Workers that heartbeated within ``stale_seconds``, and the database's clock as the
+    statement read it (a heartbeat's measure of its own clock, at no extra round trip)."""
+    count, now = conn.execute(
+        select(func.count(), db_now()).where(_workers.c.heartbeat_at >= db_now_plus(-stale_seconds))
+    ).one()
+    return int(count), now
 
 
 def live_worker_versions(
@@ -207,5 +212,6 @@ def worker_rows(conn: Connection, stale_seconds: float) -> list[WorkerRow]:
 
 
 def database_now(conn: Connection) -> Any:
-    """The database clock, read once (for tests and status output)."""
+    """The database clock, read once (a process's measure of its own clock's offset, status
+    output, tests)."""
     return conn.execute(select(db_now())).scalar_one()
