@@ -92,6 +92,16 @@ def archive_by_day(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def network(session: nox.Session) -> None:
+    """The network tier on PostgreSQL and MariaDB: hosts made of network namespaces, their
+    links cut, slowed, their processes killed, their clocks put wrong (needs root, iproute2
+    and a C compiler; docs/reliability.md); pytest options go after --."""
+    session.install("-e", ".[dev]")
+    tests = session.posargs or ["tests/network"]
+    session.run("python", "-m", "pytest", *tests, env={"OUTBOX_FULL_RUN": "1"})
+
+
+@nox.session(python=PYTHON)
 def full(session: nox.Session) -> None:
     """Every test, on every database: what the default run leaves out to keep within its time
     (tests/conftest.py: the upgrade and model tiers, the sinks' kill test, the bulk API soak,
