@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Engine
 from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError
 
 from outbox import _db
 from outbox._core import handler_kind
@@ -37,6 +39,9 @@ log = _log.get_logger(__name__)
 HandlerFunc = Callable[[Batch[EventT]], None]
 # What a handler returns: nothing (sync), or an awaitable outbox runs (async). A type variable,
 # so that the decorator hands back the function's own type (a coroutine function stays one).
+DatabaseRegistry = Mapping[str, "str | URL"] | Callable[[], Mapping[str, "str | URL"]]
+"""The databases an application serves: names to URLs, or a function that returns them."""
+
 _ReturnT = TypeVar("_ReturnT", bound=Awaitable[None] | None)
 
 DATABASE_URL_ENV = "OUTBOX_DATABASE_URL"
@@ -48,6 +53,8 @@ DEFAULT_POLL_INTERVAL_SECONDS = 1.0
 DEFAULT_RESCUE_INTERVAL_SECONDS = 5.0
 DEFAULT_WORKER_STALE_SECONDS = 20.0
 DEFAULT_NETWORK_TIMEOUT_SECONDS = 30.0
+# A database's name in Outbox(databases=...): shown in logs, metrics labels and commands.
+_DATABASE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +136,12 @@ class Outbox:
     on the driver's sync sibling (:func:`outbox._db.sync_url`), with the ``AsyncEngine``'s
     ``json_serializer`` and ``json_deserializer`` but not its ``connect_args`` or pool settings
     (pass ``engine=create_engine(...)`` to choose them).
+
+    ``Outbox(databases=...)`` serves several databases with the same handlers and settings: a
+    mapping of names to URLs, or a function that returns one (a tenant registry, read when
+    asked). Each database keeps its own buffers, job table, leases and fence; nothing is shared
+    between them. ``app.on(name)`` is the application on one of them; ``outbox work`` runs a
+    worker process for each (docs/many-databases.md).
     """
 
     def __init__(
@@ -137,9 +150,22 @@ class Outbox:
         *,
         engine: Engine | AsyncEngine | None = None,
         settings: Settings | None = None,
+        databases: DatabaseRegistry | None = None,
     ) -> None:
         if url is not None and engine is not None:
             raise ConfigurationError("give Outbox a database URL or an engine, not both")
+        if databases is not None and (url is not None or engine is not None):
+            raise ConfigurationError("give Outbox databases, or a database URL or engine, not both")
+        if databases is not None and not (callable(databases) or isinstance(databases, Mapping)):
+            raise ConfigurationError(
+                "Outbox(databases=...) takes a mapping of names to database URLs, or a function "
+                f"that returns one; got {type(databases).__name__}"
+            )
+        self._registry = databases
+        self._views: dict[str, Outbox] = {}
+        self.database_name: str | None = None
+        """The name of the database this application is bound to (:meth:`on`); None for an
+        application of one database."""
         self._url = url
         self._engine: Engine | None = None
         # Whether the URL is an AsyncEngine's: its engine is derived even when the URL names a
@@ -175,6 +201,12 @@ class Outbox:
         """The database URL as given, async driver and all."""
         from sqlalchemy.engine import make_url
 
+        if self._registry is not None:
+            names = ", ".join(self.databases()) or "none listed now"
+            raise ConfigurationError(
+                f"this application serves several databases ({names}): name one, with "
+                "app.on(name) or the command line's --database NAME"
+            )
         raw = self._url or os.environ.get(DATABASE_URL_ENV)
         if not raw:
             raise ConfigurationError(
@@ -348,9 +380,67 @@ class Outbox:
         return [self.get_handler(n) for n in names]
 
     def with_settings(self, **changes: Any) -> Settings:
-        """Replace some settings (validated) and return the new ones."""
+        """Replace some settings (validated) and return the new ones (for the databases it
+        serves too)."""
         self.settings = replace(self.settings, **changes)
+        for view in self._views.values():
+            view.settings = self.settings
         return self.settings
+
+    # --- several databases ---------------------------------------------------------------
+
+    @property
+    def serves_many(self) -> bool:
+        """Whether this application serves several databases (``Outbox(databases=...)``)."""
+        return self._registry is not None
+
+    def databases(self) -> dict[str, URL]:
+        """The databases this application serves, by name, as its registry lists them now;
+        empty for an application of one database. A name or URL that cannot be used is a
+        ConfigurationError naming it."""
+        from sqlalchemy.engine import make_url
+
+        if self._registry is None:
+            return {}
+        listed = self._registry() if callable(self._registry) else self._registry
+        if not isinstance(listed, Mapping):
+            raise ConfigurationError(
+                "Outbox(databases=...)'s function must return a mapping of names to database "
+                f"URLs; it returned {type(listed).__name__}"
+            )
+        found: dict[str, URL] = {}
+        for name, url in listed.items():
+            if not isinstance(name, str) or not _DATABASE_NAME.fullmatch(name):
+                raise ConfigurationError(
+                    f"database name {name!r}: use letters, digits, '.', '_' and '-' (1 to 63)"
+                )
+            try:
+                found[name] = url if isinstance(url, URL) else make_url(url)
+            except (ArgumentError, ValueError, TypeError):
+                raise ConfigurationError(
+                    f"database {name!r}: cannot parse its URL (a database URL looks like "
+                    "postgresql+psycopg://user:password@host:port/database)"
+                ) from None
+        return found
+
+    def on(self, name: str) -> Outbox:
+        """This application on the database ``name`` of its registry: the same handlers and
+        settings, an engine of its own (kept while the registry gives the same URL)."""
+        if self._registry is None:
+            raise ConfigurationError("on(): this application serves one database, not several")
+        listed = self.databases()
+        if name not in listed:
+            known = ", ".join(listed) or "none listed now"
+            raise ConfigurationError(f"unknown database {name!r}; its databases: {known}")
+        view = self._views.get(name)
+        if view is None or view._url != listed[name]:
+            if view is not None and view._engine is not None:
+                view._engine.dispose()
+            view = Outbox(listed[name], settings=self.settings)
+            view._handlers = self._handlers  # one registry of handlers for every database
+            view.database_name = name
+            self._views[name] = view
+        return view
 
 
 def _sync_engine(engine: Engine | AsyncEngine) -> Engine | None:

@@ -36,9 +36,12 @@ class Context:
         *,
         app_source: str = "--app",
         url_source: str = "--database-url",
+        database_name: str | None = None,
     ) -> None:
         self.app_spec = app_spec
         self.database_url = database_url
+        self.database_name = database_name
+        """``--database``: of an application serving several databases, the one named."""
         self.app_source = app_source
         self.url_source = url_source
         self._app: Outbox | None = None
@@ -50,7 +53,7 @@ class Context:
         Its database URL is parsed and its driver imported (nothing is connected to), so that
         a bad URL is a ConfigurationError naming where the URL came from.
         """
-        app = self._loaded_app()
+        app = self._bound_app()
         if not self._driver_loaded:
             url = self._url_if_any()
             if url is not None:  # with none, the command says so when it opens the engine
@@ -58,11 +61,28 @@ class Context:
             self._driver_loaded = True
         return app
 
+    def _bound_app(self) -> Outbox:
+        """The application, on the database ``--database`` names when it serves several."""
+        app = self._loaded_app()
+        return app if self.database_name is None else app.on(self.database_name)
+
+    def each_database(self) -> list[Outbox]:
+        """The application on each database a command that goes through all of them works on:
+        every database of an application serving several (unless ``--database`` names one),
+        else the one database."""
+        app = self._loaded_app()
+        if self.database_name is not None or not app.serves_many:
+            return [self.app()]
+        views = [app.on(name) for name in app.databases()]
+        if not views:
+            raise ConfigurationError("this application's registry lists no database now")
+        return views
+
     def url(self) -> URL:
         """The database URL the commands would use, parsed; its driver need not be installed."""
         url = self._url_if_any()
         if url is None:
-            return self._loaded_app().url  # raises: no URL anywhere, and says where to give one
+            return self._bound_app().url  # raises: no URL anywhere, and says where to give one
         return url
 
     def _url_if_any(self) -> URL | None:
@@ -70,7 +90,7 @@ class Context:
         if self.database_url:
             return parse_url(self.database_url, self.url_source)
         try:
-            return self._loaded_app().url
+            return self._bound_app().url
         except ConfigurationError:
             return None
         except (ArgumentError, ValueError) as error:
@@ -107,7 +127,16 @@ class Context:
                     f"no application: pass --app module:attribute or set {APP_ENV}"
                 )
             app = load_app(self.app_spec, source=self.app_source)
+            if self.database_name is not None and not app.serves_many:
+                raise click.UsageError(
+                    "--database names one of several databases; this application serves one"
+                )
             if self.database_url:
+                if app.serves_many:
+                    raise click.UsageError(
+                        "--database-url: this application serves several databases, each with "
+                        "its URL; name one with --database"
+                    )
                 app.use_database(self.database_url)
             settle_heap()
             self._app = app

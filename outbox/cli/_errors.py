@@ -63,6 +63,17 @@ def exits_on_errors() -> Iterator[None]:
         fail(f"database error: {database.error_summary(error)}", EXIT_FAILURE)
 
 
+@contextmanager
+def named_database(app: Outbox) -> Iterator[None]:
+    """An error met on one of the databases of an application serving several names it."""
+    try:
+        yield
+    except OutboxError as error:
+        if app.database_name is not None and error.args:
+            error.args = (f"database {app.database_name!r}: {error.args[0]}", *error.args[1:])
+        raise
+
+
 def ready(app: Outbox, handlers: tuple[str, ...] | None = None) -> Outbox:
     """Connect and check the tables, so that problems surface as one clear message: tables
     missing from a schema that records an older generation (or one that needs newer workers)

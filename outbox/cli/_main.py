@@ -89,6 +89,13 @@ class CommandGroup(click.Group):
     help=f"Database URL, overriding the application's (or {DATABASE_URL_ENV}).",
 )
 @click.option(
+    "--database",
+    "database_name",
+    envvar="OUTBOX_DATABASE",
+    metavar="NAME",
+    help="Of an application serving several databases, the one to work on (or OUTBOX_DATABASE).",
+)
+@click.option(
     "--log-level",
     envvar="OUTBOX_LOG_LEVEL",
     default="info",
@@ -111,6 +118,7 @@ def main(
     click_ctx: click.Context,
     app_spec: str | None,
     database_url: str | None,
+    database_name: str | None,
     log_level: str,
     log_format: str,
 ) -> None:
@@ -126,4 +134,5 @@ def main(
         database_url,
         app_source=source("app_spec", "--app", APP_ENV),
         url_source=source("database_url", "--database-url", DATABASE_URL_ENV),
+        database_name=database_name,
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -305,3 +307,52 @@ def test_a_handler_named_as_text_where_names_go_is_refused_naming_it(app: Outbox
     app.handler(EmailEvent, name="m")(lambda batch: None)
     with pytest.raises(ConfigurationError, match="expected a list of names, got the text 'm'"):
         app.select_handlers("m")  # type: ignore[arg-type]
+
+
+# --- several databases ------------------------------------------------------------------------
+
+
+def test_an_application_of_several_databases_is_each_of_them_on_demand(tmp_path: Path) -> None:
+    """``Outbox(databases=...)``: ``on(name)`` is the application on that database, with the
+    same handlers and settings; asked for its own engine, it names its databases."""
+    listed = {"eu": f"sqlite:///{tmp_path / 'eu.db'}", "us": f"sqlite:///{tmp_path / 'us.db'}"}
+    app = Outbox(databases=lambda: listed)
+
+    @app.handler(ActivityEvent)
+    def sync(batch: Batch[ActivityEvent]) -> None: ...
+
+    eu = app.on("eu")
+    assert ("eu", str(tmp_path / "eu.db")) == (eu.database_name, eu.url.database)
+    assert ["sync"] == list(eu.handlers)
+    assert eu is app.on("eu")
+    app.with_settings(lease_seconds=7.0)
+    assert 7.0 == eu.settings.lease_seconds
+    with pytest.raises(ConfigurationError, match=r"serves several databases \(eu, us\)"):
+        _ = app.engine
+    with pytest.raises(ConfigurationError, match=r"unknown database 'asia'; its databases: eu, us"):
+        app.on("asia")
+    listed["eu"] = f"sqlite:///{tmp_path / 'moved.db'}"
+    assert str(tmp_path / "moved.db") == app.on("eu").url.database
+
+
+@pytest.mark.parametrize(
+    ("databases", "error"),
+    [
+        (["sqlite://"], "takes a mapping of names to database URLs"),
+        ({"bad name": "sqlite://"}, "database name 'bad name'"),
+        ({"eu": "not a url"}, "database 'eu': cannot parse its URL"),
+        (lambda: ["sqlite://"], "function must return a mapping"),
+    ],
+)
+def test_databases_that_cannot_be_used_are_refused_naming_them(
+    databases: object, error: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(error)):
+        Outbox(databases=databases).databases()  # type: ignore[arg-type]
+
+
+def test_databases_go_alone() -> None:
+    with pytest.raises(ConfigurationError, match="not both"):
+        Outbox("sqlite://", databases={"eu": "sqlite://"})
+    with pytest.raises(ConfigurationError, match="one database, not several"):
+        Outbox("sqlite://").on("eu")

@@ -9,7 +9,7 @@ import click
 from outbox import schema
 from outbox.app import DATABASE_URL_ENV
 from outbox.cli._context import Context, parse_url
-from outbox.cli._errors import command
+from outbox.cli._errors import command, named_database
 from outbox.cli._main import main
 from outbox.cli._progress import reporting
 from outbox.ops import database
@@ -44,24 +44,32 @@ def migrate(ctx: Context, to: str, yes: bool, lock_timeout: float | None) -> Non
     from outbox.ops.migrate import DEFAULT_LOCK_TIMEOUT_SECONDS
     from outbox.ops.migrate import migrate as run_migrations
 
-    app = ctx.bare_app()
-    database.check_connection(app.engine)
-    with reporting("migrate") as progress:
-        before, after = run_migrations(
-            app.engine,
-            to,
-            lock_timeout=DEFAULT_LOCK_TIMEOUT_SECONDS if lock_timeout is None else lock_timeout,
-            accept_losses=yes,
-            on_retry=lambda line: click.echo(line, err=True),
-            progress=progress,
-        )
-    where = database.describe(app.engine.url)
-    if before == after:
-        click.echo(f"outbox tables are up to date (revision {after or 'none'}) in {where}")
-    else:
-        click.echo(
-            f"outbox tables migrated from {before or 'nothing'} to {after or 'nothing'} in {where}"
-        )
+    # Each database of an application serving several, in turn (unless --database names one).
+    for app in ctx.each_database() if ctx.app_spec else [ctx.bare_app()]:
+        with named_database(app):
+            database.check_connection(app.engine)
+            with reporting("migrate") as progress:
+                before, after = run_migrations(
+                    app.engine,
+                    to,
+                    lock_timeout=DEFAULT_LOCK_TIMEOUT_SECONDS
+                    if lock_timeout is None
+                    else lock_timeout,
+                    accept_losses=yes,
+                    on_retry=lambda line: click.echo(line, err=True),
+                    progress=progress,
+                )
+        where = database.describe(app.engine.url)
+        name = "" if app.database_name is None else f"database {app.database_name}: "
+        if before == after:
+            click.echo(
+                f"{name}outbox tables are up to date (revision {after or 'none'}) in {where}"
+            )
+        else:
+            click.echo(
+                f"{name}outbox tables migrated from {before or 'nothing'} to {after or 'nothing'}"
+                f" in {where}"
+            )
 
 
 @main.group("schema")

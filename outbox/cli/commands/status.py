@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import replace
+from typing import Any
 
 import click
 
 from outbox import Outbox, lifecycle
 from outbox._core.durations import duration
 from outbox.cli._context import Context
-from outbox.cli._errors import EXIT_FAILURE, command, ready
+from outbox.cli._errors import EXIT_FAILURE, command, named_database, ready
 from outbox.cli._main import main
 from outbox.cli._options import MAX_DEAD_SINCE_SECONDS, DurationOrOff
 from outbox.cli._output import bytes_text, print_table, ratio_text
@@ -62,21 +63,45 @@ dead_since_option = click.option(
 @dead_since_option
 @command
 def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: float) -> None:
-    """Per handler: backlog, oldest event age, staleness, groups by state, dead letters."""
-    app = ready(ctx.app(), handlers)
+    """Per handler: backlog, oldest event age, staleness, groups by state, dead letters; of
+    each database, for an application serving several (unless --database names one)."""
+    apps = ctx.each_database()
+    if len(apps) == 1 and apps[0].database_name is None:
+        document = _status_of(apps[0], as_json, handlers, dead_since)
+        if document is not None:
+            click.echo(json.dumps(document, indent=2))
+        return
+    if as_json:
+        documents = {}
+        for app in apps:
+            with named_database(app):
+                documents[app.database_name] = _status_of(app, True, handlers, dead_since)
+        click.echo(json.dumps({"databases": documents}, indent=2))
+        return
+    for index, app in enumerate(apps):
+        if index:
+            click.echo()
+        click.echo(f"database {app.database_name}")
+        with named_database(app):
+            _status_of(app, False, handlers, dead_since)
+
+
+def _status_of(
+    app: Outbox, as_json: bool, handlers: tuple[str, ...], dead_since: float
+) -> dict[str, Any] | None:
+    """Print one database's status; with ``as_json``, return its document instead."""
+    app = ready(app, handlers)
     rows = _started(app, handlers, dead_since)
     band_rows = metrics.bands(rows)
     versions = fleet.fleet(app)
     wanted = scaling.read_scaling(app, handlers)
     if as_json:
-        document = {
+        return {
             "handlers": [r.as_dict() for r in rows],
             "bands": [b.as_dict() for b in band_rows],
             "fleet": versions.as_dict(),
             "scaling": wanted.as_dict(),
         }
-        click.echo(json.dumps(document, indent=2))
-        return
     print_table(
         ("handler", "urgency", "paused", "unclaimed", "oldest", "staleness",
          "waiting", "in flight", "retrying", "refused", "failed", "dead", "alerts"),
@@ -124,6 +149,7 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
     for r in rows:
         for alert in r.alerts:
             click.echo(f"alert: {r.handler} ({r.urgency}): {alert}")
+    return None
 
 
 def _started(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> list[HandlerStatus]:

@@ -19,6 +19,7 @@ from outbox.cli._errors import (
     command,
     exits_on_errors,
     fail,
+    named_database,
     ready,
 )
 from outbox.cli._main import main
@@ -162,21 +163,36 @@ def work(
             f"ports {metrics_port}..{metrics_port + processes - 1} are not all in 1..{MAX_PORT}",
             param_hint="--metrics-port",
         )
-    app = ctx.app()
+    apps = ctx.each_database()
     # Checked here, before any fork: an error is then printed once, not once per process.
-    app.select_handlers(handlers)
+    apps[0].select_handlers(handlers)
     if metrics_port is not None:
         _require_prometheus()
     changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
-    app.with_settings(**{k: v for k, v in changes.items() if v is not None})
-    ready(app, handlers)
-    database.check_generation(app.engine)
-    if processes > 1:
-        # Refused once here rather than by every forked worker, each restarted in turn; the
-        # workers log the warnings themselves.
-        buffer_clock.enforce(app, [h.table for h in app.select_handlers(handlers)], warn=False)
+    for app in apps:
+        with named_database(app):
+            app.with_settings(**{k: v for k, v in changes.items() if v is not None})
+            ready(app, handlers)
+            database.check_generation(app.engine)
+            if processes > 1 or len(apps) > 1:
+                # Refused once here rather than by every forked worker, each restarted in
+                # turn; the workers log the warnings themselves.
+                buffer_clock.enforce(
+                    app, [h.table for h in app.select_handlers(handlers)], warn=False
+                )
+    count = processes * len(apps)
+    if count > 1 and not hasattr(os, "fork"):
+        raise click.BadParameter("a worker process per database needs fork(), missing here")
+    if metrics_port is not None and metrics_port + count - 1 > MAX_PORT:
+        raise click.BadParameter(
+            f"ports {metrics_port}..{metrics_port + count - 1} are not all in 1..{MAX_PORT}",
+            param_hint="--metrics-port",
+        )
 
     def run_worker(index: int, signals: tuple[signal.Signals, ...]) -> None:
+        # Each database has --processes workers of its own: a backlog on one cannot take
+        # another's threads, and one that goes away stalls only its own.
+        app = apps[index // processes]
         worker = Worker(
             app,
             concurrency=concurrency,
@@ -205,11 +221,12 @@ def work(
             # The others' work is done; the handlers whose tables went missing could not run.
             raise BufferTableMissingError(worker.missing_tables)
 
-    if processes == 1:
+    if count == 1:
         run_worker(0, (signal.SIGTERM, signal.SIGINT))
         return
     # The workers open connections of their own: none may be shared across the fork.
-    app.engine.dispose()
+    for app in apps:
+        app.engine.dispose()
 
     def run_forked(index: int) -> int:
         # In a forked worker, click's own handling of usage errors is not on the stack.
@@ -226,7 +243,7 @@ def work(
         return EXIT_OK
 
     code = run_processes(
-        processes,
+        count,
         run_forked,
         restart=not burst,
         usage_error=EXIT_USAGE,

@@ -1,0 +1,115 @@
+"""One application, several databases (``Outbox(databases=...)``), through the real command:
+``outbox migrate`` migrates each, ``outbox work`` runs a worker process for each and drains
+every one of them, each event delivered once and from its own database; ``outbox status``
+shows each apart; ``--database NAME`` works on one; and a command that needs one database is
+refused, in one line, when none is named."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, insert, select, text
+from sqlalchemy.engine import make_url
+
+from tests.acceptance import many_app
+from tests.acceptance._cli import Cli
+
+APP = ("--app", "tests.acceptance.many_app:app")
+COUNTS = {"alpha": 120, "beta": 7, "gamma": 45, "delta": 33}
+
+
+def _scratch(url: str, name: str, created: list[tuple[str, str]]) -> str:
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    created.append((url, name))
+    return make_url(url).set(database=name).render_as_string(False)
+
+
+@pytest.fixture
+def databases(postgres_url: str, mariadb_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """Two PostgreSQL databases, a MariaDB and a SQLite one, each new and empty."""
+    tag = uuid.uuid4().hex[:8]
+    created: list[tuple[str, str]] = []
+    try:
+        listed = {
+            "alpha": _scratch(postgres_url, f"many_{tag}_a", created),
+            "beta": _scratch(postgres_url, f"many_{tag}_b", created),
+            "gamma": _scratch(mariadb_url, f"many_{tag}_c", created),
+            "delta": f"sqlite:///{tmp_path / 'delta.sqlite3'}",
+        }
+        yield listed
+    finally:
+        for url, name in created:
+            admin = create_engine(url, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                force = " WITH (FORCE)" if url.startswith("postgresql") else ""
+                conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
+            admin.dispose()
+
+
+def test_one_application_migrates_drains_and_shows_each_of_its_databases(
+    cli: Cli, databases: dict[str, str], tmp_path: Path
+) -> None:
+    output = tmp_path / "delivered.log"
+    env = {many_app.DATABASES_ENV: json.dumps(databases), many_app.OUTPUT_ENV: str(output)}
+
+    migrated = cli.run(*APP, "migrate", env=env)
+    assert 0 == migrated.code, migrated.stderr
+    assert sorted(COUNTS) == sorted(
+        line.split(":")[0].removeprefix("database ") for line in migrated.stdout.splitlines()
+    )
+    written: dict[str, set[int]] = {}
+    for name, url in databases.items():
+        engine = create_engine(url)
+        many_app.Base.metadata.create_all(engine)
+        table = many_app.TenantEvent.__table__
+        with engine.begin() as conn:
+            conn.execute(insert(table), [{"tenant": name}] * COUNTS[name])
+            written[name] = set(conn.execute(select(table.c.id)).scalars())
+        engine.dispose()
+
+    worked = cli.run(*APP, "work", "--burst", "--concurrency", "2", env=env, timeout=120)
+    assert 0 == worked.code, worked.stderr
+
+    lines = [line.split() for line in output.read_text().splitlines()]
+    delivered = {name: {int(i) for t, i, _ in lines if t == name} for name in COUNTS}
+    assert written == delivered
+    assert 1 == max(Counter((t, i) for t, i, _ in lines).values())
+    # One worker process a database: each process delivered one database's events.
+    assert len(COUNTS) == len({pid for _, _, pid in lines})
+    assert all(len({t for t, _, p in lines if p == pid}) == 1 for _, _, pid in lines)
+
+    shown = cli.run(*APP, "status", "--json", env=env)
+    assert 0 == shown.code, shown.stderr
+    documents = json.loads(shown.stdout)["databases"]
+    assert sorted(COUNTS) == sorted(documents)
+    assert all(d["handlers"][0]["unclaimed"] == 0 for d in documents.values())
+    one = cli.run(*APP, "--database", "beta", "status", env=env)
+    assert 0 == one.code, one.stderr
+    assert "deliver" in one.stdout
+
+
+def test_a_command_that_needs_one_database_is_told_which_in_one_line(
+    cli: Cli, databases: dict[str, str], tmp_path: Path
+) -> None:
+    env = {many_app.DATABASES_ENV: json.dumps(databases), many_app.OUTPUT_ENV: str(tmp_path)}
+    unnamed = cli.run(*APP, "groups", env=env)
+    unknown = cli.run(*APP, "--database", "epsilon", "status", env=env)
+    url = cli.run(*APP, "--database-url", "sqlite:///x.db", "status", env=env)
+    assert [2, 2, 2] == [unnamed.code, unknown.code, url.code], (unnamed, unknown, url)
+    assert (
+        "Error: this application serves several databases (alpha, beta, gamma, delta): name "
+        "one, with app.on(name) or the command line's --database NAME"
+    ) == unnamed.stderr.strip()
+    assert (
+        "Error: unknown database 'epsilon'; its databases: alpha, beta, gamma, delta"
+        == unknown.stderr.strip()
+    )
+    assert "name one with --database" in url.stderr
