@@ -1,0 +1,156 @@
+"""One ``outbox work`` serving five databases, its worker processes killed at random while
+producers write to all five: three PostgreSQL databases (one on a private cluster), a MariaDB
+one and a SQLite one. Each database is counted apart by the checker: nothing lost or phantom
+(an event delivered by another database's worker would be one), no group finished twice,
+nothing left, and exactly the events committed to each database archived there."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from tests._support import wait_for
+from tests.faults._checker import check
+from tests.faults._cluster import PrivateCluster
+from tests.faults._processes import ROOT, drained, environment
+from tests.faults._workload import Ledger, Producer, create_tables
+from tests.faults.fault_app import BATCH_SIZE_ENV, HANDLER_SECONDS_ENV
+from tests.faults.many_fault_app import DATABASES_ENV
+
+pytestmark = pytest.mark.timeout(240)
+
+EVENTS_EACH = 300
+RATE_EACH = 40.0
+KILLS = 8
+WORKER = [
+    "work", "--concurrency", "2", "--lease", "2", "--poll-interval", "0.2",
+    "--distribute-every", "0.5", "--shutdown-grace-period", "10",
+]  # fmt: skip
+
+
+def _scratch(admin_url: str, name: str, created: list[tuple[str, str]]) -> str:
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f"CREATE DATABASE {name}"))
+    admin.dispose()
+    created.append((admin_url, name))
+    return make_url(admin_url).set(database=name).render_as_string(False)
+
+
+@pytest.fixture
+def databases(
+    postgres_url: str, mariadb_url: str, private_cluster: PrivateCluster, tmp_path: Path
+) -> Iterator[dict[str, str]]:
+    tag = uuid.uuid4().hex[:8]
+    created: list[tuple[str, str]] = []
+    try:
+        listed = {
+            "pg-one": _scratch(postgres_url, f"many_{tag}_1", created),
+            "pg-two": _scratch(postgres_url, f"many_{tag}_2", created),
+            "pg-private": private_cluster.create_database(f"many_{tag}_3"),
+            "maria": _scratch(mariadb_url, f"many_{tag}_4", created),
+            "lite": f"sqlite:///{tmp_path / 'lite.sqlite3'}",
+        }
+        for url in listed.values():
+            create_tables(url)
+        yield listed
+    finally:
+        for admin_url, name in created:
+            admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                force = " WITH (FORCE)" if admin_url.startswith("postgresql") else ""
+                conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
+            admin.dispose()
+
+
+def _children(parent: int) -> list[int]:
+    """The processes ``parent`` forked (its worker per database), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_fleet_of_five_databases_loses_nothing_while_its_workers_are_killed(
+    databases: dict[str, str], tmp_path: Path
+) -> None:
+    handled = tmp_path / "handled"
+    handled.mkdir()
+    env = environment(
+        handled,
+        {
+            DATABASES_ENV: json.dumps(databases),
+            BATCH_SIZE_ENV: "10",
+            HANDLER_SECONDS_ENV: "0.2",
+        },
+    )
+    log = (tmp_path / "fleet.stderr").open("wb")
+    fleet = subprocess.Popen(
+        [sys.executable, "-m", "outbox", "--app", "tests.faults.many_fault_app:app",
+         "--log-format", "json", *WORKER],
+        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+    ledgers = {name: Ledger() for name in databases}
+    producers = [
+        Producer(url, ledgers[name], name=name, rate=RATE_EACH, target=EVENTS_EACH, seed=n)
+        for n, (name, url) in enumerate(databases.items())
+    ]
+    rng = random.Random(20261130)
+    kills = 0
+    try:
+        wait_for(lambda: len(_children(fleet.pid)) == len(databases), "a worker per database")
+        for producer in producers:
+            producer.start()
+        while kills < KILLS:
+            time.sleep(rng.uniform(0.8, 1.6))
+            children = _children(fleet.pid)
+            if children:
+                os.kill(rng.choice(children), signal.SIGKILL)
+                kills += 1
+        for producer in producers:
+            producer.join()
+        engines = {name: create_engine(url) for name, url in databases.items()}
+        for name, engine in engines.items():
+            wait_for(lambda engine=engine: drained(engine), f"{name} to drain", 90)
+        fleet.send_signal(signal.SIGTERM)
+        code = fleet.wait(timeout=60)
+        reports = {
+            name: check(engine, handled / name, ledgers[name].rolled_back)
+            for name, engine in engines.items()
+        }
+        for engine in engines.values():
+            engine.dispose()
+    finally:
+        if fleet.poll() is None:
+            fleet.kill()
+            fleet.wait()
+        log.close()
+    summaries = {name: report.summary() for name, report in reports.items()}
+    assert {"exit code": 0, "violations": {name: {} for name in databases}} == {
+        "exit code": code,
+        "violations": {name: report.violations for name, report in reports.items()},
+    }, summaries
+    # Exactly what each database's producers committed was delivered and archived there.
+    assert {name: len(ledgers[name].committed) for name in databases} == {
+        name: report.delivered for name, report in reports.items()
+    }, summaries
+    assert all(len(ledgers[name].committed) >= EVENTS_EACH for name in databases)
+    print(f"{kills} kills; " + "; ".join(f"{n}: {s}" for n, s in summaries.items()))
