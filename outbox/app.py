@@ -394,6 +394,12 @@ class Outbox:
         """Whether this application serves several databases (``Outbox(databases=...)``)."""
         return self._registry is not None
 
+    @property
+    def databases_change(self) -> bool:
+        """Whether its databases may change while it runs: its registry is a function, which
+        ``outbox work`` reads again every half minute."""
+        return callable(self._registry)
+
     def databases(self) -> dict[str, URL]:
         """The databases this application serves, by name, as its registry lists them now;
         empty for an application of one database. A name or URL that cannot be used is a

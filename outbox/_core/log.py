@@ -61,6 +61,8 @@ EXECUTOR_RESUMED = "outbox.executor.resumed"
 JOBS_GIVEN_BACK = "outbox.jobs.given_back"
 WORKER_PROCESS_RESTARTING = "outbox.worker.process_restarting"
 WORKER_PROCESS_FAILED = "outbox.worker.process_failed"
+# The supervisor's list of worker processes (an application's databases) could not be read.
+WORKER_PLAN_FAILED = "outbox.worker.plan_failed"
 DATABASE_RETRYING = "outbox.database.retrying"
 POOLER_DETECTED = "outbox.database.pooler_detected"
 SYNC_ENGINE_DERIVED = "outbox.database.sync_engine_derived"  # from an async URL or engine

@@ -66,6 +66,11 @@ class Context:
         app = self._loaded_app()
         return app if self.database_name is None else app.on(self.database_name)
 
+    def database(self, name: str | None) -> Outbox:
+        """The application on its database ``name`` (None: the application of one database,
+        or the one ``--database`` names)."""
+        return self.app() if name is None else self._loaded_app().on(name)
+
     def each_database(self) -> list[Outbox]:
         """The application on each database a command that goes through all of them works on:
         every database of an application serving several (unless ``--database`` names one),

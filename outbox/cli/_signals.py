@@ -22,9 +22,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from types import FrameType
+from typing import TypeVar
 
 from outbox._core import log as _log
 from outbox.worker import Worker
@@ -40,6 +41,9 @@ MAX_RESTART_DELAY_SECONDS = 30.0
 STEADY_SECONDS = 60.0
 """A worker that ran this long before dying is restarted after the shortest delay again."""
 ORPHAN_CHECK_SECONDS = 1.0
+PLAN_POLL_SECONDS = 0.2
+"""How often a supervisor that reads its plan again looks whether a worker has exited."""
+K = TypeVar("K", bound=Hashable)
 STOP_SIGNALS = frozenset({signal.SIGTERM, signal.SIGINT})
 
 
@@ -96,7 +100,28 @@ def run_processes(
     usage_error: int,
     final: int | None = None,
 ) -> int:
-    """Fork ``count`` workers, each running ``run_worker(index)`` and exiting with its result.
+    """Fork ``count`` workers, each running ``run_worker(index)`` and exiting with its result
+    (:func:`supervise` with the indexes ``0 .. count - 1``)."""
+    return supervise(
+        lambda: list(range(count)),
+        run_worker,
+        restart=restart,
+        usage_error=usage_error,
+        final=final,
+    )
+
+
+def supervise(
+    plan: Callable[[], Sequence[K]],
+    run_worker: Callable[[K], int],
+    *,
+    restart: bool,
+    usage_error: int,
+    final: int | None = None,
+    replan_every: float | None = None,
+) -> int:
+    """Fork a worker for each unit ``plan()`` lists, each running ``run_worker(unit)`` and
+    exiting with its result.
 
     ``run_worker`` starts with SIGTERM and SIGINT blocked: it installs its SIGTERM handler,
     then unblocks them (:func:`unblock_stop_signals`), so that no stop request is lost.
@@ -107,12 +132,18 @@ def run_processes(
     for a reason a restart would meet again (the schema is one it may not work on): it is not
     restarted, and counts as a failure. Otherwise returns 0 when every worker exited with 0,
     else 1.
+
+    ``replan_every``: seconds between readings of ``plan()`` while the workers run (a tenant
+    registry): a unit it newly lists gets a worker, a unit it no longer lists has its worker
+    stopped (SIGTERM, not restarted, not a failure). A reading that raises is logged and
+    changes nothing.
     """
-    children: dict[int, tuple[int, float]] = {}  # pid -> (index, started at)
+    children: dict[int, tuple[K, float]] = {}  # pid -> (unit, started at)
+    retired: set[K] = set()
     stopping = False
     failed = False
     result: int | None = None
-    delays = dict.fromkeys(range(count), RESTART_DELAY_SECONDS)
+    delays: dict[K, float] = {}
 
     def forward(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
@@ -120,31 +151,60 @@ def run_processes(
         for pid in children:
             _kill(pid, signal.SIGTERM)
 
-    def spawn(index: int) -> None:
+    def spawn(unit: K) -> None:
         # Blocked across the fork: the parent must know the child before it forwards a stop,
         # and the child must not run the parent's handler.
         signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
         try:
             pid = os.fork()
             if pid == 0:
-                _become_worker(index, run_worker)
-            children[pid] = (index, time.monotonic())
+                _become_worker(unit, run_worker)
+            children[pid] = (unit, time.monotonic())
         finally:
             unblock_stop_signals()
 
+    def replan() -> None:
+        try:
+            wanted = list(plan())
+        except Exception as error:  # a registry that failed this time: keep what runs
+            log.warning(_log.WORKER_PLAN_FAILED, error=f"{type(error).__name__}: {error}")
+            return
+        running = {unit: pid for pid, (unit, _) in children.items()}
+        for unit in wanted:
+            if unit not in running:
+                retired.discard(unit)
+                spawn(unit)
+        for unit, pid in running.items():
+            if unit not in wanted:
+                retired.add(unit)
+                _kill(pid, signal.SIGTERM)
+
     previous = {s: signal.signal(s, forward) for s in STOP_SIGNALS}
     try:
-        for index in range(count):
-            spawn(index)
+        for unit in plan():
+            spawn(unit)
+        next_plan = None if replan_every is None else time.monotonic() + replan_every
         while children:
-            pid, status = os.wait()
+            if next_plan is None:
+                pid, status = os.wait()
+            else:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+                if pid == 0:
+                    if not stopping and time.monotonic() >= next_plan:
+                        replan()
+                        next_plan = time.monotonic() + (replan_every or 0.0)
+                    time.sleep(PLAN_POLL_SECONDS)
+                    continue
             if pid not in children:
                 continue
-            index, started = children.pop(pid)
+            unit, started = children.pop(pid)
             code = os.waitstatus_to_exitcode(status)
+            if unit in retired:
+                retired.discard(unit)
+                continue
             if code == 0:
                 continue
-            log.warning(_log.WORKER_PROCESS_EXITED, pid=pid, index=index, exit_code=code)
+            log.warning(_log.WORKER_PROCESS_EXITED, pid=pid, index=unit, exit_code=code)
             if code == usage_error:
                 forward(signal.SIGTERM, None)
                 result = usage_error
@@ -152,13 +212,13 @@ def run_processes(
             if stopping or not restart or code == final:
                 failed = True
                 continue
-            delay = _restart_delay(delays, index, time.monotonic() - started)
-            log.warning(_log.WORKER_PROCESS_RESTARTING, index=index, delay=delay)
+            delay = _restart_delay(delays, unit, time.monotonic() - started)
+            log.warning(_log.WORKER_PROCESS_RESTARTING, index=unit, delay=delay)
             _sleep_unless_stopping(delay, lambda: stopping)
             if stopping:
                 failed = True
             else:
-                spawn(index)
+                spawn(unit)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -174,7 +234,7 @@ def unblock_stop_signals() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
-def _become_worker(index: int, run_worker: Callable[[int], int]) -> None:
+def _become_worker(index: K, run_worker: Callable[[K], int]) -> None:
     """The forked child: run one worker, then leave without returning into the parent's code."""
     code = 1
     try:
@@ -203,11 +263,11 @@ def _watch_parent(parent: int) -> None:
     threading.Thread(target=watch, name="outbox-parent-watch", daemon=True).start()
 
 
-def _restart_delay(delays: dict[int, float], index: int, lived: float) -> float:
+def _restart_delay(delays: dict[K, float], index: K, lived: float) -> float:
     """Back off a worker that keeps dying young; start over once one ran steadily."""
     if lived >= STEADY_SECONDS:
         delays[index] = RESTART_DELAY_SECONDS
-    delay = delays[index]
+    delay = delays.setdefault(index, RESTART_DELAY_SECONDS)
     delays[index] = min(delay * 2, MAX_RESTART_DELAY_SECONDS)
     return delay
 

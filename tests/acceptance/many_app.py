@@ -1,15 +1,17 @@
 """An application serving several databases, run through the real ``outbox`` command.
 
-Its registry is a function reading ``MANY_DATABASES`` (JSON: name -> URL) each time it is
-asked, as a tenant registry would. Its one handler appends ``<tenant> <event id> <pid>`` per
-event to ``MANY_OUTPUT`` and fsyncs it, so what was delivered, and from which database (each
-event names the database it was written to), is counted from outside.
+Its registry is a function reading ``MANY_DATABASES`` (JSON: name -> URL, or ``@path`` of a
+file holding it) each time it is asked, as a tenant registry would. Its one handler appends
+``<tenant> <event id> <pid>`` per event to ``MANY_OUTPUT`` and fsyncs it, so what was
+delivered, and from which database (each event names the database it was written to), is
+counted from outside.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 from sqlalchemy import String
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -32,7 +34,12 @@ class TenantEvent(BufferMixin, Base):
 
 
 def registry() -> dict[str, str]:
-    listed: dict[str, str] = json.loads(os.environ.get(DATABASES_ENV, "{}"))
+    """``MANY_DATABASES``: the JSON itself, or ``@path`` of a file holding it (read each time,
+    so that a test can change the registry under a running command)."""
+    text = os.environ.get(DATABASES_ENV, "{}")
+    if text.startswith("@"):
+        text = Path(text[1:]).read_text(encoding="utf-8")
+    listed: dict[str, str] = json.loads(text)
     return listed
 
 

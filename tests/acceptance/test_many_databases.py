@@ -7,6 +7,7 @@ refused, in one line, when none is named."""
 from __future__ import annotations
 
 import json
+import signal
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import pytest
 from sqlalchemy import create_engine, insert, select, text
 from sqlalchemy.engine import make_url
 
+from tests._support import wait_for
 from tests.acceptance import many_app
 from tests.acceptance._cli import Cli
 
@@ -113,3 +115,45 @@ def test_a_command_that_needs_one_database_is_told_which_in_one_line(
         == unknown.stderr.strip()
     )
     assert "name one with --database" in url.stderr
+
+
+def test_databases_added_to_the_registry_get_a_worker_and_removed_ones_lose_theirs(
+    cli: Cli, databases: dict[str, str], tmp_path: Path
+) -> None:
+    """``outbox work`` reads a registry that is a function again while it runs
+    (``--registry-every``): a database added to it is served without a restart, and the
+    worker of one taken out of it stops."""
+    listed = tmp_path / "registry.json"
+    output = tmp_path / "delivered.log"
+    env = {many_app.DATABASES_ENV: f"@{listed}", many_app.OUTPUT_ENV: str(output)}
+    chosen = {name: databases[name] for name in ("alpha", "delta")}
+    listed.write_text(json.dumps(chosen))
+    assert 0 == cli.run(*APP, "migrate", env=env).code
+    for name, url in chosen.items():
+        engine = create_engine(url)
+        many_app.Base.metadata.create_all(engine)
+        with engine.begin() as conn:
+            conn.execute(insert(many_app.TenantEvent.__table__), [{"tenant": name}] * 30)
+        engine.dispose()
+    listed.write_text(json.dumps({"alpha": chosen["alpha"]}))
+
+    def delivered(name: str) -> int:
+        lines = output.read_text().splitlines() if output.exists() else []
+        return sum(1 for line in lines if line.split()[0] == name)
+
+    def workers_on(name: str) -> int:
+        engine = create_engine(chosen[name])
+        with engine.connect() as conn:
+            found = conn.execute(text("SELECT count(*) FROM outbox_workers")).scalar_one()
+        engine.dispose()
+        return int(found)
+
+    running = cli.start(*APP, "work", "--registry-every", "0.5", "--poll-interval", "0.2", env=env)
+    wait_for(lambda: delivered("alpha") == 30, "alpha to be drained", 30)
+    assert 0 == delivered("delta")
+    listed.write_text(json.dumps(chosen))
+    wait_for(lambda: delivered("delta") == 30, "delta, added, to be drained", 30)
+    listed.write_text(json.dumps({"delta": chosen["delta"]}))
+    wait_for(lambda: workers_on("alpha") == 0, "alpha's worker, taken out, to stop", 30)
+    running.send(signal.SIGTERM)
+    assert 0 == running.wait(30), running.stderr()

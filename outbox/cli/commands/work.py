@@ -23,8 +23,8 @@ from outbox.cli._errors import (
     ready,
 )
 from outbox.cli._main import main
-from outbox.cli._options import GRACE_PERIOD, INTERVAL, LEASE
-from outbox.cli._signals import MAX_PROCESSES, run_processes, stop_on_signals
+from outbox.cli._options import GRACE_PERIOD, INTERVAL, LEASE, MAX_INTERVAL_SECONDS, Seconds
+from outbox.cli._signals import MAX_PROCESSES, stop_on_signals, supervise
 from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
 from outbox.ops import buffer_clock, database, flow
 from outbox.worker import (
@@ -40,6 +40,9 @@ MAX_PORT = 65535
 # How a forked worker that stopped because the schema is one it may not work on tells its
 # parent not to start another in its place (the command itself then exits 1).
 _EXIT_SCHEMA_INCOMPATIBLE = 4
+# How often `outbox work` reads again a registry of databases that is a function.
+REGISTRY_SECONDS = 30.0
+REGISTRY_EVERY = Seconds(0.5, MAX_INTERVAL_SECONDS)
 # How long `outbox distribute` rides out a database restart before it gives up (exit 1).
 DISTRIBUTE_PATIENCE_SECONDS = 30.0
 
@@ -95,6 +98,16 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
     help="Leave distribution to `outbox distribute` from cron.",
 )
 @click.option(
+    "--registry-every",
+    type=REGISTRY_EVERY,
+    default=REGISTRY_SECONDS,
+    show_default=True,
+    metavar="SECONDS",
+    help="Of an application whose databases a function lists: how often to read it again, "
+    "starting workers for new databases and stopping those of removed ones "
+    f"({REGISTRY_EVERY.allowed}).",
+)
+@click.option(
     "--shutdown-grace-period",
     type=GRACE_PERIOD,
     default=DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS,
@@ -141,6 +154,7 @@ def work(
     burst: bool,
     distribute_every: float | None,
     no_distribute: bool,
+    registry_every: float,
     shutdown_grace_period: float,
     lease: float | None,
     poll_interval: float | None,
@@ -180,19 +194,33 @@ def work(
                 buffer_clock.enforce(
                     app, [h.table for h in app.select_handlers(handlers)], warn=False
                 )
-    count = processes * len(apps)
-    if count > 1 and not hasattr(os, "fork"):
+    # A unit is a worker process: a database (None: the one) and its number there. Each
+    # database has --processes workers of its own: a backlog on one cannot take another's
+    # threads, and one that goes away stalls only its own.
+    units = [(app.database_name, k) for app in apps for k in range(processes)]
+    dynamic = ctx.database_name is None and ctx.app().databases_change
+    if (len(units) > 1 or dynamic) and not hasattr(os, "fork"):
         raise click.BadParameter("a worker process per database needs fork(), missing here")
-    if metrics_port is not None and metrics_port + count - 1 > MAX_PORT:
+    if metrics_port is not None and dynamic:
         raise click.BadParameter(
-            f"ports {metrics_port}..{metrics_port + count - 1} are not all in 1..{MAX_PORT}",
+            "its databases may change while it runs: serve metrics per database, with "
+            "--database NAME",
+            param_hint="--metrics-port",
+        )
+    if metrics_port is not None and metrics_port + len(units) - 1 > MAX_PORT:
+        raise click.BadParameter(
+            f"ports {metrics_port}..{metrics_port + len(units) - 1} are not all in 1..{MAX_PORT}",
             param_hint="--metrics-port",
         )
 
-    def run_worker(index: int, signals: tuple[signal.Signals, ...]) -> None:
-        # Each database has --processes workers of its own: a backlog on one cannot take
-        # another's threads, and one that goes away stalls only its own.
-        app = apps[index // processes]
+    def run_worker(unit: tuple[str | None, int], signals: tuple[signal.Signals, ...]) -> None:
+        app = ctx.database(unit[0])
+        if unit[0] is not None and unit not in units:
+            # A database the registry listed since the command started: checked here.
+            with named_database(app):
+                ready(app, handlers)
+                database.check_generation(app.engine)
+        port = None if metrics_port is None else metrics_port + units.index(unit)
         worker = Worker(
             app,
             concurrency=concurrency,
@@ -200,7 +228,7 @@ def work(
             burst=burst,
             distribute_every=every,
             shutdown_grace_period=shutdown_grace_period,
-            on_result=None if metrics_port is None else _serve_metrics(app, metrics_port + index),
+            on_result=None if port is None else _serve_metrics(app, port),
             claims_in_flight=max(1, CLAIMS_IN_FLIGHT_PER_HANDLER // processes),
         )
         with stop_on_signals(worker, signals):
@@ -221,19 +249,19 @@ def work(
             # The others' work is done; the handlers whose tables went missing could not run.
             raise BufferTableMissingError(worker.missing_tables)
 
-    if count == 1:
-        run_worker(0, (signal.SIGTERM, signal.SIGINT))
+    if len(units) == 1 and not (dynamic and not burst):
+        run_worker(units[0], (signal.SIGTERM, signal.SIGINT))
         return
     # The workers open connections of their own: none may be shared across the fork.
     for app in apps:
         app.engine.dispose()
 
-    def run_forked(index: int) -> int:
+    def run_forked(unit: tuple[str | None, int]) -> int:
         # In a forked worker, click's own handling of usage errors is not on the stack.
         try:
             with exits_on_errors():
                 try:
-                    run_worker(index, (signal.SIGTERM,))
+                    run_worker(unit, (signal.SIGTERM,))
                 except SchemaIncompatibleError as error:
                     click.echo(f"Error: {error}", err=True)
                     return _EXIT_SCHEMA_INCOMPATIBLE
@@ -242,12 +270,18 @@ def work(
             return error.exit_code
         return EXIT_OK
 
-    code = run_processes(
-        count,
+    def plan() -> list[tuple[str | None, int]]:
+        return [(app.database_name, k) for app in ctx.each_database() for k in range(processes)]
+
+    code = supervise(
+        plan,
         run_forked,
         restart=not burst,
         usage_error=EXIT_USAGE,
         final=_EXIT_SCHEMA_INCOMPATIBLE,
+        # A registry that is a function is read again while the workers run (not in burst
+        # mode, whose workers end once their database is drained).
+        replan_every=registry_every if dynamic and not burst else None,
     )
     if code != EXIT_OK:
         sys.exit(code)
