@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import queue
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -297,12 +295,7 @@ class Worker:
         generation.check(self.app.engine)
         buffer_clock.enforce(self.app, [h.table for h in self.handlers.values()])
         self.start_handlers()
-        run_in_transaction(
-            self.app.engine,
-            lambda conn: queries.insert_worker(
-                conn, self.id, socket.gethostname(), os.getpid(), self.concurrency
-            ),
-        )
+        self._maintenance.heartbeat()  # its row, and the fleet's first word of it
         log.info(
             _log.WORKER_STARTED,
             worker=self.id,
@@ -406,7 +399,9 @@ class Worker:
 
     def _fill(self) -> int:
         free = self.concurrency - self.in_flight
-        if free <= 0:
+        if free <= 0 or not self._maintenance.heartbeat_service.heard():
+            # Not heard lately, the fleet may take this worker for gone: what it leased now
+            # would only go back (Runner._lease_too_old).
             return 0
         jobs = self._acquire(free)
         with self._in_flight_lock:

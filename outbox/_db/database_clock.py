@@ -23,6 +23,10 @@ from outbox._db import queries
 
 T = TypeVar("T")
 
+MAX_TRUSTED_ROUND_TRIP_SECONDS = 1.0
+"""A reading whose statement took longer to come back is off by up to half of that: it
+replaces an earlier measure only when there is none."""
+
 
 class DatabaseClock:
     """The database's time, read from this process's clock and the offset between the two.
@@ -34,6 +38,7 @@ class DatabaseClock:
         self.offset = 0.0
         """Seconds the database's clock is ahead of this process's (behind: < 0); 0 until
         measured."""
+        self._measured = False
 
     def now(self) -> dt.datetime:
         """The database's time now, aware, in UTC."""
@@ -50,9 +55,12 @@ class DatabaseClock:
         sent = self._wall()
         found, now = read()
         received = self._wall()
+        if received - sent > MAX_TRUSTED_ROUND_TRIP_SECONDS and self._measured:
+            return found  # off by up to half of it: the last measure is the better one
         if now.tzinfo is None:  # SQLite and MariaDB: naive, in UTC
             now = now.replace(tzinfo=dt.UTC)
         self.offset = now.timestamp() - (sent + received) / 2
+        self._measured = True
         return found
 
 

@@ -107,6 +107,9 @@ class JobRun:
     ran; only the write that would have dead-lettered the group was refused."""
     missing: Mapping[str, str] = field(default_factory=dict)
     """Buffer tables found missing while it ran: handler -> table."""
+    returned: tuple[int, ...] = ()
+    """Batch jobs given back unattempted because their leases may be lost by now
+    (:attr:`RunOutcome.LEASE_TOO_OLD`): due at once, for whoever is next."""
 
 
 class ResultCounter(Protocol):
@@ -215,7 +218,7 @@ class Runner:
         if job.kind == schema.JobKind.CLAIM:
             return self._run_claim_job(handler, job)
         if self._lease_too_old(job, None):
-            return JobRun(job, RunOutcome.LEASE_TOO_OLD)
+            return JobRun(job, RunOutcome.LEASE_TOO_OLD, returned=(job.id,))
         return self.run_batch_job(handler, job)
 
     def run_batch_job(
@@ -274,7 +277,9 @@ class Runner:
         chains = self.cap(handler.name) is None and claimer.chains(handler)
         gate = self._claim_gates[handler.name]
 
-        def ended(outcome: RunOutcome, *, released: bool = False) -> JobRun:
+        def ended(
+            outcome: RunOutcome, *, released: bool = False, returned: tuple[int, ...] = ()
+        ) -> JobRun:
             return JobRun(
                 job,
                 outcome,
@@ -282,6 +287,7 @@ class Runner:
                 claimed=claimed,
                 released=released,
                 missing=missing,
+                returned=returned,
             )
 
         claim: claimer.Claim | None = None
@@ -317,6 +323,12 @@ class Runner:
             if chains and more and due:
                 following = claimer.NextClaim(self.app, handler, job, self.worker_id, gate)
             batch = self.handle_claim(claim, then=following)
+            if batch is None and claim is not None and claim.job is not None:
+                # Given back, its lease perhaps lost (_lease_too_old): so perhaps is the claim
+                # job's, and this worker claims no more for now.
+                if claim.more:
+                    claimer.release_claim_job(self.app, job)
+                return ended(RunOutcome.RAN, released=claim.more, returned=(claim.job.id,))
             if batch is not None:
                 claimed += 1
                 results.extend(batch.results)

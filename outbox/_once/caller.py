@@ -174,9 +174,13 @@ class Caller:
             hold=self.hold,
             let_go=self.let_go,
             stopping=lambda: why_stop() is not None,
+            heard=self.heartbeat.heard,
         )
         try:
             while (stopped := why_stop()) is None:
+                if not self.heartbeat.heard():
+                    stopped = Stopped.UNHEARD
+                    break
                 flow.refresh_if_due()
                 jobs = acquisition.acquire(
                     self.app,

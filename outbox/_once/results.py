@@ -22,6 +22,9 @@ class Stopped(StrEnum):
     STOPPED = "stopped"
     """Asked to stop: by its caller (``stop``: a SIGTERM, an application shutting down), or
     by an operator (``outbox workers drain|stop``, read at its heartbeat)."""
+    UNHEARD = "unheard"
+    """Its heartbeats had not got through for two and a half intervals (a slow or cut network
+    to the database): the fleet could take it for gone, so it took nothing more."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,9 @@ HEARTBEATS_PER_STALE_AGE = 3
 # steady for a whole stale age again, it judges no other worker gone, since they were most
 # likely cut off with it.
 STEADY_GAP_INTERVALS = 1.5
+# A worker whose last written heartbeat began this many intervals ago or more takes no new
+# work and hands none to a handler: half an interval later the fleet may take it for gone.
+HEARD_WITHIN_INTERVALS = 2.5
 
 
 def heartbeat_interval(settings: Settings) -> float:
@@ -106,11 +109,13 @@ class Heartbeat:
 
     def heard(self) -> bool:
         """Whether the fleet heard this worker recently enough to take it for alive a while
-        yet: its last heartbeat to be written began less than :func:`silent_after` ago (a
-        heartbeat missed, a third of the stale age short of being taken for gone). True before
-        the first: a worker heartbeats before it runs anything."""
+        yet: its last heartbeat to be written began less than :data:`HEARD_WITHIN_INTERVALS`
+        intervals ago (one heartbeat missed is not enough; half an interval short of the stale
+        age is). True before the first: a worker heartbeats as it starts, before it runs
+        anything."""
         began = self._beat_began
-        return began is None or self.clock() - began < silent_after(self.app.settings)
+        within = HEARD_WITHIN_INTERVALS * heartbeat_interval(self.app.settings)
+        return began is None or self.clock() - began < within
 
     def asked(self) -> queries.WorkerAsked | None:
         """What an operator asked of this worker (drain or stop), left in its row; None:

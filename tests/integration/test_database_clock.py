@@ -38,3 +38,18 @@ def test_each_heartbeat_measures_the_clock_of_its_engine(
     Heartbeat(app, "w", 1, running=list, stopping=lambda: False).run_once()
     assert abs(clock.offset) < 1
     assert clock is database_clock(app.engine)
+
+
+def test_a_slow_reading_does_not_replace_a_measure(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """A reading whose statement took over a second to come back is off by up to half of
+    that: it is taken only when there is no measure yet."""
+    app = make_app(database_url)
+    steps = iter([0.0, 0.01, 100.0, 102.0])
+    clock = DatabaseClock(wall=lambda: time.time() + next(steps))
+    with app.engine.connect() as conn:
+        clock.measure(conn)
+        kept = clock.offset
+        clock.measure(conn)
+    assert kept == clock.offset

@@ -1,6 +1,6 @@
 """No handler call on a lease that may be lost: a claim whose commit comes back after half its
-lease, or a worker the fleet has not heard from for a heartbeat and more, gives its group back
-unhandled (fenced by the lease), on SQLite, PostgreSQL and MariaDB.
+lease, or a worker the fleet has not heard from for two and a half heartbeat intervals, gives
+its group back unhandled (fenced by the lease), on SQLite, PostgreSQL and MariaDB.
 
 The danger it closes: a claim's commit acknowledged late (a slow link, a stalled process), while
 the lease ran out and another worker rescued and handled the group; calling the handler then
@@ -106,16 +106,43 @@ def test_a_claim_back_after_half_its_lease_goes_back_unattempted_and_is_handled_
             time.sleep(LEASE_SECONDS * 0.6)
 
     monkeypatch.setattr(claimer, "claimed", back_late)
-    Worker(app, concurrency=1, burst=True).run()
+    with capture_logs() as logs:
+        Worker(app, concurrency=1, burst=True).run()
+    too_old = [e for e in logs if e["event"] == _log.LEASE_TOO_OLD]
+    assert [True] == [e["claim_seconds"] >= LEASE_SECONDS / 2 for e in too_old]
     assert [1] == attempts
     assert_buffer_empty(app)
+
+
+def test_a_worker_the_fleet_has_not_heard_from_takes_no_job_and_hands_none_over(
+    database_url: str, make_app: Callable[..., Outbox], commit_events: Commit
+) -> None:
+    """The worker's own heartbeat, late by two and a half intervals: it leases nothing (no
+    spinning through leases it would only give back), and a job already leased goes back
+    unattempted; once a heartbeat gets through, it works again."""
+    app = make_app(database_url, Settings(lease_seconds=30.0, worker_stale_after=3.0))
+    calls = _recording(app)
+    commit_events(app.engine, 5)
+    assert claimer.run_once(app, app.get_handler("record")) is not None  # a due batch job
+    now = [100.0]
+    worker = Worker(app, concurrency=1)
+    heartbeat = worker._maintenance.heartbeat_service
+    heartbeat.clock = lambda: now[0]
+    worker._maintenance.heartbeat()
+    now[0] += 2.6  # two and a half heartbeat intervals (a second each) and more
+    assert 0 == worker._fill()
+    worker.run_once()  # leases the job all the same, and gives it back unhandled
+    assert [] == calls
+    worker._maintenance.heartbeat()
+    assert 1 == worker.run_once()
+    assert 1 == len(calls)
 
 
 def test_a_worker_the_fleet_has_not_heard_from_for_a_while_handles_nothing(
     database_url: str, make_app: Callable[..., Outbox], commit_events: Commit
 ) -> None:
-    """The fleet takes a worker for gone a stale age after its last heartbeat: once two
-    heartbeats have gone missing, a group it claims goes back unhandled."""
+    """The fleet takes a worker for gone a stale age after its last heartbeat: half an
+    interval before that, a group it claims goes back unhandled."""
     app = make_app(database_url, Settings(lease_seconds=30.0, worker_stale_after=3.0))
     calls = _recording(app)
     commit_events(app.engine, 5)
@@ -123,7 +150,7 @@ def test_a_worker_the_fleet_has_not_heard_from_for_a_while_handles_nothing(
     heartbeat = Heartbeat(app, "w", 1, running=list, stopping=lambda: False, clock=lambda: now[0])
     heartbeat.run_once()
     assert heartbeat.heard()
-    now[0] += 2.1  # two heartbeat intervals (a second each) without one
+    now[0] += 2.6  # two and a half heartbeat intervals (a second each) without one
     assert not heartbeat.heard()
     runner: Any = Worker(app, concurrency=1)._runner
     runner._heard = heartbeat.heard

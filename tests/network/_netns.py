@@ -14,17 +14,15 @@ for ever, and no timeout would show.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-_numbers = itertools.count(1)
 
 # A token bucket smaller than any packet: nothing ever leaves the queue, so all is dropped.
 BLACK_HOLE = ["tbf", "rate", "8kbit", "burst", "16", "limit", "16"]
@@ -53,14 +51,15 @@ class Host:
     the uplink (where proxies listen), ``own_address`` the host's."""
 
     def __init__(self) -> None:
-        number = next(_numbers)
-        tag = f"{os.getpid() % 100000}x{number}"
+        # Random, so that two runs on one machine neither share names nor addresses.
+        tag = secrets.token_hex(3)
         self.name, self.router = f"obx{tag}h", f"obx{tag}r"
         self.uplink = (f"obx{tag}u", f"obx{tag}v")  # root side, router side
         self.link = (f"obx{tag}l", f"obx{tag}m")  # router side, host side
-        prefix = f"10.{200 + os.getpid() % 50}.{number % 120 * 2}"
+        second, third = secrets.randbelow(50) + 200, secrets.randbelow(125) * 2
+        prefix = f"10.{second}.{third}"
         self.address, self.router_up = f"{prefix}.1", f"{prefix}.2"
-        prefix = f"10.{200 + os.getpid() % 50}.{number % 120 * 2 + 1}"
+        prefix = f"10.{second}.{third + 1}"
         self.router_down, self.own_address = f"{prefix}.1", f"{prefix}.2"
         self.host_subnet = f"{prefix}.0/30"
         self.cut = False

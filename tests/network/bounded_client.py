@@ -4,7 +4,7 @@ the network as a worker's connections do, and says how long a cut link kept it w
     python -m tests.network.bounded_client URL NETWORK_TIMEOUT MODE
 
 ``NETWORK_TIMEOUT``: ``Settings.network_timeout`` of its ``Outbox`` (``none``: unset).
-``MODE``: ``reply``, a statement that runs two seconds, during which the link is cut (its
+``MODE``: ``reply``, a statement that runs three seconds, during which the link is cut (its
 request was acknowledged, its reply never comes); ``send``, a statement sent once the link is
 cut (its data go unacknowledged).
 
@@ -31,7 +31,7 @@ def main() -> None:
     url, bound, mode = sys.argv[1:4]
     timeout = None if bound == "none" else float(bound)
     app = Outbox(url, settings=Settings(network_timeout=timeout))
-    sleep = "SELECT pg_sleep(2)" if url.startswith("postgresql") else "SELECT SLEEP(2)"
+    sleep = "SELECT pg_sleep(3)" if url.startswith("postgresql") else "SELECT SLEEP(3)"
     with app.engine.connect() as conn:
         conn.execute(text("SELECT 1"))
         conn.rollback()

@@ -24,7 +24,7 @@ from tests.network._netns import PYTHON, Host, require_namespaces
 
 NETWORK_TIMEOUT = 3.0
 # How long after the cut a bounded client must have given up: the bound, a keepalive probe's
-# rounding and the statement's own two seconds, with room for a loaded machine.
+# rounding and the statement's own three seconds, with room for a loaded machine.
 GIVEN_UP_WITHIN = 4 * NETWORK_TIMEOUT
 REPLY_UNDER_WAY_SECONDS = 0.7
 MODES = ("reply", "send")  # cut while waiting for a reply; cut, then sending

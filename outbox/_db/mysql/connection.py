@@ -37,27 +37,42 @@ MIN_MARIADB_VERSION = (10, 6)
 MIN_MYSQL_VERSION = (8, 0)
 
 
+# The timeouts PyMySQL is given for the connect and the handshake only (see bound_network_waits).
+_HANDSHAKE_TIMEOUTS = ("read_timeout", "write_timeout")
+_HANDSHAKE_BOUND = "outbox_handshake_bound"
+
+
 def bound_network_waits(engine: Engine, seconds: float) -> None:
     """Through PyMySQL, connect with no wait on the network outlasting about ``seconds`` once
-    the server stops answering (:mod:`outbox._db.dialects.network`): a connect timeout, and
-    keepalives and ``TCP_USER_TIMEOUT`` on the socket once connected. PyMySQL takes no such
-    options of its own (its ``read_timeout`` would also end a long statement the server is
-    still running); other drivers are left as they are (docs/operations.md)."""
+    the server stops answering (:mod:`outbox._db.dialects.network`). PyMySQL takes no
+    keepalive options of its own: the connect, the server's greeting, the login and the
+    session's first statements are bounded by its ``connect_timeout``, ``read_timeout`` and
+    ``write_timeout``; once connected, the two timeouts are lifted again (they would also end
+    a long statement the server is still running: a migration's copy, a prune) and the
+    socket's keepalives and ``TCP_USER_TIMEOUT`` take over. A timeout the URL sets itself is
+    kept. Other drivers are left as they are (docs/operations.md)."""
     if engine.dialect.driver != "pymysql":
         return
     bounds = NetworkBounds(seconds)
 
-    def add_connect_timeout(
+    def bound_handshake(
         dialect: SADialect, record: Any, cargs: Any, cparams: dict[str, Any]
     ) -> None:
         cparams.setdefault("connect_timeout", bounds.connect_timeout)
+        ours = [name for name in _HANDSHAKE_TIMEOUTS if name not in cparams]
+        for name in ours:
+            cparams[name] = seconds
+        if record is not None:
+            record.info[_HANDSHAKE_BOUND] = ours
 
     def bound(dbapi_connection: Any, record: Any) -> None:
+        for name in record.info.pop(_HANDSHAKE_BOUND, ()):
+            setattr(dbapi_connection, f"_{name}", None)  # PyMySQL's own: applied at next use
         sock = getattr(dbapi_connection, "_sock", None)  # PyMySQL's socket, once connected
         if sock is not None:
             bound_socket(sock, bounds)
 
-    event.listen(engine, "do_connect", add_connect_timeout)
+    event.listen(engine, "do_connect", bound_handshake)
     event.listen(engine, "connect", bound)
 
 

@@ -153,6 +153,18 @@ def libpq_bounds(bounds: NetworkBounds) -> dict[str, int]:
     }
 
 
+# libpq takes tcp_user_timeout from version 12.
+_TCP_USER_TIMEOUT_SINCE = 120000
+
+
+def _libpq_version(dialect: SADialect) -> int:
+    """The version of the libpq the driver runs on (``150004``: 15.4)."""
+    dbapi = dialect.loaded_dbapi
+    if dialect.driver == "psycopg":
+        return int(dbapi.pq.version())
+    return int(dbapi.extensions.libpq_version())
+
+
 def bound_network_waits(engine: Engine, seconds: float) -> None:
     """Connect with no wait on the network outlasting about ``seconds`` once the server stops
     answering (:mod:`outbox._db.dialects.network`), as libpq's parameters: but for what the URL
@@ -162,6 +174,9 @@ def bound_network_waits(engine: Engine, seconds: float) -> None:
     bounds = libpq_bounds(NetworkBounds(seconds))
     if os.environ.get("PGCONNECT_TIMEOUT"):
         del bounds["connect_timeout"]
+    if _libpq_version(engine.dialect) < _TCP_USER_TIMEOUT_SINCE:
+        # An older libpq refuses the parameter, and so every connection: keepalives alone.
+        del bounds["tcp_user_timeout"]
 
     def add_bounds(dialect: SADialect, record: Any, cargs: Any, cparams: dict[str, Any]) -> None:
         for name, value in bounds.items():

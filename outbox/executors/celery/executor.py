@@ -26,6 +26,7 @@ from outbox._db import queries
 from outbox._engine.distributor import MAX_TICK_SECONDS, MIN_TICK_SECONDS, tick_of
 from outbox._engine.runner import JobRun, RunOutcome, lease_job
 from outbox._services import retention
+from outbox._services.heartbeat import heartbeat_interval
 from outbox.app import Outbox
 from outbox.exceptions import BufferTableMissingError
 from outbox.executors.celery.messages import (
@@ -259,6 +260,11 @@ class CeleryExecutor:
         job = run.job
         if run.released:
             self.publish(job.id)
+        # Groups given back because their leases may be lost: no message names them otherwise
+        # until the rescue's sweep. Sent a heartbeat later, so that a process the fleet has
+        # not heard from does not take them straight back.
+        for returned in run.returned:
+            self.publish(returned, countdown=heartbeat_interval(self.outbox.settings))
         soon = [
             r for r in run.results if r.due_in is not None and r.due_in <= MAX_COUNTDOWN_SECONDS
         ]

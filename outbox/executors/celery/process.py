@@ -110,6 +110,7 @@ class WorkerProcess:
             let_go=self.let_go,
             database_error=self.outage.report,
             stopping=self.stopping.is_set,
+            heard=self.heartbeat.heard,
         )
         self.thread = threading.Thread(
             target=self._heartbeat_main, name="outbox-heartbeat", daemon=True
