@@ -3,11 +3,20 @@ capped handlers apart."""
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Sequence
 
+from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
 from outbox.app import Outbox
+
+log = _log.get_logger(__name__)
+
+# Leases that took this share of their length or more to come back may be lost by the time a
+# handler gets going: jobs acquired so are given back unrun, and so is a claim's group
+# (outbox._engine.runner).
+YOUNG_LEASE_SHARE = 0.5
 
 
 def acquire(
@@ -30,6 +39,7 @@ def acquire(
     """
     token = uuid.uuid4()
     lease_seconds = app.settings.lease_seconds
+    started = time.monotonic()
     jobs: list[queries.JobRow] = []
     caps = {name: c for name in serving if (c := cap(name)) is not None}
     for name, c in caps.items():
@@ -51,6 +61,21 @@ def acquire(
                 lease_seconds=lease_seconds,
             ),
         )
+    if jobs and time.monotonic() - started >= lease_seconds * YOUNG_LEASE_SHARE:
+        # Came back late (a slow link, a stalled process): the leases may be lost by now.
+        # Given back unattempted, by writes fenced by them; none is run here.
+        log.warning(
+            _log.LEASE_TOO_OLD,
+            jobs=len(jobs),
+            claim_seconds=round(time.monotonic() - started, 3),
+            lease_seconds=lease_seconds,
+            heard_recently=True,
+        )
+        run_in_transaction(
+            app.engine,
+            lambda conn: [queries.return_job(conn, job.id, token) for job in jobs],
+        )
+        return []
     return jobs
 
 

@@ -45,6 +45,7 @@ from outbox._core import log as _log
 from outbox._db import buffer_table_missing, queries, run_in_transaction
 from outbox._engine import breaker as _breaker
 from outbox._engine import claimer
+from outbox._engine.acquisition import YOUNG_LEASE_SHARE
 from outbox._engine.batch_job import run_batch_job
 from outbox._engine.completion import FinishRefused, pauses_on_retry_after
 from outbox._engine.flow_state import FlowState
@@ -69,9 +70,6 @@ CLAIMS_IN_FLIGHT_PER_HANDLER = 2
 # How often a runner's own view of the handlers' pauses and breakers is read again, when it
 # builds that view itself.
 FLOW_STATE_REFRESH_SECONDS = 1.0
-# A claim that took this share of the lease or more to come back is not handled: its lease may
-# be lost by the time the handler gets going (docs/reliability.md, "Networks").
-YOUNG_LEASE_SHARE = 0.5
 
 
 class RunOutcome(StrEnum):

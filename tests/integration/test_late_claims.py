@@ -18,8 +18,9 @@ import pytest
 from sqlalchemy import func, select
 from structlog.testing import capture_logs
 
-from outbox import Batch, Outbox, Settings
+from outbox import Batch, Outbox, Settings, schema
 from outbox._core import log as _log
+from outbox._db import queries
 from outbox._engine import claimer
 from outbox._services.heartbeat import Heartbeat
 from outbox._services.rescuer import Rescuer
@@ -161,4 +162,36 @@ def test_a_worker_the_fleet_has_not_heard_from_for_a_while_handles_nothing(
     assert [] == calls
     assert [False] == [e["heard_recently"] for e in logs if e["event"] == _log.LEASE_TOO_OLD]
     drain(app)
+    assert 1 == len(calls)
+
+
+def test_jobs_whose_leasing_came_back_after_half_the_lease_go_back_unrun(
+    database_url: str,
+    make_app: Callable[..., Outbox],
+    commit_events: Commit,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker's acquisition whose commit came back after half the lease: the jobs are given
+    back unattempted and none is run; the next acquisition takes them."""
+    app = make_app(database_url, Settings(lease_seconds=LEASE_SECONDS))
+    calls = _recording(app)
+    commit_events(app.engine, 5)
+    assert claimer.run_once(app, app.get_handler("record")) is not None
+    leased = queries.acquire_jobs
+
+    def back_late(*args: Any, **kwargs: Any) -> Any:
+        jobs = leased(*args, **kwargs)
+        time.sleep(LEASE_SECONDS * 0.6)
+        return jobs
+
+    worker = Worker(app, concurrency=1)
+    monkeypatch.setattr(queries, "acquire_jobs", back_late)
+    with capture_logs() as logs:
+        assert 0 == worker.run_once()
+    monkeypatch.undo()
+    assert [_log.LEASE_TOO_OLD] == [e["event"] for e in logs if e["log_level"] == "warning"]
+    with app.engine.connect() as conn:
+        (job,) = conn.execute(select(schema.jobs)).all()
+    assert (0, None) == (job.attempts, job.lease_owner)
+    assert 1 == worker.run_once()
     assert 1 == len(calls)
