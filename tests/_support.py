@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 from sqlalchemy import Engine, create_engine, func, select, text
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from outbox import Settings
@@ -85,3 +86,28 @@ def count_rows(url: str, table: Any) -> int:
             return int(conn.execute(select(func.count()).select_from(table)).scalar_one())
     finally:
         engine.dispose()
+
+
+@contextlib.contextmanager
+def scratch_databases() -> Iterator[Callable[[str, str], str]]:
+    """Create databases on shared servers for one test, and drop them after it: yields
+    ``create(admin_url, name)``, which returns the new database's URL."""
+    created: list[tuple[str, str]] = []
+
+    def create(admin_url: str, name: str) -> str:
+        admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+        with admin.connect() as conn:
+            conn.execute(text(f"CREATE DATABASE {name}"))
+        admin.dispose()
+        created.append((admin_url, name))
+        return make_url(admin_url).set(database=name).render_as_string(False)
+
+    try:
+        yield create
+    finally:
+        for admin_url, name in created:
+            admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+            with admin.connect() as conn:
+                force = " WITH (FORCE)" if admin_url.startswith("postgresql") else ""
+                conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
+            admin.dispose()

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, insert, select, text
-from sqlalchemy.engine import make_url
 
-from tests._support import wait_for
+from tests._support import scratch_databases, wait_for
 from tests.acceptance import many_app
 from tests.acceptance._cli import Cli
 
@@ -25,35 +24,17 @@ APP = ("--app", "tests.acceptance.many_app:app")
 COUNTS = {"alpha": 120, "beta": 7, "gamma": 45, "delta": 33}
 
 
-def _scratch(url: str, name: str, created: list[tuple[str, str]]) -> str:
-    admin = create_engine(url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    created.append((url, name))
-    return make_url(url).set(database=name).render_as_string(False)
-
-
 @pytest.fixture
 def databases(postgres_url: str, mariadb_url: str, tmp_path: Path) -> Iterator[dict[str, str]]:
     """Two PostgreSQL databases, a MariaDB and a SQLite one, each new and empty."""
     tag = uuid.uuid4().hex[:8]
-    created: list[tuple[str, str]] = []
-    try:
-        listed = {
-            "alpha": _scratch(postgres_url, f"many_{tag}_a", created),
-            "beta": _scratch(postgres_url, f"many_{tag}_b", created),
-            "gamma": _scratch(mariadb_url, f"many_{tag}_c", created),
+    with scratch_databases() as create:
+        yield {
+            "alpha": create(postgres_url, f"many_{tag}_a"),
+            "beta": create(postgres_url, f"many_{tag}_b"),
+            "gamma": create(mariadb_url, f"many_{tag}_c"),
             "delta": f"sqlite:///{tmp_path / 'delta.sqlite3'}",
         }
-        yield listed
-    finally:
-        for url, name in created:
-            admin = create_engine(url, isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                force = " WITH (FORCE)" if url.startswith("postgresql") else ""
-                conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
-            admin.dispose()
 
 
 def test_one_application_migrates_drains_and_shows_each_of_its_databases(

@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
+from sqlalchemy import create_engine
 
-from tests._support import wait_for
+from tests._support import scratch_databases, wait_for
 from tests.faults._checker import check
 from tests.faults._cluster import PrivateCluster
 from tests.faults._processes import ROOT, drained, environment
@@ -40,39 +39,22 @@ WORKER = [
 ]  # fmt: skip
 
 
-def _scratch(admin_url: str, name: str, created: list[tuple[str, str]]) -> str:
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
-    admin.dispose()
-    created.append((admin_url, name))
-    return make_url(admin_url).set(database=name).render_as_string(False)
-
-
 @pytest.fixture
 def databases(
     postgres_url: str, mariadb_url: str, private_cluster: PrivateCluster, tmp_path: Path
 ) -> Iterator[dict[str, str]]:
     tag = uuid.uuid4().hex[:8]
-    created: list[tuple[str, str]] = []
-    try:
+    with scratch_databases() as create:
         listed = {
-            "pg-one": _scratch(postgres_url, f"many_{tag}_1", created),
-            "pg-two": _scratch(postgres_url, f"many_{tag}_2", created),
+            "pg-one": create(postgres_url, f"many_{tag}_1"),
+            "pg-two": create(postgres_url, f"many_{tag}_2"),
             "pg-private": private_cluster.create_database(f"many_{tag}_3"),
-            "maria": _scratch(mariadb_url, f"many_{tag}_4", created),
+            "maria": create(mariadb_url, f"many_{tag}_4"),
             "lite": f"sqlite:///{tmp_path / 'lite.sqlite3'}",
         }
         for url in listed.values():
             create_tables(url)
         yield listed
-    finally:
-        for admin_url, name in created:
-            admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-            with admin.connect() as conn:
-                force = " WITH (FORCE)" if admin_url.startswith("postgresql") else ""
-                conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
-            admin.dispose()
 
 
 def _children(parent: int) -> list[int]:
