@@ -494,7 +494,10 @@ def test_prune_takes_whole_days_out_and_keeps_dead_letters(
         dead = _archive(app.engine, DEAD, _noon(first))
         _archive(app.engine, SUCCEEDED, _noon(first))
         _archive(app.engine, REPLAYED, _noon(first))
-        _archive(app.engine, SUCCEEDED, _noon(first + dt.timedelta(days=1)))
+        # The first moment of the day after `first`: before the age whatever the time of day
+        # now (noon would be after it in the morning).
+        start = dt.datetime.combine(first + dt.timedelta(days=1), dt.time(0, 0, 0, 1), dt.UTC)
+        _archive(app.engine, SUCCEEDED, start)
         kept = _archive(app.engine, SUCCEEDED, dt.datetime.now(dt.UTC))
         # Two days back: the age falls within the day after `first`, pruned row by row;
         # `first` is wholly before it.
