@@ -7,11 +7,16 @@ tests/network/test_network_bounds.py.
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import create_engine
+from sqlalchemy.exc import OperationalError
 
 from outbox import Outbox, Settings
 
@@ -77,3 +82,39 @@ def test_mariadb_sockets_get_keepalives_and_a_user_timeout(
         ]
     app.engine.dispose()
     assert [1, round(seconds / 3), round(seconds / 6), 3, int(seconds * 1000)] == found
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A TCP port that accepts connections and never says a word (a server hung before its
+    greeting, or a link that dropped everything after the handshake)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield listener.getsockname()[1]
+    listener.close()
+    for sock in accepted:
+        sock.close()
+
+
+@pytest.mark.parametrize("driver", ["postgresql+psycopg", "mysql+pymysql"])
+def test_a_server_that_never_answers_is_given_up_on_within_the_timeout(
+    silent_server: int, driver: str
+) -> None:
+    """The connect itself is bounded, greeting and login included: PyMySQL's
+    ``connect_timeout`` covers only the TCP connect, its handshake waits on ``read_timeout``."""
+    app = Outbox(
+        f"{driver}://user@127.0.0.1:{silent_server}/db", settings=Settings(network_timeout=2)
+    )
+    started = time.monotonic()
+    with pytest.raises(OperationalError):
+        app.engine.connect()
+    assert time.monotonic() - started < 2 * 3
