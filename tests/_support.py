@@ -37,6 +37,11 @@ def wait_for(condition: Callable[[], T], what: str, timeout: float = WAIT_SECOND
         time.sleep(POLL_SECONDS)
 
 
+JULIANDAY_ERROR = 0.001
+"""Seconds SQLite's ``julianday()`` arithmetic can be off by (some 50 µs, as a double holds a
+day number of about 2.46 million): a duration read in the millisecond it was written can come
+back a little longer than it was set."""
+
 REFUSAL = "deleting events is refused"
 """The error of the trigger :func:`refuse_deletes` installs."""
 
