@@ -408,7 +408,15 @@ class Outbox:
 
         if self._registry is None:
             return {}
-        listed = self._registry() if callable(self._registry) else self._registry
+        if callable(self._registry):
+            try:
+                listed = self._registry()
+            except Exception as error:  # the application's own registry: said, not a traceback
+                raise ConfigurationError(
+                    f"Outbox(databases=...)'s function raised {type(error).__name__}: {error}"
+                ) from error
+        else:
+            listed = self._registry
         if not isinstance(listed, Mapping):
             raise ConfigurationError(
                 "Outbox(databases=...)'s function must return a mapping of names to database "

@@ -342,6 +342,7 @@ def test_an_application_of_several_databases_is_each_of_them_on_demand(tmp_path:
         ({"bad name": "sqlite://"}, "database name 'bad name'"),
         ({"eu": "not a url"}, "database 'eu': cannot parse its URL"),
         (lambda: ["sqlite://"], "function must return a mapping"),
+        (lambda: 1 / 0, "function raised ZeroDivisionError: division by zero"),
     ],
 )
 def test_databases_that_cannot_be_used_are_refused_naming_them(
