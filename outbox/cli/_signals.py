@@ -92,25 +92,6 @@ def stop_flag(signals: frozenset[signal.Signals] = STOP_SIGNALS) -> Iterator[thr
             signal.signal(signum, handler)
 
 
-def run_processes(
-    count: int,
-    run_worker: Callable[[int], int],
-    *,
-    restart: bool,
-    usage_error: int,
-    final: int | None = None,
-) -> int:
-    """Fork ``count`` workers, each running ``run_worker(index)`` and exiting with its result
-    (:func:`supervise` with the indexes ``0 .. count - 1``)."""
-    return supervise(
-        lambda: list(range(count)),
-        run_worker,
-        restart=restart,
-        usage_error=usage_error,
-        final=final,
-    )
-
-
 def supervise(
     plan: Callable[[], Sequence[K]],
     run_worker: Callable[[K], int],
@@ -297,7 +278,7 @@ def stop_on_signals(worker: Worker, signals: tuple[signal.Signals, ...]) -> Iter
             worker.abort()
 
     previous = {s: signal.signal(s, handle) for s in signals}
-    # A forked worker starts with them blocked (see run_processes), so that none is lost before now.
+    # A forked worker starts with them blocked (see supervise), so that none is lost before now.
     unblock_stop_signals()
     try:
         yield
