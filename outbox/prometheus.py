@@ -18,6 +18,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, wait
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 try:
@@ -68,6 +70,9 @@ LATENCY_BUCKETS_SECONDS = (
 """From seconds to the WEEK band's promise: each band's promise is a bucket boundary."""
 
 _LABELS = ("handler", "band")
+DATABASE_TIMEOUT_SECONDS = 5.0
+"""How long a scrape of an application of several databases waits for each: half of
+Prometheus's default scrape timeout."""
 
 
 class OutboxCollector:
@@ -77,80 +82,172 @@ class OutboxCollector:
     handler gauges, and is logged once per outage; the exporter keeps serving. Each scrape runs
     the queries of ``outbox status``, which count the unclaimed rows of every buffer: on very
     large backlogs, keep the scrape interval at tens of seconds.
+
+    Of an application serving several databases, every sample carries a ``database`` label
+    (as does one of them, ``app.on(name)``): the databases are read at once, each in a thread
+    of its own, and one that has not answered within ``timeout`` seconds is reported as a
+    scrape error of its own while the others are reported. A database still answering an
+    earlier scrape is not asked again, so a hung one holds one thread, not one per scrape.
     """
 
-    def __init__(self, app: Outbox, handlers: tuple[str, ...] | list[str] = ()) -> None:
+    def __init__(
+        self,
+        app: Outbox,
+        handlers: tuple[str, ...] | list[str] = (),
+        *,
+        timeout: float = DATABASE_TIMEOUT_SECONDS,
+    ) -> None:
         self.app = app
         self.handlers = tuple(handlers)
-        self._failing = False
+        self.timeout = timeout
+        self._failing: set[str | None] = set()
         self._failing_lock = threading.Lock()
+        self._reads: dict[str, Future[_Read]] = {}
+        self._reads_lock = threading.Lock()
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """The metric families without samples, so that registering does not query."""
-        yield from _families().values()
-        yield from _scaling_families(None)
-        yield from _scrape_families(error=None, duration=None)
+        labels = _labels_of(self.app)
+        yield from _families(labels).values()
+        yield from _scaling_families(labels)
+        yield from _scrape_families(labels)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         """Read the status of the handlers now and yield it as gauges."""
+        labels = _labels_of(self.app)
+        families = _families(labels)
+        scaling_families = _scaling_families(labels)
+        failed, took = _scrape_families(labels)
+        for name, read in self._read_all():
+            prefix = () if name is None and not labels else (name or "",)
+            failed.add_metric(prefix, float(read.error))
+            took.add_metric(prefix, read.duration)
+            if not read.error:
+                _add_status(families, prefix, read.rows)
+                _add_scaling(scaling_families, prefix, read.wanted)
+        yield from families.values()
+        yield from scaling_families
+        yield from (failed, took)
+
+    def _read_all(self) -> list[tuple[str | None, _Read]]:
+        """Each database's read: this application's own, or, of several, all at once."""
+        if not self.app.serves_many:
+            return [(self.app.database_name, self._read(self.app))]
         started = time.monotonic()
         try:
-            rows = metrics.collect(self.app, self.handlers)
-            wanted = scaling.read_scaling(self.app, self.handlers)
-        except (SQLAlchemyError, OutboxError) as error:
-            self._report_failure(error)
-            yield from _scrape_families(error=True, duration=time.monotonic() - started)
-            return
-        self._report_recovery()
-        families = _families()
-        for row in rows:
-            labels = (row.handler, row.urgency)
-            values: dict[str, float] = {
-                "outbox_unclaimed_events": row.unclaimed,
-                "outbox_claimed_events": row.claimed,
-                "outbox_oldest_event_age_seconds": row.oldest_age or 0.0,
-                "outbox_staleness_ratio": row.staleness or 0.0,
-                "outbox_groups_waiting": row.groups_waiting,
-                "outbox_groups_in_flight": row.groups_in_flight,
-                "outbox_groups_retrying": row.groups_retrying,
-                "outbox_groups_refused": row.groups_refused,
-                "outbox_max_failed_attempts": row.max_failed_attempts,
-                "outbox_dead_events": row.dead,
-                "outbox_alerts": len(row.alerts),
-                "outbox_paused": int(row.paused),
-                "outbox_breaker_probing": int(row.breaker == "probing"),
-                "outbox_consecutive_failures": row.consecutive_failures,
-                "outbox_held_keys": len(row.held_keys),
-            }
-            for name, value in values.items():
-                families[name].add_metric(labels, value)
-        yield from families.values()
-        yield from _scaling_families(wanted)
-        yield from _scrape_families(error=False, duration=time.monotonic() - started)
+            names = list(self.app.databases())
+        except OutboxError as error:  # the registry itself failed: said as one error
+            self._report(None, error)
+            return [(None, _Read(error=True, duration=time.monotonic() - started))]
+        pending = {name: self._start_read(name) for name in names}
+        wait(pending.values(), timeout=self.timeout)
+        reads: list[tuple[str | None, _Read]] = []
+        for name, future in pending.items():
+            if future.done():
+                with self._reads_lock:
+                    self._reads.pop(name, None)
+                reads.append((name, future.result()))
+            else:
+                # Still waiting: reported as an error now; its answer is not asked again
+                # until it comes.
+                self._report(name, TimeoutError(f"no answer within {self.timeout:g} s"))
+                reads.append((name, _Read(error=True, duration=time.monotonic() - started)))
+        return reads
 
-    def _report_failure(self, error: Exception) -> None:
-        # Once per outage, not once per scrape; the message is the driver's first line only.
+    def _start_read(self, name: str) -> Future[_Read]:
+        with self._reads_lock:
+            future = self._reads.get(name)
+            if future is None:
+                future = self._reads[name] = Future()
+                app = self.app.on(name)
+                threading.Thread(
+                    target=lambda: future.set_result(self._read(app)),
+                    name=f"outbox-scrape-{name}",
+                    daemon=True,
+                ).start()
+            return future
+
+    def _read(self, app: Outbox) -> _Read:
+        started = time.monotonic()
+        try:
+            rows = metrics.collect(app, self.handlers)
+            wanted = scaling.read_scaling(app, self.handlers)
+        except (SQLAlchemyError, OutboxError) as error:
+            self._report(app.database_name, error)
+            return _Read(error=True, duration=time.monotonic() - started)
+        self._report(app.database_name, None)
+        return _Read(False, time.monotonic() - started, rows, wanted)
+
+    def _report(self, database: str | None, error: Exception | None) -> None:
+        """Log a failure once per outage of a database, not once per scrape, and its end;
+        the message is the driver's first line only."""
         with self._failing_lock:
-            first = not self._failing
-            self._failing = True
-        if first:
+            known = database in self._failing
+            if error is None:
+                self._failing.discard(database)
+            else:
+                self._failing.add(database)
+        named = {} if database is None else {"database": database}
+        if error is None:
+            if known:
+                log.info(_log.SCRAPE_RECOVERED, **named)
+            return
+        if not known:
             reason = error.orig if isinstance(error, DBAPIError) and error.orig else error
             log.warning(
                 _log.SCRAPE_FAILED,
                 error_type=type(error).__name__,
                 error=(str(reason).strip().splitlines() or [""])[0][:500],
+                **named,
             )
 
-    def _report_recovery(self) -> None:
-        with self._failing_lock:
-            recovered = self._failing
-            self._failing = False
-        if recovered:
-            log.info(_log.SCRAPE_RECOVERED)
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """One database's answer to a scrape."""
+
+    error: bool
+    duration: float
+    rows: list[metrics.HandlerStatus] = field(default_factory=list)
+    wanted: scaling.Scaling | None = None
 
 
-def _families() -> dict[str, GaugeMetricFamily]:
-    """The handler gauges, empty, by name."""
+def _labels_of(app: Outbox) -> tuple[str, ...]:
+    """The labels before a sample's own: ``database`` for an application of several (or one
+    of them), none for an application of one."""
+    return ("database",) if app.serves_many or app.database_name is not None else ()
+
+
+def _add_status(
+    families: dict[str, GaugeMetricFamily],
+    prefix: tuple[str, ...],
+    rows: list[metrics.HandlerStatus],
+) -> None:
+    for row in rows:
+        labels = (*prefix, row.handler, row.urgency)
+        values: dict[str, float] = {
+            "outbox_unclaimed_events": row.unclaimed,
+            "outbox_claimed_events": row.claimed,
+            "outbox_oldest_event_age_seconds": row.oldest_age or 0.0,
+            "outbox_staleness_ratio": row.staleness or 0.0,
+            "outbox_groups_waiting": row.groups_waiting,
+            "outbox_groups_in_flight": row.groups_in_flight,
+            "outbox_groups_retrying": row.groups_retrying,
+            "outbox_groups_refused": row.groups_refused,
+            "outbox_max_failed_attempts": row.max_failed_attempts,
+            "outbox_dead_events": row.dead,
+            "outbox_alerts": len(row.alerts),
+            "outbox_paused": int(row.paused),
+            "outbox_breaker_probing": int(row.breaker == "probing"),
+            "outbox_consecutive_failures": row.consecutive_failures,
+            "outbox_held_keys": len(row.held_keys),
+        }
+        for name, value in values.items():
+            families[name].add_metric(labels, value)
+
+
+def _families(prefix: tuple[str, ...]) -> dict[str, GaugeMetricFamily]:
+    """The handler gauges, empty, by name; ``prefix``: the labels before their own."""
     documentation = {
         "outbox_unclaimed_events": "Events written and not yet claimed.",
         "outbox_claimed_events": "Events in groups waiting, running or retrying.",
@@ -187,67 +284,80 @@ def _families() -> dict[str, GaugeMetricFamily]:
         ),
     }
     return {
-        name: GaugeMetricFamily(name, text, labels=_LABELS) for name, text in documentation.items()
+        name: GaugeMetricFamily(name, text, labels=(*prefix, *_LABELS))
+        for name, text in documentation.items()
     }
 
 
-def _scaling_families(wanted: scaling.Scaling | None) -> Iterator[GaugeMetricFamily]:
+def _scaling_families(prefix: tuple[str, ...]) -> list[GaugeMetricFamily]:
     """The fleet's desired size, per band and in total, the drain time and Apdex
-    (:mod:`outbox.ops.scaling`); no samples when ``wanted`` is None. A value not known (no rate
+    (:mod:`outbox.ops.scaling`), empty; ``prefix``: the labels before their own."""
+    band = (*prefix, "band")
+    return [
+        GaugeMetricFamily(
+            "outbox_desired_workers",
+            "Worker slots (concurrency units) that keep every promise: what an autoscaler follows.",
+            labels=prefix,
+        ),
+        GaugeMetricFamily(
+            "outbox_worker_slots",
+            "Slots of the live workers now (the sum of their concurrency).",
+            labels=prefix,
+        ),
+        GaugeMetricFamily(
+            "outbox_drain_seconds",
+            "Seconds the live workers take to drain every runnable event at the measured rates.",
+            labels=prefix,
+        ),
+        GaugeMetricFamily(
+            "outbox_band_desired_workers", "Worker slots that keep the band's promise.", labels=band
+        ),
+        GaugeMetricFamily(
+            "outbox_band_drain_seconds",
+            "Seconds the live workers take to drain the band and every more urgent one.",
+            labels=band,
+        ),
+        GaugeMetricFamily(
+            "outbox_band_apdex",
+            "Share of the band's events handled within its promise, tolerating up to four times "
+            "it at half weight, over the Apdex window (an hour).",
+            labels=band,
+        ),
+    ]
+
+
+def _add_scaling(
+    families: list[GaugeMetricFamily], prefix: tuple[str, ...], wanted: scaling.Scaling | None
+) -> None:
+    """Add ``wanted`` to the families of :func:`_scaling_families`. A value not known (no rate
     measured, nothing handled in the window) has no sample rather than a made-up one."""
-    desired = GaugeMetricFamily(
-        "outbox_desired_workers",
-        "Worker slots (concurrency units) that keep every promise: what an autoscaler follows.",
-        value=None if wanted is None else wanted.desired_workers,
-    )
-    slots = GaugeMetricFamily(
-        "outbox_worker_slots",
-        "Slots of the live workers now (the sum of their concurrency).",
-        value=None if wanted is None else wanted.fleet_slots,
-    )
-    drain = GaugeMetricFamily(
-        "outbox_drain_seconds",
-        "Seconds the live workers take to drain every runnable event at the measured rates.",
-        value=None if wanted is None else wanted.drain_seconds,
-    )
-    band_desired = GaugeMetricFamily(
-        "outbox_band_desired_workers",
-        "Worker slots that keep the band's promise.",
-        labels=("band",),
-    )
-    band_drain = GaugeMetricFamily(
-        "outbox_band_drain_seconds",
-        "Seconds the live workers take to drain the band and every more urgent one.",
-        labels=("band",),
-    )
-    band_apdex = GaugeMetricFamily(
-        "outbox_band_apdex",
-        "Share of the band's events handled within its promise, tolerating up to four times "
-        "it at half weight, over the Apdex window (an hour).",
-        labels=("band",),
-    )
-    for band in () if wanted is None else wanted.bands:
-        band_desired.add_metric((band.urgency,), band.desired_workers)
+    if wanted is None:
+        return
+    desired, slots, drain, band_desired, band_drain, band_apdex = families
+    desired.add_metric(prefix, wanted.desired_workers)
+    slots.add_metric(prefix, wanted.fleet_slots)
+    if wanted.drain_seconds is not None:
+        drain.add_metric(prefix, wanted.drain_seconds)
+    for band in wanted.bands:
+        labels = (*prefix, band.urgency)
+        band_desired.add_metric(labels, band.desired_workers)
         if band.drain_seconds is not None:
-            band_drain.add_metric((band.urgency,), band.drain_seconds)
+            band_drain.add_metric(labels, band.drain_seconds)
         if band.apdex is not None:
-            band_apdex.add_metric((band.urgency,), band.apdex)
-    yield from (desired, slots, drain, band_desired, band_drain, band_apdex)
+            band_apdex.add_metric(labels, band.apdex)
 
 
-def _scrape_families(
-    *, error: bool | None, duration: float | None
-) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
-    """``outbox_scrape_error`` and ``outbox_scrape_duration_seconds`` (no sample when None)."""
+def _scrape_families(prefix: tuple[str, ...]) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
+    """``outbox_scrape_error`` and ``outbox_scrape_duration_seconds``, empty."""
     failed = GaugeMetricFamily(
         "outbox_scrape_error",
         "1 when the last scrape could not read the database, else 0.",
-        value=None if error is None else float(error),
+        labels=prefix,
     )
     took = GaugeMetricFamily(
         "outbox_scrape_duration_seconds",
         "Seconds the last scrape spent reading the database.",
-        value=duration,
+        labels=prefix,
     )
     return failed, took
 
@@ -256,61 +366,66 @@ class WorkerMetrics:
     """Counters and histograms of the batch jobs this process ran; thread-safe.
 
     ``registry``: where the instruments are registered (default: prometheus_client's
-    ``REGISTRY``). Feed it with :meth:`observe`, or pass :meth:`callback` as a worker's
-    ``on_result``.
+    ``REGISTRY``). ``database``: the name every series is labelled with (``database``), for
+    the worker of one of several databases. Feed it with :meth:`observe`, or pass
+    :meth:`callback` as a worker's ``on_result``.
     """
 
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self, registry: CollectorRegistry | None = None, *, database: str | None = None
+    ) -> None:
         registry = REGISTRY if registry is None else registry
+        self._database = () if database is None else (database,)
+        labels = ("database", *_LABELS) if database is not None else _LABELS
         self.events = Counter(
             "outbox_events_total",
             "Events finished by batch jobs, by outcome: succeeded, retried, deferred, "
             "discarded, dead, expired.",
-            (*_LABELS, "outcome"),
+            (*labels, "outcome"),
             registry=registry,
         )
         self.groups = Counter(
             "outbox_groups_total",
             "Batch jobs finished, by outcome: succeeded, retrying, deferred, throttled, dead, "
             "lease_lost, refused.",
-            (*_LABELS, "outcome"),
+            (*labels, "outcome"),
             registry=registry,
         )
         self.batch_size = Histogram(
             "outbox_batch_size",
             "Events in each batch job that loaded its group (expired events included).",
-            _LABELS,
+            labels,
             buckets=BATCH_SIZE_BUCKETS,
             registry=registry,
         )
         self.duration = Histogram(
             "outbox_handler_duration_seconds",
             "Wall time of each batch job: loading the group, the handler call and completion.",
-            (*_LABELS, "outcome"),
+            (*labels, "outcome"),
             buckets=DURATION_BUCKETS_SECONDS,
             registry=registry,
         )
         self.latency = Histogram(
             "outbox_end_to_end_latency_seconds",
             "Seconds from an event's creation to the end of its succeeded batch, per event.",
-            _LABELS,
+            labels,
             buckets=LATENCY_BUCKETS_SECONDS,
             registry=registry,
         )
 
     def observe(self, result: BatchResult, band: str) -> None:
         """Count one batch job's result; ``band`` is its handler's urgency band name."""
-        handler = result.handler
-        self.groups.labels(handler, band, result.outcome).inc()
+        series = (*self._database, result.handler, band)
+        self.groups.labels(*series, result.outcome).inc()
         for outcome in EVENT_OUTCOMES:
             count: int = getattr(result, outcome)
             if count:
-                self.events.labels(handler, band, outcome).inc(count)
+                self.events.labels(*series, outcome).inc(count)
         if result.size:
-            self.batch_size.labels(handler, band).observe(result.size)
-        self.duration.labels(handler, band, result.outcome).observe(result.duration)
+            self.batch_size.labels(*series).observe(result.size)
+        self.duration.labels(*series, result.outcome).observe(result.duration)
         if result.event_ages and result.outcome == SUCCEEDED:
-            latency = self.latency.labels(handler, band)
+            latency = self.latency.labels(*series)
             for age in result.event_ages:
                 latency.observe(age)
 
@@ -321,11 +436,11 @@ class WorkerMetrics:
         ``increase()`` see the first events rather than a series appearing at 1.
         """
         for h in app.handlers.values():
-            band = h.urgency.name
+            series = (*self._database, h.name, h.urgency.name)
             for outcome in EVENT_OUTCOMES:
-                self.events.labels(h.name, band, outcome)
+                self.events.labels(*series, outcome)
             for outcome in GROUP_OUTCOMES:
-                self.groups.labels(h.name, band, outcome)
+                self.groups.labels(*series, outcome)
 
         def on_result(result: BatchResult) -> None:
             self.observe(result, app.get_handler(result.handler).urgency.name)
@@ -373,3 +488,19 @@ def start_http_server(
     registry = REGISTRY if registry is None else registry
     register(app, registry)
     return prometheus_client.start_http_server(port, addr=addr, registry=registry)
+
+
+def fleet_registry(app: Outbox, directory: str) -> CollectorRegistry:
+    """A registry of ``app``'s gauges, every database's, and of the counters and histograms
+    the worker processes wrote to ``directory`` (prometheus-client's multiprocess mode:
+    ``PROMETHEUS_MULTIPROC_DIR``), summed across processes, those that exited included.
+
+    What ``outbox work --metrics-port`` serves for an application of several databases, from
+    one port: the worker processes come and go with the registry, the port stays.
+    """
+    from prometheus_client import multiprocess
+
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+    register(app, registry)
+    return registry

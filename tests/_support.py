@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -116,3 +118,26 @@ def scratch_databases() -> Iterator[Callable[[str, str], str]]:
                 force = " WITH (FORCE)" if admin_url.startswith("postgresql") else ""
                 conn.execute(text(f"DROP DATABASE IF EXISTS {name}{force}"))
             admin.dispose()
+
+
+@contextlib.contextmanager
+def silent_server() -> Iterator[int]:
+    """A TCP port that accepts connections and never says a word (a server hung before its
+    greeting, or a link that dropped everything after the handshake)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                accepted.append(listener.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        listener.close()
+        for sock in accepted:
+            sock.close()

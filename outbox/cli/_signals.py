@@ -100,6 +100,7 @@ def supervise(
     usage_error: int,
     final: int | None = None,
     replan_every: float | None = None,
+    serving: K | None = None,
 ) -> int:
     """Fork a worker for each unit ``plan()`` lists, each running ``run_worker(unit)`` and
     exiting with its result.
@@ -118,6 +119,9 @@ def supervise(
     registry): a unit it newly lists gets a worker, a unit it no longer lists has its worker
     stopped (SIGTERM, not restarted, not a failure). A reading that raises is logged and
     changes nothing.
+
+    ``serving``: a unit ``plan()`` lists that serves the others (their metrics): stopped, as
+    retired, once it is the only one left.
     """
     children: dict[int, tuple[K, float]] = {}  # pid -> (unit, started at)
     retired: set[K] = set()
@@ -179,6 +183,10 @@ def supervise(
             if pid not in children:
                 continue
             unit, started = children.pop(pid)
+            if serving is not None and [u for u, _ in children.values()] == [serving]:
+                # Nothing left to serve: burst workers that are done, a registry emptied.
+                retired.add(serving)
+                _kill(next(iter(children)), signal.SIGTERM)
             code = os.waitstatus_to_exitcode(status)
             if unit in retired:
                 retired.discard(unit)

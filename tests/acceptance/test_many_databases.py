@@ -7,15 +7,19 @@ refused, in one line, when none is named."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import urllib.request
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine, insert, select, text
 
+from tests._ports import free_ports
 from tests._support import scratch_databases, wait_for
 from tests.acceptance import many_app
 from tests.acceptance._cli import Cli
@@ -138,3 +142,91 @@ def test_databases_added_to_the_registry_get_a_worker_and_removed_ones_lose_thei
     wait_for(lambda: workers_on("alpha") == 0, "alpha's worker, taken out, to stop", 30)
     running.send(signal.SIGTERM)
     assert 0 == running.wait(30), running.stderr()
+
+
+def _scrape(port: int) -> str | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+    except OSError:
+        return None
+
+
+def _handled(text: str | None, name: str) -> float | None:
+    """``outbox_events_total`` of ``deliver`` succeeded on database ``name`` in a scrape."""
+    for family in text_string_to_metric_families(text or ""):
+        for sample in family.samples:
+            if (sample.name, sample.labels.get("database"), sample.labels.get("outcome")) == (
+                "outbox_events_total",
+                name,
+                "succeeded",
+            ):
+                return float(sample.value)
+    return None
+
+
+def test_one_port_serves_every_database_while_the_registry_changes(
+    cli: Cli, databases: dict[str, str], tmp_path: Path
+) -> None:
+    """``outbox work --metrics-port P`` of an application of several databases: one port for
+    all, every worker process's counters labelled with its database, summed across processes
+    (two per database here), and a database the registry adds is counted on the same port."""
+    listed = tmp_path / "registry.json"
+    env = {many_app.DATABASES_ENV: f"@{listed}", many_app.OUTPUT_ENV: str(tmp_path / "out")}
+    chosen = {name: databases[name] for name in ("alpha", "beta", "delta")}
+    listed.write_text(json.dumps(chosen))
+    assert 0 == cli.run(*APP, "migrate", env=env).code
+    for name, url in chosen.items():
+        engine = create_engine(url)
+        many_app.Base.metadata.create_all(engine)
+        with engine.begin() as conn:
+            conn.execute(insert(many_app.TenantEvent.__table__), [{"tenant": name}] * COUNTS[name])
+        engine.dispose()
+    listed.write_text(json.dumps({name: chosen[name] for name in ("alpha", "delta")}))
+    port = free_ports()
+    running = cli.start(
+        *APP, "work", "--processes", "2", "--metrics-port", str(port), "--registry-every", "0.5",
+        "--poll-interval", "0.2", env=env,
+    )  # fmt: skip
+    try:
+        wait_for(
+            lambda: [_handled(_scrape(port), n) for n in ("alpha", "delta")] == [120.0, 33.0],
+            "alpha's and delta's events counted on the one port",
+            60,
+        )
+        listed.write_text(json.dumps(chosen))
+        text = wait_for(
+            lambda: _handled(t := _scrape(port), "beta") == 7.0 and t,
+            "beta, added to the registry, counted on the same port",
+            60,
+        )
+    finally:
+        running.send(signal.SIGTERM)
+        code = running.wait(30)
+    assert 0 == code, running.stderr()
+    assert [120.0, 7.0, 33.0] == [_handled(text, n) for n in ("alpha", "beta", "delta")]
+    unclaimed = 'outbox_unclaimed_events{band="HOUR",database="beta",handler="deliver"} 0.0'
+    assert unclaimed in str(text)
+
+
+def test_metrics_of_several_databases_need_to_choose_prometheus_mode_first(
+    cli: Cli, databases: dict[str, str], tmp_path: Path
+) -> None:
+    """An application that imported prometheus_client itself is told, in one line, how to
+    serve its databases' metrics from one port; nothing is started."""
+    (tmp_path / "early_metrics_app.py").write_text(
+        "import prometheus_client  # noqa: F401\nfrom tests.acceptance.many_app import app\n"
+    )
+    env = {
+        many_app.DATABASES_ENV: json.dumps({"delta": databases["delta"]}),
+        many_app.OUTPUT_ENV: str(tmp_path / "out"),
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    refused = cli.run(
+        "--app", "early_metrics_app:app", "work", "--burst", "--metrics-port", "1", env=env
+    )
+    assert (2, [
+        "Error: --metrics-port: the application imported prometheus_client before outbox could "
+        "choose where its worker processes count: set PROMETHEUS_MULTIPROC_DIR to an empty "
+        "directory"
+    ]) == (refused.code, refused.stderr.strip().splitlines())  # fmt: skip

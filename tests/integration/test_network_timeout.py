@@ -7,9 +7,7 @@ tests/network/test_network_bounds.py.
 
 from __future__ import annotations
 
-import contextlib
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +17,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.exc import OperationalError
 
 from outbox import Outbox, Settings
+from tests import _support
 
 LIBPQ = ("keepalives", "keepalives_idle", "keepalives_interval", "keepalives_count")
 
@@ -86,23 +85,8 @@ def test_mariadb_sockets_get_keepalives_and_a_user_timeout(
 
 @pytest.fixture
 def silent_server() -> Iterator[int]:
-    """A TCP port that accepts connections and never says a word (a server hung before its
-    greeting, or a link that dropped everything after the handshake)."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(8)
-    accepted: list[socket.socket] = []
-
-    def accept() -> None:
-        with contextlib.suppress(OSError):
-            while True:
-                accepted.append(listener.accept()[0])
-
-    threading.Thread(target=accept, daemon=True).start()
-    yield listener.getsockname()[1]
-    listener.close()
-    for sock in accepted:
-        sock.close()
+    with _support.silent_server() as port:
+        yield port
 
 
 @pytest.mark.parametrize("driver", ["postgresql+psycopg", "mysql+pymysql"])

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
+import tempfile
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +27,7 @@ from outbox.cli._errors import (
 )
 from outbox.cli._main import main
 from outbox.cli._options import GRACE_PERIOD, INTERVAL, LEASE, MAX_INTERVAL_SECONDS, Seconds
-from outbox.cli._signals import MAX_PROCESSES, stop_on_signals, supervise
+from outbox.cli._signals import MAX_PROCESSES, stop_on_signals, supervise, unblock_stop_signals
 from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
 from outbox.ops import buffer_clock, database, flow
 from outbox.worker import (
@@ -43,6 +46,10 @@ _EXIT_SCHEMA_INCOMPATIBLE = 4
 # How often `outbox work` reads again a registry of databases that is a function.
 REGISTRY_SECONDS = 30.0
 REGISTRY_EVERY = Seconds(0.5, MAX_INTERVAL_SECONDS)
+# The unit of the process serving the metrics of several databases' workers.
+_METRICS_UNIT: tuple[str | None, int] = (None, -1)
+_MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_OWN_DIRECTORY = os.path.join(tempfile.gettempdir(), "outbox-metrics-")
 # How long `outbox distribute` rides out a database restart before it gives up (exit 1).
 DISTRIBUTE_PATIENCE_SECONDS = 30.0
 
@@ -172,14 +179,19 @@ def work(
     every = None if no_distribute else (distribute_every or DEFAULT_DISTRIBUTE_EVERY_SECONDS)
     if processes > 1 and not hasattr(os, "fork"):
         raise click.BadParameter("needs fork(), missing here", param_hint="--processes")
-    if metrics_port is not None and not 0 < metrics_port <= MAX_PORT - processes + 1:
+    apps = ctx.each_database()
+    # Of several databases, the supervisor serves one port for all (its workers come and go
+    # with the registry); of one, each worker process serves its own.
+    fleet_metrics = metrics_port is not None and ctx.database_name is None and ctx.app().serves_many
+    ports = 1 if fleet_metrics else processes
+    if metrics_port is not None and not 0 < metrics_port <= MAX_PORT - ports + 1:
         raise click.BadParameter(
-            f"ports {metrics_port}..{metrics_port + processes - 1} are not all in 1..{MAX_PORT}",
+            f"ports {metrics_port}..{metrics_port + ports - 1} are not all in 1..{MAX_PORT}",
             param_hint="--metrics-port",
         )
-    apps = ctx.each_database()
     # Checked here, before any fork: an error is then printed once, not once per process.
     apps[0].select_handlers(handlers)
+    metrics_directory = _multiprocess_directory() if fleet_metrics else None
     if metrics_port is not None:
         _require_prometheus()
     changes = {"lease_seconds": lease, "poll_interval": poll_interval, "listen": listen}
@@ -201,17 +213,6 @@ def work(
     dynamic = ctx.database_name is None and ctx.app().databases_change
     if (len(units) > 1 or dynamic) and not hasattr(os, "fork"):
         raise click.BadParameter("a worker process per database needs fork(), missing here")
-    if metrics_port is not None and dynamic:
-        raise click.BadParameter(
-            "its databases may change while it runs: serve metrics per database, with "
-            "--database NAME",
-            param_hint="--metrics-port",
-        )
-    if metrics_port is not None and metrics_port + len(units) - 1 > MAX_PORT:
-        raise click.BadParameter(
-            f"ports {metrics_port}..{metrics_port + len(units) - 1} are not all in 1..{MAX_PORT}",
-            param_hint="--metrics-port",
-        )
 
     def run_worker(unit: tuple[str | None, int], signals: tuple[signal.Signals, ...]) -> None:
         app = ctx.database(unit[0])
@@ -220,7 +221,12 @@ def work(
             with named_database(app):
                 ready(app, handlers)
                 database.check_generation(app.engine)
-        port = None if metrics_port is None else metrics_port + units.index(unit)
+        if metrics_directory is not None:
+            on_result = _count_for_fleet(app)
+        elif metrics_port is not None:
+            on_result = _serve_metrics(app, metrics_port + unit[1])
+        else:
+            on_result = None
         worker = Worker(
             app,
             concurrency=concurrency,
@@ -228,7 +234,7 @@ def work(
             burst=burst,
             distribute_every=every,
             shutdown_grace_period=shutdown_grace_period,
-            on_result=None if port is None else _serve_metrics(app, port),
+            on_result=on_result,
             claims_in_flight=max(1, CLAIMS_IN_FLIGHT_PER_HANDLER // processes),
         )
         with stop_on_signals(worker, signals):
@@ -249,7 +255,7 @@ def work(
             # The others' work is done; the handlers whose tables went missing could not run.
             raise BufferTableMissingError(worker.missing_tables)
 
-    if len(units) == 1 and not (dynamic and not burst):
+    if len(units) == 1 and not (dynamic and not burst) and metrics_directory is None:
         run_worker(units[0], (signal.SIGTERM, signal.SIGINT))
         return
     # The workers open connections of their own: none may be shared across the fork.
@@ -261,7 +267,10 @@ def work(
         try:
             with exits_on_errors():
                 try:
-                    run_worker(unit, (signal.SIGTERM,))
+                    if unit == _METRICS_UNIT and metrics_port and metrics_directory:
+                        _serve_fleet_metrics(ctx.app(), metrics_port, metrics_directory)
+                    else:
+                        run_worker(unit, (signal.SIGTERM,))
                 except SchemaIncompatibleError as error:
                     click.echo(f"Error: {error}", err=True)
                     return _EXIT_SCHEMA_INCOMPATIBLE
@@ -271,18 +280,24 @@ def work(
         return EXIT_OK
 
     def plan() -> list[tuple[str | None, int]]:
-        return [(app.database_name, k) for app in ctx.each_database() for k in range(processes)]
+        workers = [(app.database_name, k) for app in ctx.each_database() for k in range(processes)]
+        return [*workers, _METRICS_UNIT] if metrics_directory is not None else workers
 
-    code = supervise(
-        plan,
-        run_forked,
-        restart=not burst,
-        usage_error=EXIT_USAGE,
-        final=_EXIT_SCHEMA_INCOMPATIBLE,
-        # A registry that is a function is read again while the workers run (not in burst
-        # mode, whose workers end once their database is drained).
-        replan_every=registry_every if dynamic and not burst else None,
-    )
+    try:
+        code = supervise(
+            plan,
+            run_forked,
+            restart=not burst,
+            usage_error=EXIT_USAGE,
+            final=_EXIT_SCHEMA_INCOMPATIBLE,
+            # A registry that is a function is read again while the workers run (not in burst
+            # mode, whose workers end once their database is drained).
+            replan_every=registry_every if dynamic and not burst else None,
+            serving=_METRICS_UNIT if metrics_directory is not None else None,
+        )
+    finally:
+        if metrics_directory is not None and metrics_directory.startswith(_OWN_DIRECTORY):
+            shutil.rmtree(metrics_directory, ignore_errors=True)
     if code != EXIT_OK:
         sys.exit(code)
 
@@ -322,4 +337,58 @@ def _serve_metrics(app: Outbox, port: int) -> Callable[[Any], None]:
         prometheus.start_http_server(app, port)
     except OSError as error:
         raise click.BadParameter(f"port {port}: {error}", param_hint="--metrics-port") from error
-    return prometheus.WorkerMetrics().callback(app)
+    return prometheus.WorkerMetrics(database=app.database_name).callback(app)
+
+
+def _multiprocess_directory() -> str:
+    """Where the worker processes of several databases write their counters for the one port
+    (prometheus-client's multiprocess mode). It must be chosen before prometheus-client is
+    imported: the application may have imported it already."""
+    given = os.environ.get(_MULTIPROCESS_ENV)
+    if given:
+        if not os.path.isdir(given):
+            fail(f"{_MULTIPROCESS_ENV}={given}: not a directory", EXIT_USAGE)
+        return given
+    if "prometheus_client" in sys.modules:
+        fail(
+            "--metrics-port: the application imported prometheus_client before outbox could "
+            f"choose where its worker processes count: set {_MULTIPROCESS_ENV} to an empty "
+            "directory",
+            EXIT_USAGE,
+        )
+    directory = tempfile.mkdtemp(prefix=_OWN_DIRECTORY.rsplit("/", 1)[1])
+    os.environ[_MULTIPROCESS_ENV] = directory
+    return directory
+
+
+def _count_for_fleet(app: Outbox) -> Callable[[Any], None]:
+    """The worker's result callback: counters in the multiprocess directory, which the
+    supervisor's metrics process serves."""
+    from prometheus_client import CollectorRegistry
+
+    from outbox import prometheus
+
+    # A registry of its own: the values live in the directory, served by another process.
+    counters = prometheus.WorkerMetrics(CollectorRegistry(), database=app.database_name)
+    return counters.callback(app)
+
+
+def _serve_fleet_metrics(app: Outbox, port: int, directory: str) -> None:
+    """The metrics process of several databases: serve every database's gauges and every
+    worker process's counters on ``port`` until SIGTERM."""
+    import prometheus_client
+
+    from outbox import prometheus
+
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopped.set())
+    unblock_stop_signals()
+    try:
+        registry = prometheus.fleet_registry(app, directory)
+        server, _ = prometheus_client.start_http_server(
+            port, addr=prometheus.DEFAULT_ADDRESS, registry=registry
+        )
+    except OSError as error:
+        raise click.BadParameter(f"port {port}: {error}", param_hint="--metrics-port") from error
+    stopped.wait()
+    server.shutdown()
