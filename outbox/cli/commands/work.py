@@ -144,7 +144,7 @@ def distribute(ctx: Context, handlers: tuple[str, ...]) -> None:
     envvar="OUTBOX_METRICS_PORT",
     metavar="PORT",
     help="Serve Prometheus metrics on PORT (needs the metrics extra); with --processes N, "
-    "worker i serves PORT + i.",
+    "worker i serves PORT + i; of several databases, PORT serves them all.",
 )
 @click.option(
     "--listen/--no-listen",
