@@ -49,18 +49,19 @@ def exits_on_errors() -> Iterator[None]:
         yield
     except StoppedError as stopped:
         exit_interrupted(f"{stopped.summary}; stopped by Ctrl-C before the rest")
-    except ConfigurationError as error:
-        fail(str(error), EXIT_USAGE)
-    except (DatabaseUnavailableError, DownstreamUnavailableError) as error:
-        fail(str(error), EXIT_UNREACHABLE)
-    except SchemaMissingError as error:
-        fail(str(error), EXIT_FAILURE)
-    except BufferTableMissingError as error:
-        fail(str(error), EXIT_FAILURE)
-    except OutboxError as error:
-        fail(str(error), EXIT_FAILURE)
-    except OperationalError as error:
-        fail(f"database error: {database.error_summary(error)}", EXIT_FAILURE)
+    except (OutboxError, OperationalError) as error:
+        fail(*said(error))
+
+
+def said(error: OutboxError | OperationalError) -> tuple[str, int]:
+    """The one line an error of outbox's or the database's is said in, and its exit code."""
+    if isinstance(error, ConfigurationError):
+        return str(error), EXIT_USAGE
+    if isinstance(error, DatabaseUnavailableError | DownstreamUnavailableError):
+        return str(error), EXIT_UNREACHABLE
+    if isinstance(error, OperationalError):
+        return f"database error: {database.error_summary(error)}", EXIT_FAILURE
+    return str(error), EXIT_FAILURE
 
 
 @contextmanager

@@ -11,6 +11,7 @@ when they will be rescued.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -559,3 +560,59 @@ def bands(statuses: list[HandlerStatus]) -> list[BandStatus]:
             )
         )
     return sorted(result, key=lambda b: b.promise)
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseTotals:
+    """The handlers of one database taken together, or the databases of a fleet: counts are
+    summed, ages and staleness are the largest."""
+
+    unclaimed: int = 0
+    oldest_age: float | None = None
+    staleness: float | None = None
+    groups_in_flight: int = 0
+    groups_retrying: int = 0
+    groups_refused: int = 0
+    dead: int = 0
+    alerts: int = 0
+    live_workers: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)
+
+
+def database_totals(statuses: list[HandlerStatus], live_workers: int = 0) -> DatabaseTotals:
+    """The handler statuses of one database added up."""
+    return DatabaseTotals(
+        unclaimed=sum(s.unclaimed for s in statuses),
+        oldest_age=_largest(s.oldest_age for s in statuses),
+        staleness=_largest(s.staleness for s in statuses),
+        groups_in_flight=sum(s.groups_in_flight for s in statuses),
+        groups_retrying=sum(s.groups_retrying for s in statuses),
+        groups_refused=sum(s.groups_refused for s in statuses),
+        dead=sum(s.dead for s in statuses),
+        alerts=sum(len(s.alerts) for s in statuses),
+        live_workers=live_workers,
+    )
+
+
+def fleet_totals(databases: Iterable[DatabaseTotals]) -> DatabaseTotals:
+    """The totals of several databases added up: the fleet as a whole."""
+    listed = list(databases)
+    return DatabaseTotals(
+        unclaimed=sum(d.unclaimed for d in listed),
+        oldest_age=_largest(d.oldest_age for d in listed),
+        staleness=_largest(d.staleness for d in listed),
+        groups_in_flight=sum(d.groups_in_flight for d in listed),
+        groups_retrying=sum(d.groups_retrying for d in listed),
+        groups_refused=sum(d.groups_refused for d in listed),
+        dead=sum(d.dead for d in listed),
+        alerts=sum(d.alerts for d in listed),
+        live_workers=sum(d.live_workers for d in listed),
+    )
+
+
+def _largest(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return max(known) if known else None

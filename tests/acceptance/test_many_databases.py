@@ -230,3 +230,40 @@ def test_metrics_of_several_databases_need_to_choose_prometheus_mode_first(
         "choose where its worker processes count: set PROMETHEUS_MULTIPROC_DIR to an empty "
         "directory"
     ]) == (refused.code, refused.stderr.strip().splitlines())  # fmt: skip
+
+
+def test_status_shows_the_fleet_as_a_whole_and_a_database_that_is_down_apart(
+    cli: Cli, databases: dict[str, str], tmp_path: Path
+) -> None:
+    """``outbox status`` of several databases ends with a line per database and the fleet's
+    totals; a database that cannot be reached is said in one line, its row says ``error``,
+    the others are shown, and the exit code is the unreachable one's."""
+    chosen = {name: databases[name] for name in ("alpha", "delta")}
+    env = {many_app.DATABASES_ENV: json.dumps(chosen), many_app.OUTPUT_ENV: str(tmp_path)}
+    assert 0 == cli.run(*APP, "migrate", env=env).code
+    for name, url in chosen.items():
+        engine = create_engine(url)
+        many_app.Base.metadata.create_all(engine)
+        with engine.begin() as conn:
+            conn.execute(insert(many_app.TenantEvent.__table__), [{"tenant": name}] * COUNTS[name])
+        engine.dispose()
+    down = {**chosen, "omega": "postgresql+psycopg://postgres@127.0.0.1:1/gone"}
+    env[many_app.DATABASES_ENV] = json.dumps(down)
+
+    shown = cli.run(*APP, "status", env=env)
+    as_json = cli.run(*APP, "status", "--json", env=env)
+
+    totals = shown.stdout.split("\n\n")[-1].splitlines()
+    assert [3, 3] == [shown.code, as_json.code], shown.stderr
+    assert [
+        ["database", "unclaimed"],
+        ["alpha", "120"],
+        ["delta", "33"],
+        ["omega", "error"],
+        ["(all)", "153"],
+    ] == [line.split()[:2] for line in totals if not line.startswith("-")]
+    assert "Error: database 'omega': " in shown.stderr
+    document = json.loads(as_json.stdout)
+    assert ["alpha", "delta", "omega"] == list(document["databases"])
+    assert "error" in document["databases"]["omega"]
+    assert (153, 0) == (document["total"]["unclaimed"], document["total"]["live_workers"])

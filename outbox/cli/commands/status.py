@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import click
+from sqlalchemy.exc import OperationalError
 
 from outbox import Outbox, lifecycle
 from outbox._core.durations import duration
 from outbox.cli._context import Context
-from outbox.cli._errors import EXIT_FAILURE, command, named_database, ready
+from outbox.cli._errors import EXIT_FAILURE, EXIT_OK, command, named_database, ready, said
 from outbox.cli._main import main
 from outbox.cli._options import MAX_DEAD_SINCE_SECONDS, DurationOrOff
 from outbox.cli._output import bytes_text, print_table, ratio_text
 from outbox.cli._progress import reporting
+from outbox.exceptions import OutboxError
 from outbox.ops import buffer_clock, fleet, metrics, scaling
 from outbox.ops.metrics import HandlerStatus
 
@@ -67,41 +69,98 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
     each database, for an application serving several (unless --database names one)."""
     apps = ctx.each_database()
     if len(apps) == 1 and apps[0].database_name is None:
-        document = _status_of(apps[0], as_json, handlers, dead_since)
-        if document is not None:
-            click.echo(json.dumps(document, indent=2))
+        read = _read_status(apps[0], handlers, dead_since)
+        if as_json:
+            click.echo(json.dumps(read.document(), indent=2))
+        else:
+            _print_status(read)
         return
-    if as_json:
-        documents = {}
-        for app in apps:
-            with named_database(app):
-                documents[app.database_name] = _status_of(app, True, handlers, dead_since)
-        click.echo(json.dumps({"databases": documents}, indent=2))
-        return
+    # Of several databases, one that cannot be read is said and the others are shown: an
+    # outage of one tenant must not hide the fleet from its operator.
+    documents: dict[str, dict[str, Any]] = {}
+    totals: dict[str, metrics.DatabaseTotals | None] = {}
+    code = EXIT_OK
     for index, app in enumerate(apps):
-        if index:
-            click.echo()
-        click.echo(f"database {app.database_name}")
-        with named_database(app):
-            _status_of(app, False, handlers, dead_since)
+        name = str(app.database_name)
+        if not as_json:
+            click.echo(("\n" if index else "") + f"database {name}")
+        try:
+            with named_database(app):
+                read = _read_status(app, handlers, dead_since)
+        except (OutboxError, OperationalError) as error:
+            message, failure = said(error)
+            code = max(code, failure)
+            documents[name], totals[name] = {"error": message}, None
+            if not as_json:
+                click.echo(f"Error: {message}", err=True)
+            continue
+        documents[name], totals[name] = read.document(), read.totals()
+        if not as_json:
+            _print_status(read)
+    fleet_total = metrics.fleet_totals(t for t in totals.values() if t is not None)
+    if as_json:
+        click.echo(json.dumps({"databases": documents, "total": fleet_total.as_dict()}, indent=2))
+    else:
+        click.echo()
+        _print_totals(totals, fleet_total)
+    if code != EXIT_OK:
+        sys.exit(code)
 
 
-def _status_of(
-    app: Outbox, as_json: bool, handlers: tuple[str, ...], dead_since: float
-) -> dict[str, Any] | None:
-    """Print one database's status; with ``as_json``, return its document instead."""
+def _print_totals(
+    totals: dict[str, metrics.DatabaseTotals | None], fleet_total: metrics.DatabaseTotals
+) -> None:
+    """Each database on one line (a database that could not be read: ``error``), then the
+    fleet as a whole."""
+    rows: list[tuple[str, ...]] = []
+    for name, total in [*totals.items(), ("(all)", fleet_total)]:
+        if total is None:
+            rows.append((name, "error", "", "", "", "", "", "", "", ""))
+            continue
+        rows.append(
+            (name, str(total.unclaimed), duration(total.oldest_age), ratio_text(total.staleness),
+             str(total.groups_in_flight), str(total.groups_retrying), str(total.groups_refused),
+             str(total.dead), str(total.alerts), str(total.live_workers))
+        )  # fmt: skip
+    print_table(
+        ("database", "unclaimed", "oldest", "staleness", "in flight", "retrying", "refused",
+         "dead", "alerts", "workers"),
+        rows,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class _Status:
+    """One database's status, as ``outbox status`` reads it."""
+
+    rows: list[HandlerStatus]
+    versions: fleet.Fleet
+    wanted: scaling.Scaling
+
+    def document(self) -> dict[str, Any]:
+        """The ``--json`` document."""
+        return {
+            "handlers": [r.as_dict() for r in self.rows],
+            "bands": [b.as_dict() for b in metrics.bands(self.rows)],
+            "fleet": self.versions.as_dict(),
+            "scaling": self.wanted.as_dict(),
+        }
+
+    def totals(self) -> metrics.DatabaseTotals:
+        """Its handlers added up, with its live workers."""
+        live = sum(w.live for w in self.versions.workers)
+        return metrics.database_totals(self.rows, live)
+
+
+def _read_status(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> _Status:
     app = ready(app, handlers)
     rows = _started(app, handlers, dead_since)
-    band_rows = metrics.bands(rows)
-    versions = fleet.fleet(app)
-    wanted = scaling.read_scaling(app, handlers)
-    if as_json:
-        return {
-            "handlers": [r.as_dict() for r in rows],
-            "bands": [b.as_dict() for b in band_rows],
-            "fleet": versions.as_dict(),
-            "scaling": wanted.as_dict(),
-        }
+    return _Status(rows, fleet.fleet(app), scaling.read_scaling(app, handlers))
+
+
+def _print_status(status: _Status) -> None:
+    """One database's status as tables and lines."""
+    rows, band_rows = status.rows, metrics.bands(status.rows)
     print_table(
         ("handler", "urgency", "paused", "unclaimed", "oldest", "staleness",
          "waiting", "in flight", "retrying", "refused", "failed", "dead", "alerts"),
@@ -124,8 +183,8 @@ def _status_of(
         ],
     )  # fmt: skip
     click.echo()
-    _print_scaling(wanted)
-    _print_fleet(versions)
+    _print_scaling(status.wanted)
+    _print_fleet(status.versions)
     for r in rows:
         if r.paused:
             click.echo(
@@ -149,7 +208,6 @@ def _status_of(
     for r in rows:
         for alert in r.alerts:
             click.echo(f"alert: {r.handler} ({r.urgency}): {alert}")
-    return None
 
 
 def _started(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> list[HandlerStatus]:
