@@ -120,12 +120,7 @@ async def client(many: Outbox) -> AsyncIterator[httpx.AsyncClient]:
 def _links(html: str, names: tuple[str, ...] = ("href", "action", "src")) -> list[str]:
     """The links of a page to this site: those a browser follows (``href``, ``src``) and
     submits to (``action``)."""
-    return [
-        link
-        for name in names
-        for link in attributes(html, name)
-        if link.startswith("/")
-    ]
+    return [link for name in names for link in attributes(html, name) if link.startswith("/")]
 
 
 async def _eventually(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
