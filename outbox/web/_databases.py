@@ -126,7 +126,9 @@ class Databases:
             return None
         kept = await self._kept([name])
         if name not in kept:
-            raise HTTPException(503, f"database {name!r}: the registry did not answer in time")
+            raise HTTPException(
+                503, f"database {name!r}: its application could not be had from the registry now"
+            )
         return kept[name].starlette
 
     async def _kept(self, names: Collection[str]) -> dict[str, _Kept]:
@@ -250,7 +252,7 @@ class Databases:
         names = await self.names()
         kept = await self._kept(names)
         calls = {
-            n: self._calls.start(("health", n), _bound(database.check_connection, k.view.engine))
+            n: self._calls.start(("health", n), _bound(_check_connection, k.view))
             for n, k in kept.items()
         }
         await wait(calls.values(), WAIT_SECONDS)
@@ -274,6 +276,12 @@ def _bound(work: Callable[..., T], *args: Any) -> Callable[[], T]:
         return work(*args)
 
     return call
+
+
+def _check_connection(view: Outbox) -> None:
+    # The engine is made here, on the check's thread: a URL whose driver is missing fails
+    # this database's check, not the request.
+    database.check_connection(view.engine)
 
 
 def _summary(error: BaseException) -> str:
