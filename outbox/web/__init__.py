@@ -17,6 +17,7 @@ write is recorded with who made it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from typing import Any
 
@@ -30,8 +31,9 @@ from starlette.routing import Route
 
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
-from outbox.web import _limits, _render, api, bodies, openapi, pages
-from outbox.web._console import REFRESH_SECONDS, Console, call, console_of, require
+from outbox.web import _limits, _render, api, bodies, databases, openapi, pages
+from outbox.web._console import REFRESH_SECONDS, Console, call, console_of, require, served_by
+from outbox.web._databases import Databases
 from outbox.web.auth import Auth, Permission, Principal, Role
 
 __all__ = ["Auth", "Principal", "Role", "create_app"]
@@ -65,6 +67,8 @@ def create_app(
     hidden = frozenset(hide_payloads)
     for name in sorted(hidden):
         app.get_handler(name)
+    if app.serves_many:
+        return _of_databases(app, auth, float(refresh_seconds), hidden, title)
     console = Console(app, auth, float(refresh_seconds), hidden, title)
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
@@ -82,10 +86,41 @@ def create_app(
     return starlette
 
 
+def _of_databases(
+    app: Outbox, auth: Auth, refresh_seconds: float, hidden: frozenset[str], title: str
+) -> Starlette:
+    """The console of an application serving several databases (:mod:`outbox.web.databases`)."""
+
+    def build(view: Outbox) -> Starlette:
+        return create_app(
+            view, auth=auth, refresh_seconds=refresh_seconds, hide_payloads=hidden, title=title
+        )
+
+    starlette = Starlette(
+        routes=[Route("/metrics", exposition, methods=["GET"]), *databases.ROUTES],
+        exception_handlers={HTTPException: _error},
+    )
+    starlette.state.databases = Databases(app, auth, refresh_seconds, title, build)
+    return starlette
+
+
+# A path of a database's console's API, under the console of several databases.
+_DATABASE_API = re.compile(rf"^/databases/[^/]+{re.escape(api.PREFIX)}(/|$)")
+
+
+def _asks_api(request: Request) -> bool:
+    """Whether ``request`` is for the API: its path under where the console is mounted (the
+    console of several databases: its own API, or a database's)."""
+    root = request.scope.get("root_path", "")
+    path = request.scope["path"]
+    under = path[len(root) :] if root and path.startswith(root) else path
+    return under.startswith(api.PREFIX) or bool(_DATABASE_API.match(under))
+
+
 async def _error(request: Request, error: Exception) -> Response:
     assert isinstance(error, HTTPException)
     headers = dict(error.headers or {})
-    if request.url.path.startswith(api.PREFIX) or not _render.wants_html(request):
+    if _asks_api(request) or not _render.wants_html(request):
         said = msgspec.to_builtins(bodies.Error(error=error.detail))
         return JSONResponse(said, status_code=error.status_code, headers=headers)
     return _render.error_page(request, error.status_code, str(error.detail), headers)
@@ -113,6 +148,8 @@ async def exposition(request: Request) -> Response:
     from outbox.prometheus import register
 
     registry = CollectorRegistry()
-    register(console_of(request).app, registry)
+    # Of an application serving several databases, the collector labels each database's
+    # samples with its name (outbox.prometheus).
+    register(served_by(request).app, registry)
     body: Any = await call(generate_latest, registry)
     return PlainTextResponse(body, media_type=CONTENT_TYPE_LATEST)

@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from sqlalchemy.exc import DataError, DBAPIError
 from starlette.concurrency import run_in_threadpool
@@ -146,21 +146,43 @@ def console_of(request: Request) -> Console:
     return console
 
 
+class Served(Protocol):
+    """What every page and check needs of the console that serves it: the console of one
+    database (:class:`Console`), or that of several (``outbox.web._databases.Databases``)."""
+
+    app: Outbox
+    auth: Auth
+    refresh_seconds: float
+    title: str
+
+
+def served_by(request: Request) -> Served:
+    """The console ``request`` is served by: ``state.console`` of one database, else
+    ``state.databases`` of several."""
+    state = request.app.state
+    served: Served = state.console if hasattr(state, "console") else state.databases
+    return served
+
+
 async def require(request: Request, permission: Permission, *, write: bool = False) -> Principal:
     """The principal of ``request`` if it may do ``permission``: 401 when it proves nobody,
     403 when its role does not allow it, or when a write that a browser could have sent by
     itself (basic auth, the host's hook, loopback) lacks the page's CSRF token."""
-    console = console_of(request)
-    principal = await console.auth.principal(request)
-    if principal is None:
-        headers = {
-            "WWW-Authenticate": 'Basic realm="outbox"' if console.auth.asks_for_basic else "Bearer"
-        }
-        raise HTTPException(401, "authentication required", headers=headers)
+    principal = await authenticate(request)
     if not principal.role.allows(permission):
         raise HTTPException(403, f"{principal.role.value} may not {permission.value}")
     if write and principal.via != "token":
         await _check_csrf(request)
+    return principal
+
+
+async def authenticate(request: Request) -> Principal:
+    """Who ``request`` comes from: 401 when it proves nobody."""
+    auth = served_by(request).auth
+    principal = await auth.principal(request)
+    if principal is None:
+        headers = {"WWW-Authenticate": 'Basic realm="outbox"' if auth.asks_for_basic else "Bearer"}
+        raise HTTPException(401, "authentication required", headers=headers)
     return principal
 
 

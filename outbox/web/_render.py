@@ -24,9 +24,12 @@ from starlette.templating import Jinja2Templates
 
 from outbox._core.durations import Timed, duration
 from outbox._core.values import jsonable
-from outbox.web._console import console_of
+from outbox.web._console import Console, served_by
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD, Permission, Principal, new_csrf_token
 
+FLEET_PATH = "outbox.fleet_path"
+"""The ASGI scope's key that holds, in the console of one database served by the console of
+several, the path of the page of all of them (the header links back to it)."""
 FRAGMENT_HEADER = "X-Outbox-Fragment"
 """A request with this header set to ``1`` gets the page's main part only (a refresh)."""
 VALUE_SHOWN = 2_000
@@ -225,12 +228,18 @@ def page(
 ) -> Response:
     """A page, or its main part alone when the request asks for a fragment; sets the CSRF
     cookie when the browser has none."""
-    console = console_of(request)
-    token, fresh = _csrf_token(request) if principal is not None else ("", False)
+    console = served_by(request)
+    one = isinstance(console, Console)
+    # The page of several databases has no form: it sets no cookie (the cookie of each
+    # database's console is its own, under that console's path).
+    token, fresh = _csrf_token(request) if principal is not None and one else ("", False)
     params = request.query_params
     full = {
         "request": request,
         "console_title": console.title,
+        "many_databases": not one,
+        "database_name": console.app.database_name if isinstance(console, Console) else None,
+        "fleet_path": request.scope.get(FLEET_PATH),
         "principal": principal,
         "can_operate": principal is not None and principal.role.allows(Permission.OPERATE),
         "csrf_field": CSRF_FIELD,

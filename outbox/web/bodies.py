@@ -15,6 +15,7 @@ import dataclasses
 import re
 import uuid
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Annotated, Any, TypeAlias, TypeVar
 
 import msgspec
@@ -237,6 +238,58 @@ class Statuses:
     handlers: list[HandlerStatus]
 
 
+class DatabaseRead(StrEnum):
+    """How a database's line of the console of several databases was read."""
+
+    ANSWERED = "answered"
+    """Its numbers are its console's latest status snapshot."""
+    FAILED = "failed"
+    """Its last read failed (``error`` says why); its numbers, if any, are from its last read
+    that did not."""
+    WAITING = "waiting"
+    """It did not answer within the wait; its numbers, if any, are from its last read."""
+
+
+class Totals(Answer):
+    """Every handler of a database taken together, or every database: counts summed, ages
+    and staleness the largest. ``at_least``: a count reached the cap it was counted to."""
+
+    unclaimed: int
+    oldest_age: float | None
+    staleness: float | None
+    groups_in_flight: int
+    groups_retrying: int
+    groups_refused: int
+    dead: int
+    alerts: int
+    workers_alive: int | None
+    at_least: bool
+
+
+class DatabaseStatus(Answer):
+    """One database of an application serving several: how it was read, why not (``error``,
+    one line), when its numbers were read (``taken_at``, ``time.time()``; None: never), and
+    its numbers (None: none read yet)."""
+
+    name: str
+    read: DatabaseRead
+    error: str | None
+    taken_at: float | None
+    totals: Totals | None
+
+
+class DatabasesStatus(Answer):
+    """Every database the registry lists now, and all of them taken together (``total``:
+    those of ``counted`` databases whose numbers are known); ``registry_error``: why the
+    registry's last read failed (the databases are then those of its last good read)."""
+
+    taken_at: float
+    databases: list[DatabaseStatus]
+    total: Totals
+    counted: int
+    registry_error: str | None
+
+
 ANSWERS: tuple[type[Any], ...] = (
     Error,
     Paused,
@@ -248,6 +301,8 @@ ANSWERS: tuple[type[Any], ...] = (
     Ingested,
 )
 """The answers the document names."""
+DATABASES_ANSWERS: tuple[type[Any], ...] = (Error, DatabasesStatus)
+"""The answers the document of the console of several databases names."""
 
 
 def components(

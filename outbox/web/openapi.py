@@ -516,6 +516,54 @@ def _text(value: Any) -> Any:
     return value
 
 
+DATABASES_PATHS: dict[str, dict[str, Any]] = {
+    "/databases": {
+        "get": _op(
+            "Every database's totals, and all of them taken together",
+            {
+                "200": _answer("each database's line and the total", bodies.DatabasesStatus),
+                **{code: _errors()[code] for code in ("401", "403")},
+                "503": _answer("the registry of databases could not be read", bodies.Error),
+            },
+        )
+    },
+}
+"""The API of the console of several databases; each database's own is under
+``/databases/{name}/api/v1`` (its document at ``openapi.json`` there)."""
+
+
+def databases_spec() -> dict[str, Any]:
+    """The OpenAPI 3.1 document of the console of an application serving several databases."""
+    _, answered = bodies.components(bodies.DATABASES_ANSWERS)
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "outbox (several databases)",
+            "version": VERSION,
+            "description": (
+                "Each database's console, with its own API and document, is under "
+                "/databases/{name}/ (its API at /databases/{name}/api/v1)."
+            ),
+        },
+        "servers": [{"url": PREFIX}],
+        "components": {
+            "schemas": answered,
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                "basic": {"type": "http", "scheme": "basic"},
+            },
+        },
+        "security": [{"bearer": []}, {"basic": []}],
+        "paths": copy.deepcopy(DATABASES_PATHS),
+    }
+
+
+async def databases_document(request: Request) -> Response:
+    """``GET /api/v1/openapi.json`` of the console of several databases: served to anyone,
+    as it holds no data."""
+    return JSONResponse(databases_spec())
+
+
 async def document(request: Request) -> Response:
     """``GET /api/v1/openapi.json``: served to anyone, as it holds no data (the handlers' names
     and their buffers' columns, no row)."""

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import signal
+from pathlib import Path
 
 import httpx
 import pytest
+from sqlalchemy import create_engine
 
 from tests._ports import free_ports
 from tests._support import wait_for
+from tests.acceptance import many_app
 from tests.acceptance._cli import APP, Cli
 
 TOKEN = "dashboard-test-token-0123456789"
+MANY = ("--app", "tests.acceptance.many_app:app")
 
 
 @pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
@@ -67,3 +72,46 @@ def test_the_dashboard_refuses_to_serve_without_credentials(
     """No credentials, or a loopback role on an address others reach: exit 2, one line."""
     result = cli.run("--app", APP, "--database-url", database_url, "dashboard", *args)
     assert (2, True) == (result.code, result.stderr.startswith(message)), result.stderr
+
+
+def test_the_dashboard_of_several_databases_serves_each_and_all_of_them(
+    cli: Cli, tmp_path: Path
+) -> None:
+    """An application serving several databases, without ``--database``: the page of all of
+    them and each one's console; with ``--database NAME``, that database's console alone."""
+    databases = {name: f"sqlite:///{tmp_path / name}.sqlite3" for name in ("north", "south")}
+    env = {many_app.DATABASES_ENV: json.dumps(databases)}
+    assert 0 == cli.run(*MANY, "migrate", env=env).code
+    for url in databases.values():
+        engine = create_engine(url)
+        many_app.Base.metadata.create_all(engine)
+        engine.dispose()
+    answers = []
+    for chosen in ((), ("--database", "south")):
+        port = free_ports()
+        running = cli.start(
+            *MANY, *chosen, "dashboard", "--port", str(port), "--loopback-role", "viewer", env=env
+        )
+        base = f"http://127.0.0.1:{port}"
+
+        def healthy(base: str = base) -> bool:
+            try:
+                return httpx.get(f"{base}/healthz", timeout=1).status_code == 200
+            except httpx.TransportError:
+                return False
+
+        wait_for(healthy, "the dashboard to answer /healthz")
+        answers.append(
+            (
+                httpx.get(f"{base}/healthz", timeout=5).json(),
+                httpx.get(f"{base}/api/v1/databases", timeout=5).status_code,
+                httpx.get(f"{base}/databases/north/api/v1/status", timeout=5).status_code,
+                httpx.get(f"{base}/api/v1/status", timeout=5).status_code,
+            )
+        )
+        running.send(signal.SIGTERM)
+        running.wait(20)
+    assert [
+        ({"ok": True, "databases": {"north": True, "south": True}}, 200, 200, 404),
+        ({"ok": True}, 404, 404, 200),
+    ] == answers

@@ -607,3 +607,66 @@ def test_the_pages_run_without_script_errors(operator: Any) -> None:
         errors,
         operator.evaluate("() => getComputedStyle(document.body).margin === '0px'"),
     )
+
+
+@pytest.fixture(scope="module")
+def many_dashboard(
+    database: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[str, Outbox]]:
+    """The console of an application serving two databases (the module's PostgreSQL one and
+    a SQLite file), served by uvicorn; its base URL and the application."""
+    sqlite = f"sqlite:///{tmp_path_factory.mktemp('many')}/south.sqlite3"
+    reset_schema(sqlite)
+    app = Outbox(databases={"north": database, "south": sqlite})
+    app.handler(EmailEvent, name="mail")(lambda batch: None)
+    console = create_app(app, auth=Auth(users=USERS), refresh_seconds=REFRESH_SECONDS)
+    port = free_ports()
+    server = uvicorn.Server(
+        uvicorn.Config(console, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, "the console of several databases to listen")
+    try:
+        yield f"http://127.0.0.1:{port}", app
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+        for name in ("north", "south"):
+            app.on(name).engine.dispose()
+
+
+def test_the_page_of_every_database_leads_into_each_console_and_back(
+    browser: Any, many_dashboard: tuple[str, Outbox]
+) -> None:
+    """From the page of all databases, a database's name opens its console (its own pages,
+    its script running without error); its header leads back."""
+    base, _ = many_dashboard
+    context = _context(browser, base, "vic")
+    errors: list[str] = []
+    try:
+        page = context.new_page()
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto("/")
+        names = page.eval_on_selector_all(
+            "tr[data-database]", "rows => rows.map(r => r.dataset.database)"
+        )
+        with page.expect_navigation():
+            page.click("tr[data-database=south] a")
+        inside = (
+            page.url,
+            page.inner_text("header .database"),
+            page.locator("tr[data-handler=mail]").count(),
+        )
+        with page.expect_navigation():
+            page.click("header nav a:text('All databases')")
+        back = page.url
+    finally:
+        context.close()
+    assert (["north", "south", "*"], (f"{base}/databases/south/", "south", 1), f"{base}/", []) == (
+        names,
+        inside,
+        back,
+        errors,
+    )

@@ -52,6 +52,9 @@ def dashboard(
 ) -> None:
     """Serve the dashboard and the HTTP API (the web extra).
 
+    Of an application serving several databases: a page of every database at /, and each
+    database's console under /databases/NAME/ (with --database NAME, that database's alone).
+
     Credentials come from OUTBOX_WEB_TOKENS and OUTBOX_WEB_USERS (name:role:secret entries,
     separated by commas; roles viewer, operator, admin, producer). Without any, it serves
     nothing unless --loopback-role lets this machine in.
@@ -83,7 +86,15 @@ def dashboard(
             EXIT_USAGE,
         )
     auth = Auth.from_env(loopback_role=role)
-    app = ready(ctx.app())
+    app = ctx.app()
+    if app.serves_many:
+        # Not checked first: a database that is down or not migrated shows its error in its
+        # line of the console, and does not keep the others' consoles from being served.
+        listed = ", ".join(app.databases()) or "none listed now"
+        said = f"databases: {listed}; each at /databases/NAME/"
+    else:
+        ready(app)
+        said = "API: /api/v1, /healthz, /metrics"
     console = create_app(app, auth=auth, refresh_seconds=refresh, hide_payloads=hidden)
-    click.echo(f"outbox dashboard on http://{host}:{port}/ (API: /api/v1, /healthz, /metrics)")
+    click.echo(f"outbox dashboard on http://{host}:{port}/ ({said})")
     uvicorn.run(console, host=host, port=port, log_level="warning", access_log=False)
