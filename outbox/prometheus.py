@@ -18,7 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, wait
+from concurrent.futures import wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -35,6 +35,7 @@ except ImportError as error:  # the extra is optional; say how to get it
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 from outbox._core import log as _log
+from outbox._core.in_flight import InFlight
 from outbox.app import Outbox
 from outbox.exceptions import OutboxError
 from outbox.ops import metrics, scaling
@@ -102,8 +103,7 @@ class OutboxCollector:
         self.timeout = timeout
         self._failing: set[str | None] = set()
         self._failing_lock = threading.Lock()
-        self._reads: dict[str, Future[_Read]] = {}
-        self._reads_lock = threading.Lock()
+        self._reads = InFlight("outbox-scrape")
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
         """The metric families without samples, so that registering does not query."""
@@ -139,33 +139,30 @@ class OutboxCollector:
         except OutboxError as error:  # the registry itself failed: said as one error
             self._report(None, error)
             return [(None, _Read(error=True, duration=time.monotonic() - started))]
-        pending = {name: self._start_read(name) for name in names}
+        pending = {name: self._reads.start(name, self._reader(name)) for name in names}
+        self._reads.forget(names)
         wait(pending.values(), timeout=self.timeout)
         reads: list[tuple[str | None, _Read]] = []
         for name, future in pending.items():
             if future.done():
-                with self._reads_lock:
-                    self._reads.pop(name, None)
                 reads.append((name, future.result()))
             else:
-                # Still waiting: reported as an error now; its answer is not asked again
-                # until it comes.
+                # Still waiting: reported as an error now; it is not asked again until it
+                # answers.
                 self._report(name, TimeoutError(f"no answer within {self.timeout:g} s"))
                 reads.append((name, _Read(error=True, duration=time.monotonic() - started)))
         return reads
 
-    def _start_read(self, name: str) -> Future[_Read]:
-        with self._reads_lock:
-            future = self._reads.get(name)
-            if future is None:
-                future = self._reads[name] = Future()
+    def _reader(self, name: str) -> Callable[[], _Read]:
+        def read() -> _Read:
+            try:
                 app = self.app.on(name)
-                threading.Thread(
-                    target=lambda: future.set_result(self._read(app)),
-                    name=f"outbox-scrape-{name}",
-                    daemon=True,
-                ).start()
-            return future
+            except OutboxError as error:  # taken out of the registry since it was listed
+                self._report(name, error)
+                return _Read(error=True, duration=0.0)
+            return self._read(app)
+
+        return read
 
     def _read(self, app: Outbox) -> _Read:
         started = time.monotonic()

@@ -575,14 +575,19 @@ class DatabaseTotals:
     groups_refused: int = 0
     dead: int = 0
     alerts: int = 0
-    live_workers: int = 0
+    workers_alive: int | None = None
+    """Live workers; None when they were not counted (of a fleet: by no database)."""
+    at_least: bool = False
+    """A count reached the cap it was counted to (``collect(count_cap=...)``)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict."""
         return asdict(self)
 
 
-def database_totals(statuses: list[HandlerStatus], live_workers: int = 0) -> DatabaseTotals:
+def database_totals(
+    statuses: list[HandlerStatus], workers_alive: int | None = None
+) -> DatabaseTotals:
     """The handler statuses of one database added up."""
     return DatabaseTotals(
         unclaimed=sum(s.unclaimed for s in statuses),
@@ -593,13 +598,16 @@ def database_totals(statuses: list[HandlerStatus], live_workers: int = 0) -> Dat
         groups_refused=sum(s.groups_refused for s in statuses),
         dead=sum(s.dead for s in statuses),
         alerts=sum(len(s.alerts) for s in statuses),
-        live_workers=live_workers,
+        workers_alive=workers_alive,
+        at_least=any(_capped(s) for s in statuses),
     )
 
 
 def fleet_totals(databases: Iterable[DatabaseTotals]) -> DatabaseTotals:
-    """The totals of several databases added up: the fleet as a whole."""
+    """The totals of several databases added up: the fleet as a whole. Live workers are
+    summed over the databases whose workers were counted."""
     listed = list(databases)
+    workers = [d.workers_alive for d in listed if d.workers_alive is not None]
     return DatabaseTotals(
         unclaimed=sum(d.unclaimed for d in listed),
         oldest_age=_largest(d.oldest_age for d in listed),
@@ -609,10 +617,16 @@ def fleet_totals(databases: Iterable[DatabaseTotals]) -> DatabaseTotals:
         groups_refused=sum(d.groups_refused for d in listed),
         dead=sum(d.dead for d in listed),
         alerts=sum(d.alerts for d in listed),
-        live_workers=sum(d.live_workers for d in listed),
+        workers_alive=sum(workers) if workers else None,
+        at_least=any(d.at_least for d in listed),
     )
 
 
 def _largest(values: Iterable[float | None]) -> float | None:
     known = [v for v in values if v is not None]
     return max(known) if known else None
+
+
+def _capped(status: HandlerStatus) -> bool:
+    cap = status.capped_at
+    return cap is not None and (status.unclaimed >= cap or status.dead >= cap)

@@ -18,17 +18,19 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import msgspec
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 
 from outbox._core import log as _log
+from outbox._core.in_flight import InFlight
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 from outbox.ops import database, fleet, metrics
 from outbox.web._console import Console
-from outbox.web._in_flight import InFlight, wait
+from outbox.web._in_flight import wait
 from outbox.web.auth import Auth
 from outbox.web.bodies import DatabaseRead, DatabasesStatus, DatabaseStatus, Totals
 
@@ -289,43 +291,16 @@ def _summary(error: BaseException) -> str:
 
 
 def totals_of(handlers: list[metrics.HandlerStatus], workers_alive: int | None) -> Totals:
-    """The handlers of one database taken together."""
-    ages = [h.oldest_age for h in handlers if h.oldest_age is not None]
-    staleness = [h.staleness for h in handlers if h.staleness is not None]
-    return Totals(
-        unclaimed=sum(h.unclaimed for h in handlers),
-        oldest_age=max(ages, default=None),
-        staleness=max(staleness, default=None),
-        groups_in_flight=sum(h.groups_in_flight for h in handlers),
-        groups_retrying=sum(h.groups_retrying for h in handlers),
-        groups_refused=sum(h.groups_refused for h in handlers),
-        dead=sum(h.dead for h in handlers),
-        alerts=sum(len(h.alerts) for h in handlers),
-        workers_alive=workers_alive,
-        at_least=any(_capped(h) for h in handlers),
-    )
-
-
-def _capped(status: metrics.HandlerStatus) -> bool:
-    cap = status.capped_at
-    return cap is not None and (status.unclaimed >= cap or status.dead >= cap)
+    """The handlers of one database taken together, as the API says it."""
+    return _answer(metrics.database_totals(handlers, workers_alive))
 
 
 def sum_of(totals: list[Totals]) -> Totals:
-    """Databases taken together: counts summed, ages and staleness the largest; the live
-    workers summed over the databases whose workers were counted (None when none was)."""
-    ages = [t.oldest_age for t in totals if t.oldest_age is not None]
-    staleness = [t.staleness for t in totals if t.staleness is not None]
-    workers = [t.workers_alive for t in totals if t.workers_alive is not None]
-    return Totals(
-        unclaimed=sum(t.unclaimed for t in totals),
-        oldest_age=max(ages, default=None),
-        staleness=max(staleness, default=None),
-        groups_in_flight=sum(t.groups_in_flight for t in totals),
-        groups_retrying=sum(t.groups_retrying for t in totals),
-        groups_refused=sum(t.groups_refused for t in totals),
-        dead=sum(t.dead for t in totals),
-        alerts=sum(t.alerts for t in totals),
-        workers_alive=sum(workers) if workers else None,
-        at_least=any(t.at_least for t in totals),
+    """Databases taken together (:func:`outbox.ops.metrics.fleet_totals`)."""
+    return _answer(
+        metrics.fleet_totals(metrics.DatabaseTotals(**msgspec.structs.asdict(t)) for t in totals)
     )
+
+
+def _answer(totals: metrics.DatabaseTotals) -> Totals:
+    return Totals(**totals.as_dict())

@@ -266,4 +266,4 @@ def test_status_shows_the_fleet_as_a_whole_and_a_database_that_is_down_apart(
     document = json.loads(as_json.stdout)
     assert ["alpha", "delta", "omega"] == list(document["databases"])
     assert "error" in document["databases"]["omega"]
-    assert (153, 0) == (document["total"]["unclaimed"], document["total"]["live_workers"])
+    assert (153, 0) == (document["total"]["unclaimed"], document["total"]["workers_alive"])

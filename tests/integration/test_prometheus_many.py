@@ -70,7 +70,7 @@ def test_each_database_is_labelled_and_one_down_or_hung_is_its_own_error(
     handler = {"handler": "deliver", "band": "HOUR"}
     scrapes = [[sample("outbox_scrape_error", name) for name in databases] for _ in range(3)]
     unclaimed = [sample(UNCLAIMED, name, **handler) for name in databases]
-    readers = [t for t in threading.enumerate() if t.name == "outbox-scrape-hung"]
+    readers = [t for t in threading.enumerate() if t.name == "outbox-scrape hung"]
     assert [[0.0, 0.0, 1.0, 1.0]] * 3 == scrapes
     assert [3.0, 5.0, None, None] == unclaimed
     assert 1 == len(readers)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import threading
 import time
 import uuid
@@ -20,14 +19,14 @@ import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount, Route
 
-from outbox import Batch, Outbox, RetryPolicy, Settings
+from outbox import Batch, Outbox, RetryPolicy, Settings, add_events
 from outbox.ops import flow, metrics
 from outbox.testing import drain
 from outbox.web import create_app, databases, openapi
 from outbox.web._console import COUNT_CAP
 from outbox.web._databases import WAIT_SECONDS
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD
-from tests._support import scratch_databases
+from tests._support import scratch_databases, silent_server
 from tests.conftest import DEFAULT_POSTGRES_URL, POSTGRES_URL_ENV, reset_schema
 from tests.models import ActivityEvent, EmailEvent
 from tests.web._site import AUTH, OPERATOR, OPERATOR_TOKEN, VIEWER, attributes, values
@@ -360,14 +359,8 @@ async def test_a_database_that_cannot_be_read_shows_why_in_its_line(
 
 @pytest.fixture
 def silent_port() -> Iterator[int]:
-    """A port that accepts connections and never says a word (closed after the test)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(64)
-    try:
-        yield server.getsockname()[1]
-    finally:
-        server.close()
+    with silent_server() as port:
+        yield port
 
 
 async def test_a_database_that_hangs_holds_neither_the_page_nor_more_than_one_thread(
@@ -483,6 +476,19 @@ async def test_healthz_answers_for_each_database_without_authentication(
 async def test_metrics_asks_credentials(client: httpx.AsyncClient) -> None:
     """``/metrics`` of all databases: a viewer's, as on the console of one."""
     assert 401 == (await client.get("/metrics")).status_code
+
+
+async def test_metrics_give_each_database_apart(client: httpx.AsyncClient, many: Outbox) -> None:
+    """``/metrics`` of all databases: every database's gauges, labelled with its name."""
+    with many.on("us").engine.begin() as conn:
+        add_events(conn, EmailEvent, [{"address": f"r{i}@example.com"} for i in range(3)])
+    text = (await client.get("/metrics", headers=VIEWER)).text
+    found = {
+        name: f'outbox_unclaimed_events{{band="HOUR",database="{name}",handler="mails"}}' in text
+        for name in ("eu", "us", "pg")
+    }
+    assert {"eu": True, "us": True, "pg": True} == found
+    assert 'outbox_unclaimed_events{band="HOUR",database="us",handler="mails"} 3.0' in text
 
 
 def test_the_document_of_all_databases_describes_every_endpoint_of_its_api() -> None:

@@ -120,7 +120,7 @@ def _print_totals(
         rows.append(
             (name, str(total.unclaimed), duration(total.oldest_age), ratio_text(total.staleness),
              str(total.groups_in_flight), str(total.groups_retrying), str(total.groups_refused),
-             str(total.dead), str(total.alerts), str(total.live_workers))
+             str(total.dead), str(total.alerts), str(total.workers_alive or 0))
         )  # fmt: skip
     print_table(
         ("database", "unclaimed", "oldest", "staleness", "in flight", "retrying", "refused",
@@ -148,8 +148,7 @@ class _Status:
 
     def totals(self) -> metrics.DatabaseTotals:
         """Its handlers added up, with its live workers."""
-        live = sum(w.live for w in self.versions.workers)
-        return metrics.database_totals(self.rows, live)
+        return metrics.database_totals(self.rows, sum(w.live for w in self.versions.workers))
 
 
 def _read_status(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> _Status:
