@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -163,6 +164,8 @@ class Outbox:
             )
         self._registry = databases
         self._views: dict[str, Outbox] = {}
+        # The console and the metrics read the registry from threads of their own.
+        self._views_lock = threading.Lock()
         self.database_name: str | None = None
         """The name of the database this application is bound to (:meth:`on`); None for an
         application of one database."""
@@ -403,7 +406,8 @@ class Outbox:
     def databases(self) -> dict[str, URL]:
         """The databases this application serves, by name, as its registry lists them now;
         empty for an application of one database. A name or URL that cannot be used is a
-        ConfigurationError naming it."""
+        ConfigurationError naming it. The engine of a database no longer listed is disposed
+        of."""
         from sqlalchemy.engine import make_url
 
         if self._registry is None:
@@ -435,6 +439,13 @@ class Outbox:
                     f"database {name!r}: cannot parse its URL (a database URL looks like "
                     "postgresql+psycopg://user:password@host:port/database)"
                 ) from None
+        with self._views_lock:
+            gone = [self._views.pop(n) for n in [n for n in self._views if n not in found]]
+        for view in gone:
+            # Taken out of the registry: its connections are closed (those in use once they
+            # are given back), not kept for the life of the process.
+            if view._engine is not None:
+                view._engine.dispose()
         return found
 
     def on(self, name: str) -> Outbox:
@@ -446,14 +457,16 @@ class Outbox:
         if name not in listed:
             known = ", ".join(listed) or "none listed now"
             raise ConfigurationError(f"unknown database {name!r}; its databases: {known}")
-        view = self._views.get(name)
-        if view is None or view._url != listed[name]:
-            if view is not None and view._engine is not None:
-                view._engine.dispose()
-            view = Outbox(listed[name], settings=self.settings)
+        with self._views_lock:
+            view = self._views.get(name)
+            if view is not None and view._url == listed[name]:
+                return view
+            moved, view = view, Outbox(listed[name], settings=self.settings)
             view._handlers = self._handlers  # one registry of handlers for every database
             view.database_name = name
             self._views[name] = view
+        if moved is not None and moved._engine is not None:
+            moved._engine.dispose()
         return view
 
 

@@ -335,6 +335,22 @@ def test_an_application_of_several_databases_is_each_of_them_on_demand(tmp_path:
     assert str(tmp_path / "moved.db") == app.on("eu").url.database
 
 
+def test_a_database_taken_out_of_the_registry_has_its_connections_closed(tmp_path: Path) -> None:
+    """A database the registry no longer lists loses its engine's pool at the next reading,
+    rather than keep its connections open for the life of the process."""
+    listed = {"eu": f"sqlite:///{tmp_path / 'eu.db'}", "us": f"sqlite:///{tmp_path / 'us.db'}"}
+    app = Outbox(databases=lambda: listed)
+    us = app.on("us")
+    with us.engine.connect():
+        pass
+    pooled = us.engine.pool.checkedin()
+    del listed["us"]
+    app.databases()
+    assert (1, 0) == (pooled, us.engine.pool.checkedin())
+    listed["us"] = f"sqlite:///{tmp_path / 'us.db'}"
+    assert us is not app.on("us")
+
+
 @pytest.mark.parametrize(
     ("databases", "error"),
     [
