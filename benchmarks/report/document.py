@@ -40,6 +40,7 @@ from benchmarks.report.flow import drain_rate_limited, handler_outcomes
 from benchmarks.report.generic import generic
 from benchmarks.report.idle import idle_buffers
 from benchmarks.report.latency import latency_rate, wakeup_latency, wakeup_latency_group
+from benchmarks.report.many import many_databases
 from benchmarks.report.memory import autovacuum, gc_settle, memory_bloat
 from benchmarks.report.peers import judged_peers, peers
 from benchmarks.report.retention import retention, retention_migration
@@ -76,6 +77,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "scaling_read": scaling_read,
     "autoscaling": autoscaling,
     "startup": startup,
+    "many_databases": many_databases,
 }
 
 

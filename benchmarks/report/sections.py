@@ -29,6 +29,7 @@ ORDER = (
     "scaling_read",
     "autoscaling",
     "startup",
+    "many_databases",
 )
 
 
@@ -58,5 +59,6 @@ TITLES = {
     "scaling_read": "The desired-workers read",
     "autoscaling": "Autoscaling",
     "startup": "Start-up of `outbox work`: launch to first claim",
+    "many_databases": "Many databases: fairness, and one going away",
     "migrations": "outbox migrate with 1,000,000 archive rows, per revision, up and down",
 }

@@ -72,3 +72,6 @@ INGEST_EVENTS_PER_SECOND = 5000.0  # through the batch endpoint into PostgreSQL,
 
 
 SCALING_READ_MS = 5.0  # the desired-workers read from Python, 10,000,000 events waiting
+
+
+OUTAGE_P95_RATIO = 1.10  # oldest-age p95 of a database beside one that went away, over without
