@@ -205,17 +205,20 @@ class Runner:
 
     # --- running a job ---------------------------------------------------------------------
 
-    def run(self, job: queries.JobRow) -> JobRun:
+    def run(self, job: queries.JobRow, leased_at: float | None = None) -> JobRun:
         """Run a job leased to this runner's caller to its end; what became of it.
 
-        A database error other than a missing buffer table goes up, the job still leased.
+        ``leased_at``: ``time.monotonic()`` when its lease was asked for (an executor's
+        :func:`lease_job`): a batch job whose lease came back after half its length is given
+        back unattempted, as a worker's acquisition does. A database error other than a
+        missing buffer table goes up, the job still leased.
         """
         if self._own_flow:
             self.flow.refresh_if_due()
         handler = self.handlers[job.handler]
         if job.kind == schema.JobKind.CLAIM:
             return self._run_claim_job(handler, job)
-        if self._lease_too_old(job, None):
+        if self._lease_too_old(job, leased_at):
             return JobRun(job, RunOutcome.LEASE_TOO_OLD, returned=(job.id,))
         return self.run_batch_job(handler, job)
 
@@ -381,7 +384,7 @@ class Runner:
         """Run the batch job a claim leased here (with the rows it returned); None when the
         claim found nothing or left its group's batch job to acquisition. ``then``: the next
         claim, to make with this group's finish (see :meth:`run_batch_job`)."""
-        if claim is None or claim.job is None or self._lease_too_old(claim.job, claim):
+        if claim is None or claim.job is None or self._lease_too_old(claim.job, claim.started):
             return None
         self.stats.record_claim()
         handler = self.handlers[claim.handler]
@@ -393,14 +396,13 @@ class Runner:
             if self._let_go is not None:
                 self._let_go(claim.job.id)
 
-    def _lease_too_old(self, job: queries.JobRow, claim: claimer.Claim | None) -> bool:
+    def _lease_too_old(self, job: queries.JobRow, started: float | None) -> bool:
         """Whether the lease of a batch job about to be handled may be lost already, so that
-        its handler must not be called: the ``claim`` that leased it took half the lease or
-        more to come back (a commit acknowledged late, a stalled process), or the fleet has not
-        heard this worker for long enough to rescue what it holds any moment now (``heard``).
-        Its group then goes back unattempted, by a write fenced by the lease: another holder's
-        is left alone."""
-        started = None if claim is None else claim.started
+        its handler must not be called: the claim or lease that leased it, asked for at
+        ``started`` (``time.monotonic()``), took half the lease or more to come back (a commit
+        acknowledged late, a stalled process), or the fleet has not heard this worker for long
+        enough to rescue what it holds any moment now (``heard``). Its group then goes back
+        unattempted, by a write fenced by the lease: another holder's is left alone."""
         age = 0.0 if started is None else time.monotonic() - started
         heard = self._heard is None or self._heard()
         if heard and age < self.app.settings.lease_seconds * YOUNG_LEASE_SHARE:

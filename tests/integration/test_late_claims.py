@@ -22,6 +22,7 @@ from outbox import Batch, Outbox, Settings, schema
 from outbox._core import log as _log
 from outbox._db import queries
 from outbox._engine import claimer
+from outbox._engine.runner import Runner, RunOutcome, lease_job
 from outbox._services.heartbeat import Heartbeat
 from outbox._services.rescuer import Rescuer
 from outbox.testing import drain
@@ -195,3 +196,35 @@ def test_jobs_whose_leasing_came_back_after_half_the_lease_go_back_unrun(
     assert (0, None) == (job.attempts, job.lease_owner)
     assert 1 == worker.run_once()
     assert 1 == len(calls)
+
+
+def test_a_job_an_executor_leased_late_goes_back_unrun(
+    database_url: str, make_app: Callable[..., Outbox], commit_events: Commit
+) -> None:
+    """An executor's ``lease_job`` (the Celery executor's path) that came back after half the
+    lease: the runner gives the job back unattempted, said as returned, for the executor to
+    send again; its next lease runs it."""
+    app = make_app(database_url, Settings(lease_seconds=LEASE_SECONDS))
+    calls = _recording(app)
+    commit_events(app.engine, 5)
+    assert claimer.run_once(app, app.get_handler("record")) is not None
+    with app.engine.connect() as conn:
+        job_id = conn.execute(select(schema.jobs.c.id)).scalar_one()
+    runner = Runner(app, worker_id="executor-1")
+    leased_at = time.monotonic()
+    job = lease_job(app, job_id, "executor-1")
+    assert job is not None
+    late = runner.run(job, leased_at - LEASE_SECONDS * 0.6)
+    called_late = len(calls)
+    with app.engine.connect() as conn:
+        back = conn.execute(select(schema.jobs.c.attempts, schema.jobs.c.lease_owner)).one()
+    again = lease_job(app, job_id, "executor-1")
+    assert again is not None
+    on_time = runner.run(again, time.monotonic())
+    assert (RunOutcome.LEASE_TOO_OLD, (job_id,), (0, None), 0) == (
+        late.outcome,
+        late.returned,
+        tuple(back),
+        called_late,
+    )
+    assert (RunOutcome.RAN, 1) == (on_time.outcome, len(calls))

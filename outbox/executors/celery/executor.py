@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import threading
+import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -232,6 +233,7 @@ class CeleryExecutor:
         return run
 
     def _lease_and_run(self, process: WorkerProcess, job_id: int) -> JobRun | None:
+        leased_at = time.monotonic()
         job = lease_job(self.outbox, job_id, process.worker_id, handlers=list(process.handlers))
         if job is None:
             log.debug(_log.EXECUTOR_MESSAGE_SKIPPED, job_id=job_id, worker=process.worker_id)
@@ -246,7 +248,7 @@ class CeleryExecutor:
                 # Its object could not start (a sink's downstream is down): as if never leased.
                 process.runner.give_back(job, counted=False)
                 return None
-            run = process.runner.run(job)
+            run = process.runner.run(job, leased_at)
         finally:
             process.let_go(job.id)
         if run.outcome == RunOutcome.PAUSED:
