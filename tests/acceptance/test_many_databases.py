@@ -41,6 +41,20 @@ def databases(postgres_url: str, mariadb_url: str, tmp_path: Path) -> Iterator[d
         }
 
 
+def _write(databases: dict[str, str], counts: dict[str, int]) -> dict[str, set[int]]:
+    """Each database's buffer made and ``counts[name]`` events written to it; their ids."""
+    written: dict[str, set[int]] = {}
+    table = many_app.TenantEvent.__table__
+    for name, url in databases.items():
+        engine = create_engine(url)
+        many_app.Base.metadata.create_all(engine)
+        with engine.begin() as conn:
+            conn.execute(insert(table), [{"tenant": name}] * counts[name])
+            written[name] = set(conn.execute(select(table.c.id)).scalars())
+        engine.dispose()
+    return written
+
+
 def test_one_application_migrates_drains_and_shows_each_of_its_databases(
     cli: Cli, databases: dict[str, str], tmp_path: Path
 ) -> None:
@@ -52,15 +66,7 @@ def test_one_application_migrates_drains_and_shows_each_of_its_databases(
     assert sorted(COUNTS) == sorted(
         line.split(":")[0].removeprefix("database ") for line in migrated.stdout.splitlines()
     )
-    written: dict[str, set[int]] = {}
-    for name, url in databases.items():
-        engine = create_engine(url)
-        many_app.Base.metadata.create_all(engine)
-        table = many_app.TenantEvent.__table__
-        with engine.begin() as conn:
-            conn.execute(insert(table), [{"tenant": name}] * COUNTS[name])
-            written[name] = set(conn.execute(select(table.c.id)).scalars())
-        engine.dispose()
+    written = _write(databases, COUNTS)
 
     worked = cli.run(*APP, "work", "--burst", "--concurrency", "2", env=env, timeout=120)
     assert 0 == worked.code, worked.stderr
@@ -114,12 +120,7 @@ def test_databases_added_to_the_registry_get_a_worker_and_removed_ones_lose_thei
     chosen = {name: databases[name] for name in ("alpha", "delta")}
     listed.write_text(json.dumps(chosen))
     assert 0 == cli.run(*APP, "migrate", env=env).code
-    for name, url in chosen.items():
-        engine = create_engine(url)
-        many_app.Base.metadata.create_all(engine)
-        with engine.begin() as conn:
-            conn.execute(insert(many_app.TenantEvent.__table__), [{"tenant": name}] * 30)
-        engine.dispose()
+    _write(chosen, dict.fromkeys(chosen, 30))
     listed.write_text(json.dumps({"alpha": chosen["alpha"]}))
 
     def delivered(name: str) -> int:
@@ -176,12 +177,7 @@ def test_one_port_serves_every_database_while_the_registry_changes(
     chosen = {name: databases[name] for name in ("alpha", "beta", "delta")}
     listed.write_text(json.dumps(chosen))
     assert 0 == cli.run(*APP, "migrate", env=env).code
-    for name, url in chosen.items():
-        engine = create_engine(url)
-        many_app.Base.metadata.create_all(engine)
-        with engine.begin() as conn:
-            conn.execute(insert(many_app.TenantEvent.__table__), [{"tenant": name}] * COUNTS[name])
-        engine.dispose()
+    _write(chosen, COUNTS)
     listed.write_text(json.dumps({name: chosen[name] for name in ("alpha", "delta")}))
     port = free_ports()
     running = cli.start(
@@ -241,12 +237,7 @@ def test_status_shows_the_fleet_as_a_whole_and_a_database_that_is_down_apart(
     chosen = {name: databases[name] for name in ("alpha", "delta")}
     env = {many_app.DATABASES_ENV: json.dumps(chosen), many_app.OUTPUT_ENV: str(tmp_path)}
     assert 0 == cli.run(*APP, "migrate", env=env).code
-    for name, url in chosen.items():
-        engine = create_engine(url)
-        many_app.Base.metadata.create_all(engine)
-        with engine.begin() as conn:
-            conn.execute(insert(many_app.TenantEvent.__table__), [{"tenant": name}] * COUNTS[name])
-        engine.dispose()
+    _write(chosen, COUNTS)
     down = {**chosen, "omega": "postgresql+psycopg://postgres@127.0.0.1:1/gone"}
     env[many_app.DATABASES_ENV] = json.dumps(down)
 
