@@ -19,6 +19,7 @@ import re
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,13 @@ def app(database: str) -> Iterator[Outbox]:
 @pytest.fixture(scope="module")
 def dashboard(app: Outbox, worker: Running) -> Iterator[str]:
     """The console served by uvicorn on a free port of 127.0.0.1; its base URL."""
+    with _served(app, "the dashboard") as url:
+        yield url
+
+
+@contextmanager
+def _served(app: Outbox, what: str) -> Iterator[str]:
+    """``app``'s console served by uvicorn on a free port of 127.0.0.1; its base URL."""
     console = create_app(app, auth=Auth(users=USERS), refresh_seconds=REFRESH_SECONDS)
     port = free_ports()
     server = uvicorn.Server(
@@ -119,7 +127,7 @@ def dashboard(app: Outbox, worker: Running) -> Iterator[str]:
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    wait_for(lambda: server.started, "the dashboard to listen")
+    wait_for(lambda: server.started, f"{what} to listen")
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
@@ -619,19 +627,10 @@ def many_dashboard(
     reset_schema(sqlite)
     app = Outbox(databases={"north": database, "south": sqlite})
     app.handler(EmailEvent, name="mail")(lambda batch: None)
-    console = create_app(app, auth=Auth(users=USERS), refresh_seconds=REFRESH_SECONDS)
-    port = free_ports()
-    server = uvicorn.Server(
-        uvicorn.Config(console, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    wait_for(lambda: server.started, "the console of several databases to listen")
     try:
-        yield f"http://127.0.0.1:{port}", app
+        with _served(app, "the console of several databases") as url:
+            yield url, app
     finally:
-        server.should_exit = True
-        thread.join(timeout=10)
         for name in ("north", "south"):
             app.on(name).engine.dispose()
 
