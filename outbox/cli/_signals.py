@@ -170,6 +170,12 @@ def supervise(
             spawn(unit)
         next_plan = None if replan_every is None else time.monotonic() + replan_every
         while children:
+            alone = [p for p, (u, _) in children.items() if u == serving and u not in retired]
+            if alone and len(children) == 1:
+                # Nothing left to serve, and nothing to restart: burst workers that are done,
+                # a registry emptied. (Checked here, after a restart has spawned its worker.)
+                retired.add(children[alone[0]][0])
+                _kill(alone[0], signal.SIGTERM)
             if next_plan is None:
                 pid, status = os.wait()
             else:
@@ -183,10 +189,6 @@ def supervise(
             if pid not in children:
                 continue
             unit, started = children.pop(pid)
-            if serving is not None and [u for u, _ in children.values()] == [serving]:
-                # Nothing left to serve: burst workers that are done, a registry emptied.
-                retired.add(serving)
-                _kill(next(iter(children)), signal.SIGTERM)
             code = os.waitstatus_to_exitcode(status)
             if unit in retired:
                 retired.discard(unit)

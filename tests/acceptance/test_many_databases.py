@@ -258,3 +258,32 @@ def test_status_shows_the_fleet_as_a_whole_and_a_database_that_is_down_apart(
     assert ["alpha", "delta", "omega"] == list(document["databases"])
     assert "error" in document["databases"]["omega"]
     assert (153, 0) == (document["total"]["unclaimed"], document["total"]["workers_alive"])
+
+
+def test_the_counters_directory_is_removed_when_outbox_made_it_and_kept_when_the_user_did(
+    cli: Cli, databases: dict[str, str], tmp_path: Path
+) -> None:
+    """``--metrics-port`` of several databases: the directory outbox made for its workers'
+    counters is gone after a run, and after one that fails at start; a directory given in
+    ``PROMETHEUS_MULTIPROC_DIR`` is the user's, kept with what it held."""
+    listed = {"delta": databases["delta"]}
+    env = {
+        many_app.DATABASES_ENV: json.dumps(listed),
+        many_app.OUTPUT_ENV: str(tmp_path / "out"),
+        "TMPDIR": str(tmp_path),
+    }
+    assert 0 == cli.run(*APP, "migrate", env=env).code
+    _write(listed, COUNTS)
+    work = ("work", "--burst", "--metrics-port", str(free_ports()))
+    ran = cli.run(*APP, *work, env=env)
+    unreachable = {"omega": "postgresql+psycopg://postgres@127.0.0.1:1/gone"}
+    failed = cli.run(*APP, *work, env={**env, many_app.DATABASES_ENV: json.dumps(unreachable)})
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("kept")
+    _write(listed, COUNTS)
+    kept = cli.run(*APP, *work, env={**env, "PROMETHEUS_MULTIPROC_DIR": str(mine)})
+    assert [0, 3, 0] == [ran.code, failed.code, kept.code], (ran, failed, kept)
+    assert [] == sorted(p.name for p in tmp_path.glob("outbox-metrics-*"))
+    assert "kept" == (mine / "notes.txt").read_text()
+    assert [] != list(mine.glob("counter_*.db"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -49,7 +50,6 @@ REGISTRY_EVERY = Seconds(0.5, MAX_INTERVAL_SECONDS)
 # The unit of the process serving the metrics of several databases' workers.
 _METRICS_UNIT: tuple[str | None, int] = (None, -1)
 _MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
-_OWN_DIRECTORY = os.path.join(tempfile.gettempdir(), "outbox-metrics-")
 # How long `outbox distribute` rides out a database restart before it gives up (exit 1).
 DISTRIBUTE_PATIENCE_SECONDS = 30.0
 
@@ -283,21 +283,17 @@ def work(
         workers = [(app.database_name, k) for app in ctx.each_database() for k in range(processes)]
         return [*workers, _METRICS_UNIT] if metrics_directory is not None else workers
 
-    try:
-        code = supervise(
-            plan,
-            run_forked,
-            restart=not burst,
-            usage_error=EXIT_USAGE,
-            final=_EXIT_SCHEMA_INCOMPATIBLE,
-            # A registry that is a function is read again while the workers run (not in burst
-            # mode, whose workers end once their database is drained).
-            replan_every=registry_every if dynamic and not burst else None,
-            serving=_METRICS_UNIT if metrics_directory is not None else None,
-        )
-    finally:
-        if metrics_directory is not None and metrics_directory.startswith(_OWN_DIRECTORY):
-            shutil.rmtree(metrics_directory, ignore_errors=True)
+    code = supervise(
+        plan,
+        run_forked,
+        restart=not burst,
+        usage_error=EXIT_USAGE,
+        final=_EXIT_SCHEMA_INCOMPATIBLE,
+        # A registry that is a function is read again while the workers run (not in burst
+        # mode, whose workers end once their database is drained).
+        replan_every=registry_every if dynamic and not burst else None,
+        serving=_METRICS_UNIT if metrics_directory is not None else None,
+    )
     if code != EXIT_OK:
         sys.exit(code)
 
@@ -356,7 +352,10 @@ def _multiprocess_directory() -> str:
             "directory",
             EXIT_USAGE,
         )
-    directory = tempfile.mkdtemp(prefix=_OWN_DIRECTORY.rsplit("/", 1)[1])
+    directory = tempfile.mkdtemp(prefix="outbox-metrics-")
+    # Removed when the command exits, whichever way; the forked processes leave with
+    # os._exit, which runs no exit handler.
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
     os.environ[_MULTIPROCESS_ENV] = directory
     return directory
 
