@@ -457,11 +457,21 @@ class Outbox:
         if name not in listed:
             known = ", ".join(listed) or "none listed now"
             raise ConfigurationError(f"unknown database {name!r}; its databases: {known}")
+        return self._view(name, listed[name])
+
+    def each(self) -> dict[str, Outbox]:
+        """This application on each database its registry lists now (:meth:`on` of each,
+        from one reading of the registry); empty for an application of one database."""
+        if self._registry is None:
+            return {}
+        return {name: self._view(name, url) for name, url in self.databases().items()}
+
+    def _view(self, name: str, url: URL) -> Outbox:
         with self._views_lock:
             view = self._views.get(name)
-            if view is not None and view._url == listed[name]:
+            if view is not None and view._url == url:
                 return view
-            moved, view = view, Outbox(listed[name], settings=self.settings)
+            moved, view = view, Outbox(url, settings=self.settings)
             view._handlers = self._handlers  # one registry of handlers for every database
             view.database_name = name
             self._views[name] = view

@@ -15,6 +15,7 @@ name.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -71,6 +72,8 @@ LATENCY_BUCKETS_SECONDS = (
 """From seconds to the WEEK band's promise: each band's promise is a bucket boundary."""
 
 _LABELS = ("handler", "band")
+_REGISTRY = None
+"""The key of the registry's reading among the databases' (whose names are never None)."""
 DATABASE_TIMEOUT_SECONDS = 5.0
 """How long a scrape of an application of several databases waits for each: half of
 Prometheus's default scrape timeout."""
@@ -130,18 +133,27 @@ class OutboxCollector:
         yield from (failed, took)
 
     def _read_all(self) -> list[tuple[str | None, _Read]]:
-        """Each database's read: this application's own, or, of several, all at once."""
+        """Each database's read: this application's own, or, of several, all at once (the
+        registry read once, in the same time bound)."""
         if not self.app.serves_many:
             return [(self.app.database_name, self._read(self.app))]
         started = time.monotonic()
+        deadline = started + self.timeout
+        listing = self._reads.start(_REGISTRY, self.app.each)
+        wait([listing], timeout=self.timeout)
         try:
-            names = list(self.app.databases())
-        except OutboxError as error:  # the registry itself failed: said as one error
+            if not listing.done():
+                raise TimeoutError(f"the registry gave no answer within {self.timeout:g} s")
+            views = listing.result()
+        except (OutboxError, TimeoutError) as error:  # said as one error, of no database
             self._report(None, error)
             return [(None, _Read(error=True, duration=time.monotonic() - started))]
-        pending = {name: self._reads.start(name, self._reader(name)) for name in names}
-        self._reads.forget(names)
-        wait(pending.values(), timeout=self.timeout)
+        pending = {
+            name: self._reads.start(name, functools.partial(self._read, view))
+            for name, view in views.items()
+        }
+        self._reads.forget([_REGISTRY, *views])
+        wait(pending.values(), timeout=max(0.0, deadline - time.monotonic()))
         reads: list[tuple[str | None, _Read]] = []
         for name, future in pending.items():
             if future.done():
@@ -152,17 +164,6 @@ class OutboxCollector:
                 self._report(name, TimeoutError(f"no answer within {self.timeout:g} s"))
                 reads.append((name, _Read(error=True, duration=time.monotonic() - started)))
         return reads
-
-    def _reader(self, name: str) -> Callable[[], _Read]:
-        def read() -> _Read:
-            try:
-                app = self.app.on(name)
-            except OutboxError as error:  # taken out of the registry since it was listed
-                self._report(name, error)
-                return _Read(error=True, duration=0.0)
-            return self._read(app)
-
-        return read
 
     def _read(self, app: Outbox) -> _Read:
         started = time.monotonic()

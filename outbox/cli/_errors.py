@@ -8,7 +8,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn
 
 import click
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from outbox.app import Outbox
 from outbox.cli._context import Context
@@ -53,13 +53,13 @@ def exits_on_errors() -> Iterator[None]:
         fail(*said(error))
 
 
-def said(error: OutboxError | OperationalError) -> tuple[str, int]:
+def said(error: OutboxError | SQLAlchemyError) -> tuple[str, int]:
     """The one line an error of outbox's or the database's is said in, and its exit code."""
     if isinstance(error, ConfigurationError):
         return str(error), EXIT_USAGE
     if isinstance(error, DatabaseUnavailableError | DownstreamUnavailableError):
         return str(error), EXIT_UNREACHABLE
-    if isinstance(error, OperationalError):
+    if isinstance(error, SQLAlchemyError):
         return f"database error: {database.error_summary(error)}", EXIT_FAILURE
     return str(error), EXIT_FAILURE
 

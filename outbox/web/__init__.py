@@ -147,9 +147,12 @@ async def exposition(request: Request) -> Response:
 
     from outbox.prometheus import register
 
-    registry = CollectorRegistry()
-    # Of an application serving several databases, the collector labels each database's
-    # samples with its name (outbox.prometheus).
-    register(served_by(request).app, registry)
+    served = served_by(request)
+    if isinstance(served, Databases):
+        # One collector for every scrape (each database's samples labelled with its name).
+        registry = served.metrics()
+    else:
+        registry = CollectorRegistry()
+        register(served.app, registry)
     body: Any = await call(generate_latest, registry)
     return PlainTextResponse(body, media_type=CONTENT_TYPE_LATEST)

@@ -85,8 +85,24 @@ class Databases:
         self._last: dict[str, DatabaseStatus] = {}
         self._failed_at: dict[str, float] = {}
         self._workers: dict[str, tuple[float, int | None]] = {}
+        self._metrics: Any = None
+        self._metrics_lock = threading.Lock()
 
     # --- the registry and each database's console ----------------------------------------
+
+    def metrics(self) -> Any:
+        """The registry ``/metrics`` serves (made on first use: the metrics extra): one
+        collector for every scrape, so that a database that hangs holds one reading thread
+        and its outage is logged once, whoever scrapes."""
+        with self._metrics_lock:
+            if self._metrics is None:
+                from prometheus_client import CollectorRegistry
+
+                from outbox.prometheus import OutboxCollector
+
+                self._metrics = CollectorRegistry()
+                self._metrics.register(OutboxCollector(self.app, timeout=WAIT_SECONDS))
+            return self._metrics
 
     async def names(self) -> list[str]:
         """The databases the registry lists, in its order: read again once the last read is a

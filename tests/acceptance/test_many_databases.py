@@ -287,3 +287,27 @@ def test_the_counters_directory_is_removed_when_outbox_made_it_and_kept_when_the
     assert [] == sorted(p.name for p in tmp_path.glob("outbox-metrics-*"))
     assert "kept" == (mine / "notes.txt").read_text()
     assert [] != list(mine.glob("counter_*.db"))
+
+
+def test_status_of_several_says_a_database_whose_statements_fail_and_shows_the_others(
+    cli: Cli, databases: dict[str, str], tmp_path: Path
+) -> None:
+    """A database whose outbox tables are not what outbox wrote (a column dropped by hand:
+    PostgreSQL's "undefined column", no outage) is said in one line like an unreachable one,
+    not a traceback that hides the rest."""
+    chosen = {name: databases[name] for name in ("alpha", "beta", "delta")}
+    env = {many_app.DATABASES_ENV: json.dumps(chosen), many_app.OUTPUT_ENV: str(tmp_path)}
+    assert 0 == cli.run(*APP, "migrate", env=env).code
+    _write(chosen, COUNTS)
+    engine = create_engine(chosen["beta"])
+    with engine.begin() as conn:
+        conn.execute(text("ALTER TABLE outbox_jobs DROP COLUMN lease_owner"))
+    engine.dispose()
+
+    shown = cli.run(*APP, "status", env=env)
+
+    rows = dict(line.split()[:2] for line in shown.stdout.split("\n\n")[-1].splitlines())
+    assert (1, "error", "153") == (shown.code, rows["beta"], rows["(all)"]), shown
+    assert ["Error: database 'beta': database error: "] == [
+        line[:40] for line in shown.stderr.splitlines()
+    ]

@@ -5,6 +5,7 @@ error while the others are reported."""
 from __future__ import annotations
 
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,3 +103,44 @@ def test_a_registry_that_fails_is_one_scrape_error() -> None:
     registry = CollectorRegistry()
     registry.register(OutboxCollector(Outbox(databases=broken)))
     assert 1.0 == registry.get_sample_value("outbox_scrape_error", {"database": ""})
+
+
+def _scrape_errors(registry: CollectorRegistry) -> dict[str, float]:
+    """``outbox_scrape_error`` by database, from one scrape."""
+    return {
+        sample.labels["database"]: sample.value
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.name == "outbox_scrape_error"
+    }
+
+
+def test_a_scrape_reads_the_registry_once_and_bounds_a_registry_that_hangs(
+    tmp_path: Path,
+) -> None:
+    """One reading of the registry a scrape, whatever the number of databases; a registry
+    that does not answer within the scrape's bound is a scrape error, not a hung scrape."""
+    listed = {name: f"sqlite:///{tmp_path / name}.sqlite3" for name in ("a", "b", "c", "d")}
+    for name, url in listed.items():
+        _tables_with_events(url, name, 1)
+    calls: list[float] = []
+    released = threading.Event()
+
+    def registry() -> dict[str, str]:
+        calls.append(time.monotonic())
+        if len(calls) > 1:
+            released.wait(30)
+        return listed
+
+    collector = CollectorRegistry()
+    collector.register(OutboxCollector(Outbox(databases=registry), timeout=0.5))
+    first = _scrape_errors(collector)
+    hung = _scrape_errors(collector)
+    answered_before_release = not released.is_set()
+    released.set()
+    assert (dict.fromkeys(listed, 0.0), {"": 1.0}, 2, True) == (
+        first,
+        hung,
+        len(calls),
+        answered_before_release,
+    )

@@ -398,6 +398,23 @@ async def test_a_database_that_hangs_holds_neither_the_page_nor_more_than_one_th
     )
 
 
+async def test_metrics_of_a_database_that_hangs_hold_one_thread_however_often_scraped(
+    make_many: Callable[..., Outbox], urls: dict[str, str], silent_port: int
+) -> None:
+    """``/metrics`` scraped three times while a database never answers: its gauges are a
+    scrape error each time, the others are reported, and one thread reads it."""
+    registry = {**urls, "silent": f"postgresql+psycopg://u@127.0.0.1:{silent_port}/db"}
+    app = make_many(registry, Settings(network_timeout=20))
+    async with client_of(create_app(app, auth=AUTH)) as client:
+        texts = [(await client.get("/metrics", headers=VIEWER)).text for _ in range(3)]
+    readers = [t for t in threading.enumerate() if t.name == "outbox-scrape silent"]
+    assert (1, [True] * 3, [True] * 3) == (
+        len(readers),
+        ['outbox_scrape_error{database="silent"} 1.0' in t for t in texts],
+        ['outbox_scrape_error{database="eu"} 0.0' in t for t in texts],
+    )
+
+
 async def test_every_viewer_of_every_page_shares_one_read_per_database(
     many: Outbox,
 ) -> None:
@@ -458,8 +475,8 @@ async def test_a_registry_function_shows_a_database_added_and_a_url_changed(
 async def test_healthz_answers_for_each_database_without_authentication(
     make_many: Callable[..., Outbox], urls: dict[str, str]
 ) -> None:
-    """Every database answers: 200, ok; one down: 200, not ok, which one said; all down:
-    503."""
+    """Every database answers: 200, ok; one down: 200, not ok; all down: 503. How many, never
+    which: the names are for those who may read them."""
     down = "sqlite:////nonexistent-directory/outbox.sqlite3"
     answers = []
     for registry in (urls, {**urls, "down": down}, {"down": down}):
@@ -467,9 +484,9 @@ async def test_healthz_answers_for_each_database_without_authentication(
             response = await client.get("/healthz")
         answers.append((response.status_code, response.json()))
     assert [
-        (200, {"ok": True, "databases": {"eu": True, "us": True, "pg": True}}),
-        (200, {"ok": False, "databases": {"eu": True, "us": True, "pg": True, "down": False}}),
-        (503, {"ok": False, "databases": {"down": False}}),
+        (200, {"ok": True, "answering": 3, "databases": 3}),
+        (200, {"ok": False, "answering": 3, "databases": 4}),
+        (503, {"ok": False, "answering": 0, "databases": 1}),
     ] == answers
 
 

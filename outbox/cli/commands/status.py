@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import click
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import SQLAlchemyError
 
 from outbox import Outbox, lifecycle
 from outbox._core.durations import duration
@@ -87,8 +87,10 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
         try:
             with named_database(app):
                 read = _read_status(app, handlers, dead_since)
-        except (OutboxError, OperationalError) as error:
+        except (OutboxError, SQLAlchemyError) as error:
             message, failure = said(error)
+            if not isinstance(error, OutboxError):  # named_database named outbox's own
+                message = f"database {name!r}: {message}"
             code = max(code, failure)
             documents[name], totals[name] = {"error": message}, None
             if not as_json:
