@@ -134,8 +134,9 @@ class Databases:
         if listing != self._listing:
             self._listing = listing
             self._generation += 1
-            for name in [n for n in self._consoles if n not in listing]:
-                del self._consoles[name]
+            for kept in (self._consoles, self._last, self._failed_at, self._workers):
+                for name in [n for n in kept if n not in listing]:
+                    del kept[name]
             self._calls.forget([_REGISTRY, *((kind, n) for n in listing for kind in _KINDS)])
 
     async def console(self, name: str) -> Starlette | None:
