@@ -281,6 +281,7 @@ class Outbox:
         group_by: str | None = None,
         ordering_key: str | None = None,
         rate_limit_key: str | None = None,
+        coalesce: bool = False,
     ) -> Callable[[Callable[[Batch[EventT]], _ReturnT]], Callable[[Batch[EventT]], _ReturnT]]:
         """Register a batch handler for the buffer model ``model``: a function, or an
         ``async def`` one, that takes the batch (see the guide, "Async handlers").
@@ -314,6 +315,9 @@ class Outbox:
         is replayed or its key released: ``outbox held``). ``rate_limit_key``: a column of the
         buffer; the limits of ``rate_limit`` that name no ``key`` apply to each of its values
         on its own (a limit per tenant): the shorthand of ``RateLimit(..., key=...)``.
+        ``coalesce``: with ``ordering_key``, hand each group only the latest event of each key
+        (a record that changed ten times is sent once, in its latest state); the others are
+        archived as ``superseded`` when the group succeeds.
         """
 
         def register(
@@ -341,6 +345,7 @@ class Outbox:
                     group_by=group_by,
                     ordering_key=ordering_key,
                     rate_limit_key=rate_limit_key,
+                    coalesce=coalesce,
                 )
             )
             return func

@@ -75,6 +75,9 @@ class Handler(Generic[EventT]):
     group_by: str | None = None
     ordering_key: str | None = None
     rate_limit_key: str | None = None
+    coalesce: bool = False
+    """Hand each group only the latest event of each ``ordering_key`` value; the others are
+    archived as ``superseded``."""
     is_async: bool = field(init=False, repr=False, compare=False)
     """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
     rate_limits: tuple[RateLimit, ...] = field(init=False, repr=False, compare=False)
@@ -109,6 +112,7 @@ _OPTION_KINDS: dict[str, tuple[type, ...]] = {
     "retry": (RetryPolicy,),
     "archive": (bool,),
     "bisect": (bool,),
+    "coalesce": (bool,),
     "concurrency": (int,),
     "max_batch_bytes": (int,),
     "timeout": (int, float),
@@ -119,7 +123,16 @@ _OPTION_KINDS: dict[str, tuple[type, ...]] = {
     "ordering_key": (str,),
     "rate_limit_key": (str,),
 }
-_REQUIRED = ("batch_size", "max_batches", "urgency", "delivery", "retry", "archive", "bisect")
+_REQUIRED = (
+    "batch_size",
+    "max_batches",
+    "urgency",
+    "delivery",
+    "retry",
+    "archive",
+    "bisect",
+    "coalesce",
+)
 
 
 def _check_kinds(handler: Handler[Any]) -> None:
@@ -213,6 +226,18 @@ def validated(handler: Handler[Any]) -> Handler[Any]:
                 f"on {model.__name__}, or its name in the table), got {column!r}"
             )
     _check_rate_limits(handler)
+    if handler.coalesce and keys["ordering_key"] is None:
+        # Without one group of a key at a time, in id order, an older state could be
+        # delivered after a newer one in a group that ran beside it.
+        raise ConfigurationError(
+            f"handler {handler.name!r}: coalesce=True needs ordering_key, the column whose "
+            "latest event stands for the others"
+        )
+    if handler.coalesce and handler.bisect:
+        raise ConfigurationError(
+            f"handler {handler.name!r}: coalesce=True and bisect=True do not go together: a "
+            "half would hand over a key's latest event without the events it stands for"
+        )
     for option, unfit in _UNFIT_KEY_TYPES.items():
         column = keys[option]
         if column is None:

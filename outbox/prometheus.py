@@ -58,7 +58,7 @@ log = _log.get_logger(__name__)
 
 
 DEFAULT_ADDRESS = "0.0.0.0"  # noqa: S104 - Prometheus scrapes from another host
-EVENT_OUTCOMES = ("succeeded", "retried", "deferred", "discarded", "dead", "expired")
+EVENT_OUTCOMES = ("succeeded", "retried", "deferred", "discarded", "dead", "expired", "superseded")
 """The ``outcome`` values of ``outbox_events_total``: the :class:`BatchResult` counts."""
 GROUP_OUTCOMES = (SUCCEEDED, RETRYING, DEFERRED, THROTTLED, DEAD, LEASE_LOST)
 """The ``outcome`` values of ``outbox_groups_total``: :attr:`BatchResult.outcome`."""
@@ -378,7 +378,7 @@ class WorkerMetrics:
         self.events = Counter(
             "outbox_events_total",
             "Events finished by batch jobs, by outcome: succeeded, retried, deferred, "
-            "discarded, dead, expired.",
+            "discarded, dead, expired, superseded.",
             (*labels, "outcome"),
             registry=registry,
         )

@@ -60,6 +60,8 @@ class BatchResult:
     discarded: int = 0
     dead: int = 0
     expired: int = 0
+    superseded: int = 0
+    """Events a later event of their key stood for (``coalesce=True``), archived as such."""
     duration: float = 0.0
     error: str | None = None
     created_at: tuple[dt.datetime, ...] = ()

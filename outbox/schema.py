@@ -117,6 +117,9 @@ class ArchiveStatus(StrEnum):
     DEAD = "dead"
     EXPIRED = "expired"
     DISCARDED = "discarded"
+    SUPERSEDED = "superseded"
+    """Folded into a later event of its key by a coalescing handler (``coalesce=True``),
+    whose group succeeded: the later event carried the state it had."""
     REPLAYED = "replayed"
     """Put back into its buffer by a replay: kept as a record of what was replayed, marked with
     the operation that did it (``operation_id``) and the event it became (``replay_event_id``)."""

@@ -29,13 +29,7 @@ from sqlalchemy.exc import DBAPIError
 from outbox import lifecycle
 from outbox._core import log as _log
 from outbox._core.faults import AFTER_ACQUIRE, crash_point
-from outbox._db import (
-    check_buffer_tables,
-    check_connection,
-    generation,
-    queries,
-    run_in_transaction,
-)
+from outbox._db import check_buffer_tables, generation, queries, run_in_transaction
 from outbox._db.dialects import behind_pooler, error_summary
 from outbox._engine import acquisition, claimer, distributor
 from outbox._engine import invoke as _invoke
@@ -54,11 +48,7 @@ from outbox._services.missing_tables import MissingTables
 from outbox._services.outage import Outage
 from outbox._services.throughput import Throughput
 from outbox.app import Outbox
-from outbox.exceptions import (
-    BufferTableMissingError,
-    DatabaseUnavailableError,
-    SchemaIncompatibleError,
-)
+from outbox.exceptions import BufferTableMissingError, SchemaIncompatibleError
 from outbox.handler import Handler
 from outbox.ops import buffer_clock, fleet
 from outbox.results import BatchResult
@@ -72,10 +62,6 @@ DEFAULT_CONCURRENCY = 4
 MAX_CONCURRENCY = 1000
 DEFAULT_SHUTDOWN_GRACE_PERIOD_SECONDS = 30.0
 MAX_ERROR_BACKOFF_SECONDS = 30.0
-ERROR_PROBE_SECONDS = 1.0
-"""While a worker backs off after a database error, how often it tries a connection: a
-database it could not reach that answers again ends the wait, rather than a wait grown to
-half a minute and more holding its work back."""
 MAINTENANCE_JOIN_SECONDS = 10.0
 # How often the fleet's leader distributes, unless told otherwise: events wait at most about
 # this long for a claim job when no notification wakes a worker, the same as the default poll
@@ -366,35 +352,14 @@ class Worker:
                 backoff = min(max(backoff * 2, 0.5), MAX_ERROR_BACKOFF_SECONDS)
                 self._maintenance.suspect_schema(error)
                 self._outage.report(error)
-                self._back_off(backoff * (0.5 + random.random()))
+                self._outage.back_off(
+                    self.app.engine, backoff * (0.5 + random.random()), self._stopping
+                )
                 continue
             if acquired or idle_burst:
                 continue
             self._wake.wait(self._poll_timeout())
             self._wake.clear()
-
-    def _back_off(self, seconds: float) -> None:
-        """Wait ``seconds`` after a database error, or until the database, once it could not
-        be reached, answers again.
-
-        A database that answers from the start failed the statement itself (a lock timeout,
-        a full disk): the whole wait is kept, so that such errors are retried ever more slowly.
-        """
-        deadline = time.monotonic() + seconds
-        reached = None
-        while not self._stopping.wait(min(ERROR_PROBE_SECONDS, deadline - time.monotonic())):
-            if time.monotonic() >= deadline:
-                return
-            if reached:
-                continue
-            try:
-                check_connection(self.app.engine)
-            except DatabaseUnavailableError:
-                reached = False
-                continue
-            if reached is False:  # it came back
-                return
-            reached = True
 
     def _on_notify(self, payload: str) -> None:
         """A notification: new events in a buffer of ours, or new jobs.

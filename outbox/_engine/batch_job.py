@@ -107,6 +107,7 @@ def run_batch_job(
     attempt = job.attempts
     started = time.monotonic()
     rows: Sequence[Any] = []
+    superseded: list[int] = []
     expired = 0
     if attempt > handler.retry.max_attempts:
         # A worker died during the last allowed attempt: nothing more may be tried.
@@ -125,6 +126,8 @@ def run_batch_job(
                 expired = _expire(app, handler, job)
                 preloaded = None  # some of them may have just expired
             rows = preloaded if preloaded is not None else load_rows(app, handler, group_id)
+            if handler.coalesce:
+                rows, superseded = _coalesced(handler, rows)
             batch: Batch[Any] = Batch(
                 rows=rows,
                 model=handler.model,
@@ -177,11 +180,14 @@ def run_batch_job(
             result = replace(result, cause=cause) if result.outcome in (RETRYING, DEAD) else result
         else:
             result = _recorded(
-                app, handler, job, lambda: _finish_returned(app, handler, job, batch, then)
+                app,
+                handler,
+                job,
+                lambda: _finish_returned(app, handler, job, batch, then, superseded),
             )
     result = replace(
         result,
-        size=len(rows) + expired,
+        size=len(rows) + len(superseded) + expired,
         expired=expired,
         duration=time.monotonic() - started,
         created_at=tuple(column_values(rows, "created_at")),
@@ -198,11 +204,12 @@ def _finish_returned(
     job: queries.JobRow,
     batch: Batch[Any],
     then: NextClaim | None = None,
+    superseded: Sequence[int] = (),
 ) -> BatchResult:
     """Record what a handler that returned did: its events succeeded but those it retried,
-    deferred or discarded."""
+    deferred or discarded; the events its batch left out as ``superseded`` are archived so."""
     try:
-        return finish_succeeded(app, handler, job, batch, then)
+        return finish_succeeded(app, handler, job, batch, then, superseded)
     except FinishRefused as refused:
         if not is_missing_table(refused.error):
             # The handler succeeded but the database will not record it: the group is held,
@@ -288,6 +295,24 @@ def _keys(handler: Handler[Any], rows: Sequence[Any], key: str) -> list[str | No
     return [None if row[position] is None else str(row[position]) for row in rows]
 
 
+def _coalesced(handler: Handler[Any], rows: Sequence[Any]) -> tuple[list[Any], list[int]]:
+    """The rows a coalescing handler is handed, in id order: the latest of each key and every
+    row without one; and the ids of the rows those supersede. Read by position, as in
+    :func:`_keys`."""
+    columns = list(handler.table.c.keys())
+    assert handler.ordering_key is not None
+    key, ident = columns.index(handler.ordering_key), columns.index("id")
+    latest = {row[key]: index for index, row in enumerate(rows) if row[key] is not None}
+    handed: list[Any] = []
+    superseded: list[int] = []
+    for index, row in enumerate(rows):
+        if row[key] is None or latest[row[key]] == index:
+            handed.append(row)
+        else:
+            superseded.append(row[ident])
+    return handed, superseded
+
+
 def _interrupted(job: queries.JobRow) -> bool:
     """Did the previous attempt stop without an outcome (worker lost, handler timed out)?"""
     last = job.last_error or ""
@@ -344,6 +369,8 @@ def _log_result(result: BatchResult) -> None:
             dead=result.dead,
             expired=result.expired,
         )
+    if result.superseded:
+        fields["superseded"] = result.superseded
     if result.outcome in (RETRYING, DEFERRED, DEAD, REFUSED) and result.error:
         # The first line only: type and message. The full traceback is stored with the job.
         fields["error"] = result.error.splitlines()[0][:500]

@@ -55,10 +55,12 @@ def finish_succeeded(
     job: queries.JobRow,
     batch: Batch[Any],
     then: NextClaim | None = None,
+    superseded: Sequence[int] = (),
 ) -> BatchResult:
     """Finish a group whose handler returned. ``then``: the claim job's next claim, made in
     the same transaction when every event succeeded (told ``committed()`` once it is);
-    otherwise left to its caller."""
+    otherwise left to its caller. ``superseded``: events of the group its batch left out
+    (``coalesce=True``), archived as such."""
     assert job.group_id is not None
     group_id = job.group_id
     attempt = job.attempts
@@ -80,7 +82,7 @@ def finish_succeeded(
 
     # Every event succeeded: the group is finished in one statement where the database can,
     # and the next claim, if offered, rides with it.
-    whole = not (discarded or retried or deferred)
+    whole = not (discarded or retried or deferred or superseded)
     chained = then if whole else None
     rode = False  # the next claim was made in the transaction that committed
 
@@ -114,6 +116,18 @@ def finish_succeeded(
                 attempt,
                 reason,
                 ids,
+                lenient=lenient,
+            )
+        if superseded:
+            archive_events(
+                conn,
+                app,
+                handler,
+                group_id,
+                ArchiveStatus.SUPERSEDED,
+                attempt,
+                None,
+                list(superseded),
                 lenient=lenient,
             )
         dead = 0
@@ -175,6 +189,7 @@ def finish_succeeded(
             deferred=len(deferred),
             discarded=len(discarded),
             dead=dead,
+            superseded=len(superseded),
             due_in=min(delays, default=None),
         )
 

@@ -40,6 +40,7 @@ class WorkerStats:
     events_discarded: int = 0
     events_dead: int = 0
     events_expired: int = 0
+    events_superseded: int = 0
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def record_claim(self) -> None:
@@ -70,6 +71,7 @@ class WorkerStats:
             self.events_discarded += result.discarded
             self.events_dead += result.dead
             self.events_expired += result.expired
+            self.events_superseded += result.superseded
 
 
 def stopped_fields(stats: WorkerStats) -> dict[str, int]:

@@ -1,6 +1,6 @@
-"""What a worker says while the database does not answer: one line when an outage begins, not
-one per statement that fails (a worker retries many times a second), and one when the
-database answers again.
+"""What a worker says and does while the database does not answer: one line when an outage
+begins, not one per statement that fails (a worker retries many times a second), one when the
+database answers again, and a back-off that ends once it does.
 
 The worker, an executor's process and ``outbox.testing.drain`` each keep one, with their worker
 id.
@@ -8,12 +8,22 @@ id.
 
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 
+from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from outbox._core import log as _log
+from outbox._db import check_connection
 from outbox._db.dialects import error_summary
+from outbox.exceptions import DatabaseUnavailableError
+
+PROBE_SECONDS = 1.0
+"""While a worker backs off after a database error, how often it tries a connection: a
+database it could not reach that answers again ends the wait, rather than a wait grown to
+half a minute and more holding its work back."""
 
 
 @dataclass
@@ -40,3 +50,26 @@ class Outage:
         if self.down:
             self.down = False
             self.log.info(_log.WORKER_DATABASE_RECOVERED, worker=self.worker_id)
+
+    def back_off(self, engine: Engine, seconds: float, stopping: threading.Event) -> None:
+        """Wait ``seconds`` after a database error, or until ``stopping`` is set, or until the
+        database, once it could not be reached, answers again.
+
+        A database that answers from the start failed the statement itself (a lock timeout,
+        a full disk): the whole wait is kept, so that such errors are retried ever more slowly.
+        """
+        deadline = time.monotonic() + seconds
+        reached = None
+        while not stopping.wait(min(PROBE_SECONDS, deadline - time.monotonic())):
+            if time.monotonic() >= deadline:
+                return
+            if reached:
+                continue
+            try:
+                check_connection(engine)
+            except DatabaseUnavailableError:
+                reached = False
+                continue
+            if reached is False:  # it came back
+                return
+            reached = True

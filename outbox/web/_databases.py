@@ -29,6 +29,7 @@ from outbox._core.in_flight import InFlight
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 from outbox.ops import database, fleet, metrics
+from outbox.ops.totals import DatabaseTotals, database_totals, fleet_totals
 from outbox.web._console import Console
 from outbox.web._in_flight import wait
 from outbox.web.auth import Auth
@@ -309,15 +310,13 @@ def _summary(error: BaseException) -> str:
 
 def totals_of(handlers: list[metrics.HandlerStatus], workers_alive: int | None) -> Totals:
     """The handlers of one database taken together, as the API says it."""
-    return _answer(metrics.database_totals(handlers, workers_alive))
+    return _answer(database_totals(handlers, workers_alive))
 
 
 def sum_of(totals: list[Totals]) -> Totals:
-    """Databases taken together (:func:`outbox.ops.metrics.fleet_totals`)."""
-    return _answer(
-        metrics.fleet_totals(metrics.DatabaseTotals(**msgspec.structs.asdict(t)) for t in totals)
-    )
+    """Databases taken together (:func:`outbox.ops.totals.fleet_totals`)."""
+    return _answer(fleet_totals(DatabaseTotals(**msgspec.structs.asdict(t)) for t in totals))
 
 
-def _answer(totals: metrics.DatabaseTotals) -> Totals:
+def _answer(totals: DatabaseTotals) -> Totals:
     return Totals(**totals.as_dict())

@@ -11,17 +11,22 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from outbox import Outbox
-from outbox.worker import Worker
+from outbox._core import log as _log
+from outbox._services.outage import Outage
 from tests._proxy import Proxy
 from tests._support import wait_for
 from tests.models import ActivityEvent
 
 pytestmark = pytest.mark.postgres
+log = _log.get_logger(__name__)
 LONG_WAIT_SECONDS = 120.0
 
 
-def _backing_off(worker: Worker, seconds: float) -> threading.Thread:
-    thread = threading.Thread(target=worker._back_off, args=(seconds,), daemon=True)
+def _backing_off(app: Outbox, seconds: float) -> threading.Thread:
+    outage = Outage("worker-1", log)
+    thread = threading.Thread(
+        target=outage.back_off, args=(app.engine, seconds, threading.Event()), daemon=True
+    )
     thread.start()
     return thread
 
@@ -36,7 +41,7 @@ def test_a_database_that_comes_back_ends_the_wait(
         app = make_app(url.set(host="127.0.0.1", port=proxy.port))
         app.handler(ActivityEvent, name="noop")(lambda batch: None)
         proxy.pause()
-        waiting = _backing_off(Worker(app), LONG_WAIT_SECONDS)
+        waiting = _backing_off(app, LONG_WAIT_SECONDS)
         time.sleep(2.0)
         still_waiting = waiting.is_alive()
         proxy.resume()
@@ -51,5 +56,5 @@ def test_a_database_that_answered_all_along_keeps_the_whole_wait(
     app = make_app(postgres_database)
     app.handler(ActivityEvent, name="noop")(lambda batch: None)
     started = time.monotonic()
-    _backing_off(Worker(app), 2.5).join()
+    _backing_off(app, 2.5).join()
     assert 2.5 <= time.monotonic() - started

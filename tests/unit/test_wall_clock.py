@@ -16,6 +16,7 @@ QUOTED = re.compile(r"``[^`]*``")  # a docstring's mention is no reading
 READERS = {
     # Shown to an operator: the console's "3 min ago" and "as of", by its own host's clock.
     "web/_console.py",
+    "web/_databases.py",
     "web/_render.py",
     # A downstream's Retry-After date, set by the downstream's clock, read against this host's
     # as HTTP clients read it.

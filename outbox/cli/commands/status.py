@@ -21,6 +21,7 @@ from outbox.cli._progress import reporting
 from outbox.exceptions import OutboxError
 from outbox.ops import buffer_clock, fleet, metrics, scaling
 from outbox.ops.metrics import HandlerStatus
+from outbox.ops.totals import DatabaseTotals, database_totals, fleet_totals
 
 # Held ordering keys listed by `outbox status`; `outbox held list` lists them all.
 HELD_KEYS_SHOWN = 10
@@ -78,7 +79,7 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
     # Of several databases, one that cannot be read is said and the others are shown: an
     # outage of one tenant must not hide the fleet from its operator.
     documents: dict[str, dict[str, Any]] = {}
-    totals: dict[str, metrics.DatabaseTotals | None] = {}
+    totals: dict[str, DatabaseTotals | None] = {}
     code = EXIT_OK
     for index, app in enumerate(apps):
         name = str(app.database_name)
@@ -99,7 +100,7 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
         documents[name], totals[name] = read.document(), read.totals()
         if not as_json:
             _print_status(read)
-    fleet_total = metrics.fleet_totals(t for t in totals.values() if t is not None)
+    fleet_total = fleet_totals(t for t in totals.values() if t is not None)
     if as_json:
         click.echo(json.dumps({"databases": documents, "total": fleet_total.as_dict()}, indent=2))
     else:
@@ -109,9 +110,7 @@ def status(ctx: Context, as_json: bool, handlers: tuple[str, ...], dead_since: f
         sys.exit(code)
 
 
-def _print_totals(
-    totals: dict[str, metrics.DatabaseTotals | None], fleet_total: metrics.DatabaseTotals
-) -> None:
+def _print_totals(totals: dict[str, DatabaseTotals | None], fleet_total: DatabaseTotals) -> None:
     """Each database on one line (a database that could not be read: ``error``), then the
     fleet as a whole."""
     rows: list[tuple[str, ...]] = []
@@ -148,9 +147,9 @@ class _Status:
             "scaling": self.wanted.as_dict(),
         }
 
-    def totals(self) -> metrics.DatabaseTotals:
+    def totals(self) -> DatabaseTotals:
         """Its handlers added up, with its live workers."""
-        return metrics.database_totals(self.rows, sum(w.live for w in self.versions.workers))
+        return database_totals(self.rows, sum(w.live for w in self.versions.workers))
 
 
 def _read_status(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> _Status:

@@ -1,0 +1,194 @@
+"""Coalescing by key (``coalesce=True`` with ``ordering_key``): a group hands over only the
+latest event of each key, the others are archived as ``superseded`` once it succeeds, and no
+key's older state is ever handed over after a newer one. On SQLite, PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+from collections import Counter, defaultdict
+from collections.abc import Callable
+
+import pytest
+from sqlalchemy import Engine, func, insert, select
+
+from outbox import Batch, ConfigurationError, Outbox, RetryPolicy, Settings, schema
+from outbox.ops.metrics import collect
+from outbox.results import BatchResult
+from outbox.testing import drain
+from outbox.worker import Worker
+from tests._support import wait_for
+from tests.conftest import FULL_RUN_ENV
+from tests.models import ActivityEvent
+
+FAST = Settings(poll_interval=0.05, rescue_interval=0.05)
+IMMEDIATE = RetryPolicy(max_attempts=3, scale=0.0, base_delay=0.0, jitter=0.0)
+
+
+def _superseded(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        found = conn.execute(
+            select(schema.archive.c.event_id)
+            .where(schema.archive.c.status == schema.ArchiveStatus.SUPERSEDED)
+            .order_by(schema.archive.c.event_id)
+        ).scalars()
+        return list(found)
+
+
+def _write(engine: Engine, keys: list[int]) -> list[int]:
+    """One event per key given, in that order, in one transaction; their ids."""
+    with engine.begin() as conn:
+        before = conn.execute(select(func.coalesce(func.max(ActivityEvent.id), 0))).scalar_one()
+        conn.execute(insert(ActivityEvent), [{"activity_id": k} for k in keys])
+        return list(
+            conn.execute(
+                select(ActivityEvent.id).where(ActivityEvent.id > before).order_by("id")
+            ).scalars()
+        )
+
+
+def test_coalescing_needs_an_ordering_key_and_no_bisection() -> None:
+    app = Outbox("sqlite://")
+    with pytest.raises(ConfigurationError, match="coalesce=True needs ordering_key"):
+        app.handler(ActivityEvent, coalesce=True, name="a")(lambda batch: None)
+    with pytest.raises(ConfigurationError, match="coalesce=True and bisect=True do not go"):
+        app.handler(
+            ActivityEvent, coalesce=True, bisect=True, ordering_key="activity_id", name="b"
+        )(lambda batch: None)
+
+
+def test_a_group_hands_over_the_latest_event_of_each_key(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """Ten changes of each of three keys in one group: the handler sees three events, each
+    its key's last; the other 27 are archived as superseded, and said so in the result."""
+    app = make_app(database_url)
+    seen: list[list[tuple[int, int]]] = []
+
+    @app.handler(ActivityEvent, batch_size=100, ordering_key="activity_id", coalesce=True)
+    def sync(batch: Batch[ActivityEvent]) -> None:
+        seen.append([(e.activity_id, e.id) for e in batch.events])
+
+    ids = _write(app.engine, [1, 2, 3] * 10)
+    results: list[BatchResult] = []
+    assert Worker(app, concurrency=1, burst=True, on_result=results.append).run()
+    latest = [(key, max(i for i, k in zip(ids, [1, 2, 3] * 10, strict=True) if k == key))
+              for key in (1, 2, 3)]  # fmt: skip
+    assert [latest] == seen
+    assert sorted(set(ids) - {i for _, i in latest}) == _superseded(app.engine)
+    assert [(30, 3, 27)] == [(r.size, r.succeeded, r.superseded) for r in results]
+    # What `outbox status`, the console and the gauges read: the superseded count.
+    assert {"superseded": 27} == collect(app)[0].archived
+
+
+def test_a_failed_group_keeps_every_event_until_it_succeeds(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """The attempt that fails archives nothing; the next one coalesces again the same group
+    (a later event of its key cannot join it: the key is held while it waits)."""
+    app = make_app(database_url)
+    app.settings = FAST
+    calls: list[list[int]] = []
+
+    @app.handler(
+        ActivityEvent,
+        ordering_key="activity_id",
+        coalesce=True,
+        retry=IMMEDIATE,
+    )
+    def flaky(batch: Batch[ActivityEvent]) -> None:
+        calls.append(list(batch.ids))
+        if len(calls) == 1:
+            raise RuntimeError("the API said 503")
+
+    ids = _write(app.engine, [7, 7, 7])
+    drain(app)
+    assert ([[ids[2]], [ids[2]]], ids[:2]) == (calls, _superseded(app.engine))
+
+
+def test_events_the_handler_retries_go_on_and_the_ones_they_stand_for_are_archived(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """A key's latest event singled out for a retry goes on alone; its older ones are archived
+    as superseded with the group's success: the latest carries their state."""
+    app = make_app(database_url)
+    app.settings = FAST
+    calls: list[list[int]] = []
+
+    @app.handler(
+        ActivityEvent,
+        ordering_key="activity_id",
+        coalesce=True,
+        retry=IMMEDIATE,
+    )
+    def partly(batch: Batch[ActivityEvent]) -> None:
+        calls.append(list(batch.ids))
+        if len(calls) == 1:
+            batch.retry([e for e in batch.events if e.activity_id == 1], "timed out")
+
+    ids = _write(app.engine, [1, 2, 1, 2, 1])
+    drain(app)
+    assert ([[ids[3], ids[4]], [ids[4]]], [ids[0], ids[1], ids[2]]) == (
+        calls,
+        _superseded(app.engine),
+    )
+
+
+# The issue's proof, 100,000 updates over 1,000 keys, in the full run (nox -s full).
+UPDATES, KEYS = (100_000, 1_000) if os.environ.get(FULL_RUN_ENV) == "1" else (6_000, 100)
+
+
+def test_no_key_is_ever_handed_an_older_state_after_a_newer_one(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """Updates of many keys written in small transactions while a worker of four threads
+    handles them: per key, the events handed over are in id order, each group holds one
+    event of a key, the last one handed over is the key's last, and every event is either
+    handed over or archived as superseded, as the worker counted them."""
+    app = make_app(database_url)
+    app.settings = FAST
+    handed: dict[int, list[int]] = defaultdict(list)
+    per_group: list[Counter[int]] = []
+    lock = threading.Lock()
+
+    @app.handler(ActivityEvent, batch_size=50, ordering_key="activity_id", coalesce=True)
+    def sync(batch: Batch[ActivityEvent]) -> None:
+        with lock:
+            per_group.append(Counter(e.activity_id for e in batch.events))
+            for event in batch.events:
+                handed[event.activity_id].append(event.id)
+
+    rng = random.Random(20261130)
+    worker = Worker(app, concurrency=4)
+    running = threading.Thread(target=worker.run, daemon=True)
+    running.start()
+    written: list[tuple[int, int]] = []
+    try:
+        for _ in range(UPDATES // 20):
+            keys = [rng.randrange(KEYS) for _ in range(20)]
+            written += zip(keys, _write(app.engine, keys), strict=True)
+        last = {key: event_id for key, event_id in written}
+
+        def settled() -> bool:
+            with lock:
+                return all(handed[k] and handed[k][-1] == i for k, i in last.items())
+
+        wait_for(settled, "every key's last event to be handed over", 120)
+    finally:
+        worker.stop()
+        running.join(30)
+    superseded = _superseded(app.engine)
+    handed_ids = [i for ids in handed.values() for i in ids]
+    assert [] == [k for k, ids in handed.items() if ids != sorted(set(ids))]
+    assert 1 == max(n for group in per_group for n in group.values())
+    assert (len(written), 0) == (
+        len(handed_ids) + len(superseded),
+        len(set(handed_ids) & set(superseded)),
+    )
+    stats = worker.stats
+    assert (len(handed_ids), len(superseded)) == (stats.events_succeeded, stats.events_superseded)
+    print(
+        f"{len(written)} updates of {KEYS} keys: {len(handed_ids)} handed over in "
+        f"{len(per_group)} groups, {len(superseded)} superseded"
+    )
