@@ -22,6 +22,7 @@ from sqlalchemy import create_engine, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from examples.contact_sync import run as contact_sync_run
 from examples.marketing_sync import run as marketing_run
 from examples.marketing_sync.app import (
     API_CALLS_PER_SECOND,
@@ -342,3 +343,19 @@ def test_fake_api_answers_503_with_retry_after_during_an_outage() -> None:
         api.outage(1.5)
         status, _, headers = api.handle_bulk("k", [{"id": "a1", "email": "a@example.com"}])
         assert (503, {"Retry-After": "2"}, Counter()) == (status, headers, api.received)
+
+
+# --- contact sync ------------------------------------------------------------------------------
+
+
+def test_contact_sync_sends_each_contact_once_in_its_latest_state(example_database: str) -> None:
+    """1,000 renames of 50 contacts, drained at once: one call of 50 records, each contact's
+    last name, and the 950 older states archived as superseded."""
+    summary = contact_sync_run.main(example_database)
+    assert {
+        "changes": 1000,
+        "records sent": 50,
+        "calls": 1,
+        "superseded": 950,
+        "contacts the CRM holds in their latest state": 50,
+    } == summary
