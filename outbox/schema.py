@@ -118,8 +118,10 @@ class ArchiveStatus(StrEnum):
     EXPIRED = "expired"
     DISCARDED = "discarded"
     SUPERSEDED = "superseded"
-    """Folded into a later event of its key by a coalescing handler (``coalesce=True``),
-    whose group succeeded: the later event carried the state it had."""
+    """Folded into a later event of its key by a coalescing handler (``coalesce=True``), when
+    their group succeeded: the later event carried the state it had (or, retried by the
+    handler, carries it on; should that one die, replaying it restores the state). Never
+    replayed itself."""
     REPLAYED = "replayed"
     """Put back into its buffer by a replay: kept as a record of what was replayed, marked with
     the operation that did it (``operation_id``) and the event it became (``replay_event_id``)."""

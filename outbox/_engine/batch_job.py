@@ -302,11 +302,13 @@ def _coalesced(handler: Handler[Any], rows: Sequence[Any]) -> tuple[list[Any], l
     columns = list(handler.table.c.keys())
     assert handler.ordering_key is not None
     key, ident = columns.index(handler.ordering_key), columns.index("id")
-    latest = {row[key]: index for index, row in enumerate(rows) if row[key] is not None}
+    # As text, as _keys reads them: a key column's value need not be hashable (a pickled one).
+    keys = [None if row[key] is None else str(row[key]) for row in rows]
+    latest = {k: index for index, k in enumerate(keys) if k is not None}
     handed: list[Any] = []
     superseded: list[int] = []
-    for index, row in enumerate(rows):
-        if row[key] is None or latest[row[key]] == index:
+    for index, (row, k) in enumerate(zip(rows, keys, strict=True)):
+        if k is None or latest[k] == index:
             handed.append(row)
         else:
             superseded.append(row[ident])

@@ -41,6 +41,7 @@ PRUNE_STATUSES = (
     schema.ArchiveStatus.DISCARDED,
     schema.ArchiveStatus.EXPIRED,
     schema.ArchiveStatus.REPLAYED,
+    schema.ArchiveStatus.SUPERSEDED,
 )
 
 StatusFilter = str | Iterable[str] | None

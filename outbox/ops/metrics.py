@@ -120,7 +120,7 @@ class HandlerStatus:
     ``outbox status`` and ``outbox check`` run: :func:`outbox.lifecycle.refusal`), in one
     line; None when it starts, or when no start check was run."""
     archived: dict[str, int] = field(default_factory=dict)
-    """Archived events by status: succeeded, dead, expired, discarded."""
+    """Archived events by status: succeeded, dead, expired, discarded, superseded."""
     recent_dead: int = 0
     """Events dead-lettered within the alert window (``dead_since``)."""
     undistributed_age: float | None = None

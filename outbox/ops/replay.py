@@ -56,8 +56,11 @@ class ReplayResult:
     when none was replayed."""
 
 
-# Every status a replay may take: a replayed event is back in its buffer already.
-REPLAYABLE = frozenset(s.value for s in schema.ArchiveStatus if s != schema.ArchiveStatus.REPLAYED)
+# Every status a replay may take: a replayed event is back in its buffer already, and a
+# superseded one is an older state of its key that a later event carried (sent again, it would
+# reach the downstream after the newer one).
+NOT_REPLAYED = frozenset({schema.ArchiveStatus.REPLAYED, schema.ArchiveStatus.SUPERSEDED})
+REPLAYABLE = frozenset(s.value for s in schema.ArchiveStatus if s not in NOT_REPLAYED)
 
 
 def replay(
@@ -115,6 +118,11 @@ def replay(
     if chosen is not None and schema.ArchiveStatus.REPLAYED in chosen:
         raise ConfigurationError(
             "status: replayed events are back in their buffers already; they are not replayed"
+        )
+    if chosen is not None and schema.ArchiveStatus.SUPERSEDED in chosen:
+        raise ConfigurationError(
+            "status: superseded events are older states of their keys that a later event "
+            "carried; replayed, they would reach the downstream after the newer one"
         )
     chosen = REPLAYABLE if chosen is None else chosen
     by_handler: Counter[str] = Counter()
@@ -320,9 +328,15 @@ def put_back(
         operation_id=operation_id,
         replay_event_ids=put,
     )
-    # A group with an event left archived keeps holding its keys, as a dead group does.
+    # A group with an event left archived keeps holding its keys, as a dead group does: one
+    # named in this chunk, or a dead letter of it a later chunk puts back (the key's newer
+    # events must not pass the group's events still on their way back).
     for handler, group_id in held - stays:
-        queries.release_held_keys(conn, handler, group_id=group_id)
+        dead = queries.count_archived(
+            conn, handler=handler, group_id=group_id, statuses=[schema.ArchiveStatus.DEAD]
+        )
+        if not dead:
+            queries.release_held_keys(conn, handler, group_id=group_id)
     return put, left
 
 

@@ -134,8 +134,8 @@ def test_replay_without_status_says_what_it_would_include_and_changes_nothing(
 
     assert (
         2,
-        "Error: replay needs --status (one or several of succeeded, dead, expired, discarded, "
-        "replayed) or --all; the archive holds 10 dead, 3 discarded",
+        "Error: replay needs --status (one or several of succeeded, dead, expired, discarded) "
+        "or --all; the archive holds 10 dead, 3 discarded",
         {"dead": DEAD, "discarded": 3},
         [],
     ) == (
@@ -187,7 +187,7 @@ def test_replay_of_one_group_needs_no_status(
         (
             ("--status", "DEADD"),
             "Invalid value for '--status': 'DEADD' is not one of 'succeeded', 'dead', "
-            "'expired', 'discarded', 'replayed'.",
+            "'expired', 'discarded', 'superseded', 'replayed'.",
         ),
         (("--status", "dead", "--all"), "Error: --status and --all: give one or the other"),
     ],

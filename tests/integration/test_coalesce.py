@@ -14,7 +14,9 @@ import pytest
 from sqlalchemy import Engine, func, insert, select
 
 from outbox import Batch, ConfigurationError, Outbox, RetryPolicy, Settings, schema
+from outbox.ops import archive, replay
 from outbox.ops.metrics import collect
+from outbox.ops.progress import Progress
 from outbox.results import BatchResult
 from outbox.testing import drain
 from outbox.worker import Worker
@@ -24,6 +26,7 @@ from tests.models import ActivityEvent
 
 FAST = Settings(poll_interval=0.05, rescue_interval=0.05)
 IMMEDIATE = RetryPolicy(max_attempts=3, scale=0.0, base_delay=0.0, jitter=0.0)
+ONCE = RetryPolicy(max_attempts=1)
 
 
 def _superseded(engine: Engine) -> list[int]:
@@ -99,12 +102,34 @@ def test_a_failed_group_keeps_every_event_until_it_succeeds(
     )
     def flaky(batch: Batch[ActivityEvent]) -> None:
         calls.append(list(batch.ids))
+        archived_before.append(_superseded(app.engine))
         if len(calls) == 1:
             raise RuntimeError("the API said 503")
 
+    archived_before: list[list[int]] = []
     ids = _write(app.engine, [7, 7, 7])
     drain(app)
-    assert ([[ids[2]], [ids[2]]], ids[:2]) == (calls, _superseded(app.engine))
+    assert ([[ids[2]], [ids[2]]], [[], []], ids[:2]) == (
+        calls,
+        archived_before,
+        _superseded(app.engine),
+    )
+
+
+def test_a_group_that_dies_takes_the_events_it_stood_for_to_the_dead_letters(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """Nothing is superseded by a group that never succeeded: all its events are dead letters,
+    and a replay of them coalesces again."""
+    app = make_app(database_url)
+
+    @app.handler(ActivityEvent, ordering_key="activity_id", coalesce=True, retry=ONCE)
+    def down(batch: Batch[ActivityEvent]) -> None:
+        raise RuntimeError("the API said 503")
+
+    _write(app.engine, [7, 7, 7])
+    drain(app)
+    assert {"dead": 3} == collect(app)[0].archived
 
 
 def test_events_the_handler_retries_go_on_and_the_ones_they_stand_for_are_archived(
@@ -192,3 +217,62 @@ def test_no_key_is_ever_handed_an_older_state_after_a_newer_one(
         f"{len(written)} updates of {KEYS} keys: {len(handed_ids)} handed over in "
         f"{len(per_group)} groups, {len(superseded)} superseded"
     )
+
+
+def test_superseded_events_are_never_replayed_and_are_history_to_prune(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """A superseded event is an older state its key's later event carried: replay refuses it
+    by name and leaves it out of a group's or every status's replay; prune takes it as
+    history."""
+    app = make_app(database_url)
+    handed: list[int] = []
+
+    @app.handler(ActivityEvent, ordering_key="activity_id", coalesce=True)
+    def sync(batch: Batch[ActivityEvent]) -> None:
+        handed.extend(batch.ids)
+
+    ids = _write(app.engine, [1, 1, 1])
+    drain(app)
+    with app.engine.connect() as conn:
+        group_id = conn.execute(select(schema.archive.c.group_id)).scalars().first()
+    with pytest.raises(ConfigurationError, match="superseded events are older states"):
+        replay.replay(app, status="superseded")
+    every = replay.replay(app, all_statuses=True)
+    whole_group = replay.replay(app, group_id=group_id)
+    drain(app)
+    pruned = archive.prune(app, older_than=0)
+    assert ([ids[2]], 0, 0, 2) == (handed, every.events, whole_group.events, pruned)
+
+
+def test_a_dead_group_replayed_in_chunks_holds_its_key_until_its_last_event_is_back(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """A dead group of an ordered handler replayed a chunk at a time, a worker running between
+    the chunks: the key's event written after the group died waits until every event of the
+    group is back, and is handed over after them."""
+    app = make_app(database_url)
+    app.settings = FAST
+    handed: list[int] = []
+    down = [True]
+
+    @app.handler(ActivityEvent, ordering_key="activity_id", batch_size=2, retry=ONCE)
+    def sync(batch: Batch[ActivityEvent]) -> None:
+        if down[0]:
+            raise RuntimeError("the API said 503")
+        handed.extend(batch.ids)
+
+    dead = _write(app.engine, [1, 1])
+    drain(app)
+    later = _write(app.engine, [1])
+    drain(app)
+    down[0] = False
+
+    class WorkerBetweenChunks(Progress):
+        def advance(self, done: int) -> None:
+            super().advance(done)
+            drain(app)
+
+    replay.replay(app, chunk=1, progress=WorkerBetweenChunks())
+    drain(app)
+    assert [*dead, *later] == handed

@@ -321,7 +321,7 @@ def test_replay_refuses_a_status_it_does_not_know(
         replay(app, status="deadd")
     assert (
         "status: 'deadd' is not an archive status; expected one of succeeded, dead, expired, "
-        "discarded, replayed"
+        "discarded, superseded, replayed"
     ) == str(raised.value)
 
 

@@ -16,11 +16,12 @@ from outbox.cli._progress import reporting
 from outbox.cli.commands.groups import print_operation
 from outbox.handler import MAX_BATCH_SIZE
 from outbox.ops import archive, edit, group_operations
-from outbox.ops.replay import REPLAY_CHUNK
+from outbox.ops.replay import REPLAY_CHUNK, REPLAYABLE
 from outbox.ops.replay import replay as replay_archived
 from outbox.ops.selection import Selection
 
-_STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
+# The statuses a replay takes, in the order ArchiveStatus spells them.
+_REPLAYABLE = ", ".join(s.value for s in schema.ArchiveStatus if s.value in REPLAYABLE)
 
 
 @main.command()
@@ -36,7 +37,8 @@ _STATUSES = ", ".join(s.value for s in schema.ArchiveStatus)
     "--all",
     "all_statuses",
     is_flag=True,
-    help="Events of every status: discarded and succeeded ones are sent again too.",
+    help="Events of every status: discarded and succeeded ones are sent again too (superseded "
+    "ones never: a later event carried their state).",
 )
 @click.option(
     "--group",
@@ -156,7 +158,7 @@ def replay(
         found = _by_status(archive.counts(app, handler=handler))
         holds = ", ".join(f"{n} {s}" for s, n in found.items()) or "no events"
         fail(
-            f"replay needs --status (one or several of {_STATUSES}) or --all; the archive "
+            f"replay needs --status (one or several of {_REPLAYABLE}) or --all; the archive "
             f"holds {holds}{'' if handler is None else f' (handler {handler})'}",
             EXIT_USAGE,
         )
@@ -328,7 +330,8 @@ def prune(
 
 @main.group("archive")
 def archive_group() -> None:
-    """The archive: events delivered (with archive=True), dead, discarded, expired, replayed."""
+    """The archive: events delivered (with archive=True), dead, discarded, expired, replayed,
+    superseded."""
 
 
 @archive_group.command("list")
