@@ -361,10 +361,14 @@ def _done_group(
     archived: dict[str, int],
 ) -> Group:
     """A group that is done (succeeded, discarded, replayed...): its status is the one most
-    of its events were archived with. One known only by its attempts has neither a job (so it
-    is not live) nor an archived event (so it is not dead, discarded or expired: those are
-    always archived): its handler deleted its events once delivered, without archiving."""
-    most = max(archived.items(), key=lambda item: item[1])[0] if archived else "succeeded"
+    of its events were archived with, superseded ones aside. One known only by its attempts
+    has neither a job (so it is not live) nor an archived event (so it is not dead, discarded
+    or expired: those are always archived): its handler deleted its events once delivered,
+    without archiving."""
+    # Superseded events are archived only when their group succeeded: they say nothing else
+    # of it (with archive=False they are all its handler kept).
+    told = {s: n for s, n in archived.items() if s != schema.ArchiveStatus.SUPERSEDED}
+    most = max(told.items(), key=lambda item: item[1])[0] if told else "succeeded"
     status: GroupStatus | schema.ArchiveStatus = schema.ArchiveStatus(most)
     return Group(
         handler=handler,

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, func, insert, select
 
 from outbox import Batch, ConfigurationError, Outbox, RetryPolicy, Settings, schema
-from outbox.ops import archive, replay
+from outbox.ops import archive, groups, replay
 from outbox.ops.metrics import collect
 from outbox.ops.progress import Progress
 from outbox.results import BatchResult
@@ -81,8 +81,10 @@ def test_a_group_hands_over_the_latest_event_of_each_key(
     assert [latest] == seen
     assert sorted(set(ids) - {i for _, i in latest}) == _superseded(app.engine)
     assert [(30, 3, 27)] == [(r.size, r.succeeded, r.superseded) for r in results]
-    # What `outbox status`, the console and the gauges read: the superseded count.
+    # What `outbox status`, the console and the gauges read: the superseded count; and the
+    # group, shown, succeeded (its superseded events are all its handler kept of it).
     assert {"superseded": 27} == collect(app)[0].archived
+    assert "succeeded" == groups.show(app, results[0].group_id).group.status
 
 
 def test_a_failed_group_keeps_every_event_until_it_succeeds(
