@@ -361,7 +361,13 @@ def _split(text: str) -> list[str]:
         return text.split()
 
 
-GLOBAL_WITH_VALUE = {"--app", "--database-url", "--log-level", "--log-format"}
+# The command's own options that take a value (--app, --database, ...), from the command itself.
+GLOBAL_WITH_VALUE = {
+    name
+    for param in main.params
+    if isinstance(param, click.Option) and not param.is_flag and not param.count
+    for name in param.opts
+}
 
 
 def _resolve(words: tuple[str, ...]) -> tuple[click.Command, list[str]]:
