@@ -150,7 +150,8 @@ def test_running_work_stops_in_one_line_once_migrate_takes_the_tables_back(
 ) -> None:
     """`outbox migrate --to 0005 --yes` (or 0004) under a worker busy with a backlog: its next
     throughput write fails (the table is gone) before it looks at the schema; it stops
-    claiming all the same, says why once in the log and once on stderr, and exits 1."""
+    claiming all the same, says why once in the log and once on stderr (the generation it
+    found: the target's, or one the downgrade was passing through), and exits 1."""
     commit_events(connect(migrated_url), BACKLOG)
     worker = start_work(cli, migrated_url, "-c", "2", env={SLEEP_ENV: BATCH_SECONDS})
     wait_for(lambda: handled_ids(output_dir), "the first events to be handled")
@@ -164,7 +165,15 @@ def test_running_work_stops_in_one_line_once_migrate_takes_the_tables_back(
         for event in (_log.WORKER_DATABASE_ERROR, _log.WORKER_LOOP_ERROR)
         for r in _logged(result.stderr, event)
     ]
-    assert (1, [expected], [expected.removeprefix("Error: ")], []) == (
+    # The downgrade takes the migrations back one at a time, each in a transaction of its own:
+    # a worker that looks while it is under way finds a generation between the two, and says
+    # that one, in the same words.
+    passing = [
+        DOWNGRADED.replace(f"generation {OLDER} ", f"generation {n} ", 1)
+        for n in range(OLDER + 1, schema.GENERATION)
+    ]
+    said = errors[0] if len(errors) == 1 and errors[0] in passing else expected
+    assert (1, [said], [said.removeprefix("Error: ")], []) == (
         result.code,
         errors,
         [r["reason"] for r in logged],
