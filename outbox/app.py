@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import math
 import os
 import re
 import threading
@@ -28,6 +30,7 @@ from outbox.handler import (
     delivery_of,
     validated,
 )
+from outbox.inbox import DEFAULT_HORIZON, Inbox
 from outbox.ratelimit import RateLimit
 from outbox.retry import MIN_RETRY_AFTER_SECONDS, RetryPolicy
 from outbox.urgency import Urgency
@@ -189,6 +192,7 @@ class Outbox:
                 self._engine = dialects.read_committed(self._engine)
         self.settings = settings or Settings()
         self._handlers: dict[str, Handler[Any]] = {}
+        self._inboxes: dict[str, Inbox] = {}
 
     # --- database ------------------------------------------------------------------------
 
@@ -387,6 +391,64 @@ class Outbox:
             return list(self._handlers.values())
         return [self.get_handler(n) for n in names]
 
+    def resend_horizon(self, handler: Handler[Any] | str) -> float:
+        """The longest time, in seconds, between two sends of one event by ``handler``.
+
+        An event whose acknowledgement was lost (a worker killed, a connection cut) is sent
+        again by a later attempt: after the longest wait between two attempts (the last
+        backoff, jitter included, or the circuit breaker's longest pause when longer), and
+        after the lease of the attempt that was cut off, and the handler's ``timeout`` it may
+        have run for. A receiver that drops a repeat within a window (a broker's, an inbox's)
+        catches every repeat when the window is at least this long.
+        """
+        found = self.get_handler(handler) if isinstance(handler, str) else handler
+        policy = found.retry
+        backoff = 0.0
+        if policy.max_attempts > 1:
+            backoff = policy.base(policy.max_attempts - 1) * (1 + policy.jitter)
+        if found.circuit_breaker is not None:
+            backoff = max(backoff, found.circuit_breaker.max_probe_after)
+        return backoff + self.settings.lease_seconds + (found.timeout or 0.0)
+
+    # --- inboxes -------------------------------------------------------------------------
+
+    def inbox(
+        self,
+        name: str,
+        *,
+        horizon: float | dt.timedelta = DEFAULT_HORIZON,
+        sender: Handler[Any] | str | None = None,
+    ) -> Inbox:
+        """Declare the inbox ``name`` (:class:`outbox.inbox.Inbox`): the record of the message
+        ids a receiver had an effect for, each kept ``horizon`` (seconds or a timedelta; seven
+        days unless given), then pruned.
+
+        ``sender``: the handler of this application that sends the messages (its name, or the
+        handler), when both sides are outbox: a horizon shorter than its
+        :meth:`resend_horizon` is refused, as a message re-sent after its id was pruned would
+        have its effect twice.
+        """
+        if name in self._inboxes:
+            raise ConfigurationError(f"an inbox named {name!r} is already declared")
+        inbox = Inbox(name, horizon=horizon)
+        if sender is not None:
+            resends = self.resend_horizon(sender if isinstance(sender, str) else sender.name)
+            if inbox.horizon < resends:
+                raise ConfigurationError(
+                    f"inbox {name!r} keeps a message id {inbox.horizon:g} s, but handler "
+                    f"{sender if isinstance(sender, str) else sender.name!r} may send a message "
+                    f"again up to {resends:.0f} s after it first sent it (the longest retry "
+                    f"wait, the lease and the timeout): make the horizon at least "
+                    f"{math.ceil(resends)} s"
+                )
+        self._inboxes[name] = inbox
+        return inbox
+
+    @property
+    def inboxes(self) -> Mapping[str, Inbox]:
+        """The declared inboxes by name."""
+        return dict(self._inboxes)
+
     def with_settings(self, **changes: Any) -> Settings:
         """Replace some settings (validated) and return the new ones (for the databases it
         serves too)."""
@@ -478,6 +540,7 @@ class Outbox:
                 return view
             moved, view = view, Outbox(url, settings=self.settings)
             view._handlers = self._handlers  # one registry of handlers for every database
+            view._inboxes = self._inboxes
             view.database_name = name
             self._views[name] = view
         if moved is not None and moved._engine is not None:

@@ -30,13 +30,14 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
+from sqlalchemy.dialects.mysql import VARBINARY
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.sql.expression import FunctionElement
 from sqlalchemy.types import TypeEngine
 
 from outbox._core.version import VERSION
 
-GENERATION = 10
+GENERATION = 11
 """The schema generation of these tables: the number of the newest migration outbox ships.
 A worker records it as the generation it understands; ``outbox_schema`` records the generation
 the database is at (a test checks that the newest migration declares the same)."""
@@ -359,6 +360,34 @@ ingest_keys = Table(
     Column("received_at", timestamp(), nullable=False, server_default=db_now()),
     # Serves prune by age.
     Index(None, "received_at"),
+)
+
+MESSAGE_ID_LENGTH = 400
+"""The longest message id the inbox keeps as it is; a longer one is kept as its SHA-256."""
+
+inbox = Table(
+    "outbox_inbox",
+    metadata,
+    Column("inbox", _NAME, primary_key=True),
+    Column(
+        "message_id",
+        # Compared byte for byte: MariaDB's text collations would take "A1" for "a1", or
+        # "x " for "x", and drop a message that was never received.
+        String(MESSAGE_ID_LENGTH).with_variant(
+            VARBINARY(4 * MESSAGE_ID_LENGTH), "mysql", "mariadb"
+        ),
+        primary_key=True,
+        comment="the sender's message id",
+    ),
+    Column("received_at", timestamp(), nullable=False, server_default=db_now()),
+    Column(
+        "expires_at",
+        timestamp(),
+        nullable=False,
+        comment="received_at plus the inbox's horizon: pruned once past",
+    ),
+    # Serves the prune of expired ids.
+    Index(None, "expires_at"),
 )
 
 throughput = Table(

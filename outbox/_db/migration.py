@@ -119,6 +119,7 @@ def downgrade_losses(conn: Connection, revision: str) -> list[Loss]:
 
 _jobs, _handlers, _limits = schema.jobs, schema.handlers, schema.rate_limits
 _LOSSES: dict[str, tuple[tuple[str, str, Any], ...]] = {
+    "0011": (("outbox_inbox", "inbox message ids", lambda c: _count(c, schema.inbox)),),
     "0006": (
         ("outbox_attempts", "recorded attempts", lambda c: _count(c, schema.attempts)),
         ("outbox_operations", "recorded operations", lambda c: _count(c, schema.operations)),

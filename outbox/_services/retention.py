@@ -29,13 +29,13 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from outbox import schema
+from outbox import inbox, schema
 from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
 from outbox._db.dialects import error_summary, is_lock_timeout
@@ -72,6 +72,8 @@ class RetentionPass:
     waited: tuple[str, ...] = ()
     """What it gave up, and why (a lock held too long, the default partition holding rows of a
     day to make): tried again at the next pass."""
+    inbox_ids: int = 0
+    """Inbox ids past their horizon it deleted (:mod:`outbox.inbox`)."""
 
 
 class Retention:
@@ -114,7 +116,10 @@ class Retention:
         keep = self.days if days is None else days
         with self.app.engine.connect() as conn:
             done = self._pass(conn, keep, today, delete_chunks)
-        if done.made or done.retired or done.deleted or done.waited:
+        if done.ran:
+            # Whatever the archive's retention: an inbox id past its horizon is of no use.
+            done = replace(done, inbox_ids=inbox.prune(self.app.engine, delete_chunks))
+        if done.made or done.retired or done.deleted or done.waited or done.inbox_ids:
             log.info(
                 _log.ARCHIVE_RETENTION,
                 days=keep,
@@ -122,6 +127,7 @@ class Retention:
                 retired={str(d): r.value for d, r in done.retired.items()},
                 deleted=done.deleted,
                 waited=list(done.waited),
+                inbox_ids=done.inbox_ids,
             )
         return done
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from outbox import schema
+from outbox import inbox, schema
 from outbox._core import log as _log
 from outbox._core.checks import text_problem
 from outbox._core.values import archived_payload, archived_values
@@ -271,8 +271,8 @@ def prune(
     succeeded, discarded, expired, replayed), so that dead letters stay until replayed or
     pruned by name. The attempts recorded of groups that are gone (no job, no dead event) and
     the ingest's idempotency keys and the per-minute throughput older than ``older_than`` go
-    too (a producer retrying later than that writes its event again); the record of
-    operators' operations stays.
+    too (a producer retrying later than that writes its event again), and every inbox's ids
+    past their horizon; the record of operators' operations stays.
 
     Where the archive is partitioned by day (PostgreSQL from migration 0009, MariaDB from 0010),
     the statuses that are history go a whole day at a time for the days archived wholly
@@ -316,6 +316,8 @@ def prune(
             )
             if deleted < chunk:
                 break
+    phase.check()
+    inbox.prune(app.engine)
     if total:
         log.info(_log.ARCHIVE_PRUNED, rows=total)
     return total

@@ -16,22 +16,9 @@ from outbox.handler import Handler
 
 
 def resend_horizon(app: Outbox, handler: Handler[Any]) -> float:
-    """The longest time, in seconds, between two sends of one event by ``handler``.
-
-    A message sent whose acknowledgement was lost (a worker killed, a connection cut) is sent
-    again by a later attempt: after the longest wait between two attempts (the last backoff,
-    jitter included, or the circuit breaker's longest pause when longer), and after the lease
-    of the attempt that was cut off, and the handler's ``timeout`` it may have run for. A
-    broker that drops a re-sent message within a window catches every re-send when the window
-    is at least this long.
-    """
-    policy = handler.retry
-    backoff = 0.0
-    if policy.max_attempts > 1:
-        backoff = policy.base(policy.max_attempts - 1) * (1 + policy.jitter)
-    if handler.circuit_breaker is not None:
-        backoff = max(backoff, handler.circuit_breaker.max_probe_after)
-    return backoff + app.settings.lease_seconds + (handler.timeout or 0.0)
+    """The longest time, in seconds, between two sends of one event by ``handler``
+    (:meth:`outbox.Outbox.resend_horizon`)."""
+    return app.resend_horizon(handler)
 
 
 def check_dedup_window(

@@ -51,6 +51,7 @@ def test_schema_sql_prints_create_table_for_every_outbox_table(cli: Cli) -> None
         "outbox_operations",
         "outbox_throughput",
         "outbox_ingest_keys",
+        "outbox_inbox",
     }
     assert (0, expected) == (result.code, created)
 

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import Engine, insert, text
 
 from outbox import schema
+from outbox.inbox import Inbox
 from outbox.ops.migrate import current_revision, head_revision, migrate
 from tests.acceptance._cli import Cli
 
@@ -89,6 +90,27 @@ def test_downgrade_below_the_operators_records_refuses_naming_them(
     assert (1, expected, head) == (result.code, result.stderr, current_revision(engine))
 
 
+def test_downgrade_below_the_inbox_refuses_naming_its_ids(
+    cli: Cli, empty_url: str, engine_on: Callable[[str], Engine]
+) -> None:
+    """--to 0010 over an inbox's ids: a message delivered again after it would have its
+    effect again, so the downgrade names them and waits for --yes."""
+    engine = engine_on(empty_url)
+    migrate(engine)
+    with engine.begin() as conn:
+        Inbox("orders").receive_many(conn, ["m-1", "m-2"])
+
+    result = cli.run(*_url(empty_url), "migrate", "--to", "0010")
+
+    expected = (
+        f"Error: {head_revision()} -> 0010 drops outbox_inbox: 2 inbox message ids; pass --yes "
+        "to downgrade all the same\n"
+    )
+    assert (1, expected) == (result.code, result.stderr)
+    assert 0 == cli.run(*_url(empty_url), "migrate", "--to", "0010", "--yes").code
+    assert "0010" == current_revision(engine)
+
+
 def test_downgrade_with_yes_drops_the_rows(
     cli: Cli, empty_url: str, engine_on: Callable[[str], Engine]
 ) -> None:
@@ -144,7 +166,7 @@ def test_unknown_revision_is_a_usage_error(
 
     expected = (
         "Error: unknown revision '0099': this outbox knows 0001, 0002, 0003, 0004, 0005, 0006, "
-        "0007, 0008, 0009, 0010, head and base\n"
+        "0007, 0008, 0009, 0010, 0011, head and base\n"
     )
     assert (2, expected) == (result.code, result.stderr)
 

@@ -85,6 +85,14 @@ class Statements(Protocol):
         self, conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
     ) -> int: ...
 
+    def insert_new(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        returning: ColumnElement[Any],
+    ) -> list[Any]: ...
+
     def plan_each_time(self, conn: Connection) -> None: ...
 
     def ids_written(self, conn: Connection, table: Table, highest: int) -> None: ...

@@ -43,6 +43,7 @@ from outbox._db.mysql.statements import (
     count_exclusively,
     ids_written,
     insert_ignoring_duplicates,
+    insert_new,
     plan_each_time,
     update_picked,
 )
@@ -80,6 +81,7 @@ __all__ = [
     "describe",
     "ids_written",
     "insert_ignoring_duplicates",
+    "insert_new",
     "is_lock_timeout",
     "is_missing_table",
     "is_transient",

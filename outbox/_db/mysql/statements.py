@@ -146,3 +146,15 @@ def insert_ignoring_duplicates(
     statement = mysql_insert(table).prefix_with("IGNORE")
     statement = statement.execution_options(preserve_rowcount=True)
     return sum(max(conn.execute(statement, dict(row)).rowcount, 0) for row in rows)
+
+
+def insert_new(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], returning: ColumnElement[Any]
+) -> list[Any]:
+    """Insert ``rows`` in one statement, skipping those whose key is held already (or is being
+    written by a transaction still open, whose end the statement waits for); ``returning`` of
+    the rows inserted (``INSERT IGNORE ... RETURNING``, MariaDB 10.5 and newer)."""
+    from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+    statement = mysql_insert(table).values(list(rows)).prefix_with("IGNORE")
+    return list(conn.execute(statement.returning(returning)).scalars())

@@ -46,6 +46,7 @@ from outbox._db.postgresql.statements import (
     count_exclusively,
     ids_written,
     insert_ignoring_duplicates,
+    insert_new,
     plan_each_time,
     update_picked,
 )
@@ -86,6 +87,7 @@ __all__ = [
     "describe",
     "ids_written",
     "insert_ignoring_duplicates",
+    "insert_new",
     "is_lock_timeout",
     "is_missing_table",
     "is_transient",

@@ -66,6 +66,16 @@ def insert_ignoring_duplicates(
     return len(conn.execute(returning).all())
 
 
+def insert_new(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], returning: ColumnElement[Any]
+) -> list[Any]:
+    """Insert ``rows`` in one statement, skipping those whose key is held already (or is being
+    written by a transaction still open, whose end the statement waits for); ``returning`` of
+    the rows inserted."""
+    statement = postgresql_insert(table).values(list(rows)).on_conflict_do_nothing()
+    return list(conn.execute(statement.returning(returning)).scalars())
+
+
 def plan_each_time(conn: Connection) -> None:
     """Plan the rest of the transaction's statements for their values (``SET LOCAL
     plan_cache_mode = force_custom_plan``): a lookup of hundreds of keys prepared while its

@@ -108,6 +108,13 @@ from outbox._db.queries.held import (
     in_order,
     release_held_keys,
 )
+from outbox._db.queries.inbox import (
+    InboxKept,
+    delete_expired_inbox_ids,
+    inbox_holds,
+    inboxes_kept,
+    record_inbox_ids,
+)
 from outbox._db.queries.indexes import (
     analyze,
     drop_index_concurrently,
@@ -279,6 +286,7 @@ __all__ = [
     "GroupRow",
     "HandlerState",
     "HeldKey",
+    "InboxKept",
     "IndexInfo",
     "JobRow",
     "LeasedClaim",
@@ -347,6 +355,7 @@ __all__ = [
     "dead_groups",
     "defer_job",
     "delete_archived",
+    "delete_expired_inbox_ids",
     "delete_group_rows",
     "delete_idle_job",
     "delete_idle_limits",
@@ -386,6 +395,8 @@ __all__ = [
     "hold_refused_job",
     "in_flight",
     "in_order",
+    "inbox_holds",
+    "inboxes_kept",
     "index_bytes",
     "ingested_event",
     "ingested_keys",
@@ -424,6 +435,7 @@ __all__ = [
     "recent_dead_letters",
     "record_attempt",
     "record_attempts",
+    "record_inbox_ids",
     "record_ingested",
     "record_operation",
     "record_schema_generation",

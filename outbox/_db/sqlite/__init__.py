@@ -41,6 +41,7 @@ from outbox._db.sqlite.statements import (
     count_exclusively,
     ids_written,
     insert_ignoring_duplicates,
+    insert_new,
     plan_each_time,
     update_picked,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "describe",
     "ids_written",
     "insert_ignoring_duplicates",
+    "insert_new",
     "is_lock_timeout",
     "is_missing_table",
     "is_transient",

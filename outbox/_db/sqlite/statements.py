@@ -65,6 +65,17 @@ def insert_ignoring_duplicates(
     return sum(max(conn.execute(statement, dict(row)).rowcount, 0) for row in rows)
 
 
+def insert_new(
+    conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], returning: ColumnElement[Any]
+) -> list[Any]:
+    """Insert ``rows`` in one statement, skipping those whose key is held already; ``returning``
+    of the rows inserted."""
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    statement = sqlite_insert(table).values(list(rows)).on_conflict_do_nothing()
+    return list(conn.execute(statement.returning(returning)).scalars())
+
+
 def plan_each_time(conn: Connection) -> None:
     """Nothing to do: no plan outlives its statement here."""
 

@@ -1,0 +1,57 @@
+"""The inbox: the message ids a receiver has had an effect for
+
+Revision ID: 0011
+Revises: 0010
+Create Date: 2027-01-20 10:00:00.000000
+
+``outbox_inbox``: each row is a message id (as its sender sent it) that an inbox (``Outbox.inbox``)
+recorded in the transaction of the message's effect, kept until ``expires_at``, the time it
+was received plus the inbox's horizon. MariaDB keeps the id as bytes, compared exactly.
+
+Only an addition: workers of every generation go on as before.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import mysql
+
+from outbox.schema import db_now, timestamp
+
+revision = "0011"
+down_revision = "0010"
+branch_labels = None
+depends_on = None
+
+generation = 11
+"""The schema generation this revision brings."""
+workers_from = 1
+"""The oldest worker generation that works correctly on it: all of them (only an addition)."""
+
+
+def upgrade() -> None:
+    op.create_table(
+        "outbox_inbox",
+        sa.Column("inbox", sa.String(200), nullable=False),
+        sa.Column(
+            "message_id",
+            sa.String(400).with_variant(mysql.VARBINARY(1600), "mysql", "mariadb"),
+            nullable=False,
+            comment="the sender's message id",
+        ),
+        sa.Column("received_at", timestamp(), server_default=db_now(), nullable=False),
+        sa.Column(
+            "expires_at",
+            timestamp(),
+            nullable=False,
+            comment="received_at plus the inbox's horizon: pruned once past",
+        ),
+        sa.PrimaryKeyConstraint("inbox", "message_id", name="pk_outbox_inbox"),
+    )
+    op.create_index("ix_outbox_inbox_expires_at", "outbox_inbox", ["expires_at"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_outbox_inbox_expires_at", table_name="outbox_inbox")
+    op.drop_table("outbox_inbox")

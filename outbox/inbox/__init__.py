@@ -1,0 +1,183 @@
+"""The inbox: a receiver's record of the messages it has had an effect for, so that a message
+delivered again has no second effect.
+
+A consumer of a broker or of a webhook records each message's id in the transaction that has
+the message's effect; a message delivered again (its acknowledgement lost, a consumer killed
+between the commit and the ack, the sender re-sending after a lost confirm) finds its id
+recorded and is acknowledged without a second effect::
+
+    orders_in = app.inbox("partner-orders")
+
+    with Session(engine) as session, session.begin():
+        if orders_in.receive(session, message.message_id):
+            apply(session, message)  # the effect, in the same transaction
+    message.ack()  # after the commit
+
+An id is kept for the inbox's ``horizon`` (seven days unless given), then pruned by the
+fleet's retention pass (``outbox work``), ``outbox prune``, or :meth:`Inbox.prune`: a message
+delivered again after its id was pruned has its effect again. The horizon must outlast the
+longest time between two deliveries of one message; :meth:`outbox.Outbox.inbox` refuses one
+shorter than the re-send horizon of the outbox handler that sends the messages
+(``sender=``). docs/inbox.md says what it guarantees.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.orm import Session, scoped_session
+
+from outbox._core.checks import is_number
+from outbox._db import dialects, queries, run_in_transaction
+from outbox.exceptions import ConfigurationError
+from outbox.schema import MESSAGE_ID_LENGTH
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
+
+DEFAULT_HORIZON = dt.timedelta(days=7)
+"""How long an inbox keeps an id unless told: NServiceBus's default. Long enough for a sender's
+retries over days and an operator's replay within the week; an id costs a row of about 100
+bytes (docs/inbox.md sizes it)."""
+PRUNE_CHUNK = 1000
+"""Ids one transaction of a prune deletes."""
+_HASHED = "sha256:"
+
+
+class Inbox:
+    """A named record of message ids, each kept ``horizon`` seconds after it was received.
+
+    Made by :meth:`outbox.Outbox.inbox`, which also lists it in ``outbox status``, the console
+    and the metrics. :meth:`receive` and :meth:`receive_many` record ids in the caller's
+    transaction; nothing is committed here.
+    """
+
+    def __init__(self, name: str, *, horizon: float | dt.timedelta = DEFAULT_HORIZON) -> None:
+        if not isinstance(name, str) or not 0 < len(name) <= 200:
+            raise ConfigurationError(
+                f"inbox name: expected text of 1 to 200 characters, got {name!r}"
+            )
+        self.name = name
+        self.horizon = _seconds(name, horizon)
+        """Seconds an id is kept after it was received."""
+
+    def __repr__(self) -> str:
+        return f"Inbox({self.name!r}, horizon={self.horizon:g})"
+
+    def receive(self, session: Session | Connection | scoped_session[Any], message_id: str) -> bool:
+        """Record ``message_id`` in the caller's transaction; True when this inbox did not hold
+        it, so that the caller has the message's effect in the same transaction, False when it
+        did (the message was received before: acknowledge it, and do nothing more).
+
+        A transaction recording the same id at the same time makes this one wait for its end:
+        its commit makes this call say False, its rollback True.
+        """
+        return bool(self.receive_many(session, (message_id,)))
+
+    def receive_many(
+        self, session: Session | Connection | scoped_session[Any], message_ids: Iterable[str]
+    ) -> set[str]:
+        """Record ``message_ids`` in the caller's transaction (a few statements however many);
+        the ones this inbox did not hold, as given. A batch consumer has the effect of those
+        messages only, then acknowledges the whole batch after the commit."""
+        conn = _connection(session, self.name)
+        given = list(message_ids)
+        kept = {kept_id(self.name, m): m for m in given}
+        dialect = dialects.name_of(conn.dialect)
+        new = queries.record_inbox_ids(conn, dialect, self.name, list(kept), self.horizon)
+        return {kept[k] for k in new}
+
+    async def receive_async(
+        self,
+        session: AsyncSession | AsyncConnection | async_scoped_session[Any],
+        message_id: str,
+    ) -> bool:
+        """:meth:`receive` for async code: ``await inbox.receive_async(session, id)``."""
+        return bool(await self.receive_many_async(session, (message_id,)))
+
+    async def receive_many_async(
+        self,
+        session: AsyncSession | AsyncConnection | async_scoped_session[Any],
+        message_ids: Iterable[str],
+    ) -> set[str]:
+        """:meth:`receive_many` for async code, run through the session's ``run_sync`` in the
+        caller's transaction."""
+        from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
+
+        if isinstance(session, async_scoped_session):
+            session = session()
+        if not isinstance(session, AsyncSession | AsyncConnection):
+            raise TypeError(
+                f"inbox {self.name!r}: receive_many_async takes an AsyncSession or an "
+                f"AsyncConnection, got {type(session).__name__}; with a Session or a "
+                "Connection, call receive_many(...)"
+            )
+        given = list(message_ids)
+        return await session.run_sync(lambda sync: self.receive_many(sync, given))
+
+    def holds(self, session: Session | Connection | scoped_session[Any], message_id: str) -> bool:
+        """Whether this inbox holds ``message_id`` (recorded by a committed transaction, or by
+        the caller's own), without recording it."""
+        conn = _connection(session, self.name)
+        dialect = dialects.name_of(conn.dialect)
+        return queries.inbox_holds(conn, dialect, self.name, kept_id(self.name, message_id))
+
+
+def kept_id(inbox: str, message_id: object) -> str:
+    """``message_id`` as the inbox keeps it: as it is, or, when longer than
+    :data:`~outbox.schema.MESSAGE_ID_LENGTH` characters, ``sha256:`` and its digest. Anything
+    but non-empty text is refused in one line naming the inbox."""
+    if not isinstance(message_id, str) or not message_id:
+        got = type(message_id).__name__ if not isinstance(message_id, str) else "empty text"
+        raise TypeError(
+            f"inbox {inbox!r}: a message id is non-empty text, got {got}; a message without an "
+            "id cannot be told from its re-delivery"
+        )
+    if len(message_id) <= MESSAGE_ID_LENGTH:
+        return message_id
+    return _HASHED + hashlib.sha256(message_id.encode()).hexdigest()
+
+
+def prune(engine: Engine, chunks: int | None = None) -> int:
+    """Delete the ids of every inbox past their horizon, :data:`PRUNE_CHUNK` a transaction, up
+    to ``chunks`` transactions (all of them when None); how many were deleted."""
+    total = 0
+    done = 0
+    while chunks is None or done < chunks:
+        deleted = run_in_transaction(
+            engine, lambda conn: queries.delete_expired_inbox_ids(conn, PRUNE_CHUNK)
+        )
+        total += deleted
+        done += 1
+        if deleted < PRUNE_CHUNK:
+            break
+    return total
+
+
+def _connection(session: object, inbox: str) -> Connection:
+    if isinstance(session, scoped_session):
+        session = session()
+    if isinstance(session, Session):
+        return session.connection()
+    if isinstance(session, Connection):
+        return session
+    got = type(session).__name__
+    hint = "; async code awaits receive_async(...)" if got.startswith("Async") else ""
+    raise TypeError(
+        f"inbox {inbox!r}: receive takes a Session or a Connection in the transaction of the "
+        f"message's effect, got {got}{hint}"
+    )
+
+
+def _seconds(name: str, horizon: object) -> float:
+    seconds = horizon.total_seconds() if isinstance(horizon, dt.timedelta) else horizon
+    if not is_number(seconds) or float(seconds) <= 0:  # type: ignore[arg-type]
+        raise ConfigurationError(
+            f"inbox {name!r}: horizon must be a positive number of seconds or a timedelta, "
+            f"got {horizon!r}"
+        )
+    return float(seconds)  # type: ignore[arg-type]
