@@ -405,20 +405,22 @@ class Outbox:
         """The longest time, in seconds, between two sends of one event by ``handler``.
 
         An event whose acknowledgement was lost (a worker killed, a connection cut) is sent
-        again by a later attempt: after the longest wait between two attempts (the last
-        backoff, jitter included, or the circuit breaker's longest pause when longer), and
-        after the lease of the attempt that was cut off, and the handler's ``timeout`` it may
-        have run for. A receiver that drops a repeat within a window (a broker's, an inbox's)
-        catches every repeat when the window is at least this long.
+        again by a later attempt, and the attempts between may fail before they reach the
+        downstream: the bound is the lease of the attempt that was cut off, every wait between
+        two attempts (each backoff with its jitter, or the circuit breaker's longest pause when
+        longer), and the ``timeout`` of each attempt before the last. A receiver that drops a
+        repeat within a window (a broker's, an inbox's) catches every repeat when the window is
+        at least this long. Not counted, as no schedule bounds them: a downstream's
+        ``RetryAfter`` deferrals, an operator's pause, and a replay.
         """
         found = self.get_handler(handler) if isinstance(handler, str) else handler
         policy = found.retry
-        backoff = 0.0
-        if policy.max_attempts > 1:
-            backoff = policy.base(policy.max_attempts - 1) * (1 + policy.jitter)
+        longest_pause = 0.0
         if found.circuit_breaker is not None:
-            backoff = max(backoff, found.circuit_breaker.max_probe_after)
-        return backoff + self.settings.lease_seconds + (found.timeout or 0.0)
+            longest_pause = found.circuit_breaker.max_probe_after
+        gaps = range(1, policy.max_attempts)
+        waits = sum(max(policy.base(n) * (1 + policy.jitter), longest_pause) for n in gaps)
+        return self.settings.lease_seconds + waits + (found.timeout or 0.0) * max(len(gaps), 1)
 
     # --- inboxes -------------------------------------------------------------------------
 
