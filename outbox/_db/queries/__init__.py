@@ -110,9 +110,12 @@ from outbox._db.queries.held import (
 )
 from outbox._db.queries.inbox import (
     InboxKept,
+    InboxReading,
     delete_expired_inbox_ids,
     inbox_holds,
+    inbox_names,
     inboxes_kept,
+    read_inbox,
     record_inbox_ids,
 )
 from outbox._db.queries.indexes import (
@@ -287,6 +290,7 @@ __all__ = [
     "HandlerState",
     "HeldKey",
     "InboxKept",
+    "InboxReading",
     "IndexInfo",
     "JobRow",
     "LeasedClaim",
@@ -396,6 +400,7 @@ __all__ = [
     "in_flight",
     "in_order",
     "inbox_holds",
+    "inbox_names",
     "inboxes_kept",
     "index_bytes",
     "ingested_event",
@@ -431,6 +436,7 @@ __all__ = [
     "operations",
     "overdue_jobs",
     "pause_handler",
+    "read_inbox",
     "reading_connection",
     "recent_dead_letters",
     "record_attempt",
