@@ -93,6 +93,10 @@ class Settings:
     without a reset finds out and retries, rather than wait out the kernel's retransmissions
     (about 15 minutes) or, on an idle connection, for ever. A setting a PostgreSQL URL gives
     itself (``?keepalives_idle=...``) wins; ``None`` leaves the driver's defaults.
+    ``ingest_key_horizon``: how long the HTTP API's ingest keeps a producer's idempotency key
+    (seconds; seven days by default, as an inbox keeps a message id): a producer that sends a
+    key again within it writes nothing twice, one that sends it later writes its event again.
+    The fleet's retention pass forgets older keys; ``None``: kept until ``outbox prune``.
     """
 
     lease_seconds: float = DEFAULT_LEASE_SECONDS
@@ -103,6 +107,7 @@ class Settings:
     min_retry_after: float = MIN_RETRY_AFTER_SECONDS
     archive_retention_days: int | None = None
     network_timeout: float | None = DEFAULT_NETWORK_TIMEOUT_SECONDS
+    ingest_key_horizon: float | None = DEFAULT_HORIZON.total_seconds()
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "poll_interval", "rescue_interval", "worker_stale_after"):
@@ -125,6 +130,11 @@ class Settings:
         if bound is not None and not (is_number(bound) and 1 <= bound <= 3600):
             raise ConfigurationError(
                 f"Settings.network_timeout must be seconds from 1 to 3600, or None, got {bound!r}"
+            )
+        keys = self.ingest_key_horizon
+        if keys is not None and not (is_number(keys) and keys > 0):
+            raise ConfigurationError(
+                f"Settings.ingest_key_horizon must be seconds > 0, or None, got {keys!r}"
             )
 
 

@@ -74,6 +74,8 @@ class RetentionPass:
     day to make): tried again at the next pass."""
     inbox_ids: int = 0
     """Inbox ids past their horizon it deleted (:mod:`outbox.inbox`)."""
+    ingest_keys: int = 0
+    """The ingest's idempotency keys older than ``Settings.ingest_key_horizon`` it deleted."""
 
 
 class Retention:
@@ -117,9 +119,15 @@ class Retention:
         with self.app.engine.connect() as conn:
             done = self._pass(conn, keep, today, delete_chunks)
         if done.ran:
-            # Whatever the archive's retention: an inbox id past its horizon is of no use.
-            done = replace(done, inbox_ids=inbox.prune(self.app.engine, delete_chunks))
-        if done.made or done.retired or done.deleted or done.waited or done.inbox_ids:
+            # Whatever the archive's retention: a key past its horizon is of no use.
+            done = replace(
+                done,
+                inbox_ids=inbox.prune(self.app.engine, delete_chunks),
+                ingest_keys=self._forget_ingest_keys(delete_chunks),
+            )
+        if any((done.made, done.retired, done.deleted, done.waited)) or any(
+            (done.inbox_ids, done.ingest_keys)
+        ):
             log.info(
                 _log.ARCHIVE_RETENTION,
                 days=keep,
@@ -128,8 +136,26 @@ class Retention:
                 deleted=done.deleted,
                 waited=list(done.waited),
                 inbox_ids=done.inbox_ids,
+                ingest_keys=done.ingest_keys,
             )
         return done
+
+    def _forget_ingest_keys(self, chunks: int) -> int:
+        horizon = self.app.settings.ingest_key_horizon
+        total = 0
+        if horizon is None:
+            return 0
+        for _ in range(chunks):
+            deleted = run_in_transaction(
+                self.app.engine,
+                functools.partial(
+                    queries.delete_old_ingest_keys, older_than_seconds=horizon, limit=DELETE_CHUNK
+                ),
+            )
+            total += deleted
+            if deleted < DELETE_CHUNK:
+                break
+        return total
 
     def _pass(
         self, conn: Connection, keep: int | None, today: dt.date | None, delete_chunks: int

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from outbox import ConfigurationError, Outbox, RetryPolicy, Settings, schema
 from outbox._services.retention import Retention
 from outbox.inbox import DEFAULT_HORIZON, kept_id
-from outbox.ops import archive
+from outbox.ops import archive, ingest
 from tests.models import EmailEvent
 
 
@@ -186,3 +186,29 @@ def test_a_horizon_shorter_than_the_senders_resends_is_refused(sqlite_url: str) 
     assert app.inbox("emails", horizon=100, sender=app.handlers["send"]).horizon == 100
     with pytest.raises(ConfigurationError, match="unknown handler 'other'"):
         app.inbox("others", sender="other")
+
+
+def test_the_ingests_keys_past_their_horizon_are_forgotten_by_the_retention_pass(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """The HTTP API's ingest is an inbox for its producers: a key is kept for
+    ``Settings.ingest_key_horizon`` (seven days unless set), then a retry writes again."""
+    app = make_app(database_url, Settings(ingest_key_horizon=0.3))
+
+    @app.handler(EmailEvent)
+    def send(batch: object) -> None: ...
+
+    assert DEFAULT_HORIZON.total_seconds() == Settings().ingest_key_horizon
+    [first] = ingest.ingest(app, "send", [("k-1", {"address": "a@example.com"})])
+    [again] = ingest.ingest(app, "send", [("k-1", {"address": "a@example.com"})])
+    assert (True, False, first.event_id) == (first.created, again.created, again.event_id)
+    assert 0 == Retention(app).run_once().ingest_keys  # not past its horizon yet
+    time.sleep(0.5)
+    assert 1 == Retention(app).run_once().ingest_keys
+    [later] = ingest.ingest(app, "send", [("k-1", {"address": "a@example.com"})])
+    assert (True, True) == (later.created, later.event_id != first.event_id)
+    with pytest.raises(ConfigurationError, match=r"Settings\.ingest_key_horizon must be seconds"):
+        Settings(ingest_key_horizon=0)
+    app.with_settings(ingest_key_horizon=None)
+    time.sleep(0.5)
+    assert 0 == Retention(app).run_once().ingest_keys  # None: kept until outbox prune
