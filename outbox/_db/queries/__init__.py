@@ -111,9 +111,12 @@ from outbox._db.queries.held import (
 )
 from outbox._db.queries.inbox import (
     InboxKept,
+    InboxReading,
     delete_expired_inbox_ids,
     inbox_holds,
+    inbox_names,
     inboxes_kept,
+    read_inbox,
     record_inbox_ids,
 )
 from outbox._db.queries.indexes import (
@@ -288,6 +291,7 @@ __all__ = [
     "HandlerState",
     "HeldKey",
     "InboxKept",
+    "InboxReading",
     "IndexInfo",
     "JobRow",
     "LeasedClaim",
@@ -398,6 +402,7 @@ __all__ = [
     "in_flight",
     "in_order",
     "inbox_holds",
+    "inbox_names",
     "inboxes_kept",
     "index_bytes",
     "ingested_event",
@@ -433,6 +438,7 @@ __all__ = [
     "operations",
     "overdue_jobs",
     "pause_handler",
+    "read_inbox",
     "reading_connection",
     "recent_dead_letters",
     "record_attempt",
