@@ -30,7 +30,7 @@ from outbox.handler import (
     delivery_of,
     validated,
 )
-from outbox.inbox import DEFAULT_HORIZON, Inbox
+from outbox.inbox import DEFAULT_HORIZON, MAX_HORIZON_SECONDS, Inbox
 from outbox.ratelimit import RateLimit
 from outbox.retry import MIN_RETRY_AFTER_SECONDS, RetryPolicy
 from outbox.urgency import Urgency
@@ -132,9 +132,10 @@ class Settings:
                 f"Settings.network_timeout must be seconds from 1 to 3600, or None, got {bound!r}"
             )
         keys = self.ingest_key_horizon
-        if keys is not None and not (is_number(keys) and keys > 0):
+        if keys is not None and not (is_number(keys) and 0 < keys <= MAX_HORIZON_SECONDS):
             raise ConfigurationError(
-                f"Settings.ingest_key_horizon must be seconds > 0, or None, got {keys!r}"
+                "Settings.ingest_key_horizon must be seconds, more than 0 and at most "
+                f"{MAX_HORIZON_SECONDS:.0f} (100 years), or None, got {keys!r}"
             )
 
 

@@ -31,10 +31,9 @@ def _expire(app: Outbox, inbox: str, count: int, seconds_ago: float) -> None:
     """Make ``count`` of ``inbox``'s ids past their expiry by ``seconds_ago``."""
     with app.engine.begin() as conn:
         ids = [f"m-{n}" for n in range(count)]
-        kept = [i.encode() for i in ids] if conn.dialect.name in ("mysql", "mariadb") else ids
         conn.execute(
             update(schema.inbox)
-            .where(schema.inbox.c.inbox == inbox, schema.inbox.c.message_id.in_(kept))
+            .where(schema.inbox.c.inbox == inbox, schema.inbox.c.message_id.in_(ids))
             .values(expires_at=db_now_plus(-seconds_ago))
         )
 

@@ -28,11 +28,6 @@ class InboxKept:
     next_expiry: dt.datetime | None
 
 
-def _bytes_kept(dialect: str) -> bool:
-    # MariaDB keeps the ids as bytes, compared exactly (schema.inbox).
-    return dialect == "mysql"
-
-
 def record_inbox_ids(
     conn: Connection, dialect: str, inbox: str, message_ids: Sequence[str], horizon: float
 ) -> set[str]:
@@ -41,7 +36,6 @@ def record_inbox_ids(
     transaction's end: taken when it commits, recorded here when it rolls back. Ids are written
     in their order, so that two transactions recording some of the same ids wait for each
     other rather than each holding what the other needs."""
-    as_bytes = _bytes_kept(dialect)
     statements = dialects.statements(dialect)
     ordered = sorted(set(message_ids))
     new: set[str] = set()
@@ -49,13 +43,13 @@ def record_inbox_ids(
         rows = [
             {
                 "inbox": inbox,
-                "message_id": m.encode() if as_bytes else m,
+                "message_id": m,
                 "expires_at": db_now_plus(horizon),
             }
             for m in ordered[start : start + INSERT_CHUNK]
         ]
         inserted = statements.insert_new(conn, _inbox, rows, _inbox.c.message_id)
-        new.update(m.decode() if isinstance(m, bytes) else m for m in inserted)
+        new.update(inserted)
     return new
 
 
@@ -93,11 +87,10 @@ def inboxes_kept(conn: Connection) -> list[InboxKept]:
     ]
 
 
-def inbox_holds(conn: Connection, dialect: str, inbox: str, message_id: str) -> bool:
+def inbox_holds(conn: Connection, inbox: str, message_id: str) -> bool:
     """Whether ``inbox`` holds ``message_id`` (committed, or written by this transaction)."""
-    stored: str | bytes = message_id.encode() if _bytes_kept(dialect) else message_id
     found = conn.execute(
-        select(_inbox.c.inbox).where(_inbox.c.inbox == inbox, _inbox.c.message_id == stored)
+        select(_inbox.c.inbox).where(_inbox.c.inbox == inbox, _inbox.c.message_id == message_id)
     ).first()
     return found is not None
 
