@@ -6,7 +6,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, Connection, func, literal, select, tuple_
+from sqlalchemy import ColumnElement, Connection, func, literal, select
 
 from outbox import schema
 from outbox._db import dialects
@@ -54,18 +54,11 @@ def record_inbox_ids(
 
 
 def delete_expired_inbox_ids(conn: Connection, limit: int) -> int:
-    """Delete up to ``limit`` inbox ids past their ``expires_at``, oldest first (served by its
-    index); how many."""
-    picked = conn.execute(
-        select(_inbox.c.inbox, _inbox.c.message_id)
-        .where(_inbox.c.expires_at < db_now_plus(0))
-        .order_by(_inbox.c.expires_at)
-        .limit(limit)
-    ).all()
-    if not picked:
-        return 0
-    keys = tuple_(_inbox.c.inbox, _inbox.c.message_id).in_([tuple(k) for k in picked])
-    return conn.execute(_inbox.delete().where(keys)).rowcount
+    """Delete up to ``limit`` inbox ids past their ``expires_at`` (found through its index);
+    how many."""
+    dialect = dialects.name_of(conn.dialect)
+    expired = _inbox.c.expires_at < db_now_plus(0)
+    return dialects.statements(dialect).delete_some(conn, _inbox, expired, limit)
 
 
 def inboxes_kept(conn: Connection) -> list[InboxKept]:
