@@ -110,12 +110,10 @@ from outbox._db.queries.held import (
     release_held_keys,
 )
 from outbox._db.queries.inbox import (
-    InboxKept,
     InboxReading,
     delete_expired_inbox_ids,
     inbox_holds,
     inbox_names,
-    inboxes_kept,
     read_inbox,
     record_inbox_ids,
 )
@@ -290,7 +288,6 @@ __all__ = [
     "GroupRow",
     "HandlerState",
     "HeldKey",
-    "InboxKept",
     "InboxReading",
     "IndexInfo",
     "JobRow",
@@ -403,7 +400,6 @@ __all__ = [
     "in_order",
     "inbox_holds",
     "inbox_names",
-    "inboxes_kept",
     "index_bytes",
     "ingested_event",
     "ingested_keys",

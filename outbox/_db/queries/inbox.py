@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,17 +14,6 @@ from outbox._db.dialects.clock import age_seconds, db_now_plus
 _inbox = schema.inbox
 INSERT_CHUNK = 500
 """Ids recorded by one statement: a few thousand bound values, within every database's limit."""
-
-
-@dataclass(frozen=True, slots=True)
-class InboxKept:
-    """What an inbox keeps: its ids, and when the oldest and the newest were received."""
-
-    inbox: str
-    ids: int
-    oldest: dt.datetime | None
-    newest: dt.datetime | None
-    next_expiry: dt.datetime | None
 
 
 def record_inbox_ids(
@@ -59,25 +47,6 @@ def delete_expired_inbox_ids(conn: Connection, limit: int) -> int:
     dialect = dialects.name_of(conn.dialect)
     expired = _inbox.c.expires_at < db_now_plus(0)
     return dialects.statements(dialect).delete_some(conn, _inbox, expired, limit)
-
-
-def inboxes_kept(conn: Connection) -> list[InboxKept]:
-    """Each inbox that keeps ids, by name: how many, the oldest, the newest, and when the next
-    expires."""
-    rows = conn.execute(
-        select(
-            _inbox.c.inbox,
-            func.count(),
-            func.min(_inbox.c.received_at),
-            func.max(_inbox.c.received_at),
-            func.min(_inbox.c.expires_at),
-        )
-        .group_by(_inbox.c.inbox)
-        .order_by(_inbox.c.inbox)
-    )
-    return [
-        InboxKept(name, int(n), oldest, newest, expiry) for name, n, oldest, newest, expiry in rows
-    ]
 
 
 def inbox_holds(conn: Connection, inbox: str, message_id: str) -> bool:
