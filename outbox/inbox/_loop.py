@@ -51,6 +51,8 @@ from outbox.inbox._consumer import (
 Taken = tuple[Message, Any]
 """A delivered message and the broker's handle to settle it by (a delivery tag, an entry id).
 A message without an id has ``id == ""``."""
+NO_ID = "the message has no id"
+"""Why a message without an id was dead-lettered."""
 
 
 class SyncConsumer:
@@ -119,9 +121,11 @@ class SyncConsumer:
         """Up to ``limit`` delivered messages, waiting ``wait`` seconds at most for the first."""
         raise NotImplementedError
 
-    def _settle(self, taken: Sequence[Taken], verdicts: Sequence[Verdict]) -> None:
+    def _settle(
+        self, taken: Sequence[Taken], verdicts: Sequence[Verdict], errors: Sequence[str]
+    ) -> None:
         """Acknowledge, give back or dead-letter each message by its verdict (``HOLD``: give
-        back, unacknowledged, as for ``RETRY``)."""
+        back, unacknowledged, as for ``RETRY``); ``errors``: why each failed, in one line."""
         raise NotImplementedError
 
     def _sleep(self, seconds: float) -> bool:
@@ -232,7 +236,7 @@ class SyncConsumer:
         for message, _ in refused:
             refuse(self._log, self.name, message.source or self.source, message.broker_id)
         if refused:
-            self._settle(refused, [Verdict.DEAD] * len(refused))
+            self._settle(refused, [Verdict.DEAD] * len(refused), [NO_ID] * len(refused))
         if not kept:
             count = len(refused)
             return ConsumeResult(received=count, dead_lettered=count, refused=count)
@@ -243,7 +247,8 @@ class SyncConsumer:
             # A message given back now is delivered again at once: the pause keeps a message
             # that always fails from spinning.
             self._sleep(self.failure_pause)
-        self._settle(kept, outcome.verdicts)
+        errors = [first_line(e) if e is not None else "" for e in outcome.errors]
+        self._settle(kept, outcome.verdicts, errors)
         return outcome.result(refused=len(refused))
 
     def _apply_held(self, messages: list[Message], deadline: float) -> Outcome:

@@ -183,7 +183,9 @@ class RabbitMQConsumer(SyncConsumer):
         taken, self._delivered = self._delivered[:limit], self._delivered[limit:]
         return taken
 
-    def _settle(self, taken: Sequence[Taken], verdicts: Sequence[Verdict]) -> None:
+    def _settle(
+        self, taken: Sequence[Taken], verdicts: Sequence[Verdict], errors: Sequence[str]
+    ) -> None:
         channel = self._channel
         assert channel is not None
         for (_, tag), verdict in zip(taken, verdicts, strict=True):
