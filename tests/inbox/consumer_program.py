@@ -3,7 +3,8 @@ its acknowledgement:
 
     python -m tests.inbox.consumer_program rabbitmq|redis|nats DATABASE_URL SOURCE
 
-It consumes one message into the effects table. With ``OUTBOX_TEST_DIE_AFTER_COMMIT`` set to a
+It consumes one message into the effects table (with ``OUTBOX_TEST_RUN`` set, the RabbitMQ
+consumer runs until SIGTERM instead). With ``OUTBOX_TEST_DIE_AFTER_COMMIT`` set to a
 path, it writes that file once the batch's transaction committed, then waits to be killed:
 the test decides where it dies, the library knows nothing of it.
 """
@@ -43,11 +44,15 @@ def main(broker: str, database_url: str, source: str) -> None:
         from outbox.inbox.rabbitmq import RabbitMQConsumer
         from tests.inbox.test_rabbitmq import RABBITMQ_URL
 
-        with RabbitMQConsumer(app, inbox, Recorder(), queue=source, url=RABBITMQ_URL) as consumer:
-            consumer.consume(max_messages=1, timeout=30)
+        consumer = RabbitMQConsumer(app, inbox, Recorder(), queue=source, url=RABBITMQ_URL)
+        if os.environ.get("OUTBOX_TEST_RUN"):
+            # The long-running loop, until SIGTERM: its counts on stdout.
+            print(consumer.run(), flush=True)
+        else:
+            with consumer:
+                consumer.consume(max_messages=1, timeout=30)
     elif broker == "redis":
         from outbox.inbox.redis import RedisStreamConsumer
-
         from tests.inbox.test_redis import REDIS_URL, consumer_options
 
         with RedisStreamConsumer(

@@ -304,3 +304,50 @@ def test_what_a_jetstream_sink_publishes_has_its_effect_once_each(
             asyncio.run(delete(name))
     assert ConsumeResult(received=30, new=30) == result
     assert Counter({f"test_sink_events-{i}": 1 for i in ids}) == effect_counts(app.engine)
+
+
+def test_run_returns_once_stop_is_called(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """run() applies what comes, and returns its counts once stop() is called."""
+    app = app_on(sqlite_database)
+    publish(stream, ("r1", "one"), ("r2", "two"))
+    consumer = _consumer(app, app.inboxes[INBOX], stream, Recorder())
+
+    async def run_then_stop() -> ConsumeResult:
+        running = asyncio.create_task(consumer.run(handle_signals=False))
+        while sum(effect_counts(app.engine).values()) < 2 and not running.done():
+            await asyncio.sleep(0.05)
+        consumer.stop()
+        result: ConsumeResult = await asyncio.wait_for(running, timeout=10)
+        return result
+
+    assert ConsumeResult(received=2, new=2) == asyncio.run(run_then_stop())
+    assert (0, 0) == unsettled(stream)
+
+
+def test_a_database_outage_holds_the_batch_and_loses_nothing(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """With the database unreachable, nothing is acknowledged; once it answers, the message
+    has its effect."""
+    app = app_on(sqlite_database)
+    publish(stream, ("held", "while down"))
+    down = create_async_engine("postgresql+psycopg://postgres@127.0.0.1:1/none")
+
+    async def while_down() -> ConsumeResult:
+        try:
+            consumer = _consumer(down, app.inboxes[INBOX], stream, AsyncRecorder())
+            async with consumer:
+                result: ConsumeResult = await consumer.consume(max_messages=1, timeout=1)
+                return result
+        finally:
+            await down.dispose()
+
+    held = asyncio.run(while_down())
+    applied = consume(app, app.inboxes[INBOX], stream, Recorder(), max_messages=1, timeout=5)
+    assert (ConsumeResult(received=1, failed=1), ConsumeResult(received=1, new=1)) == (
+        held,
+        applied,
+    )
+    assert (Counter({"held": 1}), (0, 0)) == (effect_counts(app.engine), unsettled(stream))

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import subprocess
+import sys
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -14,12 +18,14 @@ from typing import Any
 
 import pika
 import pytest
-from sqlalchemy import create_engine
+from sqlalchemy import create_engine, select
+from sqlalchemy.orm import Session
 from structlog.testing import capture_logs
 
-from outbox import Outbox
+from outbox import Outbox, db_now, schema
 from outbox._core import log as _log
 from outbox.exceptions import ConfigurationError
+from outbox.inbox import Inbox
 from outbox.inbox.rabbitmq import ConsumeResult, RabbitMQConsumer
 from outbox.sinks.rabbitmq import RabbitMQSink
 from outbox.testing import drain
@@ -27,6 +33,7 @@ from tests._support import wait_for
 from tests.inbox._support import (
     ALWAYS,
     INBOX,
+    REPOSITORY,
     Recorder,
     effect_counts,
     kill,
@@ -254,3 +261,80 @@ def test_a_database_outage_holds_the_batch_and_loses_nothing(
         applied,
     )
     assert Counter({"held": 1}) == effect_counts(app.engine)
+
+
+def test_run_returns_once_stop_is_called(
+    sqlite_database: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """run() in a thread applies what comes, and returns its counts after stop()."""
+    app = app_on(sqlite_database)
+    consumer = _consumer(app, rabbitmq_queue, Recorder())
+    results: list[ConsumeResult] = []
+    thread = threading.Thread(target=lambda: results.append(consumer.run()))
+    thread.start()
+    try:
+        publish(rabbitmq_queue, ("r1", "one"), ("r2", "two"))
+        wait_for(lambda: 2 == sum(effect_counts(app.engine).values()), "two effects")
+    finally:
+        consumer.stop()
+        thread.join(timeout=10)
+    assert (False, [ConsumeResult(received=2, new=2)]) == (thread.is_alive(), results)
+
+
+def test_sigterm_stops_a_running_consumer_cleanly(
+    sqlite_database: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """run() in a process of its own: SIGTERM ends it with exit code 0 and its counts."""
+    app = app_on(sqlite_database)
+    publish(rabbitmq_queue, ("t1", "one"))
+    program = [sys.executable, "-m", "tests.inbox.consumer_program"]
+    process = subprocess.Popen(
+        [*program, "rabbitmq", sqlite_database, rabbitmq_queue],
+        cwd=REPOSITORY,
+        env={**os.environ, "OUTBOX_TEST_RUN": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: 1 == sum(effect_counts(app.engine).values()), "the effect")
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert 0 == process.returncode, stderr
+    assert "received=1, new=1" in stdout
+    assert 0 == waiting(rabbitmq_queue)
+
+
+def test_a_consumer_prunes_ids_past_their_horizon(
+    sqlite_database: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """The first consume() ends with a pruning pass: ids past their horizon are deleted, the
+    others kept."""
+    app = app_on(sqlite_database)
+    brief = Inbox("brief", horizon=0.001)
+    with Session(app.engine) as session, session.begin():
+        brief.receive_many(session, ["old1", "old2"])
+        app.inboxes[INBOX].receive(session, "kept")
+    wait_for(lambda: _expired(app, brief), "the ids past their horizon")
+    with _consumer(app, rabbitmq_queue, Recorder()) as consumer:
+        consumer.consume(timeout=0.1)
+    with app.engine.connect() as conn:
+        left = set(conn.execute(select(schema.inbox.c.inbox, schema.inbox.c.message_id)))
+    assert {(INBOX, "kept")} == left
+
+
+def _expired(app: Outbox, inbox: Inbox) -> bool:
+    with app.engine.connect() as conn:
+        now = conn.execute(select(db_now())).scalar_one()
+        return bool(
+            conn.execute(
+                select(schema.inbox.c.message_id)
+                .where(schema.inbox.c.inbox == inbox.name)
+                .where(schema.inbox.c.expires_at >= now)
+            ).first()
+            is None
+        )
