@@ -11,6 +11,7 @@ the broker's way.
 from __future__ import annotations
 
 import inspect
+import json
 import random
 import threading
 import time
@@ -88,8 +89,6 @@ class Message:
 
     def json(self) -> Any:
         """The body decoded as JSON (the sinks' default payload)."""
-        import json
-
         return json.loads(self.body)
 
 
@@ -274,14 +273,9 @@ class Tally:
             self._failures.pop(message.id, None)
 
 
-def _split(
-    messages: Sequence[Message],
-    error: BaseException,
-    tally: Tally,
-) -> Outcome:
+def _failed(message: Message, error: BaseException, tally: Tally) -> Outcome:
     """The outcome of a batch of one message whose effect raised."""
-    verdict = tally.failed(messages[0])
-    return Outcome([verdict], [error])
+    return Outcome([tally.failed(message)], [error])
 
 
 def apply(
@@ -300,7 +294,7 @@ def apply(
         if is_database_down(error):
             raise DatabaseDownError(dialects.error_summary(error)) from error
         if len(messages) == 1:
-            return _split(messages, error, tally)
+            return _failed(messages[0], error, tally)
         return _apply_each(engine, inbox, effect, messages, tally)
     tally.done(messages)
     return _counted(messages, new)
@@ -340,7 +334,7 @@ async def apply_async(
         if is_database_down(error):
             raise DatabaseDownError(dialects.error_summary(error)) from error
         if len(messages) == 1:
-            return _split(messages, error, tally)
+            return _failed(messages[0], error, tally)
         outcome = Outcome([], [])
         for index, message in enumerate(messages):
             try:

@@ -80,9 +80,12 @@ class SyncConsumer:
         prune_interval: float = PRUNE_INTERVAL_SECONDS,
         prune_chunks: int = PRUNE_CHUNKS,
     ) -> None:
-        self.name = f"inbox {inbox.name!r} from {self.kind} {source!r}"
         if not isinstance(inbox, Inbox):
-            raise TypeError(f"{self.name}: inbox must be an outbox.inbox.Inbox (app.inbox(...))")
+            raise TypeError(
+                f"{self.kind} consumer of {source!r}: inbox must be an outbox.inbox.Inbox "
+                f"(app.inbox(...)), got {type(inbox).__name__}"
+            )
+        self.name = f"inbox {inbox.name!r} from {self.kind} {source!r}"
         check_effect(effect, want_async=False, consumer=self.name)
         check_settings(
             self.name,

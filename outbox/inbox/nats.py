@@ -137,9 +137,12 @@ class JetStreamConsumer:
         for what, value in (("stream", stream), ("durable", durable)):
             if not isinstance(value, str) or not value:
                 raise ConfigurationError(f"{what}: expected a name, got {value!r}")
-        self.name = f"inbox {inbox.name!r} from JetStream stream {stream!r}"
         if not isinstance(inbox, Inbox):
-            raise TypeError(f"{self.name}: inbox must be an outbox.inbox.Inbox (app.inbox(...))")
+            raise TypeError(
+                f"JetStream consumer of {stream!r}: inbox must be an outbox.inbox.Inbox "
+                f"(app.inbox(...)), got {type(inbox).__name__}"
+            )
+        self.name = f"inbox {inbox.name!r} from JetStream stream {stream!r}"
         check_settings(
             self.name,
             ack_wait=ack_wait,
@@ -288,6 +291,12 @@ class JetStreamConsumer:
             subscription = await client.jetstream().pull_subscribe(
                 self.subject or "", durable=self.durable, stream=self.stream, config=config
             )
+        except nats.js.errors.NotFoundError:
+            await client.close()
+            # A name to correct, not an outage to wait out.
+            raise ConfigurationError(
+                f"{self.name}: JetStream has no stream {self.stream!r} (create it first)"
+            ) from None
         except BaseException:
             await client.close()
             raise

@@ -49,6 +49,8 @@ __all__ = ["ConsumeResult", "Message", "RabbitMQConsumer"]
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/"
 DELIVERY_COUNT_HEADER = "x-delivery-count"
 """The header a quorum queue sets on a message it delivers again: the earlier deliveries."""
+_NOT_FOUND = 404
+"""The reply code of a consume from a queue that does not exist."""
 _POLL_SECONDS = 0.2
 """How long one wait for the broker's frames lasts: a stop is seen within it."""
 
@@ -133,6 +135,15 @@ class RabbitMQConsumer(SyncConsumer):
             # The prefetch bounds what the broker pushes ahead of the acks: one batch.
             channel.basic_qos(prefetch_count=self.batch_size)
             channel.basic_consume(self.queue, on_message_callback=self._on_message)
+        except pika.exceptions.ChannelClosedByBroker as error:
+            if connection.is_open:
+                connection.close()
+            if error.reply_code != _NOT_FOUND:
+                raise
+            # A name to correct, not an outage to wait out.
+            raise ConfigurationError(
+                f"{self.name}: RabbitMQ has no queue {self.queue!r} (declare it first)"
+            ) from None
         except BaseException:
             if connection.is_open:
                 connection.close()

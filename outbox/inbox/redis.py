@@ -72,7 +72,8 @@ class RedisStreamConsumer(SyncConsumer):
     ``deliveries``); it must not commit. ``url``: the server. ``stream``, ``group``: the
     stream and the consumer group (created, from the stream's first entry, with the stream
     if missing). ``consumer``: this consumer's name in the group (default: host and process
-    id); a consumer started again under its name finds its own pending entries first.
+    id); the entries a consumer left pending are claimed, by it started again or by another,
+    once idle for ``claim_idle``.
     ``dead_stream``: where dead letters go (default ``<stream>:dead``). ``claim_idle``: seconds
     an entry stays pending before it is claimed (``XAUTOCLAIM``) from a consumer that went
     away, or retried here after its effect failed.

@@ -351,3 +351,15 @@ def test_a_database_outage_holds_the_batch_and_loses_nothing(
         applied,
     )
     assert (Counter({"held": 1}), (0, 0)) == (effect_counts(app.engine), unsettled(stream))
+
+
+def test_a_stream_that_does_not_exist_is_refused_in_one_line(
+    sqlite_database: str, app_on: Callable[[str], Outbox]
+) -> None:
+    """No waiting out a missing stream as if it were an outage: one line naming it."""
+    require_service("NATS", "127.0.0.1", 4222)
+    app = app_on(sqlite_database)
+    missing = unique_name()
+    with pytest.raises(ConfigurationError, match=f"no stream '{missing}'") as raised:
+        consume(app, app.inboxes[INBOX], missing, Recorder(), timeout=5)
+    assert "\n" not in str(raised.value)

@@ -338,3 +338,18 @@ def _expired(app: Outbox, inbox: Inbox) -> bool:
             ).first()
             is None
         )
+
+
+def test_a_queue_that_does_not_exist_is_refused_in_one_line(
+    sqlite_database: str, app_on: Callable[[str], Outbox]
+) -> None:
+    """No waiting out a missing queue as if it were an outage: one line naming it."""
+    require_service("RabbitMQ", "127.0.0.1", 5672)
+    app = app_on(sqlite_database)
+    missing = f"outbox-test-missing-{uuid.uuid4().hex[:8]}"
+    with (
+        pytest.raises(ConfigurationError, match=f"no queue '{missing}'") as raised,
+        _consumer(app, missing, Recorder()) as consumer,
+    ):
+        consumer.consume(timeout=5)
+    assert "\n" not in str(raised.value)
