@@ -10,6 +10,7 @@ the broker's way.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 import random
@@ -256,6 +257,14 @@ class Tally:
         """The message's deliveries: the broker's count, or this consumer's, the larger."""
         return max(message.deliveries, self._failures.get(message.id, 0) + 1)
 
+    def counted(self, message: Message) -> Message:
+        """The message with the deliveries of :meth:`deliveries`, as the effect, the logs and
+        the dead letters see it."""
+        deliveries = self.deliveries(message)
+        if deliveries == message.deliveries:
+            return message
+        return dataclasses.replace(message, deliveries=deliveries)
+
     def failed(self, message: Message) -> Verdict:
         """The message's effect failed: dead-letter it at the bound, or let it come again."""
         if self.deliveries(message) >= self.max_deliveries:
@@ -435,7 +444,7 @@ def report(
                 _log.INBOX_DEAD_LETTERED,
                 consumer=consumer,
                 message_id=message.id,
-                deliveries=tally.deliveries(message),
+                deliveries=message.deliveries,
                 error=first_line(error) if error else "",
             )
         elif verdict is Verdict.RETRY:

@@ -235,7 +235,7 @@ class SyncConsumer:
 
     def _handle(self, taken: list[Taken], deadline: float) -> ConsumeResult:
         refused = [(m, h) for m, h in taken if not m.id]
-        kept = [(m, h) for m, h in taken if m.id]
+        kept = [(self._tally.counted(m), h) for m, h in taken if m.id]
         for message, _ in refused:
             refuse(self._log, self.name, message.source or self.source, message.broker_id)
         if refused:

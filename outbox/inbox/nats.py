@@ -336,7 +336,7 @@ class JetStreamConsumer:
         self, taken: list[tuple[Message, nats.aio.msg.Msg]], deadline: float
     ) -> ConsumeResult:
         refused = [msg for m, msg in taken if not m.id]
-        kept = [(m, msg) for m, msg in taken if m.id]
+        kept = [(self._tally.counted(m), msg) for m, msg in taken if m.id]
         for message, msg in taken:
             if not message.id:
                 refuse(self._log, self.name, msg.subject, message.broker_id)

@@ -236,7 +236,7 @@ class RedisStreamConsumer(SyncConsumer):
                     {
                         **fields,
                         b"entry": entry_id,
-                        b"deliveries": str(self._tally.deliveries(message)).encode(),
+                        b"deliveries": str(message.deliveries).encode(),
                         b"error": error.encode(),
                     },
                 )

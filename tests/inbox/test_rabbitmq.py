@@ -188,8 +188,8 @@ def test_a_message_that_always_fails_is_dead_lettered_after_the_bound(
             result = consumer.consume(max_messages=3, timeout=5)
         dead_letters = wait_for(lambda: waiting(dead), "the dead letter")
     assert (ConsumeResult(received=3, failed=2, dead_lettered=1), 1) == (result, dead_letters)
-    assert [("error", "poison", "RuntimeError: the effect of poison failed")] == [
-        (line["log_level"], line["message_id"], line["error"])
+    assert [("error", "poison", 3, "RuntimeError: the effect of poison failed")] == [
+        (line["log_level"], line["message_id"], line["deliveries"], line["error"])
         for line in logs
         if line["event"] == _log.INBOX_DEAD_LETTERED
     ]
