@@ -108,6 +108,9 @@ class SyncConsumer:
         self._stopping = Stopping()
         self._database_down = False
         self._connected = False
+        # Kept across consume() calls, so that a broker that stays away is tried ever more
+        # slowly, and said once.
+        self._broker_backoff = Backoff()
         self._log = _log.get_logger(type(self).__module__)
 
     # --- what a broker module provides -------------------------------------------------------
@@ -169,7 +172,6 @@ class SyncConsumer:
         """:meth:`consume`, a batch held while the database is down for ``hold`` seconds at
         most after the last message came (:meth:`run` holds it until the database answers)."""
         result = ConsumeResult()
-        backoff = Backoff()
         idle_since = time.monotonic()
         while not self._stopping.is_set():
             if max_messages is not None and result.received >= max_messages:
@@ -184,11 +186,13 @@ class SyncConsumer:
                 if not self._connected:
                     self._open()
                     self._connected = True
-                    backoff.reset()
+                    self._broker_backoff.reset()
                 taken = self._take(limit, left)
             except self.broker_errors as error:
                 self._lost(error)
-                self._sleep(min(backoff.next(), max(0.0, left)))
+                wait = self._broker_backoff.next()
+                # consume() keeps to its timeout; run() waits the whole pause.
+                self._sleep(wait if math.isinf(hold) else min(wait, max(0.0, left)))
                 continue
             if not taken:
                 continue
@@ -282,7 +286,8 @@ class SyncConsumer:
             return outcome
 
     def _lost(self, error: BaseException) -> None:
-        self._log.warning(_log.INBOX_BROKER_ERROR, consumer=self.name, error=first_line(error))
+        if not self._broker_backoff.failures:  # the first failure in a row: said once
+            self._log.warning(_log.INBOX_BROKER_ERROR, consumer=self.name, error=first_line(error))
         self.close()
         self._connected = False
 

@@ -175,6 +175,9 @@ class JetStreamConsumer:
         self._pruned_once = False
         self._stopping = threading.Event()
         self._database_down = False
+        # Kept across consume() calls, so that a server that stays away is tried ever more
+        # slowly, and said once.
+        self._broker_backoff = Backoff()
         self._client: nats.aio.client.Client | None = None
         self._subscription: nats.js.JetStreamContext.PullSubscription | None = None
         self._log = _log.get_logger(__name__)
@@ -243,7 +246,6 @@ class JetStreamConsumer:
         self, max_messages: int | None, timeout: float, hold: float
     ) -> ConsumeResult:
         result = ConsumeResult()
-        backoff = Backoff()
         idle_since = time.monotonic()
         while not self._stopping.is_set():
             if max_messages is not None and result.received >= max_messages:
@@ -258,9 +260,11 @@ class JetStreamConsumer:
                 taken = await self._take(limit, left)
             except _BROKER_ERRORS as error:
                 await self._lost(error)
-                await self._sleep(min(backoff.next(), max(0.0, left)))
+                wait = self._broker_backoff.next()
+                # consume() keeps to its timeout; run() waits the whole pause.
+                await self._sleep(wait if hold == float("inf") else min(wait, max(0.0, left)))
                 continue
-            backoff.reset()
+            self._broker_backoff.reset()
             if not taken:
                 continue
             try:
@@ -405,7 +409,8 @@ class JetStreamConsumer:
             await client.flush(timeout=5)
 
     async def _lost(self, error: BaseException) -> None:
-        self._log.warning(_log.INBOX_BROKER_ERROR, consumer=self.name, error=first_line(error))
+        if not self._broker_backoff.failures:  # the first failure in a row: said once
+            self._log.warning(_log.INBOX_BROKER_ERROR, consumer=self.name, error=first_line(error))
         await self.close()
 
     async def _sleep(self, seconds: float) -> bool:

@@ -29,6 +29,7 @@ from outbox.inbox import Inbox
 from outbox.inbox.rabbitmq import ConsumeResult, RabbitMQConsumer
 from outbox.sinks.rabbitmq import RabbitMQSink
 from outbox.testing import drain
+from tests._proxy import Proxy
 from tests._support import wait_for
 from tests.inbox._support import (
     ALWAYS,
@@ -353,3 +354,36 @@ def test_a_queue_that_does_not_exist_is_refused_in_one_line(
     ):
         consumer.consume(timeout=5)
     assert "\n" not in str(raised.value)
+
+
+def test_a_consumer_cut_from_the_broker_connects_again_and_loses_nothing(
+    sqlite_database: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """The connection cut and refused for a while: one warning, then the consumer connects
+    again and has every message's effect once."""
+    app = app_on(sqlite_database)
+    with Proxy("127.0.0.1", 5672) as proxy, capture_logs() as logs:
+        url = RABBITMQ_URL.replace("127.0.0.1:5672", f"127.0.0.1:{proxy.port}")
+        consumer = RabbitMQConsumer(
+            app, app.inboxes[INBOX], Recorder(), queue=rabbitmq_queue, url=url
+        )
+        thread = threading.Thread(target=lambda: consumer.run(handle_signals=False))
+        thread.start()
+        try:
+            publish(rabbitmq_queue, ("before", "1"))
+            wait_for(lambda: 1 == sum(effect_counts(app.engine).values()), "the first effect")
+            proxy.pause()
+            proxy.cut()
+            publish(rabbitmq_queue, ("during", "2"), ("during2", "3"))
+            wait_for(
+                lambda: any(line["event"] == _log.INBOX_BROKER_ERROR for line in logs),
+                "the consumer to see the cut",
+            )
+            proxy.resume()
+            wait_for(lambda: 3 == sum(effect_counts(app.engine).values()), "every effect")
+        finally:
+            consumer.stop()
+            thread.join(timeout=10)
+    broker_errors = [line for line in logs if line["event"] == _log.INBOX_BROKER_ERROR]
+    assert Counter({"before": 1, "during": 1, "during2": 1}) == effect_counts(app.engine)
+    assert (1, 0) == (len(broker_errors), waiting(rabbitmq_queue))
