@@ -19,6 +19,9 @@ delivered again after its id was pruned has its effect again. The horizon must o
 longest time between two deliveries of one message; :meth:`outbox.Outbox.inbox` refuses one
 shorter than the re-send horizon of the outbox handler that sends the messages
 (``sender=``). docs/inbox.md says what it guarantees.
+
+Ready consumers do all of this for the brokers the sinks publish to, each behind the sink's
+extra: :mod:`outbox.inbox.rabbitmq`, :mod:`outbox.inbox.nats`, :mod:`outbox.inbox.redis`.
 """
 
 from __future__ import annotations
