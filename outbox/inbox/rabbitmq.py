@@ -69,7 +69,8 @@ class RabbitMQConsumer(SyncConsumer):
 
     On failure: an effect that raises rolls the transaction back; the batch's messages are
     then applied one by one, each in its own transaction, so that only the failing one is
-    given back (``basic.nack``, requeued) after ``failure_pause`` seconds. At its
+    given back (``basic.nack``, requeued) after ``failure_pause`` seconds, which the consumer
+    waits out (RabbitMQ would deliver it again at once, and a poison message would spin). At its
     ``max_deliveries``-th delivery (a quorum queue's ``x-delivery-count``; on a classic queue,
     which counts nothing, the consumer counts the failures it saw itself) it is rejected
     without requeue: the queue's dead-letter exchange (``x-dead-letter-exchange``) receives
