@@ -30,7 +30,7 @@ from outbox.handler import (
     delivery_of,
     validated,
 )
-from outbox.inbox import DEFAULT_HORIZON, Inbox
+from outbox.inbox import DEFAULT_HORIZON, MAX_HORIZON_SECONDS, Inbox
 from outbox.ratelimit import RateLimit
 from outbox.retry import MIN_RETRY_AFTER_SECONDS, RetryPolicy
 from outbox.urgency import Urgency
@@ -93,6 +93,10 @@ class Settings:
     without a reset finds out and retries, rather than wait out the kernel's retransmissions
     (about 15 minutes) or, on an idle connection, for ever. A setting a PostgreSQL URL gives
     itself (``?keepalives_idle=...``) wins; ``None`` leaves the driver's defaults.
+    ``ingest_key_horizon``: how long the HTTP API's ingest keeps a producer's idempotency key
+    (seconds; seven days by default, as an inbox keeps a message id): a producer that sends a
+    key again within it writes nothing twice, one that sends it later writes its event again.
+    The fleet's retention pass forgets older keys; ``None``: kept until ``outbox prune``.
     """
 
     lease_seconds: float = DEFAULT_LEASE_SECONDS
@@ -103,6 +107,7 @@ class Settings:
     min_retry_after: float = MIN_RETRY_AFTER_SECONDS
     archive_retention_days: int | None = None
     network_timeout: float | None = DEFAULT_NETWORK_TIMEOUT_SECONDS
+    ingest_key_horizon: float | None = DEFAULT_HORIZON.total_seconds()
 
     def __post_init__(self) -> None:
         for name in ("lease_seconds", "poll_interval", "rescue_interval", "worker_stale_after"):
@@ -125,6 +130,12 @@ class Settings:
         if bound is not None and not (is_number(bound) and 1 <= bound <= 3600):
             raise ConfigurationError(
                 f"Settings.network_timeout must be seconds from 1 to 3600, or None, got {bound!r}"
+            )
+        keys = self.ingest_key_horizon
+        if keys is not None and not (is_number(keys) and 0 < keys <= MAX_HORIZON_SECONDS):
+            raise ConfigurationError(
+                "Settings.ingest_key_horizon must be seconds, more than 0 and at most "
+                f"{MAX_HORIZON_SECONDS:.0f} (100 years), or None, got {keys!r}"
             )
 
 
@@ -395,20 +406,22 @@ class Outbox:
         """The longest time, in seconds, between two sends of one event by ``handler``.
 
         An event whose acknowledgement was lost (a worker killed, a connection cut) is sent
-        again by a later attempt: after the longest wait between two attempts (the last
-        backoff, jitter included, or the circuit breaker's longest pause when longer), and
-        after the lease of the attempt that was cut off, and the handler's ``timeout`` it may
-        have run for. A receiver that drops a repeat within a window (a broker's, an inbox's)
-        catches every repeat when the window is at least this long.
+        again by a later attempt, and the attempts between may fail before they reach the
+        downstream: the bound is the lease of the attempt that was cut off, every wait between
+        two attempts (each backoff with its jitter, or the circuit breaker's longest pause when
+        longer), and the ``timeout`` of each attempt before the last. A receiver that drops a
+        repeat within a window (a broker's, an inbox's) catches every repeat when the window is
+        at least this long. Not counted, as no schedule bounds them: a downstream's
+        ``RetryAfter`` deferrals, an operator's pause, and a replay.
         """
         found = self.get_handler(handler) if isinstance(handler, str) else handler
         policy = found.retry
-        backoff = 0.0
-        if policy.max_attempts > 1:
-            backoff = policy.base(policy.max_attempts - 1) * (1 + policy.jitter)
+        longest_pause = 0.0
         if found.circuit_breaker is not None:
-            backoff = max(backoff, found.circuit_breaker.max_probe_after)
-        return backoff + self.settings.lease_seconds + (found.timeout or 0.0)
+            longest_pause = found.circuit_breaker.max_probe_after
+        gaps = range(1, policy.max_attempts)
+        waits = sum(max(policy.base(n) * (1 + policy.jitter), longest_pause) for n in gaps)
+        return self.settings.lease_seconds + waits + (found.timeout or 0.0) * max(len(gaps), 1)
 
     # --- inboxes -------------------------------------------------------------------------
 

@@ -54,10 +54,13 @@ class BufferMixin:
     )
 
     @staticmethod
-    def buffer_indexes(tablename: str) -> tuple[Index, Index]:
-        """The two indexes every buffer table needs, named after ``tablename``."""
+    def buffer_indexes(tablename: str, coalesce_on: str | None = None) -> tuple[Index, ...]:
+        """The two indexes every buffer table needs, named after ``tablename``; with
+        ``coalesce_on``, a third, ``ix_<table>_unclaimed_<column>``, which finds the waiting
+        events of a key for ``add_events(..., coalesce_on=column)`` (partial on ``group_id IS
+        NULL`` where the database has partial indexes)."""
         unclaimed, claimed = text("group_id IS NULL"), text("group_id IS NOT NULL")
-        return (
+        indexes = [
             Index(
                 f"ix_{tablename}_unclaimed",
                 "id",
@@ -70,7 +73,17 @@ class BufferMixin:
                 postgresql_where=claimed,
                 sqlite_where=claimed,
             ),
-        )
+        ]
+        if coalesce_on is not None:
+            indexes.append(
+                Index(
+                    f"ix_{tablename}_unclaimed_{coalesce_on}",
+                    coalesce_on,
+                    postgresql_where=unclaimed,
+                    sqlite_where=unclaimed,
+                )
+            )
+        return tuple(indexes)
 
     @staticmethod
     def buffer_options() -> dict[str, Any]:
@@ -99,6 +112,8 @@ def add_events(
     session: Session | Connection | scoped_session[Any],
     model: type[BufferMixin],
     rows: Iterable[Mapping[str, Any]],
+    *,
+    coalesce_on: str | None = None,
 ) -> int:
     """Write many events of one buffer model at once, in the caller's transaction.
 
@@ -116,6 +131,15 @@ def add_events(
     same keys. ``id`` and ``created_at`` may be set, as in ``Model(...)``, for a backfill that
     keeps them; ``group_id`` belongs to outbox's claims and may not. A row that breaks any of
     this raises :class:`TypeError`, naming its position and keys, before anything is written.
+
+    ``coalesce_on``: coalescing at write time, for a record that changes many times before it
+    is sent (docs/flow-control.md, "Coalescing by key"). Each row is written over the
+    unclaimed events of the same value of that column, as long as a claim has not taken them,
+    and inserted only when there are none: a key written a thousand times between two claims
+    is one row. A statement per row (an ``UPDATE``, then an ``INSERT`` for a key not waiting);
+    the buffer needs an index on the column (``BufferMixin.buffer_indexes(table,
+    coalesce_on=...)``), or each write reads every waiting event. Every row sets the column,
+    to a value other than None.
     """
     from outbox._db import queries
 
@@ -127,13 +151,19 @@ def add_events(
     batch = [dict(row) for row in rows]
     if batch:
         _check_keys(model, table, batch)
-    return queries.insert_events(session, table, batch)
+    if coalesce_on is None:
+        return queries.insert_events(session, table, batch)
+    _check_coalesce_on(model, table, coalesce_on, batch)
+    queries.fold_events(session, table, coalesce_on, batch)
+    return len(batch)
 
 
 async def add_events_async(
     session: AsyncSession | AsyncConnection | async_scoped_session[Any],
     model: type[BufferMixin],
     rows: Iterable[Mapping[str, Any]],
+    *,
+    coalesce_on: str | None = None,
 ) -> int:
     """:func:`add_events` for async code: ``await add_events_async(session, Model, rows)``.
 
@@ -152,7 +182,7 @@ async def add_events_async(
             f"got {type(session).__name__}; with a Session or a Connection, call "
             "outbox.add_events(...)"
         )
-    return await session.run_sync(add_events, model, rows)
+    return await session.run_sync(add_events, model, rows, coalesce_on=coalesce_on)
 
 
 def _not_a_session(session: object) -> TypeError:
@@ -174,6 +204,25 @@ def _not_a_session(session: object) -> TypeError:
             "with an async session or connection, await outbox.add_events_async(...)"
         )
     return TypeError(f"add_events takes a Session or a Connection, got {got}")
+
+
+def _check_coalesce_on(
+    model: type[BufferMixin], table: Table, key: str, batch: list[dict[str, Any]]
+) -> None:
+    """Raise TypeError unless ``key`` is a payload column every row sets to a value."""
+    where = f"add_events({model.__name__})"
+    payload = frozenset(table.c.keys()) - BufferMixin.OWN_COLUMNS
+    if key not in payload:
+        raise TypeError(
+            f"{where}: coalesce_on={key!r} is not a payload column of {table.name} "
+            f"(its payload columns: {_quoted(payload)})"
+        )
+    for position, row in enumerate(batch):
+        if row.get(key) is None:
+            raise TypeError(
+                f"{where}: rows[{position}] gives no value for {key!r}, the column its events "
+                "are coalesced on"
+            )
 
 
 def _check_keys(model: type[BufferMixin], table: Table, batch: list[dict[str, Any]]) -> None:

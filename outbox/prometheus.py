@@ -8,9 +8,9 @@ Needs the ``metrics`` extra (``pip install 'sqlalchemy-outbox[metrics]'``). Two 
 - :class:`WorkerMetrics` counts what one process's workers did, from the
   :class:`~outbox.results.BatchResult` each batch job returns (``Worker(on_result=...)``).
 
-Labels are kept to ``handler``, ``band`` (the urgency band's name) and ``outcome``: their values
-are bounded by the registered handlers, never by events or groups. docs/metrics.md lists every
-name.
+Labels are kept to ``handler``, ``band`` (the urgency band's name), ``outcome`` and ``inbox``:
+their values are bounded by the registered handlers and the inboxes, never by events, groups or
+message ids. docs/metrics.md lists every name.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ from outbox._core import log as _log
 from outbox._core.in_flight import InFlight
 from outbox.app import Outbox
 from outbox.exceptions import OutboxError
-from outbox.ops import metrics, scaling
+from outbox.ops import inboxes, metrics, scaling
+from outbox.ops.inboxes import InboxStatus
 from outbox.results import (
     DEAD,
     DEFERRED,
@@ -113,6 +114,7 @@ class OutboxCollector:
         labels = _labels_of(self.app)
         yield from _families(labels).values()
         yield from _scaling_families(labels)
+        yield from _inbox_families(labels).values()
         yield from _scrape_families(labels)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -120,6 +122,7 @@ class OutboxCollector:
         labels = _labels_of(self.app)
         families = _families(labels)
         scaling_families = _scaling_families(labels)
+        inbox_families = _inbox_families(labels)
         failed, took = _scrape_families(labels)
         for name, read in self._read_all():
             prefix = () if name is None and not labels else (name or "",)
@@ -128,8 +131,10 @@ class OutboxCollector:
             if not read.error:
                 _add_status(families, prefix, read.rows)
                 _add_scaling(scaling_families, prefix, read.wanted)
+                _add_inboxes(inbox_families, prefix, read.inboxes)
         yield from families.values()
         yield from scaling_families
+        yield from inbox_families.values()
         yield from (failed, took)
 
     def _read_all(self) -> list[tuple[str | None, _Read]]:
@@ -170,11 +175,13 @@ class OutboxCollector:
         try:
             rows = metrics.collect(app, self.handlers)
             wanted = scaling.read_scaling(app, self.handlers)
+            # Counted up to a cap: an inbox of millions of ids costs a scrape a bounded read.
+            kept = inboxes.inboxes(app)
         except (SQLAlchemyError, OutboxError) as error:
             self._report(app.database_name, error)
             return _Read(error=True, duration=time.monotonic() - started)
         self._report(app.database_name, None)
-        return _Read(False, time.monotonic() - started, rows, wanted)
+        return _Read(False, time.monotonic() - started, rows, wanted, kept)
 
     def _report(self, database: str | None, error: Exception | None) -> None:
         """Log a failure once per outage of a database, not once per scrape, and its end;
@@ -208,6 +215,7 @@ class _Read:
     duration: float
     rows: list[metrics.HandlerStatus] = field(default_factory=list)
     wanted: scaling.Scaling | None = None
+    inboxes: list[InboxStatus] = field(default_factory=list)
 
 
 def _labels_of(app: Outbox) -> tuple[str, ...]:
@@ -343,6 +351,44 @@ def _add_scaling(
             band_drain.add_metric(labels, band.drain_seconds)
         if band.apdex is not None:
             band_apdex.add_metric(labels, band.apdex)
+
+
+def _inbox_families(prefix: tuple[str, ...]) -> dict[str, GaugeMetricFamily]:
+    """The inbox gauges (:mod:`outbox.ops.inboxes`), empty, by name; ``prefix``: the labels
+    before their own."""
+    cap = f"{inboxes.COUNT_CAP:,}"
+    documentation = {
+        "outbox_inbox_ids": (
+            f"Message ids the inbox keeps, counted up to {cap} (at the cap: at least that many)."
+        ),
+        "outbox_inbox_oldest_seconds": (
+            "Seconds since the oldest id the inbox keeps was received (0 when it keeps none)."
+        ),
+        "outbox_inbox_expired_ids": (
+            f"Ids past the inbox's horizon that no prune deleted yet, counted up to {cap}."
+        ),
+        "outbox_inbox_horizon_seconds": (
+            "Seconds the inbox keeps an id (only for an inbox this application declares)."
+        ),
+    }
+    return {
+        name: GaugeMetricFamily(name, text, labels=(*prefix, "inbox"))
+        for name, text in documentation.items()
+    }
+
+
+def _add_inboxes(
+    families: dict[str, GaugeMetricFamily],
+    prefix: tuple[str, ...],
+    kept: list[InboxStatus],
+) -> None:
+    for inbox in kept:
+        labels = (*prefix, inbox.name)
+        families["outbox_inbox_ids"].add_metric(labels, inbox.ids)
+        families["outbox_inbox_oldest_seconds"].add_metric(labels, inbox.oldest_age or 0.0)
+        families["outbox_inbox_expired_ids"].add_metric(labels, inbox.expired)
+        if inbox.horizon is not None:
+            families["outbox_inbox_horizon_seconds"].add_metric(labels, inbox.horizon)
 
 
 def _scrape_families(prefix: tuple[str, ...]) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:

@@ -32,8 +32,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
 from sqlalchemy.dialects.mysql import VARBINARY
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.expression import FunctionElement
-from sqlalchemy.types import TypeEngine
+from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from outbox._core.version import VERSION
 
@@ -365,17 +366,40 @@ ingest_keys = Table(
 MESSAGE_ID_LENGTH = 400
 """The longest message id the inbox keeps as it is; a longer one is kept as its SHA-256."""
 
+
+class ExactText(TypeDecorator[str]):
+    """Text compared byte for byte on every database: MariaDB's text collations would take
+    "A1" for "a1", or "x " for "x", and an inbox would drop a message it never received. There
+    it is ``VARBINARY`` (four bytes a character, UTF-8's longest), written and read as text."""
+
+    impl = String
+    cache_ok = True
+
+    def __init__(self, length: int) -> None:
+        super().__init__(length)
+        self.length = length
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name in ("mysql", "mariadb"):
+            return dialect.type_descriptor(VARBINARY(4 * self.length))
+        return dialect.type_descriptor(String(self.length))
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> Any:
+        if value is not None and dialect.name in ("mysql", "mariadb"):
+            return value.encode()
+        return value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> str | None:
+        return value.decode() if isinstance(value, bytes | bytearray) else value
+
+
 inbox = Table(
     "outbox_inbox",
     metadata,
-    Column("inbox", _NAME, primary_key=True),
+    Column("inbox", ExactText(200), primary_key=True),
     Column(
         "message_id",
-        # Compared byte for byte: MariaDB's text collations would take "A1" for "a1", or
-        # "x " for "x", and drop a message that was never received.
-        String(MESSAGE_ID_LENGTH).with_variant(
-            VARBINARY(4 * MESSAGE_ID_LENGTH), "mysql", "mariadb"
-        ),
+        ExactText(MESSAGE_ID_LENGTH),
         primary_key=True,
         comment="the sender's message id",
     ),

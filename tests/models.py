@@ -29,6 +29,18 @@ class ActivityEvent(BufferMixin, Base):
     kind: Mapped[str] = mapped_column(String(32), default="viewed")
 
 
+class ContactChange(BufferMixin, Base):
+    """A contact's state, coalesced at write time on ``contact_id``."""
+
+    __tablename__ = "test_contact_changes"
+    __table_args__ = (
+        *BufferMixin.buffer_indexes("test_contact_changes", coalesce_on="contact_id"),
+        BufferMixin.buffer_options(),
+    )
+    contact_id: Mapped[int]
+    version: Mapped[int]
+
+
 class EmailEvent(BufferMixin, Base):
     __tablename__ = "test_email_events"
     address: Mapped[str] = mapped_column(String(200))

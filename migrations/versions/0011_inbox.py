@@ -6,7 +6,8 @@ Create Date: 2027-01-20 10:00:00.000000
 
 ``outbox_inbox``: each row is a message id (as its sender sent it) that an inbox (``Outbox.inbox``)
 recorded in the transaction of the message's effect, kept until ``expires_at``, the time it
-was received plus the inbox's horizon. MariaDB keeps the id as bytes, compared exactly.
+was received plus the inbox's horizon. MariaDB keeps the inbox's name and the id as bytes,
+compared exactly.
 
 Only an addition: workers of every generation go on as before.
 """
@@ -33,7 +34,11 @@ workers_from = 1
 def upgrade() -> None:
     op.create_table(
         "outbox_inbox",
-        sa.Column("inbox", sa.String(200), nullable=False),
+        sa.Column(
+            "inbox",
+            sa.String(200).with_variant(mysql.VARBINARY(800), "mysql", "mariadb"),
+            nullable=False,
+        ),
         sa.Column(
             "message_id",
             sa.String(400).with_variant(mysql.VARBINARY(1600), "mysql", "mariadb"),

@@ -13,12 +13,16 @@ such row where the archive is one table (SQLite, or tables made by hand), are de
 chunks, as ``outbox prune`` deletes them; a day whose statement gave up waiting keeps its rows
 for a later pass. Dead letters stay: they go when replayed, or pruned by name.
 
-One cleaner at a time: each transaction of a pass holds a lock of the database's for its
-length (PostgreSQL: a transaction's advisory lock, which a transaction pooler cannot hand to
-another client; MariaDB: ``GET_LOCK``, released at its end), and a pass that finds it held
-does nothing more. The days ahead are made whether or not retention is on. The leader starts
-a pass every :data:`RETENTION_EVERY`, in a thread of its own, so that the heartbeat never
-waits for it.
+A pass that ran then deletes the ingest's idempotency keys older than
+``Settings.ingest_key_horizon`` and every inbox id past its horizon, in chunks outside the
+cleaners' lock (two processes deleting them at once only share the work).
+
+One cleaner of the archive at a time: each transaction of a pass holds a lock of the
+database's for its length (PostgreSQL: a transaction's advisory lock, which a transaction
+pooler cannot hand to another client; MariaDB: ``GET_LOCK``, released at its end), and a pass
+that finds it held does nothing more. The days ahead are made whether or not retention is on.
+The leader starts a pass every :data:`RETENTION_EVERY`, in a thread of its own, so that the
+heartbeat never waits for it.
 """
 
 from __future__ import annotations
@@ -38,7 +42,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from outbox import inbox, schema
 from outbox._core import log as _log
 from outbox._db import queries, run_in_transaction
-from outbox._db.dialects import error_summary, is_lock_timeout
+from outbox._db.dialects import error_summary, is_lock_timeout, is_missing_table
 from outbox._db.dialects.interface import DayRetired
 from outbox.app import Outbox
 
@@ -74,6 +78,8 @@ class RetentionPass:
     day to make): tried again at the next pass."""
     inbox_ids: int = 0
     """Inbox ids past their horizon it deleted (:mod:`outbox.inbox`)."""
+    ingest_keys: int = 0
+    """The ingest's idempotency keys older than ``Settings.ingest_key_horizon`` it deleted."""
 
 
 class Retention:
@@ -117,9 +123,15 @@ class Retention:
         with self.app.engine.connect() as conn:
             done = self._pass(conn, keep, today, delete_chunks)
         if done.ran:
-            # Whatever the archive's retention: an inbox id past its horizon is of no use.
-            done = replace(done, inbox_ids=inbox.prune(self.app.engine, delete_chunks))
-        if done.made or done.retired or done.deleted or done.waited or done.inbox_ids:
+            # Whatever the archive's retention: a key past its horizon is of no use.
+            done = replace(
+                done,
+                ingest_keys=_unless_missing(lambda: self._forget_ingest_keys(delete_chunks)),
+                inbox_ids=_unless_missing(lambda: inbox.prune(self.app.engine, delete_chunks)),
+            )
+        if any((done.made, done.retired, done.deleted, done.waited)) or any(
+            (done.inbox_ids, done.ingest_keys)
+        ):
             log.info(
                 _log.ARCHIVE_RETENTION,
                 days=keep,
@@ -128,8 +140,26 @@ class Retention:
                 deleted=done.deleted,
                 waited=list(done.waited),
                 inbox_ids=done.inbox_ids,
+                ingest_keys=done.ingest_keys,
             )
         return done
+
+    def _forget_ingest_keys(self, chunks: int) -> int:
+        horizon = self.app.settings.ingest_key_horizon
+        total = 0
+        if horizon is None:
+            return 0
+        for _ in range(chunks):
+            deleted = run_in_transaction(
+                self.app.engine,
+                functools.partial(
+                    queries.delete_old_ingest_keys, older_than_seconds=horizon, limit=DELETE_CHUNK
+                ),
+            )
+            total += deleted
+            if deleted < DELETE_CHUNK:
+                break
+        return total
 
     def _pass(
         self, conn: Connection, keep: int | None, today: dt.date | None, delete_chunks: int
@@ -252,6 +282,17 @@ def _delete_chunk(
             from_archived_at=start,
             skip_days=kept,
         )
+
+
+def _unless_missing(prune: Callable[[], int]) -> int:
+    """``prune()``, or 0 when its table is not there: a database not migrated to the
+    generation that brought it (a downgrade) keeps its archive's retention."""
+    try:
+        return prune()
+    except DBAPIError as error:
+        if is_missing_table(error):
+            return 0
+        raise
 
 
 def _utc(moment: dt.datetime) -> dt.datetime:

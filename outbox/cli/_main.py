@@ -30,6 +30,7 @@ COMMAND_MODULES = {
     "groups": "groups",
     "held": "flow",
     "history": "groups",
+    "inbox": "inbox",
     "migrate": "schema",
     "migrate-buffers": "clock",
     "notify": "notify",

@@ -36,6 +36,7 @@ from sqlalchemy.orm import Session, scoped_session
 
 from outbox._core.checks import is_number
 from outbox._db import dialects, queries, run_in_transaction
+from outbox._db.dialects import is_transient
 from outbox.exceptions import ConfigurationError
 from outbox.schema import MESSAGE_ID_LENGTH
 
@@ -49,8 +50,10 @@ if TYPE_CHECKING:
 
 DEFAULT_HORIZON = dt.timedelta(days=7)
 """How long an inbox keeps an id unless told: NServiceBus's default. Long enough for a sender's
-retries over days and an operator's replay within the week; an id costs a row of about 100
-bytes (docs/inbox.md sizes it)."""
+retries over days and an operator's replay within the week; an id costs a row and two index
+entries, about 210 bytes on PostgreSQL (docs/inbox.md sizes it)."""
+MAX_HORIZON_SECONDS = 36500 * 86400.0
+"""The longest horizon taken: 100 years, within every database's range of times."""
 PRUNE_CHUNK = 1000
 """Ids one transaction of a prune deletes."""
 _HASHED = "sha256:"
@@ -84,20 +87,29 @@ class Inbox:
         A transaction recording the same id at the same time makes this one wait for its end:
         its commit makes this call say False, its rollback True.
         """
-        return bool(self.receive_many(session, (message_id,)))
+        return self.receive_many(session, (message_id,))[0]
 
     def receive_many(
         self, session: Session | Connection | scoped_session[Any], message_ids: Iterable[str]
-    ) -> set[str]:
+    ) -> list[bool]:
         """Record ``message_ids`` in the caller's transaction (a few statements however many);
-        the ones this inbox did not hold, as given. A batch consumer has the effect of those
-        messages only, then acknowledges the whole batch after the commit."""
+        for each id given, in its place, True when the message is to have its effect: the
+        inbox did not hold the id, and this is its first place in the batch (a sink's re-send
+        can land in the same batch as the first send). A batch consumer has the effect of
+        those messages only, then acknowledges the whole batch after the commit::
+
+            fresh = inbox.receive_many(session, [m.message_id for m in batch])
+            apply(session, [m for m, new in zip(batch, fresh) if new])
+        """
         conn = _connection(session, self.name)
-        given = list(message_ids)
-        kept = {kept_id(self.name, m): m for m in given}
+        kept = [kept_id(self.name, m) for m in message_ids]
         dialect = dialects.name_of(conn.dialect)
-        new = queries.record_inbox_ids(conn, dialect, self.name, list(kept), self.horizon)
-        return {kept[k] for k in new}
+        new = queries.record_inbox_ids(conn, dialect, self.name, kept, self.horizon)
+        fresh = []
+        for key in kept:
+            fresh.append(key in new)
+            new.discard(key)
+        return fresh
 
     async def receive_async(
         self,
@@ -105,13 +117,13 @@ class Inbox:
         message_id: str,
     ) -> bool:
         """:meth:`receive` for async code: ``await inbox.receive_async(session, id)``."""
-        return bool(await self.receive_many_async(session, (message_id,)))
+        return (await self.receive_many_async(session, (message_id,)))[0]
 
     async def receive_many_async(
         self,
         session: AsyncSession | AsyncConnection | async_scoped_session[Any],
         message_ids: Iterable[str],
-    ) -> set[str]:
+    ) -> list[bool]:
         """:meth:`receive_many` for async code, run through the session's ``run_sync`` in the
         caller's transaction."""
         from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
@@ -131,8 +143,7 @@ class Inbox:
         """Whether this inbox holds ``message_id`` (recorded by a committed transaction, or by
         the caller's own), without recording it."""
         conn = _connection(session, self.name)
-        dialect = dialects.name_of(conn.dialect)
-        return queries.inbox_holds(conn, dialect, self.name, kept_id(self.name, message_id))
+        return queries.inbox_holds(conn, self.name, kept_id(self.name, message_id))
 
 
 def kept_id(inbox: str, message_id: object) -> str:
@@ -183,16 +194,43 @@ async def prune_async(engine: AsyncEngine, chunks: int | None = None) -> int:
     return total
 
 
+def is_retryable(error: BaseException) -> bool:
+    """Whether ``error``, raised by a transaction that recorded ids, is contention or a lost
+    connection: run the whole transaction again (its effect included), it may pass. Two
+    consumers recording some of the same ids at once can deadlock on MariaDB (InnoDB's shared
+    locks on a duplicate key), fail to serialize on PostgreSQL at REPEATABLE READ or above,
+    or find SQLite locked past the engine's timeout; nothing was recorded then."""
+    return is_transient(error)
+
+
 def _connection(session: object, inbox: str) -> Connection:
     if isinstance(session, scoped_session):
         session = session()
     if isinstance(session, Session):
-        return session.connection()
-    if isinstance(session, Connection):
-        return session
+        conn = session.connection()
+    elif isinstance(session, Connection):
+        conn = session
+    else:
+        raise _not_a_session(session, inbox)
+    # A connection's own option, else its engine's (create_engine(isolation_level=...), which
+    # SQLAlchemy applies to each new connection and keeps on the dialect): read without a
+    # round trip.
+    isolation = conn.get_execution_options().get("isolation_level") or getattr(
+        conn.dialect, "_on_connect_isolation_level", None
+    )
+    if isolation == "AUTOCOMMIT":
+        # Each statement would commit alone: the id could be kept without the effect.
+        raise TypeError(
+            f"inbox {inbox!r}: receive needs the transaction of the message's effect, and this "
+            "connection commits each statement by itself (isolation_level AUTOCOMMIT)"
+        )
+    return conn
+
+
+def _not_a_session(session: object, inbox: str) -> TypeError:
     got = type(session).__name__
     hint = "; async code awaits receive_async(...)" if got.startswith("Async") else ""
-    raise TypeError(
+    return TypeError(
         f"inbox {inbox!r}: receive takes a Session or a Connection in the transaction of the "
         f"message's effect, got {got}{hint}"
     )
@@ -200,9 +238,9 @@ def _connection(session: object, inbox: str) -> Connection:
 
 def _seconds(name: str, horizon: object) -> float:
     seconds = horizon.total_seconds() if isinstance(horizon, dt.timedelta) else horizon
-    if not is_number(seconds) or float(seconds) <= 0:  # type: ignore[arg-type]
+    if not is_number(seconds) or not 0 < float(seconds) <= MAX_HORIZON_SECONDS:  # type: ignore[arg-type]
         raise ConfigurationError(
-            f"inbox {name!r}: horizon must be a positive number of seconds or a timedelta, "
-            f"got {horizon!r}"
+            f"inbox {name!r}: horizon must be a timedelta or seconds, more than 0 and at most "
+            f"{MAX_HORIZON_SECONDS:.0f} (100 years), got {horizon!r}"
         )
     return float(seconds)  # type: ignore[arg-type]

@@ -29,12 +29,12 @@ from sqlalchemy.orm import Session
 from outbox._core import log as _log
 from outbox._db import dialects
 from outbox.exceptions import ConfigurationError
+from outbox.inbox import Inbox, is_retryable, prune
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
     from outbox.app import Outbox
-    from outbox.inbox import Inbox
 
 BATCH_SIZE = 100
 """Messages a consumer takes from its broker at once, and applies in one transaction."""
@@ -201,43 +201,33 @@ def sync_engine(database: Outbox | Engine, consumer: str) -> Engine:
 
 def is_database_down(error: BaseException) -> bool:
     """A database error that says nothing of the batch: the database unreachable, a dropped
-    connection, a deadlock or a serialisation failure (classified once, by the dialect)."""
-    return isinstance(error, DBAPIError) and dialects.is_transient(error)
-
-
-def unique(messages: Sequence[Message]) -> list[Message]:
-    """The first message of each id (a sink's re-send may sit in one batch with the first)."""
-    seen: set[str] = set()
-    kept = []
-    for message in messages:
-        if message.id not in seen:
-            seen.add(message.id)
-            kept.append(message)
-    return kept
+    connection, a deadlock or a serialisation failure (the inbox's :func:`is_retryable`)."""
+    return isinstance(error, DBAPIError) and is_retryable(error)
 
 
 def _apply_once(
     engine: Engine, inbox: Inbox, effect: Effect, messages: Sequence[Message]
-) -> set[str]:
+) -> list[bool]:
     with Session(engine) as session, session.begin():
-        new = inbox.receive_many(session, [m.id for m in messages])
-        fresh = [m for m in unique(messages) if m.id in new]
-        if fresh:
-            effect(session, fresh)
-    return new
+        # One answer per message, in its place: a re-send in the same batch is not new.
+        fresh = inbox.receive_many(session, [m.id for m in messages])
+        new = [m for m, is_new in zip(messages, fresh, strict=True) if is_new]
+        if new:
+            effect(session, new)
+    return fresh
 
 
 async def _apply_once_async(
     engine: AsyncEngine, inbox: Inbox, effect: AsyncEffect, messages: Sequence[Message]
-) -> set[str]:
+) -> list[bool]:
     from sqlalchemy.ext.asyncio import AsyncSession
 
     async with AsyncSession(engine) as session, session.begin():
-        new = await inbox.receive_many_async(session, [m.id for m in messages])
-        fresh = [m for m in unique(messages) if m.id in new]
-        if fresh:
-            await effect(session, fresh)
-    return new
+        fresh = await inbox.receive_many_async(session, [m.id for m in messages])
+        new = [m for m, is_new in zip(messages, fresh, strict=True) if is_new]
+        if new:
+            await effect(session, new)
+    return fresh
 
 
 class Tally:
@@ -298,7 +288,7 @@ def apply(
     could not be reached: nothing is committed or acknowledged.
     """
     try:
-        new = _apply_once(engine, inbox, effect, messages)
+        fresh = _apply_once(engine, inbox, effect, messages)
     except Exception as error:
         if is_database_down(error):
             raise DatabaseDownError(dialects.error_summary(error)) from error
@@ -306,7 +296,7 @@ def apply(
             return _failed(messages[0], error, tally)
         return _apply_each(engine, inbox, effect, messages, tally)
     tally.done(messages)
-    return _counted(messages, new)
+    return _counted(messages, fresh)
 
 
 def _apply_each(
@@ -338,7 +328,7 @@ async def apply_async(
 ) -> Outcome:
     """:func:`apply` for an async consumer: the effect awaited in an ``AsyncSession``."""
     try:
-        new = await _apply_once_async(engine, inbox, effect, messages)
+        fresh = await _apply_once_async(engine, inbox, effect, messages)
     except Exception as error:
         if is_database_down(error):
             raise DatabaseDownError(dialects.error_summary(error)) from error
@@ -359,16 +349,16 @@ async def apply_async(
             outcome.repeats += one.repeats
         return outcome
     tally.done(messages)
-    return _counted(messages, new)
+    return _counted(messages, fresh)
 
 
-def _counted(messages: Sequence[Message], new: set[str]) -> Outcome:
-    fresh = sum(1 for m in unique(messages) if m.id in new)
+def _counted(messages: Sequence[Message], fresh: list[bool]) -> Outcome:
+    new = sum(fresh)
     return Outcome(
         [Verdict.ACK] * len(messages),
         [None] * len(messages),
-        new=fresh,
-        repeats=len(messages) - fresh,
+        new=new,
+        repeats=len(messages) - new,
     )
 
 
@@ -418,8 +408,6 @@ class Pruning:
 def prune_now(engine: Engine, chunks: int, consumer: str, log: _log.Logger) -> int:
     """One pruning pass of every inbox, ``chunks`` transactions at most; an error is logged
     and left for the next pass (the ids are deleted later, nothing is lost)."""
-    from outbox.inbox import prune
-
     try:
         deleted = prune(engine, chunks=chunks)
     except Exception as error:

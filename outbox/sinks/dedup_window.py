@@ -31,7 +31,7 @@ def check_dedup_window(
     if horizon > window:
         raise ConfigurationError(
             f"handler {handler.name!r}: {where} drops a re-sent message within {window:g} s, but "
-            f"an event may be re-sent up to {horizon:.0f} s after it was first sent (the "
-            f"longest retry wait, the lease and the timeout): raise the window to at least "
-            f"{horizon:.0f} s, or {lower}"
+            f"an event may be re-sent up to {horizon:.0f} s after it was first sent (every "
+            f"retry wait, and the lease and timeout of each attempt before the last): raise "
+            f"the window to at least {horizon:.0f} s, or {lower}"
         )

@@ -10,8 +10,9 @@ holds a key's events in id order (outbox sends one group of an ordering key at a
 Each message carries ``Nats-Msg-Id`` (the message id, the same on every attempt): JetStream
 drops a message whose id it stored within the stream's ``duplicate_window``, and answers it
 as a duplicate, which is success. When a worker starts, the sink reads the window and refuses,
-in one line, a handler whose events may be re-sent later than the window would catch (its
-longest retry wait, lease and timeout: :func:`outbox.sinks.dedup_window.resend_horizon`). Within the
+in one line, a handler whose events may be re-sent later than the window would catch (every
+retry wait, and the lease and timeout of each attempt before the last:
+:func:`outbox.sinks.dedup_window.resend_horizon`). Within the
 window no duplicate is stored; past it, consumers de-duplicate by ``Nats-Msg-Id``.
 
 An event is done only once the stream acknowledged it; one refused (no stream on its subject,
@@ -80,7 +81,7 @@ EXPECTED_STREAM_HEADER = "Nats-Expected-Stream"
 """The header that makes JetStream refuse a message whose subject another stream listens on,
 rather than store it outside the window the sink checked."""
 
-LOWER_HORIZON = "lower RetryPolicy.max_delay / the lease"
+LOWER_HORIZON = "lower RetryPolicy.max_attempts or max_delay, or the lease"
 
 _SCHEMES = {"nats": 4222, "tls": 4222, "ws": 80, "wss": 443}
 # Options of nats.connect that hold a secret: masked out of every message.
@@ -474,7 +475,8 @@ def check_window(app: Outbox, handler: Handler[Any], stream: str, window: float)
         raise ConfigurationError(
             f"handler {handler.name!r}: {where} has no duplicate window (duplicate_window 0), "
             f"so a re-sent message would be stored twice: give it a duplicate_window of at "
-            f"least {horizon:.0f} s (the longest retry wait, the lease and the timeout)"
+            f"least {horizon:.0f} s (every retry wait, and the lease and timeout of each "
+            f"attempt before the last)"
         )
     check_dedup_window(app, handler, window, where=where, lower=LOWER_HORIZON)
 

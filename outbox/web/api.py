@@ -29,6 +29,7 @@ from outbox.ops import (
     group_operations,
     groups,
     holds,
+    inboxes,
     ingest,
     metrics,
     operators,
@@ -315,6 +316,12 @@ async def refused_groups(request: Request) -> Response:
     return answer(await call(holds.refused_groups, console_of(request).app, handler))
 
 
+async def inbox_list(request: Request) -> Response:
+    """``GET /inboxes``: each inbox, its horizon and the message ids it keeps."""
+    await require(request, Permission.READ)
+    return answer(await call(inboxes.inboxes, console_of(request).app))
+
+
 # --- actions --------------------------------------------------------------------------------
 
 
@@ -567,4 +574,5 @@ ROUTES = [
     Route(f"{PREFIX}/held/release", release_held, methods=["POST"]),
     Route(f"{PREFIX}/refused", refused_groups, methods=["GET"]),
     Route(f"{PREFIX}/refused/release", release_refused, methods=["POST"]),
+    Route(f"{PREFIX}/inboxes", inbox_list, methods=["GET"]),
 ]

@@ -29,6 +29,7 @@ from outbox.ops import (
     group_operations,
     groups,
     holds,
+    inboxes,
     metrics,
     operators,
     scaling,
@@ -390,6 +391,12 @@ PATHS: dict[str, dict[str, Any]] = {
                 **_errors(400, 404),
             },
             parameters=[_query("handler", _STRING, "only this handler")],
+        )
+    },
+    "/inboxes": {
+        "get": _op(
+            "Each inbox, its horizon and the message ids it keeps",
+            {"200": _answer("inboxes", list[inboxes.InboxStatus]), **_errors()},
         )
     },
     "/refused/release": {

@@ -3,8 +3,8 @@ JavaScript, every action a form that carries the page's CSRF token.
 
 Each page asks the operations layer the API asks (``outbox.ops.metrics`` through the shared
 snapshot, ``outbox.ops.groups``, ``outbox.ops.archive``, ``outbox.ops.operators``,
-``outbox.ops.fleet``, ``outbox.ops.holds``), so pages, API and command line always agree. A
-page asked for with ``X-Outbox-Fragment: 1`` answers its main part only: what
+``outbox.ops.fleet``, ``outbox.ops.holds``, ``outbox.ops.inboxes``), so pages, API and command
+line always agree. A page asked for with ``X-Outbox-Fragment: 1`` answers its main part only: what
 ``static/console.js`` swaps in every refresh period. How a page is drawn is
 :mod:`outbox.web._render`; what its forms do, :mod:`outbox.web.actions`. :data:`ROUTES` serves
 both.
@@ -31,6 +31,7 @@ from outbox.ops import (
     group_operations,
     groups,
     holds,
+    inboxes,
     metrics,
     operators,
     search,
@@ -428,6 +429,14 @@ async def workers_page(request: Request) -> Response:
     return page(request, principal, "workers.html", {"workers": found}, nav="workers")
 
 
+async def inboxes_page(request: Request) -> Response:
+    """``/inboxes``: each inbox, its horizon and the message ids it keeps (counted up to
+    :data:`outbox.ops.inboxes.COUNT_CAP`, so that a page load costs a bounded read)."""
+    principal = await require(request, Permission.READ)
+    found = await call(inboxes.inboxes, console_of(request).app)
+    return page(request, principal, "inboxes.html", {"inboxes": found}, nav="inboxes")
+
+
 async def static(request: Request) -> Response:
     """``/static/{name}``: the pages' script and style sheet."""
     await require(request, Permission.READ)
@@ -473,5 +482,6 @@ ROUTES: list[BaseRoute] = [
     Route("/workers", workers_page, methods=["GET"], name="pages.workers"),
     Route("/workers/{worker_id}/drain", actions.ask_worker, methods=["POST"], name="pages.drain"),
     Route("/workers/{worker_id}/stop", actions.ask_worker, methods=["POST"], name="pages.stop"),
+    Route("/inboxes", inboxes_page, methods=["GET"], name="pages.inboxes"),
     Route("/static/{name}", static, methods=["GET"], name="pages.static"),
 ]

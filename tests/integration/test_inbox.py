@@ -10,13 +10,14 @@ import time
 from collections.abc import Callable
 
 import pytest
-from sqlalchemy import Connection, func, select, update
+from sqlalchemy import Connection, create_engine, func, select, update
 from sqlalchemy.orm import Session
 
 from outbox import ConfigurationError, Outbox, RetryPolicy, Settings, schema
 from outbox._services.retention import Retention
 from outbox.inbox import DEFAULT_HORIZON, kept_id
-from outbox.ops import archive
+from outbox.ops import archive, ingest
+from tests.conftest import reset_schema
 from tests.models import EmailEvent
 
 
@@ -62,10 +63,13 @@ def test_ids_are_compared_exactly_and_long_ones_by_their_digest(
     long_a, long_b = "x" * 600 + "a", "x" * 600 + "b"
     given = ["A1", "a1", "x", "x ", "é", "e", long_a, long_b]
     with app.engine.begin() as conn:
-        assert set(given) == orders.receive_many(conn, given)
+        assert [True] * 8 == orders.receive_many(conn, given)
     with app.engine.begin() as conn:
-        assert set() == orders.receive_many(conn, [*given, *given])
-        assert {"a2"} == orders.receive_many(conn, ["a1", "a2", long_a])
+        assert [False] * 16 == orders.receive_many(conn, [*given, *given])
+        assert [False, True, False] == orders.receive_many(conn, ["a1", "a2", long_a])
+        # Inboxes' names are compared exactly too: each keeps its own "m-1".
+        for name in ("Orders", "orders ", "ORDERS"):
+            assert app.inbox(name).receive(conn, "a1")
     assert kept_id("orders", long_a).startswith("sha256:")
     assert long_a == kept_id("orders", long_a[:400]) + long_a[400:]  # kept as is up to 400
 
@@ -77,11 +81,23 @@ def test_a_batch_of_thousands_is_recorded_by_chunks(
     orders = app.inbox("orders")
     first = [f"m-{n}" for n in range(1200)]
     with app.engine.begin() as conn:
-        assert set(first) == orders.receive_many(conn, first)
+        assert [True] * 1200 == orders.receive_many(conn, first)
     second = [f"m-{n}" for n in range(1000, 2500)]
     with app.engine.begin() as conn:
-        assert {f"m-{n}" for n in range(1200, 2500)} == orders.receive_many(conn, second)
+        assert [n >= 1200 for n in range(1000, 2500)] == orders.receive_many(conn, second)
         assert 2500 == _kept(conn, "orders")
+
+
+def test_an_id_twice_in_a_batch_is_new_once_in_its_first_place(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """A sink's re-send can land in the same batch as its first send: only the first place of
+    a new id has the effect."""
+    app = make_app(database_url)
+    orders = app.inbox("orders")
+    with app.engine.begin() as conn:
+        assert [True, True, False, False] == orders.receive_many(conn, ["m-1", "m-2", "m-1", "m-2"])
+        assert [False, True, False] == orders.receive_many(conn, ["m-1", "m-3", "m-3"])
 
 
 @pytest.mark.parametrize("first_commits", [True, False])
@@ -150,12 +166,14 @@ def test_the_horizon_is_seven_days_unless_given(
 
 
 def test_bad_input_is_refused_in_one_line_naming_it(sqlite_url: str) -> None:
+    reset_schema(sqlite_url)
     app = Outbox(sqlite_url)
     orders = app.inbox("orders")
     with pytest.raises(ConfigurationError, match="an inbox named 'orders' is already declared"):
         app.inbox("orders")
-    for horizon in (0, -1, float("nan"), float("inf"), True, "7d", dt.timedelta(0)):
-        with pytest.raises(ConfigurationError, match="'bad': horizon must be a positive"):
+    too_long = (dt.timedelta.max, dt.timedelta(days=36501), 1e12)
+    for horizon in (0, -1, float("nan"), float("inf"), True, "7d", dt.timedelta(0), *too_long):
+        with pytest.raises(ConfigurationError, match="'bad': horizon must be a timedelta or sec"):
             app.inbox("bad", horizon=horizon)  # type: ignore[arg-type]
     for name in ("", "x" * 201, None):
         with pytest.raises(ConfigurationError, match="inbox name: expected text"):
@@ -166,13 +184,24 @@ def test_bad_input_is_refused_in_one_line_naming_it(sqlite_url: str) -> None:
                 orders.receive(conn, message_id)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="receive takes a Session or a Connection"):
         orders.receive(app.engine, "m-1")  # type: ignore[arg-type]
+    # A connection that commits each statement alone would keep the id without the effect.
+    autocommit = create_engine(sqlite_url, isolation_level="AUTOCOMMIT")
+    for conn in (
+        autocommit.connect(),
+        app.engine.connect().execution_options(isolation_level="AUTOCOMMIT"),
+    ):
+        with conn, pytest.raises(TypeError, match="commits each statement by itself"):
+            orders.receive(conn, "m-1")
+    autocommit.dispose()
+    with app.engine.connect() as conn:
+        assert not orders.holds(conn, "m-1")
     app.engine.dispose()
 
 
 def test_a_horizon_shorter_than_the_senders_resends_is_refused(sqlite_url: str) -> None:
     """Where the sender is an outbox handler, a message may be sent again up to its re-send
     horizon after it was first sent: an inbox that forgot it by then would have its effect
-    twice."""
+    twice. The horizon counts every wait, not the last alone."""
     app = Outbox(sqlite_url, settings=Settings(lease_seconds=60))
     retry = RetryPolicy(max_attempts=5, scale=10.0, exponent=1.0, base_delay=0.0, jitter=0.0)
 
@@ -180,9 +209,49 @@ def test_a_horizon_shorter_than_the_senders_resends_is_refused(sqlite_url: str) 
     def send(batch: object) -> None: ...
 
     horizon = app.resend_horizon("send")
-    assert 40 + 60 == horizon  # the last wait (10 * 4) and the lease
-    with pytest.raises(ConfigurationError, match=r"again up to 100 s .* at least 100 s"):
-        app.inbox("emails", horizon=99, sender="send")
-    assert app.inbox("emails", horizon=100, sender=app.handlers["send"]).horizon == 100
+    # The first send's lease, then every wait (10, 20, 30, 40 s): the sends between may all
+    # have failed before they reached the downstream.
+    assert 60 + 10 + 20 + 30 + 40 == horizon
+    with pytest.raises(ConfigurationError, match=r"again up to 160 s .* at least 160 s"):
+        app.inbox("emails", horizon=159, sender="send")
+    assert app.inbox("emails", horizon=160, sender=app.handlers["send"]).horizon == 160
     with pytest.raises(ConfigurationError, match="unknown handler 'other'"):
         app.inbox("others", sender="other")
+
+
+def test_the_ingests_keys_past_their_horizon_are_forgotten_by_the_retention_pass(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """The HTTP API's ingest is an inbox for its producers: a key is kept for
+    ``Settings.ingest_key_horizon`` (seven days unless set), then a retry writes again."""
+    app = make_app(database_url, Settings(ingest_key_horizon=0.3))
+
+    @app.handler(EmailEvent)
+    def send(batch: object) -> None: ...
+
+    assert DEFAULT_HORIZON.total_seconds() == Settings().ingest_key_horizon
+    [first] = ingest.ingest(app, "send", [("k-1", {"address": "a@example.com"})])
+    [again] = ingest.ingest(app, "send", [("k-1", {"address": "a@example.com"})])
+    assert (True, False, first.event_id) == (first.created, again.created, again.event_id)
+    assert 0 == Retention(app).run_once().ingest_keys  # not past its horizon yet
+    time.sleep(0.5)
+    assert 1 == Retention(app).run_once().ingest_keys
+    [later] = ingest.ingest(app, "send", [("k-1", {"address": "a@example.com"})])
+    assert (True, True) == (later.created, later.event_id != first.event_id)
+    for horizon in (0, 1e12):
+        with pytest.raises(ConfigurationError, match=r"Settings\.ingest_key_horizon must be sec"):
+            Settings(ingest_key_horizon=horizon)
+    app.with_settings(ingest_key_horizon=None)
+    time.sleep(0.5)
+    assert 0 == Retention(app).run_once().ingest_keys  # None: kept until outbox prune
+
+
+def test_the_retention_pass_goes_on_where_the_inbox_table_is_not_there(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """A database taken back below migration 0011 has no ``outbox_inbox``: the pass still
+    forgets the ingest's keys and says it deleted no inbox id."""
+    app = make_app(database_url)
+    schema.inbox.drop(app.engine)
+    done = Retention(app).run_once()
+    assert (True, 0) == (done.ran, done.inbox_ids)

@@ -100,8 +100,9 @@ def test_the_window_check_refuses_a_handler_that_may_resend_after_the_window(
     assert message == (
         f"handler 'to_nats': JetStream stream '{downstream.name}' drops a re-sent message "
         f"within 60 s, but an event may be re-sent up to {horizon:.0f} s after it was first "
-        f"sent (the longest retry wait, the lease and the timeout): raise the window to at "
-        f"least {horizon:.0f} s, or lower RetryPolicy.max_delay / the lease"
+        f"sent (every retry wait, and the lease and timeout of each attempt before the last): "
+        f"raise the window to at least {horizon:.0f} s, or lower RetryPolicy.max_attempts or "
+        f"max_delay, or the lease"
     )
 
 
@@ -143,8 +144,8 @@ def test_a_stream_without_a_duplicate_window_is_refused(app: Outbox) -> None:
     assert str(raised.value) == (
         f"handler 'to_nats': JetStream stream 'ORDERS' has no duplicate window "
         f"(duplicate_window 0), so a re-sent message would be stored twice: give it a "
-        f"duplicate_window of at least {resend_horizon(app, handler):.0f} s (the longest "
-        f"retry wait, the lease and the timeout)"
+        f"duplicate_window of at least {resend_horizon(app, handler):.0f} s (every retry "
+        f"wait, and the lease and timeout of each attempt before the last)"
     )
 
 

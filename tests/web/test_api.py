@@ -1666,10 +1666,12 @@ async def test_every_answer_is_as_the_document_describes_it(
 ) -> None:
     """Every read, and every action's 200, answers what its schema in the document says, and
     no property the schema does not name: a dead group holding a key, a refused group, a
-    worker, an hour's throughput, replays, a retry, an edit and a discard."""
+    worker, an hour's throughput, an inbox, replays, a retry, an edit and a discard."""
     app = make_app(database_url)
     app.handler(ActivityEvent, retry=ONE_SHOT, ordering_key="kind", name="ordered")(_fail)
     app.handler(EmailEvent, retry=ONE_SHOT, name="mails")(_ok)
+    with app.engine.begin() as conn:
+        app.inbox("orders").receive(conn, "m-1")
     commit_events(app.engine, 2, kind="alpha")
     drain(app, handlers=["ordered"])
     refuse_deletes(app.engine, EmailEvent.__tablename__)
@@ -1711,6 +1713,7 @@ async def test_every_answer_is_as_the_document_describes_it(
         ("get", "/archive", "/archive", None),
         ("get", "/workers", "/workers", None),
         ("get", "/held", "/held", None),
+        ("get", "/inboxes", "/inboxes", None),
         ("get", "/handlers/{handler}/throughput", "/handlers/ordered/throughput", None),
     ]
     problems: dict[tuple[str, str], list[str]] = {}

@@ -606,6 +606,7 @@ def test_the_pages_run_without_script_errors(operator: Any) -> None:
         "/search?q=deliver",
         "/history",
         "/workers",
+        "/inboxes",
     ):
         operator.goto(path)
     # A refresh swaps the main part in: its first element is a new one.

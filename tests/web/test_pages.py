@@ -63,7 +63,7 @@ BUCKET_SECONDS = {"hour": "60", "day": "3,600", "week": "3,600"}
 REMOTE = ("203.0.113.7", 40000)
 ONE_SHOT = RetryPolicy(max_attempts=1)
 HOSTILE = "<script>alert(1)</script>"
-PAGES = ["/", "/handlers/fails", "/groups", "/dead", "/history", "/workers"]
+PAGES = ["/", "/handlers/fails", "/groups", "/dead", "/history", "/workers", "/inboxes"]
 
 
 @pytest.fixture

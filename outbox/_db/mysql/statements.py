@@ -9,7 +9,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Result, Row, Select, Table, literal, select, update
+from sqlalchemy import Connection, Result, Row, Select, Table, delete, literal, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ColumnElement
 
@@ -133,6 +133,13 @@ def count_exclusively(
     is locked instead (``FOR UPDATE``), which the commit releases. ``key`` is not needed."""
     flags = conn.execute(select(counted).where(*scope).with_for_update()).scalars()
     return sum(1 for flag in flags if flag)
+
+
+def delete_some(conn: Connection, table: Table, where: ColumnElement[bool], limit: int) -> int:
+    """Delete up to ``limit`` rows of ``table`` that are ``where``, in one statement (MariaDB
+    takes no ``LIMIT`` in an ``IN`` subquery, and limits its ``DELETE`` itself); how many."""
+    statement = delete(table).where(where).with_dialect_options(mysql_limit=limit)
+    return conn.execute(statement).rowcount
 
 
 def insert_ignoring_duplicates(

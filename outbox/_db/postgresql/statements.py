@@ -18,10 +18,12 @@ from sqlalchemy import (
     Table,
     Update,
     any_,
+    delete,
     func,
     literal_column,
     select,
     text,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
@@ -54,6 +56,15 @@ def count_exclusively(
     released at commit."""
     conn.execute(select(func.pg_advisory_xact_lock(func.hashtext(key))))
     return int(conn.execute(select(func.count()).where(*scope, counted)).scalar_one())
+
+
+def delete_some(conn: Connection, table: Table, where: ColumnElement[bool], limit: int) -> int:
+    """Delete up to ``limit`` rows of ``table`` that are ``where``, in one statement (its
+    primary key ``IN`` a limited subquery, which the planner takes as one range, where a list
+    of a thousand keys costs a plan of a thousand branches); how many."""
+    key = tuple_(*table.primary_key.columns)
+    some = select(*table.primary_key.columns).where(where).limit(limit)
+    return conn.execute(delete(table).where(key.in_(some))).rowcount
 
 
 def insert_ignoring_duplicates(

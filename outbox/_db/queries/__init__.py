@@ -35,6 +35,7 @@ from outbox._db.queries.buffers import (
     events_by_id,
     existing_ids,
     fetch_claimed,
+    fold_events,
     insert_events,
     insert_events_returning,
     insert_stored_rows,
@@ -110,9 +111,12 @@ from outbox._db.queries.held import (
 )
 from outbox._db.queries.inbox import (
     InboxKept,
+    InboxReading,
     delete_expired_inbox_ids,
     inbox_holds,
+    inbox_names,
     inboxes_kept,
+    read_inbox,
     record_inbox_ids,
 )
 from outbox._db.queries.indexes import (
@@ -287,6 +291,7 @@ __all__ = [
     "HandlerState",
     "HeldKey",
     "InboxKept",
+    "InboxReading",
     "IndexInfo",
     "JobRow",
     "LeasedClaim",
@@ -382,6 +387,7 @@ __all__ = [
     "fetch_claimed",
     "finish_operation",
     "finish_succeeded_group",
+    "fold_events",
     "give_back_jobs_of",
     "group_attempts",
     "group_job",
@@ -396,6 +402,7 @@ __all__ = [
     "in_flight",
     "in_order",
     "inbox_holds",
+    "inbox_names",
     "inboxes_kept",
     "index_bytes",
     "ingested_event",
@@ -431,6 +438,7 @@ __all__ = [
     "operations",
     "overdue_jobs",
     "pause_handler",
+    "read_inbox",
     "reading_connection",
     "recent_dead_letters",
     "record_attempt",

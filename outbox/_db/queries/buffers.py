@@ -7,7 +7,7 @@ import operator
 import uuid
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from operator import itemgetter
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     ColumnElement,
@@ -25,7 +25,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy import cast as sql_cast
-from sqlalchemy.engine import Result
+from sqlalchemy.engine import CursorResult, Result
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
@@ -334,6 +334,27 @@ def insert_events(
         return 0
     conn.execute(insert(table), list(rows))
     return len(rows)
+
+
+def fold_events(
+    conn: Connection | Session, table: Table, key: str, rows: Sequence[Mapping[str, Any]]
+) -> int:
+    """Write each row over the unclaimed rows of its ``key`` column's value, or insert it when
+    its key has none; in the caller's transaction, in the order given. How many were inserted.
+
+    A row a claim is taking (locked by the claim's transaction) is waited for, then seen
+    claimed: the event is inserted as a new row, never written into a group under way. Two
+    writers of one key at once may both insert: the buffer then holds the key twice, each
+    row with a whole state, which a coalescing handler folds again."""
+    column = table.c[key]
+    inserted = 0
+    for row in rows:
+        values = {k: v for k, v in row.items() if k not in ("id", "created_at")}
+        fold = update(table).where(column == row[key], table.c.group_id.is_(None)).values(values)
+        if cast(CursorResult[Any], conn.execute(fold)).rowcount == 0:
+            conn.execute(insert(table), [dict(row)])
+            inserted += 1
+    return inserted
 
 
 def insert_events_returning(

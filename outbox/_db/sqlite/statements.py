@@ -17,8 +17,10 @@ from sqlalchemy import (
     Table,
     Update,
     case,
+    delete,
     func,
     select,
+    tuple_,
     type_coerce,
     update,
 )
@@ -51,6 +53,15 @@ def count_exclusively(
     """The rows of ``scope`` that are ``counted``, counted under the database's write lock,
     which the transaction holds already: no other transaction runs until it ends."""
     return int(conn.execute(select(func.count()).where(*scope, counted)).scalar_one())
+
+
+def delete_some(conn: Connection, table: Table, where: ColumnElement[bool], limit: int) -> int:
+    """Delete up to ``limit`` rows of ``table`` that are ``where``, in one statement (its
+    primary key ``IN`` a limited subquery, which the planner takes as one range, where a list
+    of a thousand keys costs a plan of a thousand branches); how many."""
+    key = tuple_(*table.primary_key.columns)
+    some = select(*table.primary_key.columns).where(where).limit(limit)
+    return conn.execute(delete(table).where(key.in_(some))).rowcount
 
 
 def insert_ignoring_duplicates(

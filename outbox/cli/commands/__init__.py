@@ -11,6 +11,7 @@ __all__ = [
     "demo",
     "flow",
     "groups",
+    "inbox",
     "notify",
     "run",
     "schema",

@@ -18,13 +18,17 @@ from outbox.cli._main import main
 from outbox.cli._options import MAX_DEAD_SINCE_SECONDS, DurationOrOff
 from outbox.cli._output import bytes_text, print_table, ratio_text
 from outbox.cli._progress import reporting
+from outbox.cli.commands.inbox import inbox_line
 from outbox.exceptions import OutboxError
-from outbox.ops import buffer_clock, fleet, metrics, scaling
+from outbox.ops import buffer_clock, fleet, inboxes, metrics, scaling
+from outbox.ops.inboxes import InboxStatus
 from outbox.ops.metrics import HandlerStatus
 from outbox.ops.totals import DatabaseTotals, database_totals, fleet_totals
 
 # Held ordering keys listed by `outbox status`; `outbox held list` lists them all.
 HELD_KEYS_SHOWN = 10
+# Inboxes listed by `outbox status`, a line each; `outbox inbox list` lists them all.
+INBOXES_SHOWN = 10
 
 
 @main.command()
@@ -137,6 +141,7 @@ class _Status:
     rows: list[HandlerStatus]
     versions: fleet.Fleet
     wanted: scaling.Scaling
+    inboxes: list[InboxStatus]
 
     def document(self) -> dict[str, Any]:
         """The ``--json`` document."""
@@ -145,6 +150,7 @@ class _Status:
             "bands": [b.as_dict() for b in metrics.bands(self.rows)],
             "fleet": self.versions.as_dict(),
             "scaling": self.wanted.as_dict(),
+            "inboxes": [i.as_dict() for i in self.inboxes],
         }
 
     def totals(self) -> DatabaseTotals:
@@ -155,7 +161,9 @@ class _Status:
 def _read_status(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> _Status:
     app = ready(app, handlers)
     rows = _started(app, handlers, dead_since)
-    return _Status(rows, fleet.fleet(app), scaling.read_scaling(app, handlers))
+    return _Status(
+        rows, fleet.fleet(app), scaling.read_scaling(app, handlers), inboxes.inboxes(app)
+    )
 
 
 def _print_status(status: _Status) -> None:
@@ -185,6 +193,10 @@ def _print_status(status: _Status) -> None:
     click.echo()
     _print_scaling(status.wanted)
     _print_fleet(status.versions)
+    for kept in status.inboxes[:INBOXES_SHOWN]:
+        click.echo(inbox_line(kept))
+    if len(status.inboxes) > INBOXES_SHOWN:
+        click.echo(f"{len(status.inboxes) - INBOXES_SHOWN} more inboxes (outbox inbox list)")
     for r in rows:
         if r.paused:
             click.echo(
