@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy import Column, Engine, Integer, MetaData, String, Table, Text, insert, select
 from sqlalchemy.orm import Session
 
+from outbox import db_now, schema
+from outbox.inbox import Inbox
 from outbox.inbox._consumer import Message
 
 REPOSITORY = Path(__file__).resolve().parents[2]
@@ -98,3 +100,22 @@ def kill(process: subprocess.Popen[bytes]) -> None:
     process.wait(timeout=20)
     if process.stderr is not None:
         process.stderr.close()
+
+
+def expired(engine: Engine, inbox: Inbox) -> bool:
+    """Whether every id ``inbox`` holds is past its horizon by the database's clock."""
+    with engine.connect() as conn:
+        now = conn.execute(select(db_now())).scalar_one()
+        left = conn.execute(
+            select(schema.inbox.c.message_id)
+            .where(schema.inbox.c.inbox == inbox.name)
+            .where(schema.inbox.c.expires_at >= now)
+        ).first()
+        return left is None
+
+
+def kept_ids(engine: Engine) -> set[tuple[str, str]]:
+    """Every (inbox, message id) the inbox table holds."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(schema.inbox.c.inbox, schema.inbox.c.message_id))
+        return {(inbox, message_id) for inbox, message_id in rows}

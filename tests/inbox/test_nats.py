@@ -17,6 +17,7 @@ import nats
 import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.orm import Session
 from structlog.testing import capture_logs
 
 from outbox import Outbox
@@ -32,6 +33,8 @@ from tests.inbox._support import (
     AsyncRecorder,
     Recorder,
     effect_counts,
+    expired,
+    kept_ids,
     kill,
     start_program,
 )
@@ -363,3 +366,26 @@ def test_a_stream_that_does_not_exist_is_refused_in_one_line(
     with pytest.raises(ConfigurationError, match=f"no stream '{missing}'") as raised:
         consume(app, app.inboxes[INBOX], missing, Recorder(), timeout=5)
     assert "\n" not in str(raised.value)
+
+
+def test_an_async_engine_s_consumer_prunes_through_it(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """The first consume() on an AsyncEngine ends with a pruning pass (prune_async)."""
+    app = app_on(sqlite_database)
+    brief = Inbox("brief", horizon=0.001)
+    with Session(app.engine) as session, session.begin():
+        brief.receive_many(session, ["old1", "old2"])
+        app.inboxes[INBOX].receive(session, "kept")
+    wait_for(lambda: expired(app.engine, brief), "the ids past their horizon")
+
+    async def consume_nothing() -> None:
+        engine = create_async_engine(async_url(sqlite_database))
+        try:
+            async with _consumer(engine, app.inboxes[INBOX], stream, AsyncRecorder()) as consumer:
+                await consumer.consume(timeout=0.1)
+        finally:
+            await engine.dispose()
+
+    asyncio.run(consume_nothing())
+    assert {(INBOX, "kept")} == kept_ids(app.engine)

@@ -18,11 +18,11 @@ from typing import Any
 
 import pika
 import pytest
-from sqlalchemy import create_engine, select
+from sqlalchemy import create_engine
 from sqlalchemy.orm import Session
 from structlog.testing import capture_logs
 
-from outbox import Outbox, db_now, schema
+from outbox import Outbox
 from outbox._core import log as _log
 from outbox.exceptions import ConfigurationError
 from outbox.inbox import Inbox
@@ -37,6 +37,8 @@ from tests.inbox._support import (
     REPOSITORY,
     Recorder,
     effect_counts,
+    expired,
+    kept_ids,
     kill,
     start_program,
 )
@@ -320,25 +322,10 @@ def test_a_consumer_prunes_ids_past_their_horizon(
     with Session(app.engine) as session, session.begin():
         brief.receive_many(session, ["old1", "old2"])
         app.inboxes[INBOX].receive(session, "kept")
-    wait_for(lambda: _expired(app, brief), "the ids past their horizon")
+    wait_for(lambda: expired(app.engine, brief), "the ids past their horizon")
     with _consumer(app, rabbitmq_queue, Recorder()) as consumer:
         consumer.consume(timeout=0.1)
-    with app.engine.connect() as conn:
-        left = set(conn.execute(select(schema.inbox.c.inbox, schema.inbox.c.message_id)))
-    assert {(INBOX, "kept")} == left
-
-
-def _expired(app: Outbox, inbox: Inbox) -> bool:
-    with app.engine.connect() as conn:
-        now = conn.execute(select(db_now())).scalar_one()
-        return bool(
-            conn.execute(
-                select(schema.inbox.c.message_id)
-                .where(schema.inbox.c.inbox == inbox.name)
-                .where(schema.inbox.c.expires_at >= now)
-            ).first()
-            is None
-        )
+    assert {(INBOX, "kept")} == kept_ids(app.engine)
 
 
 def test_a_queue_that_does_not_exist_is_refused_in_one_line(
