@@ -103,17 +103,18 @@ class JetStreamConsumer:
     durable name, created when missing (on ``subject``, a filter; the whole stream by default,
     with ``ack_wait``), and bound as it is when it exists.
 
-    On failure: an effect that raises rolls the transaction back; the batch's messages are
-    then applied one by one, each in its own transaction, so that only the failing one is
-    ``nak``-ed, with ``failure_pause`` seconds of delay (JetStream holds it that long). At its
-    ``max_deliveries``-th delivery (JetStream's ``num_delivered``) it is ``term``-ed:
-    JetStream delivers it no more, publishes a ``$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED``
-    advisory, and keeps it in the stream (under its retention) for an operator to read; an
-    error line names its id and error. A message without a ``Nats-Msg-Id`` is ``term``-ed the
-    same way at once. While the database cannot be reached, the batch is held (kept from
-    redelivery by ``in_progress``) and tried again after a growing pause; a lost connection
-    is opened again after one (what was not acknowledged comes again after ``ack_wait``, and
-    the inbox makes each committed one a repeat).
+    On failure: an effect that raises rolls the transaction back; the batch's messages are then
+    applied one by one, each in its own transaction, so that only the failing one is ``nak``-ed,
+    with ``failure_pause`` seconds of delay (JetStream holds it that long). At its
+    ``max_deliveries``-th delivery (JetStream's ``num_delivered``) it is ``term``-ed: JetStream
+    delivers it no more, publishes a ``$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED`` advisory
+    with its stream sequence, and a stream of limits retention keeps it for an operator to read
+    (a work-queue or interest stream removes it, as it would an acknowledged one); an error line
+    names its id and error. A message without a ``Nats-Msg-Id`` is ``term``-ed the same way at
+    once. While the database cannot be reached, the batch is held (kept from redelivery by
+    ``in_progress``) and tried again after a growing pause; a lost connection is opened again
+    after one (what was not acknowledged comes again after ``ack_wait``, and the inbox makes
+    each committed one a repeat).
     """
 
     def __init__(
