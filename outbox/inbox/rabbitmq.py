@@ -69,7 +69,7 @@ class RabbitMQConsumer(SyncConsumer):
 
     On failure: an effect that raises rolls the transaction back; the batch's messages are
     then applied one by one, each in its own transaction, so that only the failing one is
-    given back (``basic.nack``, requeued) after ``failure_pause`` seconds, which the consumer
+    given back (``basic.reject``, requeued) after ``failure_pause`` seconds, which the consumer
     waits out (RabbitMQ would deliver it again at once, and a poison message would spin). At its
     ``max_deliveries``-th delivery (a quorum queue's ``x-delivery-count``; on a classic queue,
     which counts nothing, the consumer counts the failures it saw itself) it is rejected
@@ -205,7 +205,13 @@ class RabbitMQConsumer(SyncConsumer):
                 channel.basic_ack(tag)
             elif verdict is Verdict.DEAD:
                 channel.basic_reject(tag, requeue=False)
+            elif verdict is Verdict.RETRY:
+                # basic.reject says the processing failed: RabbitMQ 4.3 counts it in a quorum
+                # queue's delivery count (and against its delivery-limit)...
+                channel.basic_reject(tag, requeue=True)
             else:
+                # ...basic.nack that it was not processed: a held batch given back is no
+                # failure of its messages, and 4.3 does not count it.
                 channel.basic_nack(tag, requeue=True)
 
     def _sleep(self, seconds: float) -> bool:
