@@ -82,7 +82,9 @@ MSG_ID_HEADER = "Nats-Msg-Id"
 ACK_WAIT_SECONDS = 30.0
 """How long JetStream waits for a delivered message's ack before it delivers it again (the
 durable consumer's ``ack_wait``, when this consumer creates it): from a consumer that went
-away. A batch held while the database is down is kept from it by ``in_progress``."""
+away. A batch held while the database is down is kept from it by ``in_progress``; keep it
+above the time a batch takes to apply, or JetStream delivers the batch again meanwhile (to
+another consumer: the inbox makes it a repeat, but the work is done twice)."""
 CONNECT_TIMEOUT_SECONDS = 10.0
 _FETCH_SECONDS = 0.5
 """How long one pull request waits for messages: a stop is seen within it."""

@@ -50,7 +50,9 @@ __all__ = ["ConsumeResult", "Message", "RedisStreamConsumer"]
 DEFAULT_URL = "redis://127.0.0.1:6379/0"
 CLAIM_IDLE_SECONDS = 30.0
 """How long an entry stays pending (delivered, not acknowledged) before a consumer of the
-group takes it over: from a consumer that went away, or again after its effect failed."""
+group takes it over: from a consumer that went away, or again after its effect failed. Keep
+it above the time a batch takes to apply: an entry claimed from a consumer still applying it
+is applied twice over, and the inbox makes the second a repeat, but the work is done twice."""
 ID_FIELD = "id"
 """The field that holds the message id (the Redis sink's)."""
 PAYLOAD_FIELD = "payload"
