@@ -84,6 +84,20 @@ GROUPS_DISCARDED = "outbox.groups.discarded"  # an operator gave groups up
 # How far a long command is (prune, replay, discard, migrate...), off a terminal: its counts.
 PROGRESS = "outbox.progress"
 GROUPS_RETRIED = "outbox.groups.retried"  # an operator made waiting groups due now
+# The inbox's ready consumers (outbox.inbox.rabbitmq, .redis, .nats): one line per batch
+# (debug), one per message whose effect failed (warning) or that was dead-lettered (error).
+INBOX_CONSUMER_STARTED = "outbox.inbox.consumer_started"
+INBOX_CONSUMER_STOPPED = "outbox.inbox.consumer_stopped"  # with the run's counts
+INBOX_BATCH = "outbox.inbox.batch"
+INBOX_EFFECT_FAILED = "outbox.inbox.effect_failed"  # rolled back, left for redelivery
+INBOX_DEAD_LETTERED = "outbox.inbox.dead_lettered"  # failed max_deliveries times
+INBOX_MESSAGE_REFUSED = "outbox.inbox.refused"  # no message id: dead-lettered unapplied
+# The database could not be reached: the batch is held unacknowledged (once per outage).
+INBOX_DATABASE_ERROR = "outbox.inbox.database_error"
+INBOX_DATABASE_RECOVERED = "outbox.inbox.database_recovered"
+INBOX_BROKER_ERROR = "outbox.inbox.broker_error"  # the broker connection lost: reconnecting
+INBOX_PRUNED = "outbox.inbox.pruned"  # a consumer's pruning pass deleted ids past the horizon
+INBOX_PRUNE_FAILED = "outbox.inbox.prune_failed"  # left for the next pass
 WEB_DATABASE_ERROR = "outbox.web.database_error"  # the dashboard or API could not read or write
 WEB_WRITE = "outbox.web.write"  # a write through the dashboard or the API, with who did it
 

@@ -19,6 +19,9 @@ delivered again after its id was pruned has its effect again. The horizon must o
 longest time between two deliveries of one message; :meth:`outbox.Outbox.inbox` refuses one
 shorter than the re-send horizon of the outbox handler that sends the messages
 (``sender=``). docs/inbox.md says what it guarantees.
+
+Ready consumers do all of this for the brokers the sinks publish to, each behind the sink's
+extra: :mod:`outbox.inbox.rabbitmq`, :mod:`outbox.inbox.nats`, :mod:`outbox.inbox.redis`.
 """
 
 from __future__ import annotations
@@ -38,7 +41,12 @@ from outbox.exceptions import ConfigurationError
 from outbox.schema import MESSAGE_ID_LENGTH
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_scoped_session
+    from sqlalchemy.ext.asyncio import (
+        AsyncConnection,
+        AsyncEngine,
+        AsyncSession,
+        async_scoped_session,
+    )
 
 DEFAULT_HORIZON = dt.timedelta(days=7)
 """How long an inbox keeps an id unless told: NServiceBus's default. Long enough for a sender's
@@ -162,6 +170,23 @@ def prune(engine: Engine, chunks: int | None = None) -> int:
         deleted = run_in_transaction(
             engine, lambda conn: queries.delete_expired_inbox_ids(conn, PRUNE_CHUNK)
         )
+        total += deleted
+        done += 1
+        if deleted < PRUNE_CHUNK:
+            break
+    return total
+
+
+async def prune_async(engine: AsyncEngine, chunks: int | None = None) -> int:
+    """:func:`prune` on an ``AsyncEngine``: each chunk in a transaction of its own, through
+    the connection's ``run_sync``; how many ids were deleted."""
+    total = 0
+    done = 0
+    while chunks is None or done < chunks:
+        async with engine.begin() as conn:
+            deleted = await conn.run_sync(
+                lambda sync: queries.delete_expired_inbox_ids(sync, PRUNE_CHUNK)
+            )
         total += deleted
         done += 1
         if deleted < PRUNE_CHUNK:

@@ -28,6 +28,10 @@ from outbox import (
     distribute_once,
     run_once,
 )
+from outbox.inbox import Inbox, prune, prune_async
+from outbox.inbox.nats import JetStreamConsumer
+from outbox.inbox.rabbitmq import ConsumeResult, Message, RabbitMQConsumer
+from outbox.inbox.redis import RedisStreamConsumer
 from outbox.once import Stopped
 from outbox.ops import archive
 from outbox.ops.metrics import HandlerStatus, collect
@@ -232,6 +236,32 @@ def sinks() -> None:
     shop.handler(ShipmentEvent, name="to_nats", ordering_key="customer")(jetstream)
     JetStreamSink(subject="orders.all")
     del guarantee
+
+
+def inbox_consumers() -> None:
+    # A ready consumer per broker: a sync effect with a Session, or an async one with an
+    # AsyncSession on an AsyncEngine (the JetStream consumer).
+    orders_in: Inbox = app.inbox("orders-in", horizon=3600.0)
+
+    def apply(session: Session, messages: list[Message]) -> None:
+        session.add_all(ContactActivityEvent(activity_id=len(m.json())) for m in messages)
+
+    async def apply_async(session: AsyncSession, messages: list[Message]) -> None:
+        await session.run_sync(lambda sync: apply(sync, messages))
+
+    rabbit = RabbitMQConsumer(app, orders_in, apply, queue="orders", max_deliveries=5)
+    result: ConsumeResult = rabbit.consume(max_messages=100, timeout=1.0)
+    redis_consumer = RedisStreamConsumer(
+        app.engine, orders_in, apply, stream="orders", group="billing", claim_idle=60.0
+    )
+    redis_consumer.stop()
+    total: ConsumeResult = redis_consumer.run(handle_signals=False) + result
+    engine = create_async_engine("postgresql+asyncpg://app@db/shop")
+    jetstream = JetStreamConsumer(engine, orders_in, apply_async, stream="ORDERS", durable="b")
+    asyncio.run(jetstream.run())
+    JetStreamConsumer(app, orders_in, apply, stream="ORDERS", durable="c").stop()
+    deleted: int = prune(app.engine, chunks=10) + asyncio.run(prune_async(engine, chunks=1))
+    del total, deleted
 
 
 def scheduled_run(stop: threading.Event) -> bool:
