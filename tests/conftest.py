@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from outbox import Outbox, Settings, add_events, schema
 from outbox._db.mysql import partitions as mysql_partitions
 from outbox._db.postgresql import partitions as postgresql_partitions
+from tests import _reset
 from tests.models import ActivityEvent, Base, EmailEvent
 from tests.poolers._pgbouncer import PgBouncer, executable
 
@@ -188,16 +189,18 @@ as migration 0010 leaves it, today's rows in today's partition (``nox -s archive
 
 
 def reset_schema(url: str) -> None:
-    """Drop and create the framework's tables and the test models."""
-    engine = create_engine(url)
-    with engine.begin() as conn:
-        Base.metadata.drop_all(conn)
-        schema.metadata.drop_all(conn)
-        schema.metadata.create_all(conn)
-        Base.metadata.create_all(conn)
-        if os.environ.get(ARCHIVE_BY_DAY_ENV):
-            partition_archive(conn)
-    engine.dispose()
+    """Empty framework tables and test models: dropped and created, or, when still as they
+    were made, emptied (tests/_reset.py)."""
+    _reset.reset(url, (schema.metadata, Base.metadata), _make_tables)
+
+
+def _make_tables(conn: Connection) -> None:
+    Base.metadata.drop_all(conn)
+    schema.metadata.drop_all(conn)
+    schema.metadata.create_all(conn)
+    Base.metadata.create_all(conn)
+    if os.environ.get(ARCHIVE_BY_DAY_ENV):
+        partition_archive(conn)
 
 
 def partition_archive(conn: Connection) -> None:
