@@ -128,7 +128,8 @@ def test_work_on_tables_from_before_generations_says_to_migrate_in_one_line(
     engine.dispose()
     result = cli.run("--app", APP, "--database-url", empty_database_url, "work", "--burst")
     missing = (
-        "outbox_attempts, outbox_operations, outbox_ingest_keys, outbox_throughput, outbox_schema"
+        "outbox_attempts, outbox_operations, outbox_ingest_keys, outbox_inbox, outbox_throughput, "
+        "outbox_schema"
     )
     expected = [f"Error: outbox tables missing: {missing}; run `outbox migrate` to create them"]
     assert (1, expected) == (result.code, result.stderr.splitlines())
