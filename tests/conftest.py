@@ -44,6 +44,9 @@ _FULL_RUN_PATHS = (
     "tests/faults/test_chaos.py",
     "tests/acceptance/test_newcomer_bulk_api.py",
     "tests/poolers/test_pgbouncer_flow_control.py::test_a_hundred_thousand_events",
+    # 1,000,000 deliveries per database through RabbitMQ (benchmarks/inbox.py's full size); the
+    # same proof at 20,000 runs on every run.
+    "tests/inbox/test_proof.py::test_a_million_deliveries_have_no_second_effect",
 )
 # End-to-end tiers (processes, signals, outages) whose cases on other databases than PostgreSQL
 # are the full run's, by tier and database: how each database behaves is what the conformance,

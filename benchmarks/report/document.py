@@ -39,6 +39,7 @@ from benchmarks.report.enqueue import enqueue_cost
 from benchmarks.report.flow import drain_rate_limited, handler_outcomes
 from benchmarks.report.generic import generic
 from benchmarks.report.idle import idle_buffers
+from benchmarks.report.inbox import inbox, inbox_group
 from benchmarks.report.latency import latency_rate, wakeup_latency, wakeup_latency_group
 from benchmarks.report.many import many_databases
 from benchmarks.report.memory import autovacuum, gc_settle, memory_bloat
@@ -78,12 +79,14 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "autoscaling": autoscaling,
     "startup": startup,
     "many_databases": many_databases,
+    "inbox": inbox,
 }
 
 
 # Said once for a benchmark, before its files: lines, and targets judged across the files.
 GROUP_RENDERERS: dict[str, Callable[[list[Results]], Rendered]] = {
     "wakeup_latency": wakeup_latency_group,
+    "inbox": inbox_group,
 }
 
 

@@ -30,6 +30,7 @@ ORDER = (
     "autoscaling",
     "startup",
     "many_databases",
+    "inbox",
 )
 
 
@@ -60,5 +61,6 @@ TITLES = {
     "autoscaling": "Autoscaling",
     "startup": "Start-up of `outbox work`: launch to first claim",
     "many_databases": "Many databases: fairness, and one going away",
+    "inbox": "The inbox's proof: redeliveries through RabbitMQ, consumers killed",
     "migrations": "outbox migrate with 1,000,000 archive rows, per revision, up and down",
 }
