@@ -155,6 +155,9 @@ BENCHMARKS = (
     ("benchmarks.ingest_http", "--events", "200000", "--batch", "500", "--producers", "8",
      "--runs", "3"),
     ("benchmarks.startup", "--repeat", "11"),
+    # Needs RabbitMQ (OUTBOX_BENCH_RABBITMQ_URL) and MariaDB beside PostgreSQL.
+    ("benchmarks.inbox", "--deliveries", "1000000", "--repeat-fraction", "0.2", "--consumers",
+     "4", "--kills", "20"),
 )  # fmt: skip
 
 

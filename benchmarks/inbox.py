@@ -10,10 +10,10 @@ guest on 127.0.0.1:5672) with a durable queue of its own, deleted at the end:
   (chosen at random among all published so far, so that a repeat comes seconds to the whole
   run after its first copy), the others each a distinct id;
 - ``--consumers`` consumer processes each take up to ``--prefetch`` messages (``basic_qos``)
-  and handle them as one batch in one transaction: ``new = inbox.receive_many(session, ids)``,
-  one row per new id into an effects table that has no unique constraint on the id (a second
-  effect would be a second row) and one row recording the batch; commit; then
-  ``basic_ack(multiple=True)``;
+  and handle them as one batch in one transaction: ``fresh = inbox.receive_many(session,
+  ids)``, one row for each id to have its effect into an effects table that has no unique
+  constraint on the id (a second effect would be a second row) and one row recording the
+  batch; commit; then ``basic_ack(multiple=True)``;
 - a supervisor SIGKILLs ``--kills`` consumers at random points of the run and starts a
   replacement each time: every other kill is aimed between a commit and its ack (the victim
   is asked to hold its next committed batch unacknowledged for ``--hold`` seconds, and is
@@ -79,8 +79,7 @@ from sqlalchemy.orm import Session
 from benchmarks._common import REPOSITORY, command_line, machine, write
 from outbox import Outbox, schema
 from outbox._db.dialects.clock import db_now_plus
-from outbox._db.dialects.errors import is_transient
-from outbox.inbox import PRUNE_CHUNK, prune
+from outbox.inbox import PRUNE_CHUNK, is_retryable, prune
 
 RABBITMQ_URL = os.environ.get("OUTBOX_BENCH_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
 POSTGRES_URL = os.environ.get(
@@ -311,7 +310,7 @@ class Consumer:
                 self._transaction(batch, ids, retries)
                 break
             except DBAPIError as error:
-                if retries == TRANSIENT_RETRIES or not is_transient(error):
+                if retries == TRANSIENT_RETRIES or not is_retryable(error):
                     raise
         request = self.control / f"{self.name}.hold"
         if request.exists() or self.rng.random() < self.hold_fraction:
@@ -324,24 +323,23 @@ class Consumer:
 
     def _transaction(self, batch: list[tuple[Any, Any]], ids: list[str], retries: int) -> None:
         with Session(self.engine) as session, session.begin():
-            new = self.inbox.receive_many(session, ids)
+            fresh = self.inbox.receive_many(session, ids)
             now = time.time()
+            new = [m for m, first in zip(ids, fresh, strict=True) if first]
             if new:
                 session.execute(
                     insert(effects), [{"message_id": m, "consumer": self.name} for m in new]
                 )
-            counted = set(new)
             redelivered_seen = repeats_seen = 0
             gaps: list[float] = []
-            for (method, properties), m in zip(batch, ids, strict=True):
-                if m in counted:
-                    counted.discard(m)  # the delivery that had the effect
-                    continue
+            for (method, properties), first in zip(batch, fresh, strict=True):
+                if first:
+                    continue  # the delivery that had the effect
                 redelivered_seen += bool(method.redelivered)
-                first = (properties.headers or {}).get("first")
-                if first is not None:
+                published = (properties.headers or {}).get("first")
+                if published is not None:
                     repeats_seen += 1
-                    gaps.append(now - int(first) / 1000)
+                    gaps.append(now - int(published) / 1000)
             session.execute(
                 insert(batches),
                 {
