@@ -177,6 +177,7 @@ class Proof:
     deliveries_per_second: float = 0.0
     prune: dict[str, Any] = field(default_factory=dict)
     queue_left: int = 0
+    load_average: dict[str, float] = field(default_factory=dict)
 
     @property
     def lost(self) -> int:
@@ -496,6 +497,7 @@ def _run(
             env={"OUTBOX_BENCH_RABBITMQ_URL": options.rabbitmq_url},
         )
         started = time.time()
+        proof.load_average["start"] = round(os.getloadavg()[0], 2)
         try:
             for slot in range(options.consumers):
                 start(slot)
@@ -535,6 +537,7 @@ def _run(
             for name, process in processes.values():
                 if process.wait(60) != 0:
                     raise RuntimeError(f"consumer {name} stopped with {process.returncode}")
+            proof.load_average["end"] = round(os.getloadavg()[0], 2)
             processes.clear()
             proof.queue_left = _waiting(options.rabbitmq_url, queue)
         except BaseException:

@@ -63,7 +63,8 @@ def inbox_group(files: list[Results]) -> Rendered:
         "aimed between a commit and its ack. Deliveries are those whose transaction committed; "
         "re-deliveries, those of an id delivered before (the publisher's repeats and the "
         "broker's redeliveries); kills in brackets, those between a commit and its ack. "
-        "Consumers, publisher, broker and database share the machine's CPUs.",
+        "Consumers, publisher, broker and database share the machine's CPUs, with whatever "
+        "else runs on it: the rates are lower bounds of what the consumers alone would do.",
         "",
     ]
     lines += table(
@@ -91,6 +92,15 @@ def inbox_group(files: list[Results]) -> Rendered:
 def _gaps(gaps: dict[str, Any], keys: tuple[str, ...]) -> str:
     return ", ".join(
         f"{key} {DASH if gaps.get(key) is None else f'{gaps[key]:,g} s'}" for key in keys
+    )
+
+
+def _load(data: dict[str, Any]) -> str:
+    load = data.get("load_average")
+    if not load:
+        return ""
+    return (
+        f"; the machine's load average {load['start']:g} at the start, {load['end']:g} at the end"
     )
 
 
@@ -127,7 +137,9 @@ def inbox(results: Results) -> Rendered:
         f"{count(deliveries['transaction_retries'])} transactions retried after a deadlock or "
         "a lock timeout.",
         f"- {data['seconds']:,g} s from the start to the last commit: "
-        f"{count(data['deliveries_per_second'])} deliveries/s.",
+        f"{count(data['deliveries_per_second'])} deliveries/s; the publisher, beside the "
+        f"consumers, took {published['seconds']:,g} s (where the two are close, the consumers "
+        "kept pace with it and the rate is the publisher's)" + _load(data) + ".",
         f"- Prune: every id put past its horizon in {prune['expire_seconds']:,g} s (one "
         f"UPDATE), then `outbox.inbox.prune` deleted {count(prune['deleted'])} ids "
         f"({count(prune['chunk'])} a transaction) in {prune['seconds']:,g} s: "
