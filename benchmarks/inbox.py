@@ -512,11 +512,10 @@ def _run(
                     last_change, last_handled = time.monotonic(), handled
                 if due and handled >= due[0]:
                     due.pop(0)
-                    proof.kills.append(
-                        _kill(processes, start, rng, control, aimed=len(proof.kills) % 2 == 0)
-                    )
-                    proof.kills[-1].at_deliveries = handled
-                    proof.kills[-1].seconds = round(time.time() - started, 1)
+                    aimed = len(proof.kills) % 2 == 0
+                    name, landed = _kill(processes, start, rng, control, aimed)
+                    seconds = round(time.time() - started, 1)
+                    proof.kills.append(Kill(name, handled, aimed, landed, seconds))
                     log(f"  kill {len(proof.kills)}: {proof.kills[-1]}")
                 for name, process in processes.values():
                     if process.poll() is not None:
@@ -568,9 +567,10 @@ def _kill_points(rng: random.Random, options: Options) -> list[float]:
 
 def _kill(
     processes: dict[int, Any], start: Any, rng: random.Random, control: Path, aimed: bool
-) -> Kill:
+) -> tuple[str, bool]:
     """SIGKILL one consumer (aimed: once it holds a committed batch unacknowledged) and start
-    another in its place."""
+    another in its place; the victim's name, and whether it held a committed batch
+    unacknowledged when killed."""
     slot = rng.choice(sorted(processes))
     name, process = processes[slot]
     held = control / f"{name}.held"
@@ -584,7 +584,7 @@ def _kill(
     process.wait()
     (control / f"{name}.hold").unlink(missing_ok=True)
     start(slot)
-    return Kill(name, 0, aimed, landed, 0.0)
+    return name, landed
 
 
 def _check(reader: Engine, proof: Proof) -> None:
