@@ -25,12 +25,14 @@ from outbox._core import log as _log
 from outbox.inbox import Inbox
 from outbox.inbox._consumer import (
     BATCH_SIZE,
+    CONTENTION_RETRIES,
     FAILURE_PAUSE_SECONDS,
     MAX_DELIVERIES,
     PRUNE_CHUNKS,
     PRUNE_INTERVAL_SECONDS,
     Backoff,
     ConsumeResult,
+    ContentionError,
     DatabaseDownError,
     Effect,
     Message,
@@ -263,10 +265,20 @@ class SyncConsumer:
         again after a growing pause, until it is applied, a stop is asked for, or, in
         :meth:`consume`, the call's time is up (then it is given back)."""
         backoff = Backoff()
+        contended = 0
         while True:
             try:
-                outcome = apply(self.engine, self.inbox, self.effect, messages, self._tally)
+                outcome = apply(
+                    self.engine,
+                    self.inbox,
+                    self.effect,
+                    messages,
+                    self._tally,
+                    one_at_a_time=contended >= CONTENTION_RETRIES,
+                )
             except DatabaseDownError as error:
+                if isinstance(error, ContentionError):
+                    contended += 1
                 if not self._database_down:
                     self._database_down = True
                     self._log.warning(

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import signal
 import threading
 import time
@@ -47,6 +48,7 @@ from outbox.exceptions import ConfigurationError
 from outbox.inbox import Inbox, prune, prune_async
 from outbox.inbox._consumer import (
     BATCH_SIZE,
+    CONTENTION_RETRIES,
     FAILURE_PAUSE_SECONDS,
     MAX_DELIVERIES,
     PRUNE_CHUNKS,
@@ -54,6 +56,7 @@ from outbox.inbox._consumer import (
     AsyncEffect,
     Backoff,
     ConsumeResult,
+    ContentionError,
     DatabaseDownError,
     Effect,
     Message,
@@ -372,10 +375,13 @@ class JetStreamConsumer:
         self, messages: list[Message], held: Sequence[nats.aio.msg.Msg], deadline: float
     ) -> Outcome:
         backoff = Backoff()
+        contended = 0
         while True:
             try:
-                outcome = await self._apply(messages)
+                outcome = await self._apply(messages, contended >= CONTENTION_RETRIES)
             except DatabaseDownError as error:
+                if isinstance(error, ContentionError):
+                    contended += 1
                 if not self._database_down:
                     self._database_down = True
                     self._log.warning(
@@ -396,14 +402,26 @@ class JetStreamConsumer:
                 self._log.info(_log.INBOX_DATABASE_RECOVERED, consumer=self.name)
             return outcome
 
-    async def _apply(self, messages: list[Message]) -> Outcome:
+    async def _apply(self, messages: list[Message], one_at_a_time: bool) -> Outcome:
         if self._async_engine is not None:
             effect: AsyncEffect = self.effect  # type: ignore[assignment]
-            return await apply_async(self._async_engine, self.inbox, effect, messages, self._tally)
+            return await apply_async(
+                self._async_engine,
+                self.inbox,
+                effect,
+                messages,
+                self._tally,
+                one_at_a_time=one_at_a_time,
+            )
         assert self._engine is not None
         sync_effect: Effect = self.effect  # type: ignore[assignment]
         return await asyncio.to_thread(
-            apply, self._engine, self.inbox, sync_effect, messages, self._tally
+            functools.partial(apply, one_at_a_time=one_at_a_time),
+            self._engine,
+            self.inbox,
+            sync_effect,
+            messages,
+            self._tally,
         )
 
     async def _flush(self) -> None:

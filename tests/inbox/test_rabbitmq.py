@@ -374,3 +374,70 @@ def test_a_consumer_cut_from_the_broker_connects_again_and_loses_nothing(
     broker_errors = [line for line in logs if line["event"] == _log.INBOX_BROKER_ERROR]
     assert Counter({"before": 1, "during": 1, "during2": 1}) == effect_counts(app.engine)
     assert (1, 0) == (len(broker_errors), waiting(rabbitmq_queue))
+
+
+def test_a_missing_inbox_table_is_refused_in_one_line_and_loses_nothing(
+    sqlite_url: str, rabbitmq_queue: str
+) -> None:
+    """A consumer started before the migrations: a ConfigurationError naming the table, and
+    the message given back, neither dead-lettered nor counted as its effect failing."""
+    publish(rabbitmq_queue, ("early", "before the migration"))
+    engine = create_engine(sqlite_url)
+    consumer = RabbitMQConsumer(
+        engine, Inbox(INBOX), Recorder(), queue=rabbitmq_queue, url=RABBITMQ_URL
+    )
+    try:
+        with consumer, pytest.raises(ConfigurationError, match="inbox table is missing") as raised:
+            consumer.consume(max_messages=1, timeout=5)
+    finally:
+        engine.dispose()
+    assert "\n" not in str(raised.value)
+    assert 1 == wait_for(lambda: waiting(rabbitmq_queue), "the message given back")
+
+
+def test_a_database_refusing_the_ids_holds_the_batch(
+    postgres_effects: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """A read-only database (a standby) fails outside the effect: the batch is held and given
+    back, not dead-lettered, however many times it is tried."""
+    app = app_on(postgres_effects)
+    publish(rabbitmq_queue, ("standby", "read only"))
+    read_only = create_engine(
+        postgres_effects, connect_args={"options": "-c default_transaction_read_only=on"}
+    )
+    consumer = RabbitMQConsumer(
+        read_only,
+        app.inboxes[INBOX],
+        Recorder(),
+        queue=rabbitmq_queue,
+        url=RABBITMQ_URL,
+        max_deliveries=1,
+    )
+    try:
+        with consumer:
+            held = consumer.consume(max_messages=1, timeout=1)
+    finally:
+        read_only.dispose()
+    assert ConsumeResult(received=1, failed=1) == held
+    assert 1 == wait_for(lambda: waiting(rabbitmq_queue), "the message given back")
+
+
+def test_a_sync_effect_returning_an_awaitable_is_refused_in_one_line(
+    sqlite_database: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """A plain function that returns a coroutine: refused, and no id is kept without its
+    effect."""
+    app = app_on(sqlite_database)
+    publish(rabbitmq_queue, ("lazy", "never awaited"))
+
+    async def work() -> None:
+        pass
+
+    def effect(session: Session, messages: list[Any]) -> object:
+        return work()
+
+    consumer = _consumer(app, rabbitmq_queue, effect)
+    with consumer, pytest.raises(ConfigurationError, match="returned an awaitable") as raised:
+        consumer.consume(max_messages=1, timeout=5)
+    assert "\n" not in str(raised.value)
+    assert set() == kept_ids(app.engine)

@@ -13,10 +13,12 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
+from sqlalchemy import text
 from structlog.testing import capture_logs
 
 from outbox import Outbox
 from outbox._core import log as _log
+from outbox.inbox import _consumer as _consumer_module
 from outbox.inbox.redis import ConsumeResult, RedisStreamConsumer
 from outbox.sinks.redis import RedisStreamSink
 from outbox.testing import drain
@@ -196,3 +198,30 @@ def test_what_a_redis_sink_appends_has_its_effect_once_each(
         result = consumer.consume(max_messages=30, timeout=5)
     assert ConsumeResult(received=30, new=30) == result
     assert Counter({f"test_sink_events-{i}": 1 for i in ids}) == effect_counts(app.engine)
+
+
+def test_an_entry_whose_effect_always_times_out_is_dead_lettered_after_the_bound(
+    postgres_effects: str,
+    app_on: Callable[[str], Outbox],
+    stream: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An effect that always hits its statement timeout (transient contention): after a few
+    whole-batch tries the entries are applied one at a time, the others commit, and the poison
+    one is dead-lettered at max_deliveries instead of holding the stream for ever."""
+    monkeypatch.setattr(_consumer_module, "BACKOFF_FIRST_SECONDS", 0.01)
+    app = app_on(postgres_effects)
+    append(stream, ("slow", "times out"), ("fine", "quick"))
+    recorder = Recorder()
+
+    def effect(session: Any, messages: list[Any]) -> None:
+        if any(m.id == "slow" for m in messages):
+            session.execute(text("SET LOCAL statement_timeout = 10"))
+            session.execute(text("SELECT pg_sleep(1)"))
+        recorder(session, messages)
+
+    with _consumer(app, stream, effect, max_deliveries=2) as consumer:
+        result = consumer.consume(max_messages=3, timeout=10)
+    assert ConsumeResult(received=3, new=1, failed=1, dead_lettered=1) == result
+    assert Counter({"fine": 1}) == effect_counts(app.engine)
+    assert [b"slow"] == [fields[b"id"] for fields in dead_letters(stream)]
