@@ -272,13 +272,12 @@ def _apply_once(
         if new:
             try:
                 result = effect(session, new)
-                _refuse_awaitable(result, effect)
-                # The effect's own rows are written here, so that their errors are its.
-                session.flush()
-            except ConfigurationError:
-                raise
+                if not inspect.isawaitable(result):
+                    # The effect's own rows are written here, so that their errors are its.
+                    session.flush()
             except Exception as error:
                 raise _EffectError(error) from error
+            _refuse_awaitable(result, effect)
     return fresh
 
 

@@ -329,18 +329,21 @@ def test_run_returns_once_stop_is_called(
     assert (0, 0) == unsettled(stream)
 
 
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
 def test_a_database_outage_holds_the_batch_and_loses_nothing(
-    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str, driver: str
 ) -> None:
-    """With the database unreachable, nothing is acknowledged; once it answers, the message
-    has its effect."""
+    """With the database unreachable (asyncpg's bare socket errors too), nothing is
+    acknowledged; once it answers, the message has its effect."""
     app = app_on(sqlite_database)
     publish(stream, ("held", "while down"))
-    down = create_async_engine("postgresql+psycopg://postgres@127.0.0.1:1/none")
+    down = create_async_engine(f"postgresql+{driver}://postgres@127.0.0.1:1/none")
 
     async def while_down() -> ConsumeResult:
         try:
-            consumer = _consumer(down, app.inboxes[INBOX], stream, AsyncRecorder())
+            consumer = _consumer(
+                down, app.inboxes[INBOX], stream, AsyncRecorder(), max_deliveries=1
+            )
             async with consumer:
                 result: ConsumeResult = await consumer.consume(max_messages=1, timeout=1)
                 return result

@@ -441,3 +441,22 @@ def test_a_sync_effect_returning_an_awaitable_is_refused_in_one_line(
         consumer.consume(max_messages=1, timeout=5)
     assert "\n" not in str(raised.value)
     assert set() == kept_ids(app.engine)
+
+
+def test_an_autocommit_engine_is_refused_in_one_line(
+    sqlite_database: str, rabbitmq_queue: str
+) -> None:
+    """An engine whose connections commit each statement alone: refused, the message given
+    back rather than counted as its effect failing."""
+    publish(rabbitmq_queue, ("alone", "autocommit"))
+    engine = create_engine(sqlite_database, isolation_level="AUTOCOMMIT")
+    consumer = RabbitMQConsumer(
+        engine, Inbox(INBOX), Recorder(), queue=rabbitmq_queue, url=RABBITMQ_URL
+    )
+    try:
+        with consumer, pytest.raises(ConfigurationError, match="AUTOCOMMIT") as raised:
+            consumer.consume(max_messages=1, timeout=5)
+    finally:
+        engine.dispose()
+    assert "\n" not in str(raised.value)
+    assert 1 == wait_for(lambda: waiting(rabbitmq_queue), "the message given back")
