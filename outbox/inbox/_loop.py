@@ -205,6 +205,8 @@ class SyncConsumer:
                 # delivers the batch again, and the inbox makes each a repeat.
                 self._lost(error)
             idle_since = time.monotonic()
+            # A consumer that is never idle prunes between its batches.
+            self._prune_when_due(between_batches=True)
         # After the messages, not before: a pruning pass waits out a database restart first.
         self._prune_when_due()
         return result
@@ -303,8 +305,8 @@ class SyncConsumer:
         self.close()
         self._connected = False
 
-    def _prune_when_due(self) -> None:
-        if self._pruned_once and not self._pruning.due():
+    def _prune_when_due(self, *, between_batches: bool = False) -> None:
+        if (self._pruned_once or between_batches) and not self._pruning.due():
             return
         self._pruned_once = True
         prune_now(self.engine, self.prune_chunks, self.name, self._log)

@@ -280,6 +280,8 @@ class JetStreamConsumer:
                 # and the inbox makes each a repeat.
                 await self._lost(error)
             idle_since = time.monotonic()
+            # A consumer that is never idle prunes between its batches.
+            await self._prune_when_due(between_batches=True)
         await self._prune_when_due()
         return result
 
@@ -444,8 +446,8 @@ class JetStreamConsumer:
             await asyncio.sleep(min(0.1, left))
         return self._stopping.is_set()
 
-    async def _prune_when_due(self) -> None:
-        if self._pruned_once and not self._pruning.due():
+    async def _prune_when_due(self, *, between_batches: bool = False) -> None:
+        if (self._pruned_once or between_batches) and not self._pruning.due():
             return
         self._pruned_once = True
         try:

@@ -4,6 +4,7 @@ stream, an entry without an id refused, and what an outbox sink appends arrives.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -14,16 +15,27 @@ from urllib.parse import urlsplit
 import pytest
 import redis
 from sqlalchemy import text
+from sqlalchemy.orm import Session
 from structlog.testing import capture_logs
 
 from outbox import Outbox
 from outbox._core import log as _log
+from outbox.inbox import Inbox
 from outbox.inbox import _consumer as _consumer_module
 from outbox.inbox.redis import ConsumeResult, RedisStreamConsumer
 from outbox.sinks.redis import RedisStreamSink
 from outbox.testing import drain
 from tests._support import wait_for
-from tests.inbox._support import ALWAYS, INBOX, Recorder, effect_counts, kill, start_program
+from tests.inbox._support import (
+    ALWAYS,
+    INBOX,
+    Recorder,
+    effect_counts,
+    expired,
+    kept_ids,
+    kill,
+    start_program,
+)
 from tests.models import SinkEvent
 from tests.sinks._contract import IMMEDIATE, commit_events, event_rows, require_service
 from tests.sinks.kinds.redis import redis_url
@@ -225,3 +237,32 @@ def test_an_entry_whose_effect_always_times_out_is_dead_lettered_after_the_bound
     assert ConsumeResult(received=3, new=1, failed=1, dead_lettered=1) == result
     assert Counter({"fine": 1}) == effect_counts(app.engine)
     assert [b"slow"] == [fields[b"id"] for fields in dead_letters(stream)]
+
+
+def test_a_consumer_that_is_never_idle_still_prunes(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """run() with an entry arriving more often than its idle second: ids past their horizon
+    are pruned between batches, every prune_interval."""
+    app = app_on(sqlite_database)
+    brief = Inbox("brief", horizon=0.001)
+    with Session(app.engine) as session, session.begin():
+        brief.receive(session, "old")
+    wait_for(lambda: expired(app.engine, brief), "the id past its horizon")
+    consumer = _consumer(app, stream, Recorder(), prune_interval=0.2)
+    thread = threading.Thread(target=lambda: consumer.run(handle_signals=False))
+    thread.start()
+    sent = 0
+
+    def pruned_while_busy() -> bool:
+        nonlocal sent
+        sent += 1
+        append(stream, (f"busy{sent}", "keeps it busy"))
+        return ("brief", "old") not in kept_ids(app.engine)
+
+    try:
+        wait_for(pruned_while_busy, "a pruning pass while busy", timeout=4)
+    finally:
+        consumer.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
