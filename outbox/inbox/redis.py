@@ -28,6 +28,7 @@ import redis
 import redis.exceptions
 from sqlalchemy import Engine
 
+from outbox._core import log as _log
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 from outbox.inbox import Inbox
@@ -41,6 +42,7 @@ from outbox.inbox._consumer import (
     Message,
     Verdict,
     check_settings,
+    first_line,
     sync_engine,
 )
 from outbox.inbox._loop import SyncConsumer, Taken
@@ -85,11 +87,11 @@ class RedisStreamConsumer(SyncConsumer):
     pending, and claimed again ``claim_idle`` seconds later (its pause). When its delivery
     count (``XPENDING``'s, which ``XAUTOCLAIM`` raises) reaches ``max_deliveries``, it is
     dead-lettered: ``XADD`` to the dead stream with its fields, ``entry`` (its entry id),
-    ``deliveries`` and ``error``, and ``XACK``, in one ``MULTI``; an error line names its id
-    and error. An entry without an ``id`` field is dead-lettered the same way at once. While
-    the database cannot be reached, the batch is held unacknowledged and tried again after a
-    growing pause; a lost connection to Redis is opened again after one (the entries stay
-    pending, and a repeat is acknowledged without effect).
+    ``deliveries`` and ``error``, then ``XACK`` once the ``XADD`` succeeded; an error line
+    names its id and error. An entry without an ``id`` field is dead-lettered the same way at
+    once. While the database cannot be reached, the batch is held unacknowledged and tried
+    again after a growing pause; a lost connection to Redis is opened again after one (the
+    entries stay pending, and a repeat is acknowledged without effect).
     """
 
     kind = "Redis stream"
@@ -230,10 +232,11 @@ class RedisStreamConsumer(SyncConsumer):
         for (message, (entry_id, fields)), verdict, error in settled:
             if verdict is not Verdict.DEAD:
                 continue  # a failed entry stays pending, claimed again after claim_idle
-            with client.pipeline(transaction=True) as pipeline:
-                # In one MULTI: the dead letter is written and the entry acknowledged, or
-                # neither, and the entry is dead-lettered again by the next consumer.
-                pipeline.xadd(
+            # The dead letter first, the XACK only once it is written: an entry whose dead
+            # letter Redis refused (a dead stream of another type, out of memory) stays
+            # pending, and is dead-lettered again when claimed.
+            try:
+                client.xadd(
                     self.dead_stream,
                     {
                         **fields,
@@ -242,5 +245,13 @@ class RedisStreamConsumer(SyncConsumer):
                         b"error": error.encode(),
                     },
                 )
-                pipeline.xack(self.stream, self.group, entry_id)
-                pipeline.execute()
+            except redis.exceptions.ResponseError as refused:
+                self._log.error(
+                    _log.INBOX_DEAD_LETTER_FAILED,
+                    consumer=self.name,
+                    message_id=message.id,
+                    dead_stream=self.dead_stream,
+                    error=first_line(refused),
+                )
+                continue
+            client.xack(self.stream, self.group, entry_id)

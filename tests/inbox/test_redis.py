@@ -266,3 +266,20 @@ def test_a_consumer_that_is_never_idle_still_prunes(
         consumer.stop()
         thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def test_an_entry_whose_dead_letter_redis_refuses_stays_pending(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """A dead stream key of another type (WRONGTYPE): the entry is not acknowledged, and the
+    consumer logs it and goes on rather than raising."""
+    app = app_on(sqlite_database)
+    with redis.Redis.from_url(REDIS_URL) as client:
+        client.set(f"{stream}:dead", "not a stream")
+    append(stream, (None, "anonymous"))
+    with capture_logs() as logs, _consumer(app, stream, Recorder()) as consumer:
+        consumer.consume(max_messages=1, timeout=2)
+    assert 1 == pending(stream)
+    assert ["error"] == [
+        line["log_level"] for line in logs if line["event"] == _log.INBOX_DEAD_LETTER_FAILED
+    ]
