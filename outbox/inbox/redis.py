@@ -210,8 +210,13 @@ class RedisStreamConsumer(SyncConsumer):
         message_id = decoded.pop(ID_FIELD, b"")
         body = decoded.pop(PAYLOAD_FIELD, b"")
         headers = {k: v.decode(errors="replace") for k, v in decoded.items()}
+        try:
+            text_id = message_id.decode()
+        except UnicodeDecodeError:
+            # Decoded loosely, two different ids would read the same: refused as no id.
+            text_id = ""
         message = Message(
-            id=message_id.decode(errors="replace"),
+            id=text_id,
             body=body,
             headers=headers,
             deliveries=deliveries,

@@ -283,3 +283,18 @@ def test_an_entry_whose_dead_letter_redis_refuses_stays_pending(
     assert ["error"] == [
         line["log_level"] for line in logs if line["event"] == _log.INBOX_DEAD_LETTER_FAILED
     ]
+
+
+def test_an_id_that_is_not_utf8_is_refused_like_a_missing_one(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """Two different binary ids are not read as one id (the second a repeat): each is
+    dead-lettered as having no id."""
+    app = app_on(sqlite_database)
+    with redis.Redis.from_url(REDIS_URL) as client:
+        for binary_id in (b"\xff", b"\xfe"):
+            client.xadd(stream, {b"id": binary_id, b"payload": b"binary"})
+    with _consumer(app, stream, Recorder()) as consumer:
+        result = consumer.consume(max_messages=2, timeout=2)
+    assert ConsumeResult(received=2, dead_lettered=2, refused=2) == result
+    assert (Counter(), 2) == (effect_counts(app.engine), len(dead_letters(stream)))
