@@ -197,11 +197,40 @@ def check_effect(effect: object, *, want_async: bool, consumer: str) -> None:
         )
 
 
+MAX_BATCH_SIZE = 10_000
+"""The largest ``batch_size``: within RabbitMQ's prefetch (65,535), and a batch one transaction
+and one broker call hold comfortably (Redis's ``COUNT``, JetStream's fetch)."""
+MAX_DELIVERIES_BOUND = 1_000
+"""The largest ``max_deliveries``."""
+MAX_PRUNE_CHUNKS = 10_000
+"""The largest ``prune_chunks``."""
+MAX_SECONDS = 86_400.0
+"""The longest pause or interval a consumer takes (``failure_pause``, ``claim_idle``,
+``ack_wait``, ``prune_interval``): a day."""
+_COUNT_MAXIMA = {
+    "batch_size": MAX_BATCH_SIZE,
+    "max_deliveries": MAX_DELIVERIES_BOUND,
+    "prune_chunks": MAX_PRUNE_CHUNKS,
+}
+
+
 def check_settings(consumer: str, **values: float) -> None:
-    """Refuse a batch size, a bound or a duration that is not a positive number, naming it."""
+    """Refuse, in one line naming it, a count (``batch_size``, ``max_deliveries``,
+    ``prune_chunks``) that is not a whole number from 1 to its maximum, or a duration in
+    seconds that is not a finite number above 0 and at most :data:`MAX_SECONDS`."""
     for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ConfigurationError(f"{consumer}: {name} must be a positive number, got {value!r}")
+        number = not isinstance(value, bool) and isinstance(value, int | float)
+        maximum = _COUNT_MAXIMA.get(name)
+        if maximum is not None:
+            if not number or not 1 <= value <= maximum or value != int(value):
+                raise ConfigurationError(
+                    f"{consumer}: {name} must be a whole number from 1 to {maximum}, got {value!r}"
+                )
+        elif not number or not 0 < value <= MAX_SECONDS:
+            raise ConfigurationError(
+                f"{consumer}: {name} must be seconds, more than 0 and at most "
+                f"{MAX_SECONDS:.0f}, got {value!r}"
+            )
 
 
 def sync_engine(database: Outbox | Engine, consumer: str) -> Engine:

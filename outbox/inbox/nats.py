@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import nats
 import nats.aio.client
@@ -170,7 +171,7 @@ class JetStreamConsumer:
         self.stream = stream
         self.durable = durable
         self.subject = subject
-        self.servers = [servers] if isinstance(servers, str) else list(servers)
+        self.servers = _servers(servers)
         self.connect_options = dict(connect_options or {})
         self.ack_wait = float(ack_wait)
         self.batch_size = int(batch_size)
@@ -309,6 +310,14 @@ class JetStreamConsumer:
             raise ConfigurationError(
                 f"{self.name}: JetStream has no stream {self.stream!r} (create it first)"
             ) from None
+        except nats.js.errors.BadRequestError as error:
+            await client.close()
+            # A consumer JetStream refuses (a subject filter outside the stream, a durable
+            # made with other settings): a configuration to correct, not an outage.
+            raise ConfigurationError(
+                f"{self.name}: JetStream refused the consumer {self.durable!r} (subject "
+                f"{self.subject!r}): {error.description} [{error.err_code}]"
+            ) from None
         except BaseException:
             await client.close()
             raise
@@ -326,7 +335,8 @@ class JetStreamConsumer:
                 delivered = await subscription.fetch(
                     limit, timeout=max(0.05, min(_FETCH_SECONDS, left))
                 )
-            except nats.errors.TimeoutError:
+            except (TimeoutError, nats.errors.TimeoutError):
+                # No message within the wait (nats-py raises either): not a lost connection.
                 continue
             if delivered:
                 return [(self._message(msg), msg) for msg in delivered]
@@ -497,3 +507,23 @@ def _is_async_engine(database: object) -> bool:
     except ImportError:  # pragma: no cover - SQLAlchemy without its asyncio extension
         return False
     return isinstance(database, AsyncEngine)
+
+
+def _servers(servers: object) -> list[str]:
+    """The server URLs, each ``nats://``, ``tls://``, ``ws://`` or ``wss://`` with a host;
+    anything else refused in one line naming the argument."""
+    urls = [servers] if isinstance(servers, str) else servers
+    if isinstance(urls, list | tuple) and urls:
+        for url in urls:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            if parts is None or parts.scheme not in _SCHEMES or not parts.hostname:
+                break
+        else:
+            return list(urls)
+    raise ConfigurationError(
+        f"servers: expected nats://host[:port] (or tls://, ws://, wss://), or a list of them, "
+        f"got {servers!r}"
+    )
+
+
+_SCHEMES = ("nats", "tls", "ws", "wss")

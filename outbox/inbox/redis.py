@@ -23,6 +23,7 @@ import os
 import socket
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import redis.exceptions
@@ -123,6 +124,11 @@ class RedisStreamConsumer(SyncConsumer):
             if not isinstance(value, str) or not value:
                 raise ConfigurationError(f"{name}: expected a name, got {value!r}")
         check_settings(f"Redis consumer of {stream!r}", claim_idle=claim_idle)
+        if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise ConfigurationError(
+                f"url: expected redis://[user:password@]host[:port][/db] (or rediss://, "
+                f"unix://), got {url!r}"
+            )
         super().__init__(
             sync_engine(database, f"Redis consumer of {stream!r}"),
             inbox,

@@ -14,7 +14,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import nats
+import nats.errors
+import nats.js
 import pytest
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session
@@ -392,3 +395,49 @@ def test_an_async_engine_s_consumer_prunes_through_it(
 
     asyncio.run(consume_nothing())
     assert {(INBOX, "kept")} == kept_ids(app.engine)
+
+
+def test_a_subject_filter_outside_the_stream_is_refused_in_one_line(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """JetStream refuses the consumer (a 400): a configuration to correct, not an outage to
+    wait out."""
+    app = app_on(sqlite_database)
+    with pytest.raises(ConfigurationError, match="refused the consumer") as raised:
+        consume(app, app.inboxes[INBOX], stream, Recorder(), subject="elsewhere.>", timeout=5)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("servers", ["http://127.0.0.1:4222", 123, [], ["nats://"]])
+def test_servers_that_are_not_nats_urls_are_refused_in_one_line(servers: Any) -> None:
+    """Refused at construction, naming the argument."""
+    engine = create_engine("sqlite://")
+    with pytest.raises(ConfigurationError, match=r"^servers: ") as raised:
+        JetStreamConsumer(
+            engine, Inbox(INBOX), Recorder(), stream="S", durable="d", servers=servers
+        )
+    assert "\n" not in str(raised.value)
+
+
+def test_a_fetch_that_times_out_bare_is_no_lost_connection(
+    sqlite_database: str,
+    app_on: Callable[[str], Outbox],
+    stream: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nats-py's fetch may raise a bare asyncio.TimeoutError when no message came: an idle
+    consumer keeps its connection."""
+    app = app_on(sqlite_database)
+    fetch = nats.js.JetStreamContext.PullSubscription.fetch
+
+    async def times_out_bare(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fetch(self, *args, **kwargs)
+        except nats.errors.TimeoutError:
+            raise TimeoutError from None  # what asyncio.wait_for raises, bare
+
+    monkeypatch.setattr(nats.js.JetStreamContext.PullSubscription, "fetch", times_out_bare)
+    with capture_logs() as logs:
+        result = consume(app, app.inboxes[INBOX], stream, Recorder(), timeout=0.5)
+    assert ConsumeResult() == result
+    assert [] == [line for line in logs if line["event"] == _log.INBOX_BROKER_ERROR]

@@ -460,3 +460,24 @@ def test_an_autocommit_engine_is_refused_in_one_line(
         engine.dispose()
     assert "\n" not in str(raised.value)
     assert 1 == wait_for(lambda: waiting(rabbitmq_queue), "the message given back")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("batch_size", 0.5),
+        ("batch_size", 100_000),
+        ("batch_size", float("inf")),
+        ("max_deliveries", 0.5),
+        ("prune_chunks", 2.5),
+        ("failure_pause", 1e300),
+        ("prune_interval", float("nan")),
+    ],
+)
+def test_a_setting_out_of_its_range_is_refused_in_one_line(name: str, value: float) -> None:
+    """Counts are whole numbers from 1 to their maximum, pauses finite seconds up to a day:
+    refused at construction, naming the argument."""
+    engine = create_engine("sqlite://")
+    with pytest.raises(ConfigurationError, match=f": {name} must be") as raised:
+        RabbitMQConsumer(engine, Inbox(INBOX), Recorder(), queue="q", **{name: value})
+    assert "\n" not in str(raised.value)

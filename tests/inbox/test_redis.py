@@ -14,12 +14,13 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
-from sqlalchemy import text
+from sqlalchemy import create_engine, text
 from sqlalchemy.orm import Session
 from structlog.testing import capture_logs
 
 from outbox import Outbox
 from outbox._core import log as _log
+from outbox.exceptions import ConfigurationError
 from outbox.inbox import Inbox
 from outbox.inbox import _consumer as _consumer_module
 from outbox.inbox.redis import ConsumeResult, RedisStreamConsumer
@@ -298,3 +299,12 @@ def test_an_id_that_is_not_utf8_is_refused_like_a_missing_one(
         result = consumer.consume(max_messages=2, timeout=2)
     assert ConsumeResult(received=2, dead_lettered=2, refused=2) == result
     assert (Counter(), 2) == (effect_counts(app.engine), len(dead_letters(stream)))
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:6379", None])
+def test_a_url_that_is_not_redis_is_refused_in_one_line(url: Any) -> None:
+    """Refused at construction, naming the argument, not at the first consume()."""
+    engine = create_engine("sqlite://")
+    with pytest.raises(ConfigurationError, match=r"^url: ") as raised:
+        RedisStreamConsumer(engine, Inbox(INBOX), Recorder(), stream="s", group="g", url=url)
+    assert "\n" not in str(raised.value)
