@@ -11,6 +11,7 @@ A broker module subclasses :class:`SyncConsumer` with four methods: ``_open``, `
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import time
@@ -313,13 +314,19 @@ class SyncConsumer:
 
     @contextmanager
     def _signals(self, wanted: bool) -> Iterator[None]:
-        """SIGTERM and SIGINT stop the consumer while :meth:`run` runs (main thread only: the
-        only thread Python delivers signals to); the previous handlers are put back after."""
+        """SIGTERM and SIGINT stop the consumer after the batch in hand while :meth:`run` runs
+        (main thread only: the only thread Python delivers signals to), and a second one ends
+        the process at once; the previous handlers are put back after."""
         if not wanted or threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
+            if self._stopping.is_set():
+                # A second signal: end the process at once, as the signal's default would.
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
             self.stop()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 import signal
 import threading
 import time
@@ -456,6 +457,16 @@ class JetStreamConsumer:
             await asyncio.sleep(min(0.1, left))
         return self._stopping.is_set()
 
+    def _on_signal(self, signum: int) -> None:
+        """The first SIGTERM or SIGINT stops after the batch in hand; a second one ends the
+        process at once, as the signal's default would."""
+        if self._stopping.is_set():
+            asyncio.get_running_loop().remove_signal_handler(signum)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.stop()
+
     async def _prune_when_due(self, *, between_batches: bool = False) -> None:
         if (self._pruned_once or between_batches) and not self._pruning.due():
             return
@@ -482,7 +493,7 @@ class JetStreamConsumer:
         installed = []
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, self.stop)
+                loop.add_signal_handler(signum, self._on_signal, signum)
                 installed.append(signum)
         try:
             yield

@@ -481,3 +481,38 @@ def test_a_setting_out_of_its_range_is_refused_in_one_line(name: str, value: flo
     with pytest.raises(ConfigurationError, match=f": {name} must be") as raised:
         RabbitMQConsumer(engine, Inbox(INBOX), Recorder(), queue="q", **{name: value})
     assert "\n" not in str(raised.value)
+
+
+PROGRAM = [sys.executable, "-m", "tests.inbox.consumer_program"]
+
+
+def test_a_second_sigterm_ends_the_process_at_once(
+    postgres_effects: str, rabbitmq_queue: str, tmp_path: Path
+) -> None:
+    """The first SIGTERM waits for the batch in hand; a second one, while it is still held,
+    ends the process as SIGTERM's default does."""
+    publish(rabbitmq_queue, ("stuck", "held after its commit"))
+    marker = tmp_path / "committed"
+    process = subprocess.Popen(
+        [*PROGRAM, "rabbitmq", postgres_effects, rabbitmq_queue],
+        cwd=REPOSITORY,
+        env={**os.environ, "OUTBOX_TEST_RUN": "1", "OUTBOX_TEST_DIE_AFTER_COMMIT": str(marker)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(marker.exists, "the consumer's commit", timeout=30)
+        process.send_signal(signal.SIGTERM)
+
+        def signalled_again() -> int | None:
+            # Two signals sent at once may reach the handler as one: sent again until it ends.
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            return process.poll()
+
+        returncode = wait_for(signalled_again, "the process ending", timeout=5)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert -signal.SIGTERM == returncode
