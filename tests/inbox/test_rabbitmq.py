@@ -516,3 +516,19 @@ def test_a_second_sigterm_ends_the_process_at_once(
             process.kill()
             process.wait()
     assert -signal.SIGTERM == returncode
+
+
+def test_a_consumer_cancelled_by_the_broker_consumes_again(
+    sqlite_database: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """Its queue deleted and declared again (basic.cancel): the consumer says so once and
+    connects again, rather than idling for ever."""
+    app = app_on(sqlite_database)
+    with capture_logs() as logs, _consumer(app, rabbitmq_queue, Recorder()) as consumer:
+        consumer.consume(timeout=0.2)
+        _channel_do(lambda ch: ch.queue_delete(rabbitmq_queue))
+        _channel_do(lambda ch: ch.queue_declare(rabbitmq_queue, durable=True))
+        publish(rabbitmq_queue, ("after", "re-declared"))
+        result = consumer.consume(max_messages=1, timeout=3)
+    assert ConsumeResult(received=1, new=1) == result
+    assert 1 == len([line for line in logs if line["event"] == _log.INBOX_BROKER_ERROR])
