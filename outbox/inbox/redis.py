@@ -66,6 +66,15 @@ _BLOCK_SECONDS = 0.5
 """How long one XREADGROUP blocks: a stop, and entries to claim, are seen within it."""
 
 
+_GROUP_GONE = ("NOGROUP", "UNBLOCKED")
+"""How Redis answers a read of a group whose stream (or the group itself) was deleted."""
+
+
+class GroupLostError(ConnectionError):
+    """The consumer group or its stream was deleted: taken as a lost connection, and the
+    group made again when the consumer connects again."""
+
+
 class RedisStreamConsumer(SyncConsumer):
     """Consumes ``stream`` as consumer ``consumer`` of ``group`` into ``inbox``: the effect of
     each batch's new entries and their ids in one transaction, then the ``XACK``.
@@ -167,6 +176,15 @@ class RedisStreamConsumer(SyncConsumer):
             client.close()
 
     def _take(self, limit: int, wait: float) -> list[Taken]:
+        try:
+            return self._read(limit, wait)
+        except redis.exceptions.ResponseError as error:
+            if not str(error).startswith(_GROUP_GONE):
+                raise
+            # The stream or its group was deleted: opened again, the group made anew.
+            raise GroupLostError(f"{first_line(error)} (making the group again)") from error
+
+    def _read(self, limit: int, wait: float) -> list[Taken]:
         client = self._client
         assert client is not None
         waited = 0.0

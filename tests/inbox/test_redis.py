@@ -308,3 +308,19 @@ def test_a_url_that_is_not_redis_is_refused_in_one_line(url: Any) -> None:
     with pytest.raises(ConfigurationError, match=r"^url: ") as raised:
         RedisStreamConsumer(engine, Inbox(INBOX), Recorder(), stream="s", group="g", url=url)
     assert "\n" not in str(raised.value)
+
+
+def test_a_consumer_whose_stream_was_deleted_makes_its_group_again(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """The stream deleted under the consumer (NOGROUP): it says so once, makes the group
+    again and consumes what is appended after."""
+    app = app_on(sqlite_database)
+    with capture_logs() as logs, _consumer(app, stream, Recorder()) as consumer:
+        consumer.consume(timeout=0.2)
+        with redis.Redis.from_url(REDIS_URL) as client:
+            client.delete(stream)
+        append(stream, ("after", "appended again"))
+        result = consumer.consume(max_messages=1, timeout=3)
+    assert ConsumeResult(received=1, new=1) == result
+    assert 1 == len([line for line in logs if line["event"] == _log.INBOX_BROKER_ERROR])
