@@ -43,13 +43,12 @@ from outbox.inbox._consumer import (
     Tally,
     Verdict,
     apply,
-    check_effect,
-    check_settings,
     first_line,
     prune_now,
     refuse,
     report,
 )
+from outbox.inbox._settings import check_effect, check_settings
 
 Taken = tuple[Message, Any]
 """A delivered message and the broker's handle to settle it by (a delivery tag, an entry id).

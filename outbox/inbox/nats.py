@@ -68,13 +68,11 @@ from outbox.inbox._consumer import (
     Verdict,
     apply,
     apply_async,
-    check_effect,
-    check_settings,
     first_line,
     refuse,
     report,
-    sync_engine,
 )
+from outbox.inbox._settings import check_effect, check_settings, sync_engine
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine

@@ -40,9 +40,9 @@ from outbox.inbox._consumer import (
     Effect,
     Message,
     Verdict,
-    sync_engine,
 )
 from outbox.inbox._loop import SyncConsumer, Taken
+from outbox.inbox._settings import sync_engine
 
 __all__ = ["ConsumeResult", "Message", "RabbitMQConsumer"]
 

@@ -42,11 +42,10 @@ from outbox.inbox._consumer import (
     Effect,
     Message,
     Verdict,
-    check_settings,
     first_line,
-    sync_engine,
 )
 from outbox.inbox._loop import SyncConsumer, Taken
+from outbox.inbox._settings import check_settings, sync_engine
 
 __all__ = ["ConsumeResult", "Message", "RedisStreamConsumer"]
 
