@@ -175,18 +175,11 @@ class _EffectError(Exception):
         self.error = error
 
 
-def is_connection_lost(error: BaseException) -> bool:
-    """The database could not be reached or the connection dropped: a driver's socket error
-    (asyncpg raises them bare) or a connection SQLAlchemy invalidated."""
-    if isinstance(error, DBAPIError):
-        return bool(error.connection_invalidated)
-    return isinstance(error, OSError | TimeoutError)
-
-
 def _outside_effect(error: BaseException, inbox: Inbox) -> Exception:
     """What an error raised outside the effect (connecting, recording the ids, the commit)
     becomes: a configuration to correct (a missing table, a session that cannot hold the
-    transaction), raised in one line; else the database's trouble, and the batch is held."""
+    transaction), raised in one line; else the database's trouble (a driver's bare socket
+    error too: asyncpg raises them unwrapped), and the batch is held."""
     if is_missing_table(error):
         return ConfigurationError(
             f"inbox {inbox.name!r}: the inbox table is missing ({dialects.error_summary(error)}):"
@@ -200,10 +193,11 @@ def _outside_effect(error: BaseException, inbox: Inbox) -> Exception:
 
 
 def _in_effect(error: BaseException) -> DatabaseDownError | None:
-    """The effect's error, when it is the database's rather than the message's: a lost
-    connection holds the batch, contention retries it; None: it counts against the message."""
-    if is_connection_lost(error):
-        return DatabaseDownError(first_line(error))
+    """The effect's error, when it is the database's rather than the message's: a connection
+    SQLAlchemy invalidated holds the batch, contention retries it; None: it counts against
+    the message (a socket error of the effect's own, calling some service, included)."""
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return DatabaseDownError(dialects.error_summary(error))
     if isinstance(error, DBAPIError) and is_retryable(error):
         return ContentionError(dialects.error_summary(error))
     return None

@@ -532,3 +532,19 @@ def test_a_consumer_cancelled_by_the_broker_consumes_again(
         result = consumer.consume(max_messages=1, timeout=3)
     assert ConsumeResult(received=1, new=1) == result
     assert 1 == len([line for line in logs if line["event"] == _log.INBOX_BROKER_ERROR])
+
+
+def test_a_socket_error_of_the_effect_counts_against_its_message(
+    sqlite_database: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """An effect whose own service refuses the connection has failed: counted against the
+    message (here dead-lettered at once), not held as if the database were down."""
+    app = app_on(sqlite_database)
+    publish(rabbitmq_queue, ("called", "a service that is down"))
+
+    def effect(session: Session, messages: list[Any]) -> None:
+        raise ConnectionRefusedError("the service is down")
+
+    with _consumer(app, rabbitmq_queue, effect, max_deliveries=1) as consumer:
+        result = consumer.consume(max_messages=1, timeout=2)
+    assert ConsumeResult(received=1, dead_lettered=1) == result
