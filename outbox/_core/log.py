@@ -91,6 +91,7 @@ INBOX_CONSUMER_STOPPED = "outbox.inbox.consumer_stopped"  # with the run's count
 INBOX_BATCH = "outbox.inbox.batch"
 INBOX_EFFECT_FAILED = "outbox.inbox.effect_failed"  # rolled back, left for redelivery
 INBOX_DEAD_LETTERED = "outbox.inbox.dead_lettered"  # failed max_deliveries times
+INBOX_DEAD_LETTER_FAILED = "outbox.inbox.dead_letter_failed"  # left unacknowledged, comes again
 INBOX_MESSAGE_REFUSED = "outbox.inbox.refused"  # no message id: dead-lettered unapplied
 # The database could not be reached: the batch is held unacknowledged (once per outage).
 INBOX_DATABASE_ERROR = "outbox.inbox.database_error"

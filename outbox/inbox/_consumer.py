@@ -28,13 +28,13 @@ from sqlalchemy.orm import Session
 
 from outbox._core import log as _log
 from outbox._db import dialects
+from outbox._db.dialects import is_missing_table
 from outbox.exceptions import ConfigurationError
 from outbox.inbox import Inbox, is_retryable, prune
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-    from outbox.app import Outbox
 
 BATCH_SIZE = 100
 """Messages a consumer takes from its broker at once, and applies in one transaction."""
@@ -52,6 +52,10 @@ PRUNE_INTERVAL_SECONDS = 600.0
 """How often a running consumer prunes the ids past their horizon (every inbox's)."""
 PRUNE_CHUNKS = 10
 """Transactions (of :data:`outbox.inbox.PRUNE_CHUNK` ids) one pruning pass takes at most."""
+CONTENTION_RETRIES = 3
+"""Whole-batch retries of a batch whose effect hit transient contention (a deadlock, a lock or
+statement timeout) before its messages are applied one at a time, each such failure then
+counted against its ``max_deliveries``."""
 _REMEMBERED_FAILURES = 10_000
 """Message ids whose failures a consumer counts itself, for brokers that count no deliveries
 (a classic RabbitMQ queue); the oldest are forgotten first."""
@@ -154,55 +158,60 @@ class Outcome:
 
 
 class DatabaseDownError(Exception):
-    """The database could not be reached (or the transaction hit transient contention): the
-    batch is held, unacknowledged, and tried again after a pause."""
+    """The database could not be reached, or refused the transaction for a reason of its own
+    (not the effect's): the batch is held, unacknowledged, and tried again after a pause."""
 
 
-def check_effect(effect: object, *, want_async: bool, consumer: str) -> None:
-    """Refuse, in one line naming it, an effect that is not callable, or that is a coroutine
-    function where a sync one is called (or the other way round)."""
-    name = getattr(effect, "__qualname__", None) or type(effect).__name__
-    if not callable(effect):
-        raise ConfigurationError(f"{consumer}: effect must be a function, got {name}")
-    is_async = inspect.iscoroutinefunction(effect) or inspect.iscoroutinefunction(
-        getattr(effect, "__call__", None)  # noqa: B004 (an object whose __call__ is async)
-    )
-    if want_async and not is_async:
-        raise ConfigurationError(
-            f"{consumer}: effect {name} is a sync function; this consumer awaits its effect "
-            "with an AsyncSession: make it `async def`"
+class ContentionError(DatabaseDownError):
+    """The effect hit transient contention (a deadlock, a serialisation failure, a lock or
+    statement timeout): the whole batch is tried again, then one message at a time."""
+
+
+class _EffectError(Exception):
+    """The effect raised ``error``: that, and only that, counts against its messages."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _outside_effect(error: BaseException, inbox: Inbox) -> Exception:
+    """What an error raised outside the effect (connecting, recording the ids, the commit)
+    becomes: a configuration to correct (a missing table, a session that cannot hold the
+    transaction), raised in one line; else the database's trouble (a driver's bare socket
+    error too: asyncpg raises them unwrapped), and the batch is held."""
+    if is_missing_table(error):
+        return ConfigurationError(
+            f"inbox {inbox.name!r}: the inbox table is missing ({dialects.error_summary(error)}):"
+            " run `outbox migrate` before the consumer"
         )
-    if not want_async and is_async:
+    if isinstance(error, TypeError | ConfigurationError):
+        return ConfigurationError(first_line(error).partition(": ")[2] or str(error))
+    if isinstance(error, DBAPIError):
+        return DatabaseDownError(dialects.error_summary(error))
+    return DatabaseDownError(first_line(error))
+
+
+def _in_effect(error: BaseException) -> DatabaseDownError | None:
+    """The effect's error, when it is the database's rather than the message's: a connection
+    SQLAlchemy invalidated holds the batch, contention retries it; None: it counts against
+    the message (a socket error of the effect's own, calling some service, included)."""
+    if isinstance(error, DBAPIError) and error.connection_invalidated:
+        return DatabaseDownError(dialects.error_summary(error))
+    if isinstance(error, DBAPIError) and is_retryable(error):
+        return ContentionError(dialects.error_summary(error))
+    return None
+
+
+def _refuse_awaitable(result: object, effect: object) -> None:
+    if inspect.isawaitable(result):
+        if inspect.iscoroutine(result):
+            result.close()
+        name = getattr(effect, "__qualname__", None) or type(effect).__name__
         raise ConfigurationError(
-            f"{consumer}: effect {name} is an async function; this consumer calls its effect "
-            "with a Session in a sync transaction: make it a plain `def`"
+            f"effect {name} returned an awaitable: a sync consumer calls its effect with a "
+            "Session and does not await it; make it a plain `def` doing its work"
         )
-
-
-def check_settings(consumer: str, **values: float) -> None:
-    """Refuse a batch size, a bound or a duration that is not a positive number, naming it."""
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-            raise ConfigurationError(f"{consumer}: {name} must be a positive number, got {value!r}")
-
-
-def sync_engine(database: Outbox | Engine, consumer: str) -> Engine:
-    """The engine of an Outbox application, or the engine given."""
-    if isinstance(database, Engine):
-        return database
-    engine = getattr(database, "engine", None)
-    if isinstance(engine, Engine):
-        return engine
-    raise ConfigurationError(
-        f"{consumer}: database must be an Outbox application or an Engine, got "
-        f"{type(database).__name__}"
-    )
-
-
-def is_database_down(error: BaseException) -> bool:
-    """A database error that says nothing of the batch: the database unreachable, a dropped
-    connection, a deadlock or a serialisation failure (the inbox's :func:`is_retryable`)."""
-    return isinstance(error, DBAPIError) and is_retryable(error)
 
 
 def _apply_once(
@@ -213,7 +222,14 @@ def _apply_once(
         fresh = inbox.receive_many(session, [m.id for m in messages])
         new = [m for m, is_new in zip(messages, fresh, strict=True) if is_new]
         if new:
-            effect(session, new)
+            try:
+                result = effect(session, new)
+                if not inspect.isawaitable(result):
+                    # The effect's own rows are written here, so that their errors are its.
+                    session.flush()
+            except Exception as error:
+                raise _EffectError(error) from error
+            _refuse_awaitable(result, effect)
     return fresh
 
 
@@ -226,7 +242,11 @@ async def _apply_once_async(
         fresh = await inbox.receive_many_async(session, [m.id for m in messages])
         new = [m for m, is_new in zip(messages, fresh, strict=True) if is_new]
         if new:
-            await effect(session, new)
+            try:
+                await effect(session, new)
+                await session.flush()
+            except Exception as error:
+                raise _EffectError(error) from error
     return fresh
 
 
@@ -278,45 +298,73 @@ def _failed(message: Message, error: BaseException, tally: Tally) -> Outcome:
 
 
 def apply(
-    engine: Engine, inbox: Inbox, effect: Effect, messages: Sequence[Message], tally: Tally
+    engine: Engine,
+    inbox: Inbox,
+    effect: Effect,
+    messages: Sequence[Message],
+    tally: Tally,
+    *,
+    one_at_a_time: bool = False,
 ) -> Outcome:
     """Apply a batch: the new messages' effect and every id in one transaction, committed.
 
     When the effect raises, the transaction is rolled back and each message is applied alone,
     so that one poison message holds back no other: the ones whose effect then fails are
-    retried or dead-lettered by the tally. Raises :class:`DatabaseDownError` when the database
-    could not be reached: nothing is committed or acknowledged.
+    retried or dead-lettered by the tally. Only an error the effect raised counts against a
+    message. Raises :class:`DatabaseDownError` when the database could not be reached or
+    refused the transaction outside the effect, :class:`ContentionError` when the effect hit
+    transient contention (unless ``one_at_a_time``: then each message is applied alone and its
+    contention counted), and :class:`ConfigurationError` for a missing inbox table: nothing is
+    committed or acknowledged then.
     """
+    if one_at_a_time and len(messages) > 1:
+        return _apply_each(engine, inbox, effect, messages, tally, one_at_a_time)
     try:
         fresh = _apply_once(engine, inbox, effect, messages)
-    except Exception as error:
-        if is_database_down(error):
-            raise DatabaseDownError(dialects.error_summary(error)) from error
+    except _EffectError as failed:
+        error = failed.error
+        held = _in_effect(error)
+        if held is not None and not (one_at_a_time and isinstance(held, ContentionError)):
+            raise held from error
         if len(messages) == 1:
             return _failed(messages[0], error, tally)
-        return _apply_each(engine, inbox, effect, messages, tally)
+        return _apply_each(engine, inbox, effect, messages, tally, one_at_a_time)
+    except Exception as error:
+        raise _outside_effect(error, inbox) from error
     tally.done(messages)
     return _counted(messages, fresh)
 
 
 def _apply_each(
-    engine: Engine, inbox: Inbox, effect: Effect, messages: Sequence[Message], tally: Tally
+    engine: Engine,
+    inbox: Inbox,
+    effect: Effect,
+    messages: Sequence[Message],
+    tally: Tally,
+    one_at_a_time: bool,
 ) -> Outcome:
     outcome = Outcome([], [])
     for index, message in enumerate(messages):
         try:
-            one = apply(engine, inbox, effect, [message], tally)
+            one = apply(engine, inbox, effect, [message], tally, one_at_a_time=one_at_a_time)
         except DatabaseDownError:
             # What was committed stays committed; the rest is held for the next try.
-            left = len(messages) - index
-            outcome.verdicts += [Verdict.HOLD] * left
-            outcome.errors += [None] * left
+            _hold_rest(outcome, len(messages) - index)
             return outcome
-        outcome.verdicts += one.verdicts
-        outcome.errors += one.errors
-        outcome.new += one.new
-        outcome.repeats += one.repeats
+        _join(outcome, one)
     return outcome
+
+
+def _hold_rest(outcome: Outcome, left: int) -> None:
+    outcome.verdicts += [Verdict.HOLD] * left
+    outcome.errors += [None] * left
+
+
+def _join(outcome: Outcome, one: Outcome) -> None:
+    outcome.verdicts += one.verdicts
+    outcome.errors += one.errors
+    outcome.new += one.new
+    outcome.repeats += one.repeats
 
 
 async def apply_async(
@@ -325,31 +373,36 @@ async def apply_async(
     effect: AsyncEffect,
     messages: Sequence[Message],
     tally: Tally,
+    *,
+    one_at_a_time: bool = False,
 ) -> Outcome:
     """:func:`apply` for an async consumer: the effect awaited in an ``AsyncSession``."""
-    try:
-        fresh = await _apply_once_async(engine, inbox, effect, messages)
-    except Exception as error:
-        if is_database_down(error):
-            raise DatabaseDownError(dialects.error_summary(error)) from error
-        if len(messages) == 1:
-            return _failed(messages[0], error, tally)
-        outcome = Outcome([], [])
-        for index, message in enumerate(messages):
-            try:
-                one = await apply_async(engine, inbox, effect, [message], tally)
-            except DatabaseDownError:
-                left = len(messages) - index
-                outcome.verdicts += [Verdict.HOLD] * left
-                outcome.errors += [None] * left
-                return outcome
-            outcome.verdicts += one.verdicts
-            outcome.errors += one.errors
-            outcome.new += one.new
-            outcome.repeats += one.repeats
-        return outcome
-    tally.done(messages)
-    return _counted(messages, fresh)
+    if not one_at_a_time or len(messages) == 1:
+        try:
+            fresh = await _apply_once_async(engine, inbox, effect, messages)
+        except _EffectError as failed:
+            error = failed.error
+            held = _in_effect(error)
+            if held is not None and not (one_at_a_time and isinstance(held, ContentionError)):
+                raise held from error
+            if len(messages) == 1:
+                return _failed(messages[0], error, tally)
+        except Exception as error:
+            raise _outside_effect(error, inbox) from error
+        else:
+            tally.done(messages)
+            return _counted(messages, fresh)
+    outcome = Outcome([], [])
+    for index, message in enumerate(messages):
+        try:
+            one = await apply_async(
+                engine, inbox, effect, [message], tally, one_at_a_time=one_at_a_time
+            )
+        except DatabaseDownError:
+            _hold_rest(outcome, len(messages) - index)
+            return outcome
+        _join(outcome, one)
+    return outcome
 
 
 def _counted(messages: Sequence[Message], fresh: list[bool]) -> Outcome:

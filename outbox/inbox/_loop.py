@@ -11,6 +11,7 @@ A broker module subclasses :class:`SyncConsumer` with four methods: ``_open``, `
 from __future__ import annotations
 
 import math
+import os
 import signal
 import threading
 import time
@@ -25,12 +26,14 @@ from outbox._core import log as _log
 from outbox.inbox import Inbox
 from outbox.inbox._consumer import (
     BATCH_SIZE,
+    CONTENTION_RETRIES,
     FAILURE_PAUSE_SECONDS,
     MAX_DELIVERIES,
     PRUNE_CHUNKS,
     PRUNE_INTERVAL_SECONDS,
     Backoff,
     ConsumeResult,
+    ContentionError,
     DatabaseDownError,
     Effect,
     Message,
@@ -40,13 +43,12 @@ from outbox.inbox._consumer import (
     Tally,
     Verdict,
     apply,
-    check_effect,
-    check_settings,
     first_line,
     prune_now,
     refuse,
     report,
 )
+from outbox.inbox._settings import check_effect, check_settings
 
 Taken = tuple[Message, Any]
 """A delivered message and the broker's handle to settle it by (a delivery tag, an entry id).
@@ -203,6 +205,8 @@ class SyncConsumer:
                 # delivers the batch again, and the inbox makes each a repeat.
                 self._lost(error)
             idle_since = time.monotonic()
+            # A consumer that is never idle prunes between its batches.
+            self._prune_when_due(between_batches=True)
         # After the messages, not before: a pruning pass waits out a database restart first.
         self._prune_when_due()
         return result
@@ -263,10 +267,20 @@ class SyncConsumer:
         again after a growing pause, until it is applied, a stop is asked for, or, in
         :meth:`consume`, the call's time is up (then it is given back)."""
         backoff = Backoff()
+        contended = 0
         while True:
             try:
-                outcome = apply(self.engine, self.inbox, self.effect, messages, self._tally)
+                outcome = apply(
+                    self.engine,
+                    self.inbox,
+                    self.effect,
+                    messages,
+                    self._tally,
+                    one_at_a_time=contended >= CONTENTION_RETRIES,
+                )
             except DatabaseDownError as error:
+                if isinstance(error, ContentionError):
+                    contended += 1
                 if not self._database_down:
                     self._database_down = True
                     self._log.warning(
@@ -291,21 +305,27 @@ class SyncConsumer:
         self.close()
         self._connected = False
 
-    def _prune_when_due(self) -> None:
-        if self._pruned_once and not self._pruning.due():
+    def _prune_when_due(self, *, between_batches: bool = False) -> None:
+        if (self._pruned_once or between_batches) and not self._pruning.due():
             return
         self._pruned_once = True
         prune_now(self.engine, self.prune_chunks, self.name, self._log)
 
     @contextmanager
     def _signals(self, wanted: bool) -> Iterator[None]:
-        """SIGTERM and SIGINT stop the consumer while :meth:`run` runs (main thread only: the
-        only thread Python delivers signals to); the previous handlers are put back after."""
+        """SIGTERM and SIGINT stop the consumer after the batch in hand while :meth:`run` runs
+        (main thread only: the only thread Python delivers signals to), and a second one ends
+        the process at once; the previous handlers are put back after."""
         if not wanted or threading.current_thread() is not threading.main_thread():
             yield
             return
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
+            if self._stopping.is_set():
+                # A second signal: end the process at once, as the signal's default would.
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+                return
             self.stop()
 
         previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import os
 import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import nats
 import nats.aio.client
@@ -47,6 +50,7 @@ from outbox.exceptions import ConfigurationError
 from outbox.inbox import Inbox, prune, prune_async
 from outbox.inbox._consumer import (
     BATCH_SIZE,
+    CONTENTION_RETRIES,
     FAILURE_PAUSE_SECONDS,
     MAX_DELIVERIES,
     PRUNE_CHUNKS,
@@ -54,6 +58,7 @@ from outbox.inbox._consumer import (
     AsyncEffect,
     Backoff,
     ConsumeResult,
+    ContentionError,
     DatabaseDownError,
     Effect,
     Message,
@@ -63,13 +68,11 @@ from outbox.inbox._consumer import (
     Verdict,
     apply,
     apply_async,
-    check_effect,
-    check_settings,
     first_line,
     refuse,
     report,
-    sync_engine,
 )
+from outbox.inbox._settings import check_effect, check_settings, sync_engine
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -167,7 +170,7 @@ class JetStreamConsumer:
         self.stream = stream
         self.durable = durable
         self.subject = subject
-        self.servers = [servers] if isinstance(servers, str) else list(servers)
+        self.servers = _servers(servers)
         self.connect_options = dict(connect_options or {})
         self.ack_wait = float(ack_wait)
         self.batch_size = int(batch_size)
@@ -277,6 +280,8 @@ class JetStreamConsumer:
                 # and the inbox makes each a repeat.
                 await self._lost(error)
             idle_since = time.monotonic()
+            # A consumer that is never idle prunes between its batches.
+            await self._prune_when_due(between_batches=True)
         await self._prune_when_due()
         return result
 
@@ -304,6 +309,14 @@ class JetStreamConsumer:
             raise ConfigurationError(
                 f"{self.name}: JetStream has no stream {self.stream!r} (create it first)"
             ) from None
+        except nats.js.errors.BadRequestError as error:
+            await client.close()
+            # A consumer JetStream refuses (a subject filter outside the stream, a durable
+            # made with other settings): a configuration to correct, not an outage.
+            raise ConfigurationError(
+                f"{self.name}: JetStream refused the consumer {self.durable!r} (subject "
+                f"{self.subject!r}): {error.description} [{error.err_code}]"
+            ) from None
         except BaseException:
             await client.close()
             raise
@@ -321,7 +334,8 @@ class JetStreamConsumer:
                 delivered = await subscription.fetch(
                     limit, timeout=max(0.05, min(_FETCH_SECONDS, left))
                 )
-            except nats.errors.TimeoutError:
+            except (TimeoutError, nats.errors.TimeoutError):
+                # No message within the wait (nats-py raises either): not a lost connection.
                 continue
             if delivered:
                 return [(self._message(msg), msg) for msg in delivered]
@@ -372,10 +386,13 @@ class JetStreamConsumer:
         self, messages: list[Message], held: Sequence[nats.aio.msg.Msg], deadline: float
     ) -> Outcome:
         backoff = Backoff()
+        contended = 0
         while True:
             try:
-                outcome = await self._apply(messages)
+                outcome = await self._apply(messages, contended >= CONTENTION_RETRIES)
             except DatabaseDownError as error:
+                if isinstance(error, ContentionError):
+                    contended += 1
                 if not self._database_down:
                     self._database_down = True
                     self._log.warning(
@@ -396,14 +413,26 @@ class JetStreamConsumer:
                 self._log.info(_log.INBOX_DATABASE_RECOVERED, consumer=self.name)
             return outcome
 
-    async def _apply(self, messages: list[Message]) -> Outcome:
+    async def _apply(self, messages: list[Message], one_at_a_time: bool) -> Outcome:
         if self._async_engine is not None:
             effect: AsyncEffect = self.effect  # type: ignore[assignment]
-            return await apply_async(self._async_engine, self.inbox, effect, messages, self._tally)
+            return await apply_async(
+                self._async_engine,
+                self.inbox,
+                effect,
+                messages,
+                self._tally,
+                one_at_a_time=one_at_a_time,
+            )
         assert self._engine is not None
         sync_effect: Effect = self.effect  # type: ignore[assignment]
         return await asyncio.to_thread(
-            apply, self._engine, self.inbox, sync_effect, messages, self._tally
+            functools.partial(apply, one_at_a_time=one_at_a_time),
+            self._engine,
+            self.inbox,
+            sync_effect,
+            messages,
+            self._tally,
         )
 
     async def _flush(self) -> None:
@@ -426,8 +455,18 @@ class JetStreamConsumer:
             await asyncio.sleep(min(0.1, left))
         return self._stopping.is_set()
 
-    async def _prune_when_due(self) -> None:
-        if self._pruned_once and not self._pruning.due():
+    def _on_signal(self, signum: int) -> None:
+        """The first SIGTERM or SIGINT stops after the batch in hand; a second one ends the
+        process at once, as the signal's default would."""
+        if self._stopping.is_set():
+            asyncio.get_running_loop().remove_signal_handler(signum)
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        self.stop()
+
+    async def _prune_when_due(self, *, between_batches: bool = False) -> None:
+        if (self._pruned_once or between_batches) and not self._pruning.due():
             return
         self._pruned_once = True
         try:
@@ -452,7 +491,7 @@ class JetStreamConsumer:
         installed = []
         for signum in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, self.stop)
+                loop.add_signal_handler(signum, self._on_signal, signum)
                 installed.append(signum)
         try:
             yield
@@ -477,3 +516,23 @@ def _is_async_engine(database: object) -> bool:
     except ImportError:  # pragma: no cover - SQLAlchemy without its asyncio extension
         return False
     return isinstance(database, AsyncEngine)
+
+
+def _servers(servers: object) -> list[str]:
+    """The server URLs, each ``nats://``, ``tls://``, ``ws://`` or ``wss://`` with a host;
+    anything else refused in one line naming the argument."""
+    urls = [servers] if isinstance(servers, str) else servers
+    if isinstance(urls, list | tuple) and urls:
+        for url in urls:
+            parts = urlsplit(url) if isinstance(url, str) else None
+            if parts is None or parts.scheme not in _SCHEMES or not parts.hostname:
+                break
+        else:
+            return list(urls)
+    raise ConfigurationError(
+        f"servers: expected nats://host[:port] (or tls://, ws://, wss://), or a list of them, "
+        f"got {servers!r}"
+    )
+
+
+_SCHEMES = ("nats", "tls", "ws", "wss")

@@ -40,9 +40,9 @@ from outbox.inbox._consumer import (
     Effect,
     Message,
     Verdict,
-    sync_engine,
 )
 from outbox.inbox._loop import SyncConsumer, Taken
+from outbox.inbox._settings import sync_engine
 
 __all__ = ["ConsumeResult", "Message", "RabbitMQConsumer"]
 
@@ -127,15 +127,20 @@ class RabbitMQConsumer(SyncConsumer):
         self._connection: pika.BlockingConnection | None = None
         self._channel: pika.adapters.blocking_connection.BlockingChannel | None = None
         self._delivered: list[Taken] = []
+        self._cancelled = False
 
     def _open(self) -> None:
         self._delivered = []
+        self._cancelled = False
         connection = pika.BlockingConnection(self._parameters)
         try:
             channel = connection.channel()
             # The prefetch bounds what the broker pushes ahead of the acks: one batch.
             channel.basic_qos(prefetch_count=self.batch_size)
             channel.basic_consume(self.queue, on_message_callback=self._on_message)
+            # The broker cancels the consumer when its queue is deleted (or re-declared, or
+            # its node fails over): taken as a lost connection, opened again.
+            channel.add_on_cancel_callback(self._on_cancel)
         except pika.exceptions.ChannelClosedByBroker as error:
             if connection.is_open:
                 connection.close()
@@ -181,6 +186,9 @@ class RabbitMQConsumer(SyncConsumer):
         )
         self._delivered.append((message, method.delivery_tag))
 
+    def _on_cancel(self, frame: object) -> None:
+        self._cancelled = True
+
     def _take(self, limit: int, wait: float) -> list[Taken]:
         connection = self._connection
         assert connection is not None
@@ -189,6 +197,10 @@ class RabbitMQConsumer(SyncConsumer):
             step = min(_POLL_SECONDS, wait - waited)
             connection.process_data_events(time_limit=step)
             waited += step
+            if self._cancelled:
+                raise pika.exceptions.ConsumerCancelled(
+                    f"RabbitMQ cancelled the consumer of queue {self.queue!r}"
+                )
         if self._delivered:
             # What else the broker has pushed already joins the batch.
             connection.process_data_events(time_limit=0)

@@ -23,11 +23,13 @@ import os
 import socket
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import urlsplit
 
 import redis
 import redis.exceptions
 from sqlalchemy import Engine
 
+from outbox._core import log as _log
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError
 from outbox.inbox import Inbox
@@ -40,10 +42,10 @@ from outbox.inbox._consumer import (
     Effect,
     Message,
     Verdict,
-    check_settings,
-    sync_engine,
+    first_line,
 )
 from outbox.inbox._loop import SyncConsumer, Taken
+from outbox.inbox._settings import check_settings, sync_engine
 
 __all__ = ["ConsumeResult", "Message", "RedisStreamConsumer"]
 
@@ -61,6 +63,15 @@ DEAD_SUFFIX = ":dead"
 """The dead stream's name, unless given: the stream's, with this suffix."""
 _BLOCK_SECONDS = 0.5
 """How long one XREADGROUP blocks: a stop, and entries to claim, are seen within it."""
+
+
+_GROUP_GONE = ("NOGROUP", "UNBLOCKED")
+"""How Redis answers a read of a group whose stream (or the group itself) was deleted."""
+
+
+class GroupLostError(ConnectionError):
+    """The consumer group or its stream was deleted: taken as a lost connection, and the
+    group made again when the consumer connects again."""
 
 
 class RedisStreamConsumer(SyncConsumer):
@@ -85,11 +96,11 @@ class RedisStreamConsumer(SyncConsumer):
     pending, and claimed again ``claim_idle`` seconds later (its pause). When its delivery
     count (``XPENDING``'s, which ``XAUTOCLAIM`` raises) reaches ``max_deliveries``, it is
     dead-lettered: ``XADD`` to the dead stream with its fields, ``entry`` (its entry id),
-    ``deliveries`` and ``error``, and ``XACK``, in one ``MULTI``; an error line names its id
-    and error. An entry without an ``id`` field is dead-lettered the same way at once. While
-    the database cannot be reached, the batch is held unacknowledged and tried again after a
-    growing pause; a lost connection to Redis is opened again after one (the entries stay
-    pending, and a repeat is acknowledged without effect).
+    ``deliveries`` and ``error``, then ``XACK`` once the ``XADD`` succeeded; an error line
+    names its id and error. An entry without an ``id`` field is dead-lettered the same way at
+    once. While the database cannot be reached, the batch is held unacknowledged and tried
+    again after a growing pause; a lost connection to Redis is opened again after one (the
+    entries stay pending, and a repeat is acknowledged without effect).
     """
 
     kind = "Redis stream"
@@ -121,6 +132,11 @@ class RedisStreamConsumer(SyncConsumer):
             if not isinstance(value, str) or not value:
                 raise ConfigurationError(f"{name}: expected a name, got {value!r}")
         check_settings(f"Redis consumer of {stream!r}", claim_idle=claim_idle)
+        if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
+            raise ConfigurationError(
+                f"url: expected redis://[user:password@]host[:port][/db] (or rediss://, "
+                f"unix://), got {url!r}"
+            )
         super().__init__(
             sync_engine(database, f"Redis consumer of {stream!r}"),
             inbox,
@@ -159,6 +175,15 @@ class RedisStreamConsumer(SyncConsumer):
             client.close()
 
     def _take(self, limit: int, wait: float) -> list[Taken]:
+        try:
+            return self._read(limit, wait)
+        except redis.exceptions.ResponseError as error:
+            if not str(error).startswith(_GROUP_GONE):
+                raise
+            # The stream or its group was deleted: opened again, the group made anew.
+            raise GroupLostError(f"{first_line(error)} (making the group again)") from error
+
+    def _read(self, limit: int, wait: float) -> list[Taken]:
         client = self._client
         assert client is not None
         waited = 0.0
@@ -208,8 +233,13 @@ class RedisStreamConsumer(SyncConsumer):
         message_id = decoded.pop(ID_FIELD, b"")
         body = decoded.pop(PAYLOAD_FIELD, b"")
         headers = {k: v.decode(errors="replace") for k, v in decoded.items()}
+        try:
+            text_id = message_id.decode()
+        except UnicodeDecodeError:
+            # Decoded loosely, two different ids would read the same: refused as no id.
+            text_id = ""
         message = Message(
-            id=message_id.decode(errors="replace"),
+            id=text_id,
             body=body,
             headers=headers,
             deliveries=deliveries,
@@ -230,10 +260,11 @@ class RedisStreamConsumer(SyncConsumer):
         for (message, (entry_id, fields)), verdict, error in settled:
             if verdict is not Verdict.DEAD:
                 continue  # a failed entry stays pending, claimed again after claim_idle
-            with client.pipeline(transaction=True) as pipeline:
-                # In one MULTI: the dead letter is written and the entry acknowledged, or
-                # neither, and the entry is dead-lettered again by the next consumer.
-                pipeline.xadd(
+            # The dead letter first, the XACK only once it is written: an entry whose dead
+            # letter Redis refused (a dead stream of another type, out of memory) stays
+            # pending, and is dead-lettered again when claimed.
+            try:
+                client.xadd(
                     self.dead_stream,
                     {
                         **fields,
@@ -242,5 +273,13 @@ class RedisStreamConsumer(SyncConsumer):
                         b"error": error.encode(),
                     },
                 )
-                pipeline.xack(self.stream, self.group, entry_id)
-                pipeline.execute()
+            except redis.exceptions.ResponseError as refused:
+                self._log.error(
+                    _log.INBOX_DEAD_LETTER_FAILED,
+                    consumer=self.name,
+                    message_id=message.id,
+                    dead_stream=self.dead_stream,
+                    error=first_line(refused),
+                )
+                continue
+            client.xack(self.stream, self.group, entry_id)

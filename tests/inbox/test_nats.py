@@ -14,7 +14,10 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import nats
+import nats.errors
+import nats.js
 import pytest
+from sqlalchemy import create_engine
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.orm import Session
@@ -329,18 +332,21 @@ def test_run_returns_once_stop_is_called(
     assert (0, 0) == unsettled(stream)
 
 
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
 def test_a_database_outage_holds_the_batch_and_loses_nothing(
-    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str, driver: str
 ) -> None:
-    """With the database unreachable, nothing is acknowledged; once it answers, the message
-    has its effect."""
+    """With the database unreachable (asyncpg's bare socket errors too), nothing is
+    acknowledged; once it answers, the message has its effect."""
     app = app_on(sqlite_database)
     publish(stream, ("held", "while down"))
-    down = create_async_engine("postgresql+psycopg://postgres@127.0.0.1:1/none")
+    down = create_async_engine(f"postgresql+{driver}://postgres@127.0.0.1:1/none")
 
     async def while_down() -> ConsumeResult:
         try:
-            consumer = _consumer(down, app.inboxes[INBOX], stream, AsyncRecorder())
+            consumer = _consumer(
+                down, app.inboxes[INBOX], stream, AsyncRecorder(), max_deliveries=1
+            )
             async with consumer:
                 result: ConsumeResult = await consumer.consume(max_messages=1, timeout=1)
                 return result
@@ -389,3 +395,49 @@ def test_an_async_engine_s_consumer_prunes_through_it(
 
     asyncio.run(consume_nothing())
     assert {(INBOX, "kept")} == kept_ids(app.engine)
+
+
+def test_a_subject_filter_outside_the_stream_is_refused_in_one_line(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """JetStream refuses the consumer (a 400): a configuration to correct, not an outage to
+    wait out."""
+    app = app_on(sqlite_database)
+    with pytest.raises(ConfigurationError, match="refused the consumer") as raised:
+        consume(app, app.inboxes[INBOX], stream, Recorder(), subject="elsewhere.>", timeout=5)
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("servers", ["http://127.0.0.1:4222", 123, [], ["nats://"]])
+def test_servers_that_are_not_nats_urls_are_refused_in_one_line(servers: Any) -> None:
+    """Refused at construction, naming the argument."""
+    engine = create_engine("sqlite://")
+    with pytest.raises(ConfigurationError, match=r"^servers: ") as raised:
+        JetStreamConsumer(
+            engine, Inbox(INBOX), Recorder(), stream="S", durable="d", servers=servers
+        )
+    assert "\n" not in str(raised.value)
+
+
+def test_a_fetch_that_times_out_bare_is_no_lost_connection(
+    sqlite_database: str,
+    app_on: Callable[[str], Outbox],
+    stream: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """nats-py's fetch may raise a bare asyncio.TimeoutError when no message came: an idle
+    consumer keeps its connection."""
+    app = app_on(sqlite_database)
+    fetch = nats.js.JetStreamContext.PullSubscription.fetch
+
+    async def times_out_bare(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await fetch(self, *args, **kwargs)
+        except nats.errors.TimeoutError:
+            raise TimeoutError from None  # what asyncio.wait_for raises, bare
+
+    monkeypatch.setattr(nats.js.JetStreamContext.PullSubscription, "fetch", times_out_bare)
+    with capture_logs() as logs:
+        result = consume(app, app.inboxes[INBOX], stream, Recorder(), timeout=0.5)
+    assert ConsumeResult() == result
+    assert [] == [line for line in logs if line["event"] == _log.INBOX_BROKER_ERROR]

@@ -374,3 +374,177 @@ def test_a_consumer_cut_from_the_broker_connects_again_and_loses_nothing(
     broker_errors = [line for line in logs if line["event"] == _log.INBOX_BROKER_ERROR]
     assert Counter({"before": 1, "during": 1, "during2": 1}) == effect_counts(app.engine)
     assert (1, 0) == (len(broker_errors), waiting(rabbitmq_queue))
+
+
+def test_a_missing_inbox_table_is_refused_in_one_line_and_loses_nothing(
+    sqlite_url: str, rabbitmq_queue: str
+) -> None:
+    """A consumer started before the migrations: a ConfigurationError naming the table, and
+    the message given back, neither dead-lettered nor counted as its effect failing."""
+    publish(rabbitmq_queue, ("early", "before the migration"))
+    engine = create_engine(sqlite_url)
+    consumer = RabbitMQConsumer(
+        engine, Inbox(INBOX), Recorder(), queue=rabbitmq_queue, url=RABBITMQ_URL
+    )
+    try:
+        with consumer, pytest.raises(ConfigurationError, match="inbox table is missing") as raised:
+            consumer.consume(max_messages=1, timeout=5)
+    finally:
+        engine.dispose()
+    assert "\n" not in str(raised.value)
+    assert 1 == wait_for(lambda: waiting(rabbitmq_queue), "the message given back")
+
+
+def test_a_database_refusing_the_ids_holds_the_batch(
+    postgres_effects: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """A read-only database (a standby) fails outside the effect: the batch is held and given
+    back, not dead-lettered, however many times it is tried."""
+    app = app_on(postgres_effects)
+    publish(rabbitmq_queue, ("standby", "read only"))
+    read_only = create_engine(
+        postgres_effects, connect_args={"options": "-c default_transaction_read_only=on"}
+    )
+    consumer = RabbitMQConsumer(
+        read_only,
+        app.inboxes[INBOX],
+        Recorder(),
+        queue=rabbitmq_queue,
+        url=RABBITMQ_URL,
+        max_deliveries=1,
+    )
+    try:
+        with consumer:
+            held = consumer.consume(max_messages=1, timeout=1)
+    finally:
+        read_only.dispose()
+    assert ConsumeResult(received=1, failed=1) == held
+    assert 1 == wait_for(lambda: waiting(rabbitmq_queue), "the message given back")
+
+
+def test_a_sync_effect_returning_an_awaitable_is_refused_in_one_line(
+    sqlite_database: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """A plain function that returns a coroutine: refused, and no id is kept without its
+    effect."""
+    app = app_on(sqlite_database)
+    publish(rabbitmq_queue, ("lazy", "never awaited"))
+
+    async def work() -> None:
+        pass
+
+    def effect(session: Session, messages: list[Any]) -> object:
+        return work()
+
+    consumer = _consumer(app, rabbitmq_queue, effect)
+    with consumer, pytest.raises(ConfigurationError, match="returned an awaitable") as raised:
+        consumer.consume(max_messages=1, timeout=5)
+    assert "\n" not in str(raised.value)
+    assert set() == kept_ids(app.engine)
+
+
+def test_an_autocommit_engine_is_refused_in_one_line(
+    sqlite_database: str, rabbitmq_queue: str
+) -> None:
+    """An engine whose connections commit each statement alone: refused, the message given
+    back rather than counted as its effect failing."""
+    publish(rabbitmq_queue, ("alone", "autocommit"))
+    engine = create_engine(sqlite_database, isolation_level="AUTOCOMMIT")
+    consumer = RabbitMQConsumer(
+        engine, Inbox(INBOX), Recorder(), queue=rabbitmq_queue, url=RABBITMQ_URL
+    )
+    try:
+        with consumer, pytest.raises(ConfigurationError, match="AUTOCOMMIT") as raised:
+            consumer.consume(max_messages=1, timeout=5)
+    finally:
+        engine.dispose()
+    assert "\n" not in str(raised.value)
+    assert 1 == wait_for(lambda: waiting(rabbitmq_queue), "the message given back")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("batch_size", 0.5),
+        ("batch_size", 100_000),
+        ("batch_size", float("inf")),
+        ("max_deliveries", 0.5),
+        ("prune_chunks", 2.5),
+        ("failure_pause", 1e300),
+        ("prune_interval", float("nan")),
+    ],
+)
+def test_a_setting_out_of_its_range_is_refused_in_one_line(name: str, value: float) -> None:
+    """Counts are whole numbers from 1 to their maximum, pauses finite seconds up to a day:
+    refused at construction, naming the argument."""
+    engine = create_engine("sqlite://")
+    with pytest.raises(ConfigurationError, match=f": {name} must be") as raised:
+        RabbitMQConsumer(engine, Inbox(INBOX), Recorder(), queue="q", **{name: value})
+    assert "\n" not in str(raised.value)
+
+
+PROGRAM = [sys.executable, "-m", "tests.inbox.consumer_program"]
+
+
+def test_a_second_sigterm_ends_the_process_at_once(
+    postgres_effects: str, rabbitmq_queue: str, tmp_path: Path
+) -> None:
+    """The first SIGTERM waits for the batch in hand; a second one, while it is still held,
+    ends the process as SIGTERM's default does."""
+    publish(rabbitmq_queue, ("stuck", "held after its commit"))
+    marker = tmp_path / "committed"
+    process = subprocess.Popen(
+        [*PROGRAM, "rabbitmq", postgres_effects, rabbitmq_queue],
+        cwd=REPOSITORY,
+        env={**os.environ, "OUTBOX_TEST_RUN": "1", "OUTBOX_TEST_DIE_AFTER_COMMIT": str(marker)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for(marker.exists, "the consumer's commit", timeout=30)
+        process.send_signal(signal.SIGTERM)
+
+        def signalled_again() -> int | None:
+            # Two signals sent at once may reach the handler as one: sent again until it ends.
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+            return process.poll()
+
+        returncode = wait_for(signalled_again, "the process ending", timeout=5)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert -signal.SIGTERM == returncode
+
+
+def test_a_consumer_cancelled_by_the_broker_consumes_again(
+    sqlite_database: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """Its queue deleted and declared again (basic.cancel): the consumer says so once and
+    connects again, rather than idling for ever."""
+    app = app_on(sqlite_database)
+    with capture_logs() as logs, _consumer(app, rabbitmq_queue, Recorder()) as consumer:
+        consumer.consume(timeout=0.2)
+        _channel_do(lambda ch: ch.queue_delete(rabbitmq_queue))
+        _channel_do(lambda ch: ch.queue_declare(rabbitmq_queue, durable=True))
+        publish(rabbitmq_queue, ("after", "re-declared"))
+        result = consumer.consume(max_messages=1, timeout=3)
+    assert ConsumeResult(received=1, new=1) == result
+    assert 1 == len([line for line in logs if line["event"] == _log.INBOX_BROKER_ERROR])
+
+
+def test_a_socket_error_of_the_effect_counts_against_its_message(
+    sqlite_database: str, app_on: Callable[[str], Outbox], rabbitmq_queue: str
+) -> None:
+    """An effect whose own service refuses the connection has failed: counted against the
+    message (here dead-lettered at once), not held as if the database were down."""
+    app = app_on(sqlite_database)
+    publish(rabbitmq_queue, ("called", "a service that is down"))
+
+    def effect(session: Session, messages: list[Any]) -> None:
+        raise ConnectionRefusedError("the service is down")
+
+    with _consumer(app, rabbitmq_queue, effect, max_deliveries=1) as consumer:
+        result = consumer.consume(max_messages=1, timeout=2)
+    assert ConsumeResult(received=1, dead_lettered=1) == result

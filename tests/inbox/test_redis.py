@@ -4,6 +4,7 @@ stream, an entry without an id refused, and what an outbox sink appends arrives.
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -13,15 +14,29 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
+from sqlalchemy import create_engine, text
+from sqlalchemy.orm import Session
 from structlog.testing import capture_logs
 
 from outbox import Outbox
 from outbox._core import log as _log
+from outbox.exceptions import ConfigurationError
+from outbox.inbox import Inbox
+from outbox.inbox import _consumer as _consumer_module
 from outbox.inbox.redis import ConsumeResult, RedisStreamConsumer
 from outbox.sinks.redis import RedisStreamSink
 from outbox.testing import drain
 from tests._support import wait_for
-from tests.inbox._support import ALWAYS, INBOX, Recorder, effect_counts, kill, start_program
+from tests.inbox._support import (
+    ALWAYS,
+    INBOX,
+    Recorder,
+    effect_counts,
+    expired,
+    kept_ids,
+    kill,
+    start_program,
+)
 from tests.models import SinkEvent
 from tests.sinks._contract import IMMEDIATE, commit_events, event_rows, require_service
 from tests.sinks.kinds.redis import redis_url
@@ -196,3 +211,116 @@ def test_what_a_redis_sink_appends_has_its_effect_once_each(
         result = consumer.consume(max_messages=30, timeout=5)
     assert ConsumeResult(received=30, new=30) == result
     assert Counter({f"test_sink_events-{i}": 1 for i in ids}) == effect_counts(app.engine)
+
+
+def test_an_entry_whose_effect_always_times_out_is_dead_lettered_after_the_bound(
+    postgres_effects: str,
+    app_on: Callable[[str], Outbox],
+    stream: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An effect that always hits its statement timeout (transient contention): after a few
+    whole-batch tries the entries are applied one at a time, the others commit, and the poison
+    one is dead-lettered at max_deliveries instead of holding the stream for ever."""
+    monkeypatch.setattr(_consumer_module, "BACKOFF_FIRST_SECONDS", 0.01)
+    app = app_on(postgres_effects)
+    append(stream, ("slow", "times out"), ("fine", "quick"))
+    recorder = Recorder()
+
+    def effect(session: Any, messages: list[Any]) -> None:
+        if any(m.id == "slow" for m in messages):
+            session.execute(text("SET LOCAL statement_timeout = 10"))
+            session.execute(text("SELECT pg_sleep(1)"))
+        recorder(session, messages)
+
+    with _consumer(app, stream, effect, max_deliveries=2) as consumer:
+        result = consumer.consume(max_messages=3, timeout=10)
+    assert ConsumeResult(received=3, new=1, failed=1, dead_lettered=1) == result
+    assert Counter({"fine": 1}) == effect_counts(app.engine)
+    assert [b"slow"] == [fields[b"id"] for fields in dead_letters(stream)]
+
+
+def test_a_consumer_that_is_never_idle_still_prunes(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """run() with an entry arriving more often than its idle second: ids past their horizon
+    are pruned between batches, every prune_interval."""
+    app = app_on(sqlite_database)
+    brief = Inbox("brief", horizon=0.001)
+    with Session(app.engine) as session, session.begin():
+        brief.receive(session, "old")
+    wait_for(lambda: expired(app.engine, brief), "the id past its horizon")
+    consumer = _consumer(app, stream, Recorder(), prune_interval=0.2)
+    thread = threading.Thread(target=lambda: consumer.run(handle_signals=False))
+    thread.start()
+    sent = 0
+
+    def pruned_while_busy() -> bool:
+        nonlocal sent
+        sent += 1
+        append(stream, (f"busy{sent}", "keeps it busy"))
+        return ("brief", "old") not in kept_ids(app.engine)
+
+    try:
+        wait_for(pruned_while_busy, "a pruning pass while busy", timeout=4)
+    finally:
+        consumer.stop()
+        thread.join(timeout=10)
+    assert not thread.is_alive()
+
+
+def test_an_entry_whose_dead_letter_redis_refuses_stays_pending(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """A dead stream key of another type (WRONGTYPE): the entry is not acknowledged, and the
+    consumer logs it and goes on rather than raising."""
+    app = app_on(sqlite_database)
+    with redis.Redis.from_url(REDIS_URL) as client:
+        client.set(f"{stream}:dead", "not a stream")
+    append(stream, (None, "anonymous"))
+    with capture_logs() as logs, _consumer(app, stream, Recorder()) as consumer:
+        consumer.consume(max_messages=1, timeout=2)
+    assert 1 == pending(stream)
+    assert ["error"] == [
+        line["log_level"] for line in logs if line["event"] == _log.INBOX_DEAD_LETTER_FAILED
+    ]
+
+
+def test_an_id_that_is_not_utf8_is_refused_like_a_missing_one(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """Two different binary ids are not read as one id (the second a repeat): each is
+    dead-lettered as having no id."""
+    app = app_on(sqlite_database)
+    with redis.Redis.from_url(REDIS_URL) as client:
+        for binary_id in (b"\xff", b"\xfe"):
+            client.xadd(stream, {b"id": binary_id, b"payload": b"binary"})
+    with _consumer(app, stream, Recorder()) as consumer:
+        result = consumer.consume(max_messages=2, timeout=2)
+    assert ConsumeResult(received=2, dead_lettered=2, refused=2) == result
+    assert (Counter(), 2) == (effect_counts(app.engine), len(dead_letters(stream)))
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:6379", None])
+def test_a_url_that_is_not_redis_is_refused_in_one_line(url: Any) -> None:
+    """Refused at construction, naming the argument, not at the first consume()."""
+    engine = create_engine("sqlite://")
+    with pytest.raises(ConfigurationError, match=r"^url: ") as raised:
+        RedisStreamConsumer(engine, Inbox(INBOX), Recorder(), stream="s", group="g", url=url)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_consumer_whose_stream_was_deleted_makes_its_group_again(
+    sqlite_database: str, app_on: Callable[[str], Outbox], stream: str
+) -> None:
+    """The stream deleted under the consumer (NOGROUP): it says so once, makes the group
+    again and consumes what is appended after."""
+    app = app_on(sqlite_database)
+    with capture_logs() as logs, _consumer(app, stream, Recorder()) as consumer:
+        consumer.consume(timeout=0.2)
+        with redis.Redis.from_url(REDIS_URL) as client:
+            client.delete(stream)
+        append(stream, ("after", "appended again"))
+        result = consumer.consume(max_messages=1, timeout=3)
+    assert ConsumeResult(received=1, new=1) == result
+    assert 1 == len([line for line in logs if line["event"] == _log.INBOX_BROKER_ERROR])
