@@ -47,6 +47,12 @@ _FULL_RUN_PATHS = (
     # 1,000,000 deliveries per database through RabbitMQ (benchmarks/inbox.py's full size); the
     # same proof at 20,000 runs on every run.
     "tests/inbox/test_proof.py::test_a_million_deliveries_have_no_second_effect",
+    # Hosts cut off, black-holed, killed and with clocks wrong (nox -s network): each part has
+    # a test of its own on every run (tests/network/test_network_bounds.py, tests/integration/
+    # test_late_claims.py, the clock tests); five databases' workers killed at random (the
+    # fleet of several databases: tests/acceptance/test_many_databases.py).
+    "tests/network/test_partitions.py",
+    "tests/faults/test_many_databases.py",
 )
 # End-to-end tiers (processes, signals, outages) whose cases on other databases than PostgreSQL
 # are the full run's, by tier and database: how each database behaves is what the conformance,
@@ -55,7 +61,9 @@ _FULL_RUN_DATABASES = {
     "tests/acceptance/": ("mariadb", "sqlite"),
     "tests/faults/": ("mariadb", "sqlite"),
     "tests/examples/": ("mariadb",),
-    "tests/network/test_partitions.py": ("mariadb",),
+    # The console's answers on MariaDB: the operations layer they read is the integration
+    # tier's, on every database.
+    "tests/web/": ("mariadb",),
     # Each sink's own tests (what its downstream does) run its async class by default; the
     # contract runs both classes of every sink on every database on every run.
     "tests/sinks/test_http.py": ("sync",),
