@@ -75,8 +75,11 @@ def reset(url: str, metadatas: tuple[MetaData, ...], make: Callable[[Connection]
         return
     engine = _engine(url)
     try:
-        if _made.get(url, ())[:1] == (_declared(metadatas),) and _empty_again(
-            engine, url, metadatas
+        known = engine.dialect.name in _PORTRAITS
+        if (
+            known
+            and _made.get(url, ())[:1] == (_declared(metadatas),)
+            and _empty_again(engine, url, metadatas)
         ):
             return
         with engine.begin() as conn:
