@@ -14,7 +14,7 @@ recorded and is acknowledged without a second effect::
     message.ack()  # after the commit
 
 An id is kept for the inbox's ``horizon`` (seven days unless given), then pruned by the
-fleet's retention pass (``outbox work``), ``outbox prune``, or :meth:`Inbox.prune`: a message
+fleet's retention pass (``outbox work``), ``outbox prune``, or :func:`prune`: a message
 delivered again after its id was pruned has its effect again. The horizon must outlast the
 longest time between two deliveries of one message; :meth:`outbox.Outbox.inbox` refuses one
 shorter than the re-send horizon of the outbox handler that sends the messages
