@@ -87,6 +87,18 @@ def _writes_held(engine: Engine, url: str) -> Iterator[None]:
         conn.rollback()
 
 
+def _waiting_for_a_lock(engine: Engine) -> bool:
+    """Whether a session of the database waits for a lock (PostgreSQL)."""
+    with engine.connect() as conn:
+        waiting = conn.execute(
+            text(
+                "SELECT count(*) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+        ).scalar_one()
+    return bool(waiting)
+
+
 def _progress(stderr: str) -> list[dict[str, Any]]:
     """The ``outbox.progress`` lines a command logged."""
     lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
@@ -111,6 +123,9 @@ def _interrupt(
         with _writes_held(engine, url):
             running = cli.start(*command, env=env)
             wait_for(lambda: _progress(running.stderr()), f"{args[0]} to begin")
+            # Its first line comes before its first batch: signalled before the batch waits,
+            # it would stop with nothing under way.
+            wait_for(lambda: _waiting_for_a_lock(engine), f"{args[0]}'s batch to wait")
             running.send(signal.SIGINT)
         return running.result(), 0
     running = cli.start(*command, env=env)
