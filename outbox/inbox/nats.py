@@ -531,8 +531,15 @@ def _servers(servers: object) -> list[str]:
             return list(urls)
     raise ConfigurationError(
         f"servers: expected nats://host[:port] (or tls://, ws://, wss://), or a list of them, "
-        f"got {servers!r}"
+        f"got {_shown(servers)}"
     )
+
+
+def _shown(servers: object) -> str:
+    """What refused servers are, without their URLs: one may hold a password or a token."""
+    if isinstance(servers, str):
+        return f"a URL with scheme {urlsplit(servers).scheme!r}"
+    return type(servers).__name__
 
 
 _SCHEMES = ("nats", "tls", "ws", "wss")

@@ -135,7 +135,7 @@ class RedisStreamConsumer(SyncConsumer):
         if not isinstance(url, str) or urlsplit(url).scheme not in ("redis", "rediss", "unix"):
             raise ConfigurationError(
                 f"url: expected redis://[user:password@]host[:port][/db] (or rediss://, "
-                f"unix://), got {url!r}"
+                f"unix://), got {_shown(url)}"
             )
         super().__init__(
             sync_engine(database, f"Redis consumer of {stream!r}"),
@@ -283,3 +283,10 @@ class RedisStreamConsumer(SyncConsumer):
                 )
                 continue
             client.xack(self.stream, self.group, entry_id)
+
+
+def _shown(url: object) -> str:
+    """What a refused URL is, without the URL: it may hold a password."""
+    if isinstance(url, str):
+        return f"a URL with scheme {urlsplit(url).scheme!r}"
+    return type(url).__name__
