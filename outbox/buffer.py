@@ -8,7 +8,7 @@ from collections.abc import Set as AbstractSet
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import BigInteger, Connection, Index, Integer, Table, Uuid, text
+from sqlalchemy import JSON, BigInteger, Connection, Index, Integer, Table, Uuid, text
 from sqlalchemy import inspect as sa_inspect
 from sqlalchemy.orm import Mapped, Session, declared_attr, mapped_column, scoped_session
 
@@ -216,6 +216,12 @@ def _check_coalesce_on(
         raise TypeError(
             f"{where}: coalesce_on={key!r} is not a payload column of {table.name} "
             f"(its payload columns: {_quoted(payload)})"
+        )
+    if isinstance(table.c[key].type, JSON):
+        # PostgreSQL compares no json values, and the other databases compare their text.
+        raise TypeError(
+            f"{where}: coalesce_on={key!r} is a JSON column; coalesce on a column whose "
+            "values compare (a number, text, a UUID)"
         )
     for position, row in enumerate(batch):
         if row.get(key) is None:

@@ -19,7 +19,7 @@ from outbox import Batch, Outbox, Settings, add_events
 from outbox.worker import Worker
 from tests._support import wait_for
 from tests.conftest import FULL_RUN_ENV, reset_schema
-from tests.models import ContactChange
+from tests.models import ContactChange, EmailEvent
 
 
 def _rows(engine: Engine) -> list[tuple[int, int, bool]]:
@@ -98,6 +98,8 @@ def test_bad_input_is_refused_before_anything_is_written(sqlite_url: str) -> Non
         rows = [{"contact_id": 1, "version": 1}, {"contact_id": None, "version": 2}]
         with pytest.raises(TypeError, match=r"rows\[1\] gives no value for 'contact_id'"):
             add_events(conn, ContactChange, rows, coalesce_on="contact_id")
+        with pytest.raises(TypeError, match=r"coalesce_on='data' is a JSON column"):
+            add_events(conn, EmailEvent, [{"address": "a@b", "data": {}}], coalesce_on="data")
     assert [] == _rows(app.engine)
     app.engine.dispose()
 
