@@ -150,6 +150,8 @@ def test_a_sigterm_gives_back_the_leases_of_a_worker_process(
     leased = wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
     owner = str(leased["lease_owner"])
     pid = int(owner.split(":")[1])
+    # Mid-handler: the lease is taken a moment before the handler is called.
+    wait_for(lambda: [str(pid)] == _callers(processes, pid), "the handler to be called")
     os.kill(pid, signal.SIGTERM)
     wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the group to be run again")
     calls = [line.split() for line in processes.calls.read_text().splitlines()]
@@ -198,7 +200,9 @@ def test_a_cold_shutdown_gives_back_the_leases_of_its_processes(
         name="w1", **{celery_app.SLOW_ENV: "300", celery_app.SOFT_SHUTDOWN_ENV: "1"}
     )
     _processes.send(processes, job_id)
-    wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
+    leased = wait_for(lambda: _leased_batch_job(processes.database_url), "a group to be held")
+    pid = int(str(leased["lease_owner"]).split(":")[1])
+    wait_for(lambda: [str(pid)] == _callers(processes, pid), "the handler to be called")
     processes.worker(name="w2")
     first.stop(signal.SIGQUIT)
     wait_for(lambda: _processes.waiting(processes.database_url) == 0, "the group to be run again")
