@@ -23,6 +23,7 @@ from outbox._db import dialects
 from outbox.batch import Batch
 from outbox.breaker import CircuitBreaker
 from outbox.exceptions import ConfigurationError
+from outbox.fanout import checked_targets, copy_on_success
 from outbox.handler import (
     Delivery,
     EventT,
@@ -379,6 +380,37 @@ class Outbox:
                     f"one buffer has exactly one handler (use a buffer model per handler)"
                 )
         self._handlers[handler.name] = handler
+
+    def fanout(
+        self,
+        source: type[Any],
+        *,
+        to: Sequence[type[Any]],
+        name: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        urgency: Urgency = Urgency.REALTIME,
+        archive: bool = False,
+    ) -> Handler[Any]:
+        """Copy each event written to the buffer ``source`` into the buffers ``to``, one per
+        consumer, each drained by its own handler (docs/fanout.md). The copying is a handler
+        named ``name`` (default ``<source table>.fanout``) of ``batch_size`` events per group,
+        in band ``urgency`` (every consumer waits for it), which writes a group's copies in the
+        transaction that removes it from ``source``. ``archive``: keep the events in the
+        archive, for a consumer added later to start from (``outbox fanout backfill``)."""
+        targets = checked_targets(source, to, self._handlers.values())
+        handler = Handler(
+            name=name or f"{source.__table__.name}.fanout",
+            model=source,
+            func=copy_on_success,
+            batch_size=batch_size,
+            urgency=urgency,
+            retry=RetryPolicy(),
+            archive=archive,
+            max_batches=DEFAULT_MAX_BATCHES,
+            copy_to=targets,
+        )
+        self.add_handler(handler)
+        return self._handlers[handler.name]
 
     @property
     def handlers(self) -> Mapping[str, Handler[Any]]:

@@ -78,6 +78,9 @@ class Handler(Generic[EventT]):
     coalesce: bool = False
     """Hand each group only the latest event of each ``ordering_key`` value; the others are
     archived as ``superseded``."""
+    copy_to: tuple[type[Any], ...] = ()
+    """Buffer models each succeeded group is copied into, in the transaction that removes it
+    from this buffer: a fan-out (:meth:`Outbox.fanout`)."""
     is_async: bool = field(init=False, repr=False, compare=False)
     """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
     rate_limits: tuple[RateLimit, ...] = field(init=False, repr=False, compare=False)
@@ -92,6 +95,11 @@ class Handler(Generic[EventT]):
     def table(self) -> Table:
         """The buffer table the handler drains."""
         return self.model.__table__  # type: ignore[attr-defined, no-any-return]
+
+    @property
+    def tables(self) -> tuple[Table, ...]:
+        """Every buffer table the handler needs: its own, then those it copies into."""
+        return (self.table, *(model.__table__ for model in self.copy_to))
 
 
 def delivery_of(value: Delivery | str) -> Delivery:

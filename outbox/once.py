@@ -223,7 +223,7 @@ def work_once(
             f"max_groups must be a whole number >= 1 (None: no bound), got {max_groups!r}"
         )
     selected = app.select_handlers(handlers)
-    check_buffer_tables(app.engine, {h.name: h.table for h in selected})
+    check_buffer_tables(app.engine, {h.name: h.tables for h in selected})
     generation.check(app.engine)
     with _CLOCK_WARNED_LOCK:
         # Once per application and process: a web application's task calls every few seconds.

@@ -60,7 +60,7 @@ def drain(
     and ``BufferTableMissingError`` when a handler's buffer table does not exist.
     """
     draining = Drain(app, app.select_handlers(handlers), log)
-    check_buffer_tables(app.engine, {name: h.table for name, h in draining.handlers.items()})
+    check_buffer_tables(app.engine, {name: h.tables for name, h in draining.handlers.items()})
     draining.start_handlers()
     try:
         return draining.run(max_rounds)

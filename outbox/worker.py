@@ -291,7 +291,7 @@ class Worker:
         Raises LocalClockError when a buffer's ``created_at`` defaults to the session's local
         clock and this session is not in UTC (MariaDB; ``outbox migrate-buffers``).
         """
-        check_buffer_tables(self.app.engine, {name: h.table for name, h in self.handlers.items()})
+        check_buffer_tables(self.app.engine, {name: h.tables for name, h in self.handlers.items()})
         generation.check(self.app.engine)
         buffer_clock.enforce(self.app, [h.table for h in self.handlers.values()])
         self.start_handlers()

@@ -56,3 +56,29 @@ class SinkEvent(BufferMixin, Base):
     note: Mapped[str | None] = mapped_column(String(200), nullable=True)
     data: Mapped[dict[str, object] | None] = mapped_column(JSON, nullable=True)
     ref: Mapped[uuid.UUID] = mapped_column(Uuid())
+
+
+class _ShipmentColumns(BufferMixin):
+    """The columns of a shipment event, shared by its source buffer and its consumers'."""
+
+    shipment_id: Mapped[int]
+    amount: Mapped[Decimal] = mapped_column(Numeric(12, 2))
+    data: Mapped[dict[str, object] | None] = mapped_column(JSON, nullable=True)
+
+
+class ShipmentEvent(_ShipmentColumns, Base):
+    """The buffer the application writes, fanned out to the three below."""
+
+    __tablename__ = "test_shipment_events"
+
+
+class ShipmentSearch(_ShipmentColumns, Base):
+    __tablename__ = "test_shipment_search"
+
+
+class ShipmentPartner(_ShipmentColumns, Base):
+    __tablename__ = "test_shipment_partner"
+
+
+class ShipmentAnalytics(_ShipmentColumns, Base):
+    __tablename__ = "test_shipment_analytics"

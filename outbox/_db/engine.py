@@ -7,7 +7,7 @@ import json
 import random
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, Table, create_engine, inspect
@@ -272,18 +272,25 @@ def check_schema(engine: Engine) -> None:
         raise SchemaMissingError(missing)
 
 
-def missing_buffer_tables(engine: Engine, tables: Mapping[str, Table]) -> dict[str, str]:
-    """Of ``tables`` (handler name -> buffer table), those that do not exist in the database:
-    handler name -> the table's name, ``schema.table`` when it has a schema.
+def missing_buffer_tables(
+    engine: Engine, tables: Mapping[str, Table | Sequence[Table]]
+) -> dict[str, str]:
+    """Of ``tables`` (handler name -> buffer table, or its tables: a fan-out's source and
+    consumers), those that do not exist in the database: handler name -> the first missing
+    table's name, ``schema.table`` when it has a schema.
 
     One look at the database's list of tables per schema the tables are in: one round trip
     for any number of tables in the connection's own schema (on PostgreSQL, any schema on its
     ``search_path``), however many handlers there are.
     """
+    by_handler = {
+        name: (found,) if isinstance(found, Table) else tuple(found)
+        for name, found in tables.items()
+    }
     names_by_schema: dict[str | None, set[str]] = {}
     with engine.connect() as conn:
         inspector = inspect(conn)
-        for schema_name in {table.schema for table in tables.values()}:
+        for schema_name in {table.schema for each in by_handler.values() for table in each}:
             try:
                 names_by_schema[schema_name] = set(inspector.get_table_names(schema=schema_name))
             except DBAPIError as error:
@@ -292,14 +299,14 @@ def missing_buffer_tables(engine: Engine, tables: Mapping[str, Table]) -> dict[s
                 if schema_name is None or dialects.is_transient(error):
                     raise
                 names_by_schema[schema_name] = set()
-    return {
-        name: table.fullname
-        for name, table in tables.items()
-        if table.name not in names_by_schema[table.schema]
+    missing = {
+        name: [table.fullname for table in each if table.name not in names_by_schema[table.schema]]
+        for name, each in by_handler.items()
     }
+    return {name: found[0] for name, found in missing.items() if found}
 
 
-def check_buffer_tables(engine: Engine, tables: Mapping[str, Table]) -> None:
+def check_buffer_tables(engine: Engine, tables: Mapping[str, Table | Sequence[Table]]) -> None:
     """Raise BufferTableMissingError when any of ``tables`` (handler name -> buffer table)
     does not exist."""
     missing = missing_buffer_tables(engine, tables)
@@ -308,7 +315,7 @@ def check_buffer_tables(engine: Engine, tables: Mapping[str, Table]) -> None:
 
 
 def buffer_table_missing(
-    engine: Engine, error: DBAPIError, tables: Mapping[str, Table]
+    engine: Engine, error: DBAPIError, tables: Mapping[str, Table | Sequence[Table]]
 ) -> BufferTableMissingError | None:
     """The error to raise in place of ``error`` when it says a table does not exist and one
     of ``tables`` (handler name -> buffer table) indeed does not; None otherwise (another

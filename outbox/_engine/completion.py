@@ -28,6 +28,7 @@ from outbox._engine import limiter as _limiter
 from outbox._engine.claimer import LeaseLost, NextClaim
 from outbox.app import Outbox
 from outbox.batch import Batch
+from outbox.fanout import copied_columns
 from outbox.handler import Handler
 from outbox.results import (
     DEAD,
@@ -101,7 +102,7 @@ def finish_succeeded(
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
         nonlocal rode
         rode = False
-        if whole and app.supports.one_statement_completion:
+        if whole and app.supports.one_statement_completion and not handler.copy_to:
             return finish_whole_group(conn, lenient)
         if not queries.delete_job(conn, job.id, job.lease_token):
             raise LeaseLost
@@ -177,6 +178,12 @@ def finish_succeeded(
                 error=None,
                 lenient=lenient,
             )
+        if handler.copy_to and batch.ids:
+            columns = copied_columns(handler.table)
+            for model in handler.copy_to:
+                queries.copy_group_rows(
+                    conn, handler.table, model.__table__, group_id, columns, max(batch.ids)
+                )
         remaining = queries.delete_group_rows(conn, handler.table, group_id)
         claim_next(conn)
         return BatchResult(

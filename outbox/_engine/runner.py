@@ -451,7 +451,7 @@ class Runner:
     def table_missing(self, handler: Handler[Any], error: DBAPIError) -> dict[str, str] | None:
         """Did ``error`` come from the handler's buffer table not existing? If so, the handlers
         set aside for it (handler -> table), told to ``set_aside``; None otherwise."""
-        found = buffer_table_missing(self.app.engine, error, {handler.name: handler.table})
+        found = buffer_table_missing(self.app.engine, error, {handler.name: handler.tables})
         if found is None:
             return None
         missing = dict(found.missing)

@@ -63,7 +63,7 @@ class MissingTables:
     def run_once(self) -> bool:
         """Take back the handlers set aside whose tables exist again; whether any came back."""
         with self._lock:
-            aside = {h: self.handlers[h].table for h in self._set_aside}
+            aside = {h: self.handlers[h].tables for h in self._set_aside}
         if not aside:
             return False
         still = missing_buffer_tables(self.app.engine, aside)

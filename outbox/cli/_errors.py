@@ -107,7 +107,7 @@ def check_buffers(app: Outbox, handlers: tuple[str, ...]) -> None:
     deploy that has not created it. The message names the handlers that could run alone."""
     selected = app.select_handlers(handlers)
     try:
-        database.check_buffer_tables(app.engine, {h.name: h.table for h in selected})
+        database.check_buffer_tables(app.engine, {h.name: h.tables for h in selected})
     except BufferTableMissingError as error:
         others = [h.name for h in selected if h.name not in error.missing]
         message = str(error)

@@ -211,7 +211,7 @@ class Inline:
         if self._started is not None:
             raise RuntimeError("this inline executor is running already")
         started = Drain(self.app, self.handlers, log)
-        check_buffer_tables(self.app.engine, {h.name: h.table for h in self.handlers})
+        check_buffer_tables(self.app.engine, {h.name: h.tables for h in self.handlers})
         started.start_handlers()
         self._started = started
         self._tables = {h.table: h.name for h in self.handlers}

@@ -326,6 +326,27 @@ def delete_group_rows(
     return conn.execute(stmt).rowcount
 
 
+def copy_group_rows(
+    conn: Connection,
+    source: Table,
+    target: Table,
+    group_id: uuid.UUID,
+    columns: Sequence[str],
+    highest: int,
+) -> int:
+    """Copy a group's rows into another buffer, unclaimed, each under its own id: one
+    ``INSERT ... SELECT`` of ``columns`` (names, the same in both tables); how many were
+    copied. ``highest``: the group's highest id, past which the target's id counter is moved
+    where the database does not move it itself (the target's own ids would collide with the
+    copies' otherwise)."""
+    picked = select(*(source.c[name] for name in columns)).where(source.c.group_id == group_id)
+    copied = conn.execute(insert(target).from_select(list(columns), picked)).rowcount
+    if copied:
+        statements = dialects.statements(dialects.name_of(conn.dialect))
+        statements.ids_written(conn, target, highest)
+    return int(copied)
+
+
 def insert_events(
     conn: Connection | Session, table: Table, rows: Sequence[Mapping[str, Any]]
 ) -> int:
