@@ -140,7 +140,7 @@ def test_a_consumers_missing_table_is_named_and_its_events_stay(
     app = make_app(database_url)
     app.fanout(ShipmentEvent, to=[ShipmentSearch])
     _write(app.engine, 3)
-    ShipmentSearch.__table__.drop(app.engine)
+    ShipmentSearch.__table__.drop(app.engine)  # type: ignore[attr-defined]
     named = "'test_shipment_search' of handler 'test_shipment_events.fanout'"
     with pytest.raises(BufferTableMissingError, match=named):
         drain(app)
@@ -151,7 +151,7 @@ def test_a_target_without_a_column_of_the_source_is_refused_where_it_is_given(
     make_app: Callable[..., Outbox],
 ) -> None:
     app = make_app("sqlite://")
-    with pytest.raises(ConfigurationError, match="EmailEvent .*has no column 'shipment_id'"):
+    with pytest.raises(ConfigurationError, match=r"EmailEvent .*has no column 'shipment_id'"):
         app.fanout(ShipmentEvent, to=[EmailEvent])
     with pytest.raises(ConfigurationError, match="is the source itself"):
         app.fanout(ShipmentEvent, to=[ShipmentEvent])
@@ -160,5 +160,5 @@ def test_a_target_without_a_column_of_the_source_is_refused_where_it_is_given(
     with pytest.raises(ConfigurationError, match="to must be a list"):
         app.fanout(ShipmentEvent, to=ShipmentSearch)  # type: ignore[arg-type]
     app.fanout(ShipmentEvent, to=[ShipmentSearch])
-    with pytest.raises(ConfigurationError, match="consumer of 'test_shipment_events.fanout'"):
+    with pytest.raises(ConfigurationError, match=r"consumer of 'test_shipment_events\.fanout'"):
         app.fanout(ShipmentPartner, to=[ShipmentSearch])

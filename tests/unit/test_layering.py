@@ -290,6 +290,7 @@ TOP_LEVEL = {
     "batch",
     "breaker",
     "buffer",
+    "fanout",
     "exceptions",
     "lifecycle",
     "once",
