@@ -31,6 +31,7 @@ from examples.marketing_sync.app import (
     ContactActivity,
 )
 from examples.marketing_sync.fake_api import Call, FakeMarketingAPI
+from examples.order_fanout import run as order_fanout_run
 from examples.signup_email import app as signup_app
 from examples.signup_email import run as signup_run
 from examples.signup_email.app import EmailConfirmationEvent, User, send_confirmation_emails
@@ -359,3 +360,21 @@ def test_contact_sync_sends_each_contact_once_in_its_latest_state(example_databa
         "superseded": 950,
         "contacts the CRM holds in their latest state": 50,
     } == summary
+
+
+def test_order_fanout_hands_every_order_to_each_consumer_and_no_pause_holds_the_others(
+    example_database: str,
+) -> None:
+    """300 orders shipped with the partner's consumer paused: the search index and analytics
+    hold all 300 while the partner holds none; resumed through two failed calls, the partner
+    gets each order once, and every buffer is empty."""
+    assert {
+        "orders shipped": 300,
+        "search index entries": 300,
+        "analytics rows": 300,
+        "partner orders while paused": 0,
+        "copies waiting for the partner": 300,
+        "partner orders": 300,
+        "distinct partner orders": 300,
+        "rows left in every buffer": 0,
+    } == order_fanout_run.main(example_database)
