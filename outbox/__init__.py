@@ -26,6 +26,7 @@ from outbox.exceptions import (
     SchemaMissingError,
     UnsupportedDatabaseError,
 )
+from outbox.flags import FlaggedRowsMixin
 from outbox.handler import Delivery, Handler
 from outbox.once import (
     DistributionResult,
@@ -54,6 +55,7 @@ __all__ = [
     "DistributionResult",
     "DownstreamError",
     "DownstreamUnavailableError",
+    "FlaggedRowsMixin",
     "GroupNotFoundError",
     "Handler",
     "HandlerTimeoutError",

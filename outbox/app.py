@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
-import math
 import os
 import re
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import Engine
@@ -18,12 +17,12 @@ from sqlalchemy.exc import ArgumentError
 from outbox import _db
 from outbox._core import handler_kind
 from outbox._core import log as _log
-from outbox._core.checks import is_number
 from outbox._db import dialects
 from outbox.batch import Batch
 from outbox.breaker import CircuitBreaker
 from outbox.exceptions import ConfigurationError
 from outbox.fanout import checked_targets, copy_on_success
+from outbox.flags import ROW_KEY, checked_buffer, flag_source, rows_handler
 from outbox.handler import (
     Delivery,
     EventT,
@@ -31,9 +30,10 @@ from outbox.handler import (
     delivery_of,
     validated,
 )
-from outbox.inbox import DEFAULT_HORIZON, MAX_HORIZON_SECONDS, Inbox
+from outbox.inbox import DEFAULT_HORIZON, Inbox, check_sender
 from outbox.ratelimit import RateLimit
-from outbox.retry import MIN_RETRY_AFTER_SECONDS, RetryPolicy
+from outbox.retry import RetryPolicy
+from outbox.settings import Settings as Settings
 from outbox.urgency import Urgency
 
 if TYPE_CHECKING:
@@ -53,91 +53,8 @@ DATABASE_URL_ENV = "OUTBOX_DATABASE_URL"
 
 DEFAULT_BATCH_SIZE = 1000
 DEFAULT_MAX_BATCHES = 50
-DEFAULT_LEASE_SECONDS = 60.0
-DEFAULT_POLL_INTERVAL_SECONDS = 1.0
-DEFAULT_RESCUE_INTERVAL_SECONDS = 5.0
-DEFAULT_WORKER_STALE_SECONDS = 20.0
-DEFAULT_NETWORK_TIMEOUT_SECONDS = 30.0
 # A database's name in Outbox(databases=...): shown in logs, metrics labels and commands.
 _DATABASE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
-
-
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Settings shared by every handler of an application. Durations are float seconds.
-
-    ``lease_seconds``: how long a worker holds a job before others may rescue it; workers
-    extend the leases of running jobs every third of it. ``poll_interval``: how long an idle
-    worker waits before looking for work again. ``rescue_interval``: how often workers look for
-    expired leases. ``worker_stale_after``: a worker silent this long is gone: its jobs are
-    rescued then, before their leases end, and workers heartbeat every third of it (or of the
-    lease, when shorter).
-    ``listen``: on PostgreSQL, idle workers LISTEN for new events and wake at once. Workers
-    whose connections go through a pooler (PgBouncer), where LISTEN hears nothing, find work by
-    polling instead without being told; ``False`` turns listening off everywhere.
-    ``min_retry_after``: the shortest a deferral waits (:class:`outbox.RetryAfter`,
-    ``batch.retry(after=)``), whatever the downstream said (1 s; at most an hour): a
-    ``Retry-After: 0`` must not turn into a hundred calls a second. Tests of an application's
-    handlers may lower it to run deferrals at once.
-    ``archive_retention_days``: keep the archive's history (every status but ``dead``) this
-    many whole UTC days, and have the fleet's leader take older days out (the day under way
-    is kept too, so rows stay up to a day longer); ``None`` (the default): the archive is kept
-    until ``outbox prune``. Where the archive is partitioned by day (PostgreSQL from
-    migration 0009, MariaDB from 0010), a day goes in one statement and its dead letters stay;
-    elsewhere its rows are deleted in chunks, as ``outbox prune`` deletes them. Dead letters
-    are never taken by retention.
-    ``network_timeout``: on the connections of an engine outbox creates (from a URL, not
-    ``Outbox(engine=...)``), no wait on the network outlasts about this long when the other end
-    stops answering, whether it was sending, waiting for a reply or idle: TCP keepalives and
-    ``tcp_user_timeout`` (PostgreSQL), the same socket options (MariaDB through PyMySQL), and a
-    connect timeout. A worker cut off from its database by a network that drops packets
-    without a reset finds out and retries, rather than wait out the kernel's retransmissions
-    (about 15 minutes) or, on an idle connection, for ever. A setting a PostgreSQL URL gives
-    itself (``?keepalives_idle=...``) wins; ``None`` leaves the driver's defaults.
-    ``ingest_key_horizon``: how long the HTTP API's ingest keeps a producer's idempotency key
-    (seconds; seven days by default, as an inbox keeps a message id): a producer that sends a
-    key again within it writes nothing twice, one that sends it later writes its event again.
-    The fleet's retention pass forgets older keys; ``None``: kept until ``outbox prune``.
-    """
-
-    lease_seconds: float = DEFAULT_LEASE_SECONDS
-    poll_interval: float = DEFAULT_POLL_INTERVAL_SECONDS
-    rescue_interval: float = DEFAULT_RESCUE_INTERVAL_SECONDS
-    worker_stale_after: float = DEFAULT_WORKER_STALE_SECONDS
-    listen: bool = True
-    min_retry_after: float = MIN_RETRY_AFTER_SECONDS
-    archive_retention_days: int | None = None
-    network_timeout: float | None = DEFAULT_NETWORK_TIMEOUT_SECONDS
-    ingest_key_horizon: float | None = DEFAULT_HORIZON.total_seconds()
-
-    def __post_init__(self) -> None:
-        for name in ("lease_seconds", "poll_interval", "rescue_interval", "worker_stale_after"):
-            value = getattr(self, name)
-            if not value > 0:
-                raise ConfigurationError(f"Settings.{name} must be > 0 seconds, got {value!r}")
-        if not (is_number(self.min_retry_after) and 0 <= self.min_retry_after <= 3600):
-            raise ConfigurationError(
-                "Settings.min_retry_after must be a number of seconds from 0 to 3600, "
-                f"got {self.min_retry_after!r}"
-            )
-        days = self.archive_retention_days
-        if days is not None and (
-            isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= 36500
-        ):
-            raise ConfigurationError(
-                f"Settings.archive_retention_days must be whole days from 1 to 36500, got {days!r}"
-            )
-        bound = self.network_timeout
-        if bound is not None and not (is_number(bound) and 1 <= bound <= 3600):
-            raise ConfigurationError(
-                f"Settings.network_timeout must be seconds from 1 to 3600, or None, got {bound!r}"
-            )
-        keys = self.ingest_key_horizon
-        if keys is not None and not (is_number(keys) and 0 < keys <= MAX_HORIZON_SECONDS):
-            raise ConfigurationError(
-                "Settings.ingest_key_horizon must be seconds, more than 0 and at most "
-                f"{MAX_HORIZON_SECONDS:.0f} (100 years), or None, got {keys!r}"
-            )
 
 
 class Outbox:
@@ -412,6 +329,55 @@ class Outbox:
         self.add_handler(handler)
         return self._handlers[handler.name]
 
+    def flagged(
+        self,
+        model: type[Any],
+        *,
+        flag: str,
+        buffer: type[Any],
+        version: str | None = None,
+        name: str | None = None,
+        batch_size: int = DEFAULT_BATCH_SIZE,
+        urgency: Urgency = Urgency.HOUR,
+        retry: RetryPolicy | None = None,
+        timeout: float | None = None,
+        concurrency: int | None = None,
+        circuit_breaker: CircuitBreaker | None = None,
+        rate_limit: RateLimit | Sequence[RateLimit] | None = None,
+    ) -> Callable[[Callable[[Batch[Any]], _ReturnT]], Callable[[Batch[Any]], _ReturnT]]:
+        """Register a handler of the rows of the business model ``model`` whose ``flag`` is set
+        (docs/flags.md): it is handed them as a batch of ``model``, and when it succeeds their
+        flag is cleared where ``version`` (a column every change moves; the flag itself when it
+        is a nullable column, set while the row needs work) is still what it was. ``buffer``:
+        its :class:`outbox.FlaggedRowsMixin` model. The other options are :meth:`handler`'s."""
+
+        def register(func: Callable[[Batch[Any]], _ReturnT]) -> Callable[[Batch[Any]], _ReturnT]:
+            source = flag_source(model, flag, version)
+            refused = handler_kind.refusal(name or handler_kind.default_name(func), func)
+            if refused is not None:
+                raise ConfigurationError(refused)
+            self.add_handler(
+                Handler(
+                    name=name or handler_kind.default_name(func),
+                    model=checked_buffer(model, buffer),
+                    func=rows_handler(lambda: self.engine, source, func),
+                    batch_size=batch_size,
+                    urgency=urgency,
+                    retry=retry or RetryPolicy(),
+                    archive=False,
+                    max_batches=DEFAULT_MAX_BATCHES,
+                    timeout=timeout,
+                    concurrency=concurrency,
+                    circuit_breaker=circuit_breaker,
+                    rate_limit=rate_limit,
+                    ordering_key=ROW_KEY,
+                    flags=source,
+                )
+            )
+            return func
+
+        return register
+
     @property
     def handlers(self) -> Mapping[str, Handler[Any]]:
         """The registered handlers by name."""
@@ -477,15 +443,8 @@ class Outbox:
             raise ConfigurationError(f"an inbox named {name!r} is already declared")
         inbox = Inbox(name, horizon=horizon)
         if sender is not None:
-            resends = self.resend_horizon(sender if isinstance(sender, str) else sender.name)
-            if inbox.horizon < resends:
-                raise ConfigurationError(
-                    f"inbox {name!r} keeps a message id {inbox.horizon:g} s, but handler "
-                    f"{sender if isinstance(sender, str) else sender.name!r} may send a message "
-                    f"again up to {resends:.0f} s after it first sent it (the longest retry "
-                    f"wait, the lease and the timeout): make the horizon at least "
-                    f"{math.ceil(resends)} s"
-                )
+            sender_name = sender if isinstance(sender, str) else sender.name
+            check_sender(inbox, sender_name, self.resend_horizon(sender_name))
         self._inboxes[name] = inbox
         return inbox
 

@@ -12,10 +12,10 @@ from sqlalchemy import inspect
 from sqlalchemy.orm import ClassManager, attributes, configure_mappers
 
 from outbox._db.types import TupleRows
-from outbox.buffer import BufferMixin
 from outbox.retry import When, wait_seconds
 
-EventT = TypeVar("EventT", bound=BufferMixin)
+# Events of a buffer, or (for a flag handler) rows of a business table.
+EventT = TypeVar("EventT")
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,7 +167,7 @@ class Batch(Generic[EventT]):
             self._id_set = frozenset(self.ids)
         mine = self._id_set
         try:
-            ids = tuple(e.id for e in events)
+            ids = tuple(getattr(e, "id") for e in events)  # noqa: B009 - any model's id
         except AttributeError:
             raise TypeError(
                 f"batch.{method}: events must be this batch's events (with an id), "

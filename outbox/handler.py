@@ -12,7 +12,7 @@ import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from sqlalchemy import JSON, Float, Table, TypeDecorator
 from sqlalchemy import inspect as sa_inspect
@@ -27,6 +27,9 @@ from outbox.exceptions import ConfigurationError
 from outbox.ratelimit import RateLimit, Unit
 from outbox.retry import RetryPolicy
 from outbox.urgency import Urgency
+
+if TYPE_CHECKING:
+    from outbox.flags import FlagSource
 
 MAX_BATCH_SIZE = 100_000
 MAX_MAX_BATCHES = 10_000
@@ -81,6 +84,9 @@ class Handler(Generic[EventT]):
     copy_to: tuple[type[Any], ...] = ()
     """Buffer models each succeeded group is copied into, in the transaction that removes it
     from this buffer: a fan-out (:meth:`Outbox.fanout`)."""
+    flags: FlagSource | None = None
+    """The business rows this handler works on, when it is a flag handler
+    (:meth:`Outbox.flagged`): their flags are cleared when its groups succeed."""
     is_async: bool = field(init=False, repr=False, compare=False)
     """Whether ``func`` returns a coroutine (``async def`` and the like), decided once here."""
     rate_limits: tuple[RateLimit, ...] = field(init=False, repr=False, compare=False)
@@ -98,8 +104,10 @@ class Handler(Generic[EventT]):
 
     @property
     def tables(self) -> tuple[Table, ...]:
-        """Every buffer table the handler needs: its own, then those it copies into."""
-        return (self.table, *(model.__table__ for model in self.copy_to))
+        """Every table the handler needs: its buffer, then those it copies into, or the
+        business table of its flags."""
+        business = () if self.flags is None else (self.flags.table,)
+        return (self.table, *(model.__table__ for model in self.copy_to), *business)
 
 
 def delivery_of(value: Delivery | str) -> Delivery:

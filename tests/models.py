@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid
 from decimal import Decimal
 
-from sqlalchemy import JSON, Numeric, String, Uuid
+from sqlalchemy import JSON, Index, Numeric, String, Uuid, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from outbox import BufferMixin
+from outbox import BufferMixin, FlaggedRowsMixin
 
 
 class Base(DeclarativeBase):
@@ -82,3 +82,28 @@ class ShipmentPartner(_ShipmentColumns, Base):
 
 class ShipmentAnalytics(_ShipmentColumns, Base):
     __tablename__ = "test_shipment_analytics"
+
+
+class Employee(Base):
+    """A business table with a flag ("Using your database as a queue"): the application sets
+    ``needs_work_done`` and bumps ``version`` with every change."""
+
+    __tablename__ = "test_employees"
+    __table_args__ = (
+        Index(
+            "ix_test_employees_flagged",
+            "id",
+            postgresql_where=text("needs_work_done"),
+            sqlite_where=text("needs_work_done"),
+        ),
+    )
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    needs_work_done: Mapped[bool] = mapped_column(default=False)
+    version: Mapped[int] = mapped_column(default=1)
+
+
+class EmployeeWork(FlaggedRowsMixin, Base):
+    """The buffer of the employees' flag handler: outbox writes it, the application never."""
+
+    __tablename__ = "test_employee_work"

@@ -20,6 +20,8 @@ LEASE_LOST = "outbox.lease.lost"
 LEASE_TOO_OLD = "outbox.lease.too_old"
 GROUP_CLAIMED = "outbox.group.claimed"
 CLAIMS_ENQUEUED = "outbox.distribute.enqueued"
+# A flag handler's newly flagged rows taken into its buffer (debug: each distribution).
+FLAGS_TAKEN = "outbox.flags.taken"
 # Events wait with no claim job and nothing distributes (no cron, workers with --no-distribute).
 DISTRIBUTION_MISSING = "outbox.distribute.missing"
 # A scheduled caller found the distribution tick taken by another (debug: expected, not news).

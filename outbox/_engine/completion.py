@@ -29,6 +29,7 @@ from outbox._engine.claimer import LeaseLost, NextClaim
 from outbox.app import Outbox
 from outbox.batch import Batch
 from outbox.fanout import copied_columns
+from outbox.flags import done_rows
 from outbox.handler import Handler
 from outbox.results import (
     DEAD,
@@ -102,11 +103,14 @@ def finish_succeeded(
     def work(conn: Connection, lenient: bool = False) -> BatchResult:
         nonlocal rode
         rode = False
-        if whole and app.supports.one_statement_completion and not handler.copy_to:
+        if whole and app.supports.one_statement_completion and not handler.tables[1:]:
             return finish_whole_group(conn, lenient)
         if not queries.delete_job(conn, job.id, job.lease_token):
             raise LeaseLost
         crash_point(IN_COMPLETION)
+        if (source := handler.flags) is not None:  # the rows handled lose their flags
+            handled = done_rows(batch, [*retried, *deferred])
+            queries.clear_flags(conn, handler.table, source, group_id, handled)
         for reason, ids in _by_reason(discarded).items():
             archive_events(
                 conn,

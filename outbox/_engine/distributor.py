@@ -148,6 +148,7 @@ def distribute(
     left out of the result, the others distributed all the same; None: BufferTableMissingError
     is raised.
     """
+    handlers = [h for h in handlers if _pumped(app, h, patience, on_missing)]
     waiting = waiting_tables(app, handlers, patience=patience)
     idle = [h.name for h in handlers if h.table not in waiting]
     pending = (
@@ -169,6 +170,45 @@ def distribute(
                 raise
             on_missing(error.missing)
     return done
+
+
+def _pumped(
+    app: Outbox,
+    handler: Handler[Any],
+    patience: float,
+    on_missing: Callable[[Mapping[str, str]], None] | None,
+) -> bool:
+    """A flag handler's newly flagged rows put in its buffer (up to ``max_batches`` groups of
+    them at a time), in a transaction of their own, before its buffer is counted; False when
+    one of its tables does not exist and ``on_missing`` was told."""
+    source = handler.flags
+    if source is None:
+        return True
+
+    def work(conn: Connection) -> int:
+        return queries.pump_flagged_rows(
+            conn,
+            app.dialect,
+            handler.table,
+            source.table,
+            source.flagged(),
+            source.version_column(),
+            handler.batch_size * handler.max_batches,
+        )
+
+    try:
+        pumped = run_in_transaction(app.engine, work, patience=patience)
+    except DBAPIError as error:
+        missing = buffer_table_missing(app.engine, error, {handler.name: handler.tables})
+        if missing is None:
+            raise
+        if on_missing is None:
+            raise missing from error
+        on_missing(missing.missing)
+        return False
+    if pumped:
+        log.debug(_log.FLAGS_TAKEN, handler=handler.name, rows=pumped)
+    return True
 
 
 def waiting_tables(

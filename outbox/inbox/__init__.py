@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import math
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -144,6 +145,19 @@ class Inbox:
         the caller's own), without recording it."""
         conn = _connection(session, self.name)
         return queries.inbox_holds(conn, self.name, kept_id(self.name, message_id))
+
+
+def check_sender(inbox: Inbox, sender: str, resends: float) -> None:
+    """Refuse ``inbox`` when its horizon is shorter than ``resends``, the re-send horizon of
+    the handler ``sender`` of the messages: a message re-sent after its id was pruned would
+    have its effect twice."""
+    if inbox.horizon < resends:
+        raise ConfigurationError(
+            f"inbox {inbox.name!r} keeps a message id {inbox.horizon:g} s, but handler "
+            f"{sender!r} may send a message again up to {resends:.0f} s after it first sent it "
+            f"(the longest retry wait, the lease and the timeout): make the horizon at least "
+            f"{math.ceil(resends)} s"
+        )
 
 
 def kept_id(inbox: str, message_id: object) -> str:

@@ -291,6 +291,8 @@ TOP_LEVEL = {
     "breaker",
     "buffer",
     "fanout",
+    "flags",
+    "settings",
     "exceptions",
     "lifecycle",
     "once",

@@ -20,8 +20,8 @@ from collections.abc import Callable
 
 import pytest
 
-from outbox.app import DEFAULT_RESCUE_INTERVAL_SECONDS, DEFAULT_WORKER_STALE_SECONDS
 from outbox.ops.migrate import head_revision
+from outbox.settings import DEFAULT_RESCUE_INTERVAL_SECONDS, DEFAULT_WORKER_STALE_SECONDS
 from tests.upgrade._harness import SIZE_ENV, LongReader, Upgrade, longest_gap
 
 # How much longer than the lock timeout the fleet may go without starting a group while a

@@ -85,6 +85,10 @@ class Statements(Protocol):
         self, conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]]
     ) -> int: ...
 
+    def insert_selected_ignoring_duplicates(
+        self, conn: Connection, table: Table, columns: Sequence[str], rows: Select[Any]
+    ) -> int: ...
+
     def insert_new(
         self,
         conn: Connection,

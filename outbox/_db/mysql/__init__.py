@@ -45,6 +45,7 @@ from outbox._db.mysql.statements import (
     ids_written,
     insert_ignoring_duplicates,
     insert_new,
+    insert_selected_ignoring_duplicates,
     plan_each_time,
     update_picked,
 )
@@ -84,6 +85,7 @@ __all__ = [
     "ids_written",
     "insert_ignoring_duplicates",
     "insert_new",
+    "insert_selected_ignoring_duplicates",
     "is_lock_timeout",
     "is_missing_table",
     "is_transient",

@@ -155,6 +155,17 @@ def insert_ignoring_duplicates(
     return sum(max(conn.execute(statement, dict(row)).rowcount, 0) for row in rows)
 
 
+def insert_selected_ignoring_duplicates(
+    conn: Connection, table: Table, columns: Sequence[str], rows: Select[Any]
+) -> int:
+    """Insert what ``rows`` selects into ``columns``, skipping rows a unique index already
+    holds (``INSERT IGNORE ... SELECT``); how many were inserted."""
+    from sqlalchemy.dialects.mysql import insert as mysql_insert
+
+    statement = mysql_insert(table).prefix_with("IGNORE").from_select(list(columns), rows)
+    return int(conn.execute(statement.execution_options(preserve_rowcount=True)).rowcount)
+
+
 def insert_new(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], returning: ColumnElement[Any]
 ) -> list[Any]:

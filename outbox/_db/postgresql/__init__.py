@@ -48,6 +48,7 @@ from outbox._db.postgresql.statements import (
     ids_written,
     insert_ignoring_duplicates,
     insert_new,
+    insert_selected_ignoring_duplicates,
     plan_each_time,
     update_picked,
 )
@@ -90,6 +91,7 @@ __all__ = [
     "ids_written",
     "insert_ignoring_duplicates",
     "insert_new",
+    "insert_selected_ignoring_duplicates",
     "is_lock_timeout",
     "is_missing_table",
     "is_transient",

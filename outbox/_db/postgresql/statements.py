@@ -77,6 +77,15 @@ def insert_ignoring_duplicates(
     return len(conn.execute(returning).all())
 
 
+def insert_selected_ignoring_duplicates(
+    conn: Connection, table: Table, columns: Sequence[str], rows: Select[Any]
+) -> int:
+    """Insert what ``rows`` selects into ``columns``, skipping rows a unique index already
+    holds (``INSERT ... SELECT ... ON CONFLICT DO NOTHING``); how many were inserted."""
+    statement = postgresql_insert(table).from_select(list(columns), rows).on_conflict_do_nothing()
+    return int(conn.execute(statement).rowcount)
+
+
 def insert_new(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], returning: ColumnElement[Any]
 ) -> list[Any]:

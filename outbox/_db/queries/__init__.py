@@ -71,6 +71,7 @@ from outbox._db.queries.distribution import (
     tables_with_unclaimed,
     take_distribution_ticks,
 )
+from outbox._db.queries.flags import clear_flags, pump_flagged_rows
 from outbox._db.queries.groups import (
     ARCHIVED,
     LIVE,
@@ -337,6 +338,7 @@ __all__ = [
     "claim_rows",
     "claim_rows_returning",
     "claim_rows_sized",
+    "clear_flags",
     "conversions_under_way",
     "convert_next_rows",
     "copy_group_rows",
@@ -436,6 +438,7 @@ __all__ = [
     "operations",
     "overdue_jobs",
     "pause_handler",
+    "pump_flagged_rows",
     "read_inbox",
     "reading_connection",
     "recent_dead_letters",

@@ -43,6 +43,7 @@ from outbox._db.sqlite.statements import (
     ids_written,
     insert_ignoring_duplicates,
     insert_new,
+    insert_selected_ignoring_duplicates,
     plan_each_time,
     update_picked,
 )
@@ -81,6 +82,7 @@ __all__ = [
     "ids_written",
     "insert_ignoring_duplicates",
     "insert_new",
+    "insert_selected_ignoring_duplicates",
     "is_lock_timeout",
     "is_missing_table",
     "is_transient",

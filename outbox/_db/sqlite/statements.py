@@ -76,6 +76,18 @@ def insert_ignoring_duplicates(
     return sum(max(conn.execute(statement, dict(row)).rowcount, 0) for row in rows)
 
 
+def insert_selected_ignoring_duplicates(
+    conn: Connection, table: Table, columns: Sequence[str], rows: Select[Any]
+) -> int:
+    """Insert what ``rows`` selects into ``columns``, skipping rows a unique index already
+    holds (``INSERT ... SELECT ... ON CONFLICT DO NOTHING``; the select has a ``WHERE``, which
+    SQLite needs to tell its ``ON`` from a join's); how many were inserted."""
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    statement = sqlite_insert(table).from_select(list(columns), rows).on_conflict_do_nothing()
+    return int(conn.execute(statement.execution_options(preserve_rowcount=True)).rowcount)
+
+
 def insert_new(
     conn: Connection, table: Table, rows: Sequence[Mapping[str, Any]], returning: ColumnElement[Any]
 ) -> list[Any]:

@@ -1,0 +1,71 @@
+"""Flags on a business table: the keys of flagged rows copied into their handler's buffer, and
+the flags cleared for the rows a group handled (see :mod:`outbox.flags`)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from sqlalchemy import Connection, String, Table, cast, exists, select, update
+from sqlalchemy.sql import ColumnElement
+
+from outbox._db import dialects
+
+
+def seen_text(version: ColumnElement[Any]) -> ColumnElement[str]:
+    """A row's version as the buffer keeps it: as text, the same on every connection of the
+    application's engine (PostgreSQL's in UTC)."""
+    return cast(version, String)
+
+
+def pump_flagged_rows(
+    conn: Connection,
+    dialect: str,
+    buffer: Table,
+    source: Table,
+    flagged: ColumnElement[bool],
+    version: ColumnElement[Any],
+    limit: int,
+) -> int:
+    """Copy the keys of up to ``limit`` rows of ``source`` that are ``flagged`` and that the
+    buffer does not hold yet into it, each with its ``version`` as seen now, oldest key first;
+    how many were copied. A key another copy put in meanwhile is skipped."""
+    key = source.c.id
+    pending = exists().where(buffer.c.row_id == key)
+    picked = select(key, seen_text(version)).where(flagged, ~pending).order_by(key).limit(limit)
+    statements = dialects.statements(dialect)
+    return statements.insert_selected_ignoring_duplicates(conn, buffer, ["row_id", "seen"], picked)
+
+
+class Flags(Protocol):
+    """A business table's flag (:class:`outbox.flags.FlagSource`)."""
+
+    @property
+    def table(self) -> Table: ...
+
+    @property
+    def flag(self) -> str: ...
+
+    @property
+    def cleared(self) -> Any: ...
+
+    def version_column(self) -> ColumnElement[Any]: ...
+
+
+def clear_flags(
+    conn: Connection, buffer: Table, flags: Flags, group_id: uuid.UUID, row_ids: Sequence[int]
+) -> int:
+    """Clear the flag of the rows ``row_ids`` of the business table whose version is still
+    the one the buffer's group ``group_id`` saw; how many were cleared. A row flagged again
+    since (a new version) keeps its flag, and is handled again."""
+    if not row_ids:
+        return 0
+    source = flags.table
+    same = exists().where(
+        buffer.c.row_id == source.c.id,
+        buffer.c.group_id == group_id,
+        buffer.c.seen == seen_text(flags.version_column()),
+    )
+    statement = update(source).where(source.c.id.in_(list(row_ids)), same)
+    return int(conn.execute(statement.values({flags.flag: flags.cleared})).rowcount)

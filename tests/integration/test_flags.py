@@ -1,0 +1,188 @@
+"""Flags on a business table (``Outbox.flagged``): rows the application flags are handed to the
+handler as business rows, and their flags cleared when it succeeds, only where the row was not
+changed meanwhile. On SQLite, PostgreSQL and MariaDB."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, func, select, update
+from sqlalchemy.orm import Session
+
+from outbox import Batch, Outbox, RetryPolicy, distribute_once
+from outbox.exceptions import ConfigurationError
+from outbox.ops import holds
+from outbox.testing import drain
+from tests.models import ActivityEvent, Employee, EmployeeWork
+
+IMMEDIATE = RetryPolicy(max_attempts=2, scale=0.0, base_delay=0.0, jitter=0.0)
+
+
+def _hire(engine: Engine, count: int, flagged: bool = True) -> None:
+    with Session(engine) as session, session.begin():
+        session.add_all(
+            Employee(id=n, name=f"employee {n}", needs_work_done=flagged)
+            for n in range(1, count + 1)
+        )
+
+
+def _flag(engine: Engine, ids: list[int], name: str) -> None:
+    """The application's change: the row, its flag and its version, in one update."""
+    with engine.begin() as conn:
+        conn.execute(
+            update(Employee)
+            .where(Employee.id.in_(ids))
+            .values(name=name, needs_work_done=True, version=Employee.version + 1)
+        )
+
+
+def _flagged(engine: Engine) -> list[int]:
+    with engine.connect() as conn:
+        return list(
+            conn.execute(
+                select(Employee.id).where(Employee.needs_work_done).order_by(Employee.id)
+            ).scalars()
+        )
+
+
+def _waiting(engine: Engine) -> int:
+    with engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(EmployeeWork)).scalar_one())
+
+
+def test_flagged_rows_are_handed_over_as_business_rows_and_unflagged(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """25 flagged employees of 30: the handler is handed those 25, as ``Employee`` rows in
+    groups of 10; their flags are cleared, the others untouched, and the buffer is empty."""
+    app = make_app(database_url)
+    seen: list[tuple[int, str]] = []
+    sizes: list[int] = []
+
+    @app.flagged(Employee, flag="needs_work_done", version="version", buffer=EmployeeWork,
+                 batch_size=10)  # fmt: skip
+    def sync_employees(batch: Batch[Employee]) -> None:
+        sizes.append(len(batch))
+        seen.extend((e.id, e.name) for e in batch.events)
+        assert all(isinstance(e, Employee) for e in batch.events)
+
+    _hire(app.engine, 25)
+    with Session(app.engine) as session, session.begin():
+        session.add_all(Employee(id=n, name="calm") for n in range(26, 31))
+    drain(app)
+    assert [(n, f"employee {n}") for n in range(1, 26)] == sorted(seen)
+    assert [10, 10, 5] == sorted(sizes, reverse=True)
+    assert [] == _flagged(app.engine)
+    assert 0 == _waiting(app.engine)
+
+
+def test_a_row_changed_while_its_handler_runs_stays_flagged_and_is_handled_again(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """Employee 1 changes (a new version) while its group is handled: its flag is not
+    cleared by that group, and the next drain hands its new state over."""
+    app = make_app(database_url)
+    seen: list[tuple[int, str]] = []
+
+    @app.flagged(Employee, flag="needs_work_done", version="version", buffer=EmployeeWork)
+    def sync_employees(batch: Batch[Employee]) -> None:
+        seen.extend((e.id, e.name) for e in batch.events)
+        if len(seen) == 3:
+            _flag(app.engine, [1], "renamed while handled")
+
+    _hire(app.engine, 3)
+    drain(app)
+    assert [(1, "employee 1"), (1, "renamed while handled"), (2, "employee 2"),
+            (3, "employee 3")] == sorted(seen)  # fmt: skip
+    assert [] == _flagged(app.engine)
+
+
+def test_a_failed_group_keeps_its_flags_and_a_dead_row_waits_until_released(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """The handler retries employee 2 every time: the others are unflagged; employee 2's
+    attempts run out, it stays flagged, its key is held and taken again by no distribution,
+    until an operator releases it."""
+    app = make_app(database_url)
+    fail = {2}
+    handled: list[int] = []
+
+    @app.flagged(Employee, flag="needs_work_done", version="version", buffer=EmployeeWork,
+                 retry=IMMEDIATE)  # fmt: skip
+    def sync_employees(batch: Batch[Employee]) -> None:
+        batch.retry([e for e in batch.events if e.id in fail], "partner refused it")
+        handled.extend(e.id for e in batch.events if e.id not in fail)
+
+    _hire(app.engine, 4)
+    drain(app)
+    drain(app)
+    assert [1, 3, 4] == sorted(handled)
+    assert [2] == _flagged(app.engine)
+    assert ["2"] == [held.key for held in holds.held_keys(app, "sync_employees")]
+    assert 1 == _waiting(app.engine)  # taken again, and held back
+    fail.clear()
+    holds.release_keys(app, "sync_employees", actor="test")
+    drain(app)
+    assert [1, 2, 3, 4] == sorted(handled)
+    assert [] == _flagged(app.engine)
+    assert 0 == _waiting(app.engine)
+
+
+def test_a_handler_that_raises_clears_no_flag(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """A group that fails is retried; no flag is cleared until its attempt succeeds."""
+    app = make_app(database_url)
+    calls: list[int] = []
+
+    @app.flagged(Employee, flag="needs_work_done", version="version", buffer=EmployeeWork,
+                 retry=IMMEDIATE)  # fmt: skip
+    def sync_employees(batch: Batch[Employee]) -> None:
+        calls.append(len(batch))
+        if len(calls) == 1:
+            assert [1, 2, 3] == _flagged(app.engine)
+            raise ConnectionError("the HR system is down")
+
+    _hire(app.engine, 3)
+    drain(app)
+    assert [3, 3] == calls
+    assert [] == _flagged(app.engine)
+
+
+def test_a_row_deleted_since_it_was_flagged_is_not_handed_over(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    app = make_app(database_url)
+    seen: list[int] = []
+
+    @app.flagged(Employee, flag="needs_work_done", version="version", buffer=EmployeeWork)
+    def sync_employees(batch: Batch[Employee]) -> None:
+        seen.extend(batch.ids)
+
+    _hire(app.engine, 3)
+    distribute_once(app)
+    with app.engine.begin() as conn:
+        conn.execute(Employee.__table__.delete().where(Employee.id == 2))  # type: ignore[attr-defined]
+    drain(app)
+    assert [1, 3] == sorted(seen)
+    assert 0 == _waiting(app.engine)
+
+
+def test_a_flag_is_refused_where_it_is_given_in_one_line(make_app: Callable[..., Outbox]) -> None:
+    app = make_app("sqlite://")
+
+    def handle(batch: Batch[Any]) -> None:
+        pass
+
+    with pytest.raises(ConfigurationError, match="needs_work_done is a boolean, so version"):
+        app.flagged(Employee, flag="needs_work_done", buffer=EmployeeWork)(handle)
+    with pytest.raises(ConfigurationError, match="flag must name a column"):
+        app.flagged(Employee, flag="missing", version="version", buffer=EmployeeWork)(handle)
+    with pytest.raises(ConfigurationError, match="must be a boolean, or a nullable column"):
+        app.flagged(Employee, flag="name", buffer=EmployeeWork)(handle)
+    with pytest.raises(ConfigurationError, match="FlaggedRowsMixin"):
+        app.flagged(Employee, flag="needs_work_done", version="version", buffer=ActivityEvent)(
+            handle
+        )
