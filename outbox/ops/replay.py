@@ -256,6 +256,12 @@ def handler_table(app: Outbox, name: str) -> Table:
             f"archived events of handler {name!r} cannot be replayed: this application has no "
             f"such handler (it has: {known}); filter with --handler"
         )
+    if app.handlers[name].flags is not None:
+        raise ReplayError(
+            f"archived events of handler {name!r} are keys of flagged rows of its business "
+            f"table, not events: release its held keys (outbox held release --handler {name}) "
+            "to have those rows handled again, in their current state; filter with --handler"
+        )
     return app.handlers[name].table
 
 

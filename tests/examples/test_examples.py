@@ -23,6 +23,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from examples.contact_sync import run as contact_sync_run
+from examples.employee_flags import run as employee_flags_run
 from examples.marketing_sync import run as marketing_run
 from examples.marketing_sync.app import (
     API_CALLS_PER_SECOND,
@@ -378,3 +379,18 @@ def test_order_fanout_hands_every_order_to_each_consumer_and_no_pause_holds_the_
         "distinct partner orders": 300,
         "rows left in every buffer": 0,
     } == order_fanout_run.main(example_database)
+
+
+def test_employee_flags_sends_each_renamed_employee_and_leaves_no_flag(
+    example_database: str,
+) -> None:
+    """300 of 500 employees renamed, payroll failing twice: the 300 new names reach payroll
+    in 3 calls of 100, the others are never sent, and no flag is left."""
+    assert {
+        "employees": 500,
+        "renamed": 300,
+        "payroll holds, with the new name": 300,
+        "employees sent that nobody renamed": 0,
+        "successful calls": 3,
+        "flags left": 0,
+    } == employee_flags_run.main(example_database)

@@ -12,8 +12,8 @@ from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
 from outbox import Batch, Outbox, RetryPolicy, distribute_once
-from outbox.exceptions import ConfigurationError
-from outbox.ops import holds
+from outbox.exceptions import ConfigurationError, ReplayError
+from outbox.ops import holds, replay
 from outbox.testing import drain
 from tests.models import ActivityEvent, Employee, EmployeeWork
 
@@ -103,8 +103,8 @@ def test_a_failed_group_keeps_its_flags_and_a_dead_row_waits_until_released(
     database_url: str, make_app: Callable[..., Outbox]
 ) -> None:
     """The handler retries employee 2 every time: the others are unflagged; employee 2's
-    attempts run out, it stays flagged, its key is held and taken again by no distribution,
-    until an operator releases it."""
+    attempts run out, it stays flagged, its key is held and taken again by no claim, until an
+    operator releases it (a replay is refused: the row's state is the business table's)."""
     app = make_app(database_url)
     fail = {2}
     handled: list[int] = []
@@ -122,6 +122,8 @@ def test_a_failed_group_keeps_its_flags_and_a_dead_row_waits_until_released(
     assert [2] == _flagged(app.engine)
     assert ["2"] == [held.key for held in holds.held_keys(app, "sync_employees")]
     assert 1 == _waiting(app.engine)  # taken again, and held back
+    with pytest.raises(ReplayError, match=r"release its held keys \(outbox held release"):
+        replay.replay(app, handler="sync_employees")
     fail.clear()
     holds.release_keys(app, "sync_employees", actor="test")
     drain(app)
