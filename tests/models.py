@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import uuid
+from datetime import datetime
 from decimal import Decimal
 
-from sqlalchemy import JSON, Index, Numeric, String, Uuid, text
+from sqlalchemy import JSON, DateTime, Index, Numeric, String, Uuid, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from outbox import BufferMixin, FlaggedRowsMixin
@@ -101,9 +102,17 @@ class Employee(Base):
     name: Mapped[str] = mapped_column(String(100))
     needs_work_done: Mapped[bool] = mapped_column(default=False)
     version: Mapped[int] = mapped_column(default=1)
+    # A flag that is its own version: the time of the change that needs work, NULL when none.
+    changed_at: Mapped[datetime | None] = mapped_column(DateTime(), nullable=True)
 
 
 class EmployeeWork(FlaggedRowsMixin, Base):
     """The buffer of the employees' flag handler: outbox writes it, the application never."""
 
     __tablename__ = "test_employee_work"
+
+
+class EmployeeChanges(FlaggedRowsMixin, Base):
+    """The buffer of a flag handler on ``Employee.changed_at``."""
+
+    __tablename__ = "test_employee_changes"

@@ -4,6 +4,8 @@ changed meanwhile. On SQLite, PostgreSQL and MariaDB."""
 
 from __future__ import annotations
 
+import asyncio
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
@@ -15,7 +17,7 @@ from outbox import Batch, Outbox, RetryPolicy, distribute_once
 from outbox.exceptions import ConfigurationError, ReplayError
 from outbox.ops import holds, replay
 from outbox.testing import drain
-from tests.models import ActivityEvent, Employee, EmployeeWork
+from tests.models import ActivityEvent, Employee, EmployeeChanges, EmployeeWork
 
 IMMEDIATE = RetryPolicy(max_attempts=2, scale=0.0, base_delay=0.0, jitter=0.0)
 
@@ -187,4 +189,61 @@ def test_a_flag_is_refused_where_it_is_given_in_one_line(make_app: Callable[...,
     with pytest.raises(ConfigurationError, match="FlaggedRowsMixin"):
         app.flagged(Employee, flag="needs_work_done", version="version", buffer=ActivityEvent)(
             handle
+        )
+
+
+def test_an_async_handler_is_handed_the_rows_on_its_loop(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """An ``async def`` flag handler is awaited with the business rows; flags cleared after."""
+    app = make_app(database_url)
+    seen: list[int] = []
+
+    @app.flagged(Employee, flag="needs_work_done", version="version", buffer=EmployeeWork)
+    async def sync_employees(batch: Batch[Employee]) -> None:
+        await asyncio.sleep(0)
+        seen.extend(e.id for e in batch.events)
+
+    assert app.get_handler("sync_employees").is_async
+    _hire(app.engine, 5)
+    drain(app)
+    assert [1, 2, 3, 4, 5] == sorted(seen)
+    assert [] == _flagged(app.engine)
+
+
+def test_a_time_flag_is_its_own_version_and_is_cleared_to_null(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """``flag="changed_at"`` with no version: rows with a time are handed over and set back to
+    NULL; one whose time moves while it is handled keeps it and is handed over again."""
+    app = make_app(database_url)
+    seen: list[tuple[int, str]] = []
+    first = dt.datetime(2026, 1, 2, 3, 4, 5, 123456)
+
+    @app.flagged(Employee, flag="changed_at", buffer=EmployeeChanges)
+    def sync_changes(batch: Batch[Employee]) -> None:
+        seen.extend((e.id, e.name) for e in batch.events)
+        if len(seen) == 2:
+            # A second later: MariaDB's DATETIME keeps whole seconds, and two changes within
+            # one would read as one (docs/flags.md).
+            with app.engine.begin() as conn:
+                conn.execute(
+                    update(Employee)
+                    .where(Employee.id == 2)
+                    .values(name="later", changed_at=first + dt.timedelta(seconds=1))
+                )
+
+    with Session(app.engine) as session, session.begin():
+        session.add_all(
+            [
+                Employee(id=1, name="one", changed_at=first),
+                Employee(id=2, name="two", changed_at=first),
+                Employee(id=3, name="three"),
+            ]
+        )
+    drain(app)
+    assert [(1, "one"), (2, "later"), (2, "two")] == sorted(seen)
+    with app.engine.connect() as conn:
+        assert [None, None, None] == list(
+            conn.execute(select(Employee.changed_at).order_by(Employee.id)).scalars()
         )
