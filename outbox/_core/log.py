@@ -82,6 +82,8 @@ ARCHIVE_PRUNED = "outbox.archive.pruned"
 ARCHIVE_RETENTION = "outbox.archive.retention"
 ARCHIVE_RETENTION_FAILED = "outbox.archive.retention_failed"
 ARCHIVE_EDITED = "outbox.archive.edited"  # a dead event replayed with values an operator changed
+# A consumer added to a fan-out later, started from the events the archive keeps.
+FANOUT_BACKFILLED = "outbox.fanout.backfilled"
 GROUPS_DISCARDED = "outbox.groups.discarded"  # an operator gave groups up
 # How far a long command is (prune, replay, discard, migrate...), off a terminal: its counts.
 PROGRESS = "outbox.progress"

@@ -26,6 +26,7 @@ COMMAND_MODULES = {
     "demo": "demo",
     "discard": "groups",
     "distribute": "work",
+    "fanout": "fanout",
     "find": "groups",
     "groups": "groups",
     "held": "flow",

@@ -2,8 +2,8 @@
 
 The operations that work through many rows a batch at a time (:func:`outbox.ops.archive.prune`
 and :func:`~outbox.ops.replay.replay`, :func:`outbox.ops.group_operations.discard` and
-:func:`~outbox.ops.group_operations.replay`, :func:`outbox.ops.migrate.migrate`,
-:func:`outbox.ops.reindex.reindex`)
+:func:`~outbox.ops.group_operations.replay`, :func:`outbox.ops.fanout.backfill`,
+:func:`outbox.ops.migrate.migrate`, :func:`outbox.ops.reindex.reindex`)
 take a :class:`Progress`. They tell it what they are about to do and how much of it there is,
 each batch once it is committed, and ask it before each batch whether to go on. Told to stop,
 they raise :class:`StoppedError` between two batches: every batch is committed whole or not at

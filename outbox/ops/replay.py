@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -288,15 +288,8 @@ def put_back(
     built = []
     for row in rows:
         table = handler_table(app, row["handler"])
-        payload = dict(row["payload"])
-        json_as_text = bool(payload.pop(JSON_AS_TEXT_MARKER, False))
-        event = {
-            column.name: _stored(
-                column, payload[column.name], conn.dialect, json_as_text=json_as_text
-            )
-            for column in table.columns
-            if column.name not in BufferMixin.OWN_COLUMNS and column.name in payload
-        }
+        own = (c for c in table.columns if c.name not in BufferMixin.OWN_COLUMNS)
+        event = stored_values(own, row["payload"], conn.dialect)
         event.update(edited or {})
         ordered = app.handlers[row["handler"]].ordering_key is not None
         built.append((row, table, event, ordered, ordered or not new_ids))
@@ -344,6 +337,23 @@ def put_back(
         if not dead:
             queries.release_held_keys(conn, handler, group_id=group_id)
     return put, left
+
+
+def stored_values(
+    columns: Iterable[Column[Any]], payload: Mapping[str, Any], dialect: Dialect
+) -> dict[str, Any]:
+    """An archived event's values (its payload, read: :func:`outbox._core.values.archived_payload`)
+    as ``columns`` store them on ``dialect``, by column name, for an insert of stored rows
+    (:func:`outbox._db.queries.insert_stored_rows`): the columns the payload has (one archived
+    before a column was added lacks it), in its own form (SQLite's lenient one keeps JSON
+    columns as their text, :data:`~outbox._db.dialects.JSON_AS_TEXT_MARKER`). A
+    :class:`~outbox.exceptions.ReplayError` names a column whose value cannot be stored."""
+    json_as_text = bool(payload.get(JSON_AS_TEXT_MARKER, False))
+    return {
+        column.name: _stored(column, payload[column.name], dialect, json_as_text=json_as_text)
+        for column in columns
+        if column.name in payload
+    }
 
 
 def _stored(column: Column[Any], value: Any, dialect: Dialect, *, json_as_text: bool) -> Any:

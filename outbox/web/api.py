@@ -24,6 +24,7 @@ from outbox._core.checks import MAX_JSON_DEPTH, json_problem
 from outbox._core.values import jsonable
 from outbox.ops import (
     archive,
+    fanout,
     fleet,
     flow,
     group_operations,
@@ -322,6 +323,12 @@ async def inbox_list(request: Request) -> Response:
     return answer(await call(inboxes.inboxes, console_of(request).app))
 
 
+async def fanout_list(request: Request) -> Response:
+    """``GET /fanouts``: each fan-out, its source and consumers and the events waiting in each."""
+    await require(request, Permission.READ)
+    return answer(await call(fanout.fanouts, console_of(request).app))
+
+
 # --- actions --------------------------------------------------------------------------------
 
 
@@ -575,4 +582,5 @@ ROUTES = [
     Route(f"{PREFIX}/refused", refused_groups, methods=["GET"]),
     Route(f"{PREFIX}/refused/release", release_refused, methods=["POST"]),
     Route(f"{PREFIX}/inboxes", inbox_list, methods=["GET"]),
+    Route(f"{PREFIX}/fanouts", fanout_list, methods=["GET"]),
 ]

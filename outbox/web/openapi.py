@@ -25,6 +25,7 @@ from outbox.app import Outbox
 from outbox.ops import (
     archive,
     edit,
+    fanout,
     fleet,
     group_operations,
     groups,
@@ -397,6 +398,12 @@ PATHS: dict[str, dict[str, Any]] = {
         "get": _op(
             "Each inbox, its horizon and the message ids it keeps",
             {"200": _answer("inboxes", list[inboxes.InboxStatus]), **_errors()},
+        )
+    },
+    "/fanouts": {
+        "get": _op(
+            "Each fan-out, its source and consumers, and the events waiting in each",
+            {"200": _answer("fan-outs", list[fanout.FanoutStatus]), **_errors()},
         )
     },
     "/refused/release": {

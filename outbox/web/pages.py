@@ -3,11 +3,11 @@ JavaScript, every action a form that carries the page's CSRF token.
 
 Each page asks the operations layer the API asks (``outbox.ops.metrics`` through the shared
 snapshot, ``outbox.ops.groups``, ``outbox.ops.archive``, ``outbox.ops.operators``,
-``outbox.ops.fleet``, ``outbox.ops.holds``, ``outbox.ops.inboxes``), so pages, API and command
-line always agree. A page asked for with ``X-Outbox-Fragment: 1`` answers its main part only: what
-``static/console.js`` swaps in every refresh period. How a page is drawn is
-:mod:`outbox.web._render`; what its forms do, :mod:`outbox.web.actions`. :data:`ROUTES` serves
-both.
+``outbox.ops.fleet``, ``outbox.ops.holds``, ``outbox.ops.inboxes``, ``outbox.ops.fanout``), so
+pages, API and command line always agree. A page asked for with ``X-Outbox-Fragment: 1``
+answers its main part only: what ``static/console.js`` swaps in every refresh period. How a
+page is drawn is :mod:`outbox.web._render`; what its forms do, :mod:`outbox.web.actions`.
+:data:`ROUTES` serves both.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from starlette.responses import FileResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from outbox.ops import (
+    fanout,
     fleet,
     flow,
     group_operations,
@@ -215,7 +216,8 @@ async def overview(request: Request) -> Response:
 
 
 async def handler_page(request: Request) -> Response:
-    """``/handlers/{handler}``: one handler's status, its recent groups, pause and resume."""
+    """``/handlers/{handler}``: one handler's status, its recent groups, pause and resume; a
+    fan-out's consumers, or the fan-out a consumer's handler drains the copies of."""
     principal = await require(request, Permission.READ)
     console = console_of(request)
     [name] = handler_names(console, [request.path_params["handler"]])
@@ -241,6 +243,9 @@ async def handler_page(request: Request) -> Response:
             "alert_staleness": handler.urgency.alert_staleness,
             "chart": chart,
             "ranges": [r.value for r in metrics.ThroughputRange],
+            "copies_into": fanout.copies_into(console.app, name),
+            "archives": handler.archive,
+            "copy_of": fanout.copy_of(console.app, name),
         },
     )
 

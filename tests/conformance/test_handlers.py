@@ -239,3 +239,73 @@ def test_two_ordered_claims_at_once_never_take_one_keys_events_side_by_side(
         first.commit()
         took_second = second.result(THREAD_SECONDS)
     assert (2, 0) == (took_first, took_second)
+
+
+# --- a write that needs the handler paused throughout (a fan-out consumer's backfill) ---------
+
+
+def _record(db: Database, selection: str = "{}") -> int:
+    return db.run(
+        lambda conn: queries.record_operation(
+            conn, action="replay", actor="test", selection=selection, groups=0, events=0,
+            detail=None,
+        )
+    )  # fmt: skip
+
+
+def test_lock_pause_says_whether_the_handler_is_paused_now(db: Database) -> None:
+    """Paused; a pause that has ended; never paused (no row); resumed."""
+    _pause(db, None)
+    _pause(db, 0.1, handler=OTHER_HANDLER)
+    time.sleep(0.2)
+    names = (HANDLER, OTHER_HANDLER, "none")
+    paused = [db.run(lambda conn, n=n: queries.lock_pause(conn, n)) for n in names]
+    db.run(lambda conn: queries.resume_handler(conn, HANDLER))
+    assert ([True, False, False], False) == (
+        paused,
+        db.run(lambda conn: queries.lock_pause(conn, HANDLER)),
+    )
+
+
+def test_a_resume_waits_for_the_session_holding_the_pause(row_locks: Database) -> None:
+    """A session that checked the pause holds it: a resume waits until it commits, so that
+    what it wrote was written while the handler was paused."""
+    db = row_locks
+    _pause(db, None)
+    with db.other_engine().connect() as first:
+        held = queries.lock_pause(first, HANDLER)
+        resume = db.in_thread(lambda: db.run(lambda conn: queries.resume_handler(conn, HANDLER)))
+        db.wait_for_lock_waiter()
+        waiting = not resume.done()
+        first.commit()
+        resumed = resume.result(THREAD_SECONDS)
+    assert (True, True, True) == (held, waiting, resumed)
+
+
+def test_paused_since_operation_is_a_pause_begun_before_the_record(db: Database) -> None:
+    """Paused before the operation was recorded: yes; resumed since, or paused again after
+    it: no."""
+    _pause(db, None)
+    time.sleep(0.01)
+    recorded = _record(db)
+    before = db.run(lambda conn: queries.paused_since_operation(conn, HANDLER, recorded))
+    db.run(lambda conn: queries.resume_handler(conn, HANDLER))
+    resumed = db.run(lambda conn: queries.paused_since_operation(conn, HANDLER, recorded))
+    time.sleep(0.01)
+    _pause(db, None)
+    again = db.run(lambda conn: queries.paused_since_operation(conn, HANDLER, recorded))
+    assert (True, False, False) == (before, resumed, again)
+
+
+def test_last_operation_is_the_newest_of_that_action_and_selection(db: Database) -> None:
+    """The newest record of exactly that selection; None for a selection never recorded."""
+    _record(db, '{"backfill": "a"}')
+    newest = _record(db, '{"backfill": "a"}')
+    _record(db, '{"backfill": "b"}')
+    found = db.run(
+        lambda conn: queries.last_operation(conn, action="replay", selection='{"backfill": "a"}')
+    )
+    never = db.run(
+        lambda conn: queries.last_operation(conn, action="edit", selection='{"backfill": "a"}')
+    )
+    assert (newest, "test", None) == (found and found.id, found and found.actor, never)

@@ -110,16 +110,17 @@ def test_archive_counts_count_by_handler_and_status(db: Database) -> None:
     assert expected == db.run(queries.archive_counts)
 
 
-@pytest.mark.parametrize(("unclaimed", "expected"), [(True, 3), (False, 2)])
+@pytest.mark.parametrize(("unclaimed", "expected"), [(True, 3), (False, 2), (None, 5)])
+@pytest.mark.parametrize("cap", [None, 4])
 def test_count_buffer_rows_counts_unclaimed_or_claimed_rows(
-    db: Database, unclaimed: bool, expected: int
+    db: Database, unclaimed: bool | None, expected: int, cap: int | None
 ) -> None:
-    """Unclaimed rows, or the rows in groups."""
+    """Unclaimed rows, the rows in groups, or all of them; no further than a cap."""
     add_events(db.engine, 3)
     add_events(db.engine, 1, group_id=uuid.uuid4())
     add_events(db.engine, 1, group_id=uuid.uuid4())
-    assert expected == db.run(
-        lambda conn: queries.count_buffer_rows(conn, ACTIVITY, unclaimed=unclaimed)
+    assert min(expected, cap or expected) == db.run(
+        lambda conn: queries.count_buffer_rows(conn, ACTIVITY, unclaimed=unclaimed, cap=cap)
     )
 
 

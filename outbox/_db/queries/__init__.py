@@ -97,8 +97,10 @@ from outbox._db.queries.handlers import (
     ensure_handler_row,
     handler_states,
     lock_handler_state,
+    lock_pause,
     not_paused,
     pause_handler,
+    paused_since_operation,
     reset_breaker,
     resume_handler,
     set_breaker_counts,
@@ -181,6 +183,7 @@ from outbox._db.queries.one_statement import (
 )
 from outbox._db.queries.operations import (
     finish_operation,
+    last_operation,
     operations,
     record_operation,
 )
@@ -414,6 +417,7 @@ __all__ = [
     "insert_stored_rows",
     "insert_worker",
     "job_counts",
+    "last_operation",
     "leader_worker_id",
     "lease_job",
     "lease_of",
@@ -421,6 +425,7 @@ __all__ = [
     "live_worker_versions",
     "live_workers_and_now",
     "lock_handler_state",
+    "lock_pause",
     "make_archive_day",
     "mark_archived",
     "mark_group_operation",
@@ -438,6 +443,7 @@ __all__ = [
     "operations",
     "overdue_jobs",
     "pause_handler",
+    "paused_since_operation",
     "pump_flagged_rows",
     "read_inbox",
     "reading_connection",

@@ -456,17 +456,28 @@ def insert_stored_rows(
 
 
 def count_buffer_rows(
-    conn: Connection, table: Table, *, unclaimed: bool, cap: int | None = None
+    conn: Connection, table: Table, *, unclaimed: bool | None, cap: int | None = None
 ) -> int:
-    """Rows of a buffer: the unclaimed ones, or the claimed ones (in groups); counting no
-    further than ``cap`` when given (the partial index ``ix_<table>_unclaimed`` serves the
-    unclaimed, ``ix_<table>_group_id`` the claimed)."""
-    condition = table.c.group_id.is_(None) if unclaimed else table.c.group_id.is_not(None)
+    """Rows of a buffer: the unclaimed ones, the claimed ones (in groups), or all of them
+    (``unclaimed=None``); counting no further than ``cap`` when given (the partial index
+    ``ix_<table>_unclaimed`` serves the unclaimed, ``ix_<table>_group_id`` the claimed, the
+    primary key all)."""
+    condition = (
+        true()
+        if unclaimed is None
+        else table.c.group_id.is_(None)
+        if unclaimed
+        else table.c.group_id.is_not(None)
+    )
     if cap is None:
-        return int(conn.execute(select(func.count()).where(condition)).scalar_one())
+        return int(
+            conn.execute(select(func.count()).select_from(table).where(condition)).scalar_one()
+        )
     # ORDER BY keeps the planner on the index (see count_unclaimed).
-    order = table.c.id if unclaimed else table.c.group_id
-    capped = select(literal(1)).where(condition).order_by(order).limit(cap).subquery()
+    order = table.c.group_id if unclaimed is False else table.c.id
+    capped = (
+        select(literal(1)).select_from(table).where(condition).order_by(order).limit(cap)
+    ).subquery()
     return int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
 
 

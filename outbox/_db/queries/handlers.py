@@ -14,6 +14,7 @@ from outbox._db.types import HandlerState
 from outbox.schema import db_now
 
 _handlers = schema.handlers
+_operations = schema.operations
 
 
 def paused_now() -> ColumnElement[bool]:
@@ -141,6 +142,33 @@ def lock_handler_state(conn: Connection, dialect: str, name: str) -> HandlerStat
     _ensure_row(conn, dialect, name)
     stmt = select(*_state_columns()).where(_handlers.c.name == name).with_for_update()
     return _state(conn.execute(stmt).one())
+
+
+def lock_pause(conn: Connection, name: str) -> bool:
+    """Whether a handler is paused now, its row locked until the transaction ends (on SQLite
+    the transaction's write lock does it), so that a resume waits until the transaction is
+    done: what a write that needs the handler to stay paused throughout checks first. A
+    handler without a row was never paused."""
+    stmt = (
+        select(paused_now().label("paused"))
+        .select_from(_handlers)
+        .where(_handlers.c.name == name)
+        .with_for_update()
+    )
+    return bool(conn.execute(stmt).scalar_one_or_none())
+
+
+def paused_since_operation(conn: Connection, name: str, operation_id: int) -> bool:
+    """Whether a handler is paused now by a pause that began no later than the operation
+    ``operation_id`` was recorded: it has not run since (a resume clears the pause, and a
+    pause made later starts later)."""
+    recorded = (
+        select(_operations.c.done_at).where(_operations.c.id == operation_id).scalar_subquery()
+    )
+    stmt = select(_handlers.c.name).where(
+        _handlers.c.name == name, paused_now(), _handlers.c.paused_at <= recorded
+    )
+    return conn.execute(stmt).first() is not None
 
 
 def set_breaker_counts(conn: Connection, name: str, *, failures: int, trips: int) -> None:

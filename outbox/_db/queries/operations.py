@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import Connection, insert, select, update
 
 from outbox import schema
@@ -45,11 +47,36 @@ def finish_operation(conn: Connection, operation_id: int, groups: int, events: i
     )
 
 
+def last_operation(conn: Connection, *, action: str, selection: str) -> OperationRow | None:
+    """The newest operation recorded with ``action`` and exactly ``selection`` (its JSON text,
+    as it was recorded), or None: whether an operation that must not be done twice was done
+    (a fan-out consumer's backfill). No index serves the selection: the table holds what
+    operators did, and this is asked once per command, not on a worker's path."""
+    stmt = (
+        select(*_row_columns())
+        .where(_operations.c.action == action, _operations.c.selection == selection)
+        .order_by(_operations.c.id.desc())
+        .limit(1)
+    )
+    found = conn.execute(stmt).first()
+    return None if found is None else _row(found)
+
+
 def operations(
     conn: Connection, *, action: str | None = None, limit: int, before_id: int | None = None
 ) -> list[OperationRow]:
     """Operations recorded, newest first (before ``before_id``: the next page)."""
-    stmt = select(
+    stmt = select(*_row_columns())
+    if action is not None:
+        stmt = stmt.where(_operations.c.action == action)
+    if before_id is not None:
+        stmt = stmt.where(_operations.c.id < before_id)
+    rows = conn.execute(stmt.order_by(_operations.c.id.desc()).limit(limit))
+    return [_row(r) for r in rows]
+
+
+def _row_columns() -> tuple[Any, ...]:
+    return (
         _operations.c.id,
         _operations.c.action,
         _operations.c.actor,
@@ -59,21 +86,9 @@ def operations(
         _operations.c.detail,
         _operations.c.done_at,
     )
-    if action is not None:
-        stmt = stmt.where(_operations.c.action == action)
-    if before_id is not None:
-        stmt = stmt.where(_operations.c.id < before_id)
-    rows = conn.execute(stmt.order_by(_operations.c.id.desc()).limit(limit))
-    return [
-        OperationRow(
-            int(r.id),
-            r.action,
-            r.actor,
-            r.selection,
-            int(r.groups),
-            int(r.events),
-            r.detail,
-            r.done_at,
-        )
-        for r in rows
-    ]
+
+
+def _row(r: Any) -> OperationRow:
+    return OperationRow(
+        int(r.id), r.action, r.actor, r.selection, int(r.groups), int(r.events), r.detail, r.done_at
+    )

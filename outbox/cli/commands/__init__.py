@@ -9,6 +9,7 @@ __all__ = [
     "clock",
     "dashboard",
     "demo",
+    "fanout",
     "flow",
     "groups",
     "inbox",

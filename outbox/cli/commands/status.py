@@ -18,9 +18,11 @@ from outbox.cli._main import main
 from outbox.cli._options import MAX_DEAD_SINCE_SECONDS, DurationOrOff
 from outbox.cli._output import bytes_text, print_table, ratio_text
 from outbox.cli._progress import reporting
+from outbox.cli.commands.fanout import fanout_line
 from outbox.cli.commands.inbox import inbox_line
 from outbox.exceptions import OutboxError
-from outbox.ops import buffer_clock, fleet, inboxes, metrics, scaling
+from outbox.ops import buffer_clock, fanout, fleet, inboxes, metrics, scaling
+from outbox.ops.fanout import FanoutStatus
 from outbox.ops.inboxes import InboxStatus
 from outbox.ops.metrics import HandlerStatus
 from outbox.ops.totals import DatabaseTotals, database_totals, fleet_totals
@@ -142,6 +144,7 @@ class _Status:
     versions: fleet.Fleet
     wanted: scaling.Scaling
     inboxes: list[InboxStatus]
+    fanouts: list[FanoutStatus]
 
     def document(self) -> dict[str, Any]:
         """The ``--json`` document."""
@@ -151,6 +154,7 @@ class _Status:
             "fleet": self.versions.as_dict(),
             "scaling": self.wanted.as_dict(),
             "inboxes": [i.as_dict() for i in self.inboxes],
+            "fanouts": [f.as_dict() for f in self.fanouts],
         }
 
     def totals(self) -> DatabaseTotals:
@@ -162,7 +166,11 @@ def _read_status(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> _
     app = ready(app, handlers)
     rows = _started(app, handlers, dead_since)
     return _Status(
-        rows, fleet.fleet(app), scaling.read_scaling(app, handlers), inboxes.inboxes(app)
+        rows,
+        fleet.fleet(app),
+        scaling.read_scaling(app, handlers),
+        inboxes.inboxes(app),
+        fanout.fanouts(app, handlers=handlers),
     )
 
 
@@ -197,6 +205,8 @@ def _print_status(status: _Status) -> None:
         click.echo(inbox_line(kept))
     if len(status.inboxes) > INBOXES_SHOWN:
         click.echo(f"{len(status.inboxes) - INBOXES_SHOWN} more inboxes (outbox inbox list)")
+    for each in status.fanouts:
+        click.echo(fanout_line(each))
     for r in rows:
         if r.paused:
             click.echo(
