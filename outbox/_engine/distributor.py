@@ -34,7 +34,7 @@ import datetime as dt
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Table
 from sqlalchemy.exc import DBAPIError
@@ -47,6 +47,7 @@ from outbox.exceptions import BufferTableMissingError
 from outbox.handler import Handler
 
 log = _log.get_logger(__name__)
+T = TypeVar("T")
 
 # Beyond this many waiting batches the exact number changes nothing worth a longer count: the
 # count reads one index entry per row, about 0.1 ms per thousand on PostgreSQL.
@@ -108,13 +109,7 @@ def distribute_handler(
             queries.notify_jobs(conn)
         return Distribution(handler.name, unclaimed, unclaimed >= cap, len(taken), enqueued)
 
-    try:
-        result = run_in_transaction(app.engine, work, patience=patience)
-    except DBAPIError as error:
-        missing = buffer_table_missing(app.engine, error, {handler.name: handler.table})
-        if missing is None:
-            raise
-        raise missing from error
+    result = _run(app, handler, work, patience)
     if result.enqueued:
         log.info(
             _log.CLAIMS_ENQUEUED,
@@ -148,7 +143,17 @@ def distribute(
     left out of the result, the others distributed all the same; None: BufferTableMissingError
     is raised.
     """
-    handlers = [h for h in handlers if _pumped(app, h, patience, on_missing)]
+    taken = []
+    for handler in handlers:
+        try:
+            take_flagged_rows(app, handler, patience)
+        except BufferTableMissingError as error:
+            if on_missing is None:
+                raise
+            on_missing(error.missing)
+            continue
+        taken.append(handler)
+    handlers = taken
     waiting = waiting_tables(app, handlers, patience=patience)
     idle = [h.name for h in handlers if h.table not in waiting]
     pending = (
@@ -172,18 +177,14 @@ def distribute(
     return done
 
 
-def _pumped(
-    app: Outbox,
-    handler: Handler[Any],
-    patience: float,
-    on_missing: Callable[[Mapping[str, str]], None] | None,
-) -> bool:
-    """A flag handler's newly flagged rows put in its buffer (up to ``max_batches`` groups of
-    them at a time), in a transaction of their own, before its buffer is counted; False when
-    one of its tables does not exist and ``on_missing`` was told."""
+def take_flagged_rows(app: Outbox, handler: Handler[Any], patience: float = 0.0) -> int:
+    """For a flag handler, put the keys of newly flagged rows in its buffer (up to
+    ``max_batches`` groups of them at a time), in a transaction of their own, before its
+    buffer is counted; how many. A table that does not exist raises
+    BufferTableMissingError."""
     source = handler.flags
     if source is None:
-        return True
+        return 0
 
     def work(conn: Connection) -> int:
         return queries.pump_flagged_rows(
@@ -196,19 +197,22 @@ def _pumped(
             handler.batch_size * handler.max_batches,
         )
 
+    taken: int = _run(app, handler, work, patience)
+    if taken:
+        log.debug(_log.FLAGS_TAKEN, handler=handler.name, rows=taken)
+    return taken
+
+
+def _run(app: Outbox, handler: Handler[Any], work: Callable[[Connection], T], patience: float) -> T:
+    """``work`` in a transaction; BufferTableMissingError in place of the database's error when
+    one of the handler's tables does not exist."""
     try:
-        pumped = run_in_transaction(app.engine, work, patience=patience)
+        return run_in_transaction(app.engine, work, patience=patience)
     except DBAPIError as error:
         missing = buffer_table_missing(app.engine, error, {handler.name: handler.tables})
         if missing is None:
             raise
-        if on_missing is None:
-            raise missing from error
-        on_missing(missing.missing)
-        return False
-    if pumped:
-        log.debug(_log.FLAGS_TAKEN, handler=handler.name, rows=pumped)
-    return True
+        raise missing from error
 
 
 def waiting_tables(

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
@@ -14,7 +14,8 @@ from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
 from outbox import Batch, Outbox, RetryPolicy, distribute_once
-from outbox.exceptions import ConfigurationError, ReplayError
+from outbox._engine import distributor
+from outbox.exceptions import BufferTableMissingError, ConfigurationError, ReplayError
 from outbox.ops import holds, replay
 from outbox.testing import drain
 from tests.models import ActivityEvent, Employee, EmployeeChanges, EmployeeWork
@@ -247,3 +248,23 @@ def test_a_time_flag_is_its_own_version_and_is_cleared_to_null(
         assert [None, None, None] == list(
             conn.execute(select(Employee.changed_at).order_by(Employee.id)).scalars()
         )
+
+
+def test_a_missing_business_table_is_named_and_the_handler_set_aside(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """The business table does not exist: a drain refuses in one line naming it, and a
+    distribution that sets missing tables aside tells which handler and table."""
+    app = make_app(database_url)
+    app.flagged(Employee, flag="needs_work_done", version="version", buffer=EmployeeWork)(_ignore)
+    Employee.__table__.drop(app.engine)  # type: ignore[attr-defined]
+    named = "'test_employees' of handler '_ignore'"
+    with pytest.raises(BufferTableMissingError, match=named):
+        drain(app)
+    aside: list[Mapping[str, str]] = []
+    assert [] == distributor.distribute(app, list(app.handlers.values()), on_missing=aside.append)
+    assert [{"_ignore": "test_employees"}] == aside
+
+
+def _ignore(batch: Batch[Employee]) -> None:
+    pass
