@@ -71,7 +71,12 @@ from outbox._db.queries.distribution import (
     tables_with_unclaimed,
     take_distribution_ticks,
 )
-from outbox._db.queries.flags import clear_flags, pump_flagged_rows
+from outbox._db.queries.flags import (
+    FlaggedCount,
+    clear_flags,
+    count_flagged_rows,
+    pump_flagged_rows,
+)
 from outbox._db.queries.groups import (
     ARCHIVED,
     LIVE,
@@ -107,6 +112,7 @@ from outbox._db.queries.handlers import (
     take_distribution_tick,
 )
 from outbox._db.queries.held import (
+    count_held_keys,
     group_keys,
     held_keys,
     hold_keys,
@@ -289,6 +295,7 @@ __all__ = [
     "Conversion",
     "CreatedAtClock",
     "DayRetired",
+    "FlaggedCount",
     "GroupFilter",
     "GroupRow",
     "HandlerState",
@@ -352,7 +359,9 @@ __all__ = [
     "count_dead_events",
     "count_dead_groups",
     "count_events_of_groups",
+    "count_flagged_rows",
     "count_group_rows",
+    "count_held_keys",
     "count_live_groups",
     "count_live_workers",
     "count_rows_through",

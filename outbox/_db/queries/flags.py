@@ -1,13 +1,15 @@
-"""Flags on a business table: the keys of flagged rows copied into their handler's buffer, and
-the flags cleared for the rows a group handled (see :mod:`outbox.flags`)."""
+"""Flags on a business table: the keys of flagged rows copied into their handler's buffer, the
+flags cleared for the rows a group handled (see :mod:`outbox.flags`), and the flagged rows
+counted for an operator."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, String, Table, cast, exists, select, update
+from sqlalchemy import Connection, String, Table, cast, exists, func, select, update
 from sqlalchemy.sql import ColumnElement
 
 from outbox._db import dialects
@@ -36,6 +38,47 @@ def pump_flagged_rows(
     picked = select(key, seen_text(version)).where(flagged, ~pending).order_by(key).limit(limit)
     statements = dialects.statements(dialect)
     return statements.insert_selected_ignoring_duplicates(conn, buffer, ["row_id", "seen"], picked)
+
+
+@dataclass(frozen=True, slots=True)
+class FlaggedCount:
+    """The flagged rows of a business table, read at a bounded cost
+    (:func:`count_flagged_rows`)."""
+
+    flagged: int
+    """Flagged rows, counted no further than the cap."""
+    waiting: int
+    """Of those, the rows whose key the buffer does not hold: the next distribution takes
+    them."""
+
+
+def count_flagged_rows(
+    conn: Connection,
+    buffer: Table,
+    source: Table,
+    flagged: ColumnElement[bool],
+    cap: int | None,
+) -> FlaggedCount:
+    """The rows of ``source`` that are ``flagged`` (up to ``cap`` of them; None: all), and how
+    many of those the buffer holds no key of, in one statement.
+
+    The walk of the flagged rows is the distribution's (the flag's index, by key), from the
+    highest key down: the distribution takes the lowest keys first, so past the cap the rows
+    walked are those least likely taken, and the count of waiting ones says "at least" with
+    the fewest left out. Each walked row is one probe of the buffer's unique ``row_id``
+    index (a LEFT JOIN: ``row_id`` is unique, so a row joins at most one key); where the
+    buffer is small next to the walk, PostgreSQL hashes it instead, which its planner finds
+    cheaper than the probes: the probes bound the cost either way."""
+    key = source.c.id
+    walked = select(key.label("id")).where(flagged).order_by(key.desc())
+    if cap is not None:
+        walked = walked.limit(cap)
+    rows = walked.subquery("flagged_rows")
+    counted = select(func.count(), func.count(buffer.c.row_id)).select_from(
+        rows.outerjoin(buffer, buffer.c.row_id == rows.c.id)
+    )
+    total, taken = conn.execute(counted).one()
+    return FlaggedCount(flagged=int(total), waiting=int(total) - int(taken))
 
 
 class Flags(Protocol):

@@ -7,7 +7,18 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, String, Table, and_, delete, exists, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    String,
+    Table,
+    and_,
+    delete,
+    exists,
+    func,
+    literal,
+    select,
+)
 from sqlalchemy import cast as sql_cast
 
 from outbox import schema
@@ -73,6 +84,17 @@ def held_keys(conn: Connection, handler: str | None = None) -> list[HeldKey]:
     if handler is not None:
         stmt = stmt.where(_held.c.handler == handler)
     return [HeldKey(*row) for row in conn.execute(stmt.order_by(_held.c.held_at, _held.c.key))]
+
+
+def count_held_keys(conn: Connection, handler: str, cap: int | None) -> int:
+    """The keys dead groups of ``handler`` hold, counted no further than ``cap`` (None: all);
+    a range of the primary key (handler, key)."""
+    mine = select(literal(1)).where(_held.c.handler == handler)
+    if cap is None:
+        return int(conn.execute(select(func.count()).select_from(mine.subquery())).scalar_one())
+    # ORDER BY keeps the planner on the primary key; the LIMIT inside stops the walk at the cap.
+    capped = mine.order_by(_held.c.key).limit(cap).subquery()
+    return int(conn.execute(select(func.count()).select_from(capped)).scalar_one())
 
 
 def release_held_keys(
