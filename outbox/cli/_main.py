@@ -28,6 +28,7 @@ COMMAND_MODULES = {
     "distribute": "work",
     "fanout": "fanout",
     "find": "groups",
+    "flags": "flags",
     "groups": "groups",
     "held": "flow",
     "history": "groups",

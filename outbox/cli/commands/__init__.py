@@ -10,6 +10,7 @@ __all__ = [
     "dashboard",
     "demo",
     "fanout",
+    "flags",
     "flow",
     "groups",
     "inbox",

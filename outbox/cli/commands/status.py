@@ -19,10 +19,12 @@ from outbox.cli._options import MAX_DEAD_SINCE_SECONDS, DurationOrOff
 from outbox.cli._output import bytes_text, print_table, ratio_text
 from outbox.cli._progress import reporting
 from outbox.cli.commands.fanout import fanout_line
+from outbox.cli.commands.flags import flags_line
 from outbox.cli.commands.inbox import inbox_line
 from outbox.exceptions import OutboxError
-from outbox.ops import buffer_clock, fanout, fleet, inboxes, metrics, scaling
+from outbox.ops import buffer_clock, fanout, flags, fleet, inboxes, metrics, scaling
 from outbox.ops.fanout import FanoutStatus
+from outbox.ops.flags import FlagStatus
 from outbox.ops.inboxes import InboxStatus
 from outbox.ops.metrics import HandlerStatus
 from outbox.ops.totals import DatabaseTotals, database_totals, fleet_totals
@@ -145,6 +147,7 @@ class _Status:
     wanted: scaling.Scaling
     inboxes: list[InboxStatus]
     fanouts: list[FanoutStatus]
+    flags: list[FlagStatus]
 
     def document(self) -> dict[str, Any]:
         """The ``--json`` document."""
@@ -155,6 +158,7 @@ class _Status:
             "scaling": self.wanted.as_dict(),
             "inboxes": [i.as_dict() for i in self.inboxes],
             "fanouts": [f.as_dict() for f in self.fanouts],
+            "flags": [f.as_dict() for f in self.flags],
         }
 
     def totals(self) -> DatabaseTotals:
@@ -171,6 +175,7 @@ def _read_status(app: Outbox, handlers: tuple[str, ...], dead_since: float) -> _
         scaling.read_scaling(app, handlers),
         inboxes.inboxes(app),
         fanout.fanouts(app, handlers=handlers),
+        flags.flag_tables(app, handlers=handlers),
     )
 
 
@@ -207,6 +212,8 @@ def _print_status(status: _Status) -> None:
         click.echo(f"{len(status.inboxes) - INBOXES_SHOWN} more inboxes (outbox inbox list)")
     for each in status.fanouts:
         click.echo(fanout_line(each))
+    for flagged in status.flags:
+        click.echo(flags_line(flagged))
     for r in rows:
         if r.paused:
             click.echo(
