@@ -18,7 +18,8 @@ from starlette.requests import Request
 from outbox._core import log as _log
 from outbox.app import Outbox
 from outbox.exceptions import ConfigurationError, GroupNotFoundError, OutboxError
-from outbox.ops import database, metrics
+from outbox.ops import database, flags, metrics
+from outbox.ops.flags import FlagStatus
 from outbox.web._ingest_bodies import IngestBodies
 from outbox.web._ingest_bodies import declare as declare_ingest_bodies
 from outbox.web.auth import CSRF_COOKIE, CSRF_FIELD, CSRF_HEADER, Auth, Permission, Principal
@@ -42,6 +43,9 @@ class Snapshot:
     """``time.time()`` when it was read."""
     throughput: dict[str, list[Any]] = field(default_factory=dict)
     """Each handler's last hour, minute by minute (:func:`outbox.ops.metrics.throughput`)."""
+    flags: dict[str, FlagStatus] = field(default_factory=dict)
+    """Each flag handler's business table and its flagged rows, by handler
+    (:func:`outbox.ops.flags.flag_tables`)."""
 
 
 class Snapshots:
@@ -87,7 +91,13 @@ class Snapshots:
 
     def _read(self) -> Snapshot:
         handlers = metrics.collect(self._app, count_cap=self._count_cap)
-        snapshot = Snapshot(handlers, time.time(), metrics.throughput(self._app))
+        flagged = flags.flag_tables(self._app, count_cap=self._count_cap)
+        snapshot = Snapshot(
+            handlers,
+            time.time(),
+            metrics.throughput(self._app),
+            {each.handler: each for each in flagged},
+        )
         self.reads += 1
         return snapshot
 

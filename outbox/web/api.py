@@ -25,6 +25,7 @@ from outbox._core.values import jsonable
 from outbox.ops import (
     archive,
     fanout,
+    flags,
     fleet,
     flow,
     group_operations,
@@ -329,6 +330,12 @@ async def fanout_list(request: Request) -> Response:
     return answer(await call(fanout.fanouts, console_of(request).app))
 
 
+async def flag_list(request: Request) -> Response:
+    """``GET /flags``: each flag handler, its business table and the rows flagged on it."""
+    await require(request, Permission.READ)
+    return answer(await call(flags.flag_tables, console_of(request).app))
+
+
 # --- actions --------------------------------------------------------------------------------
 
 
@@ -583,4 +590,5 @@ ROUTES = [
     Route(f"{PREFIX}/refused/release", release_refused, methods=["POST"]),
     Route(f"{PREFIX}/inboxes", inbox_list, methods=["GET"]),
     Route(f"{PREFIX}/fanouts", fanout_list, methods=["GET"]),
+    Route(f"{PREFIX}/flags", flag_list, methods=["GET"]),
 ]

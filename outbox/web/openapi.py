@@ -26,6 +26,7 @@ from outbox.ops import (
     archive,
     edit,
     fanout,
+    flags,
     fleet,
     group_operations,
     groups,
@@ -404,6 +405,12 @@ PATHS: dict[str, dict[str, Any]] = {
         "get": _op(
             "Each fan-out, its source and consumers, and the events waiting in each",
             {"200": _answer("fan-outs", list[fanout.FanoutStatus]), **_errors()},
+        )
+    },
+    "/flags": {
+        "get": _op(
+            "Each flag handler, its business table, and the rows flagged and not taken yet",
+            {"200": _answer("flag handlers", list[flags.FlagStatus]), **_errors()},
         )
     },
     "/refused/release": {

@@ -1,13 +1,13 @@
 """The dashboard's pages: server-rendered HTML (Jinja2), refreshed in place by a little plain
 JavaScript, every action a form that carries the page's CSRF token.
 
-Each page asks the operations layer the API asks (``outbox.ops.metrics`` through the shared
-snapshot, ``outbox.ops.groups``, ``outbox.ops.archive``, ``outbox.ops.operators``,
-``outbox.ops.fleet``, ``outbox.ops.holds``, ``outbox.ops.inboxes``, ``outbox.ops.fanout``), so
-pages, API and command line always agree. A page asked for with ``X-Outbox-Fragment: 1``
-answers its main part only: what ``static/console.js`` swaps in every refresh period. How a
-page is drawn is :mod:`outbox.web._render`; what its forms do, :mod:`outbox.web.actions`.
-:data:`ROUTES` serves both.
+Each page asks the operations layer the API asks (``outbox.ops.metrics`` and
+``outbox.ops.flags`` through the shared snapshot, ``outbox.ops.groups``, ``outbox.ops.archive``,
+``outbox.ops.operators``, ``outbox.ops.fleet``, ``outbox.ops.holds``, ``outbox.ops.inboxes``,
+``outbox.ops.fanout``), so pages, API and command line always agree. A page asked for with
+``X-Outbox-Fragment: 1`` answers its main part only: what ``static/console.js`` swaps in every
+refresh period. How a page is drawn is :mod:`outbox.web._render`; what its forms do,
+:mod:`outbox.web.actions`. :data:`ROUTES` serves both.
 """
 
 from __future__ import annotations
@@ -217,12 +217,14 @@ async def overview(request: Request) -> Response:
 
 async def handler_page(request: Request) -> Response:
     """``/handlers/{handler}``: one handler's status, its recent groups, pause and resume; a
-    fan-out's consumers, or the fan-out a consumer's handler drains the copies of."""
+    fan-out's consumers, or the fan-out a consumer's handler drains the copies of; a flag
+    handler's business table and its flagged rows (of the shared snapshot)."""
     principal = await require(request, Permission.READ)
     console = console_of(request)
     [name] = handler_names(console, [request.path_params["handler"]])
     said, rows = await _status(request)
     [row] = [r for r in rows if r.status.handler == name]
+    flagged = (await call(console.snapshots.get)).flags.get(name)
     listing = await call(groups.find, console.app, Selection(handlers=(name,)), limit=RECENT_GROUPS)
     handler = console.app.get_handler(name)
     limits = await call(flow.limit_use, console.app, name)
@@ -246,6 +248,7 @@ async def handler_page(request: Request) -> Response:
             "copies_into": fanout.copies_into(console.app, name),
             "archives": handler.archive,
             "copy_of": fanout.copy_of(console.app, name),
+            "flags": flagged,
         },
     )
 

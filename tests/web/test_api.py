@@ -44,7 +44,15 @@ from outbox.web import Auth, Principal, Role, api, bodies, create_app, openapi
 from outbox.web._ingest_bodies import column_schema
 from outbox.web.auth import CSRF_COOKIE, CSRF_HEADER
 from tests._support import allow_deletes, refuse_deletes
-from tests.models import ActivityEvent, EmailEvent, ShipmentEvent, ShipmentSearch, SinkEvent
+from tests.models import (
+    ActivityEvent,
+    EmailEvent,
+    Employee,
+    EmployeeWork,
+    ShipmentEvent,
+    ShipmentSearch,
+    SinkEvent,
+)
 from tests.users import _column_types as types
 from tests.web._site import HostileEvent, create_hostile_table
 
@@ -1666,12 +1674,14 @@ async def test_every_answer_is_as_the_document_describes_it(
 ) -> None:
     """Every read, and every action's 200, answers what its schema in the document says, and
     no property the schema does not name: a dead group holding a key, a refused group, a
-    worker, an hour's throughput, an inbox, a fan-out, replays, a retry, an edit and a
-    discard."""
+    worker, an hour's throughput, an inbox, a fan-out, a flag handler, replays, a retry, an
+    edit and a discard."""
     app = make_app(database_url)
     app.handler(ActivityEvent, retry=ONE_SHOT, ordering_key="kind", name="ordered")(_fail)
     app.handler(EmailEvent, retry=ONE_SHOT, name="mails")(_ok)
     app.fanout(ShipmentEvent, to=[ShipmentSearch], archive=True)
+    app.flagged(Employee, flag="needs_work_done", version="version", buffer=EmployeeWork,
+                name="payroll")(_ok)  # fmt: skip
     with app.engine.begin() as conn:
         app.inbox("orders").receive(conn, "m-1")
     commit_events(app.engine, 2, kind="alpha")
@@ -1717,6 +1727,7 @@ async def test_every_answer_is_as_the_document_describes_it(
         ("get", "/held", "/held", None),
         ("get", "/inboxes", "/inboxes", None),
         ("get", "/fanouts", "/fanouts", None),
+        ("get", "/flags", "/flags", None),
         ("get", "/handlers/{handler}/throughput", "/handlers/ordered/throughput", None),
     ]
     problems: dict[tuple[str, str], list[str]] = {}

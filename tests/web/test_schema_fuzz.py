@@ -68,7 +68,7 @@ def test_the_api_keeps_to_its_document(
 
         keeps_to_the_document()
     # Every operation was fuzzed: the generic ones and each handler's two ingest paths.
-    assert 26 - 2 + 2 * 2 == len(operations)
+    assert 27 - 2 + 2 * 2 == len(operations)
 
 
 # --- hostile ------------------------------------------------------------------------------
