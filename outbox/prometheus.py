@@ -8,9 +8,10 @@ Needs the ``metrics`` extra (``pip install 'sqlalchemy-outbox[metrics]'``). Two 
 - :class:`WorkerMetrics` counts what one process's workers did, from the
   :class:`~outbox.results.BatchResult` each batch job returns (``Worker(on_result=...)``).
 
-Labels are kept to ``handler``, ``band`` (the urgency band's name), ``outcome`` and ``inbox``:
-their values are bounded by the registered handlers and the inboxes, never by events, groups or
-message ids. docs/metrics.md lists every name.
+Labels are kept to ``handler``, ``band`` (the urgency band's name), ``outcome``, ``inbox`` and
+``state`` (of a flagged row: ``waiting`` or ``taken``): their values are bounded by the
+registered handlers and the inboxes, never by events, groups, rows or message ids.
+docs/metrics.md lists every name.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ from outbox._core import log as _log
 from outbox._core.in_flight import InFlight
 from outbox.app import Outbox
 from outbox.exceptions import OutboxError
-from outbox.ops import inboxes, metrics, scaling
+from outbox.ops import flags, inboxes, metrics, scaling
+from outbox.ops.flags import FlagStatus
 from outbox.ops.inboxes import InboxStatus
 from outbox.results import (
     DEAD,
@@ -115,6 +117,7 @@ class OutboxCollector:
         yield from _families(labels).values()
         yield from _scaling_families(labels)
         yield from _inbox_families(labels).values()
+        yield _flag_family(labels)
         yield from _scrape_families(labels)
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -123,6 +126,7 @@ class OutboxCollector:
         families = _families(labels)
         scaling_families = _scaling_families(labels)
         inbox_families = _inbox_families(labels)
+        flagged = _flag_family(labels)
         failed, took = _scrape_families(labels)
         for name, read in self._read_all():
             prefix = () if name is None and not labels else (name or "",)
@@ -132,9 +136,11 @@ class OutboxCollector:
                 _add_status(families, prefix, read.rows)
                 _add_scaling(scaling_families, prefix, read.wanted)
                 _add_inboxes(inbox_families, prefix, read.inboxes)
+                _add_flags(flagged, prefix, read.flags)
         yield from families.values()
         yield from scaling_families
         yield from inbox_families.values()
+        yield flagged
         yield from (failed, took)
 
     def _read_all(self) -> list[tuple[str | None, _Read]]:
@@ -177,11 +183,14 @@ class OutboxCollector:
             wanted = scaling.read_scaling(app, self.handlers)
             # Counted up to a cap: an inbox of millions of ids costs a scrape a bounded read.
             kept = inboxes.inboxes(app)
+            # Counted up to a cap too; a flag handler whose tables cannot be read has no
+            # series (its reading says why: outbox flags list), the others have theirs.
+            flagged = flags.flag_tables(app, handlers=self.handlers)
         except (SQLAlchemyError, OutboxError) as error:
             self._report(app.database_name, error)
             return _Read(error=True, duration=time.monotonic() - started)
         self._report(app.database_name, None)
-        return _Read(False, time.monotonic() - started, rows, wanted, kept)
+        return _Read(False, time.monotonic() - started, rows, wanted, kept, flagged)
 
     def _report(self, database: str | None, error: Exception | None) -> None:
         """Log a failure once per outage of a database, not once per scrape, and its end;
@@ -216,6 +225,7 @@ class _Read:
     rows: list[metrics.HandlerStatus] = field(default_factory=list)
     wanted: scaling.Scaling | None = None
     inboxes: list[InboxStatus] = field(default_factory=list)
+    flags: list[FlagStatus] = field(default_factory=list)
 
 
 def _labels_of(app: Outbox) -> tuple[str, ...]:
@@ -389,6 +399,25 @@ def _add_inboxes(
         families["outbox_inbox_expired_ids"].add_metric(labels, inbox.expired)
         if inbox.horizon is not None:
             families["outbox_inbox_horizon_seconds"].add_metric(labels, inbox.horizon)
+
+
+def _flag_family(prefix: tuple[str, ...]) -> GaugeMetricFamily:
+    """``outbox_flagged_rows`` (:mod:`outbox.ops.flags`), empty; ``prefix``: the labels
+    before its own."""
+    return GaugeMetricFamily(
+        "outbox_flagged_rows",
+        "Rows flagged on a flag handler's business table: waiting (not taken into its buffer "
+        "yet) or taken (their key in the buffer); counted up to "
+        f"{flags.COUNT_CAP:,} flagged rows (at the cap: at least that many).",
+        labels=(*prefix, "handler", "state"),
+    )
+
+
+def _add_flags(family: GaugeMetricFamily, prefix: tuple[str, ...], read: list[FlagStatus]) -> None:
+    for status in read:
+        if status.waiting is not None and status.taken is not None:
+            family.add_metric((*prefix, status.handler, "waiting"), status.waiting)
+            family.add_metric((*prefix, status.handler, "taken"), status.taken)
 
 
 def _scrape_families(prefix: tuple[str, ...]) -> tuple[GaugeMetricFamily, GaugeMetricFamily]:
