@@ -31,6 +31,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.mysql import DATETIME as MYSQL_DATETIME
 from sqlalchemy.dialects.mysql import VARBINARY
+from sqlalchemy.dialects.mysql import VARCHAR as MYSQL_VARCHAR
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql.expression import FunctionElement
@@ -352,11 +353,20 @@ operations = Table(
     Index(None, "done_at"),
 )
 
+# Text a MariaDB column compares byte for byte, without padding, and still reads as text.
+EXACT_VARCHAR_200 = MYSQL_VARCHAR(200, charset="utf8mb4", collation="utf8mb4_nopad_bin")
+
 ingest_keys = Table(
     "outbox_ingest_keys",
     metadata,
     Column("handler", _NAME, primary_key=True),
-    Column("key", String(200), primary_key=True, comment="the producer's idempotency key"),
+    Column(
+        "key",
+        # Compared exactly on MariaDB too (its text collations take "K" for "k", "k " for "k").
+        String(200).with_variant(EXACT_VARCHAR_200, "mysql", "mariadb"),
+        primary_key=True,
+        comment="the producer's idempotency key",
+    ),
     Column("event_id", BigInteger, nullable=False, comment="the event it wrote, in its buffer"),
     Column("received_at", timestamp(), nullable=False, server_default=db_now()),
     # Serves prune by age.

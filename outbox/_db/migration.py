@@ -10,7 +10,18 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Engine, String, Table, column, func, inspect, select, table
+from sqlalchemy import (
+    Connection,
+    Engine,
+    String,
+    Table,
+    column,
+    func,
+    inspect,
+    select,
+    table,
+    text,
+)
 from sqlalchemy.engine import Dialect as SADialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ColumnElement
@@ -117,9 +128,44 @@ def downgrade_losses(conn: Connection, revision: str) -> list[Loss]:
     return [loss for loss in losses if loss.count]
 
 
+_COLLATION = re.compile(r"[A-Za-z0-9_]+")
+
+
+def folded_ingest_keys(conn: Connection, *, delete: bool = False) -> int:
+    """On MariaDB, the ingest keys another key of the same handler equals under the table's
+    own collation (a case, an accent or a trailing space apart), which a column back in that
+    collation cannot hold: counted, or with ``delete`` deleted (the smallest of each is kept).
+    Elsewhere none: keys are compared exactly there in every generation."""
+    if name_of(conn.dialect) != "mysql":
+        return 0
+    collation = conn.execute(
+        text(
+            "SELECT TABLE_COLLATION FROM information_schema.TABLES "
+            "WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'outbox_ingest_keys'"
+        )
+    ).scalar()
+    if collation is None or not _COLLATION.fullmatch(collation):
+        return 0
+    joined = (
+        "outbox_ingest_keys k JOIN outbox_ingest_keys o ON o.handler = k.handler "
+        f"AND o.`key` < k.`key` AND o.`key` COLLATE {collation} = k.`key` COLLATE {collation}"
+    )
+    if delete:
+        return int(conn.execute(text(f"DELETE k FROM {joined}")).rowcount)
+    found = conn.execute(text(f"SELECT COUNT(DISTINCT k.handler, k.`key`) FROM {joined}"))
+    return int(found.scalar_one())
+
+
 _jobs, _handlers, _limits = schema.jobs, schema.handlers, schema.rate_limits
 _LOSSES: dict[str, tuple[tuple[str, str, Any], ...]] = {
-    "0011": (("outbox_inbox", "inbox message ids", lambda c: _count(c, schema.inbox)),),
+    "0011": (
+        ("outbox_inbox", "inbox message ids", lambda c: _count(c, schema.inbox)),
+        (
+            "outbox_ingest_keys",
+            "ingest keys one only apart from another by case, accent or trailing space",
+            folded_ingest_keys,
+        ),
+    ),
     "0006": (
         ("outbox_attempts", "recorded attempts", lambda c: _count(c, schema.attempts)),
         ("outbox_operations", "recorded operations", lambda c: _count(c, schema.operations)),

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import Engine, insert, text
+from sqlalchemy import Engine, insert, select, text
 
 from outbox import schema
 from outbox.inbox import Inbox
@@ -109,6 +109,39 @@ def test_downgrade_below_the_inbox_refuses_naming_its_ids(
     assert (1, expected) == (result.code, result.stderr)
     assert 0 == cli.run(*_url(empty_url), "migrate", "--to", "0010", "--yes").code
     assert "0010" == current_revision(engine)
+
+
+def test_downgrade_below_the_exact_ingest_keys_names_those_it_keeps_one_of(
+    cli: Cli, empty_url: str, engine_on: Callable[[str], Engine]
+) -> None:
+    """--to 0010 over ingest keys "k", "K" and "k ": MariaDB's collation before 0011 takes
+    them for one, so the downgrade names the two it cannot keep, and with --yes keeps "k"; on
+    the other databases keys were always exact, and nothing is lost."""
+    engine = engine_on(empty_url)
+    migrate(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            schema.ingest_keys.insert(),
+            [{"handler": "h", "key": key, "event_id": n} for n, key in enumerate(["k", "K", "k "])],
+        )
+    folded = engine.dialect.name in ("mysql", "mariadb")
+
+    result = cli.run(*_url(empty_url), "migrate", "--to", "0010")
+
+    if folded:
+        expected = (
+            f"Error: {head_revision()} -> 0010 drops outbox_ingest_keys: 2 ingest keys one only "
+            "apart from another by case, accent or trailing space; pass --yes to downgrade all "
+            "the same\n"
+        )
+        assert (1, expected) == (result.code, result.stderr)
+        assert 0 == cli.run(*_url(empty_url), "migrate", "--to", "0010", "--yes").code
+    else:
+        assert 0 == result.code
+    assert "0010" == current_revision(engine)
+    with engine.connect() as conn:
+        keys = sorted(conn.execute(select(schema.ingest_keys.c.key)).scalars())
+    assert (["K"] if folded else ["K", "k", "k "]) == keys
 
 
 def test_downgrade_with_yes_drops_the_rows(
