@@ -1,9 +1,10 @@
-"""What the benchmarks share: a scratch PostgreSQL database and fresh tables in it, percentiles,
-the command line."""
+"""What the benchmarks share: a scratch PostgreSQL database and fresh tables in it, a scratch
+database on each server (and an SQLite file), percentiles, the command line."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -11,11 +12,14 @@ import resource
 import shlex
 import statistics
 import subprocess
+import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import MetaData, create_engine, text
+from sqlalchemy import Connection, Engine, MetaData, create_engine, text
 from sqlalchemy.engine import make_url
 
 from outbox import schema
@@ -23,6 +27,9 @@ from outbox import schema
 ADMIN_URL = os.environ.get(
     "OUTBOX_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1/test"
 )
+POSTGRES_URL = ADMIN_URL
+MARIADB_URL = os.environ.get("OUTBOX_BENCH_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
+DATABASES = ("postgresql", "mariadb", "sqlite")
 RESULTS = Path(__file__).parent / "results"
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -55,6 +62,50 @@ def fresh_tables(url: str, buffers: MetaData) -> None:
         schema.metadata.create_all(conn)
         buffers.create_all(conn)
     engine.dispose()
+
+
+@contextlib.contextmanager
+def scratch(database: str, prefix: str) -> Iterator[str]:
+    """A database of the run's own on ``database``'s server (one of :data:`DATABASES`; a file
+    for SQLite), named after ``prefix``; its URL, dropped at the end."""
+    name = f"outbox_bench_{prefix}_{uuid.uuid4().hex[:8]}"
+    if database == "sqlite":
+        with tempfile.TemporaryDirectory(prefix=f"outbox-{prefix}-") as directory:
+            yield f"sqlite:///{directory}/{name}.sqlite3"
+        return
+    admin_url = POSTGRES_URL if database == "postgresql" else MARIADB_URL
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    create = f'CREATE DATABASE "{name}"' if database == "postgresql" else f"CREATE DATABASE {name}"
+    if database == "mariadb":
+        create += " CHARACTER SET utf8mb4"
+    drop = (
+        f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+        if database == "postgresql"
+        else f"DROP DATABASE IF EXISTS {name}"
+    )
+    with admin.connect() as conn:
+        conn.execute(text(create))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(drop))
+        admin.dispose()
+
+
+def reader_engine(url: str) -> Engine:
+    """An engine for a benchmark's own reads beside the processes it measures: plain
+    transactions, where outbox's SQLite engine takes the write lock up front."""
+    if url.startswith("sqlite"):
+        return create_engine(url, connect_args={"timeout": 30})
+    return create_engine(url, pool_size=1)
+
+
+def server_version(conn: Connection) -> str:
+    """The database server's name and version (SQLite's library version)."""
+    if conn.dialect.name == "sqlite":
+        return "SQLite " + str(conn.execute(text("SELECT sqlite_version()")).scalar())
+    return str(conn.execute(text("SELECT version()")).scalar()).split(" on ")[0]
 
 
 def libpq_url(url: str) -> str:

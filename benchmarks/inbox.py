@@ -65,28 +65,29 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
-    create_engine,
     func,
     insert,
     select,
-    text,
     update,
 )
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from benchmarks._common import REPOSITORY, command_line, machine, write
+from benchmarks._common import (
+    DATABASES,
+    REPOSITORY,
+    command_line,
+    machine,
+    reader_engine,
+    scratch,
+    server_version,
+    write,
+)
 from outbox import Outbox, schema
 from outbox._db.dialects.clock import db_now_plus
 from outbox.inbox import PRUNE_CHUNK, is_retryable, prune
 
 RABBITMQ_URL = os.environ.get("OUTBOX_BENCH_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
-POSTGRES_URL = os.environ.get(
-    "OUTBOX_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1/test"
-)
-MARIADB_URL = os.environ.get("OUTBOX_BENCH_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
-DATABASES = ("postgresql", "mariadb", "sqlite")
 INBOX = "proof"
 PUBLISH_GROUP = 1000  # messages written before their confirms are awaited together
 IDLE_SECONDS = 0.05  # a consumer handles a part batch after this long without a message
@@ -420,25 +421,17 @@ def _handled(engine: Engine) -> tuple[int, float | None]:
     return int(row[0]), row[1]
 
 
-def _reader(url: str) -> Engine:
-    """An engine for the supervisor's reads: plain transactions, where outbox's SQLite engine
-    takes the write lock up front."""
-    if url.startswith("sqlite"):
-        return create_engine(url, connect_args={"timeout": 30})
-    return create_engine(url, pool_size=1)
-
-
 def prove(url: str, options: Options, log: Any = print) -> Proof:
     """Run the proof on the (existing, empty) database of ``url``: outbox's tables and the
     benchmark's are created, and the benchmark's dropped at the end."""
     rng = random.Random(options.seed)
-    reader = _reader(url)
+    reader = reader_engine(url)
     with reader.begin() as conn:
         metadata.drop_all(conn)
         schema.metadata.create_all(conn)
         metadata.create_all(conn)
         conn.execute(schema.inbox.delete().where(schema.inbox.c.inbox == INBOX))
-        server = _server(conn)
+        server = server_version(conn)
     database = reader.dialect.name
     proof = Proof(database="mariadb" if database == "mysql" else database, server=server)
     try:
@@ -704,44 +697,6 @@ def _prune(url: str, reader: Engine, proof: Proof, chunks: int | None) -> None:
     }
 
 
-def _server(conn: Any) -> str:
-    if conn.dialect.name == "sqlite":
-        return "SQLite " + str(conn.execute(text("SELECT sqlite_version()")).scalar())
-    return str(conn.execute(text("SELECT version()")).scalar()).split(" on ")[0]
-
-
-# --- the scratch databases --------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def scratch(database: str) -> Iterator[str]:
-    """A database of the run's own on ``database``'s server (a file for SQLite); its URL,
-    dropped at the end."""
-    name = f"outbox_bench_inbox_{uuid.uuid4().hex[:8]}"
-    if database == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="outbox-inbox-") as directory:
-            yield f"sqlite:///{directory}/{name}.sqlite3"
-        return
-    admin_url = POSTGRES_URL if database == "postgresql" else MARIADB_URL
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    create = f'CREATE DATABASE "{name}"' if database == "postgresql" else f"CREATE DATABASE {name}"
-    if database == "mariadb":
-        create += " CHARACTER SET utf8mb4"
-    drop = (
-        f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
-        if database == "postgresql"
-        else f"DROP DATABASE IF EXISTS {name}"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(create))
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(drop))
-        admin.dispose()
-
-
 def _fraction(value: str) -> float:
     number = float(value)
     if not 0 <= number < 1:
@@ -793,7 +748,7 @@ def main() -> None:
     )
     for database in chosen:
         print(f"{database}: {options.deliveries:,} messages published", flush=True)
-        with scratch(database) as url:
+        with scratch(database, "inbox") as url:
             proof = prove(url, options, log=lambda line: print(line, flush=True))
         data = {
             "benchmark": "inbox",

@@ -109,6 +109,14 @@ class Handler(Generic[EventT]):
         business = () if self.flags is None else (self.flags.table,)
         return (self.table, *(model.__table__ for model in self.copy_to), *business)
 
+    @property
+    def claims_take_turns(self) -> bool:
+        """Whether the handler's claims take turns across the fleet: an ordered handler's do,
+        as two at once could each take rows of one key, the second past the first one's locked
+        rows. A flag handler's need not: its buffer holds one row per key (the business row's,
+        unique), so a claim only has to skip the rows another one locked."""
+        return self.ordering_key is not None and self.flags is None
+
 
 def delivery_of(value: Delivery | str) -> Delivery:
     try:

@@ -92,7 +92,7 @@ def _claim(
         return _claim_leased_in_one_statement(conn, app, handler, group_id, lease, held, started)
     in_order = claimable(handler)
     only = in_order
-    if ordered:
+    if handler.claims_take_turns:
         # One claim of an ordered handler at a time, fleet-wide: two at once would each take
         # rows of the same key, the second past the first one's locked rows.
         queries.lock_handler_state(conn, app.dialect, handler.name)

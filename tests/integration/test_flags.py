@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,7 +15,7 @@ from sqlalchemy import Engine, func, select, update
 from sqlalchemy.orm import Session
 
 from outbox import Batch, Outbox, RetryPolicy, distribute_once
-from outbox._engine import distributor
+from outbox._engine import claimer, distributor
 from outbox.exceptions import BufferTableMissingError, ConfigurationError, ReplayError
 from outbox.ops import holds, replay
 from outbox.testing import drain
@@ -173,6 +174,47 @@ def test_a_row_deleted_since_it_was_flagged_is_not_handed_over(
     drain(app)
     assert [1, 3] == sorted(seen)
     assert 0 == _waiting(app.engine)
+
+
+def _claimed_rows(engine: Engine, group_id: Any) -> list[int]:
+    with engine.connect() as conn:
+        return sorted(
+            conn.execute(
+                select(EmployeeWork.row_id).where(EmployeeWork.group_id == group_id)
+            ).scalars()
+        )
+
+
+def test_claims_of_a_flag_handler_do_not_take_turns_across_workers(
+    server_database: str, make_app: Callable[..., Outbox]
+) -> None:
+    """A claim whose transaction is still open holds no other claim back: a flag's buffer has
+    one row per business row, so two claims cannot take rows of one key, and each skips the
+    rows the other locked. (Claims of an ordered handler whose keys repeat take turns.)"""
+    app = make_app(server_database)
+
+    @app.flagged(Employee, flag="needs_work_done", version="version", buffer=EmployeeWork,
+                 batch_size=10)  # fmt: skip
+    def sync_employees(batch: Batch[Employee]) -> None:
+        pass
+
+    handler = app.get_handler("sync_employees")
+    _hire(app.engine, 20)
+    distribute_once(app)
+    outcome: list[claimer.Claim | None] = []
+    with app.engine.connect() as first:
+        first.begin()
+        mine = claimer._claim(first, app, handler)
+        other = threading.Thread(target=lambda: outcome.append(claimer.run_once(app, handler)))
+        other.start()
+        other.join(5.0)
+        blocked = other.is_alive()
+        first.rollback()
+    other.join(10.0)
+    assert mine is not None
+    (claim,) = outcome
+    assert claim is not None
+    assert (False, list(range(11, 21))) == (blocked, _claimed_rows(app.engine, claim.group_id))
 
 
 def test_a_flag_is_refused_where_it_is_given_in_one_line(make_app: Callable[..., Outbox]) -> None:

@@ -38,7 +38,8 @@ def in_order(table: Table, key_name: str, handler: str) -> ColumnElement[bool]:
     """A row of an ordered handler may be claimed: no row of its key is in a group (claimed,
     running, retrying, refused) and no dead group holds its key. Rows of one key are then
     claimed oldest first, a group of the key at a time (the claims of an ordered handler are
-    serialized: :func:`outbox._db.queries.lock_handler_state`)."""
+    serialized: :func:`outbox._db.queries.lock_handler_state`, but for a buffer that holds one
+    row per key, a flag handler's: ``Handler.claims_take_turns``)."""
     key = table.c[key_name]
     other = table.alias("outbox_same_key")
     in_a_group = exists(
