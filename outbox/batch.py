@@ -63,6 +63,9 @@ class Batch(Generic[EventT]):
         self._retried: list[Outcome] = []
         self._discarded: list[Outcome] = []
         self._id_set: frozenset[int] | None = None
+        self.handed: dict[int, Any] = {}
+        """A flag handler's group: the version of each business row handed over, by its key
+        (:mod:`outbox.flags`); empty for any other."""
 
     def __repr__(self) -> str:
         return (

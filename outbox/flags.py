@@ -8,8 +8,8 @@ key of each flagged row outbox is working on, with the version it saw: each dist
 the keys of newly flagged rows into it, and from there they are claimed and leased as any
 buffer's events. The handler is handed the business rows themselves, read when its group runs.
 When it succeeds, the flag of each row is cleared in the transaction that records the success,
-only where the row's version is still the one seen: a row changed meanwhile stays flagged and
-is handled again. See docs/flags.md for the guarantee.
+only where the row's version is still the one it was handed at: a row changed meanwhile stays
+flagged and is handled again. See docs/flags.md for the guarantee.
 """
 
 from __future__ import annotations
@@ -158,6 +158,9 @@ def rows_handler(
             rows=rows,
             model=source.model,
         )
+        # The versions handed over, which the group's success clears the flags of.
+        version = source.version_column()
+        outer.handed = {int(row.id): row._mapping[version] for row in rows}
         return inner, by_row
 
     if handler_kind.is_async(func):
@@ -187,8 +190,14 @@ def _carry_outcomes(inner: Batch[Any], outer: Batch[Any], by_row: dict[int, Any]
         outer.discard([by_row[row_id]], reason)
 
 
-def done_rows(batch: Batch[Any], retried: Sequence[int]) -> list[int]:
-    """The business rows of a group whose flags its success clears: all but those retried or
-    deferred (a discarded row was dealt with: the handler chose to drop it)."""
+def done_rows(batch: Batch[Any], retried: Sequence[int]) -> list[tuple[int, Any]]:
+    """The business rows of a group whose flags its success clears, each with the version it
+    was handed at: all those handed over but the ones retried or deferred (a discarded row was
+    dealt with: the handler chose to drop it)."""
     again = set(retried)
-    return [int(e.row_id) for e in batch.events if e.id not in again]
+    handed = batch.handed
+    return [
+        (int(e.row_id), handed[int(e.row_id)])
+        for e in batch.events
+        if e.id not in again and int(e.row_id) in handed
+    ]

@@ -110,7 +110,7 @@ def finish_succeeded(
         crash_point(IN_COMPLETION)
         if (source := handler.flags) is not None:  # the rows handled lose their flags
             handled = done_rows(batch, [*retried, *deferred])
-            queries.clear_flags(conn, handler.table, source, group_id, handled)
+            queries.clear_flags(conn, source, handled)
         for reason, ids in _by_reason(discarded).items():
             archive_events(
                 conn,

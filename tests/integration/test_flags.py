@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, func, select, update
-from sqlalchemy.orm import Session
+from sqlalchemy import Engine, String, func, select, update
+from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 
-from outbox import Batch, Outbox, RetryPolicy, distribute_once
+from outbox import Batch, FlaggedRowsMixin, Outbox, RetryPolicy, distribute_once
 from outbox._engine import claimer, distributor
 from outbox.exceptions import BufferTableMissingError, ConfigurationError, ReplayError
 from outbox.ops import holds, replay
@@ -310,3 +310,64 @@ def test_a_missing_business_table_is_named_and_the_handler_set_aside(
 
 def _ignore(batch: Batch[Employee]) -> None:
     pass
+
+
+def test_a_row_changed_between_its_take_and_its_read_is_handed_its_new_state_once(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """Employee 1's key is taken at version 1, then it changes to version 2 before its group
+    runs: the handler is handed version 2, and that clears the flag; it is not handed the same
+    state a second time."""
+    app = make_app(database_url)
+    seen: list[tuple[int, str]] = []
+
+    @app.flagged(Employee, flag="needs_work_done", version="version", buffer=EmployeeWork)
+    def sync_employees(batch: Batch[Employee]) -> None:
+        seen.extend((e.id, e.name) for e in batch.events)
+
+    _hire(app.engine, 2)
+    distribute_once(app)
+    _flag(app.engine, [1], "renamed before its group ran")
+    drain(app)
+    assert [(1, "renamed before its group ran"), (2, "employee 2")] == sorted(seen)
+    assert [] == _flagged(app.engine)
+
+
+class _Base(DeclarativeBase):
+    pass
+
+
+class _Document(_Base):
+    """A table whose version is long text (a content hash with a prefix, say)."""
+
+    __tablename__ = "test_flag_documents"
+    id: Mapped[int] = mapped_column(primary_key=True)
+    stale: Mapped[bool] = mapped_column(default=True)
+    revision: Mapped[str] = mapped_column(String(300))
+
+
+class _DocumentWork(FlaggedRowsMixin, _Base):
+    __tablename__ = "test_flag_document_work"
+
+
+def test_a_version_longer_than_the_buffer_shows_is_taken_and_cleared(
+    database_url: str, make_app: Callable[..., Outbox]
+) -> None:
+    """A 300-character version: the buffer shows its first 100 characters, and the flag is
+    cleared by the version handed over, compared whole."""
+    app = make_app(database_url)
+    _Base.metadata.drop_all(app.engine)
+    _Base.metadata.create_all(app.engine)
+    try:
+        handed: list[int] = []
+        app.flagged(_Document, flag="stale", version="revision", buffer=_DocumentWork, name="docs")(
+            lambda batch: handed.extend(batch.ids)
+        )
+        with Session(app.engine) as session, session.begin():
+            session.add_all(_Document(id=n, revision=f"{n}:" + "x" * 298) for n in (1, 2))
+        drain(app)
+        assert [1, 2] == sorted(handed)
+        with app.engine.connect() as conn:
+            assert [] == list(conn.execute(select(_Document.id).where(_Document.stale)))
+    finally:
+        _Base.metadata.drop_all(app.engine)

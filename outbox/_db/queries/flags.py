@@ -4,21 +4,23 @@ counted for an operator."""
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import Connection, String, Table, cast, exists, func, select, update
+from sqlalchemy import Connection, String, Table, cast, exists, func, select, tuple_, update
 from sqlalchemy.sql import ColumnElement
 
 from outbox._db import dialects
 
+# The longest version text a flag buffer keeps, when its column does not say.
+SEEN_LENGTH = 100
 
-def seen_text(version: ColumnElement[Any]) -> ColumnElement[str]:
-    """A row's version as the buffer keeps it: as text, the same on every connection of the
-    application's engine (PostgreSQL's in UTC)."""
-    return cast(version, String)
+
+def seen_text(version: ColumnElement[Any], length: int) -> ColumnElement[str]:
+    """A row's version as the buffer shows it (for the operator: the clear compares the
+    version handed over, as its column's type): as text, cut to the column's ``length``."""
+    return func.substr(cast(version, String), 1, length)
 
 
 def pump_flagged_rows(
@@ -31,11 +33,14 @@ def pump_flagged_rows(
     limit: int,
 ) -> int:
     """Copy the keys of up to ``limit`` rows of ``source`` that are ``flagged`` and that the
-    buffer does not hold yet into it, each with its ``version`` as seen now, oldest key first;
+    buffer does not hold yet into it, each with its ``version`` as it is now, oldest key first;
     how many were copied. A key another copy put in meanwhile is skipped."""
     key = source.c.id
     pending = exists().where(buffer.c.row_id == key)
-    picked = select(key, seen_text(version)).where(flagged, ~pending).order_by(key).limit(limit)
+    length = getattr(buffer.c.seen.type, "length", None) or SEEN_LENGTH
+    picked = (
+        select(key, seen_text(version, length)).where(flagged, ~pending).order_by(key).limit(limit)
+    )
     statements = dialects.statements(dialect)
     return statements.insert_selected_ignoring_duplicates(conn, buffer, ["row_id", "seen"], picked)
 
@@ -96,19 +101,14 @@ class Flags(Protocol):
     def version_column(self) -> ColumnElement[Any]: ...
 
 
-def clear_flags(
-    conn: Connection, buffer: Table, flags: Flags, group_id: uuid.UUID, row_ids: Sequence[int]
-) -> int:
-    """Clear the flag of the rows ``row_ids`` of the business table whose version is still
-    the one the buffer's group ``group_id`` saw; how many were cleared. A row flagged again
-    since (a new version) keeps its flag, and is handled again."""
-    if not row_ids:
+def clear_flags(conn: Connection, flags: Flags, handed: Sequence[tuple[int, Any]]) -> int:
+    """Clear the flag of the business rows ``handed`` (each a key and the version it was
+    handed at) whose version is still that one; how many were cleared. A row changed since
+    (a new version) keeps its flag, and is handled again. One statement, by primary key and
+    version, each bound as its column's type: no text cast compares them."""
+    if not handed:
         return 0
     source = flags.table
-    same = exists().where(
-        buffer.c.row_id == source.c.id,
-        buffer.c.group_id == group_id,
-        buffer.c.seen == seen_text(flags.version_column()),
-    )
-    statement = update(source).where(source.c.id.in_(list(row_ids)), same)
-    return int(conn.execute(statement.values({flags.flag: flags.cleared})).rowcount)
+    picked = tuple_(source.c.id, flags.version_column()).in_(list(handed))
+    statement = update(source).where(picked).values({flags.flag: flags.cleared})
+    return int(conn.execute(statement).rowcount)
