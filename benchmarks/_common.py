@@ -1,9 +1,10 @@
-"""What the benchmarks share: a scratch PostgreSQL database and fresh tables in it, percentiles,
-the command line."""
+"""What the benchmarks share: scratch databases (PostgreSQL, MariaDB, SQLite) and fresh tables in
+them, percentiles, the command line."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -11,11 +12,14 @@ import resource
 import shlex
 import statistics
 import subprocess
+import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import MetaData, create_engine, text
+from sqlalchemy import Connection, MetaData, create_engine, text
 from sqlalchemy.engine import make_url
 
 from outbox import schema
@@ -23,6 +27,11 @@ from outbox import schema
 ADMIN_URL = os.environ.get(
     "OUTBOX_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1/test"
 )
+MARIADB_ADMIN_URL = os.environ.get(
+    "OUTBOX_BENCH_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test"
+)
+DATABASES = ("postgresql", "mariadb", "sqlite")
+"""The databases a benchmark that runs on each (``--databases``) knows, by these names."""
 RESULTS = Path(__file__).parent / "results"
 REPOSITORY = Path(__file__).resolve().parents[1]
 
@@ -43,6 +52,43 @@ def drop_database(name: str) -> None:
     with admin.connect() as conn:
         conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@contextlib.contextmanager
+def scratch_on(database: str, benchmark: str) -> Iterator[str]:
+    """A database of the run's own on ``database``'s server (one of :data:`DATABASES`; a file
+    in a temporary directory for SQLite), named after ``benchmark``; its URL, dropped at the
+    end."""
+    name = f"outbox_bench_{benchmark}_{uuid.uuid4().hex[:8]}"
+    if database == "sqlite":
+        with tempfile.TemporaryDirectory(prefix=f"outbox-{benchmark}-") as directory:
+            yield f"sqlite:///{directory}/{name}.sqlite3"
+        return
+    admin_url = ADMIN_URL if database == "postgresql" else MARIADB_ADMIN_URL
+    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    create = f'CREATE DATABASE "{name}"' if database == "postgresql" else f"CREATE DATABASE {name}"
+    if database == "mariadb":
+        create += " CHARACTER SET utf8mb4"
+    drop = (
+        f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
+        if database == "postgresql"
+        else f"DROP DATABASE IF EXISTS {name}"
+    )
+    with admin.connect() as conn:
+        conn.execute(text(create))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(drop))
+        admin.dispose()
+
+
+def server_version(conn: Connection) -> str:
+    """The database server's name and version, as the results record it."""
+    if conn.dialect.name == "sqlite":
+        return "SQLite " + str(conn.execute(text("SELECT sqlite_version()")).scalar())
+    return str(conn.execute(text("SELECT version()")).scalar()).split(" on ")[0]
 
 
 def fresh_tables(url: str, buffers: MetaData) -> None:

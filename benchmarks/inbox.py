@@ -69,24 +69,25 @@ from sqlalchemy import (
     func,
     insert,
     select,
-    text,
     update,
 )
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from benchmarks._common import REPOSITORY, command_line, machine, write
+from benchmarks._common import (
+    DATABASES,
+    REPOSITORY,
+    command_line,
+    machine,
+    scratch_on,
+    server_version,
+    write,
+)
 from outbox import Outbox, schema
 from outbox._db.dialects.clock import db_now_plus
 from outbox.inbox import PRUNE_CHUNK, is_retryable, prune
 
 RABBITMQ_URL = os.environ.get("OUTBOX_BENCH_RABBITMQ_URL", "amqp://guest:guest@127.0.0.1:5672/")
-POSTGRES_URL = os.environ.get(
-    "OUTBOX_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1/test"
-)
-MARIADB_URL = os.environ.get("OUTBOX_BENCH_MARIADB_URL", "mysql+pymysql://root@127.0.0.1:3306/test")
-DATABASES = ("postgresql", "mariadb", "sqlite")
 INBOX = "proof"
 PUBLISH_GROUP = 1000  # messages written before their confirms are awaited together
 IDLE_SECONDS = 0.05  # a consumer handles a part batch after this long without a message
@@ -438,7 +439,7 @@ def prove(url: str, options: Options, log: Any = print) -> Proof:
         schema.metadata.create_all(conn)
         metadata.create_all(conn)
         conn.execute(schema.inbox.delete().where(schema.inbox.c.inbox == INBOX))
-        server = _server(conn)
+        server = server_version(conn)
     database = reader.dialect.name
     proof = Proof(database="mariadb" if database == "mysql" else database, server=server)
     try:
@@ -704,44 +705,6 @@ def _prune(url: str, reader: Engine, proof: Proof, chunks: int | None) -> None:
     }
 
 
-def _server(conn: Any) -> str:
-    if conn.dialect.name == "sqlite":
-        return "SQLite " + str(conn.execute(text("SELECT sqlite_version()")).scalar())
-    return str(conn.execute(text("SELECT version()")).scalar()).split(" on ")[0]
-
-
-# --- the scratch databases --------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def scratch(database: str) -> Iterator[str]:
-    """A database of the run's own on ``database``'s server (a file for SQLite); its URL,
-    dropped at the end."""
-    name = f"outbox_bench_inbox_{uuid.uuid4().hex[:8]}"
-    if database == "sqlite":
-        with tempfile.TemporaryDirectory(prefix="outbox-inbox-") as directory:
-            yield f"sqlite:///{directory}/{name}.sqlite3"
-        return
-    admin_url = POSTGRES_URL if database == "postgresql" else MARIADB_URL
-    admin = create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    create = f'CREATE DATABASE "{name}"' if database == "postgresql" else f"CREATE DATABASE {name}"
-    if database == "mariadb":
-        create += " CHARACTER SET utf8mb4"
-    drop = (
-        f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'
-        if database == "postgresql"
-        else f"DROP DATABASE IF EXISTS {name}"
-    )
-    with admin.connect() as conn:
-        conn.execute(text(create))
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as conn:
-            conn.execute(text(drop))
-        admin.dispose()
-
-
 def _fraction(value: str) -> float:
     number = float(value)
     if not 0 <= number < 1:
@@ -793,7 +756,7 @@ def main() -> None:
     )
     for database in chosen:
         print(f"{database}: {options.deliveries:,} messages published", flush=True)
-        with scratch(database) as url:
+        with scratch_on(database, "inbox") as url:
             proof = prove(url, options, log=lambda line: print(line, flush=True))
         data = {
             "benchmark": "inbox",
