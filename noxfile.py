@@ -127,6 +127,10 @@ def sinks(session: nox.Session) -> None:
 
 # The benchmarks (benchmarks/README.md): figures for the docs, never timing assertions in tests.
 DRAIN = ("benchmarks.drain_throughput", "--events", "200000", "--processes", "1,2", "--runs", "3")
+# The fan-out's proof on each database (MariaDB beside PostgreSQL).
+FANOUT = ("--events", "200000", "--rate", "1000", "--pause", "60", "--limited-calls", "1",
+          "--kills", "10", "--lease", "20")  # fmt: skip
+FANOUT_DATABASES = ("postgresql", "mariadb")
 BENCHMARKS = (
     ("benchmarks.wakeup_latency", "--rate", "200", "--seconds", "20", "--runs", "3"),
     ("benchmarks.wakeup_latency", "--rate", "1000", "--producers", "8", "--plain-producers",
@@ -158,6 +162,7 @@ BENCHMARKS = (
     # Needs RabbitMQ (OUTBOX_BENCH_RABBITMQ_URL) and MariaDB beside PostgreSQL.
     ("benchmarks.inbox", "--deliveries", "1000000", "--repeat-fraction", "0.2", "--consumers",
      "4", "--kills", "20"),
+    *(("benchmarks.fanout", "--database", database, *FANOUT) for database in FANOUT_DATABASES),
 )  # fmt: skip
 
 

@@ -36,6 +36,7 @@ from benchmarks.report.drain import (
     typed,
 )
 from benchmarks.report.enqueue import enqueue_cost
+from benchmarks.report.fanout import fanout, fanout_group
 from benchmarks.report.flow import drain_rate_limited, handler_outcomes
 from benchmarks.report.generic import generic
 from benchmarks.report.idle import idle_buffers
@@ -80,6 +81,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "startup": startup,
     "many_databases": many_databases,
     "inbox": inbox,
+    "fanout": fanout,
 }
 
 
@@ -87,6 +89,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
 GROUP_RENDERERS: dict[str, Callable[[list[Results]], Rendered]] = {
     "wakeup_latency": wakeup_latency_group,
     "inbox": inbox_group,
+    "fanout": fanout_group,
 }
 
 

@@ -31,6 +31,7 @@ ORDER = (
     "startup",
     "many_databases",
     "inbox",
+    "fanout",
 )
 
 
@@ -62,5 +63,6 @@ TITLES = {
     "startup": "Start-up of `outbox work`: launch to first claim",
     "many_databases": "Many databases: fairness, and one going away",
     "inbox": "The inbox's proof: redeliveries through RabbitMQ, consumers killed",
+    "fanout": "Fan-out",
     "migrations": "outbox migrate with 1,000,000 archive rows, per revision, up and down",
 }
