@@ -47,6 +47,9 @@ _FULL_RUN_PATHS = (
     # 1,000,000 deliveries per database through RabbitMQ (benchmarks/inbox.py's full size); the
     # same proof at 20,000 runs on every run.
     "tests/inbox/test_proof.py::test_a_million_deliveries_have_no_second_effect",
+    # 200,000 events fanned out to four consumers per database (benchmarks/fanout.py's size);
+    # the same proof at 3,000 runs on every run.
+    "tests/fanout/test_proof.py::test_two_hundred_thousand_events_reach_every_consumer",
     # Hosts cut off, black-holed, killed and with clocks wrong (nox -s network): each part has
     # a test of its own on every run (tests/network/test_network_bounds.py, tests/integration/
     # test_late_claims.py, the clock tests); five databases' workers killed at random (the
