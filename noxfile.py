@@ -127,6 +127,9 @@ def sinks(session: nox.Session) -> None:
 
 # The benchmarks (benchmarks/README.md): figures for the docs, never timing assertions in tests.
 DRAIN = ("benchmarks.drain_throughput", "--events", "200000", "--processes", "1,2", "--runs", "3")
+# The fan-out's proof on each database, and on PostgreSQL without the kills (a control).
+FANOUT = ("benchmarks.fanout", "--events", "200000", "--rate", "1000", "--pause", "60",
+          "--limited-calls", "0.5", "--lease", "20")  # fmt: skip
 BENCHMARKS = (
     ("benchmarks.wakeup_latency", "--rate", "200", "--seconds", "20", "--runs", "3"),
     ("benchmarks.wakeup_latency", "--rate", "1000", "--producers", "8", "--plain-producers",
@@ -158,6 +161,9 @@ BENCHMARKS = (
     # Needs RabbitMQ (OUTBOX_BENCH_RABBITMQ_URL) and MariaDB beside PostgreSQL.
     ("benchmarks.inbox", "--deliveries", "1000000", "--repeat-fraction", "0.2", "--consumers",
      "4", "--kills", "20"),
+    *((*FANOUT, "--database", database, "--kills", "10")
+      for database in ("postgresql", "mariadb", "sqlite")),
+    (*FANOUT, "--database", "postgresql", "--kills", "0", "--suffix", "_without_kills"),
 )  # fmt: skip
 
 

@@ -50,6 +50,9 @@ _FULL_RUN_PATHS = (
     # 50,000 employees per database through kills (benchmarks/flags.py's full size); the same
     # proof at 3,000 runs on every run.
     "tests/flags/test_proof.py::test_fifty_thousand_employees_are_each_cleared_by_a_success_on_their_state",
+    # 200,000 events fanned out to four consumers per database (benchmarks/fanout.py's size);
+    # the same proof at 3,000 runs on every run.
+    "tests/fanout/test_proof.py::test_two_hundred_thousand_events_reach_every_consumer",
     # Hosts cut off, black-holed, killed and with clocks wrong (nox -s network): each part has
     # a test of its own on every run (tests/network/test_network_bounds.py, tests/integration/
     # test_late_claims.py, the clock tests); five databases' workers killed at random (the

@@ -36,6 +36,7 @@ from benchmarks.report.drain import (
     typed,
 )
 from benchmarks.report.enqueue import enqueue_cost
+from benchmarks.report.fanout import fanout, fanout_group
 from benchmarks.report.flags import flags, flags_group
 from benchmarks.report.flow import drain_rate_limited, handler_outcomes
 from benchmarks.report.generic import generic
@@ -82,6 +83,7 @@ RENDERERS: dict[str, Callable[[Results], Rendered]] = {
     "many_databases": many_databases,
     "inbox": inbox,
     "flags": flags,
+    "fanout": fanout,
 }
 
 
@@ -90,6 +92,7 @@ GROUP_RENDERERS: dict[str, Callable[[list[Results]], Rendered]] = {
     "wakeup_latency": wakeup_latency_group,
     "inbox": inbox_group,
     "flags": flags_group,
+    "fanout": fanout_group,
 }
 
 

@@ -32,6 +32,7 @@ ORDER = (
     "many_databases",
     "inbox",
     "flags",
+    "fanout",
 )
 
 
@@ -64,5 +65,6 @@ TITLES = {
     "many_databases": "Many databases: fairness, and one going away",
     "inbox": "The inbox's proof: redeliveries through RabbitMQ, consumers killed",
     "flags": "Flags on a business table",
+    "fanout": "Fan-out",
     "migrations": "outbox migrate with 1,000,000 archive rows, per revision, up and down",
 }
