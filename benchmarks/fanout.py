@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import random
@@ -101,6 +102,7 @@ START_SECONDS = 60.0  # the workers register within this long, or the run fails
 REPLACEMENT_SECONDS = 30.0  # a kill waits this long at most for a live worker to kill
 STOP_SECONDS = 60.0  # the command stops this long after its SIGTERM at most
 ERRORS_KEPT = 10  # of the command's log, the error lines kept in the results
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 ROUTINE_EVENTS = ('"outbox.batch.handled"', '"outbox.distribute.enqueued"')
 
 
@@ -381,6 +383,7 @@ def _work(url: str, options: Options, config: Config, output: Path) -> subproces
             stdout=out,
             stderr=out,
             start_new_session=True,
+            preexec_fn=_stop_with_parent,
         )
 
 
@@ -396,10 +399,19 @@ def _writer(url: str, options: Options, summary: Path, output: Path) -> subproce
         return subprocess.Popen(
             [sys.executable, "-m", "benchmarks.fanout", "--writer", json.dumps(config)],
             cwd=REPOSITORY,
+            preexec_fn=_stop_with_parent,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
         )
+
+
+def _stop_with_parent() -> None:
+    """In a child before it runs: SIGTERM it when the run's process dies (Linux), so that a run
+    ended without its clean-up (a SIGTERM or SIGKILL to the test run) leaves no command
+    working on; ``outbox work``'s workers stop once their supervisor is gone."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _told(line: str) -> bool:
