@@ -70,6 +70,10 @@ _FULL_RUN_DATABASES = {
     # The console's answers on MariaDB: the operations layer they read is the integration
     # tier's, on every database.
     "tests/web/": ("mariadb",),
+    # The fan-out's and the flags' proofs through killed processes: PostgreSQL and MariaDB on
+    # every run, SQLite (one writer) in the full run.
+    "tests/fanout/": ("sqlite",),
+    "tests/flags/": ("sqlite",),
     # Each sink's own tests (what its downstream does) run its async class by default; the
     # contract runs both classes of every sink on every database on every run.
     "tests/sinks/test_http.py": ("sync",),
