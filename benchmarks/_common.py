@@ -203,6 +203,14 @@ def machine() -> dict[str, Any]:
     }
 
 
+def fraction(value: str) -> float:
+    """argparse's type for a fraction from 0 up to (not including) 1."""
+    number = float(value)
+    if not 0 <= number < 1:
+        raise argparse.ArgumentTypeError("a fraction from 0 up to (not including) 1")
+    return number
+
+
 def command_line(module: str, args: argparse.Namespace) -> str:
     """The command line that reproduces a run, stored with its results.
 

@@ -79,6 +79,7 @@ from benchmarks._common import (
     DATABASES,
     REPOSITORY,
     command_line,
+    fraction,
     machine,
     percentile,
     reader_engine,
@@ -705,13 +706,6 @@ def _retry_waits(
 # --- the command ------------------------------------------------------------------------------
 
 
-def _fraction(value: str) -> float:
-    number = float(value)
-    if not 0 <= number < 1:
-        raise argparse.ArgumentTypeError("a fraction from 0 up to (not including) 1")
-    return number
-
-
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--writer":
         writer_main(json.loads(sys.argv[2]))
@@ -725,11 +719,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=defaults.seconds, help="the writer's")
     parser.add_argument("--changes-per-second", type=float, default=defaults.changes_per_second)
     parser.add_argument("--rows-per-change", type=int, default=defaults.rows_per_change)
-    parser.add_argument("--aimed-fraction", type=_fraction, default=defaults.aimed_fraction)
+    parser.add_argument("--aimed-fraction", type=fraction, default=defaults.aimed_fraction)
     parser.add_argument("--kills", type=int, default=defaults.kills)
     parser.add_argument("--batch-size", type=int, default=handler.batch_size)
     parser.add_argument("--call-seconds", type=float, default=handler.call_seconds)
-    parser.add_argument("--fail-fraction", type=_fraction, default=handler.fail_fraction)
+    parser.add_argument("--fail-fraction", type=fraction, default=handler.fail_fraction)
     parser.add_argument("--retry-seconds", type=float, default=handler.retry_seconds)
     parser.add_argument("--max-attempts", type=int, default=handler.max_attempts)
     parser.add_argument("--poll-interval", type=float, default=handler.poll_interval)

@@ -77,6 +77,7 @@ from benchmarks._common import (
     DATABASES,
     REPOSITORY,
     command_line,
+    fraction,
     machine,
     reader_engine,
     scratch,
@@ -697,13 +698,6 @@ def _prune(url: str, reader: Engine, proof: Proof, chunks: int | None) -> None:
     }
 
 
-def _fraction(value: str) -> float:
-    number = float(value)
-    if not 0 <= number < 1:
-        raise argparse.ArgumentTypeError("a fraction from 0 up to (not including) 1")
-    return number
-
-
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] in ("--consumer", "--publisher"):
         config = json.loads(sys.argv[2])
@@ -712,12 +706,12 @@ def main() -> None:
     defaults = Options()
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--deliveries", type=int, default=defaults.deliveries)
-    parser.add_argument("--repeat-fraction", type=_fraction, default=defaults.repeat_fraction)
+    parser.add_argument("--repeat-fraction", type=fraction, default=defaults.repeat_fraction)
     parser.add_argument("--consumers", type=int, default=defaults.consumers)
     parser.add_argument("--prefetch", type=int, default=defaults.prefetch)
     parser.add_argument("--kills", type=int, default=defaults.kills)
     parser.add_argument("--hold", type=float, default=defaults.hold, help="seconds")
-    parser.add_argument("--hold-fraction", type=_fraction, default=defaults.hold_fraction)
+    parser.add_argument("--hold-fraction", type=fraction, default=defaults.hold_fraction)
     parser.add_argument(
         "--prune-chunks",
         type=int,
