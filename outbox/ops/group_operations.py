@@ -91,7 +91,8 @@ def discard(
     """Give up the groups ``selection`` matches: never handled again, their events archived
     as discarded (dead ones: marked discarded, and the ordering keys they hold released).
 
-    A group in flight is left alone (a worker holds it): it is named in ``skipped``. The
+    A group in flight is left alone (a worker holds it), and so is a flag handler's (its rows
+    stay flagged, and would be taken again): each is named in ``skipped``, with why. The
     selection must narrow something: an empty one is refused. Recorded as an operation by
     ``actor`` (default: :func:`outbox.ops.operators.default_actor`), with ``reason``.
 
@@ -117,8 +118,8 @@ def discard(
             phase = Phase(reported, "discarded", "groups", _to_take(listing, _NOT_DISCARDED))
         phase.check(operation_id)
         page = listing.groups
-        chosen = [g for g in page if g.status not in _NOT_DISCARDED]
-        skipped += [(g, "in flight: a worker holds it") for g in page if g not in chosen]
+        chosen = [g for g in page if g.status not in _NOT_DISCARDED and not _flagged(app, g)]
+        skipped += [(g, _why_not_discarded(g)) for g in page if g not in chosen]
         if dry_run:
             taken += chosen
             events += _count_events(chosen)
@@ -249,6 +250,21 @@ def replay_group(
 def _page_size(size: int) -> None:
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_LIMIT:
         raise ConfigurationError(f"page_size: expected 1 to {MAX_LIMIT} groups, got {size!r}")
+
+
+def _flagged(app: Outbox, group: Group) -> bool:
+    handler = app.handlers.get(group.handler)
+    return handler is not None and handler.flags is not None
+
+
+def _why_not_discarded(group: Group) -> str:
+    if group.status in _NOT_DISCARDED:
+        return "in flight: a worker holds it"
+    # Its rows stay flagged in the business table: discarded, they would be taken again.
+    return (
+        "its rows are flagged rows of a business table, taken again while flagged: release it "
+        f"(outbox held release --handler {group.handler}) or clear their flags"
+    )
 
 
 def _to_take(listing: Listing, left: frozenset[GroupStatus]) -> int | None:

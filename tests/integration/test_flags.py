@@ -17,7 +17,8 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
 from outbox import Batch, FlaggedRowsMixin, Outbox, RetryPolicy, distribute_once
 from outbox._engine import claimer, distributor
 from outbox.exceptions import BufferTableMissingError, ConfigurationError, ReplayError
-from outbox.ops import holds, replay
+from outbox.ops import group_operations, holds, replay
+from outbox.ops.selection import Selection
 from outbox.testing import drain
 from tests.models import ActivityEvent, Employee, EmployeeChanges, EmployeeWork
 
@@ -108,7 +109,8 @@ def test_a_failed_group_keeps_its_flags_and_a_dead_row_waits_until_released(
 ) -> None:
     """The handler retries employee 2 every time: the others are unflagged; employee 2's
     attempts run out, it stays flagged, its key is held and taken again by no claim, until an
-    operator releases it (a replay is refused: the row's state is the business table's)."""
+    operator releases it (a replay is refused and a discard skips it: the row's state is the
+    business table's, and it stays flagged)."""
     app = make_app(database_url)
     fail = {2}
     handled: list[int] = []
@@ -128,6 +130,14 @@ def test_a_failed_group_keeps_its_flags_and_a_dead_row_waits_until_released(
     assert 1 == _waiting(app.engine)  # taken again, and held back
     with pytest.raises(ReplayError, match=r"release its held keys \(outbox held release"):
         replay.replay(app, handler="sync_employees")
+    # A discard would leave the row flagged, to be taken again: it is skipped, saying so.
+    discarded = group_operations.discard(app, Selection(handlers=("sync_employees",)))
+    assert [] == discarded.groups
+    assert [("sync_employees", True)] == [
+        (group.handler, "outbox held release --handler sync_employees" in why)
+        for group, why in discarded.skipped
+    ]
+    assert ["2"] == [held.key for held in holds.held_keys(app, "sync_employees")]
     fail.clear()
     holds.release_keys(app, "sync_employees", actor="test")
     drain(app)
