@@ -112,8 +112,8 @@ def supervise(
     ``usage_error`` met a problem no restart can mend (its metrics port taken, say): the
     others are stopped and that code is returned. A worker that exits with ``final`` stopped
     for a reason a restart would meet again (the schema is one it may not work on): it is not
-    restarted, and counts as a failure. Otherwise returns 0 when every worker exited with 0,
-    else 1.
+    restarted, and counts as a failure. Otherwise returns 0 when every worker exited with 0
+    or was to be restarted when the stop came, else 1.
 
     ``replan_every``: seconds between readings of ``plan()`` while the workers run (a tenant
     registry): a unit it newly lists gets a worker, a unit it no longer lists has its worker
@@ -206,9 +206,9 @@ def supervise(
             delay = _restart_delay(delays, unit, time.monotonic() - started)
             log.warning(_log.WORKER_PROCESS_RESTARTING, index=unit, delay=delay)
             _sleep_unless_stopping(delay, lambda: stopping)
-            if stopping:
-                failed = True
-            else:
+            # A stop asked for while its restart waited: it ends as the others do, and the
+            # death that came before the stop was logged (a restart was to mend it).
+            if not stopping:
                 spawn(unit)
     finally:
         for s, handler in previous.items():

@@ -8,10 +8,11 @@ import signal
 import time
 from pathlib import Path
 
-from outbox.cli._signals import supervise, unblock_stop_signals
+from outbox.cli._signals import RESTART_DELAY_SECONDS, supervise, unblock_stop_signals
 
 SERVING = ("metrics", 0)
 WORKER = ("worker", 0)
+OTHER = ("worker", 1)
 
 
 def test_the_serving_unit_outlives_a_worker_s_restart_and_stops_once_alone(
@@ -42,3 +43,28 @@ def test_the_serving_unit_outlives_a_worker_s_restart_and_stops_once_alone(
 
     code = supervise(lambda: [WORKER, SERVING], run, restart=True, usage_error=2, serving=SERVING)
     assert (0, "alive") == (code, seen.read_text())
+
+
+def test_a_stop_while_a_worker_waits_for_its_restart_ends_with_success(tmp_path: Path) -> None:
+    """One worker dies; while it waits for its restart, the supervisor is asked to stop: the
+    other worker stops, the dead one is not started again, and the supervisor returns 0, as
+    when the stop comes after the restart (a restart was to mend the death)."""
+    runs = tmp_path / "runs"
+
+    def run(unit: tuple[str, int]) -> int:
+        signal.signal(signal.SIGTERM, lambda signum, frame: os._exit(0))
+        unblock_stop_signals()
+        if unit == WORKER:
+            with runs.open("a") as file:
+                file.write("run\n")
+            return 1
+        deadline = time.monotonic() + 10.0
+        while not runs.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(RESTART_DELAY_SECONDS / 2)  # within the dead worker's restart delay
+        os.kill(os.getppid(), signal.SIGTERM)
+        time.sleep(10.0)  # stopped by the supervisor's SIGTERM
+        return 1
+
+    code = supervise(lambda: [WORKER, OTHER], run, restart=True, usage_error=2)
+    assert (0, ["run"]) == (code, runs.read_text().split())
