@@ -59,21 +59,39 @@ _FULL_RUN_PATHS = (
     # fleet of several databases: tests/acceptance/test_many_databases.py).
     "tests/network/test_partitions.py",
     "tests/faults/test_many_databases.py",
+    # The flow-control scenarios through PgBouncer: the same scenarios run directly on every
+    # run (tests/acceptance), and what the pooler changes (no session outlives a transaction)
+    # is checked on every run by tests/poolers' other files.
+    "tests/poolers/test_pgbouncer_flow_control.py",
+    # The command on asynchronous URLs: how a URL's sync twin is derived runs on every run
+    # (tests/unit/test_async_urls.py), and async engines in tests/integration.
+    "tests/acceptance/test_async_database_urls.py",
+    # Values of megabytes: every kind of value round-trips on every run at a usual size.
+    "tests/faults/test_bad_values.py::test_multi_megabyte_values_round_trip",
 )
 # End-to-end tiers (processes, signals, outages) whose cases on other databases than PostgreSQL
-# are the full run's, by tier and database: how each database behaves is what the conformance,
-# integration, users, model and migration tiers check, on every run and every database.
+# are the full run's, by tier and database (or another parameter): how each database behaves
+# is what the conformance, integration, users, model and migration tiers check, on every run
+# and every database.
 _FULL_RUN_DATABASES = {
     "tests/acceptance/": ("mariadb", "sqlite"),
     "tests/faults/": ("mariadb", "sqlite"),
-    "tests/examples/": ("mariadb",),
-    # The console's answers on MariaDB: the operations layer they read is the integration
+    # The examples on SQLite, as their READMEs run them first, on every run.
+    "tests/examples/": ("mariadb", "postgresql"),
+    # The console's answers on PostgreSQL: the operations layer they read is the integration
     # tier's, on every database.
-    "tests/web/": ("mariadb",),
-    # The fan-out's and the flags' proofs through killed processes: PostgreSQL and MariaDB on
-    # every run, SQLite (one writer) in the full run.
-    "tests/fanout/": ("sqlite",),
-    "tests/flags/": ("sqlite",),
+    "tests/web/": ("mariadb", "sqlite"),
+    # The proofs through killed processes (the inbox's, the fan-out's, the flags'): PostgreSQL
+    # on every run, the other databases in the full run.
+    "tests/inbox/test_proof.py": ("mariadb", "sqlite"),
+    "tests/fanout/": ("mariadb", "sqlite"),
+    "tests/flags/": ("mariadb", "sqlite"),
+    # The command's own behaviour on SQLite; its revisions run there on every run
+    # (tests/migration/test_migrations.py).
+    "tests/migration/test_migrate_command.py": ("sqlite",),
+    # Every column type as an ordering key on every run; as a group or a rate limit's key (the
+    # same column types, read by the same code) in the full run.
+    "tests/users/test_key_columns.py": ("group_by", "rate_limit_key"),
     # Each sink's own tests (what its downstream does) run its async class by default; the
     # contract runs both classes of every sink on every database on every run.
     "tests/sinks/test_http.py": ("sync",),
@@ -85,7 +103,9 @@ _FULL_RUN_DATABASES = {
 POSTGRES_URL_ENV = "OUTBOX_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 MARIADB_URL_ENV = "OUTBOX_TEST_MARIADB_URL"
-DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test"
+# PyMySQL tries TLS unless told not to, building a TLS context for every connection (about
+# 50 ms of CPU each, half the time of a test on MariaDB); the local server has none.
+DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test?ssl_disabled=true"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from urllib.parse import quote
 
 import pytest
 from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import make_url
 
 from tests.acceptance._cli import APP, LEASE, Cli
 from tests.conftest import reset_schema
@@ -21,8 +21,8 @@ BUFFER = ActivityEvent.__table__.name
 
 def _zoned_url(url: str, zone: str) -> str:
     """``url`` with every session set to ``zone``, as an application's URL may set it."""
-    command = quote(f"SET time_zone = '{zone}'")
-    return f"{url}?init_command={command}"
+    zoned = make_url(url).update_query_dict({"init_command": f"SET time_zone = '{zone}'"})
+    return zoned.render_as_string(hide_password=False)
 
 
 @pytest.fixture(params=["-05:00", "+02:00"])
