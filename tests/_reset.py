@@ -8,8 +8,8 @@ emptied again rather than made again, as long as it is still the table that was 
 - PostgreSQL and MariaDB: the schema's tables, columns, indexes, triggers and partitions are
   read (a few catalogue queries, milliseconds) and compared with what they were right after
   the last creation; when nothing changed, their rows are deleted, their ids start at 1
-  again and ``outbox_schema``'s row is written again, else they are dropped and made as
-  before.
+  again (on PostgreSQL, every sequence of the schema starts again) and ``outbox_schema``'s
+  row is written again, else they are dropped and made as before.
   A test that altered, dropped, partitioned or indexed a table is seen, and its tables made
   again.
 - SQLite: a new file is a copy of one made once per schema.
@@ -97,16 +97,18 @@ def _empty_again(engine: Engine, url: str, metadatas: tuple[MetaData, ...]) -> b
             return False
         # DELETE and the counters set back: TRUNCATE makes each table's files anew, as slow as
         # making the table on both servers.
-        for name in reversed(names):
-            conn.execute(text(f"DELETE FROM {name}"))
         if conn.dialect.name == "postgresql":
-            columns = [(t.name, c.name) for t in tables for c in t.primary_key.columns]
-            owned = text("SELECT pg_get_serial_sequence(:t, :c)")
-            for table, column in columns:
-                sequence = conn.execute(owned, {"t": table, "c": column}).scalar_one()
-                if sequence is not None:
-                    conn.execute(text(f"ALTER SEQUENCE {sequence} RESTART"))
+            # One round trip: every table emptied, every sequence of the schema back at its
+            # start (a statement each was most of a test's time on PostgreSQL).
+            deletes = "".join(f"DELETE FROM {name}; " for name in reversed(names))
+            conn.exec_driver_sql(
+                deletes + "SELECT setval(s.seqrelid, s.seqstart, false) FROM pg_sequence s"
+                " JOIN pg_class c ON c.oid = s.seqrelid"
+                " WHERE c.relnamespace = current_schema()::regnamespace"
+            )
         else:
+            for name in reversed(names):
+                conn.execute(text(f"DELETE FROM {name}"))
             counted = conn.execute(
                 text(
                     "SELECT table_name FROM information_schema.tables"

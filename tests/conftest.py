@@ -68,6 +68,18 @@ _FULL_RUN_PATHS = (
     "tests/acceptance/test_async_database_urls.py",
     # Values of megabytes: every kind of value round-trips on every run at a usual size.
     "tests/faults/test_bad_values.py::test_multi_megabyte_values_round_trip",
+    # Limits and order kept by several `outbox work` processes: the windows and the keys'
+    # turns across connections are the conformance and integration tiers', on every run.
+    "tests/acceptance/test_rate_limit_processes.py",
+    "tests/acceptance/test_ordered_processes.py",
+    # The console in Chromium: its pages, the operator's actions and its scripts without
+    # errors on every run; the chart's ranges, the header search, the live toggle, ages on
+    # hover and a discard of ticked groups (each page's data: tests/web) in the full run.
+    "tests/web/test_browser.py::test_the_handler_page_switches_its_chart",
+    "tests/web/test_browser.py::test_the_live_toggle_stops_refreshes",
+    "tests/web/test_browser.py::test_the_header_search_finds_each_kind_of_key",
+    "tests/web/test_browser.py::test_an_age_reads_in_minutes_and_seconds",
+    "tests/web/test_browser.py::test_an_operator_ticks_two_dead_groups",
 )
 # End-to-end tiers (processes, signals, outages) whose cases on other databases than PostgreSQL
 # are the full run's, by tier and database (or another parameter): how each database behaves
@@ -89,6 +101,9 @@ _FULL_RUN_DATABASES = {
     # The command's own behaviour on SQLite; its revisions run there on every run
     # (tests/migration/test_migrations.py).
     "tests/migration/test_migrate_command.py": ("sqlite",),
+    # A link cut under a MariaDB client: the same bounds as PostgreSQL's, set by the driver's
+    # own options (tests/integration/test_network_timeout.py, on every run).
+    "tests/network/test_network_bounds.py": ("mariadb",),
     # Every column type as an ordering key on every run; as a group or a rate limit's key (the
     # same column types, read by the same code) in the full run.
     "tests/users/test_key_columns.py": ("group_by", "rate_limit_key"),
