@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from sqlalchemy import Engine, String, func, select, update
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column
+from sqlalchemy.types import UserDefinedType
 
 from outbox import Batch, FlaggedRowsMixin, Outbox, RetryPolicy, distribute_once
 from outbox._engine import claimer, distributor
@@ -243,6 +244,38 @@ def test_a_flag_is_refused_where_it_is_given_in_one_line(make_app: Callable[...,
         app.flagged(Employee, flag="needs_work_done", version="version", buffer=ActivityEvent)(
             handle
         )
+    for model in (_CodeKeyed, _CustomKeyed):
+        with pytest.raises(ConfigurationError, match="must be one integer column named id, got id"):
+            app.flagged(model, flag="needs_work_done", version="version", buffer=EmployeeWork)(
+                handle
+            )
+
+
+class _Unusual(DeclarativeBase):
+    pass
+
+
+class _Point(UserDefinedType[Any]):
+    """A column type of the database's own, read as no Python type of its own."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        return "POINT"
+
+
+class _CodeKeyed(_Unusual):
+    __tablename__ = "code_keyed"
+    id: Mapped[str] = mapped_column(String(20), primary_key=True)
+    needs_work_done: Mapped[bool]
+    version: Mapped[int]
+
+
+class _CustomKeyed(_Unusual):
+    __tablename__ = "custom_keyed"
+    id: Mapped[Any] = mapped_column(_Point(), primary_key=True)
+    needs_work_done: Mapped[bool]
+    version: Mapped[int]
 
 
 def test_an_async_handler_is_handed_the_rows_on_its_loop(
