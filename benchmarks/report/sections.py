@@ -6,6 +6,7 @@ from __future__ import annotations
 ORDER = (
     "drain_throughput",
     "drain_mariadb",
+    "mariadb_connect",
     "drain_rate_limited",
     "handler_outcomes",
     "peers",
@@ -39,6 +40,7 @@ ORDER = (
 TITLES = {
     "drain_throughput": "Drain throughput",
     "drain_mariadb": "Drain throughput on MariaDB",
+    "mariadb_connect": "A new connection to MariaDB, with PyMySQL's TLS attempt and without",
     "drain_rate_limited": "Draining through a rate-limited API",
     "handler_outcomes": "Handler outcomes: deferrals and bisection",
     "peers": "Against the peers",
