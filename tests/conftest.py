@@ -90,8 +90,8 @@ _FULL_RUN_DATABASES = {
     "tests/faults/": ("mariadb", "sqlite"),
     # The examples on SQLite, as their READMEs run them first, on every run.
     "tests/examples/": ("mariadb", "postgresql"),
-    # The console's answers on PostgreSQL: the operations layer they read is the integration
-    # tier's, on every database.
+    # The console's answers on PostgreSQL on every run, on the others in the full run: the
+    # operations layer they read is the integration tier's, on every database.
     "tests/web/": ("mariadb", "sqlite"),
     # The proofs through killed processes (the inbox's, the fan-out's, the flags'): PostgreSQL
     # on every run, the other databases in the full run.
@@ -118,8 +118,9 @@ _FULL_RUN_DATABASES = {
 POSTGRES_URL_ENV = "OUTBOX_TEST_POSTGRES_URL"
 DEFAULT_POSTGRES_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 MARIADB_URL_ENV = "OUTBOX_TEST_MARIADB_URL"
-# PyMySQL tries TLS unless told not to, building a TLS context for every connection (about
-# 50 ms of CPU each, half the time of a test on MariaDB); the local server has none.
+# PyMySQL tries TLS unless told not to, building a TLS context for every connection (56 ms of
+# CPU each: benchmarks/mariadb_connect.py), much of a MariaDB test's time; the local server
+# has no TLS.
 DEFAULT_MARIADB_URL = "mysql+pymysql://root@127.0.0.1:3306/test?ssl_disabled=true"
 
 
