@@ -68,6 +68,16 @@ _FULL_RUN_PATHS = (
     "tests/acceptance/test_async_database_urls.py",
     # Values of megabytes: every kind of value round-trips on every run at a usual size.
     "tests/faults/test_bad_values.py::test_multi_megabyte_values_round_trip",
+    # Commands over groups, operations, pauses, missing tables, fleet versions and progress:
+    # what each runs is the operations layer's, checked on every run and every database by
+    # tests/integration (and through the console by tests/web); their command lines and
+    # output in the full run.
+    "tests/acceptance/test_groups_cli.py",
+    "tests/acceptance/test_operations.py",
+    "tests/acceptance/test_pause.py",
+    "tests/acceptance/test_missing_tables.py",
+    "tests/acceptance/test_fleet_versions.py",
+    "tests/acceptance/test_progress.py",
     # Limits and order kept by several `outbox work` processes: the windows and the keys'
     # turns across connections are the conformance and integration tiers', on every run.
     "tests/acceptance/test_rate_limit_processes.py",

@@ -19,7 +19,7 @@ from sqlalchemy import ColumnElement, Connection
 from outbox import schema
 from outbox._core import log as _log
 from outbox._core.faults import AFTER_CLAIM, crash_point
-from outbox._db import queries, run_in_transaction
+from outbox._db import dialects, queries, run_in_transaction
 from outbox.app import Outbox
 from outbox.handler import Handler
 
@@ -110,6 +110,15 @@ def _claim(
         size = queries.claim_rows(conn, app.dialect, table, group_id, limit, only)
     else:
         rows, size = _claim_returning(conn, app, handler, group_id, only)
+    if size and ordered and handler.flags is None and dialects.uses_skip_locked(app.dialect):
+        given_back = queries.give_back_keys_past_skipped_rows(
+            conn, table, str(handler.ordering_key), group_id
+        )
+        if given_back:
+            key_name = str(handler.ordering_key)
+            if rows is not None:
+                rows = [r for r in rows if r is None or r._mapping[key_name] not in given_back]
+            size = queries.count_group_rows(conn, table, group_id)
     if not size:
         return None
     job_id = queries.insert_batch_job(

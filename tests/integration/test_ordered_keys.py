@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from sqlalchemy import func, select
@@ -241,3 +242,38 @@ def test_keyed_and_ordered_turns_pass_over_a_held_key(
     assert (1, ["1"]) == (claim.size if claim else 0, [k.key for k in holds.held_keys(app)])
     drain(app)
     assert waiting in handled
+
+
+def test_a_claim_that_skips_a_keys_locked_event_takes_none_of_its_later_ones(
+    server_database: str, make_app: Callable[[str], Outbox], commit_events: Commit
+) -> None:
+    """A key's oldest waiting event locked by another statement (MariaDB locks the rows a scan
+    reads; an update of a waiting event locks it anywhere): the claim's SKIP LOCKED passes
+    over it, and takes none of the key's later events, which would be handed over first. The
+    other keys' events go; the key's go in order once the lock is gone."""
+    app = make_app(server_database)
+    handled: list[int] = []
+
+    @app.handler(ActivityEvent, batch_size=10, ordering_key="activity_id")
+    def ordered(batch: Batch[ActivityEvent]) -> None:
+        handled.extend(batch.ids)
+
+    (head,) = commit_events(app.engine, 1, activity_id=1)
+    (other,) = commit_events(app.engine, 1, activity_id=2)
+    (later,) = commit_events(app.engine, 1, activity_id=1)
+    table = ActivityEvent.__table__
+    with app.engine.connect() as locker:
+        locker.begin()
+        locker.execute(select(table.c.id).where(table.c.id == head).with_for_update())
+        claim = claimer.run_once(app, app.get_handler("ordered"))
+        locker.rollback()
+    assert claim is not None
+    assert [other] == [row.id for row in _group_rows(app, claim.group_id)]
+    drain(app)
+    assert [other, head, later] == handled
+
+
+def _group_rows(app: Outbox, group_id: object) -> list[Any]:
+    table = ActivityEvent.__table__
+    with app.engine.connect() as conn:
+        return list(conn.execute(select(table.c.id).where(table.c.group_id == group_id)))

@@ -113,6 +113,7 @@ from outbox._db.queries.handlers import (
 )
 from outbox._db.queries.held import (
     count_held_keys,
+    give_back_keys_past_skipped_rows,
     group_keys,
     held_keys,
     hold_keys,
@@ -402,6 +403,7 @@ __all__ = [
     "finish_succeeded_group",
     "fold_events",
     "give_back_jobs_of",
+    "give_back_keys_past_skipped_rows",
     "group_attempts",
     "group_job",
     "group_keys",

@@ -18,6 +18,7 @@ from sqlalchemy import (
     func,
     literal,
     select,
+    update,
 )
 from sqlalchemy import cast as sql_cast
 
@@ -49,6 +50,35 @@ def in_order(table: Table, key_name: str, handler: str) -> ColumnElement[bool]:
         select(_held.c.key).where(_held.c.handler == handler, _held.c.key == key_text(key))
     )
     return and_(~in_a_group, ~held)
+
+
+def give_back_keys_past_skipped_rows(
+    conn: Connection, table: Table, key_name: str, group_id: uuid.UUID
+) -> set[Any]:
+    """Give back (unclaim) the rows of the just-claimed group ``group_id`` of each key that
+    still has an older unclaimed row: a claim's ``SKIP LOCKED`` passed over that row, locked
+    by another statement (MariaDB locks the rows a scan reads, not only those it changes; an
+    update of a waiting event locks it on every database), and the key's later rows must not
+    be handed over before it. Returns those keys (their rows wait for a later claim)."""
+    key = table.c[key_name]
+    older = table.alias("outbox_older")
+    skipped = exists(
+        select(older.c.id).where(
+            older.c[key_name] == key, older.c.group_id.is_(None), older.c.id < table.c.id
+        )
+    )
+    keys = set(
+        conn.execute(
+            select(key).where(table.c.group_id == group_id, key.is_not(None), skipped).distinct()
+        ).scalars()
+    )
+    if keys:
+        conn.execute(
+            update(table)
+            .where(table.c.group_id == group_id, key.in_(sorted(keys)))
+            .values(group_id=None)
+        )
+    return keys
 
 
 def group_keys(
